@@ -1,0 +1,15 @@
+"""rankgate: CI-pipeline-as-code for distributed PyTorch.
+
+Vocabulary, used the same way everywhere in this package:
+
+rank        one process of a distributed job, numbered 0..world-1.
+local rank  a rank's index among the ranks on its own host (picks its GPU).
+world       the number of ranks of a job (``world_size``).
+worker      a rank process the harness keeps alive between tests.
+pool        the workers of one (world, backend), started once and reused.
+stage       one step of the pipeline (lint, unit, dist, gpu, hpc, bench, container, gate).
+target      where a dispatched stage runs (slurm over CLI or ssh, interLink).
+profile     a site's settings for a target (TOML).
+"""
+
+__version__ = "0.1.0"
