@@ -1,0 +1,79 @@
+"""Controller <-> rank messages: ``(name, kwargs)`` tuples, one decoder per side.
+
+This module is imported inside rank processes: standard library only.
+"""
+
+from __future__ import annotations
+
+import pickle
+import signal
+from typing import Any
+
+STACK_SIGNAL = signal.SIGUSR1
+"""The controller sends this to make a rank print every thread's Python stack."""
+
+# Controller -> rank
+RUN = "run"
+SHUTDOWN = "shutdown"
+# Rank -> controller
+READY = "ready"
+START_FAILED = "start_failed"
+RESULT = "result"
+
+_TO_RANK = frozenset({RUN, SHUTDOWN})
+_TO_CONTROLLER = frozenset({READY, START_FAILED, RESULT})
+
+
+class UnknownMessage(RuntimeError):
+    """A message whose name the receiving side does not handle (a version skew or a bug)."""
+
+
+def encode(name: str, **kwargs: Any) -> bytes:
+    return pickle.dumps((name, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _decode(data: bytes, allowed: frozenset[str]) -> tuple[str, dict[str, Any]]:
+    name, kwargs = pickle.loads(data)
+    if name not in allowed:
+        raise UnknownMessage(f"unexpected message {name!r}; expected one of {sorted(allowed)}")
+    return name, kwargs
+
+
+def decode_for_rank(data: bytes) -> tuple[str, dict[str, Any]]:
+    return _decode(data, _TO_RANK)
+
+
+def decode_for_controller(data: bytes) -> tuple[str, dict[str, Any]]:
+    return _decode(data, _TO_CONTROLLER)
+
+
+class RankValue:
+    """Stands for a per-rank fixture value (rank, device) until the rank fills it in.
+
+    Fixtures run once in the controller, where no rank exists yet; using this
+    placeholder there (arithmetic, comparison, int()) is an error that says so.
+    """
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<{self.name}: known only inside a rank>"
+
+    def __reduce__(self):
+        return (RankValue, (self.name,))
+
+    def _refuse(self, *_args: Any) -> Any:
+        raise RuntimeError(
+            f"the {self.name!r} fixture has no value outside a rank: fixtures run once in the "
+            f"controller and are sent to every rank, so compute {self.name}-dependent values "
+            "inside the test body"
+        )
+
+    __hash__ = object.__hash__
+    __index__ = __int__ = __float__ = __bool__ = _refuse
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __mod__ = _refuse
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _refuse  # type: ignore[assignment]
+    __floordiv__ = __truediv__ = __getitem__ = _refuse

@@ -1,0 +1,107 @@
+"""Command-line and ini options of the harness, and how they combine."""
+
+from __future__ import annotations
+
+import pytest
+
+from rankgate.harness.pool import PoolSettings
+
+DEFAULT_TIMEOUT_S = 300.0
+DEFAULT_START_TIMEOUT_S = 120.0
+DEFAULT_RENDEZVOUS_TIMEOUT_S = 60.0
+
+MARKERS = {
+    "world(n, backend='auto', timeout=None)": (
+        "run the test body on n ranks with the default process group initialised"
+    ),
+    "unit": "single-process tests",
+    "dist": "several ranks on CPU (gloo); added to every world test",
+    "gpu": "needs CUDA; added to world tests with backend='nccl'",
+    "hpc": "needs a SLURM cluster (a local one in CI)",
+    "container": "needs podman or docker",
+    "perf": "benchmarks: produce numbers, never assert wall time",
+    "slow": "long-running",
+    "torch_dist": "exercises torch.distributed launch paths (torchrun)",
+    "mpi_dist": "exercises MPI launch paths (mpirun)",
+    "ray_dist": "exercises Ray launch paths",
+    "deepspeed_dist": "exercises DeepSpeed launch paths",
+}
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("rankgate", "rankgate multi-rank tests")
+    group.addoption(
+        "--rankgate-timeout",
+        type=float,
+        default=None,
+        help="seconds before a world test counts as hung (overrides ini rankgate_timeout; "
+        "a marker's timeout= overrides both)",
+    )
+    group.addoption(
+        "--rankgate-seed",
+        type=int,
+        default=0,
+        help="base seed; each test's seed is derived from it and the test id (default 0)",
+    )
+    group.addoption(
+        "--rankgate-mode",
+        choices=("auto", "pool", "inplace"),
+        default="auto",
+        help="auto: in-place when started by torchrun/srun/mpirun, else worker pools",
+    )
+    parser.addini("rankgate_timeout", f"default test timeout in seconds ({DEFAULT_TIMEOUT_S:g})")
+    parser.addini(
+        "rankgate_start_timeout",
+        f"seconds for a pool to start and rendezvous ({DEFAULT_START_TIMEOUT_S:g})",
+    )
+    parser.addini(
+        "rankgate_rendezvous_timeout",
+        f"process-group timeout given to init_process_group ({DEFAULT_RENDEZVOUS_TIMEOUT_S:g})",
+    )
+    parser.addini(
+        "rankgate_worker_setup",
+        "module:function called as function(rank) in every rank before rendezvous",
+    )
+
+
+def register_markers(config: pytest.Config) -> None:
+    for signature, help_text in MARKERS.items():
+        config.addinivalue_line("markers", f"{signature}: {help_text}")
+
+
+def _positive_float(config: pytest.Config, ini_name: str, default: float) -> float:
+    raw = config.getini(ini_name)
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise pytest.UsageError(f"ini option {ini_name} = {raw!r} is not a number") from None
+    if value <= 0:
+        raise pytest.UsageError(f"ini option {ini_name} must be > 0, got {value:g}")
+    return value
+
+
+def default_timeout(config: pytest.Config) -> float:
+    cli = config.getoption("rankgate_timeout")
+    if cli is not None:
+        if cli <= 0:
+            raise pytest.UsageError(f"--rankgate-timeout must be > 0, got {cli:g}")
+        return cli
+    return _positive_float(config, "rankgate_timeout", DEFAULT_TIMEOUT_S)
+
+
+def start_timeout(config: pytest.Config) -> float:
+    return _positive_float(config, "rankgate_start_timeout", DEFAULT_START_TIMEOUT_S)
+
+
+def rendezvous_timeout(config: pytest.Config) -> float:
+    return _positive_float(config, "rankgate_rendezvous_timeout", DEFAULT_RENDEZVOUS_TIMEOUT_S)
+
+
+def pool_settings(config: pytest.Config) -> PoolSettings:
+    return PoolSettings(
+        rendezvous_timeout=rendezvous_timeout(config),
+        start_timeout=start_timeout(config),
+        setup_hook=config.getini("rankgate_worker_setup") or None,
+    )

@@ -1,0 +1,347 @@
+"""The rankgate pytest plugin (entry point ``rankgate``).
+
+Pool mode (the default): a test marked ``@pytest.mark.world(n)`` has its
+fixtures set up once in this process (the controller); its body is sent to the
+n ranks of a reusable pool and the ranks' outcomes become one verdict.
+
+In-place mode: when pytest itself was started by torchrun, srun or mpirun, the
+test body runs directly on every rank (see ``inplace``).
+
+Fixture rule: fixtures are created in the controller and pickled into every
+rank, so their values must be picklable; ``rank`` and ``device`` are filled in
+by each rank, and rank-dependent values belong in the test body.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import sys
+import tempfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from rankgate.harness import options
+from rankgate.harness.gpus import gpu_share, visible_gpu_count, xdist_slot
+from rankgate.harness.messages import RankValue
+from rankgate.harness.pool import PoolKey, PoolStartError, RankOutcome
+from rankgate.harness.registry import PoolRegistry
+from rankgate.harness.spec import WorldMarkerError, WorldSpec, parse_world_marker, resolve_backend
+from rankgate.harness.verdict import Verdict, judge, reproduction_line
+from rankgate.launch.env import detect_launch
+
+SPEC_KEY = pytest.StashKey[WorldSpec]()
+RUN_KEY = pytest.StashKey["WorldRun"]()
+OUTPUT_LIMIT = 64 * 1024  # per rank and stream, in JUnit properties
+
+
+class FixtureCrossingError(RuntimeError):
+    """A fixture value that cannot be sent into the ranks."""
+
+
+class RankFailure(AssertionError):
+    """Raised in the controller when any rank failed, crashed or hung."""
+
+
+class RankDisagreement(RuntimeError):
+    """Ranks ended the same test differently (say one skipped, one passed)."""
+
+
+@dataclass(slots=True, kw_only=True)
+class WorldRun:
+    """What the controller knows about one world test while reporting it."""
+
+    world: int
+    backend: str
+    seed: int
+    base_seed: int
+    key: PoolKey | None = None
+    task: dict | None = None
+    outcomes: list[RankOutcome] | None = None
+    verdict: Verdict | None = None
+
+
+# --- configuration ---------------------------------------------------------------
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    options.add_options(parser)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    options.register_markers(config)
+    mode = config.getoption("rankgate_mode")
+    launch = detect_launch() if mode != "pool" else None
+    if mode == "inplace" and launch is None:
+        raise pytest.UsageError(
+            "--rankgate-mode=inplace needs a launcher's variables (RANK/WORLD_SIZE, "
+            "SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/SIZE or PMI_RANK/SIZE)"
+        )
+    if launch is not None:
+        from rankgate.harness.inplace import InPlaceSession
+
+        config.pluginmanager.register(InPlaceSession(config, launch), "rankgate-inplace")
+    else:
+        config.pluginmanager.register(PoolSession(config), "rankgate-pools")
+
+
+# --- collection --------------------------------------------------------------------
+
+
+class _InvalidWorldMarker(pytest.Collector):
+    """Stands in for a test whose world marker is invalid: collecting it is an error."""
+
+    def __init__(self, *, problem: str, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.problem = problem
+
+    def collect(self):
+        raise self.CollectError(f"{self.nodeid}: invalid @pytest.mark.world: {self.problem}")
+
+    def repr_failure(self, excinfo):
+        return str(excinfo.value)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pycollect_makeitem(collector, name, obj):
+    result = yield
+    items = result if isinstance(result, list) else [result]
+    checked = []
+    for item in items:
+        if isinstance(item, pytest.Function) and item.get_closest_marker("world"):
+            marker = item.get_closest_marker("world")
+            try:
+                item.stash[SPEC_KEY] = parse_world_marker(marker.args, marker.kwargs)
+            except WorldMarkerError as exc:
+                item = _InvalidWorldMarker.from_parent(collector, name=item.name, problem=str(exc))
+        checked.append(item)
+    return checked if isinstance(result, list) else checked[0]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        spec = item.stash.get(SPEC_KEY, None)
+        if spec is None:
+            continue
+        item.add_marker(pytest.mark.gpu if spec.backend == "nccl" else pytest.mark.dist)
+
+
+# --- fixtures ----------------------------------------------------------------------
+
+
+def _world_spec(request: pytest.FixtureRequest) -> WorldSpec | None:
+    return request.node.stash.get(SPEC_KEY, None)
+
+
+@pytest.fixture
+def rank(request: pytest.FixtureRequest):
+    """This rank's index; 0 in a plain single-process test."""
+    session = request.config.pluginmanager.get_plugin("rankgate-inplace")
+    if session is not None:
+        return session.launch.rank
+    return RankValue("rank") if _world_spec(request) else 0
+
+
+@pytest.fixture
+def world_size(request: pytest.FixtureRequest) -> int:
+    """Number of ranks running this test; 1 in a plain single-process test."""
+    session = request.config.pluginmanager.get_plugin("rankgate-inplace")
+    if session is not None:
+        return session.launch.world_size
+    spec = _world_spec(request)
+    return spec.size if spec else 1
+
+
+@pytest.fixture
+def device(request: pytest.FixtureRequest):
+    """cuda:<local rank> when the backend is nccl, else cpu."""
+    import torch
+
+    session = request.config.pluginmanager.get_plugin("rankgate-inplace")
+    if session is not None:
+        return session.device
+    if _world_spec(request):
+        return RankValue("device")
+    return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+
+
+@pytest.fixture
+def dist_tmp_path(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """One directory shared by every rank of this test."""
+    session = request.config.pluginmanager.get_plugin("rankgate-inplace")
+    if session is not None:
+        return session.shared_dir(request.node.nodeid)
+    return tmp_path
+
+
+# --- pool mode -----------------------------------------------------------------------
+
+
+def test_seed(base_seed: int, nodeid: str) -> int:
+    """Each test's seed: stable across runs and machines, different per test."""
+    return (base_seed + zlib.crc32(nodeid.encode())) % 2**31
+
+
+class PoolSession:
+    """Runs world tests on worker pools; one per pytest process."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.base_seed = config.getoption("rankgate_seed")
+        self.default_timeout = options.default_timeout(config)
+        self._registry: PoolRegistry | None = None
+        self._base_dir: Path | None = None
+        self._gpus: tuple[int, ...] | None = None
+
+    @property
+    def registry(self) -> PoolRegistry:
+        if self._registry is None:
+            # mkdtemp per pytest process: xdist workers never share pool directories.
+            self._base_dir = Path(tempfile.mkdtemp(prefix="rankgate-pools-"))
+            settings = options.pool_settings(self.config)
+            self._registry = PoolRegistry(self._base_dir, settings)
+        return self._registry
+
+    def gpus(self) -> tuple[int, ...]:
+        """GPU ids (as CUDA_VISIBLE_DEVICES entries) this process may use."""
+        if self._gpus is None:
+            total = visible_gpu_count()
+            slot, slots = xdist_slot()
+            share = gpu_share(total, slot, slots)
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+            ids = visible.split(",") if visible else [str(i) for i in range(total)]
+            self._gpus = tuple(int(ids[i]) if ids[i].isdigit() else i for i in share)
+        return self._gpus
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_setup(self, item: pytest.Item):
+        spec = item.stash.get(SPEC_KEY, None)
+        if spec is None:
+            return (yield)
+        gpus = self.gpus() if spec.backend != "gloo" else ()
+        backend = resolve_backend(spec.backend, spec.size, len(gpus))
+        if backend == "nccl" and len(gpus) < spec.size:
+            pytest.skip(
+                f"world({spec.size}, backend='nccl') needs {spec.size} GPUs; "
+                f"{len(gpus)} visible to this process"
+            )
+        run = WorldRun(
+            world=spec.size,
+            backend=backend,
+            seed=test_seed(self.base_seed, item.nodeid),
+            base_seed=self.base_seed,
+            key=PoolKey(
+                world=spec.size,
+                backend=backend,
+                gpus=gpus[: spec.size] if backend == "nccl" else (),
+            ),
+        )
+        item.stash[RUN_KEY] = run
+        self.registry.acquire(run.key)  # PoolStartError: this test errors, it does not fail
+        result = yield  # the controller's fixtures
+        run.task = build_task(item, run.seed)  # FixtureCrossingError: a setup error too
+        return result
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_pyfunc_call(self, pyfuncitem: pytest.Function):
+        run = pyfuncitem.stash.get(RUN_KEY, None)
+        if run is None:
+            return None
+        spec = pyfuncitem.stash[SPEC_KEY]
+        timeout = spec.timeout or self.default_timeout
+        pool = self.registry.acquire(run.key)
+        run.outcomes = pool.run(run.task, timeout)
+        run.verdict = verdict = judge(run.outcomes, run.world, run.backend)
+        if verdict.status == "failed":
+            raise RankFailure(verdict.summary)
+        if verdict.status == "disagreement":
+            raise RankDisagreement(verdict.summary)
+        if verdict.status == "skipped":
+            pytest.skip(verdict.summary)
+        if verdict.status == "xfailed":
+            pytest.xfail(verdict.summary)
+        return True
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        report = yield
+        run = item.stash.get(RUN_KEY, None)
+        if call.excinfo is not None and call.excinfo.errisinstance(PoolStartError):
+            report.longrepr = f"rankgate: infrastructure error: {call.excinfo.value}"
+            return report
+        if call.excinfo is not None and call.excinfo.errisinstance(FixtureCrossingError):
+            report.longrepr = f"rankgate: {call.excinfo.value}"
+            return report
+        if run is None or call.when != "call" or run.outcomes is None:
+            return report
+        attach_rank_output(report, run)
+        if run.verdict.status in ("failed", "disagreement"):
+            repro = reproduction_line(item.nodeid, run.world, run.backend, run.seed, run.base_seed)
+            report.longrepr = f"{run.verdict.text}\n{repro}"
+        return report
+
+    def pytest_report_teststatus(self, report: pytest.TestReport):
+        if report.when == "call" and ("rankgate.verdict", "disagreement") in report.user_properties:
+            return "error", "E", "ERROR"
+        return None
+
+    def pytest_unconfigure(self) -> None:
+        if self._registry is not None:
+            self._registry.shutdown_all()
+        if self._base_dir is not None:
+            shutil.rmtree(self._base_dir, ignore_errors=True)
+
+
+def build_task(item: pytest.Function, seed: int) -> dict:
+    """What a rank needs to run this test: where the function is and its arguments."""
+    kwargs = {name: item.funcargs[name] for name in item._fixtureinfo.argnames}
+    try:
+        blob = pickle.dumps(kwargs, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        for name, value in kwargs.items():
+            try:
+                pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception as exc:
+                raise FixtureCrossingError(
+                    f"fixture {name!r} ({type(value).__name__}) cannot be sent into the ranks: "
+                    f"{type(exc).__name__}: {exc}. Fixtures of world tests are created once in "
+                    "the controller and pickled into every rank; create this object inside the "
+                    "test body instead, or make it picklable."
+                ) from None
+        raise
+    module = item.module
+    return {
+        "kwargs": blob,
+        "module": module.__name__,
+        "module_file": module.__file__,
+        "rewrite": "@py_builtins" in vars(module),
+        "qualname": item.function.__qualname__,
+        "sys_path": list(sys.path),
+        "seed": seed,
+    }
+
+
+def attach_rank_output(report: pytest.TestReport, run: WorldRun) -> None:
+    """Every rank's output in the terminal report sections and in JUnit properties."""
+    report.user_properties += [
+        ("rankgate.world", run.world),
+        ("rankgate.backend", run.backend),
+        ("rankgate.seed", run.seed),
+        ("rankgate.verdict", run.verdict.status),
+    ]
+    if run.verdict.failing_ranks:
+        ranks = ",".join(map(str, run.verdict.failing_ranks))
+        report.user_properties.append(("rankgate.failing_ranks", ranks))
+    for o in run.outcomes:
+        report.user_properties.append((f"rankgate.rank{o.rank}.outcome", o.outcome))
+        for stream, text in (("stdout", o.stdout), ("stderr", o.stderr)):
+            if text:
+                report.sections.append((f"Captured {stream} call (rank {o.rank})", text))
+                report.user_properties.append(
+                    (f"rankgate.rank{o.rank}.{stream}", text[-OUTPUT_LIMIT:])
+                )

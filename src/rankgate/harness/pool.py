@@ -1,0 +1,333 @@
+"""Worker pools: the ranks of one (world, backend), started once and reused.
+
+A pool forks its ranks from a fork server that has torch preloaded, so a pool
+starts in about a second instead of paying ``import torch`` per rank. Ranks
+rendezvous through a FileStore in the pool's own directory (no TCP ports). A
+pool that saw a crash or a hang is killed; the registry starts a fresh one for
+the next test that needs it.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rankgate.harness import messages
+
+# After one rank fails or dies, its peers usually fail fast too (gloo sees the
+# closed socket) or wait forever in a collective the failed rank never joined;
+# wait this long for them, then dump their stacks and kill the pool.
+FAILURE_GRACE_S = 3.0
+# Time for faulthandler to write every rank's stacks after the stack signal.
+STACK_DUMP_WAIT_S = 0.5
+SHUTDOWN_WAIT_S = 3.0
+
+_context = None
+
+
+def _fork_context():
+    """The fork-server context, with torch and the worker preloaded (set once)."""
+    global _context
+    if _context is None:
+        _context = multiprocessing.get_context("forkserver")
+        _context.set_forkserver_preload(["torch", "torch.distributed", "rankgate.harness.worker"])
+    return _context
+
+
+class PoolStartError(RuntimeError):
+    """The ranks could not be started or could not rendezvous."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolKey:
+    world: int
+    backend: str
+    gpus: tuple[int, ...]
+    """GPU indices handed to the ranks (CUDA_VISIBLE_DEVICES); empty for CPU pools."""
+
+
+@dataclass(slots=True, kw_only=True)
+class RankOutcome:
+    """How one rank ended one test."""
+
+    rank: int
+    outcome: str
+    """passed, failed, skipped, xfailed, crashed or hung."""
+    detail: str = ""
+    """Traceback, skip reason, or how the process died."""
+    duration: float = 0.0
+    stdout: str = ""
+    stderr: str = ""
+    stack: str = ""
+    """The rank's Python stacks, dumped when the test timed out."""
+
+
+@dataclass(slots=True)
+class _Rank:
+    rank: int
+    process: Any
+    conn: Any
+    stdout: Path
+    stderr: Path
+    offsets: tuple[int, int] = (0, 0)
+
+
+@dataclass(slots=True, kw_only=True)
+class PoolSettings:
+    rendezvous_timeout: float
+    start_timeout: float
+    setup_hook: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+class Pool:
+    """The ranks of one world; ``run`` sends one test to every rank."""
+
+    def __init__(self, key: PoolKey, directory: Path, settings: PoolSettings) -> None:
+        self.key = key
+        self.directory = directory
+        self.settings = settings
+        self.ranks: list[_Rank] = []
+        self.alive = False
+        self.tests_run = 0
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    def start(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        store_path = self.directory / "store"
+        store_path.unlink(missing_ok=True)
+        ctx = _fork_context()
+        from rankgate.harness.worker import worker_main  # imports torch: only when needed
+
+        threads = max(1, (os.cpu_count() or 1) // self.key.world)
+        env = dict(self.settings.env)
+        env["WORLD_SIZE"] = env["LOCAL_WORLD_SIZE"] = str(self.key.world)
+        if self.key.backend == "nccl":
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, self.key.gpus))
+        for rank in range(self.key.world):
+            parent_conn, child_conn = ctx.Pipe()
+            paths = (self.directory / f"rank{rank}.out", self.directory / f"rank{rank}.err")
+            config = {
+                "rank": rank,
+                "world": self.key.world,
+                "backend": self.key.backend,
+                "store_path": str(store_path),
+                "rendezvous_timeout": self.settings.rendezvous_timeout,
+                "setup_hook": self.settings.setup_hook,
+                "threads": threads,
+                "stdout": str(paths[0]),
+                "stderr": str(paths[1]),
+                "env": {**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+            }
+            process = ctx.Process(
+                target=worker_main, args=(child_conn, config), name=f"rankgate-rank{rank}"
+            )
+            process.start()
+            child_conn.close()
+            self.ranks.append(_Rank(rank, process, parent_conn, *paths))
+        self.alive = True
+        try:
+            self._await_ready()
+        except BaseException:
+            self.kill()
+            raise
+
+    def _await_ready(self) -> None:
+        deadline = time.monotonic() + self.settings.start_timeout
+        waiting = {r.rank: r for r in self.ranks}
+        failures: list[str] = []
+        while waiting and not failures:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            ready = multiprocessing.connection.wait(
+                [r.conn for r in waiting.values()] + [r.process.sentinel for r in waiting.values()],
+                timeout=remaining,
+            )
+            for r in list(waiting.values()):
+                if r.conn in ready:
+                    try:
+                        name, kwargs = messages.decode_for_controller(r.conn.recv_bytes())
+                    except EOFError:
+                        name, kwargs = None, {}
+                    if name == messages.READY:
+                        del waiting[r.rank]
+                        continue
+                    if name == messages.START_FAILED:
+                        failures.append(f"rank {r.rank} failed to start:\n{kwargs['error']}")
+                        continue
+                if r.process.sentinel in ready and not r.process.is_alive():
+                    failures.append(
+                        f"rank {r.rank} died while starting: {describe_exit(r.process)}"
+                    )
+        if failures:
+            raise PoolStartError(self._start_error("\n".join(failures)))
+        if waiting:
+            raise PoolStartError(
+                self._start_error(
+                    f"ranks {sorted(waiting)} did not finish rendezvous within "
+                    f"{self.settings.start_timeout:g} s (rankgate_start_timeout)"
+                )
+            )
+
+    def _start_error(self, cause: str) -> str:
+        logs = "".join(
+            f"\n--- rank {r.rank} stderr ---\n{_read_from(r.stderr, 0)}" for r in self.ranks
+        )
+        return (
+            f"could not start a pool of world {self.key.world} with backend "
+            f"{self.key.backend}: {cause}{logs}"
+        )
+
+    def shutdown(self) -> None:
+        """Ask ranks to leave the process group and exit; kill what does not."""
+        if not self.alive:
+            return
+        for r in self.ranks:
+            try:
+                r.conn.send_bytes(messages.encode(messages.SHUTDOWN))
+            except OSError:
+                pass
+        deadline = time.monotonic() + SHUTDOWN_WAIT_S
+        for r in self.ranks:
+            r.process.join(max(0.0, deadline - time.monotonic()))
+        self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL every rank's process group; safe to call twice."""
+        for r in self.ranks:
+            pid = r.process.pid
+            if pid is None:
+                continue
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        for r in self.ranks:
+            r.process.join(5)
+            r.conn.close()
+        self.alive = False
+
+    def pids(self) -> list[int]:
+        return [r.process.pid for r in self.ranks]
+
+    # -- running one test ----------------------------------------------------------
+
+    def run(self, task: dict[str, Any], timeout: float) -> list[RankOutcome]:
+        """Run one test on every rank; kill the pool if any rank crashed or hung."""
+        payload = messages.encode(messages.RUN, **task)
+        for r in self.ranks:
+            r.offsets = (_size(r.stdout), _size(r.stderr))
+            r.conn.send_bytes(payload)
+        self.tests_run += 1
+        outcomes: dict[int, RankOutcome] = {}
+        deadline = time.monotonic() + timeout
+        why_stopped = f"did not finish within the test's timeout of {timeout:g} s"
+        pending = {r.rank: r for r in self.ranks}
+        while pending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            objects = [r.conn for r in pending.values()]
+            objects += [r.process.sentinel for r in pending.values()]
+            ready = multiprocessing.connection.wait(objects, timeout=remaining)
+            for r in list(pending.values()):
+                outcome = self._collect(r, ready)
+                if outcome is not None:
+                    outcomes[r.rank] = outcome
+                    del pending[r.rank]
+                    grace_end = time.monotonic() + FAILURE_GRACE_S
+                    if outcome.outcome in ("crashed", "failed") and grace_end < deadline:
+                        deadline = grace_end
+                        why_stopped = (
+                            f"still running {FAILURE_GRACE_S:g} s after rank {r.rank} "
+                            f"{outcome.outcome}; stopped"
+                        )
+        if pending:
+            self._dump_stacks(pending.values(), outcomes, why_stopped)
+        crashed = any(o.outcome in ("crashed", "hung") for o in outcomes.values())
+        if crashed:
+            self.kill()
+        for r in self.ranks:
+            outcome = outcomes[r.rank]
+            outcome.stdout = _read_from(r.stdout, r.offsets[0])
+            stderr = _read_from(r.stderr, r.offsets[1])
+            if outcome.stack:  # the dump is in stderr too; keep it in one place
+                stderr = stderr.replace(outcome.stack, "")
+            outcome.stderr = stderr
+        return [outcomes[r.rank] for r in self.ranks]
+
+    def _collect(self, r: _Rank, ready: list) -> RankOutcome | None:
+        if r.conn in ready:
+            try:
+                name, kwargs = messages.decode_for_controller(r.conn.recv_bytes())
+            except (EOFError, OSError):
+                pass  # the pipe closed: the process is gone, reported below
+            else:
+                if name == messages.RESULT:
+                    return RankOutcome(
+                        rank=r.rank,
+                        outcome=kwargs["outcome"],
+                        detail=kwargs["detail"],
+                        duration=kwargs["duration"],
+                    )
+                raise messages.UnknownMessage(f"rank {r.rank} sent {name!r} during a test")
+        if r.process.sentinel in ready or not r.process.is_alive():
+            r.process.join(1)
+            if not r.process.is_alive():
+                return RankOutcome(rank=r.rank, outcome="crashed", detail=describe_exit(r.process))
+        return None
+
+    def _dump_stacks(self, hung, outcomes: dict[int, RankOutcome], why: str) -> None:
+        hung = list(hung)
+        before = {r.rank: _size(r.stderr) for r in hung}
+        for r in hung:
+            try:
+                os.kill(r.process.pid, messages.STACK_SIGNAL)
+            except ProcessLookupError:
+                pass
+        time.sleep(STACK_DUMP_WAIT_S)
+        for r in hung:
+            outcomes[r.rank] = RankOutcome(
+                rank=r.rank,
+                outcome="hung",
+                detail=why,
+                stack=_read_from(r.stderr, before[r.rank]),
+            )
+
+
+def describe_exit(process) -> str:
+    code = process.exitcode
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by {name} (exit code {code})"
+    return f"exited with code {code}"
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _read_from(path: Path, offset: int, limit: int = 1 << 20) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read(limit).decode("utf-8", "replace")
+    except FileNotFoundError:
+        return ""

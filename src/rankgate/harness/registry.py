@@ -1,0 +1,53 @@
+"""The pools of one pytest process, keyed by (world, backend, GPUs)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from pathlib import Path
+
+from rankgate.harness.pool import Pool, PoolKey, PoolSettings
+
+MAX_LIVE_RANKS = 16
+"""Idle pools beyond this many ranks are shut down, least recently used first."""
+
+
+class PoolRegistry:
+    def __init__(self, base_dir: Path, settings: PoolSettings) -> None:
+        self._base_dir = base_dir
+        self._settings = settings
+        self._pools: OrderedDict[PoolKey, Pool] = OrderedDict()
+        self._started = 0
+
+    def acquire(self, key: PoolKey) -> Pool:
+        """A live pool for ``key``: the one kept from earlier tests, or a new one."""
+        pool = self._pools.get(key)
+        if pool is not None and pool.alive:
+            self._pools.move_to_end(key)
+            return pool
+        self._pools.pop(key, None)
+        self._evict(room_for=key.world)
+        self._started += 1
+        name = f"w{key.world}-{key.backend}-{self._started}"
+        pool = Pool(key, self._base_dir / name, self._settings)
+        pool.start()  # raises PoolStartError; nothing is registered then
+        self._pools[key] = pool
+        return pool
+
+    def _evict(self, room_for: int) -> None:
+        live = sum(p.key.world for p in self._pools.values())
+        while self._pools and live + room_for > MAX_LIVE_RANKS:
+            _, oldest = self._pools.popitem(last=False)
+            live -= oldest.key.world
+            oldest.shutdown()
+
+    def pools(self) -> list[Pool]:
+        return list(self._pools.values())
+
+    @property
+    def pools_started(self) -> int:
+        return self._started
+
+    def shutdown_all(self) -> None:
+        while self._pools:
+            _, pool = self._pools.popitem()
+            pool.shutdown()

@@ -1,0 +1,73 @@
+"""The world marker: ``@pytest.mark.world(n, backend="auto", timeout=None)``.
+
+Parsing and validation live here so bad input becomes one clear collection error
+that names the test and the problem.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+BACKENDS = ("auto", "gloo", "nccl")
+
+
+class WorldMarkerError(ValueError):
+    """A world marker whose arguments cannot describe a job."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorldSpec:
+    """What a test asked of its world."""
+
+    size: int
+    """Number of ranks the test body runs on."""
+    backend: str
+    """Requested backend: auto, gloo or nccl (auto is resolved per machine)."""
+    timeout: float | None
+    """Seconds before the test counts as hung; None uses the ini/CLI default."""
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def parse_world_marker(args: tuple, kwargs: dict) -> WorldSpec:
+    """Validate the marker's arguments; raise WorldMarkerError naming the problem."""
+    kwargs = dict(kwargs)
+    if len(args) > 1:
+        raise WorldMarkerError(f"world() takes one positional argument (n), got {len(args)}")
+    if args and "n" in kwargs:
+        raise WorldMarkerError("world() got n both positionally and as a keyword")
+    if not args and "n" not in kwargs:
+        raise WorldMarkerError("world() needs the number of ranks, e.g. @pytest.mark.world(2)")
+    size = args[0] if args else kwargs.pop("n")
+    kwargs.pop("n", None)
+    backend = kwargs.pop("backend", "auto")
+    timeout = kwargs.pop("timeout", None)
+    if kwargs:
+        raise WorldMarkerError(
+            f"world() got unknown argument(s) {sorted(kwargs)}; valid: n, backend, timeout"
+        )
+    if not _is_int(size):
+        raise WorldMarkerError(f"world size must be an integer, got {size!r}")
+    if size < 1:
+        raise WorldMarkerError(f"world size must be >= 1, got {size}")
+    if backend not in BACKENDS:
+        raise WorldMarkerError(
+            f"unknown backend {backend!r}; valid backends: {', '.join(BACKENDS)}"
+        )
+    if timeout is not None:
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise WorldMarkerError(f"timeout must be a number of seconds, got {timeout!r}")
+        if not timeout > 0:
+            raise WorldMarkerError(f"timeout must be > 0 seconds, got {timeout}")
+    return WorldSpec(
+        size=size, backend=backend, timeout=None if timeout is None else float(timeout)
+    )
+
+
+def resolve_backend(requested: str, size: int, visible_gpus: int) -> str:
+    """auto means nccl when there is a GPU for every rank, else gloo."""
+    if requested == "auto":
+        return "nccl" if visible_gpus >= size else "gloo"
+    return requested

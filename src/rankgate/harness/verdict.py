@@ -1,0 +1,88 @@
+"""One verdict from every rank's outcome: a test passes only if every rank passed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rankgate.harness.pool import RankOutcome
+
+BAD = ("crashed", "failed", "hung")
+"""Bad outcomes, most likely root cause first."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Verdict:
+    status: str
+    """passed, failed, skipped, xfailed, or disagreement (ranks ended differently)."""
+    summary: str
+    """One line: what happened and on which ranks."""
+    failing_ranks: tuple[int, ...]
+    text: str
+    """The full report: each failing rank's traceback, stack or exit."""
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+
+
+def judge(outcomes: list[RankOutcome], world: int, backend: str) -> Verdict:
+    where = f"(world {world}, backend {backend})"
+    bad = _root_cause_first(outcomes)
+    if bad:
+        summary = f"{_describe(bad)} {where}"
+        return Verdict(
+            status="failed",
+            summary=summary,
+            failing_ranks=tuple(sorted(o.rank for o in bad)),
+            text=summary + "\n" + "".join(_section(o) for o in bad),
+        )
+    kinds = {o.outcome for o in outcomes}
+    if len(kinds) > 1:
+        by_kind = ", ".join(
+            f"{_ranks([o.rank for o in outcomes if o.outcome == k])} {k}" for k in sorted(kinds)
+        )
+        summary = f"ranks disagree {where}: {by_kind}"
+        details = "".join(_section(o) for o in outcomes if o.detail)
+        return Verdict(
+            status="disagreement", summary=summary, failing_ranks=(), text=summary + "\n" + details
+        )
+    (kind,) = kinds
+    reason = outcomes[0].detail if kind in ("skipped", "xfailed") else ""
+    return Verdict(status=kind, summary=reason, failing_ranks=(), text=reason)
+
+
+def _describe(bad: list[RankOutcome]) -> str:
+    """'rank 1 crashed (killed by SIGSEGV (exit code -11)); rank 0 failed'."""
+    parts = []
+    for kind in BAD:
+        of_kind = [o for o in bad if o.outcome == kind]
+        if not of_kind:
+            continue
+        part = f"{_ranks([o.rank for o in of_kind])} {kind}"
+        if kind == "crashed":
+            part += " (" + "; ".join(o.detail for o in of_kind) + ")"
+        parts.append(part)
+    return "; ".join(parts)
+
+
+def _root_cause_first(outcomes: list[RankOutcome]) -> list[RankOutcome]:
+    """Failures and crashes before hangs: a hung peer is usually a consequence."""
+    order = {"failed": 0, "crashed": 0, "hung": 1}
+    return sorted(
+        (o for o in outcomes if o.outcome in order), key=lambda o: (order[o.outcome], o.rank)
+    )
+
+
+def _section(o: RankOutcome) -> str:
+    title = f" rank {o.rank}: {o.outcome} "
+    body = o.detail.rstrip()
+    if o.stack:
+        body += "\nPython stacks of every thread (faulthandler):\n" + o.stack.rstrip()
+    return f"\n{title:-^72}\n{body}\n"
+
+
+def reproduction_line(nodeid: str, world: int, backend: str, seed: int, base_seed: int) -> str:
+    return (
+        f"reproduce: pytest '{nodeid}' --rankgate-seed={base_seed}"
+        f"  # world={world} backend={backend} seed={seed}"
+    )

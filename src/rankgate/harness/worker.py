@@ -1,0 +1,241 @@
+"""What runs inside each rank process of a pool.
+
+Imports only the standard library, torch and the message module, so it can be
+preloaded into the fork server cheaply and read on its own. A rank:
+redirects fds 1 and 2 to its own log files (so C-level output, crash messages and
+faulthandler stacks land there too), joins the process group through a FileStore,
+then runs test bodies until told to stop.
+"""
+
+from __future__ import annotations
+
+import ast
+import faulthandler
+import importlib
+import importlib.util
+import os
+import pickle
+import random
+import sys
+import time
+import traceback
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from rankgate.harness import messages
+
+
+def worker_main(conn, config: dict[str, Any]) -> None:
+    """Entry point of a rank process (the target of the pool's Process)."""
+    os.setsid()  # own process group, so a kill of the group reaches the rank's children
+    _redirect_output(Path(config["stdout"]), Path(config["stderr"]))
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    faulthandler.register(messages.STACK_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
+    os.environ.update(config["env"])
+    rank = config["rank"]
+    try:
+        _run_setup_hook(config.get("setup_hook"), rank)
+        torch.set_num_threads(config["threads"])
+        store = dist.FileStore(config["store_path"], config["world"])
+        dist.init_process_group(
+            config["backend"],
+            store=store,
+            rank=rank,
+            world_size=config["world"],
+            timeout=timedelta(seconds=config["rendezvous_timeout"]),
+            **_device_kwargs(config),
+        )
+    except BaseException as exc:  # the controller reports it as an infrastructure error
+        conn.send_bytes(messages.encode(messages.START_FAILED, rank=rank, error=_format(exc)))
+        sys.stderr.flush()
+        os._exit(3)
+    conn.send_bytes(messages.encode(messages.READY, rank=rank, pid=os.getpid()))
+    _serve(conn, config)
+
+
+def _device_kwargs(config: dict[str, Any]) -> dict[str, Any]:
+    if config["backend"] == "nccl":
+        local = config["rank"]
+        torch.cuda.set_device(local)
+        return {"device_id": torch.device("cuda", local)}
+    return {}
+
+
+def _run_setup_hook(spec: str | None, rank: int) -> None:
+    """Call the user's ``module:function`` (ini rankgate_worker_setup) before rendezvous."""
+    if not spec:
+        return
+    module_name, _, func_name = spec.partition(":")
+    getattr(importlib.import_module(module_name), func_name)(rank)
+
+
+def _redirect_output(stdout: Path, stderr: Path) -> None:
+    for path, fd in ((stdout, 1), (stderr, 2)):
+        file_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(file_fd, fd)
+        os.close(file_fd)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - lives as long as the rank
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+
+
+def _serve(conn, config: dict[str, Any]) -> None:
+    while True:
+        name, kwargs = messages.decode_for_rank(conn.recv_bytes())
+        if name == messages.SHUTDOWN:
+            _shutdown()
+            return
+        result = _run_test(kwargs, config)
+        conn.send_bytes(messages.encode(messages.RESULT, **result))
+
+
+def _shutdown() -> None:
+    try:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+
+def _run_test(task: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    rank = config["rank"]
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    start = time.perf_counter()
+    outcome, detail = "passed", ""
+    try:
+        func = _load_test_function(task)
+        kwargs = _fill_rank_values(pickle.loads(task["kwargs"]), rank, config)
+        _seed_everything(task["seed"])
+        func(**kwargs)
+    except BaseException as exc:
+        outcome, detail = _classify(exc)
+    finally:
+        duration = time.perf_counter() - start
+        sys.stdout.flush()
+        sys.stderr.flush()
+        _reset_state(saved_env, saved_cwd)
+    return {"rank": rank, "outcome": outcome, "detail": detail, "duration": duration}
+
+
+def _classify(exc: BaseException) -> tuple[str, str]:
+    """pytest.skip/xfail raise their own exceptions: map them without importing pytest."""
+    kind = type(exc).__name__
+    if kind == "Skipped":
+        return "skipped", str(getattr(exc, "msg", exc))
+    if kind == "XFailed":
+        return "xfailed", str(getattr(exc, "msg", exc))
+    return "failed", _format(exc)
+
+
+def _format(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    # Drop the harness's own frames: the user's frames are what explain the failure.
+    own = str(Path(__file__).resolve())
+    kept = [f for f in frames if str(Path(f.filename).resolve()) != own]
+    lines = ["Traceback (most recent call last):\n", *traceback.format_list(kept)]
+    lines += traceback.format_exception_only(type(exc), exc)
+    return "".join(lines)
+
+
+def _fill_rank_values(kwargs: dict[str, Any], rank: int, config: dict[str, Any]) -> dict[str, Any]:
+    values = {"rank": rank, "device": _rank_device(config)}
+    return {
+        key: values[value.name] if isinstance(value, messages.RankValue) else value
+        for key, value in kwargs.items()
+    }
+
+
+def _rank_device(config: dict[str, Any]) -> torch.device:
+    if config["backend"] == "nccl":
+        return torch.device("cuda", config["rank"])
+    return torch.device("cpu")
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed(seed % 2**32)
+
+
+def _reset_state(saved_env: dict[str, str], saved_cwd: str) -> None:
+    """Undo what a test body may leak into the next one on this rank."""
+    if os.environ != saved_env:
+        os.environ.clear()
+        os.environ.update(saved_env)
+    if os.getcwd() != saved_cwd:
+        os.chdir(saved_cwd)
+    torch.set_default_dtype(torch.float32)
+    if hasattr(torch, "get_default_device") and torch.get_default_device().type != "cpu":
+        torch.set_default_device(None)
+    torch.set_grad_enabled(True)
+    _destroy_subgroups()
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def _destroy_subgroups() -> None:
+    if not dist.is_initialized():
+        return
+    from torch.distributed.distributed_c10d import _world
+
+    default = dist.GroupMember.WORLD
+    for group in list(_world.pg_map):
+        if group is not default:
+            dist.destroy_process_group(group)
+
+
+# --- importing the test function -------------------------------------------------
+
+
+def _load_test_function(task: dict[str, Any]):
+    for entry in reversed(task["sys_path"]):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    module = _import_test_module(task["module"], task["module_file"], task["rewrite"])
+    owner: Any = module
+    parts = task["qualname"].split(".")
+    for part in parts[:-1]:
+        owner = getattr(owner, part)
+    if isinstance(owner, type):
+        owner = owner()  # a fresh instance per test, as pytest does
+    return getattr(owner, parts[-1])
+
+
+def _import_test_module(name: str, path: str, rewrite: bool):
+    if name in sys.modules:
+        return sys.modules[name]
+    if rewrite:
+        module = _import_with_assert_rewriting(name, path)
+        if module is not None:
+            return module
+    return importlib.import_module(name)
+
+
+def _import_with_assert_rewriting(name: str, path: str):
+    """Import a test module with pytest's assertion rewriting, as the controller did."""
+    try:
+        from _pytest.assertion.rewrite import rewrite_asserts
+    except ImportError:
+        return None
+    parent = name.rpartition(".")[0]
+    if parent:
+        importlib.import_module(parent)
+    source = Path(path).read_bytes()
+    tree = ast.parse(source, filename=path)
+    rewrite_asserts(tree, source, path, None)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        exec(compile(tree, path, "exec", dont_inherit=True), module.__dict__)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
