@@ -109,7 +109,7 @@ def _run_test(task: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
     try:
         func = _load_test_function(task)
         kwargs = _fill_rank_values(pickle.loads(task["kwargs"]), rank, config)
-        _seed_everything(task["seed"])
+        seed_everything(task["seed"])
         func(**kwargs)
     except BaseException as exc:
         outcome, detail = _classify(exc)
@@ -155,7 +155,7 @@ def _rank_device(config: dict[str, Any]) -> torch.device:
     return torch.device("cpu")
 
 
-def _seed_everything(seed: int) -> None:
+def seed_everything(seed: int) -> None:
     random.seed(seed)
     torch.manual_seed(seed)
     numpy = sys.modules.get("numpy")

@@ -1,0 +1,218 @@
+"""In-place mode: pytest was started on every rank by torchrun, srun or mpirun.
+
+One process group for the session; test bodies run directly on every rank.
+Only rank 0 writes to the terminal (rank r > 0 writes to ``pytest.rank<r>.log``),
+each rank writes its own JUnit file (``<name>.rank<r>.xml``), and after every
+test the ranks exchange their outcomes so rank 0's summary and exit status
+count a failure on any rank. world(n) with n different from the launched world
+is skipped with a reason: in-place mode never runs a test on a subgroup, because
+a subgroup's idle ranks would report a pass they did not earn.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import hashlib
+import os
+import sys
+import tempfile
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from rankgate.harness import options
+from rankgate.harness.spec import WorldSpec
+from rankgate.launch.env import LaunchEnv
+
+WORST_FIRST = ("error", "failed", "skipped", "passed")
+
+
+class InPlaceSession:
+    def __init__(self, config: pytest.Config, launch: LaunchEnv) -> None:
+        self.config = config
+        self.launch = launch
+        self.default_timeout = options.default_timeout(config)
+        self.base_seed = config.getoption("rankgate_seed")
+        self._outcome: dict[str, tuple[str, str]] = {}
+        self.problems: list[tuple[str, str]] = []  # (nodeid, text), on rank 0
+        out_dir = self._per_rank_files()
+        self._shared_root = Path(os.environ.get("RANKGATE_SHARED_TMP", out_dir))
+        self._init_process_group()
+
+    # -- set-up ---------------------------------------------------------------------
+
+    def _per_rank_files(self) -> Path:
+        """Rank-suffixed JUnit path; the terminal of ranks > 0 goes to a log file."""
+        rank = self.launch.rank
+        xmlpath = self.config.option.xmlpath
+        out_dir = Path(xmlpath).parent if xmlpath else Path.cwd()
+        if xmlpath:
+            path = Path(xmlpath)
+            self.config.option.xmlpath = str(path.with_name(f"{path.stem}.rank{rank}{path.suffix}"))
+        if rank != 0:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            # Runs before the terminal reporter is created, which binds to sys.stdout.
+            sys.stdout = open(out_dir / f"pytest.rank{rank}.log", "w", buffering=1)  # noqa: SIM115
+        return out_dir
+
+    def _init_process_group(self) -> None:
+        import torch
+        import torch.distributed as dist
+
+        launch = self.launch
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        use_nccl = gpus >= launch.local_world_size
+        self.backend = "nccl" if use_nccl else "gloo"
+        self.device = torch.device("cuda", launch.local_rank) if use_nccl else torch.device("cpu")
+        timeout = timedelta(seconds=options.rendezvous_timeout(self.config))
+        kwargs = {"rank": launch.rank, "world_size": launch.world_size, "timeout": timeout}
+        if use_nccl:
+            torch.cuda.set_device(self.device)
+        if not dist.is_initialized():
+            if os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
+                dist.init_process_group(self.backend, init_method="env://", **kwargs)
+            else:
+                store = dist.FileStore(str(self._store_path()), launch.world_size)
+                dist.init_process_group(self.backend, store=store, **kwargs)
+        # Outcomes travel over gloo so a wedged GPU cannot stop the verdict exchange.
+        self.control = dist.new_group(backend="gloo") if use_nccl else dist.group.WORLD
+
+    def _store_path(self) -> Path:
+        explicit = os.environ.get("RANKGATE_STORE")
+        if explicit:
+            return Path(explicit)
+        safe = hashlib.sha1(self.launch.job_id.encode()).hexdigest()[:16]
+        return Path(tempfile.gettempdir()) / f"rankgate-{self.launch.launcher}-{safe}.store"
+
+    def shared_dir(self, nodeid: str) -> Path:
+        name = hashlib.sha1(nodeid.encode()).hexdigest()[:16]
+        path = self._shared_root / "rankgate-dist-tmp" / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    # -- collection -------------------------------------------------------------------
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        import torch.distributed as dist
+
+        mine = [item.nodeid for item in session.items]
+        everyone: list[list[str] | None] = [None] * self.launch.world_size
+        dist.all_gather_object(everyone, mine, group=self.control)
+        differing = [r for r, ids in enumerate(everyone) if ids != everyone[0]]
+        if differing:
+            lines = []
+            for r in differing:
+                only_here = sorted(set(everyone[r]) - set(everyone[0]))
+                missing = sorted(set(everyone[0]) - set(everyone[r]))
+                lines.append(
+                    f"rank {r} collected {len(everyone[r])} tests, rank 0 {len(everyone[0])}; "
+                    f"only on rank {r}: {only_here[:5]}; missing on rank {r}: {missing[:5]}"
+                )
+            raise pytest.UsageError(
+                "rankgate in-place: ranks collected different tests, so their results "
+                "cannot be merged:\n  " + "\n  ".join(lines)
+            )
+
+    # -- running ----------------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        from rankgate.harness.plugin import SPEC_KEY, test_seed
+        from rankgate.harness.worker import seed_everything
+
+        spec: WorldSpec | None = item.stash.get(SPEC_KEY, None)
+        if spec is None:
+            return
+        launched = f"{self.launch.world_size} rank(s) launched by {self.launch.launcher}"
+        if spec.size != self.launch.world_size:
+            pytest.skip(f"world({spec.size}) needs {spec.size} ranks; this run has {launched}")
+        if spec.backend == "nccl" and self.backend != "nccl":
+            pytest.skip(f"backend 'nccl' requested; this run's process group is {self.backend}")
+        seed_everything(test_seed(self.base_seed, item.nodeid))
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item):
+        from rankgate.harness.plugin import SPEC_KEY
+
+        spec = item.stash.get(SPEC_KEY, None)
+        timeout = (spec.timeout if spec else None) or self.default_timeout
+        # A hang here would block every rank: dump all stacks and exit so the launcher
+        # tears the job down instead of waiting for the CI's global timeout.
+        faulthandler.dump_traceback_later(timeout, exit=True)
+        try:
+            return (yield)
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.failed:
+            outcome = "failed" if report.when == "call" else "error"
+        else:
+            outcome = "skipped" if report.skipped else "passed"
+        text = str(report.longrepr) if report.longrepr is not None else ""
+        current = self._outcome.get(report.nodeid)
+        if current is None or WORST_FIRST.index(outcome) < WORST_FIRST.index(current[0]):
+            self._outcome[report.nodeid] = (outcome, text)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem):
+        import torch.distributed as dist
+
+        result = yield
+        mine = self._outcome.pop(item.nodeid, ("passed", ""))
+        everyone: list[tuple[str, str] | None] = [None] * self.launch.world_size
+        dist.all_gather_object(everyone, mine, group=self.control)
+        if self.launch.rank == 0:
+            self._judge(item.nodeid, everyone)
+        return result
+
+    def _judge(self, nodeid: str, everyone: list) -> None:
+        outcomes = {r: o for r, (o, _) in enumerate(everyone)}
+        bad = [r for r, o in outcomes.items() if o in ("failed", "error") and r != 0]
+        if bad:
+            text = "".join(f"\n--- rank {r}: {everyone[r][0]} ---\n{everyone[r][1]}" for r in bad)
+            self.problems.append((nodeid, f"failed on rank(s) {bad}{text}"))
+        elif len(set(outcomes.values())) > 1 and not any(
+            o in ("failed", "error") for o in outcomes.values()
+        ):
+            detail = ", ".join(f"rank {r} {o}" for r, o in outcomes.items())
+            self.problems.append((nodeid, f"ranks disagree: {detail}"))
+
+    # -- reporting --------------------------------------------------------------------
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        if not self.problems:
+            return
+        tr = terminalreporter
+        tr.section("rankgate: failures on other ranks", sep="=", red=True, bold=True)
+        for nodeid, text in self.problems:
+            tr.write_line(f"FAILED {nodeid}: {text}")
+            # Counted in the final line and the short summary, never in rank 0's JUnit file.
+            report = pytest.TestReport(
+                nodeid=nodeid,
+                location=(nodeid.split("::")[0], None, nodeid),
+                keywords={},
+                outcome="failed",
+                longrepr=text.splitlines()[0],
+                when="call",
+            )
+            tr.stats.setdefault("failed", []).append(report)
+            for outcome in ("passed", "skipped"):
+                if outcome in tr.stats:
+                    reports = tr.stats[outcome]
+                    tr.stats[outcome] = [r for r in reports if getattr(r, "nodeid", "") != nodeid]
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.problems and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_unconfigure(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            # Launchers kill the job when one rank exits non-zero: hold every rank
+            # here until rank 0 has written its summary.
+            dist.barrier(group=self.control)
+            dist.destroy_process_group()
