@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import sys
 
 _BENCHMARKS: dict[str, tuple[str, str]] = {
     "harness": ("rankgate.bench.harness", "per-test overhead: worker pool vs spawn per test"),
@@ -16,8 +17,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for name, (module_name, help_text) in _BENCHMARKS.items():
         bench_parser = sub.add_parser(name, help=help_text, description=help_text)
         bench_parser.set_defaults(_bench_module=module_name)
-        module = importlib.import_module(module_name)
-        module.add_arguments(bench_parser)
+        # Import only the chosen benchmark: the others may need hardware or extras.
+        if name in sys.argv[1:]:
+            importlib.import_module(module_name).add_arguments(bench_parser)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,0 +1,174 @@
+"""``rankgate bench harness``: per-test overhead of the worker pool vs spawn per test.
+
+Pool: one pytest run (in a subprocess, as users run it) of K trivial world(n)
+tests per world size; a conftest times each test's whole protocol (setup, call,
+teardown, reporting). The first test of each world starts the pool and is
+reported separately, the other K give the per-test figure.
+
+Spawn: K times a fresh ``torch.multiprocessing.spawn`` of n ranks that
+initialise a process group, run the same trivial all_reduce and exit, as
+torch's MultiProcessTestCase does for every test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from datetime import timedelta
+from pathlib import Path
+
+_TEST_FILE = """
+import pytest
+import torch
+import torch.distributed as dist
+
+@pytest.mark.world({world}, backend={backend!r})
+@pytest.mark.parametrize("i", range({count}))
+def test_trivial_w{world}(i, rank, device):
+    t = torch.ones(1, device=device)
+    dist.all_reduce(t)
+    assert t.item() == {world}
+"""
+
+_TIMING_CONFTEST = """
+import json, os, time
+import pytest
+
+_durations = {}
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    start = time.perf_counter()
+    try:
+        return (yield)
+    finally:
+        _durations[item.nodeid] = time.perf_counter() - start
+
+def pytest_sessionfinish(session):
+    with open(os.environ["RANKGATE_BENCH_TIMINGS"], "w") as f:
+        json.dump(_durations, f)
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="end with one JSON line")
+    parser.add_argument("--k", type=int, default=50, help="pool tests per world (default 50)")
+    parser.add_argument(
+        "--spawn-k", type=int, default=5, help="spawn-per-test runs per world (default 5)"
+    )
+    parser.add_argument(
+        "--worlds", type=int, nargs="+", default=[2, 4], help="world sizes (default 2 4)"
+    )
+    parser.add_argument(
+        "--backend", choices=("gloo", "nccl"), default="gloo", help="process-group backend"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    for name in ("k", "spawn_k"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"--{name.replace('_', '-')} must be >= 1")
+    if any(w < 1 for w in args.worlds):
+        raise SystemExit("--worlds must be positive integers")
+    pool = measure_pool(args.worlds, args.backend, args.k)
+    rows = []
+    for world in args.worlds:
+        spawn_ms = measure_spawn(world, args.backend, args.spawn_k)
+        rows.append(
+            {
+                "world": world,
+                "pool_ms_per_test": round(pool[world]["per_test_ms"], 3),
+                "spawn_ms_per_test": round(spawn_ms, 1),
+                "backend": args.backend,
+                "pool_start_s": round(pool[world]["first_test_s"], 3),
+                "pool_median_ms": round(pool[world]["median_ms"], 3),
+                "k_pool": args.k,
+                "k_spawn": args.spawn_k,
+            }
+        )
+    print(format_table(rows))
+    if args.json:
+        print(json.dumps(rows))
+    return 0
+
+
+def format_table(rows: list[dict]) -> str:
+    header = (
+        f"{'world':>5} {'backend':>7} {'pool ms/test':>13} {'median':>8} "
+        f"{'spawn ms/test':>14} {'speed-up':>9} {'pool start s':>13}"
+    )
+    lines = [header]
+    for r in rows:
+        speedup = r["spawn_ms_per_test"] / r["pool_ms_per_test"]
+        lines.append(
+            f"{r['world']:>5} {r['backend']:>7} {r['pool_ms_per_test']:>13.2f} "
+            f"{r['pool_median_ms']:>8.2f} {r['spawn_ms_per_test']:>14.1f} "
+            f"{speedup:>8.0f}x {r['pool_start_s']:>13.2f}"
+        )
+    return "\n".join(lines)
+
+
+def measure_pool(worlds: list[int], backend: str, k: int) -> dict[int, dict[str, float]]:
+    with tempfile.TemporaryDirectory(prefix="rankgate-bench-") as tmp:
+        root = Path(tmp)
+        for world in worlds:
+            source = _TEST_FILE.format(world=world, backend=backend, count=k + 1)
+            (root / f"test_bench_w{world}.py").write_text(textwrap.dedent(source))
+        (root / "conftest.py").write_text(_TIMING_CONFTEST)
+        (root / "pytest.ini").write_text("[pytest]\n")  # keep the caller's config out
+        timings_path = root / "timings.json"
+        env = {**os.environ, "RANKGATE_BENCH_TIMINGS": str(timings_path)}
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(root)]
+        proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"pool benchmark run failed:\n{proc.stdout}\n{proc.stderr}")
+        timings = json.loads(timings_path.read_text())
+    results = {}
+    for world in worlds:
+        ordered = [
+            timings[f"test_bench_w{world}.py::test_trivial_w{world}[{i}]"] for i in range(k + 1)
+        ]
+        steady = ordered[1:]
+        results[world] = {
+            "first_test_s": ordered[0],
+            "per_test_ms": 1000 * sum(steady) / len(steady),
+            "median_ms": 1000 * statistics.median(steady),
+        }
+    return results
+
+
+def _spawned_rank(rank: int, world: int, backend: str, store_path: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    store = dist.FileStore(store_path, world)
+    dist.init_process_group(
+        backend, store=store, rank=rank, world_size=world, timeout=timedelta(seconds=60)
+    )
+    device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+    t = torch.ones(1, device=device)
+    dist.all_reduce(t)
+    assert t.item() == world
+    dist.destroy_process_group()
+
+
+def measure_spawn(world: int, backend: str, k: int) -> float:
+    import torch.multiprocessing as tmp_mp
+
+    durations = []
+    with tempfile.TemporaryDirectory(prefix="rankgate-spawn-") as tmp:
+        for i in range(k):
+            store = str(Path(tmp) / f"store{i}")
+            start = time.perf_counter()
+            tmp_mp.spawn(_spawned_rank, args=(world, backend, store), nprocs=world, join=True)
+            durations.append(time.perf_counter() - start)
+    return 1000 * sum(durations) / len(durations)
