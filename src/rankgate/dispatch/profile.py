@@ -1,0 +1,261 @@
+"""Site profiles: one TOML file says where and how a dispatched stage runs.
+
+A profile file holds one profile at its top level::
+
+    target = "slurm"            # slurm | slurm-ssh | interlink-kube | interlink-rest
+    partition = "gpu"
+    nodes = 2
+    tasks_per_node = 4
+    gpus_per_node = 4
+    time_limit = "00:30:00"
+    modules = ["cuda/12.8"]
+    results_dir = "/scratch/ci/rankgate"
+    [container]
+    runtime = "apptainer"
+    image = "/scratch/images/rankgate.sif"
+    [env]
+    NCCL_DEBUG = "WARN"
+
+Every key is a field below; an unknown key, a negative count or GPUs asked of a
+profile without GPUs is a :class:`ProfileError` naming the file, the key and the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+TARGETS = ("slurm", "slurm-ssh", "interlink-kube", "interlink-rest")
+RUNTIMES = ("none", "apptainer", "singularity", "enroot")
+_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+
+
+class ProfileError(ValueError):
+    """A profile that cannot be used; the message names the key and the fix."""
+
+
+@dataclass(kw_only=True, slots=True)
+class Container:
+    """How each rank's command is wrapped in a container."""
+
+    runtime: str = "none"
+    """none, apptainer, singularity, or enroot (through pyxis's ``srun --container-*``)."""
+    image: str = ""
+    """Image path or reference: a .sif file, an enroot squashfs, or docker://..."""
+    options: list[str] = field(default_factory=list)
+    """Extra runtime options, e.g. ``["--cleanenv"]`` for apptainer."""
+    mounts: list[str] = field(default_factory=list)
+    """Bind mounts as ``src:dst[:flags]``."""
+
+    def __post_init__(self) -> None:
+        if self.runtime not in RUNTIMES:
+            raise ProfileError(f"container.runtime = {self.runtime!r}: use one of {RUNTIMES}")
+        if self.runtime != "none" and not self.image:
+            raise ProfileError(f"container.runtime = {self.runtime!r} needs container.image")
+
+
+@dataclass(kw_only=True, slots=True)
+class Interlink:
+    """Settings of the interLink targets (ignored by the SLURM ones)."""
+
+    node: str = "interlink-slurm"
+    """Name of the interLink virtual node (its kubernetes.io/hostname label)."""
+    namespace: str = "default"
+    """Kubernetes namespace of the pods."""
+    kubeconfig: str = ""
+    """Kubeconfig for interlink-kube; empty uses the client's default lookup."""
+    url: str = ""
+    """Base URL of the interLink API for interlink-rest, e.g. https://interlink.example:3000."""
+    token_file: str = ""
+    """File holding the bearer token for interlink-rest (never the token itself)."""
+    queue_timeout: float = 1800.0
+    """Seconds a pod may wait before it starts running."""
+    run_timeout: float = 3600.0
+    """Seconds a pod may run once started."""
+    poll_interval: float = 10.0
+    """Seconds between status requests."""
+
+    def __post_init__(self) -> None:
+        for name in ("queue_timeout", "run_timeout", "poll_interval"):
+            if getattr(self, name) <= 0:
+                raise ProfileError(f"interlink.{name} must be > 0, got {getattr(self, name)}")
+
+
+@dataclass(kw_only=True, slots=True)
+class Profile:
+    """A site's settings for one target."""
+
+    name: str = "profile"
+    """Shown in progress lines and reports; defaults to the file's stem."""
+    target: str = "slurm"
+    """slurm (local CLI), slurm-ssh (CLI on ``host``), interlink-kube or interlink-rest."""
+    host: str = ""
+    """Login node for slurm-ssh (anything ssh accepts, e.g. ``ci@login.cluster``)."""
+    ssh_options: list[str] = field(default_factory=list)
+    """Extra ssh arguments for slurm-ssh."""
+    partition: str = ""
+    """SLURM partition (-p); empty uses the cluster's default."""
+    account: str = ""
+    """SLURM account (-A)."""
+    qos: str = ""
+    """SLURM quality of service (--qos)."""
+    nodes: int = 1
+    """Nodes (-N)."""
+    tasks_per_node: int = 1
+    """Ranks per node (--ntasks-per-node); world size is nodes * tasks_per_node."""
+    cpus_per_task: int = 1
+    """CPUs per rank (--cpus-per-task)."""
+    gpus_per_node: int = 0
+    """GPUs the nodes have and the job asks for (--gres=gpu:N); 0 means a CPU-only profile."""
+    time_limit: str = "00:30:00"
+    """Job time limit as SLURM writes it: minutes, MM:SS, HH:MM:SS or D-HH:MM:SS."""
+    modules: list[str] = field(default_factory=list)
+    """Environment modules loaded before the ranks start (``module load ...``)."""
+    pre_exec: list[str] = field(default_factory=list)
+    """Shell lines run before the ranks start (activate a venv, set paths)."""
+    container: Container = field(default_factory=Container)
+    """Container each rank runs in."""
+    results_dir: str = ""
+    """Shared folder (seen by all nodes) under which each job gets its own directory."""
+    workdir: str = ""
+    """Folder the ranks run pytest in (the project checkout on the cluster)."""
+    python: str = "python3"
+    """Python interpreter on the cluster that has rankgate installed."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Environment variables exported to every rank."""
+    sbatch_options: list[str] = field(default_factory=list)
+    """Further sbatch options, verbatim (e.g. ``["--exclusive"]``)."""
+    interlink: Interlink = field(default_factory=Interlink)
+    """interLink settings (interlink-* targets)."""
+
+    def __post_init__(self) -> None:
+        if self.target not in TARGETS:
+            raise ProfileError(f"target = {self.target!r}: use one of {TARGETS}")
+        if self.target == "slurm-ssh" and not self.host:
+            raise ProfileError("target 'slurm-ssh' needs host = 'user@login-node'")
+        if self.target == "interlink-rest" and not (
+            self.interlink.url and self.interlink.token_file
+        ):
+            raise ProfileError(
+                "target 'interlink-rest' needs [interlink] url and token_file "
+                "(a file holding the bearer token)"
+            )
+        for name, least in (("nodes", 1), ("tasks_per_node", 1), ("cpus_per_task", 1)):
+            value = getattr(self, name)
+            if value < least:
+                raise ProfileError(f"{name} = {value}: must be >= {least}")
+        if self.gpus_per_node < 0:
+            raise ProfileError(f"gpus_per_node = {self.gpus_per_node}: must be >= 0")
+        time_limit_minutes(self.time_limit)  # raises on a malformed value
+        bad_env = [key for key in self.env if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key)]
+        if bad_env:
+            raise ProfileError(f"env: {bad_env} are not valid variable names")
+
+    @property
+    def world_size(self) -> int:
+        """Ranks of a job: nodes * tasks_per_node."""
+        return self.nodes * self.tasks_per_node
+
+    def require_gpus(self, what: str) -> None:
+        """Raise when ``what`` (a stage) needs GPUs and this profile has none."""
+        if self.gpus_per_node == 0:
+            raise ProfileError(
+                f"{what} needs GPUs but profile {self.name!r} has gpus_per_node = 0: "
+                "pick a GPU profile or set gpus_per_node"
+            )
+
+
+def time_limit_minutes(value: str) -> float:
+    """Minutes in a SLURM time limit string; raises :class:`ProfileError` if malformed."""
+    match = _TIME.match(value.strip())
+    if not match:
+        raise ProfileError(f"time_limit = {value!r}: write minutes, MM:SS, HH:MM:SS or D-HH:MM:SS")
+    days, a, b, c = (int(x) if x else None for x in match.groups())
+    if days is not None:  # D-HH[:MM[:SS]]
+        return days * 1440 + a * 60 + (b or 0) + (c or 0) / 60
+    if c is not None:  # HH:MM:SS
+        return a * 60 + b + c / 60
+    if b is not None:  # MM:SS
+        return a + b / 60
+    return float(a)
+
+
+def _build(cls: type, data: dict[str, Any], where: str) -> Any:
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise ProfileError(f"{where}: unknown key(s) {unknown}; known keys are {sorted(known)}")
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        nested = {"container": Container, "interlink": Interlink}.get(key)
+        if nested is not None and cls is Profile:
+            if not isinstance(value, dict):
+                raise ProfileError(f"{where}: [{key}] must be a table")
+            value = _build(nested, value, f"{where} [{key}]")
+        kwargs[key] = value
+    try:
+        return cls(**kwargs)
+    except ProfileError as exc:
+        raise ProfileError(f"{where}: {exc}") from None
+    except TypeError as exc:
+        raise ProfileError(f"{where}: {exc}") from None
+
+
+def profile_from_dict(data: dict[str, Any], *, name: str, where: str = "profile") -> Profile:
+    """Build and validate a profile from parsed TOML."""
+    data = {"name": name, **data}
+    _check_types(data, where)
+    return _build(Profile, data, where)
+
+
+def _check_types(data: dict[str, Any], where: str) -> None:
+    """TOML gives the right types when the user wrote the right thing; say so when not."""
+    for f in dataclasses.fields(Profile):
+        if f.name not in data or f.name in ("container", "interlink"):
+            continue
+        value, expected = data[f.name], f.type
+        ok = {
+            "int": isinstance(value, int) and not isinstance(value, bool),
+            "str": isinstance(value, str),
+            "list[str]": isinstance(value, list) and all(isinstance(v, str) for v in value),
+            "dict[str, str]": isinstance(value, dict)
+            and all(isinstance(v, str) for v in value.values()),
+        }.get(str(expected), True)
+        if not ok:
+            raise ProfileError(f"{where}: {f.name} = {value!r} must be {expected}")
+
+
+def load_profile(path: str | Path) -> Profile:
+    """Read and validate the profile in TOML file ``path`` (its name is the file's stem)."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ProfileError(f"{path}: no such profile file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(f"{path}: not valid TOML: {exc}") from None
+    return profile_from_dict(data, name=data.pop("name", path.stem), where=str(path))
+
+
+def find_profile(spec: str, search: list[Path]) -> Path:
+    """Resolve ``--profile`` to a file: a path, or NAME looked up as NAME.toml in ``search``."""
+    direct = Path(spec)
+    if direct.suffix == ".toml" or direct.exists():
+        return direct
+    for folder in search:
+        candidate = folder / f"{spec}.toml"
+        if candidate.is_file():
+            return candidate
+    looked = ", ".join(str(folder) for folder in search) or "(no folders)"
+    raise ProfileError(
+        f"no profile {spec!r}: looked for {spec}.toml in {looked}; "
+        "pass a path to a .toml file or set RANKGATE_PROFILES to the folder holding it"
+    )

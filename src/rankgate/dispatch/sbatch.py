@@ -1,0 +1,148 @@
+"""Render the sbatch script of a dispatched stage.
+
+The script loads the profile's modules, runs its pre-exec lines, exports its
+environment, then ``srun``-launches pytest on every task. pytest runs in the
+harness's in-place mode (``--rankgate-mode=inplace``): the ranks come from SLURM's
+variables (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID), every rank runs the same tests,
+and every rank writes ``junit.rank<R>.xml`` and ``rank<R>.log`` into the job directory,
+which :mod:`.results` merges. The ranks rendezvous through a FileStore in the job
+directory (RANKGATE_STORE), so no TCP port has to be free on the nodes.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rankgate.dispatch.profile import Profile
+from rankgate.dispatch.results import JUNIT_BASE, junit_name, log_name
+
+SCRIPT_NAME = "job.sbatch"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobSpec:
+    """What to run: a job directory, the pytest arguments, and a name."""
+
+    job_dir: str
+    """Directory for the script, the per-rank files and SLURM's own output (shared FS)."""
+    pytest_args: tuple[str, ...]
+    """Arguments after ``python -m pytest`` (marker expression, paths, options)."""
+    name: str = "rankgate"
+    """Job name (``--job-name``)."""
+    workdir: str = ""
+    """Where pytest runs; defaults to the profile's workdir, else the job directory."""
+    inplace: bool = True
+    """Pass ``--rankgate-mode=inplace`` (the harness's mode for srun-launched pytest)."""
+
+
+def sbatch_directives(profile: Profile, job: JobSpec) -> list[str]:
+    """``#SBATCH`` options for the profile's resources, in a stable order."""
+    options = [
+        f"--job-name={job.name}",
+        f"--nodes={profile.nodes}",
+        f"--ntasks-per-node={profile.tasks_per_node}",
+        f"--cpus-per-task={profile.cpus_per_task}",
+        f"--time={profile.time_limit}",
+        f"--output={job.job_dir}/slurm-%j.out",
+        f"--chdir={_workdir(profile, job)}",
+    ]
+    if profile.partition:
+        options.append(f"--partition={profile.partition}")
+    if profile.account:
+        options.append(f"--account={profile.account}")
+    if profile.qos:
+        options.append(f"--qos={profile.qos}")
+    if profile.gpus_per_node:
+        options.append(f"--gres=gpu:{profile.gpus_per_node}")
+    options += profile.sbatch_options
+    return options
+
+
+def _workdir(profile: Profile, job: JobSpec) -> str:
+    return job.workdir or profile.workdir or job.job_dir
+
+
+def rank_command(profile: Profile, job: JobSpec) -> str:
+    """The shell command each task runs: pytest with its own JUnit file and log."""
+    rank = "${SLURM_PROCID}"
+    dirq = shlex.quote(job.job_dir)
+    pytest = [profile.python, "-m", "pytest", "-p", "no:cacheprovider"]
+    if job.inplace:
+        pytest.append("--rankgate-mode=inplace")
+    # In-place mode turns --junitxml=D/junit.xml into D/junit.rank<R>.xml itself.
+    junit = JUNIT_BASE if job.inplace else junit_name(rank)
+    args = shlex.join([*pytest, *job.pytest_args])
+    return (
+        f'exec >{dirq}/"{log_name(rank)}" 2>&1; '
+        f"cd {shlex.quote(_workdir(profile, job))} && "
+        f'exec {args} --junitxml={dirq}/"{junit}"'
+    )
+
+
+def srun_command(profile: Profile, job: JobSpec) -> list[str]:
+    """``srun`` plus the container wrapper, ending in ``bash -c <rank command>``."""
+    srun = ["srun", "--kill-on-bad-exit=0"]
+    inner = ["bash", "-c", rank_command(profile, job)]
+    container = profile.container
+    binds = [job.job_dir, *container.mounts]
+    workdir = _workdir(profile, job)
+    if workdir != job.job_dir:
+        binds.insert(1, workdir)
+    if container.runtime in ("apptainer", "singularity"):
+        wrapper = [container.runtime, "exec"]
+        if profile.gpus_per_node:
+            wrapper.append("--nv")
+        for bind in binds:
+            wrapper += ["--bind", bind]
+        return [*srun, *wrapper, *container.options, container.image, *inner]
+    if container.runtime == "enroot":
+        mounts = ",".join(b if ":" in b else f"{b}:{b}" for b in binds)
+        pyxis = [
+            f"--container-image={container.image}",
+            f"--container-mounts={mounts}",
+            f"--container-workdir={workdir}",
+        ]
+        return [*srun, *pyxis, *container.options, *inner]
+    return [*srun, *inner]
+
+
+def render_script(profile: Profile, job: JobSpec) -> str:
+    """The whole sbatch script."""
+    lines = ["#!/bin/bash"]
+    lines += [f"#SBATCH {option}" for option in sbatch_directives(profile, job)]
+    lines += [
+        "# Rendered by rankgate dispatch; each task writes "
+        f"{junit_name('<R>')} and {log_name('<R>')} here.",
+        "set -uo pipefail",
+    ]
+    lines += [f"module load {shlex.quote(module)}" for module in profile.modules]
+    lines += list(profile.pre_exec)
+    exports = {
+        **profile.env,
+        "RANKGATE_JOB_DIR": job.job_dir,
+        # Port-free rendezvous for the in-place harness: a FileStore on the shared FS.
+        "RANKGATE_STORE": f"{job.job_dir}/rendezvous.store",
+        "RANKGATE_SHARED_TMP": job.job_dir,
+        "PYTHONUNBUFFERED": "1",
+    }
+    lines += [f"export {key}={shlex.quote(value)}" for key, value in exports.items()]
+    lines += [
+        shlex.join(srun_command(profile, job)),
+        "exit $?",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def submit_command(script_path: str) -> list[str]:
+    """The sbatch command line (``--parsable`` prints ``jobid[;cluster]``)."""
+    return ["sbatch", "--parsable", script_path]
+
+
+def pytest_args_for(marker: str | None, paths: Sequence[str] = (), extra: Sequence[str] = ()):
+    """pytest arguments selecting a stage: ``-m MARKER`` plus paths and extras."""
+    args: list[str] = []
+    if marker:
+        args += ["-m", marker]
+    return (*args, *paths, *extra)

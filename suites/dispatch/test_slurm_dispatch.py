@@ -1,0 +1,216 @@
+"""Dispatch to a real local SLURM: every way a job can end, and what the report says.
+
+Each test writes a small suite into its own folder and dispatches it on 2 tasks
+(one node, ``srun``), with pytest in the harness's in-place mode on every task.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from rankgate.dispatch.outcome import Outcome
+from rankgate.dispatch.profile import profile_from_dict
+from rankgate.dispatch.results import render_report
+from rankgate.dispatch.slurm import run_stage
+
+pytestmark = pytest.mark.hpc
+
+SUITE = """
+import os
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+
+def test_launched_by_srun():
+    assert os.environ["SLURM_NTASKS"] == "2"
+
+
+@pytest.mark.world(2)
+def test_all_reduce(rank, world_size):
+    t = torch.ones(1) * (rank + 1)
+    dist.all_reduce(t)
+    assert t.item() == 3
+
+
+@pytest.mark.skipif(os.environ.get("SUITE_MODE") != "fail-rank1", reason="fail mode only")
+def test_fails_on_rank_1(rank):
+    print(f"rank {rank} reached the check")
+    assert rank != 1, "rank 1 disagrees on purpose"
+
+
+@pytest.mark.skipif(os.environ.get("SUITE_MODE") != "sleep", reason="sleep mode only")
+def test_sleeps():
+    time.sleep(600)
+"""
+
+
+@pytest.fixture
+def dispatch(local_slurm, tmp_path):
+    """Dispatch the suite in ``mode`` with profile overrides; returns (result, progress)."""
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_remote.py").write_text(textwrap.dedent(SUITE))
+
+    def go(mode: str = "pass", *, deadline_s=None, progress=None, local_dir=None, **overrides):
+        data = {
+            "partition": local_slurm.partition,
+            "tasks_per_node": 2,
+            "time_limit": "5",
+            "results_dir": str(tmp_path / "results"),
+            "workdir": str(suite),
+            "python": sys.executable,
+            "env": {"SUITE_MODE": mode},
+            **overrides,
+        }
+        profile = profile_from_dict(data, name="local")
+        lines: list[str] = []
+
+        def say(line: str) -> None:
+            lines.append(line)
+            if progress:
+                progress(line)
+
+        result = run_stage(
+            profile,
+            stage="hpc",
+            pytest_args=["test_remote.py"],
+            deadline_s=deadline_s,
+            poll_s=0.5,
+            progress=say,
+            local_dir=local_dir,
+        )
+        return result, lines
+
+    return go
+
+
+def test_passing_suite_on_two_tasks(dispatch):
+    result, progress = dispatch()
+    report = render_report(result)
+    assert result.passed, report
+    assert (result.outcome, result.state, result.exit_code) == (
+        Outcome.COMPLETED,
+        "COMPLETED",
+        "0:0",
+    )
+    merged = result.merged
+    assert merged.world_size == 2 and merged.missing_ranks == []
+    assert {t.nodeid.split("::")[-1]: t.outcome for t in merged.tests} == {
+        "test_launched_by_srun": "passed",
+        "test_all_reduce": "passed",
+        "test_fails_on_rank_1": "skipped",
+        "test_sleeps": "skipped",
+    }
+    assert sorted(p.name for p in result.job_dir.glob("junit.rank*.xml")) == [
+        "junit.rank0.xml",
+        "junit.rank1.xml",
+    ]
+    assert any("running on rankgate-node" in line for line in progress)
+    assert (result.job_dir / "summary.json").is_file()
+    assert result.exit_status == 0
+
+
+def test_failing_rank_is_named_with_its_log(dispatch):
+    result, _ = dispatch("fail-rank1")
+    report = render_report(result)
+    assert result.outcome is Outcome.FAILED and result.state == "FAILED", report
+    failing = [t for t in result.merged.tests if t.outcome == "failed"]
+    assert [(t.nodeid.split("::")[-1], t.failing_ranks) for t in failing] == [
+        ("test_fails_on_rank_1", (1,))
+    ]
+    assert "rank 1 disagrees on purpose" in report
+    # rank 1's own log is in the report, with what it printed; rank 0's is not.
+    assert "----- rank 1: pytest.rank1.log -----" in report
+    assert "rank 1 reached the check" in report
+    assert "----- rank 0:" not in report
+    assert result.exit_status == 1
+
+
+@pytest.mark.slow
+def test_job_killed_by_its_time_limit(dispatch):
+    # SLURM's smallest time limit is a minute, enforced on a 30 s sweep: 60-90 s.
+    result, _ = dispatch("sleep", time_limit="1")
+    report = render_report(result)
+    assert result.outcome is Outcome.TIMEOUT and result.state == "TIMEOUT", report
+    assert result.merged.missing_ranks == [0, 1]
+    assert (
+        "DUE TO TIME LIMIT"
+        in (result.job_dir / next(p.name for p in result.job_dir.glob("slurm-*.out"))).read_text()
+    )
+    assert result.exit_status == 3
+
+
+def test_job_cancelled_by_someone_else(dispatch):
+    def cancel_once_running(line: str) -> None:
+        if ": running" in line:
+            job_id = line.split()[1].rstrip(":")
+            subprocess.run(["scancel", job_id], check=True)
+
+    result, _ = dispatch("sleep", progress=cancel_once_running)
+    assert result.outcome is Outcome.CANCELLED, render_report(result)
+    assert result.state.startswith("CANCELLED")
+    assert result.exit_status == 3
+
+
+def test_deadline_cancels_the_job(dispatch, local_slurm):
+    result, progress = dispatch("sleep", deadline_s=3)
+    assert result.outcome is Outcome.DEADLINE, render_report(result)
+    assert any("deadline, cancelling" in line for line in progress)
+    assert result.state.startswith("CANCELLED")  # SLURM agrees the job is gone
+    queue = subprocess.run(["squeue", "-h", "-j", result.job_id], capture_output=True, text=True)
+    assert queue.stdout.strip() == ""
+
+
+def test_bad_partition_shows_sbatch_error_verbatim(dispatch, tmp_path):
+    result, _ = dispatch(partition="no-such-partition")
+    direct = subprocess.run(
+        ["sbatch", "--parsable", "--partition=no-such-partition", "--wrap", "true"],
+        capture_output=True,
+        text=True,
+    )
+    assert direct.returncode != 0
+    assert result.outcome is Outcome.SUBMIT_ERROR
+    assert result.message == direct.stderr.strip()
+    assert "invalid partition specified: no-such-partition" in render_report(result)
+    assert result.exit_status == 3
+
+
+def test_ssh_variant_runs_the_same_commands_through_ssh(dispatch, tmp_path, monkeypatch):
+    """slurm-ssh through a stand-in ``ssh`` that runs the command here and logs the host."""
+    shim_dir = tmp_path / "bin"
+    shim_dir.mkdir()
+    log = tmp_path / "ssh.log"
+    shim = shim_dir / "ssh"
+    shim.write_text(
+        textwrap.dedent(f"""\
+        #!/bin/bash
+        while [[ $1 == -* ]]; do case $1 in -o|-p|-i|-l|-F) shift 2 ;; *) shift ;; esac; done
+        echo "$1 $2" >> {log}
+        shift
+        exec bash -c "$*"
+        """)
+    )
+    shim.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim_dir}:{os.environ['PATH']}")
+    local_copy = tmp_path / "fetched"
+    result, _ = dispatch(
+        target="slurm-ssh", host="ci@login", ssh_options=["-p", "2222"], local_dir=local_copy
+    )
+    assert result.passed, render_report(result)
+    assert result.job_dir == local_copy  # fetched from the "login node" with tar over ssh
+    assert sorted(p.name for p in local_copy.glob("junit.rank*.xml")) == [
+        "junit.rank0.xml",
+        "junit.rank1.xml",
+    ]
+    calls = log.read_text().splitlines()
+    assert all(line.startswith("ci@login ") for line in calls)
+    assert any(" sbatch --parsable " in f" {line} " for line in calls)
+    assert any(line.split()[1] == "tar" for line in calls)

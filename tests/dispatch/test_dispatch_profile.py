@@ -1,0 +1,107 @@
+"""Site profiles: TOML in, validated dataclasses out, errors that name the key and the fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from rankgate.dispatch.profile import (
+    ProfileError,
+    find_profile,
+    load_profile,
+    profile_from_dict,
+    time_limit_minutes,
+)
+
+pytestmark = pytest.mark.unit
+
+FULL = """
+target = "slurm-ssh"
+host = "ci@login.example"
+partition = "gpu"
+account = "proj42"
+qos = "normal"
+nodes = 2
+tasks_per_node = 4
+gpus_per_node = 4
+time_limit = "01:30:00"
+modules = ["cuda/12.8", "nccl"]
+pre_exec = ["source /opt/venv/bin/activate"]
+results_dir = "/scratch/ci"
+[container]
+runtime = "apptainer"
+image = "/scratch/rankgate.sif"
+mounts = ["/data:/data"]
+[env]
+NCCL_DEBUG = "WARN"
+"""
+
+
+def test_full_profile_loads(tmp_path):
+    path = tmp_path / "juwels.toml"
+    path.write_text(FULL)
+    profile = load_profile(path)
+    assert profile.name == "juwels"
+    assert profile.world_size == 8
+    assert profile.container.runtime == "apptainer"
+    assert profile.env == {"NCCL_DEBUG": "WARN"}
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        ({"tasks_per_nodes": 2}, r"unknown key\(s\) \['tasks_per_nodes'\]"),
+        ({"container": {"runtim": "none"}}, r"\[container\]: unknown key\(s\) \['runtim'\]"),
+        ({"nodes": -1}, r"nodes = -1: must be >= 1"),
+        ({"tasks_per_node": 0}, r"tasks_per_node = 0: must be >= 1"),
+        ({"gpus_per_node": -2}, r"gpus_per_node = -2: must be >= 0"),
+        ({"nodes": "2"}, r"nodes = '2' must be int"),
+        ({"target": "pbs"}, r"target = 'pbs': use one of"),
+        ({"target": "slurm-ssh"}, r"needs host"),
+        ({"target": "interlink-rest"}, r"needs \[interlink\] url and token_file"),
+        ({"time_limit": "1h"}, r"time_limit = '1h': write minutes"),
+        ({"container": {"runtime": "enroot"}}, r"needs container.image"),
+        ({"container": {"runtime": "docker", "image": "x"}}, r"use one of"),
+        ({"env": {"BAD-NAME": "1"}}, r"not valid variable names"),
+        ({"interlink": {"run_timeout": 0}}, r"interlink.run_timeout must be > 0"),
+    ],
+)
+def test_bad_profiles_say_what_is_wrong(data, expected):
+    with pytest.raises(ProfileError, match=expected):
+        profile_from_dict(data, name="p", where="site.toml")
+
+
+def test_error_names_the_file(tmp_path):
+    path = tmp_path / "site.toml"
+    path.write_text("nodes = -3\n")
+    with pytest.raises(ProfileError, match=r"site\.toml: nodes = -3"):
+        load_profile(path)
+
+
+def test_gpus_asked_of_a_profile_without_gpus():
+    profile = profile_from_dict({}, name="cpu-only")
+    with pytest.raises(ProfileError, match=r"stage gpu needs GPUs but profile 'cpu-only'"):
+        profile.require_gpus("stage gpu")
+    profile_from_dict({"gpus_per_node": 1}, name="g").require_gpus("stage gpu")
+
+
+@pytest.mark.parametrize(
+    ("value", "minutes"),
+    [("30", 30), ("1:30", 1.5), ("01:30:00", 90), ("2-00:00:00", 2880), ("1-2", 1560)],
+)
+def test_time_limits(value, minutes):
+    assert time_limit_minutes(value) == minutes
+
+
+def test_find_profile_by_name_and_path(tmp_path):
+    (tmp_path / "site.toml").write_text("")
+    assert find_profile("site", [tmp_path]) == tmp_path / "site.toml"
+    assert find_profile(str(tmp_path / "site.toml"), []) == tmp_path / "site.toml"
+    with pytest.raises(ProfileError, match="RANKGATE_PROFILES"):
+        find_profile("nowhere", [tmp_path])
+
+
+def test_invalid_toml_is_a_profile_error(tmp_path):
+    path = tmp_path / "broken.toml"
+    path.write_text("nodes = \n")
+    with pytest.raises(ProfileError, match="not valid TOML"):
+        load_profile(path)

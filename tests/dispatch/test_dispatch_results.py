@@ -1,0 +1,120 @@
+"""Merging per-rank JUnit files of a job, the outcome vocabulary, and the report."""
+
+from __future__ import annotations
+
+import pytest
+
+from rankgate.dispatch.outcome import Outcome, Phase, slurm_state
+from rankgate.dispatch.results import DispatchResult, merge_job_dir, render_report
+
+pytestmark = pytest.mark.unit
+
+
+def _junit(cases: dict[str, str]) -> str:
+    body = []
+    for name, outcome in cases.items():
+        inner = {
+            "passed": "",
+            "failed": '<failure message="assert 1 == 2">trace</failure>',
+            "error": '<error message="fixture broke">trace</error>',
+            "skipped": '<skipped message="no gpu"/>',
+        }[outcome]
+        body.append(f'<testcase classname="test_x" name="{name}" time="0.1">{inner}</testcase>')
+    return f'<testsuites><testsuite name="pytest">{"".join(body)}</testsuite></testsuites>'
+
+
+def _job(tmp_path, ranks: dict[int, dict[str, str]]):
+    for rank, cases in ranks.items():
+        (tmp_path / f"junit.rank{rank}.xml").write_text(_junit(cases))
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("PENDING", Phase.QUEUED),
+        ("RUNNING", Phase.RUNNING),
+        ("COMPLETING", Phase.RUNNING),
+        ("COMPLETED", Outcome.COMPLETED),
+        ("FAILED", Outcome.FAILED),
+        ("TIMEOUT", Outcome.TIMEOUT),
+        ("CANCELLED by 0", Outcome.CANCELLED),
+        ("CANCELLED+", Outcome.CANCELLED),
+        ("NODE_FAIL", Outcome.NODE_FAIL),
+        ("OUT_OF_MEMORY", Outcome.OUT_OF_MEMORY),
+        ("PREEMPTED", Outcome.PREEMPTED),
+        ("SPECIAL_EXIT", Outcome.OTHER),
+    ],
+)
+def test_slurm_states_map_to_distinct_outcomes(raw, expected):
+    assert slurm_state(raw) is expected
+
+
+def test_terminal_slurm_states_are_all_distinct():
+    words = [
+        "COMPLETED",
+        "FAILED",
+        "TIMEOUT",
+        "CANCELLED",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "PREEMPTED",
+    ]
+    assert len({slurm_state(w) for w in words}) == len(words)
+
+
+def test_all_ranks_pass(tmp_path):
+    merged = merge_job_dir(_job(tmp_path, {0: {"a": "passed"}, 1: {"a": "passed"}}), 2)
+    assert merged.passed and merged.count("passed") == 1 and merged.failing_ranks == []
+
+
+def test_one_failing_rank_fails_the_test(tmp_path):
+    merged = merge_job_dir(_job(tmp_path, {0: {"a": "passed"}, 1: {"a": "failed"}}), 2)
+    (test,) = merged.tests
+    assert (test.outcome, test.failing_ranks) == ("failed", (1,))
+    assert "assert 1 == 2" in test.messages[1]
+    assert not merged.passed
+
+
+def test_skip_on_one_rank_pass_on_another_is_an_error(tmp_path):
+    merged = merge_job_dir(_job(tmp_path, {0: {"a": "passed"}, 1: {"a": "skipped"}}), 2)
+    assert merged.tests[0].outcome == "error"
+
+
+def test_a_rank_without_results_is_missing(tmp_path):
+    merged = merge_job_dir(_job(tmp_path, {0: {"a": "passed"}}), 2)
+    assert merged.missing_ranks == [1] and merged.failing_ranks == [1] and not merged.passed
+
+
+def test_report_shows_the_failing_ranks_logs(tmp_path):
+    _job(tmp_path, {0: {"a": "passed"}, 1: {"a": "failed"}})
+    (tmp_path / "rank1.log").write_text("stderr of rank one\n")
+    (tmp_path / "pytest.rank1.log").write_text("terminal of rank one\n")
+    (tmp_path / "rank0.log").write_text("rank zero is fine\n")
+    result = DispatchResult(
+        profile="p",
+        target="slurm",
+        job_id="7",
+        outcome=Outcome.FAILED,
+        state="FAILED",
+        exit_code="1:0",
+        job_dir=tmp_path,
+        merged=merge_job_dir(tmp_path, 2),
+    )
+    report = render_report(result)
+    assert "FAILED test_x::a on ranks [1]" in report
+    assert "terminal of rank one" in report and "stderr of rank one" in report
+    assert "rank zero is fine" not in report
+    assert result.exit_status == 1
+
+
+def test_infrastructure_outcomes_exit_3(tmp_path):
+    result = DispatchResult(
+        profile="p",
+        target="slurm",
+        job_id="",
+        outcome=Outcome.SUBMIT_ERROR,
+        message="sbatch: error: invalid partition specified: nope",
+    )
+    assert result.exit_status == 3
+    assert "sbatch: error: invalid partition specified: nope" in render_report(result)
