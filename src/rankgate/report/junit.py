@@ -1,0 +1,375 @@
+"""Merge per-rank JUnit XML files into one rank-aware verdict (``rankgate merge-junit``).
+
+In the harness's in-place mode (pytest started by torchrun, srun or mpirun) every rank
+writes its own JUnit file, ``junit.rank<r>.xml``. :func:`merge_junit` reads them and
+returns a :class:`MergedReport` with one test case per test id (classname + name):
+
+=========  ==================================================================
+verdict    when
+=========  ==================================================================
+failed     some rank failed
+error      no rank failed, but some rank errored, or the test is missing on
+           some ranks, or the ranks disagree (passed on some, skipped on others)
+skipped    every rank skipped it
+passed     every rank passed it
+=========  ==================================================================
+
+A verdict other than passed carries a message naming what each rank did ("failed on
+rank 1; passed on ranks 0, 2") and the failing ranks' own texts. Each rank's
+system-out and system-err are kept, every line prefixed with ``[rank r]``.
+
+Files are read by :mod:`rankgate.report.junitfile` (which says where a case's rank
+comes from); unreadable input raises :class:`ReportInputError` naming the file.
+
+Command line: ``rankgate merge-junit FILES... [-o OUT.xml] [--world N] [--json]``;
+exit 0 when nothing failed or errored, 1 otherwise, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rankgate.report.junitfile import (
+    OUTCOMES,
+    CaseResult,
+    JUnitFile,
+    ReportInputError,
+    expand_paths,
+    join_texts,
+    read_junit,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class MergedTest:
+    """One test id's verdict over all ranks."""
+
+    classname: str
+    name: str
+    verdict: str
+    message: str
+    """What each rank did, when the verdict is not passed (the reason, when skipped)."""
+    details: str
+    """The failing, erroring or disagreeing ranks' own texts, each headed by its rank."""
+    results: dict[int, CaseResult]
+    missing: tuple[int, ...] = ()
+
+    @property
+    def test_id(self) -> str:
+        return f"{self.classname}::{self.name}" if self.classname else self.name
+
+    @property
+    def failing_ranks(self) -> tuple[int, ...]:
+        """Ranks that failed, errored, or lack the test."""
+        bad = [r for r, res in self.results.items() if res.outcome in ("failed", "error")]
+        return tuple(sorted([*bad, *self.missing]))
+
+    @property
+    def rank_outcomes(self) -> dict[int, str]:
+        """Each expected rank's outcome; ``missing`` for a rank without the test."""
+        outcomes = {r: res.outcome for r, res in self.results.items()}
+        outcomes.update(dict.fromkeys(self.missing, "missing"))
+        return dict(sorted(outcomes.items()))
+
+
+@dataclass(slots=True)
+class MergedReport:
+    """The merged verdicts of one multi-rank run."""
+
+    tests: list[MergedTest]
+    ranks: tuple[int, ...]
+    """Ranks that contributed results."""
+    world_size: int
+    sources: tuple[str, ...]
+    suite_name: str = "pytest"
+    system_out: str = ""
+    system_err: str = ""
+
+    @property
+    def counts(self) -> dict[str, int]:
+        counts = {"tests": len(self.tests), **dict.fromkeys(OUTCOMES, 0)}
+        for test in self.tests:
+            counts[test.verdict] += 1
+        return counts
+
+    @property
+    def verdicts(self) -> dict[str, str]:
+        return {test.test_id: test.verdict for test in self.tests}
+
+    @property
+    def ok(self) -> bool:
+        return all(test.verdict in ("passed", "skipped") for test in self.tests)
+
+    def summary_line(self) -> str:
+        c = self.counts
+        outcomes = ", ".join(f"{c[o]} {o}" for o in OUTCOMES)
+        ranks = _ranks_text(self.ranks)
+        return f"{c['tests']} tests on {ranks} of world {self.world_size}: {outcomes}"
+
+    def to_dict(self) -> dict:
+        """A JSON-ready form: counts, and each test's verdict and per-rank outcomes."""
+        return {
+            "ok": self.ok,
+            "world_size": self.world_size,
+            "ranks": list(self.ranks),
+            "counts": self.counts,
+            "sources": list(self.sources),
+            "tests": [
+                {
+                    "id": t.test_id,
+                    "verdict": t.verdict,
+                    "message": t.message,
+                    "ranks": {str(r): o for r, o in t.rank_outcomes.items()},
+                }
+                for t in self.tests
+            ],
+        }
+
+    def write_xml(self, path: str | Path) -> None:
+        """Write one JUnit file holding the merged verdicts."""
+        c = self.counts
+        totals = {
+            "tests": str(c["tests"]),
+            "failures": str(c["failed"]),
+            "errors": str(c["error"]),
+            "skipped": str(c["skipped"]),
+            "time": f"{sum(_test_time(t) for t in self.tests):.3f}",
+        }
+        root = ET.Element("testsuites", {"name": "rankgate merge-junit", **totals})
+        suite = ET.SubElement(root, "testsuite", {"name": self.suite_name, **totals})
+        _add_properties(
+            suite,
+            [("ranks", _csv(self.ranks)), ("world_size", str(self.world_size))]
+            + [("source", s) for s in self.sources],
+        )
+        for test in self.tests:
+            _write_case(suite, test)
+        _add_text(suite, "system-out", self.system_out)
+        _add_text(suite, "system-err", self.system_err)
+        ET.indent(root)
+        ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+
+
+# --------------------------------------------------------------------------- merging
+
+
+def merge_junit(paths: Iterable[str | Path], world_size: int | None = None) -> MergedReport:
+    """Read per-rank JUnit files and merge them; see the module docstring for the rules.
+
+    ``world_size`` names the ranks expected (0..world_size-1); by default it comes from
+    a ``world_size`` property of the files, else from the ranks seen. A rank with no
+    file at all becomes one errored test, ``rankgate.merge::missing_ranks``.
+    """
+    files = [read_junit(p) for p in expand_paths(paths)]
+    return merge_files(files, world_size)
+
+
+def merge_files(files: Sequence[JUnitFile], world_size: int | None = None) -> MergedReport:
+    """:func:`merge_junit` on files already read."""
+    if not files:
+        raise ReportInputError("no JUnit files given")
+    holder: dict[int, str] = {}
+    for f in files:
+        if f.rank is not None and f.rank in holder:
+            raise ReportInputError(f"{holder[f.rank]} and {f.path} both hold rank {f.rank}")
+        if f.rank is not None:
+            holder[f.rank] = f.path
+        if any(case.rank is None for case in f.cases) or (f.rank is None and not f.cases):
+            raise ReportInputError(
+                f"{f.path}: cannot tell its rank; name it junit.rank<r>.xml "
+                "or give its testsuite a 'rank' property"
+            )
+    world_size = world_size or _world_from_files(files)
+    files = sorted(files, key=lambda f: (f.rank is None, f.rank or 0))
+    per_test: dict[tuple[str, str], dict[int, CaseResult]] = {}
+    for f in files:
+        for case in f.cases:
+            by_rank = per_test.setdefault((case.classname, case.name), {})
+            prev = by_rank.get(case.rank)
+            by_rank[case.rank] = case if prev is None else prev.combine(case)
+    ranks = tuple(sorted({r for by_rank in per_test.values() for r in by_rank} | set(holder)))
+    expected = tuple(range(world_size)) if world_size else ranks
+    beyond = [r for r in ranks if r not in expected]
+    if beyond:
+        raise ReportInputError(
+            f"results for {_ranks_text(beyond)} but the world size is {world_size} "
+            f"(ranks 0..{world_size - 1}); pass the right --world"
+        )
+    tests = [_merge_test(cn, n, by_rank, expected) for (cn, n), by_rank in per_test.items()]
+    absent = [r for r in expected if r not in ranks]
+    if absent:
+        tests.insert(0, _missing_ranks_test(absent, len(expected)))
+    names = {n for f in files for n in f.suite_names if n}
+    return MergedReport(
+        tests=tests,
+        ranks=ranks,
+        world_size=len(expected),
+        sources=tuple(f.path for f in files),
+        suite_name=names.pop() if len(names) == 1 else "rankgate-merged",
+        system_out=_prefixed((f.rank, f.system_out) for f in files),
+        system_err=_prefixed((f.rank, f.system_err) for f in files),
+    )
+
+
+def _world_from_files(files: Sequence[JUnitFile]) -> int | None:
+    worlds = {f.world_size for f in files if f.world_size is not None}
+    if len(worlds) > 1:
+        raise ReportInputError(f"the files disagree on world_size: {sorted(worlds)}")
+    return worlds.pop() if worlds else None
+
+
+def _merge_test(
+    classname: str, name: str, by_rank: dict[int, CaseResult], expected: Sequence[int]
+) -> MergedTest:
+    results = dict(sorted(by_rank.items()))
+    missing = tuple(r for r in expected if r not in results)
+    ranks_by: dict[str, list[int]] = {}
+    for r, res in results.items():
+        ranks_by.setdefault(res.outcome, []).append(r)
+    if missing:
+        ranks_by["missing"] = list(missing)
+    order = ("failed", "error", "missing", "skipped", "passed")
+    what = "; ".join(f"{o} on {_ranks_text(ranks_by[o])}" for o in order if o in ranks_by)
+    if "failed" in ranks_by:
+        verdict, message = "failed", what
+    elif "error" in ranks_by or missing:
+        verdict, message = "error", what
+    elif len(ranks_by) > 1:
+        verdict, message = "error", f"ranks disagree: {what}"
+    elif "skipped" in ranks_by:
+        reasons = list(dict.fromkeys(res.message for res in results.values()))
+        verdict = "skipped"
+        message = reasons[0] if len(reasons) == 1 else "; ".join(
+            f"rank {r}: {res.message}" for r, res in results.items()
+        )
+    else:
+        verdict, message = "passed", ""
+    bad = {r: res for r, res in results.items() if res.outcome in ("failed", "error")}
+    disagree = verdict == "error" and not bad and not missing
+    shown = results if disagree else bad  # a disagreement shows what every rank did
+    details = "\n\n".join(
+        f"----- rank {r}: {res.outcome}"
+        + (f": {res.message}" if res.message else "")
+        + (f"\n{res.text.rstrip()}" if res.text.strip() else "")
+        for r, res in shown.items()
+    )
+    if missing:
+        details = join_texts(details, f"----- {_ranks_text(missing)}: no result for this test")
+    return MergedTest(classname, name, verdict, message, details, results, missing)
+
+
+def _missing_ranks_test(absent: Sequence[int], world: int) -> MergedTest:
+    message = f"no JUnit file for {_ranks_text(absent)} of world {world}"
+    details = (
+        f"{message}: those ranks wrote no results (crashed, killed, or never started); "
+        "look for their logs"
+    )
+    return MergedTest("rankgate.merge", "missing_ranks", "error", message, details, {}, ())
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _write_case(suite: ET.Element, test: MergedTest) -> None:
+    attrs = {"classname": test.classname, "name": test.name, "time": f"{_test_time(test):.3f}"}
+    case = ET.SubElement(suite, "testcase", attrs)
+    props = [("ranks", _csv(test.results)), ("rank_outcomes", _outcomes_csv(test))]
+    if test.failing_ranks:
+        props.append(("failing_ranks", _csv(test.failing_ranks)))
+    props += [(f"rank{r}.{k}", v) for r, res in test.results.items() for k, v in res.properties]
+    _add_properties(case, props)
+    tag = {"failed": "failure", "error": "error", "skipped": "skipped"}.get(test.verdict)
+    if tag:
+        result = ET.SubElement(case, tag, {"message": test.message})
+        result.text = test.details or None
+    _add_text(case, "system-out", _prefixed((r, res.system_out) for r, res in test.results.items()))
+    _add_text(case, "system-err", _prefixed((r, res.system_err) for r, res in test.results.items()))
+
+
+def _add_properties(element: ET.Element, props: list[tuple[str, str]]) -> None:
+    if props:
+        holder = ET.SubElement(element, "properties")
+        for name, value in props:
+            ET.SubElement(holder, "property", {"name": name, "value": value})
+
+
+def _add_text(element: ET.Element, tag: str, text: str) -> None:
+    if text:
+        ET.SubElement(element, tag).text = text
+
+
+def _test_time(test: MergedTest) -> float:
+    # Ranks run side by side: the test took as long as its slowest rank.
+    return max((res.time for res in test.results.values()), default=0.0)
+
+
+def _prefixed(texts: Iterable[tuple[int | None, str]]) -> str:
+    lines = []
+    for rank, text in texts:
+        prefix = "" if rank is None else f"[rank {rank}] "
+        lines.extend(prefix + line for line in text.rstrip("\n").splitlines())
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+def _outcomes_csv(test: MergedTest) -> str:
+    return ",".join(f"{r}={o}" for r, o in test.rank_outcomes.items())
+
+
+def _csv(ranks: Iterable[int]) -> str:
+    return ",".join(str(r) for r in ranks)
+
+
+def _ranks_text(ranks: Sequence[int]) -> str:
+    ranks = list(ranks)
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in ranks)
+
+
+# --------------------------------------------------------------------------- command
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "files", nargs="*", metavar="FILE",
+        help="per-rank JUnit files (junit.rank<r>.xml), or directories holding them",
+    )
+    parser.add_argument("-o", "--output", metavar="OUT.xml", help="write the merged JUnit here")
+    parser.add_argument(
+        "--world", type=int, metavar="N",
+        help="expected number of ranks; a rank without a file is an error",
+    )
+    parser.add_argument(
+        "--json", action="store_true",
+        help="print the merged verdicts as JSON on stdout (the summary goes to stderr)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Exit 0 when nothing failed or errored, 1 otherwise, 2 on bad input."""
+    if args.world is not None and args.world < 1:
+        print(f"rankgate merge-junit: --world must be ≥ 1, got {args.world}", file=sys.stderr)
+        return 2
+    try:
+        report = merge_junit(args.files, world_size=args.world)
+        if args.output:
+            report.write_xml(args.output)
+    except (ReportInputError, OSError) as exc:
+        print(f"rankgate merge-junit: error: {exc}", file=sys.stderr)
+        return 2
+    line = "rankgate merge-junit: " + report.summary_line()
+    if args.output:
+        line += f" -> {args.output}"
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+        print(line, file=sys.stderr)
+    else:
+        for test in report.tests:
+            if test.verdict in ("failed", "error"):
+                print(f"{test.verdict.upper()} {test.test_id}: {test.message}")
+        print(line)
+    return 0 if report.ok else 1

@@ -1,0 +1,206 @@
+"""Read JUnit XML files, as pytest and other tools write them, rank-aware.
+
+:func:`read_junit` parses one file (root ``<testsuites>`` or ``<testsuite>``) into a
+:class:`JUnitFile` of :class:`CaseResult`. A case's rank comes from a ``rank`` property
+of the testcase, else of its testsuite, else from the file name (``rank<r>``); a file
+whose name and rank property disagree is refused. Unreadable input raises
+:class:`ReportInputError` naming the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+OUTCOMES = ("passed", "failed", "error", "skipped")
+"""Outcomes of one case on one rank, and verdicts of a merged test."""
+
+_RANK_IN_NAME = re.compile(r"rank[-_.]?(\d+)", re.IGNORECASE)
+"""A rank in a file name: junit.rank3.xml (in-place mode), junit-rank3.xml (dispatch)."""
+# When one rank reports a test twice (pytest does for a failure in call followed by
+# an error in teardown), the worse outcome stands for that rank.
+_SEVERITY = {"passed": 0, "skipped": 1, "error": 2, "failed": 3}
+_RESULT_TAGS = {"failure": "failed", "error": "error", "skipped": "skipped"}
+
+
+class ReportInputError(Exception):
+    """An input file that cannot be used: missing, not XML, not JUnit, no rank."""
+
+
+@dataclass(frozen=True, slots=True)
+class CaseResult:
+    """One test's result on one rank, as its JUnit file reports it."""
+
+    classname: str
+    name: str
+    rank: int | None
+    """None for a file without rank information (an ordinary or a merged report)."""
+    outcome: str
+    message: str = ""
+    text: str = ""
+    time: float = 0.0
+    system_out: str = ""
+    system_err: str = ""
+    properties: tuple[tuple[str, str], ...] = ()
+    source: str = ""
+    """The JUnit file it was read from."""
+
+    @property
+    def test_id(self) -> str:
+        return f"{self.classname}::{self.name}" if self.classname else self.name
+
+    def combine(self, other: CaseResult) -> CaseResult:
+        """The same test reported twice by one rank: keep the worse outcome, all texts."""
+        worse = self if _SEVERITY[self.outcome] >= _SEVERITY[other.outcome] else other
+        return dataclasses.replace(
+            worse,
+            text=join_texts(self.text, other.text),
+            message=join_texts(self.message, other.message, sep="; "),
+            time=self.time + other.time,
+            system_out=join_texts(self.system_out, other.system_out),
+            system_err=join_texts(self.system_err, other.system_err),
+            properties=self.properties + other.properties,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JUnitFile:
+    """One parsed JUnit file."""
+
+    path: str
+    rank: int | None
+    """The file's own rank (testsuite property or file name); cases may override it."""
+    world_size: int | None
+    suite_names: tuple[str, ...]
+    cases: tuple[CaseResult, ...]
+    system_out: str = ""
+    system_err: str = ""
+
+
+def read_junit(path: str | Path) -> JUnitFile:
+    """Parse one JUnit file (root ``<testsuites>`` or ``<testsuite>``)."""
+    path = str(path)
+    try:
+        root = ET.parse(path).getroot()
+    except FileNotFoundError:
+        raise ReportInputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise ReportInputError(f"{path}: is a directory") from None
+    except ET.ParseError as exc:
+        raise ReportInputError(f"{path}: not valid XML ({exc})") from None
+    except OSError as exc:
+        raise ReportInputError(f"{path}: cannot read ({exc.strerror})") from None
+    if root.tag not in ("testsuites", "testsuite"):
+        raise ReportInputError(
+            f"{path}: not a JUnit file (root element <{root.tag}>, "
+            "expected <testsuites> or <testsuite>)"
+        )
+    suites = list(root.iter("testsuite"))
+    suite_props = [p for s in suites for p in _properties(s)]
+    file_rank = _file_rank(path, suite_props)
+    world = _int_prop(path, suite_props, "world_size")
+    cases = []
+    for suite in suites:
+        for case in suite.findall("testcase"):
+            cases.append(_read_case(path, case, file_rank))
+    return JUnitFile(
+        path=path,
+        rank=file_rank,
+        world_size=world,
+        suite_names=tuple(dict.fromkeys(s.get("name", "") for s in suites)),
+        cases=tuple(cases),
+        system_out=join_texts(*(s.findtext("system-out") or "" for s in suites)),
+        system_err=join_texts(*(s.findtext("system-err") or "" for s in suites)),
+    )
+
+
+def _read_case(path: str, case: ET.Element, file_rank: int | None) -> CaseResult:
+    props = _properties(case)
+    rank = _int_prop(path, props, "rank")
+    outcome, messages, texts = "passed", [], []
+    for child in case:
+        child_outcome = _RESULT_TAGS.get(child.tag)
+        if child_outcome is None:
+            continue
+        if _SEVERITY[child_outcome] > _SEVERITY[outcome]:
+            outcome = child_outcome
+        messages.append(child.get("message", ""))
+        texts.append(child.text or "")
+    try:
+        time = float(case.get("time", 0) or 0)
+    except ValueError:
+        time = 0.0
+    return CaseResult(
+        classname=case.get("classname", ""),
+        name=case.get("name", ""),
+        rank=file_rank if rank is None else rank,
+        outcome=outcome,
+        message=join_texts(*messages, sep="; "),
+        text=join_texts(*texts),
+        time=time,
+        system_out=join_texts(*(e.text or "" for e in case.findall("system-out"))),
+        system_err=join_texts(*(e.text or "" for e in case.findall("system-err"))),
+        properties=tuple((k, v) for k, v in props if k != "rank"),
+        source=path,
+    )
+
+
+def _properties(element: ET.Element) -> list[tuple[str, str]]:
+    return [
+        (p.get("name", ""), p.get("value", p.text or ""))
+        for props in element.findall("properties")
+        for p in props.findall("property")
+    ]
+
+
+def _int_prop(path: str, props: list[tuple[str, str]], name: str) -> int | None:
+    values = {v.strip() for k, v in props if k == name}
+    if not values:
+        return None
+    if len(values) > 1:
+        raise ReportInputError(f"{path}: conflicting '{name}' properties {sorted(values)}")
+    (value,) = values
+    try:
+        number = int(value)
+    except ValueError:
+        raise ReportInputError(f"{path}: property '{name}' is {value!r}, not an integer") from None
+    if number < 0:
+        raise ReportInputError(f"{path}: property '{name}' is negative ({number})")
+    return number
+
+
+def _file_rank(path: str, suite_props: list[tuple[str, str]]) -> int | None:
+    from_prop = _int_prop(path, suite_props, "rank")
+    match = _RANK_IN_NAME.search(Path(path).name)
+    from_name = int(match.group(1)) if match else None
+    if from_prop is not None and from_name is not None and from_prop != from_name:
+        raise ReportInputError(
+            f"{path}: its name says rank {from_name} but its 'rank' property says {from_prop}"
+        )
+    return from_prop if from_prop is not None else from_name
+
+
+def expand_paths(paths: Iterable[str | Path]) -> list[str]:
+    """Paths as given, each directory replaced by its ``*.xml`` files with a rank in the name."""
+    out: list[str] = []
+    for p in paths:
+        path = Path(p)
+        if path.is_dir():
+            found = sorted(str(f) for f in path.glob("*.xml") if _RANK_IN_NAME.search(f.name))
+            if not found:
+                raise ReportInputError(
+                    f"{path}: directory holds no per-rank JUnit files (*rank<r>*.xml)"
+                )
+            out.extend(found)
+        else:
+            out.append(str(path))
+    return out
+
+
+def join_texts(*parts: str, sep: str = "\n") -> str:
+    """The non-empty parts, joined."""
+    return sep.join(p for p in parts if p)

@@ -1,0 +1,317 @@
+"""rankgate merge-junit: verdicts from real per-rank pytest runs and from crafted files."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from rankgate import cli
+from rankgate.report.junit import ReportInputError, merge_junit, read_junit
+
+pytestmark = pytest.mark.unit
+
+
+def junit(path: Path, cases: str, suite_props: str = "", root: str = "testsuites") -> Path:
+    """A JUnit file holding ``cases`` (testcase elements) in one testsuite."""
+    props = f"<properties>{suite_props}</properties>" if suite_props else ""
+    suite = f'<testsuite name="pytest">{props}{cases}</testsuite>'
+    path.write_text(f"<testsuites>{suite}</testsuites>" if root == "testsuites" else suite)
+    return path
+
+
+def case(name: str, body: str = "", classname: str = "t") -> str:
+    return f'<testcase classname="{classname}" name="{name}" time="0.1">{body}</testcase>'
+
+
+def main(monkeypatch: pytest.MonkeyPatch, *argv: str) -> int:
+    monkeypatch.setattr(sys, "argv", ["rankgate"])  # cli.main rewrites sys.argv
+    return cli.main(list(argv))
+
+
+# ----------------------------------------------------------------- real pytest runs
+
+
+def test_real_runs_exact_verdicts(ranked_junit: list[Path], expected_verdicts: dict) -> None:
+    report = merge_junit(ranked_junit)
+    assert report.verdicts == expected_verdicts
+    assert report.counts == {"tests": 10, "passed": 3, "failed": 2, "error": 3, "skipped": 2}
+    assert report.ranks == (0, 1, 2)
+    assert report.world_size == 3
+    assert not report.ok
+
+
+def test_real_runs_messages_name_the_ranks(ranked_junit: list[Path]) -> None:
+    tests = {t.test_id: t for t in merge_junit(ranked_junit).tests}
+    messages = {i: t.message for i, t in tests.items() if t.verdict != "passed"}
+    assert messages == {
+        "test_ranked::test_fail_on_rank1": "failed on rank 1; passed on ranks 0, 2",
+        "test_ranked::test_error_on_rank2": "error on rank 2; passed on ranks 0, 1",
+        "test_ranked::test_skip_everywhere": "no GPU here",
+        "test_ranked::test_skip_on_rank1": (
+            "ranks disagree: skipped on rank 1; passed on ranks 0, 2"
+        ),
+        "test_ranked::test_only_on_rank0": "missing on ranks 1, 2; passed on rank 0",
+        "test_ranked::test_fail_everywhere": "failed on ranks 0, 1, 2",
+        "test_ranked::test_xfail": "known bug",
+    }
+    everywhere = tests["test_ranked::test_fail_everywhere"]
+    for rank in range(3):
+        assert f"----- rank {rank}: failed: ValueError: boom on rank {rank}" in everywhere.details
+    assert everywhere.failing_ranks == (0, 1, 2)
+    one = tests["test_ranked::test_fail_on_rank1"]
+    assert one.details.startswith("----- rank 1: failed: AssertionError: rank 1 is broken")
+    assert "rank 0" not in one.details  # only the failing rank's text
+    error = tests["test_ranked::test_error_on_rank2"]
+    assert "RuntimeError: fixture broke on rank 2" in error.details
+    disagree = tests["test_ranked::test_skip_on_rank1"]
+    assert "----- rank 1: skipped: rank 1 skips" in disagree.details
+    assert "----- rank 0: passed" in disagree.details
+    assert tests["test_ranked::test_only_on_rank0"].rank_outcomes == {
+        0: "passed", 1: "missing", 2: "missing",
+    }
+
+
+def test_real_runs_written_xml(
+    ranked_junit: list[Path], expected_verdicts: dict, tmp_path: Path
+) -> None:
+    out = tmp_path / "merged.xml"
+    merge_junit(ranked_junit).write_xml(out)
+    suite = ET.parse(out).getroot().find("testsuite")
+    assert {k: suite.get(k) for k in ("tests", "failures", "errors", "skipped")} == {
+        "tests": "10", "failures": "2", "errors": "3", "skipped": "2",
+    }
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    failure = cases["test_fail_on_rank1"].find("failure")
+    assert failure.get("message") == "failed on rank 1; passed on ranks 0, 2"
+    assert "AssertionError: rank 1 is broken" in failure.text
+    assert cases["test_skip_on_rank1"].find("error") is not None
+    assert cases["test_xfail"].find("skipped").get("message") == "known bug"
+    assert cases["test_pass"].find("failure") is None
+    out_text = cases["test_pass"].findtext("system-out")
+    for rank in range(3):
+        assert f"[rank {rank}] hello from rank {rank}" in out_text
+    assert "[rank 2] stderr of rank 2" in cases["test_fail_everywhere"].findtext("system-err")
+    props = {p.get("name"): p.get("value") for p in cases["test_only_on_rank0"].iter("property")}
+    assert props == {
+        "ranks": "0", "rank_outcomes": "0=passed,1=missing,2=missing", "failing_ranks": "1,2",
+    }
+    # The merged file is ordinary JUnit: it reads back with the same verdicts.
+    back = {c.test_id: c.outcome for c in read_junit(out).cases}
+    assert back == expected_verdicts
+
+
+def test_command_on_failing_runs(
+    ranked_junit: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = tmp_path / "merged.xml"
+    assert main(monkeypatch, "merge-junit", *map(str, ranked_junit), "-o", str(out)) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == (
+        "rankgate merge-junit: 10 tests on ranks 0, 1, 2 of world 3: "
+        f"3 passed, 2 failed, 3 error, 2 skipped -> {out}"
+    )
+    assert "FAILED test_ranked::test_fail_on_rank1: failed on rank 1; passed on ranks 0, 2" in lines
+    assert "ERROR test_ranked::test_only_on_rank0: missing on ranks 1, 2; passed on rank 0" in lines
+    assert out.is_file()
+
+
+def test_command_json(
+    ranked_junit: list[Path], expected_verdicts: dict, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(monkeypatch, "merge-junit", "--json", *map(str, ranked_junit)) == 1
+    captured = capsys.readouterr()
+    got = json.loads(captured.out)
+    assert got["counts"] == {"tests": 10, "passed": 3, "failed": 2, "error": 3, "skipped": 2}
+    assert {t["id"]: t["verdict"] for t in got["tests"]} == expected_verdicts
+    by_id = {t["id"]: t for t in got["tests"]}
+    assert by_id["test_ranked::test_error_on_rank2"]["ranks"] == {
+        "0": "passed", "1": "passed", "2": "error",
+    }
+    assert captured.err.startswith("rankgate merge-junit: 10 tests")
+
+
+def test_command_on_clean_runs_exits_0(
+    clean_junit: list[Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A directory stands for its per-rank files.
+    assert main(monkeypatch, "merge-junit", str(clean_junit[0].parent)) == 0
+    assert capsys.readouterr().out == (
+        "rankgate merge-junit: 3 tests on ranks 0, 1 of world 2: "
+        "3 passed, 0 failed, 0 error, 0 skipped\n"
+    )
+
+
+# ----------------------------------------------------------------- crafted files
+
+
+def test_times_slowest_rank_per_test_summed_over_tests(tmp_path: Path) -> None:
+    files = [
+        junit(tmp_path / "junit.rank0.xml", '<testcase name="a" time="1.0"/>'
+                                            '<testcase name="b" time="0.5"/>'),
+        junit(tmp_path / "junit.rank1.xml", '<testcase name="a" time="2.0"/>'
+                                            '<testcase name="b" time="0.25"/>'),
+    ]
+    out = tmp_path / "merged.xml"
+    merge_junit(files).write_xml(out)
+    suite = ET.parse(out).getroot().find("testsuite")
+    assert suite.get("time") == "2.500"
+    assert [c.get("time") for c in suite.iter("testcase")] == ["2.000", "0.500"]
+
+
+def test_disagreement_names_what_each_rank_did(tmp_path: Path) -> None:
+    files = [
+        junit(tmp_path / "junit.rank0.xml", case("a")),
+        junit(tmp_path / "junit.rank1.xml", case("a", '<skipped message="no data"/>')),
+        junit(tmp_path / "junit.rank2.xml", case("a")),
+    ]
+    (test,) = merge_junit(files).tests
+    assert (test.verdict, test.message) == (
+        "error", "ranks disagree: skipped on rank 1; passed on ranks 0, 2",
+    )
+    assert "----- rank 1: skipped: no data" in test.details
+
+
+def test_failure_wins_over_disagreement_and_missing(tmp_path: Path) -> None:
+    files = [
+        junit(tmp_path / "junit.rank0.xml", case("a", '<failure message="bad">tb0</failure>')),
+        junit(tmp_path / "junit.rank1.xml", case("a", '<skipped message="s"/>')),
+        junit(tmp_path / "junit.rank2.xml", case("b")),
+        junit(tmp_path / "junit.rank3.xml", case("a", '<error message="setup">tb3</error>')),
+    ]
+    a = merge_junit(files).tests[0]
+    assert a.verdict == "failed"
+    assert a.message == "failed on rank 0; error on rank 3; missing on rank 2; skipped on rank 1"
+    assert a.failing_ranks == (0, 2, 3)
+    assert a.details == (
+        "----- rank 0: failed: bad\ntb0\n\n----- rank 3: error: setup\ntb3\n"
+        "----- rank 2: no result for this test"
+    )
+
+
+def test_skipped_everywhere_with_different_reasons(tmp_path: Path) -> None:
+    files = [
+        junit(tmp_path / "junit.rank0.xml", case("a", '<skipped message="no GPU"/>')),
+        junit(tmp_path / "junit.rank1.xml", case("a", '<skipped message="no NCCL"/>')),
+    ]
+    (test,) = merge_junit(files).tests
+    assert (test.verdict, test.message) == ("skipped", "rank 0: no GPU; rank 1: no NCCL")
+
+
+def test_call_failure_and_teardown_error_on_one_rank(tmp_path: Path) -> None:
+    """pytest reports such a test twice in one file; the rank's worse outcome stands."""
+    cases = case("a", '<failure message="call">c</failure>') + case(
+        "a", '<error message="teardown">t</error>'
+    )
+    files = [junit(tmp_path / "junit.rank0.xml", cases), junit(tmp_path / "junit.rank1.xml",
+                                                              case("a"))]
+    (test,) = merge_junit(files).tests
+    assert (test.verdict, test.message) == ("failed", "failed on rank 0; passed on rank 1")
+    assert test.details == "----- rank 0: failed: call; teardown\nc\nt"
+
+
+def test_rank_from_properties(tmp_path: Path) -> None:
+    files = [
+        junit(tmp_path / "a.xml", case("x"), '<property name="rank" value="1"/>'),
+        junit(tmp_path / "b.xml", case("x", '<properties><property name="rank" value="0"/>'
+                                             '</properties><failure message="m"/>')),
+    ]
+    report = merge_junit(files)
+    assert report.ranks == (0, 1)
+    assert report.tests[0].message == "failed on rank 0; passed on rank 1"
+
+
+def test_bare_testsuite_root_and_other_rank_names(tmp_path: Path) -> None:
+    files = [
+        # dispatch's naming, and in-place mode's for --junitxml=results.xml
+        junit(tmp_path / "junit-rank0.xml", case("x"), root="testsuite"),
+        junit(tmp_path / "results.rank1.xml", case("x"), root="testsuite"),
+    ]
+    assert merge_junit(files).verdicts == {"t::x": "passed"}
+
+
+def test_missing_rank_file_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    files = [junit(tmp_path / f"junit.rank{r}.xml", case("x")) for r in (0, 2)]
+    report = merge_junit(files, world_size=4)
+    assert report.verdicts == {"rankgate.merge::missing_ranks": "error", "t::x": "error"}
+    assert report.tests[0].message == "no JUnit file for ranks 1, 3 of world 4"
+    assert report.tests[1].message == "missing on ranks 1, 3; passed on ranks 0, 2"
+    assert main(monkeypatch, "merge-junit", "--world", "4", *map(str, files)) == 1
+    assert "ERROR rankgate.merge::missing_ranks: no JUnit file for ranks 1, 3 of world 4" in (
+        capsys.readouterr().out
+    )
+
+
+def test_world_size_property(tmp_path: Path) -> None:
+    prop = '<property name="world_size" value="2"/>'
+    report = merge_junit([junit(tmp_path / "junit.rank0.xml", case("x"), prop)])
+    assert report.verdicts == {"rankgate.merge::missing_ranks": "error", "t::x": "error"}
+
+
+# ----------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    ("setup", "error"),
+    [
+        (lambda d: d / "junit.rank0.xml", "junit.rank0.xml: no such file"),
+        (lambda d: _write(d / "junit.rank0.xml", "not <xml"), "junit.rank0.xml: not valid XML"),
+        (lambda d: _write(d / "junit.rank0.xml", "<html/>"),
+         "junit.rank0.xml: not a JUnit file (root element <html>"),
+        (lambda d: junit(d / "plain.xml", case("x")), "plain.xml: cannot tell its rank"),
+        (lambda d: junit(d / "junit.rank1.xml", case("x"), '<property name="rank" value="0"/>'),
+         "junit.rank1.xml: its name says rank 1 but its 'rank' property says 0"),
+        (lambda d: junit(d / "junit.rank0.xml", case("x"), '<property name="rank" value="x"/>'),
+         "junit.rank0.xml: property 'rank' is 'x', not an integer"),
+        (lambda d: d, "holds no per-rank JUnit files"),
+    ],
+    ids=[
+        "missing", "not-xml", "not-junit", "no-rank", "rank-conflict", "rank-not-int", "empty-dir",
+    ],
+)
+def test_bad_input_exits_2_naming_the_file(
+    setup, error: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = setup(tmp_path)
+    with pytest.raises(ReportInputError, match="^" + re.escape(str(tmp_path))):
+        merge_junit([path])
+    assert main(monkeypatch, "merge-junit", str(path)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"rankgate merge-junit: error: {tmp_path}")
+    assert error in err
+
+
+def test_no_files_exits_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(monkeypatch, "merge-junit") == 2
+    assert capsys.readouterr().err == "rankgate merge-junit: error: no JUnit files given\n"
+
+
+def test_two_files_of_one_rank(tmp_path: Path) -> None:
+    a = junit(tmp_path / "junit.rank0.xml", case("x"))
+    (tmp_path / "old").mkdir()
+    b = junit(tmp_path / "old" / "junit.rank0.xml", case("x"))
+    with pytest.raises(ReportInputError, match=f"^{re.escape(str(a))} and {re.escape(str(b))} both "
+                                               "hold rank 0$"):
+        merge_junit([a, b])
+
+
+def test_rank_beyond_world(tmp_path: Path) -> None:
+    path = junit(tmp_path / "junit.rank5.xml", case("x"))
+    with pytest.raises(ReportInputError, match=r"results for rank 5 but the world size is 2"):
+        merge_junit([path], world_size=2)
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path

@@ -1,0 +1,141 @@
+"""rankgate report: totals, failing tests with their ranks, benchmark files."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rankgate import cli
+from rankgate.report.junit import ReportInputError, merge_junit
+from rankgate.report.summary import summarize
+
+pytestmark = pytest.mark.unit
+
+HARNESS_BENCH = [{"world": 2, "pool_ms_per_test": 4.1, "spawn_ms_per_test": 2210.0}]
+
+
+@pytest.fixture(scope="module")
+def plain_junit(tmp_path_factory: pytest.TempPathFactory, inner_env: dict[str, str]) -> Path:
+    """An ordinary (rank-less) pytest report: one pass, one failure, one skip."""
+    directory = tmp_path_factory.mktemp("plain")
+    (directory / "test_plain.py").write_text(
+        "import pytest\n"
+        "def test_ok():\n    pass\n"
+        "def test_bad():\n    assert 1 == 2, 'one is not two'\n"
+        "def test_skip():\n    pytest.skip('later')\n"
+    )
+    path = directory / "unit.xml"
+    subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={path}",
+         "test_plain.py"],
+        cwd=directory, capture_output=True, timeout=120,
+        env=inner_env,
+    )
+    assert path.is_file()
+    return path
+
+
+def test_rank_files_and_plain_file_and_bench(
+    ranked_junit: list[Path], plain_junit: Path, tmp_path: Path
+) -> None:
+    bench = tmp_path / "harness.json"
+    bench.write_text(json.dumps(HARNESS_BENCH))
+    got = summarize([*ranked_junit, plain_junit], [bench])
+    assert got["ok"] is False
+    assert got["totals"] == {"tests": 13, "passed": 4, "failed": 3, "error": 3, "skipped": 3}
+    ranked_dir = str(ranked_junit[0].parent)
+    assert [(g["source"], g["ranks"], g["totals"]["tests"]) for g in got["groups"]] == [
+        (str(plain_junit), None, 3),
+        (ranked_dir, [0, 1, 2], 10),
+    ]
+    failing = {f["id"]: f for f in got["failing"]}
+    assert sorted(failing) == [
+        "test_plain::test_bad",
+        "test_ranked::test_error_on_rank2",
+        "test_ranked::test_fail_everywhere",
+        "test_ranked::test_fail_on_rank1",
+        "test_ranked::test_only_on_rank0",
+        "test_ranked::test_skip_on_rank1",
+    ]
+    assert failing["test_ranked::test_fail_on_rank1"] == {
+        "id": "test_ranked::test_fail_on_rank1",
+        "outcome": "failed",
+        "source": ranked_dir,
+        "failing_ranks": [1],
+        "ranks": {"0": "passed", "1": "failed", "2": "passed"},
+        "message": "failed on rank 1; passed on ranks 0, 2",
+    }
+    assert failing["test_ranked::test_only_on_rank0"]["failing_ranks"] == [1, 2]
+    assert failing["test_plain::test_bad"] == {
+        "id": "test_plain::test_bad",
+        "outcome": "failed",
+        "source": str(plain_junit),
+        "failing_ranks": None,
+        "ranks": None,
+        "message": "AssertionError: one is not two",
+    }
+    assert got["bench"] == [{"file": str(bench), "data": HARNESS_BENCH}]
+
+
+def test_merged_file_keeps_its_ranks(ranked_junit: list[Path], tmp_path: Path) -> None:
+    merged = tmp_path / "merged.xml"
+    merge_junit(ranked_junit).write_xml(merged)
+    direct = summarize(ranked_junit)
+    again = summarize([merged])
+    assert again["totals"] == direct["totals"]
+    strip = [{k: v for k, v in f.items() if k != "source"} for f in direct["failing"]]
+    assert [{k: v for k, v in f.items() if k != "source"} for f in again["failing"]] == strip
+
+
+def test_clean_runs_are_ok(clean_junit: list[Path]) -> None:
+    got = summarize(clean_junit)
+    assert got["ok"] is True
+    assert got["failing"] == []
+    assert got["totals"] == {"tests": 3, "passed": 3, "failed": 0, "error": 0, "skipped": 0}
+
+
+def test_bench_file_with_log_lines_before_the_json(tmp_path: Path) -> None:
+    bench = tmp_path / "bench.txt"
+    bench.write_text("warming up\nworld 2: pool 4.1 ms\n" + json.dumps(HARNESS_BENCH) + "\n")
+    assert summarize([], [bench])["bench"] == [{"file": str(bench), "data": HARNESS_BENCH}]
+
+
+def test_bad_input(tmp_path: Path) -> None:
+    bench = tmp_path / "bench.json"
+    bench.write_text("no json here\n")
+    with pytest.raises(ReportInputError, match=f"^{re.escape(str(bench))}: not JSON"):
+        summarize([], [bench])
+    with pytest.raises(ReportInputError, match=r"^no JUnit or benchmark files given$"):
+        summarize([], [])
+    missing = tmp_path / "nope.xml"
+    with pytest.raises(ReportInputError, match=f"^{re.escape(str(missing))}: no such file$"):
+        summarize([missing])
+
+
+def test_command(
+    ranked_junit: list[Path], clean_junit: list[Path], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["rankgate"])  # cli.main rewrites sys.argv
+    bench = tmp_path / "harness.json"
+    bench.write_text(json.dumps(HARNESS_BENCH))
+    out = tmp_path / "summary.json"
+    args = ["report", *map(str, ranked_junit), "--bench", str(bench), "-o", str(out)]
+    assert cli.main(args) == 1
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == json.loads(out.read_text())
+    assert json.loads(captured.out)["totals"]["tests"] == 10
+    assert captured.err == (
+        "rankgate report: 10 tests: 3 passed, 2 failed, 3 error, 2 skipped; 1 benchmark files\n"
+    )
+    assert cli.main(["report", *map(str, clean_junit)]) == 0
+    capsys.readouterr()
+    assert cli.main(["report", str(tmp_path / "missing.xml")]) == 2
+    assert capsys.readouterr().err == (
+        f"rankgate report: error: {tmp_path / 'missing.xml'}: no such file\n"
+    )
