@@ -262,7 +262,8 @@ class PoolSession:
         if verdict.status == "disagreement":
             raise RankDisagreement(verdict.summary)
         if verdict.status == "skipped":
-            pytest.skip(verdict.summary)
+            # Reported at the test's location, not the plugin's.
+            raise pytest.skip.Exception(verdict.summary, _use_item_location=True)
         if verdict.status == "xfailed":
             pytest.xfail(verdict.summary)
         return True
@@ -279,7 +280,7 @@ class PoolSession:
             return report
         if run is None or call.when != "call" or run.outcomes is None:
             return report
-        attach_rank_output(report, run)
+        attach_rank_output(item, report, run)
         if run.verdict.status in ("failed", "disagreement"):
             repro = reproduction_line(item.nodeid, run.world, run.backend, run.seed, run.base_seed)
             report.longrepr = f"{run.verdict.text}\n{repro}"
@@ -326,22 +327,25 @@ def build_task(item: pytest.Function, seed: int) -> dict:
     }
 
 
-def attach_rank_output(report: pytest.TestReport, run: WorldRun) -> None:
-    """Every rank's output in the terminal report sections and in JUnit properties."""
-    report.user_properties += [
+def attach_rank_output(item: pytest.Item, report: pytest.TestReport, run: WorldRun) -> None:
+    """Every rank's output in the terminal report sections and in JUnit properties.
+
+    JUnit takes properties from the teardown report, which copies
+    ``item.user_properties``; the call report gets them too for status hooks.
+    """
+    props: list[tuple[str, object]] = [
         ("rankgate.world", run.world),
         ("rankgate.backend", run.backend),
         ("rankgate.seed", run.seed),
         ("rankgate.verdict", run.verdict.status),
     ]
     if run.verdict.failing_ranks:
-        ranks = ",".join(map(str, run.verdict.failing_ranks))
-        report.user_properties.append(("rankgate.failing_ranks", ranks))
+        props.append(("rankgate.failing_ranks", ",".join(map(str, run.verdict.failing_ranks))))
     for o in run.outcomes:
-        report.user_properties.append((f"rankgate.rank{o.rank}.outcome", o.outcome))
+        props.append((f"rankgate.rank{o.rank}.outcome", o.outcome))
         for stream, text in (("stdout", o.stdout), ("stderr", o.stderr)):
             if text:
                 report.sections.append((f"Captured {stream} call (rank {o.rank})", text))
-                report.user_properties.append(
-                    (f"rankgate.rank{o.rank}.{stream}", text[-OUTPUT_LIMIT:])
-                )
+                props.append((f"rankgate.rank{o.rank}.{stream}", text[-OUTPUT_LIMIT:]))
+    item.user_properties.extend(props)
+    report.user_properties.extend(props)

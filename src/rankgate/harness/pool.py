@@ -300,8 +300,24 @@ class Pool:
                 rank=r.rank,
                 outcome="hung",
                 detail=why,
-                stack=_read_from(r.stderr, before[r.rank]),
+                stack=trim_harness_frames(_read_from(r.stderr, before[r.rank])),
             )
+
+
+def trim_harness_frames(stack: str) -> str:
+    """Drop the worker's and multiprocessing's frames under the test's own frames."""
+    kept, skipping = [], False
+    for line in stack.splitlines():
+        if not line.startswith('  File "'):
+            skipping = False
+        elif skipping:
+            continue
+        elif "rankgate/harness/worker.py" in line:
+            skipping = True
+            kept.append("  (rankgate worker frames omitted)")
+            continue
+        kept.append(line)
+    return "\n".join(kept) + "\n"
 
 
 def describe_exit(process) -> str:

@@ -39,7 +39,8 @@ def judge(outcomes: list[RankOutcome], world: int, backend: str) -> Verdict:
     kinds = {o.outcome for o in outcomes}
     if len(kinds) > 1:
         by_kind = ", ".join(
-            f"{_ranks([o.rank for o in outcomes if o.outcome == k])} {k}" for k in sorted(kinds)
+            f"{_ranks([o.rank for o in outcomes if o.outcome == k])} {k}"
+            for k in sorted(kinds, key=lambda k: min(o.rank for o in outcomes if o.outcome == k))
         )
         summary = f"ranks disagree {where}: {by_kind}"
         details = "".join(_section(o) for o in outcomes if o.detail)

@@ -1,0 +1,274 @@
+"""Fault injection: each failure mode is reported exactly, and the next test passes.
+
+Every inner file ends with ``test_next``, a collective on the same world, so a
+pool left broken by the fault would show up as a second failure.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from conftest import properties
+
+pytestmark = pytest.mark.dist
+
+NEXT = """
+@pytest.mark.world(2)
+def test_next(rank):
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    assert t.item() == 2
+"""
+
+HEADER = """
+import os, signal, time, ctypes
+import pytest
+import torch
+import torch.distributed as dist
+"""
+
+
+def run_fault(inner, body: str, *args: str, ini: str = ""):
+    start = time.monotonic()
+    result = inner(HEADER + body + NEXT, *args, ini=ini)
+    return result, time.monotonic() - start
+
+
+def test_exception_on_one_rank(inner):
+    result, _ = run_fault(
+        inner,
+        """
+@pytest.mark.world(2)
+def test_fault(rank):
+    print(f"stdout of rank {rank}")
+    if rank == 1:
+        raise RuntimeError("boom on one rank")
+""",
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "rank 1 failed (world 2, backend gloo)",
+            "*rank 1: failed*",
+            '*raise RuntimeError("boom on one rank")',
+            "RuntimeError: boom on one rank",
+            "reproduce: pytest 'test_inner.py::test_fault' --rankgate-seed=0  # world=2 backend=gloo seed=*",
+            "*Captured stdout call (rank 0)*",
+            "stdout of rank 0",
+            "*Captured stdout call (rank 1)*",
+            "stdout of rank 1",
+        ]
+    )
+    assert "rank 0: failed" not in result.stdout.str()
+
+
+def test_assertion_on_one_rank_shows_rewritten_values(inner):
+    result, _ = run_fault(
+        inner,
+        """
+@pytest.mark.world(2)
+def test_fault(rank):
+    expected = [1, 2, 3]
+    got = [1, 2, 3 + rank]
+    assert got == expected
+""",
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        ["rank 1 failed (world 2, backend gloo)", "AssertionError: assert [1, 2, 4] == [1, 2, 3]"]
+    )
+
+
+def test_failed_rank_does_not_leave_peer_waiting_until_timeout(inner):
+    # Rank 1 fails before the collective; rank 0 waits in it. The test must end
+    # shortly after rank 1's failure, with rank 0's stack, not at the 120 s timeout.
+    result, seconds = run_fault(
+        inner,
+        """
+@pytest.mark.world(2, timeout=120)
+def test_fault(rank):
+    assert rank == 0, "rank 1 refuses"
+    dist.barrier()
+""",
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "rank 1 failed; rank 0 hung (world 2, backend gloo)",
+            "*rank 1: failed*",
+            "AssertionError: rank 1 refuses*",
+            "*rank 0: hung*",
+            "still running 3 s after rank 1 failed; stopped",
+            "Python stacks of every thread (faulthandler):",
+            '*File "*test_inner.py", line * in test_fault',
+        ]
+    )
+    assert seconds < 60
+
+
+@pytest.mark.parametrize(
+    ("action", "expected"),
+    [
+        ("ctypes.string_at(0)", "rank 1 crashed (killed by SIGSEGV (exit code -11))*"),
+        ("os._exit(7)", "rank 1 crashed (exited with code 7)*"),
+        (
+            "os.kill(os.getpid(), signal.SIGKILL)",
+            "rank 1 crashed (killed by SIGKILL (exit code -9))*",
+        ),
+    ],
+    ids=["segfault", "os_exit", "sigkill"],
+)
+def test_crash_fails_within_seconds_naming_the_signal(inner, action, expected):
+    result, seconds = run_fault(
+        inner,
+        f"""
+@pytest.mark.world(2, timeout=120)
+def test_fault(rank):
+    if rank == 1:
+        {action}
+    dist.barrier()
+""",
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([expected, "*rank 1: crashed*"])
+    assert seconds < 60, f"the crash took {seconds:.0f} s to report: it waited for the timeout"
+
+
+def test_segfault_report_carries_the_rank_fatal_error_stack(inner):
+    result, _ = run_fault(
+        inner,
+        """
+@pytest.mark.world(2)
+def test_fault(rank):
+    if rank == 1:
+        ctypes.string_at(0)
+    dist.barrier()
+""",
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "*Captured stderr call (rank 1)*",
+            "Fatal Python error: Segmentation fault",
+            '*File "*test_inner.py", line * in test_fault',
+        ]
+    )
+
+
+def test_hang_inside_a_collective_dumps_every_rank_stack(inner):
+    result, seconds = run_fault(
+        inner,
+        """
+@pytest.mark.world(2, timeout=4)
+def test_fault(rank):
+    t = torch.zeros(1)
+    if rank == 0:
+        dist.all_reduce(t)      # rank 1 never joins this all_reduce
+    else:
+        dist.recv(t, src=0)     # and rank 0 never sends
+""",
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    out = result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "ranks 0, 1 hung (world 2, backend gloo)",
+            "*rank 0: hung*",
+            "did not finish within the test's timeout of 4 s",
+            "*in all_reduce",
+            "*rank 1: hung*",
+            "*in recv",
+        ]
+    )
+    assert out.count("Python stacks of every thread (faulthandler):") == 2
+    assert seconds < 60
+
+
+def test_hang_outside_a_collective(inner):
+    result, _ = run_fault(
+        inner,
+        """
+@pytest.mark.world(2, timeout=3)
+def test_fault(rank):
+    time.sleep(1000)
+""",
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "ranks 0, 1 hung (world 2, backend gloo)",
+            '*File "*test_inner.py", line * in test_fault',
+            "  (rankgate worker frames omitted)",
+        ]
+    )
+
+
+def test_timeout_from_command_line_and_ini(inner):
+    body = """
+@pytest.mark.world(2)
+def test_fault(rank):
+    time.sleep(1000)
+"""
+    result, _ = run_fault(inner, body, "--rankgate-timeout=2")
+    result.stdout.fnmatch_lines(["did not finish within the test's timeout of 2 s"])
+    result, _ = run_fault(inner, body, ini="rankgate_timeout = 3")
+    result.stdout.fnmatch_lines(["did not finish within the test's timeout of 3 s"])
+
+
+def test_skip_disagreement_is_an_error(inner):
+    result, _ = run_fault(
+        inner,
+        """
+@pytest.mark.world(2)
+def test_fault(rank):
+    if rank == 0:
+        pytest.skip("only rank 0 skips")
+""",
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at call of test_fault*",
+            "ranks disagree (world 2, backend gloo): rank 0 skipped, rank 1 passed",
+            "*rank 0: skipped*",
+            "only rank 0 skips",
+            "ERROR test_inner.py::test_fault - ranks disagree*",
+            "*1 passed, 1 error*",
+        ]
+    )
+
+
+def test_skip_on_every_rank_is_a_skip(inner):
+    result, _ = run_fault(
+        inner,
+        """
+@pytest.mark.world(2)
+def test_fault(rank):
+    pytest.skip("not on this machine")
+""",
+    )
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED [[]1] test_inner.py:*: not on this machine"])
+
+
+def test_rank_output_and_verdict_in_junit(inner):
+    result, cases = inner.junit(
+        source=HEADER
+        + """
+@pytest.mark.world(2)
+def test_fault(rank):
+    print(f"out {rank}")
+    os.write(2, f"err {rank}\\n".encode())
+    assert rank == 0
+"""
+        + NEXT,
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    props = properties(cases["test_fault"])
+    assert props["rankgate.failing_ranks"] == "1"
+    assert props["rankgate.verdict"] == "failed"
+    assert props["rankgate.rank0.outcome"] == "passed"
+    assert props["rankgate.rank1.outcome"] == "failed"
+    assert props["rankgate.rank0.stdout"] == "out 0\n"
+    assert props["rankgate.rank1.stderr"] == "err 1\n"
+    assert cases["test_fault"].find("failure") is not None
+    assert properties(cases["test_next"])["rankgate.verdict"] == "passed"
