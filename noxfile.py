@@ -1,30 +1,42 @@
-"""Developer entry points: one nox session per pipeline stage.
+"""Developer entry points: one nox session per pipeline stage (rankgate.pipeline.stages).
 
 Sessions run in the current environment (no virtualenv): rankgate tests the
 torch/CUDA stack that is installed, and must never swap it for another build.
+
+Arguments after ``--``: ``[--profile SITE.toml] [--out DIR] [--strict] [pytest args]``,
+e.g. ``nox -s unit -- -x -k world``, ``nox -s gpu -- --profile site.toml``,
+``nox -s gate -- --strict`` (a skipped stage fails the gate too).
 """
 
 from __future__ import annotations
 
 import nox
 
+from rankgate.pipeline import executor, stages
+
 nox.options.default_venv_backend = "none"
 nox.options.sessions = ["lint", "unit", "dist"]
 
 
-@nox.session
-def lint(session: nox.Session) -> None:
-    """Ruff over the package, suites, tests and pipeline code."""
-    session.run("ruff", "check", ".")
+def _session_for(stage: stages.Stage):
+    def session_body(session: nox.Session) -> None:
+        options = executor.Options.from_args(session.posargs)
+        if stage.includes:
+            outcomes = executor.run_gate(options)
+            blockers = executor.verdict(outcomes, allow_skipped=not options.strict)
+            if blockers:
+                session.error("gate did not pass: " + "; ".join(blockers))
+            return
+        outcome = executor.run_stage(stage, options)
+        if outcome.status == "failed":
+            session.error(f"{stage.name} failed: {outcome.reason}")
+        if outcome.status == "skipped":
+            session.skip(outcome.reason)
+
+    session_body.__doc__ = stage.description
+    session_body.__name__ = stage.name
+    return session_body
 
 
-@nox.session
-def unit(session: nox.Session) -> None:
-    """Single-process tests (marker: unit)."""
-    session.run("pytest", "-m", "unit", *session.posargs)
-
-
-@nox.session
-def dist(session: nox.Session) -> None:
-    """Multi-rank tests on CPU through gloo (marker: dist)."""
-    session.run("pytest", "-m", "dist and not gpu", *session.posargs)
+for _stage in stages.all_stages():
+    nox.session(name=_stage.name)(_session_for(_stage))

@@ -1,0 +1,88 @@
+"""Every subprocess the pipeline starts goes through :func:`run` (one place, one error type)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+
+class CommandFailed(Exception):
+    """A command exited non-zero (or could not start). Carries the command and its code."""
+
+    def __init__(self, argv: list[str], returncode: int, reason: str = "") -> None:
+        self.argv = argv
+        self.returncode = returncode
+        self.reason = reason or f"exit code {returncode}"
+        super().__init__(f"{shlex.join(argv)}: {self.reason}")
+
+
+def run(
+    argv: list[str],
+    *,
+    ok_codes: tuple[int, ...] = (0,),
+    stdout_path: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float | None = None,
+    echo: bool = True,
+) -> int:
+    """Run ``argv`` with the terminal as its stdout/stderr and return its exit code.
+
+    ``stdout_path``: also copy stdout into this file (the command's product).
+    Raises :class:`CommandFailed` for a code outside ``ok_codes``, a missing program
+    or a timeout. The process gets its own session, so an interrupt reaches its tree.
+    """
+    if echo:
+        print(f"rankgate > {shlex.join(argv)}", file=sys.stderr, flush=True)
+    if shutil.which(argv[0]) is None:
+        raise CommandFailed(argv, 127, f"{argv[0]} not found on PATH")
+    full_env = {**os.environ, **(env or {})}
+    pipe = subprocess.PIPE if stdout_path is not None else None
+    proc = subprocess.Popen(argv, env=full_env, stdout=pipe, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_tree(proc)
+        raise CommandFailed(argv, 124, f"timed out after {timeout:.0f} s") from None
+    except BaseException:  # KeyboardInterrupt included: the whole tree goes with us
+        _kill_tree(proc)
+        raise
+    if stdout_path is not None:
+        stdout_path.parent.mkdir(parents=True, exist_ok=True)
+        stdout_path.write_text(out)
+        sys.stdout.write(out)
+        sys.stdout.flush()
+    if proc.returncode not in ok_codes:
+        raise CommandFailed(argv, proc.returncode)
+    return proc.returncode
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    """SIGTERM the command's process group, then SIGKILL what is left after 5 s."""
+    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def capture(argv: list[str], *, timeout: float = 30.0) -> tuple[int, str]:
+    """Run a quick probe quietly; return (exit code, stdout+stderr). Never raises."""
+    if shutil.which(argv[0]) is None:
+        return 127, f"{argv[0]} not found on PATH"
+    try:
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout, start_new_session=True
+        )
+    except (subprocess.TimeoutExpired, OSError) as exc:
+        return 124, str(exc)
+    return proc.returncode, (proc.stdout + proc.stderr).strip()

@@ -1,0 +1,215 @@
+"""The tiny executor: run a stage's commands, or say loudly why it was skipped.
+
+``run_stage`` returns one :class:`Outcome`; ``run_gate`` runs the gate's own commands
+and every included stage, each step getting nothing from the last but the verdict
+table at the end. nox sessions (noxfile.py) and ``rankgate run`` both call these.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from rankgate.pipeline import command, stages
+from rankgate.pipeline.probe import Machine, module_missing
+from rankgate.pipeline.stages import Command, Stage
+
+Status = Literal["passed", "failed", "skipped"]
+NO_TESTS = 5  # pytest's exit code when the marker expression selects nothing
+
+
+@dataclass(kw_only=True, slots=True)
+class Options:
+    """How to run stages; nox posargs and ``rankgate run`` options both end up here."""
+
+    out_dir: Path = Path("out")
+    """Where products go (JUnit under junit/, benchmark JSON under bench/, gate.json)."""
+    profile: str = ""
+    """Site profile (TOML) for ``rankgate dispatch``: gpu and hpc run remotely with it."""
+    pytest_args: tuple[str, ...] = ()
+    """Extra pytest arguments (paths, -k, -x, -n ...), given to every pytest command."""
+    strict: bool = False
+    """The gate fails on a skipped stage too, as the release gate does."""
+
+    @classmethod
+    def from_args(cls, args: list[str]) -> Options:
+        """``[--profile P] [--out DIR] [--strict] [pytest args...]`` (nox's posargs)."""
+        options, rest = cls(), list(args)
+        while rest and rest[0] in ("--profile", "--out", "--strict"):
+            flag = rest.pop(0)
+            if flag == "--strict":
+                options.strict = True
+                continue
+            if not rest:
+                raise SystemExit(f"{flag} needs a value, e.g. nox -s gpu -- {flag} site.toml")
+            value = rest.pop(0)
+            if flag == "--profile":
+                options.profile = value
+            else:
+                options.out_dir = Path(value)
+        options.pytest_args = tuple(rest)
+        return options
+
+
+@dataclass(kw_only=True, slots=True)
+class Outcome:
+    """What happened to one stage (or one of the gate's own steps, e.g. env-check)."""
+
+    stage: str
+    status: Status
+    reason: str = ""
+    """Why it failed or was skipped; for a pass, what it could not check (a note)."""
+    seconds: float = 0.0
+    products: tuple[str, ...] = ()
+    """Product files that exist after the run."""
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def run_stage(stage: Stage, options: Options, machine: Machine | None = None) -> Outcome:
+    """Run one stage here or dispatch it; a stage the machine cannot run is skipped, loudly."""
+    if stage.includes:
+        raise ValueError(f"{stage.name} runs other stages: use run_gate()")
+    machine = machine or Machine()
+    start = time.monotonic()
+    if options.profile and stage.dispatchable:
+        steps = [_dispatch_command(stage, options)]
+    else:
+        blocked = [why for need in stage.needs if (why := machine.missing(need))]
+        if blocked:
+            if stage.dispatchable:
+                blocked.append(f"or dispatch it: nox -s {stage.name} -- --profile SITE.toml")
+            return _announce(Outcome(stage=stage.name, status="skipped", reason="; ".join(blocked)))
+        steps = list(stage.commands)
+    status, notes = "skipped", []
+    for step in steps:
+        step_status, note = _run_command(step, stage, options)
+        if note:
+            notes.append(note)
+        if step_status == "failed":
+            status = "failed"
+            break
+        if step_status == "passed":
+            status = "passed"
+    products = tuple(p for p in stage.products if (options.out_dir / p).exists())
+    seconds = time.monotonic() - start
+    outcome = Outcome(
+        stage=stage.name, status=status, reason="; ".join(notes), seconds=seconds, products=products
+    )
+    return _announce(outcome)
+
+
+def run_gate(
+    options: Options, machine: Machine | None = None, include: tuple[str, ...] | None = None
+) -> list[Outcome]:
+    """The gate's own commands (env-check), then each included stage; prints the table."""
+    gate = stages.get("gate")
+    outcomes = gate_checks(options)
+    machine = machine or Machine()
+    for name in include if include is not None else gate.includes:
+        outcomes.append(run_stage(stages.get(name), options, machine))
+    options.out_dir.mkdir(parents=True, exist_ok=True)
+    (options.out_dir / "gate.json").write_text(
+        json.dumps([o.to_json() for o in outcomes], indent=2) + "\n"
+    )
+    print(summary_table(outcomes), flush=True)
+    return outcomes
+
+
+def gate_checks(options: Options) -> list[Outcome]:
+    """The gate's own commands (env-check), one outcome each."""
+    gate = stages.get("gate")
+    outcomes = []
+    for step in gate.commands:
+        start = time.monotonic()
+        status, note = _run_command(step, gate, options)
+        seconds = time.monotonic() - start
+        outcomes.append(
+            _announce(Outcome(stage=step.name, status=status, reason=note, seconds=seconds))
+        )
+    return outcomes
+
+
+def verdict(outcomes: list[Outcome], *, allow_skipped: bool) -> list[str]:
+    """Why these outcomes do not pass a gate (empty list: they do).
+
+    A failure always blocks; a skip blocks unless ``allow_skipped`` (the local gate
+    allows skips, the release gate and ``--strict`` do not).
+    """
+    blockers = [f"{o.stage} failed: {o.reason}" for o in outcomes if o.status == "failed"]
+    if not allow_skipped:
+        blockers += [f"{o.stage} skipped: {o.reason}" for o in outcomes if o.status == "skipped"]
+    return blockers
+
+
+def summary_table(outcomes: list[Outcome]) -> str:
+    """Plain-text table: one row per stage; failed and skipped rows in capitals."""
+    counts = {s: sum(o.status == s for o in outcomes) for s in ("passed", "failed", "skipped")}
+    width = max([len(o.stage) for o in outcomes] + [5])
+    lines = [
+        "",
+        f"{'stage':<{width}}  {'result':<7}  {'time':>7}  reason / note",
+        f"{'-' * width}  {'-' * 7}  {'-' * 7}  {'-' * 40}",
+    ]
+    for o in outcomes:
+        shown = o.status if o.status == "passed" else o.status.upper()
+        lines.append(f"{o.stage:<{width}}  {shown:<7}  {o.seconds:6.1f}s  {o.reason}".rstrip())
+    lines.append(
+        f"gate — {counts['passed']} passed, {counts['failed']} failed, "
+        f"{counts['skipped']} skipped (stages)"
+    )
+    return "\n".join(lines)
+
+
+def _dispatch_command(stage: Stage, options: Options) -> Command:
+    return Command(
+        argv=("rankgate", "dispatch", "--profile", options.profile, "--stage", stage.name),
+        label="dispatch",
+        module="rankgate.dispatch.cli",
+    )
+
+
+def _run_command(step: Command, stage: Stage, options: Options) -> tuple[Status, str]:
+    """Run one command of ``stage``: (passed|failed|skipped, note for the table)."""
+    if step.module and (why := module_missing(step.module)):
+        return "skipped", f"{step.name}: {why}"
+    argv = list(step.argv)
+    if step.optional and shutil.which(argv[0]) is None:
+        hint = f" ({step.install})" if step.install else ""
+        return "skipped", f"{step.name} not on PATH, not run{hint}"
+    if step.optional_paths:
+        argv = [a for a in argv if a not in step.optional_paths or Path(a).exists()]
+        if not any(a in step.optional_paths for a in argv):
+            return "skipped", f"{step.name}: none of {', '.join(step.optional_paths)} exist"
+    ok_codes: tuple[int, ...] = (0,)
+    if argv[0] == "pytest":
+        junit = options.out_dir / "junit" / f"{stage.name}.xml"
+        argv += ["-m", stage.markers] if stage.markers else []
+        argv += [f"--junitxml={junit}", *options.pytest_args]
+        ok_codes = (0, NO_TESTS)
+    stdout = options.out_dir / step.stdout if step.stdout else None
+    env = {"RANKGATE_OUT": str(options.out_dir.resolve())}
+    try:
+        code = command.run(argv, ok_codes=ok_codes, stdout_path=stdout, env=env)
+    except command.CommandFailed as exc:
+        return "failed", f"{step.name}: {exc.reason} ({shlex.join(exc.argv)})"
+    if argv[0] == "pytest" and code == NO_TESTS:
+        return "skipped", f"no tests selected by -m {stage.markers!r}"
+    return "passed", ""
+
+
+def _announce(outcome: Outcome) -> Outcome:
+    """Say each verdict as it happens; a skip is never silent."""
+    line = f"rankgate: stage {outcome.stage} {outcome.status.upper()}"
+    if outcome.reason:
+        line += f" — {outcome.reason}"
+    print(line, file=sys.stderr, flush=True)
+    return outcome

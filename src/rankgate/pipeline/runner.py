@@ -1,0 +1,175 @@
+"""``rankgate run``: the seed runner's options, mapped onto pipeline stages and markers.
+
+=================  ==========================================================
+option             runs
+=================  ==========================================================
+(none)             the gate: env-check and every stage this machine can run
+--stage NAME       that stage (repeatable): lint unit dist gpu hpc bench container
+--unit             stage unit (marker ``unit``)
+--integration      stage dist: multi-rank tests (marker ``dist and not gpu``)
+--performance      stage bench's tests only (marker ``perf``)
+--benchmark        stage bench: perf tests and the harness benchmark smoke run
+--error            the fault-injection suite (suites/harness), every CPU tier
+--auto             backend detection/selection tests (suites/comm, -k auto/select)
+--markers EXPR     only tests matching EXPR; "a,b" means "a and b"; with stages,
+                   it narrows each one
+--file PATH        only tests under PATH (repeatable)
+--coverage         pytest-cov over rankgate (needs pytest-cov)
+--parallel [N]     pytest-xdist with N workers (default: auto)
+--json             end with one JSON line: each stage's outcome
+--env-check        ``rankgate env-check`` first (alone: only that)
+=================  ==========================================================
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from rankgate.pipeline import executor, stages
+from rankgate.pipeline.executor import Options, Outcome
+from rankgate.pipeline.probe import Machine
+from rankgate.pipeline.stages import Stage
+
+_CPU_TIERS = "not gpu and not hpc and not container and not perf"
+
+
+def _tests(name: str, markers: str, *paths: str, keyword: str = "") -> Stage:
+    """A pytest-only stage run here: the seed runner's narrower selections."""
+    argv = ("pytest", *paths, *(("-k", keyword) if keyword else ()))
+    return Stage(
+        name=name,
+        description=f"rankgate run --{name}",
+        markers=markers,
+        where=("local",),
+        commands=(stages.Command(argv=argv, label="pytest", optional_paths=paths),),
+        dagger="test-cpu",
+        workflow="ci.yml:unit",
+    )
+
+
+# seed runner flag -> the stage it runs (built when asked)
+SELECTIONS: dict[str, Callable[[], Stage]] = {
+    "unit": lambda: stages.get("unit"),
+    "integration": lambda: stages.get("dist"),
+    "benchmark": lambda: stages.get("bench"),
+    "performance": lambda: _tests("performance", stages.get("bench").markers),
+    "error": lambda: _tests("error", _CPU_TIERS, "suites/harness"),
+    "auto": lambda: _tests("auto", _CPU_TIERS, "suites/comm", keyword="auto or select"),
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = __doc__.split("\n", 2)[2]
+    pick = parser.add_argument_group("what to run")
+    pick.add_argument("--stage", action="append", default=[], choices=stages.names())
+    pick.add_argument("--unit", action="store_true", help="stage unit")
+    pick.add_argument("--integration", action="store_true", help="stage dist (multi-rank)")
+    pick.add_argument("--performance", action="store_true", help="perf-marked tests")
+    pick.add_argument("--benchmark", action="store_true", help="stage bench")
+    pick.add_argument("--error", action="store_true", help="fault-injection suite")
+    pick.add_argument("--auto", action="store_true", help="backend selection tests")
+    pick.add_argument("--markers", default="", help='marker expression; "a,b" = "a and b"')
+    pick.add_argument("--file", action="append", default=[], help="test file or directory")
+    pick.add_argument("--env-check", action="store_true", help="rankgate env-check first")
+    how = parser.add_argument_group("how")
+    how.add_argument("--coverage", action="store_true", help="measure coverage (pytest-cov)")
+    how.add_argument("--parallel", nargs="?", const="auto", default=None, metavar="N")
+    how.add_argument("--json", action="store_true", help="end with one JSON line")
+    how.add_argument("--profile", default="", help="site profile: dispatch gpu/hpc with it")
+    how.add_argument("--out", default="out", type=Path, help="products go here (default out/)")
+    how.add_argument("--strict", action="store_true", help="a skipped stage fails the run")
+    how.add_argument("--list", action="store_true", help="list the stages and exit")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.list:
+        for stage in stages.all_stages():
+            print(f"{stage.name:<10} {stage.description}")
+        return 0
+    options = Options(
+        out_dir=args.out,
+        profile=args.profile,
+        strict=args.strict,
+        pytest_args=tuple(pytest_args(args)),
+    )
+    selected = plan(args)
+    outcomes: list[Outcome] = []
+    if args.env_check and selected is not None:
+        outcomes += executor.gate_checks(options)
+        if not selected:  # --env-check alone
+            return _finish(args, outcomes, options)
+    if selected is None:  # nothing chosen: the gate
+        outcomes += executor.run_gate(options)
+        return _finish(args, outcomes, options, table_printed=True)
+    machine = Machine()
+    outcomes += [executor.run_stage(stage, options, machine) for stage in selected]
+    return _finish(args, outcomes, options)
+
+
+def plan(args: argparse.Namespace) -> list[Stage] | None:
+    """The stages the options select, in order; None means the whole gate."""
+    if "gate" in args.stage:
+        return None
+    chosen = [stages.get(name) for name in args.stage]
+    chosen += [build() for flag, build in SELECTIONS.items() if getattr(args, flag)]
+    markers = normalise_markers(args.markers)
+    if markers and chosen:
+        chosen = [_narrow(stage, markers) for stage in chosen]
+    elif markers or args.file:
+        chosen = [_tests("markers" if markers else "files", markers)]
+    if not chosen:
+        return [] if args.env_check else None
+    unique: dict[str, Stage] = {}
+    for stage in chosen:
+        unique.setdefault(stage.name, stage)
+    return list(unique.values())
+
+
+def pytest_args(args: argparse.Namespace) -> list[str]:
+    """pytest arguments every pytest command of the run gets."""
+    extra = list(args.file)
+    if args.parallel:
+        _require("xdist", "--parallel", "pytest-xdist")
+        extra += ["-n", args.parallel]
+    if args.coverage:
+        _require("pytest_cov", "--coverage", "pytest-cov")
+        extra += ["--cov=rankgate", "--cov-report=term-missing"]
+    return extra
+
+
+def normalise_markers(text: str) -> str:
+    """The seed runner's ``"a,b"`` means both markers; anything else is an expression."""
+    text = text.strip()
+    if "," in text and not any(op in text.split() for op in ("and", "or", "not")):
+        return " and ".join(part.strip() for part in text.split(",") if part.strip())
+    return text
+
+
+def _narrow(stage: Stage, markers: str) -> Stage:
+    expression = f"({stage.markers}) and ({markers})" if stage.markers else markers
+    return dataclasses.replace(stage, markers=expression)
+
+
+def _require(module: str, flag: str, package: str) -> None:
+    if importlib.util.find_spec(module) is None:
+        raise SystemExit(f"rankgate run {flag} needs {package}: pip install {package}")
+
+
+def _finish(
+    args: argparse.Namespace,
+    outcomes: list[Outcome],
+    options: Options,
+    *,
+    table_printed: bool = False,
+) -> int:
+    if not table_printed and len(outcomes) > 1:
+        print(executor.summary_table(outcomes), flush=True)
+    if args.json:
+        print(json.dumps([o.to_json() for o in outcomes]), flush=True)
+    return 1 if executor.verdict(outcomes, allow_skipped=not options.strict) else 0

