@@ -13,6 +13,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import signal
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,6 +110,7 @@ class Pool:
         threads = max(1, (os.cpu_count() or 1) // self.key.world)
         env = dict(self.settings.env)
         env["WORLD_SIZE"] = env["LOCAL_WORLD_SIZE"] = str(self.key.world)
+        env["RANKGATE_POOL_DIR"] = str(self.directory)
         if self.key.backend == "nccl":
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, self.key.gpus))
         for rank in range(self.key.world):
@@ -122,6 +124,7 @@ class Pool:
                 "rendezvous_timeout": self.settings.rendezvous_timeout,
                 "setup_hook": self.settings.setup_hook,
                 "threads": threads,
+                "sys_path": list(sys.path),
                 "stdout": str(paths[0]),
                 "stderr": str(paths[1]),
                 "env": {**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},

@@ -37,6 +37,7 @@ def worker_main(conn, config: dict[str, Any]) -> None:
     faulthandler.register(messages.STACK_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
     os.environ.update(config["env"])
     rank = config["rank"]
+    _sync_sys_path(config["sys_path"])
     try:
         _run_setup_hook(config.get("setup_hook"), rank)
         torch.set_num_threads(config["threads"])
@@ -194,10 +195,15 @@ def _destroy_subgroups() -> None:
 # --- importing the test function -------------------------------------------------
 
 
-def _load_test_function(task: dict[str, Any]):
-    for entry in reversed(task["sys_path"]):
+def _sync_sys_path(entries: list[str]) -> None:
+    """Make the controller's import path ours: test modules import as they did there."""
+    for entry in reversed(entries):
         if entry not in sys.path:
             sys.path.insert(0, entry)
+
+
+def _load_test_function(task: dict[str, Any]):
+    _sync_sys_path(task["sys_path"])
     module = _import_test_module(task["module"], task["module_file"], task["rewrite"])
     owner: Any = module
     parts = task["qualname"].split(".")

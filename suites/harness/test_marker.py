@@ -1,0 +1,230 @@
+"""The world marker, its fixtures, bad input, and what the pool keeps or resets."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.dist
+
+
+@pytest.mark.parametrize(
+    ("marker", "problem"),
+    [
+        ("world(0)", "world size must be >= 1, got 0"),
+        ("world(-1)", "world size must be >= 1, got -1"),
+        ("world(1.5)", "world size must be an integer, got 1.5"),
+        ("world('2')", "world size must be an integer, got '2'"),
+        ("world()", "world() needs the number of ranks, e.g. @pytest.mark.world(2)"),
+        ("world(2, backend='mpi')", "unknown backend 'mpi'; valid backends: auto, gloo, nccl"),
+        ("world(2, timeout=0)", "timeout must be > 0 seconds, got 0"),
+        ("world(2, timeout=-3)", "timeout must be > 0 seconds, got -3"),
+        ("world(2, timeout='soon')", "timeout must be a number of seconds, got 'soon'"),
+        (
+            "world(2, ranks=2)",
+            "world() got unknown argument(s) ['ranks']; valid: n, backend, timeout",
+        ),
+    ],
+)
+def test_bad_marker_is_a_collection_error_naming_test_and_problem(inner, marker, problem):
+    result = inner(
+        f"""
+        import pytest
+
+        @pytest.mark.{marker}
+        def test_bad():
+            pass
+
+        def test_good():
+            pass
+        """,
+        "--continue-on-collection-errors",
+    )
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines([f"test_inner.py::test_bad: invalid @pytest.mark.world: {problem}"])
+
+
+def test_nccl_without_enough_gpus_is_a_skip_saying_how_many(inner):
+    result = inner(
+        """
+        import pytest
+
+        @pytest.mark.world(2, backend="nccl")
+        def test_needs_gpus():
+            pass
+        """
+    )
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(
+        ["SKIPPED*world(2, backend='nccl') needs 2 GPUs; 0 visible to this process"]
+    )
+
+
+def test_fixtures_parametrize_and_rank_values(inner):
+    result = inner(
+        """
+        import pytest
+        import torch
+        import torch.distributed as dist
+
+        @pytest.fixture
+        def table(tmp_path):
+            return {"rows": [1, 2, 3], "where": tmp_path}
+
+        @pytest.mark.world(3)
+        @pytest.mark.parametrize("scale", [1, 10])
+        def test_body(rank, world_size, device, dist_tmp_path, table, scale):
+            assert world_size == dist.get_world_size() == 3
+            assert rank == dist.get_rank()
+            assert device == torch.device("cpu")
+            assert table["where"].is_dir()
+            (dist_tmp_path / f"rank{rank}").write_text(str(scale * sum(table["rows"])))
+            dist.barrier()
+            seen = sorted(p.read_text() for p in dist_tmp_path.iterdir())
+            assert seen == [str(6 * scale)] * 3
+
+        class TestInAClass:
+            @pytest.mark.world(2)
+            def test_method(self, rank):
+                t = torch.tensor([rank])
+                dist.all_reduce(t)
+                assert t.item() == 1
+        """,
+        "-v",
+    )
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(
+        ["*test_body?1? PASSED*", "*test_body?10? PASSED*", "*test_method PASSED*"]
+    )
+
+
+def test_unpicklable_fixture_is_a_setup_error_naming_it(inner):
+    result = inner(
+        """
+        import threading
+        import pytest
+
+        @pytest.fixture
+        def lock():
+            return threading.Lock()
+
+        @pytest.mark.world(2)
+        def test_uses_lock(lock):
+            pass
+        """
+    )
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at setup of test_uses_lock*",
+            "rankgate: fixture 'lock' (lock) cannot be sent into the ranks: TypeError: cannot pickle '_thread.lock' object.*create this object inside the test body*",
+        ]
+    )
+
+
+def test_rank_used_inside_a_fixture_explains_the_rule(inner):
+    result = inner(
+        """
+        import pytest
+
+        @pytest.fixture
+        def shard(rank):
+            return [10, 20][rank]
+
+        @pytest.mark.world(2)
+        def test_shard(shard):
+            pass
+        """
+    )
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*RuntimeError: the 'rank' fixture has no value outside a rank: fixtures run once in the controller*"
+        ]
+    )
+
+
+def test_pool_is_reused_and_state_reset_between_tests(inner):
+    result = inner(
+        """
+        import os, random
+        import pytest
+        import torch
+        import torch.distributed as dist
+
+        PIDS = {}
+
+        @pytest.mark.world(2)
+        def test_leaks(rank, dist_tmp_path):
+            torch.set_default_dtype(torch.float64)
+            os.environ["LEAKED"] = "1"
+            dist.new_group([0, 1])
+            (dist_tmp_path.parent / f"pid-a-{rank}").write_text(str(os.getpid()))
+
+        @pytest.mark.world(2)
+        def test_clean(rank, dist_tmp_path):
+            assert torch.get_default_dtype() == torch.float32
+            assert "LEAKED" not in os.environ
+            from torch.distributed.distributed_c10d import _world
+            assert len(_world.pg_map) == 1, "a subgroup leaked from the previous test"
+            (dist_tmp_path.parent / f"pid-b-{rank}").write_text(str(os.getpid()))
+
+        @pytest.mark.world(2)
+        @pytest.mark.parametrize("i", [0, 1])
+        def test_seeded(i, dist_tmp_path):
+            (dist_tmp_path.parent / f"seed-{i}").write_text(str(torch.rand(1).item()))
+        """,
+        "-p",
+        "no:randomly",
+        "--basetemp=bt",
+    )
+    result.assert_outcomes(passed=4)
+    base = inner.pytester.path / "bt"
+    read = lambda name: (base / name).read_text()  # noqa: E731
+    assert [read("pid-a-0"), read("pid-a-1")] == [read("pid-b-0"), read("pid-b-1")]
+    # Each test has its own seed, derived from its id: parametrized twins differ.
+    assert read("seed-0") != read("seed-1")
+
+
+def test_same_seed_on_every_rank_and_across_runs(inner):
+    source = """
+        import pytest, torch, torch.distributed as dist
+
+        @pytest.mark.world(2)
+        def test_draw(rank, dist_tmp_path):
+            x = torch.rand(4)
+            everyone = [torch.zeros(4), torch.zeros(4)]
+            dist.all_gather(everyone, x)
+            assert torch.equal(everyone[0], everyone[1]), "ranks drew different numbers"
+            print("draw", x.tolist())
+        """
+    first = inner(source, "-s").stdout.str()
+    second = inner(source, "-s").stdout.str()
+    draws = [line for line in first.splitlines() if "draw [" in line]
+    assert draws and draws == [line for line in second.splitlines() if "draw [" in line]
+
+
+def test_crash_respawns_the_pool_for_the_next_test(inner):
+    result = inner(
+        """
+        import os
+        import pytest
+        import torch.distributed as dist
+
+        @pytest.mark.world(2)
+        def test_a(rank, dist_tmp_path):
+            (dist_tmp_path.parent / f"a{rank}").write_text(str(os.getpid()))
+            if rank == 0:
+                os._exit(1)
+
+        @pytest.mark.world(2)
+        def test_b(rank, dist_tmp_path):
+            dist.barrier()
+            (dist_tmp_path.parent / f"b{rank}").write_text(str(os.getpid()))
+        """,
+        "--basetemp=bt",
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    base = inner.pytester.path / "bt"
+    before = {(base / f"a{r}").read_text() for r in (0, 1)}
+    after = {(base / f"b{r}").read_text() for r in (0, 1)}
+    assert before.isdisjoint(after), "the crashed pool was reused"
