@@ -21,7 +21,7 @@ from pathlib import Path
 
 from rankgate.dispatch.command import CommandError, Shell
 from rankgate.dispatch.outcome import Outcome, Phase, slurm_state
-from rankgate.dispatch.profile import Profile
+from rankgate.dispatch.profile import Profile, ProfileError
 from rankgate.dispatch.results import DispatchResult, merge_job_dir
 from rankgate.dispatch.sbatch import SCRIPT_NAME, JobSpec, render_script, submit_command
 
@@ -252,15 +252,34 @@ def run_stage(
     local_dir: Path | None = None,
     inplace: bool = True,
 ) -> DispatchResult:
-    """Dispatch ``pytest pytest_args`` as stage ``stage`` on the SLURM profile."""
-    if not profile.results_dir:
-        raise ValueError(f"profile {profile.name!r} has no results_dir (a folder all nodes see)")
+    """Dispatch ``pytest pytest_args`` as stage ``stage`` on the SLURM profile.
+
+    A local target (``slurm``) defaults its results folder to ``out/dispatch`` and its
+    working folder to the current one; over ssh both must be given as absolute paths
+    on the cluster.
+    """
+    job_dir, workdir = _job_paths(profile, stage)
     job = JobSpec(
-        job_dir=new_job_dir(profile.results_dir, stage),
+        job_dir=job_dir,
         pytest_args=tuple(pytest_args),
         name=f"rankgate-{stage}",
+        workdir=workdir,
         inplace=inplace,
     )
     return SlurmTarget(profile).run(
         job, deadline_s=deadline_s, poll_s=poll_s, progress=progress, local_dir=local_dir
     )
+
+
+def _job_paths(profile: Profile, stage: str) -> tuple[str, str]:
+    if profile.target == "slurm":
+        results = Path(profile.results_dir or "out/dispatch").resolve()
+        return new_job_dir(str(results), stage), str(Path(profile.workdir or ".").resolve())
+    for key, what in (("results_dir", "a folder all nodes see"), ("workdir", "the checkout")):
+        value = getattr(profile, key)
+        if not value.startswith("/"):
+            raise ProfileError(
+                f"profile {profile.name!r}: {key} = {value!r}; over ssh give an absolute path "
+                f"on the cluster ({what})"
+            )
+    return new_job_dir(profile.results_dir, stage), profile.workdir

@@ -1,0 +1,152 @@
+"""``rankgate dispatch --profile P --stage S``: run a stage's tests on a remote target.
+
+The stage's marker expression comes from :mod:`rankgate.pipeline.stages` (the one
+stage list); the profile says where and how. Progress goes to stderr, the report to
+stdout (``--json`` adds the summary as the last line). Exit status: 0 passed,
+1 the tests failed, 2 bad input (profile, stage), 3 the job did not end by its own
+tests (submit error, time limit, cancelled, node failure, preempted, deadline ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from rankgate.dispatch.profile import Profile, ProfileError, find_profile, load_profile
+from rankgate.dispatch.results import DispatchResult, render_report
+
+# Used only when rankgate.pipeline is not importable (a partial install).
+_FALLBACK_STAGES: dict[str, tuple[str, bool]] = {"gpu": ("gpu", True), "hpc": ("hpc", False)}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--profile",
+        required=True,
+        help="site profile: a .toml path, or NAME looked up as NAME.toml in $RANKGATE_PROFILES "
+        "(folders separated by ':') and ./profiles",
+    )
+    parser.add_argument("--stage", required=True, help="pipeline stage to run (e.g. gpu, hpc)")
+    parser.add_argument("--markers", help="override the stage's pytest marker expression")
+    parser.add_argument(
+        "--deadline",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="cancel the job when it has not ended after this long",
+    )
+    parser.add_argument(
+        "--poll",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="seconds between status checks (default: 2 for SLURM, the "
+        "profile's interlink.poll_interval for interLink)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="local folder for fetched results (remote targets)"
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print what would be submitted (sbatch script or pod) and exit",
+    )
+    parser.add_argument("--json", action="store_true", help="print the summary JSON last")
+    parser.add_argument(
+        "pytest_args",
+        nargs=argparse.REMAINDER,
+        help="after --: extra pytest arguments (paths, -k, -x ...)",
+    )
+
+
+def stage_selection(stage: str) -> tuple[str, bool]:
+    """(marker expression, needs GPUs) of a dispatchable stage."""
+    try:
+        from rankgate.pipeline import stages
+    except ImportError:
+        if stage not in _FALLBACK_STAGES:
+            known = sorted(_FALLBACK_STAGES)
+            raise ProfileError(f"unknown stage {stage!r}; dispatchable: {known}") from None
+        return _FALLBACK_STAGES[stage]
+    try:
+        found = stages.get(stage)
+    except KeyError as exc:
+        raise ProfileError(str(exc.args[0])) from None
+    if not found.dispatchable:
+        able = [s.name for s in stages.all_stages() if s.dispatchable]
+        raise ProfileError(f"stage {stage!r} runs only locally; dispatchable stages: {able}")
+    return found.markers, "gpus" in found.needs
+
+
+def resolve_profile(spec: str) -> Profile:
+    search = [Path(p) for p in os.environ.get("RANKGATE_PROFILES", "").split(":") if p]
+    return load_profile(find_profile(spec, [*search, Path("profiles")]))
+
+
+def _progress(line: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    extra = [a for a in args.pytest_args if a != "--"]
+    try:
+        profile = resolve_profile(args.profile)
+        markers, needs_gpus = stage_selection(args.stage)
+        if needs_gpus:
+            profile.require_gpus(f"stage {args.stage!r}")
+    except ProfileError as exc:
+        print(f"rankgate dispatch: {exc}", file=sys.stderr)
+        return 2
+    markers = args.markers or markers
+    pytest_args = [*(["-m", markers] if markers else []), *extra]
+    try:
+        result = _dispatch(profile, args, pytest_args)
+    except (ProfileError, ValueError) as exc:
+        print(f"rankgate dispatch: {exc}", file=sys.stderr)
+        return 2
+    if result is None:  # --dry-run
+        return 0
+    print(render_report(result))
+    if args.json:
+        print(json.dumps(result.to_json()))
+    return result.exit_status
+
+
+def _dispatch(profile: Profile, args: argparse.Namespace, pytest_args: list[str]):
+    if profile.target.startswith("interlink"):
+        from rankgate.dispatch.interlink import dispatch as interlink
+
+        return interlink.run_stage(
+            profile,
+            stage=args.stage,
+            pytest_args=pytest_args,
+            dry_run=args.dry_run,
+            progress=_progress,
+            local_dir=args.out,
+            poll_s=args.poll,
+        )
+    from rankgate.dispatch import slurm
+    from rankgate.dispatch.sbatch import JobSpec, render_script
+
+    if args.dry_run:
+        job = JobSpec(
+            job_dir=slurm.new_job_dir(profile.results_dir or "RESULTS_DIR", args.stage),
+            pytest_args=tuple(pytest_args),
+            name=f"rankgate-{args.stage}",
+        )
+        print(render_script(profile, job), end="")
+        return None
+    result: DispatchResult = slurm.run_stage(
+        profile,
+        stage=args.stage,
+        pytest_args=pytest_args,
+        deadline_s=args.deadline,
+        poll_s=args.poll or 2.0,
+        progress=_progress,
+        local_dir=args.out,
+    )
+    return result

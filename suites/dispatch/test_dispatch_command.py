@@ -1,0 +1,66 @@
+"""``rankgate dispatch`` end to end against the local SLURM, as CI and nox call it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.hpc
+
+SUITE = """
+import os
+
+def test_here(rank):
+    assert os.environ["SLURM_NTASKS"] == "2"
+    assert os.environ.get("BREAK_RANK") != str(rank), f"rank {rank} broken on purpose"
+"""
+
+
+@pytest.mark.parametrize(("break_rank", "code"), [("", 0), ("1", 1)])
+def test_dispatch_command_exit_status_and_json(local_slurm, tmp_path, break_rank, code):
+    (tmp_path / "test_here.py").write_text(textwrap.dedent(SUITE))
+    profile = tmp_path / "local.toml"
+    profile.write_text(
+        textwrap.dedent(f"""\
+        partition = "{local_slurm.partition}"
+        tasks_per_node = 2
+        time_limit = "5"
+        results_dir = "{tmp_path / "results"}"
+        workdir = "{tmp_path}"
+        python = "{sys.executable}"
+        [env]
+        BREAK_RANK = "{break_rank}"
+        """)
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rankgate.cli",
+            "dispatch",
+            "--profile",
+            str(profile),
+            "--stage",
+            "hpc",
+            "--markers",
+            "not slow",
+            "--json",
+            "--",
+            "test_here.py",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == code, done.stdout + done.stderr
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["passed"] is (code == 0)
+    assert summary["world_size"] == 2
+    assert "submitted job" in done.stderr and "running" in done.stderr  # progress on stderr
+    if break_rank:
+        assert summary["tests"][0]["failing_ranks"] == [1]
+        assert "rank 1 broken on purpose" in done.stdout
