@@ -11,8 +11,6 @@ import torch  # noqa: F401
 # Imported before pytester snapshots sys.modules: torch cannot be imported twice.
 import rankgate.harness.worker  # noqa: F401
 
-pytest_plugins = ["pytester"]
-
 
 class InnerRun:
     """One inner pytest session over a generated test file."""

@@ -1,0 +1,145 @@
+"""Infrastructure failures are errors with their cause; nothing is left running."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+pytestmark = pytest.mark.dist
+
+HELPERS = """
+import os, time
+
+def fail_on_rank_1(rank):
+    if rank == 1:
+        raise OSError("no such interconnect on rank 1")
+
+def slow_rank_1(rank):
+    if rank == 1:
+        time.sleep(60)
+"""
+
+TEST = """
+import pytest
+
+@pytest.mark.world(2)
+def test_needs_pool():
+    pass
+
+def test_plain():
+    pass
+"""
+
+
+def test_pool_that_cannot_start_is_an_error_with_the_cause(inner):
+    inner.pytester.makepyfile(rg_helpers=HELPERS)
+    result = inner(TEST, ini="rankgate_worker_setup = rg_helpers:fail_on_rank_1")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at setup of test_needs_pool*",
+            "rankgate: infrastructure error: could not start a pool of world 2 with backend gloo: rank 1 failed to start:",
+            "*OSError: no such interconnect on rank 1",
+        ]
+    )
+
+
+def test_rendezvous_that_times_out_is_an_error_naming_the_ranks(inner):
+    inner.pytester.makepyfile(rg_helpers=HELPERS)
+    start = time.monotonic()
+    result = inner(
+        TEST,
+        ini="rankgate_worker_setup = rg_helpers:slow_rank_1\nrankgate_start_timeout = 3",
+    )
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "rankgate: infrastructure error: could not start a pool of world 2 with backend gloo: "
+            "ranks [[]0, 1] did not finish rendezvous within 3 s (rankgate_start_timeout)*"
+        ]
+    )
+    assert time.monotonic() - start < 30
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purpose; /proc tells them apart.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_no_rank_process_is_left_after_the_session(inner):
+    # Pools of two sizes, one of them killed by a hang and respawned.
+    result = inner(
+        """
+        import os, time
+        import pytest
+
+        def record(path, rank):
+            (path.parent / f"pid-{os.getpid()}").write_text("")
+
+        @pytest.mark.world(2)
+        def test_two(rank, dist_tmp_path):
+            record(dist_tmp_path, rank)
+
+        @pytest.mark.world(3, timeout=2)
+        def test_three_hangs(rank, dist_tmp_path):
+            record(dist_tmp_path, rank)
+            time.sleep(100)
+
+        @pytest.mark.world(3)
+        def test_three_again(rank, dist_tmp_path):
+            record(dist_tmp_path, rank)
+        """,
+        "--basetemp",
+        str(inner.pytester.path / "bt"),
+        subprocess=True,
+    )
+    result.assert_outcomes(passed=2, failed=1)
+    pids = [int(p.name[4:]) for p in (inner.pytester.path / "bt").glob("pid-*")]
+    assert len(pids) == 2 + 3 + 3
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert [p for p in pids if _alive(p)] == []
+
+
+def test_xdist_workers_get_disjoint_pool_directories(inner):
+    result = inner(
+        """
+        import os
+        import pytest
+
+        @pytest.fixture
+        def where(tmp_path_factory):
+            out = tmp_path_factory.getbasetemp().parent / "where"
+            out.mkdir(exist_ok=True)
+            return out
+
+        @pytest.mark.world(2)
+        @pytest.mark.parametrize("i", range(4))
+        def test_where(i, rank, where):
+            name = f"{os.environ['PYTEST_XDIST_WORKER']}-{i}-{rank}"
+            (where / name).write_text(os.environ["RANKGATE_POOL_DIR"])
+        """,
+        "-n",
+        "2",
+        "--basetemp",
+        str(inner.pytester.path / "bt"),
+        subprocess=True,
+    )
+    result.assert_outcomes(passed=4)
+    where = inner.pytester.path / "bt" / "where"
+    by_worker: dict[str, set[str]] = {}
+    for f in where.iterdir():
+        by_worker.setdefault(f.name.split("-")[0], set()).add(f.read_text())
+    assert sorted(by_worker) == ["gw0", "gw1"]
+    assert by_worker["gw0"].isdisjoint(by_worker["gw1"])
