@@ -6,9 +6,10 @@ import textwrap
 import xml.etree.ElementTree as ET
 
 import pytest
+
+# Imported before pytester snapshots sys.modules (torch cannot be imported twice).
 import torch  # noqa: F401
 
-# Imported before pytester snapshots sys.modules: torch cannot be imported twice.
 import rankgate.harness.worker  # noqa: F401
 
 

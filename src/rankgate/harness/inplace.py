@@ -28,6 +28,11 @@ from rankgate.launch.env import LaunchEnv
 WORST_FIRST = ("error", "failed", "skipped", "passed")
 
 
+def _skip_here(reason: str) -> None:
+    """Skip, reported at the test's location rather than the plugin's."""
+    raise pytest.skip.Exception(reason, _use_item_location=True)
+
+
 class InPlaceSession:
     def __init__(self, config: pytest.Config, launch: LaunchEnv) -> None:
         self.config = config
@@ -36,6 +41,9 @@ class InPlaceSession:
         self.base_seed = config.getoption("rankgate_seed")
         self._outcome: dict[str, tuple[str, str]] = {}
         self.problems: list[tuple[str, str]] = []  # (nodeid, text), on rank 0
+        # The real stderr, before pytest's capture swaps fd 2 during tests: hang stacks
+        # written to the capture file would vanish with the process.
+        self._stack_file = os.fdopen(os.dup(2), "w")
         out_dir = self._per_rank_files()
         self._shared_root = Path(os.environ.get("RANKGATE_SHARED_TMP", out_dir))
         self._init_process_group()
@@ -126,9 +134,9 @@ class InPlaceSession:
             return
         launched = f"{self.launch.world_size} rank(s) launched by {self.launch.launcher}"
         if spec.size != self.launch.world_size:
-            pytest.skip(f"world({spec.size}) needs {spec.size} ranks; this run has {launched}")
+            _skip_here(f"world({spec.size}) needs {spec.size} ranks; this run has {launched}")
         if spec.backend == "nccl" and self.backend != "nccl":
-            pytest.skip(f"backend 'nccl' requested; this run's process group is {self.backend}")
+            _skip_here(f"backend 'nccl' requested; this run's process group is {self.backend}")
         seed_everything(test_seed(self.base_seed, item.nodeid))
 
     @pytest.hookimpl(wrapper=True)
@@ -139,7 +147,7 @@ class InPlaceSession:
         timeout = (spec.timeout if spec else None) or self.default_timeout
         # A hang here would block every rank: dump all stacks and exit so the launcher
         # tears the job down instead of waiting for the CI's global timeout.
-        faulthandler.dump_traceback_later(timeout, exit=True)
+        faulthandler.dump_traceback_later(timeout, exit=True, file=self._stack_file)
         try:
             return (yield)
         finally:

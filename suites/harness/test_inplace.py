@@ -1,0 +1,144 @@
+"""In-place mode for real: pytest started on every rank by torchrun or mpirun."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from rankgate.report.junit import merge_junit
+
+pytestmark = [pytest.mark.dist, pytest.mark.torch_dist]
+
+SUITE = """
+import pytest
+import torch
+import torch.distributed as dist
+
+@pytest.mark.world(2)
+def test_allreduce(rank, world_size, dist_tmp_path):
+    t = torch.ones(1) * (rank + 1)
+    dist.all_reduce(t)
+    assert t.item() == 3
+    (dist_tmp_path / f"rank{rank}").write_text("seen")
+    dist.barrier()
+    assert sorted(p.name for p in dist_tmp_path.iterdir()) == ["rank0", "rank1"]
+
+@pytest.mark.world(2)
+def test_fails_on_rank_1(rank):
+    print(f"stdout of rank {rank}")
+    assert rank == 0, "rank 1 disagrees"
+
+@pytest.mark.world(4)
+def test_needs_four():
+    pass
+
+def test_plain(rank, world_size):
+    assert world_size == 2
+"""
+
+
+def _write(tmp_path: Path, source: str) -> Path:
+    path = tmp_path / "test_suite.py"
+    path.write_text(textwrap.dedent(source))
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    return path
+
+
+def _torchrun(tmp_path: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+        "-m", "pytest", "-p", "no:cacheprovider", "-q", *args,
+    ]  # fmt: skip
+    return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=timeout)
+
+
+def test_torchrun_runs_tests_on_every_rank_and_rank_0_reports_all(tmp_path):
+    _write(tmp_path, SUITE)
+    proc = _torchrun(tmp_path, "--junitxml=out/junit.xml", "-rfEs", "test_suite.py")
+    out = proc.stdout
+    assert proc.returncode != 0
+    # Only rank 0 writes to the terminal; it counts rank 1's failure.
+    assert out.count("short test summary info") == 1
+    assert "FAILED test_suite.py::test_fails_on_rank_1 - failed on rank(s) [1]" in out
+    assert "rank 1 disagrees" in out
+    assert "1 failed, 2 passed, 1 skipped" in out
+    assert "test_suite.py:20: world(4) needs 4 ranks; this run has 2 rank(s) launched by torchrun" in out
+    # Each rank wrote its own JUnit file; rank 1's terminal went to its log.
+    files = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert {"junit.rank0.xml", "junit.rank1.xml", "pytest.rank1.log"} <= set(files)
+    assert "1 failed, 2 passed, 1 skipped" in (tmp_path / "out" / "pytest.rank1.log").read_text()
+    merged = merge_junit([tmp_path / "out" / "junit.rank0.xml", tmp_path / "out" / "junit.rank1.xml"])
+    verdicts = {t.name: t for t in merged.tests}
+    assert verdicts["test_fails_on_rank_1"].verdict == "failed"
+    assert verdicts["test_fails_on_rank_1"].failing_ranks == (1,)
+    assert verdicts["test_allreduce"].verdict == "passed"
+    assert verdicts["test_needs_four"].verdict == "skipped"
+
+
+def test_torchrun_mismatched_collection_fails_loudly(tmp_path):
+    _write(
+        tmp_path,
+        """
+        import os
+
+        def test_everywhere():
+            pass
+
+        if os.environ["RANK"] == "1":
+            def test_only_on_rank_1():
+                pass
+        """,
+    )
+    proc = _torchrun(tmp_path, "test_suite.py")
+    assert proc.returncode != 0
+    both = proc.stdout + proc.stderr
+    assert "rankgate in-place: ranks collected different tests" in both
+    assert "rank 1 collected 2 tests, rank 0 1; only on rank 1: ['test_suite.py::test_only_on_rank_1']" in both
+
+
+def test_torchrun_hang_dumps_stacks_and_ends_at_the_timeout(tmp_path):
+    _write(
+        tmp_path,
+        """
+        import time
+        import pytest
+
+        @pytest.mark.world(2, timeout=3)
+        def test_hangs():
+            time.sleep(1000)
+        """,
+    )
+    start = time.monotonic()
+    proc = _torchrun(tmp_path, "test_suite.py")
+    assert proc.returncode != 0
+    assert "Timeout (0:00:03)!" in proc.stderr
+    assert 'test_suite.py", line 7 in test_hangs' in proc.stderr
+    assert time.monotonic() - start < 60
+
+
+@pytest.mark.mpi_dist
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun is not installed (apt-get install openmpi-bin)")
+def test_mpirun_runs_the_same_file(tmp_path):
+    _write(tmp_path, SUITE)
+    cmd = [
+        "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2",
+        sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--color=no",
+        "--junitxml=out/junit.xml", "test_suite.py",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "FAILED test_suite.py::test_fails_on_rank_1 - failed on rank(s) [1]" in proc.stdout
+    assert "1 failed, 2 passed, 1 skipped" in proc.stdout
+    merged = merge_junit(sorted((tmp_path / "out").glob("junit.rank*.xml")))
+    assert {t.name: t.verdict for t in merged.tests} == {
+        "test_allreduce": "passed",
+        "test_fails_on_rank_1": "failed",
+        "test_needs_four": "skipped",
+        "test_plain": "passed",
+    }
