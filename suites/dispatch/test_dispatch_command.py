@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -55,11 +56,13 @@ def test_dispatch_command_exit_status_and_json(local_slurm, tmp_path, break_rank
         capture_output=True,
         text=True,
         timeout=300,
+        env={**os.environ, "RANKGATE_OUT": str(tmp_path / "out")},
     )
     assert done.returncode == code, done.stdout + done.stderr
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["passed"] is (code == 0)
     assert summary["world_size"] == 2
+    assert (tmp_path / "out" / "junit" / "hpc.xml").is_file()  # the stage's product
     assert "submitted job" in done.stderr and "running" in done.stderr  # progress on stderr
     if break_rank:
         assert summary["tests"][0]["failing_ranks"] == [1]

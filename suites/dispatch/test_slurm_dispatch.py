@@ -103,7 +103,7 @@ def test_passing_suite_on_two_tasks(dispatch):
     )
     merged = result.merged
     assert merged.world_size == 2 and merged.missing_ranks == []
-    assert {t.nodeid.split("::")[-1]: t.outcome for t in merged.tests} == {
+    assert {t.name: t.verdict for t in merged.tests} == {
         "test_launched_by_srun": "passed",
         "test_all_reduce": "passed",
         "test_fails_on_rank_1": "skipped",
@@ -122,10 +122,8 @@ def test_failing_rank_is_named_with_its_log(dispatch):
     result, _ = dispatch("fail-rank1")
     report = render_report(result)
     assert result.outcome is Outcome.FAILED and result.state == "FAILED", report
-    failing = [t for t in result.merged.tests if t.outcome == "failed"]
-    assert [(t.nodeid.split("::")[-1], t.failing_ranks) for t in failing] == [
-        ("test_fails_on_rank_1", (1,))
-    ]
+    failing = [t for t in result.merged.tests if t.verdict == "failed"]
+    assert [(t.name, t.failing_ranks) for t in failing] == [("test_fails_on_rank_1", (1,))]
     assert "rank 1 disagrees on purpose" in report
     # rank 1's own log is in the report, with what it printed; rank 0's is not.
     assert "----- rank 1: pytest.rank1.log -----" in report

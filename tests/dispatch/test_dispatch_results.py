@@ -66,24 +66,37 @@ def test_terminal_slurm_states_are_all_distinct():
 def test_all_ranks_pass(tmp_path):
     merged = merge_job_dir(_job(tmp_path, {0: {"a": "passed"}, 1: {"a": "passed"}}), 2)
     assert merged.passed and merged.count("passed") == 1 and merged.failing_ranks == []
+    assert (tmp_path / "junit.merged.xml").is_file()
 
 
 def test_one_failing_rank_fails_the_test(tmp_path):
     merged = merge_job_dir(_job(tmp_path, {0: {"a": "passed"}, 1: {"a": "failed"}}), 2)
     (test,) = merged.tests
-    assert (test.outcome, test.failing_ranks) == ("failed", (1,))
-    assert "assert 1 == 2" in test.messages[1]
+    assert (test.verdict, test.failing_ranks) == ("failed", (1,))
+    assert "assert 1 == 2" in test.details
     assert not merged.passed
 
 
 def test_skip_on_one_rank_pass_on_another_is_an_error(tmp_path):
     merged = merge_job_dir(_job(tmp_path, {0: {"a": "passed"}, 1: {"a": "skipped"}}), 2)
-    assert merged.tests[0].outcome == "error"
+    assert merged.tests[0].verdict == "error"
 
 
 def test_a_rank_without_results_is_missing(tmp_path):
     merged = merge_job_dir(_job(tmp_path, {0: {"a": "passed"}}), 2)
     assert merged.missing_ranks == [1] and merged.failing_ranks == [1] and not merged.passed
+
+
+def test_a_cut_short_junit_file_counts_as_missing(tmp_path):
+    _job(tmp_path, {0: {"a": "passed"}})
+    (tmp_path / "junit.rank1.xml").write_text("<testsuites><testsuite")
+    merged = merge_job_dir(tmp_path, 2)
+    assert merged.missing_ranks == [1] and merged.unreadable and not merged.passed
+
+
+def test_all_skipped_is_not_a_pass(tmp_path):
+    merged = merge_job_dir(_job(tmp_path, {0: {"a": "skipped"}, 1: {"a": "skipped"}}), 2)
+    assert merged.report.ok and not merged.passed
 
 
 def test_report_shows_the_failing_ranks_logs(tmp_path):
@@ -102,7 +115,7 @@ def test_report_shows_the_failing_ranks_logs(tmp_path):
         merged=merge_job_dir(tmp_path, 2),
     )
     report = render_report(result)
-    assert "FAILED test_x::a on ranks [1]" in report
+    assert "FAILED test_x::a: failed on rank 1; passed on rank 0" in report
     assert "terminal of rank one" in report and "stderr of rank one" in report
     assert "rank zero is fine" not in report
     assert result.exit_status == 1

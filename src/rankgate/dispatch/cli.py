@@ -12,12 +12,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
 
 from rankgate.dispatch.profile import Profile, ProfileError, find_profile, load_profile
-from rankgate.dispatch.results import DispatchResult, render_report
+from rankgate.dispatch.results import MERGED_NAME, DispatchResult, render_report
 
 # Used only when rankgate.pipeline is not importable (a partial install).
 _FALLBACK_STAGES: dict[str, tuple[str, bool]] = {"gpu": ("gpu", True), "hpc": ("hpc", False)}
@@ -49,6 +50,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--out", type=Path, default=None, help="local folder for fetched results (remote targets)"
+    )
+    parser.add_argument(
+        "--junit",
+        type=Path,
+        default=None,
+        help="write the merged JUnit file here (default: $RANKGATE_OUT/junit/STAGE.xml "
+        "when RANKGATE_OUT is set)",
     )
     parser.add_argument(
         "--dry-run",
@@ -111,9 +119,23 @@ def run(args: argparse.Namespace) -> int:
     if result is None:  # --dry-run
         return 0
     print(render_report(result))
+    _copy_merged_junit(result, args)
     if args.json:
         print(json.dumps(result.to_json()))
     return result.exit_status
+
+
+def _copy_merged_junit(result: DispatchResult, args: argparse.Namespace) -> None:
+    """Put the merged JUnit file where the pipeline expects the stage's product."""
+    target = args.junit
+    if target is None and os.environ.get("RANKGATE_OUT"):
+        target = Path(os.environ["RANKGATE_OUT"]) / "junit" / f"{args.stage}.xml"
+    source = result.job_dir / MERGED_NAME if result.job_dir else None
+    if target is None or source is None or not source.is_file():
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, target)
+    print(f"merged JUnit: {target}", file=sys.stderr)
 
 
 def _dispatch(profile: Profile, args: argparse.Namespace, pytest_args: list[str]):

@@ -4,28 +4,27 @@ Each rank of a job writes ``junit.rank<R>.xml`` and ``rank<R>.log`` (its stdout 
 stderr) into the job's directory, and in the harness's in-place mode ranks above 0 also
 write their pytest terminal to ``pytest.rank<R>.log`` (:mod:`.sbatch` renders that).
 
-The merge rule is the harness's: a test
-passes only if it passed on every rank; it fails if any rank failed it; ranks that
-disagree otherwise (one skipped, one passed; a test one rank never ran) is an error.
-A rank with no JUnit file at all (it crashed, was killed, never started) is missing,
-and a job with a missing rank never passes.
-
-rankgate.report.junit (the merge-junit command) did not exist when this was
-written, so the JUnit reading here is the package's own and deliberately small.
+The merge is ``rankgate merge-junit``'s (:mod:`rankgate.report.junit`): a test passes
+only if it passed on every rank, fails if any rank failed it, and is an error when the
+ranks disagree otherwise. A rank with no readable JUnit file (it crashed, was killed,
+never started) is missing, and a job with a missing rank never passes.
 """
 
 from __future__ import annotations
 
 import json
-import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from rankgate.dispatch.outcome import Outcome
+from rankgate.report.junit import MergedReport, merge_files
+from rankgate.report.junitfile import ReportInputError, read_junit
 
 LOG_TAIL_LINES = 40
+DETAIL_LINES = 30
 JUNIT_BASE = "junit.xml"
 """Given to pytest's --junitxml; the in-place harness writes junit.rank<R>.xml from it."""
+MERGED_NAME = "junit.merged.xml"
 
 
 def junit_name(rank: int | str) -> str:
@@ -41,88 +40,57 @@ def log_names(rank: int | str) -> tuple[str, ...]:
     return (f"pytest.rank{rank}.log", log_name(rank))
 
 
-@dataclass(frozen=True, slots=True)
-class TestVerdict:
-    """One test across all ranks."""
-
-    nodeid: str
-    outcome: str
-    """passed, failed, error or skipped."""
-    failing_ranks: tuple[int, ...] = ()
-    messages: dict[int, str] = field(default_factory=dict)
-    """Rank -> failure text, for the ranks that did not pass."""
-
-
 @dataclass(slots=True)
-class MergedResults:
-    """Every rank's JUnit file merged into per-test verdicts."""
+class JobResults:
+    """Every rank's JUnit file of one job, merged."""
 
     world_size: int
-    tests: list[TestVerdict]
+    report: MergedReport | None
+    """The merged report; None when no rank left a readable JUnit file."""
     missing_ranks: list[int]
-    """Ranks that left no JUnit file."""
+    """Ranks without a readable JUnit file."""
+    unreadable: list[str]
+    """Why a rank's file could not be read (a file cut short by a kill, say)."""
 
-    def count(self, outcome: str) -> int:
-        return sum(1 for test in self.tests if test.outcome == outcome)
+    @property
+    def tests(self):
+        return self.report.tests if self.report else []
+
+    def count(self, verdict: str) -> int:
+        return sum(1 for test in self.tests if test.verdict == verdict)
 
     @property
     def failing_ranks(self) -> list[int]:
-        ranks = {r for test in self.tests for r in test.failing_ranks}
-        return sorted(ranks | set(self.missing_ranks))
+        bad = {r for t in self.tests if t.verdict in ("failed", "error") for r in t.failing_ranks}
+        return sorted(bad | set(self.missing_ranks))
 
     @property
     def passed(self) -> bool:
-        bad = self.count("failed") + self.count("error")
-        return not bad and not self.missing_ranks and bool(self.tests)
+        return (
+            self.report is not None
+            and self.report.ok
+            and not self.missing_ranks
+            and any(t.verdict == "passed" for t in self.tests)
+        )
 
 
-def read_junit(path: Path) -> dict[str, tuple[str, str]]:
-    """nodeid -> (outcome, message) for every testcase in one rank's JUnit file."""
-    cases: dict[str, tuple[str, str]] = {}
-    for case in ET.parse(path).getroot().iter("testcase"):
-        classname, name = case.get("classname", ""), case.get("name", "")
-        nodeid = f"{classname}::{name}" if classname else name
-        outcome, message = "passed", ""
-        for child in case:
-            if child.tag in ("failure", "error", "skipped"):
-                outcome = {"failure": "failed"}.get(child.tag, child.tag)
-                message = "\n".join(x for x in (child.get("message"), child.text) if x)
-                break
-        cases[nodeid] = (outcome, message)
-    return cases
-
-
-def merge_job_dir(job_dir: Path, world_size: int) -> MergedResults:
+def merge_job_dir(job_dir: Path, world_size: int) -> JobResults:
     """Merge ``junit.rank*.xml`` of ranks 0..world_size-1 found in ``job_dir``."""
-    per_rank: dict[int, dict[str, tuple[str, str]]] = {}
-    missing: list[int] = []
+    files, missing, unreadable = [], [], []
     for rank in range(world_size):
         path = job_dir / junit_name(rank)
-        try:
-            per_rank[rank] = read_junit(path)
-        except (FileNotFoundError, ET.ParseError):
+        if not path.exists():
             missing.append(rank)
-    nodeids = sorted({nodeid for cases in per_rank.values() for nodeid in cases})
-    tests = [_merge_one(nodeid, per_rank) for nodeid in nodeids]
-    return MergedResults(world_size=world_size, tests=tests, missing_ranks=missing)
-
-
-def _merge_one(nodeid: str, per_rank: dict[int, dict[str, tuple[str, str]]]) -> TestVerdict:
-    outcomes = {
-        rank: cases.get(nodeid, ("error", "not run on this rank"))
-        for rank, cases in per_rank.items()
-    }
-    bad = {r: msg for r, (out, msg) in outcomes.items() if out in ("failed", "error")}
-    kinds = {out for out, _ in outcomes.values()}
-    if bad:
-        outcome = "failed" if any(outcomes[r][0] == "failed" for r in bad) else "error"
-        return TestVerdict(nodeid, outcome, tuple(sorted(bad)), bad)
-    if kinds == {"passed"}:
-        return TestVerdict(nodeid, "passed")
-    if kinds == {"skipped"}:
-        return TestVerdict(nodeid, "skipped")
-    disagree = {r: f"{out} on rank {r}" for r, (out, _) in outcomes.items()}
-    return TestVerdict(nodeid, "error", tuple(sorted(disagree)), disagree)
+            continue
+        try:
+            files.append(read_junit(path))
+        except ReportInputError as exc:
+            missing.append(rank)
+            unreadable.append(str(exc))
+    report = merge_files(files, world_size) if files else None
+    if report is not None:
+        report.write_xml(job_dir / MERGED_NAME)
+    return JobResults(world_size, report, missing, unreadable)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -142,7 +110,7 @@ class DispatchResult:
     """Verbatim error text for submit errors and infrastructure failures."""
     job_dir: Path | None = None
     """Local folder holding the job's files (the job directory itself, or a copy)."""
-    merged: MergedResults | None = None
+    merged: JobResults | None = None
     queued_s: float = 0.0
     running_s: float = 0.0
 
@@ -175,7 +143,7 @@ class DispatchResult:
             "world_size": merged.world_size if merged else None,
             "missing_ranks": merged.missing_ranks if merged else None,
             "tests": [
-                {"nodeid": t.nodeid, "outcome": t.outcome, "failing_ranks": list(t.failing_ranks)}
+                {"id": t.test_id, "verdict": t.verdict, "failing_ranks": list(t.failing_ranks)}
                 for t in (merged.tests if merged else [])
             ],
         }
@@ -199,6 +167,11 @@ def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(head + cut)
 
 
+def _head(text: str, lines: int) -> list[str]:
+    kept = text.splitlines()
+    return kept[:lines] + ([f"... ({len(kept) - lines} more lines)"] if len(kept) > lines else [])
+
+
 def render_report(result: DispatchResult) -> str:
     """A human report: verdict line, failing tests by rank, and failing ranks' logs."""
     merged = result.merged
@@ -213,21 +186,17 @@ def render_report(result: DispatchResult) -> str:
     if result.message:
         lines += ["", result.message.rstrip()]
     if merged is not None:
-        lines.append(
-            f"{len(merged.tests)} tests on {merged.world_size} ranks: "
-            f"{merged.count('passed')} passed, {merged.count('failed')} failed, "
-            f"{merged.count('error')} errors, {merged.count('skipped')} skipped"
-        )
+        if merged.report is not None:
+            lines.append(merged.report.summary_line())
         if merged.missing_ranks:
             lines.append(f"ranks with no results: {merged.missing_ranks}")
+        elif merged.report is not None and merged.report.ok and not merged.passed:
+            lines.append("no test passed on the target (all skipped, or none collected)")
+        lines += merged.unreadable
         for test in merged.tests:
-            if test.outcome in ("failed", "error"):
-                lines.append(
-                    f"{test.outcome.upper()} {test.nodeid} on ranks {list(test.failing_ranks)}"
-                )
-                for rank, text in sorted(test.messages.items()):
-                    first = text.strip().splitlines()[:1]
-                    lines.append(f"    rank {rank}: {first[0] if first else '(no message)'}")
+            if test.verdict in ("failed", "error"):
+                lines += ["", f"{test.verdict.upper()} {test.test_id}: {test.message}"]
+                lines += _head(test.details, DETAIL_LINES)
         if result.job_dir is not None:
             for rank in merged.failing_ranks:
                 for name in log_names(rank):
