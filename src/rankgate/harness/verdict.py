@@ -67,11 +67,9 @@ def _describe(bad: list[RankOutcome]) -> str:
 
 
 def _root_cause_first(outcomes: list[RankOutcome]) -> list[RankOutcome]:
-    """Failures and crashes before hangs: a hung peer is usually a consequence."""
-    order = {"failed": 0, "crashed": 0, "hung": 1}
-    return sorted(
-        (o for o in outcomes if o.outcome in order), key=lambda o: (order[o.outcome], o.rank)
-    )
+    """Crashes, then failures, then hangs: a failing or hung peer is usually a consequence."""
+    bad = (o for o in outcomes if o.outcome in BAD)
+    return sorted(bad, key=lambda o: (BAD.index(o.outcome), o.rank))
 
 
 def _section(o: RankOutcome) -> str:

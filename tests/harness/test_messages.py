@@ -1,0 +1,29 @@
+import pickle
+
+import pytest
+
+from rankgate.harness import messages
+
+pytestmark = pytest.mark.unit
+
+
+def test_round_trip_each_direction():
+    data = messages.encode(messages.RUN, seed=3)
+    assert messages.decode_for_rank(data) == ("run", {"seed": 3})
+    data = messages.encode(messages.RESULT, outcome="passed")
+    assert messages.decode_for_controller(data) == ("result", {"outcome": "passed"})
+
+
+def test_unknown_message_is_an_error():
+    with pytest.raises(messages.UnknownMessage, match="unexpected message 'result'"):
+        messages.decode_for_rank(messages.encode(messages.RESULT))
+    with pytest.raises(messages.UnknownMessage, match="unexpected message 'bogus'"):
+        messages.decode_for_controller(messages.encode("bogus"))
+
+
+def test_rank_value_pickles_and_refuses_use():
+    value = pickle.loads(pickle.dumps(messages.RankValue("rank")))
+    assert value.name == "rank"
+    for use in (lambda v: v + 1, lambda v: v == 0, lambda v: [1, 2][v], int, bool):
+        with pytest.raises(RuntimeError, match="the 'rank' fixture has no value outside a rank"):
+            use(value)

@@ -1,0 +1,61 @@
+import pytest
+
+from rankgate.harness.pool import RankOutcome
+from rankgate.harness.verdict import judge, reproduction_line
+
+pytestmark = pytest.mark.unit
+
+
+def outcomes(*kinds, detail=""):
+    return [
+        RankOutcome(rank=r, outcome=k, detail=detail or f"{k} on {r}") for r, k in enumerate(kinds)
+    ]
+
+
+def test_all_passed():
+    assert judge(outcomes("passed", "passed"), 2, "gloo").status == "passed"
+
+
+def test_one_failure_names_the_rank():
+    v = judge(outcomes("passed", "failed", "passed"), 3, "gloo")
+    assert (v.status, v.failing_ranks) == ("failed", (1,))
+    assert v.summary == "rank 1 failed (world 3, backend gloo)"
+    assert "failed on 1" in v.text and "passed on 0" not in v.text
+
+
+def test_crash_is_named_first_with_its_exit():
+    v = judge(
+        [
+            RankOutcome(rank=0, outcome="hung", detail="stopped"),
+            RankOutcome(rank=1, outcome="failed", detail="peer closed"),
+            RankOutcome(rank=2, outcome="crashed", detail="killed by SIGSEGV (exit code -11)"),
+        ],
+        3,
+        "gloo",
+    )
+    assert v.summary == (
+        "rank 2 crashed (killed by SIGSEGV (exit code -11)); rank 1 failed; rank 0 hung (world 3, backend gloo)"
+    )
+    assert v.failing_ranks == (0, 1, 2)
+    assert (
+        v.text.index("rank 2: crashed")
+        < v.text.index("rank 1: failed")
+        < v.text.index("rank 0: hung")
+    )
+
+
+def test_disagreement():
+    v = judge(outcomes("skipped", "passed", "skipped"), 3, "gloo")
+    assert v.status == "disagreement"
+    assert v.summary == "ranks disagree (world 3, backend gloo): ranks 0, 2 skipped, rank 1 passed"
+
+
+def test_unanimous_skip_keeps_the_reason():
+    v = judge(outcomes("skipped", "skipped", detail="no GPU"), 2, "gloo")
+    assert (v.status, v.summary) == ("skipped", "no GPU")
+
+
+def test_reproduction_line():
+    assert reproduction_line("a.py::t[x]", 2, "gloo", 7, 0) == (
+        "reproduce: pytest 'a.py::t[x]' --rankgate-seed=0  # world=2 backend=gloo seed=7"
+    )
