@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -130,11 +131,12 @@ def test_no_tests_selected_is_a_skip_not_a_pass(calls, options):
 
 
 def test_failure_stops_the_stage_and_names_the_command(calls, options):
-    calls.codes["bash"] = 1
+    calls.codes[sys.executable] = 1
     outcome = executor.run_stage(stages.get("container"), options, FakeMachine("container-engine"))
-    assert [c[0] for c in calls] == ["bash"]  # the tests never ran against a broken build
+    assert [c[0] for c in calls] == [sys.executable]  # no tests against a broken build
     assert outcome.status == "failed"
-    assert outcome.reason == "build image: exit code 1 (bash scripts/container/build.sh cpu-local)"
+    assert outcome.reason.startswith("build image: exit code 1 (")
+    assert outcome.reason.endswith(" -m rankgate.pipeline.container build cpu-local)")
 
 
 def test_absent_optional_tool_is_a_loud_note(calls, options, monkeypatch, tmp_path):

@@ -10,6 +10,7 @@ the workflows equal to this list.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from dataclasses import dataclass
 from typing import Literal
 
@@ -181,12 +182,18 @@ _STAGES: dict[str, Stage] = {
             markers="container",
             where=("local",),
             needs=("container-engine",),
-            products=("junit/container.xml", "container/image.txt"),
+            products=("container/build.log", "junit/container.xml"),
             commands=(
                 Command(
-                    argv=("bash", "scripts/container/build.sh", "cpu-local"),
+                    argv=(
+                        sys.executable,
+                        "-m",
+                        "rankgate.pipeline.container",
+                        "build",
+                        "cpu-local",
+                    ),
                     label="build image",
-                    stdout="container/image.txt",
+                    stdout="container/build.log",
                 ),
                 _PYTEST,
             ),

