@@ -68,12 +68,17 @@ def test_torchrun_runs_tests_on_every_rank_and_rank_0_reports_all(tmp_path):
     assert "FAILED test_suite.py::test_fails_on_rank_1 - failed on rank(s) [1]" in out
     assert "rank 1 disagrees" in out
     assert "1 failed, 2 passed, 1 skipped" in out
-    assert "test_suite.py:20: world(4) needs 4 ranks; this run has 2 rank(s) launched by torchrun" in out
+    assert (
+        "test_suite.py:20: world(4) needs 4 ranks; this run has 2 rank(s) launched by torchrun"
+        in out
+    )
     # Each rank wrote its own JUnit file; rank 1's terminal went to its log.
     files = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert {"junit.rank0.xml", "junit.rank1.xml", "pytest.rank1.log"} <= set(files)
     assert "1 failed, 2 passed, 1 skipped" in (tmp_path / "out" / "pytest.rank1.log").read_text()
-    merged = merge_junit([tmp_path / "out" / "junit.rank0.xml", tmp_path / "out" / "junit.rank1.xml"])
+    merged = merge_junit(
+        [tmp_path / "out" / "junit.rank0.xml", tmp_path / "out" / "junit.rank1.xml"]
+    )
     verdicts = {t.name: t for t in merged.tests}
     assert verdicts["test_fails_on_rank_1"].verdict == "failed"
     assert verdicts["test_fails_on_rank_1"].failing_ranks == (1,)
@@ -99,7 +104,10 @@ def test_torchrun_mismatched_collection_fails_loudly(tmp_path):
     assert proc.returncode != 0
     both = proc.stdout + proc.stderr
     assert "rankgate in-place: ranks collected different tests" in both
-    assert "rank 1 collected 2 tests, rank 0 1; only on rank 1: ['test_suite.py::test_only_on_rank_1']" in both
+    assert (
+        "rank 1 collected 2 tests, rank 0 1; only on rank 1: ['test_suite.py::test_only_on_rank_1']"
+        in both
+    )
 
 
 def test_torchrun_hang_dumps_stacks_and_ends_at_the_timeout(tmp_path):
@@ -123,7 +131,9 @@ def test_torchrun_hang_dumps_stacks_and_ends_at_the_timeout(tmp_path):
 
 
 @pytest.mark.mpi_dist
-@pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun is not installed (apt-get install openmpi-bin)")
+@pytest.mark.skipif(
+    shutil.which("mpirun") is None, reason="mpirun is not installed (apt-get install openmpi-bin)"
+)
 def test_mpirun_runs_the_same_file(tmp_path):
     _write(tmp_path, SUITE)
     cmd = [

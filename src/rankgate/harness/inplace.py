@@ -28,11 +28,6 @@ from rankgate.launch.env import LaunchEnv
 WORST_FIRST = ("error", "failed", "skipped", "passed")
 
 
-def _skip_here(reason: str) -> None:
-    """Skip, reported at the test's location rather than the plugin's."""
-    raise pytest.skip.Exception(reason, _use_item_location=True)
-
-
 class InPlaceSession:
     def __init__(self, config: pytest.Config, launch: LaunchEnv) -> None:
         self.config = config
@@ -126,7 +121,7 @@ class InPlaceSession:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        from rankgate.harness.plugin import SPEC_KEY, test_seed
+        from rankgate.harness.plugin import SPEC_KEY, seed_for_test, skip_at_test
         from rankgate.harness.worker import seed_everything
 
         spec: WorldSpec | None = item.stash.get(SPEC_KEY, None)
@@ -134,10 +129,10 @@ class InPlaceSession:
             return
         launched = f"{self.launch.world_size} rank(s) launched by {self.launch.launcher}"
         if spec.size != self.launch.world_size:
-            _skip_here(f"world({spec.size}) needs {spec.size} ranks; this run has {launched}")
+            skip_at_test(f"world({spec.size}) needs {spec.size} ranks; this run has {launched}")
         if spec.backend == "nccl" and self.backend != "nccl":
-            _skip_here(f"backend 'nccl' requested; this run's process group is {self.backend}")
-        seed_everything(test_seed(self.base_seed, item.nodeid))
+            skip_at_test(f"backend 'nccl' requested; this run's process group is {self.backend}")
+        seed_everything(seed_for_test(self.base_seed, item.nodeid))
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item):

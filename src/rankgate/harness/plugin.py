@@ -182,7 +182,12 @@ def dist_tmp_path(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
 # --- pool mode -----------------------------------------------------------------------
 
 
-def test_seed(base_seed: int, nodeid: str) -> int:
+def skip_at_test(reason: str) -> None:
+    """Skip, reported at the test's location rather than the plugin's."""
+    raise pytest.skip.Exception(reason, _use_item_location=True)
+
+
+def seed_for_test(base_seed: int, nodeid: str) -> int:
     """Each test's seed: stable across runs and machines, different per test."""
     return (base_seed + zlib.crc32(nodeid.encode())) % 2**31
 
@@ -226,14 +231,14 @@ class PoolSession:
         gpus = self.gpus() if spec.backend != "gloo" else ()
         backend = resolve_backend(spec.backend, spec.size, len(gpus))
         if backend == "nccl" and len(gpus) < spec.size:
-            pytest.skip(
+            skip_at_test(
                 f"world({spec.size}, backend='nccl') needs {spec.size} GPUs; "
                 f"{len(gpus)} visible to this process"
             )
         run = WorldRun(
             world=spec.size,
             backend=backend,
-            seed=test_seed(self.base_seed, item.nodeid),
+            seed=seed_for_test(self.base_seed, item.nodeid),
             base_seed=self.base_seed,
             key=PoolKey(
                 world=spec.size,
@@ -262,8 +267,7 @@ class PoolSession:
         if verdict.status == "disagreement":
             raise RankDisagreement(verdict.summary)
         if verdict.status == "skipped":
-            # Reported at the test's location, not the plugin's.
-            raise pytest.skip.Exception(verdict.summary, _use_item_location=True)
+            skip_at_test(verdict.summary)
         if verdict.status == "xfailed":
             pytest.xfail(verdict.summary)
         return True
