@@ -1,0 +1,290 @@
+"""``p2p``: small all-reduces and broadcasts over GPU peer memory, the rest through NCCL.
+
+Every rank allocates one buffer with PyTorch's symmetric memory
+(``torch.distributed._symmetric_memory``) and maps its peers' buffers, so a kernel
+on one GPU reads the others' memory over NVLink directly. NVLink multicast is never
+used: only the one-shot and two-shot kernels that read peers by pointer, and the
+signal-pad barrier.
+
+* all_reduce (sum; fp32, bf16, fp16): ``one_shot_all_reduce_copy`` up to
+  ``oneshot_max_bytes`` (one kernel: copy in, barrier, every rank reads every peer),
+  ``two_shot_all_reduce`` up to ``twoshot_max_bytes`` (reduce-scatter then all-gather
+  through peer memory), NCCL above.
+* broadcast (any dtype): the root copies into its buffer, a barrier, every other rank
+  copies out of the root's buffer, a barrier.
+* everything else, and payloads it cannot serve (larger than the buffer, not
+  contiguous, another dtype or reduce op, on another device), goes to NCCL; the
+  first time each reason occurs it is logged, and ``fallbacks`` counts them.
+
+Each of these is one or a few kernels on the current stream, so the whole path can be
+captured in a CUDA graph. The byte thresholds are the crossovers measured by
+``rankgate bench comm`` on 2 x H200 (benchmarks/results/nvidia-h200-x2/); pass others
+for other machines.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections import Counter
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+import torch.distributed as dist
+
+from .backend import BackendUnavailableError, NcclBackend, log
+from .detect import detect_topology
+
+DISABLE_ENV = "RANKGATE_DISABLE_P2P"
+"""Set to 1 (or true/yes) to keep ``auto`` away from p2p and refuse ``p2p``."""
+
+P2P_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+ALGORITHMS = ("auto", "oneshot", "twoshot")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class P2PConfig:
+    """Sizes that decide which path a payload takes."""
+
+    buffer_bytes: int = 16 << 20
+    """Symmetric buffer per rank; larger payloads go to NCCL."""
+    oneshot_max_bytes: int = 256 << 10
+    """Largest all-reduce served by the one-shot kernel."""
+    twoshot_max_bytes: int = 16 << 20
+    """Largest all-reduce served by the two-shot kernel (beyond: NCCL)."""
+    broadcast_max_bytes: int = 1 << 20
+    """Largest broadcast served through peer memory (beyond: NCCL)."""
+    algorithm: str = "auto"
+    """auto: by size as above; oneshot / twoshot: force one kernel (benchmarks)."""
+
+    def __post_init__(self) -> None:
+        if self.buffer_bytes <= 0 or self.buffer_bytes % 16:
+            raise ValueError(
+                f"buffer_bytes must be a positive multiple of 16, got {self.buffer_bytes}"
+            )
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(
+                f"unknown algorithm {self.algorithm!r}; valid: {', '.join(ALGORITHMS)}"
+            )
+        for name in ("oneshot_max_bytes", "twoshot_max_bytes", "broadcast_max_bytes"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0")
+
+
+def disabled_by_env(environ: dict[str, str] | os._Environ | None = None) -> str | None:
+    """The reason p2p is switched off by the environment, or None."""
+    value = (environ if environ is not None else os.environ).get(DISABLE_ENV, "")
+    if value.strip().lower() in ("1", "true", "yes", "on"):
+        return f"disabled by {DISABLE_ENV}={value}"
+    return None
+
+
+def symm_mem_problem() -> str | None:
+    """Why this torch cannot provide symmetric memory, or None."""
+    try:
+        import torch.distributed._symmetric_memory as symm_mem  # noqa: F401
+    except Exception as exc:
+        return f"torch.distributed._symmetric_memory unavailable: {exc}"
+    if not hasattr(torch.ops.symm_mem, "one_shot_all_reduce_out"):
+        return "this torch has no symm_mem one_shot_all_reduce_out kernel"
+    return None
+
+
+def peer_problem(members: list[dict]) -> str | None:
+    """Why these ranks cannot reach each other's GPUs, or None.
+
+    ``members[r]`` holds rank r's ``host``, ``device`` (index or None) and
+    ``access``: {device index: [can I reach it, can it reach me]} for its host's GPUs.
+    """
+    if len(members) < 2:
+        return "p2p needs at least 2 ranks"
+    hosts = {m["host"] for m in members}
+    if len(hosts) > 1:
+        return f"ranks span {len(hosts)} hosts; peer memory works within one host"
+    devices = [m["device"] for m in members]
+    if any(d is None for d in devices):
+        return "a rank has no CUDA device"
+    if len(set(devices)) < len(devices):
+        return f"ranks share GPUs (devices {devices})"
+    for r, m in enumerate(members):
+        for s, d in enumerate(devices):
+            if s == r:
+                continue
+            to, back = m["access"].get(str(d), m["access"].get(d, [False, False]))
+            if not (to and back):
+                way = "no peer access" if not (to or back) else "asymmetric peer access"
+                return f"{way} between GPU{m['device']} (rank {r}) and GPU{d} (rank {s})"
+    return None
+
+
+def local_member(device: torch.device | None) -> dict:
+    """This rank's entry for ``peer_problem`` (host, device, access to visible GPUs)."""
+    member: dict = {"host": socket.gethostname(), "device": None, "access": {}}
+    if device is None or device.type != "cuda":
+        return member
+    topo = detect_topology(topo_text=lambda: None)  # access only; links are not needed
+    me = device.index
+    member["device"] = me
+    if me is None or me >= len(topo.devices):
+        return member
+    member["access"] = {
+        str(d): [topo.peer_access[me][d], topo.peer_access[d][me]] for d in topo.devices
+    }
+    return member
+
+
+class P2PBackend(NcclBackend):
+    """NCCL with small all-reduces and broadcasts done through symmetric memory."""
+
+    name: ClassVar[str] = "p2p"
+
+    def __init__(self, *, config: P2PConfig | None = None, verified: bool = False, **kwargs):
+        """``verified``: the ranks already agreed p2p can run (``create_backend`` did)."""
+        self.config = config or P2PConfig()
+        # Never map NVLink multicast, whatever else the process does.
+        os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+        super().__init__(**kwargs)
+        self.fallbacks: Counter[str] = Counter()
+        self._views: dict[tuple, torch.Tensor] = {}
+        self._peer_bufs: dict[int, torch.Tensor] = {}
+        self._buf = self._handle = None
+        try:
+            if not verified:
+                self._verify_peers()
+            self._setup_buffer()
+        except BaseException:
+            super().destroy()
+            raise
+
+    def _verify_peers(self) -> None:
+        """Every rank learns every rank's obstacles, so all raise or none does."""
+        mine = local_member(self.device)
+        mine["p2p"] = disabled_by_env() or symm_mem_problem()
+        members: list = [None] * self.world_size
+        dist.all_gather_object(members, mine, group=self.group)
+        blocked = [f"rank {r}: {m['p2p']}" for r, m in enumerate(members) if m["p2p"]]
+        problem = blocked[0] if blocked else peer_problem(members)
+        if problem:
+            raise BackendUnavailableError(f"p2p: {problem}")
+
+    def _setup_buffer(self) -> None:
+        import torch.distributed._symmetric_memory as symm_mem
+
+        with torch.cuda.device(self.device):
+            self._buf = symm_mem.empty(
+                self.config.buffer_bytes, dtype=torch.uint8, device=self.device
+            )
+            self._handle = symm_mem.rendezvous(self._buf, self.group)
+        self._gname = self.group.group_name
+        ops = torch.ops.symm_mem
+        self._copy_op = getattr(ops, "one_shot_all_reduce_copy_out", None)
+        self._twoshot_op = getattr(ops, "two_shot_all_reduce_out", None)
+
+    # -- routing ----------------------------------------------------------------
+
+    def _payload_problem(self, tensor: torch.Tensor, limit: int) -> str | None:
+        if tensor.device != self.device:
+            return f"tensor on {tensor.device}, backend on {self.device}"
+        if not tensor.is_contiguous():
+            return "non-contiguous tensor"
+        if tensor.nbytes > min(limit, self.config.buffer_bytes):
+            return f"payload over {min(limit, self.config.buffer_bytes)} bytes"
+        return None
+
+    def _fallback(self, op: str, reason: str) -> None:
+        key = f"{op}: {reason}"
+        if key not in self.fallbacks:
+            log.info("p2p %s falls back to nccl: %s", op, reason)
+        self.fallbacks[key] += 1
+
+    def all_reduce_path(self, tensor: torch.Tensor, op: str = "sum") -> tuple[str, str]:
+        """(path, reason): path is oneshot, twoshot or nccl for this payload."""
+        cfg = self.config
+        if op != "sum":
+            return "nccl", f"reduce op {op}"
+        if tensor.dtype not in P2P_DTYPES:
+            return "nccl", f"dtype {tensor.dtype}"
+        if cfg.algorithm == "oneshot":
+            limit = cfg.buffer_bytes
+        elif cfg.algorithm == "twoshot":
+            limit = cfg.buffer_bytes if self._twoshot_op is not None else 0
+        else:
+            limit = max(cfg.oneshot_max_bytes, cfg.twoshot_max_bytes if self._twoshot_op else 0)
+        problem = self._payload_problem(tensor, limit)
+        if problem:
+            return "nccl", problem
+        if cfg.algorithm != "auto":
+            return cfg.algorithm, ""
+        return ("oneshot" if tensor.nbytes <= cfg.oneshot_max_bytes else "twoshot"), ""
+
+    def _staging(self, tensor: torch.Tensor) -> torch.Tensor:
+        key = (tensor.dtype, tensor.shape)
+        view = self._views.get(key)
+        if view is None:
+            if len(self._views) > 256:
+                self._views.clear()
+            view = self._buf[: tensor.nbytes].view(tensor.dtype).view(tensor.shape)
+            self._views[key] = view
+        return view
+
+    # -- operations it serves -----------------------------------------------------
+
+    def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        path, reason = self.all_reduce_path(tensor, op)
+        if path == "nccl":
+            self._fallback("all_reduce", reason)
+            return super().all_reduce(tensor, op)
+        self._check("all_reduce", tensor)
+        staging = self._staging(tensor)
+        if path == "oneshot":
+            if self._copy_op is not None:
+                self._copy_op(staging, tensor, "sum", self._gname, tensor)
+            else:
+                staging.copy_(tensor)
+                torch.ops.symm_mem.one_shot_all_reduce_out(staging, "sum", self._gname, tensor)
+        else:
+            staging.copy_(tensor)
+            self._twoshot_op(staging, "sum", self._gname, tensor)
+        return tensor
+
+    def broadcast(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
+        problem = self._payload_problem(tensor, self.config.broadcast_max_bytes)
+        if problem:
+            self._fallback("broadcast", problem)
+            return super().broadcast(tensor, src)
+        if not 0 <= src < self.world_size:
+            raise ValueError(f"rank {src} is outside 0..{self.world_size - 1}")
+        self._check("broadcast", tensor, src)
+        if self.rank == src:
+            self._staging(tensor).copy_(tensor)
+        self._handle.barrier(channel=0)
+        if self.rank != src:
+            peer = self._peer_bufs.get(src)
+            if peer is None:
+                peer = self._handle.get_buffer(src, (self.config.buffer_bytes,), torch.uint8)
+                self._peer_bufs[src] = peer
+            tensor.copy_(peer[: tensor.nbytes].view(tensor.dtype).view(tensor.shape))
+        self._handle.barrier(channel=0)
+        return tensor
+
+    def destroy(self) -> None:
+        if self._destroyed:
+            return
+        self._views.clear()
+        self._peer_bufs.clear()
+        self._handle = None
+        self._buf = None
+        super().destroy()
+
+    def describe(self) -> dict:
+        info = super().describe()
+        cfg = self.config
+        info.update(
+            buffer_bytes=cfg.buffer_bytes,
+            oneshot_max_bytes=cfg.oneshot_max_bytes,
+            twoshot_max_bytes=cfg.twoshot_max_bytes,
+            broadcast_max_bytes=cfg.broadcast_max_bytes,
+            algorithm=cfg.algorithm,
+        )
+        return info

@@ -1,0 +1,106 @@
+"""The p2p backend on two GPUs: each path it takes, its fallbacks, and CUDA graphs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rankgate.workloads.comm import P2PConfig, create_backend
+from rankgate.workloads.comm.reference import check, expected, rank_input, run_collective
+
+pytestmark = pytest.mark.world(2, backend="nccl")
+
+SMALL_BUFFER = P2PConfig(
+    buffer_bytes=1 << 20, oneshot_max_bytes=64 << 10, broadcast_max_bytes=1 << 20
+)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("algorithm", ["oneshot", "twoshot"])
+def test_forced_algorithm_is_exact_at_every_size(algorithm, dtype, device):
+    """Sizes from one element to the whole buffer, odd counts included."""
+    cfg = P2PConfig(buffer_bytes=8 << 20, algorithm=algorithm)
+    with create_backend("p2p", device=device, p2p_config=cfg, check_shapes=False) as backend:
+        for numel in [1, 2, 3, 7, 8, 9, 1023, 4096, 65537, (8 << 20) // dtype.itemsize]:
+            t = torch.empty(numel, dtype=dtype, device=device)
+            assert backend.all_reduce_path(t)[0] == algorithm
+            inputs = [rank_input(r, numel, dtype, seed=numel) for r in range(2)]
+            got = run_collective(backend, "all_reduce", inputs)
+            check(got, expected("all_reduce", inputs, backend.rank), what=f"{algorithm} {numel}")
+        assert not backend.fallbacks
+
+
+def test_routes_by_size_and_falls_back_with_reasons(device):
+    with create_backend("p2p", device=device, p2p_config=SMALL_BUFFER) as backend:
+
+        def path(t, op="sum"):
+            return backend.all_reduce_path(t, op)
+
+        f32 = torch.float32
+        assert path(torch.empty(16 << 10, device=device))[0] == "oneshot"  # 64 KiB
+        assert path(torch.empty((16 << 10) + 1, device=device))[0] == "twoshot"
+        assert path(torch.empty(1 << 18, device=device)) == ("twoshot", "")  # 1 MiB
+        assert path(torch.empty((1 << 18) + 1, device=device)) == (
+            "nccl",
+            "payload over 1048576 bytes",
+        )
+        assert path(torch.empty(8, device=device, dtype=torch.int32)) == (
+            "nccl",
+            "dtype torch.int32",
+        )
+        assert path(torch.empty(8, device=device), "max") == ("nccl", "reduce op max")
+        assert path(torch.empty(4, 4, device=device).t()) == ("nccl", "non-contiguous tensor")
+        assert path(torch.empty(8, dtype=f32)) == ("nccl", f"tensor on cpu, backend on {device}")
+        # the fallbacks give right answers and are counted once per reason
+        x = torch.ones(8, device=device, dtype=torch.int32)
+        backend.all_reduce(x)
+        backend.all_reduce(x)
+        assert x.tolist() == [4] * 8
+        y = torch.ones(4, 4, device=device).t()
+        backend.all_reduce(y)
+        assert torch.equal(y, torch.full((4, 4), 2.0, device=device).t())
+        assert backend.fallbacks == {
+            "all_reduce: dtype torch.int32": 2,
+            "all_reduce: non-contiguous tensor": 1,
+        }
+        big = torch.ones((1 << 20) // 2, device=device)  # 2 MiB broadcast: over the limit
+        backend.broadcast(big, 1)
+        assert backend.fallbacks["broadcast: payload over 1048576 bytes"] == 1
+
+
+@pytest.mark.parametrize("root", [0, 1])
+def test_broadcast_any_dtype_through_peer_memory(root, device):
+    with create_backend("p2p", device=device) as backend:
+        for dtype in (torch.float32, torch.bfloat16, torch.int32, torch.uint8):
+            inputs = [rank_input(r, 4099, dtype, seed=9) for r in range(2)]
+            got = run_collective(backend, "broadcast", inputs, root=root)
+            check(got, inputs[root], what=f"broadcast {dtype} from {root}")
+        assert not backend.fallbacks
+
+
+@pytest.mark.parametrize("numel", [1024, 32 << 10, 1 << 20])  # one-shot, one-shot, two-shot
+def test_captured_in_a_cuda_graph(numel, rank, device):
+    """Captured once (the shape check runs at capture), replayed with new inputs."""
+    with create_backend("p2p", device=device) as backend:
+        static = torch.zeros(numel, device=device)
+        bcast = torch.zeros(256, device=device)
+        warm = torch.cuda.Stream(device)
+        warm.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(warm):
+            backend.all_reduce(static)
+            backend.broadcast(bcast, 0)
+        torch.cuda.current_stream(device).wait_stream(warm)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(3):
+                backend.all_reduce(static)
+            backend.broadcast(bcast, 0)
+        for step in range(5):
+            static.fill_(float(rank + step))
+            bcast.fill_(float(step if rank == 0 else -1))
+            graph.replay()
+            torch.cuda.synchronize(device)
+            # three all-reduces of (rank + step): 4 * (1 + 2 * step)
+            assert torch.all(static == 4 * (1 + 2 * step)), (step, static[:4].tolist())
+            assert torch.all(bcast == step)
+        assert not backend.fallbacks
