@@ -59,7 +59,7 @@ def dispatch(local_slurm, tmp_path):
     suite.mkdir()
     (suite / "test_remote.py").write_text(textwrap.dedent(SUITE))
 
-    def go(mode: str = "pass", *, deadline_s=None, progress=None, local_dir=None, **overrides):
+    def go(mode: str = "pass", *, progress=None, local_dir=None, wait=None, **overrides):
         data = {
             "partition": local_slurm.partition,
             "tasks_per_node": 2,
@@ -82,8 +82,8 @@ def dispatch(local_slurm, tmp_path):
             profile,
             stage="hpc",
             pytest_args=["test_remote.py"],
-            deadline_s=deadline_s,
             poll_s=0.5,
+            **(wait or {}),
             progress=say,
             local_dir=local_dir,
         )
@@ -159,12 +159,22 @@ def test_job_cancelled_by_someone_else(dispatch):
 
 
 def test_deadline_cancels_the_job(dispatch, local_slurm):
-    result, progress = dispatch("sleep", deadline_s=3)
+    result, progress = dispatch("sleep", wait={"deadline_s": 3})
     assert result.outcome is Outcome.DEADLINE, render_report(result)
     assert any("deadline, cancelling" in line for line in progress)
     assert result.state.startswith("CANCELLED")  # SLURM agrees the job is gone
     queue = subprocess.run(["squeue", "-h", "-j", result.job_id], capture_output=True, text=True)
     assert queue.stdout.strip() == ""
+
+
+def test_queue_timeout_cancels_a_job_that_never_starts(dispatch):
+    # --begin keeps the job PENDING (reason BeginTime) for an hour.
+    result, progress = dispatch(
+        sbatch_options=["--begin=now+3600"], wait={"queue_timeout_s": 2, "run_timeout_s": 600}
+    )
+    assert result.outcome is Outcome.QUEUE_TIMEOUT, render_report(result)
+    assert any("queued (BeginTime)" in line for line in progress)
+    assert result.state.startswith("CANCELLED") and result.running_s == 0
 
 
 def test_bad_partition_shows_sbatch_error_verbatim(dispatch, tmp_path):

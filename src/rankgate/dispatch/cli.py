@@ -41,6 +41,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="cancel the job when it has not ended after this long",
     )
     parser.add_argument(
+        "--queue-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="cancel the job when it has waited in the queue this long "
+        "(interLink: default from the profile)",
+    )
+    parser.add_argument(
+        "--run-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="cancel the job when it has run this long (interLink: default from the profile)",
+    )
+    parser.add_argument(
         "--poll",
         type=float,
         default=None,
@@ -167,6 +182,8 @@ def _dispatch(profile: Profile, args: argparse.Namespace, pytest_args: list[str]
         stage=args.stage,
         pytest_args=pytest_args,
         deadline_s=args.deadline,
+        queue_timeout_s=args.queue_timeout,
+        run_timeout_s=args.run_timeout,
         poll_s=args.poll or 2.0,
         progress=_progress,
         local_dir=args.out,

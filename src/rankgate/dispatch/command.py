@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rankgate.dispatch.archive import safe_extract
+
 
 class CommandError(RuntimeError):
     """A command exited non-zero, could not be started, or ran out of time."""
@@ -111,5 +113,5 @@ class Shell:
             raise CommandError(argv, done.returncode, stderr=done.stderr.decode(errors="replace"))
         local.mkdir(parents=True, exist_ok=True)
         with tarfile.open(fileobj=io.BytesIO(done.stdout)) as archive:
-            archive.extractall(local, filter="data")
+            safe_extract(archive, local)
         return local

@@ -76,6 +76,8 @@ class Interlink:
     """Base URL of the interLink API for interlink-rest, e.g. https://interlink.example:3000."""
     token_file: str = ""
     """File holding the bearer token for interlink-rest (never the token itself)."""
+    image_root: str = ""
+    """Folder of .sif images on the cluster (annotation slurm-job.vk.io/image-root)."""
     queue_timeout: float = 1800.0
     """Seconds a pod may wait before it starts running."""
     run_timeout: float = 3600.0

@@ -64,9 +64,13 @@ def _workdir(profile: Profile, job: JobSpec) -> str:
     return job.workdir or profile.workdir or job.job_dir
 
 
-def rank_command(profile: Profile, job: JobSpec) -> str:
-    """The shell command each task runs: pytest with its own JUnit file and log."""
-    rank = "${SLURM_PROCID}"
+def rank_command(profile: Profile, job: JobSpec, rank_var: str = "SLURM_PROCID") -> str:
+    """The shell command each rank runs: pytest with its own JUnit file and log.
+
+    ``rank_var`` names the launcher's rank variable (SLURM_PROCID under srun, RANK
+    under torchrun).
+    """
+    rank = "${" + rank_var + "}"
     dirq = shlex.quote(job.job_dir)
     pytest = [profile.python, "-m", "pytest", "-p", "no:cacheprovider"]
     if job.inplace:

@@ -12,11 +12,9 @@ from __future__ import annotations
 import json
 import re
 import secrets
-import signal
 import tempfile
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 from rankgate.dispatch.command import CommandError, Shell
@@ -24,22 +22,7 @@ from rankgate.dispatch.outcome import Outcome, Phase, slurm_state
 from rankgate.dispatch.profile import Profile, ProfileError
 from rankgate.dispatch.results import DispatchResult, merge_job_dir
 from rankgate.dispatch.sbatch import SCRIPT_NAME, JobSpec, render_script, submit_command
-
-Progress = Callable[[str], None]
-CANCEL_GRACE_S = 60.0
-"""Seconds to wait for a job rankgate cancelled to reach a final state."""
-
-
-@dataclass(frozen=True, slots=True)
-class JobStatus:
-    """One observation of a job."""
-
-    state: str
-    """Raw state word, e.g. PENDING, RUNNING, CANCELLED."""
-    status: Phase | Outcome
-    reason: str = ""
-    exit_code: str = ""
-    node_list: str = ""
+from rankgate.dispatch.watch import Observation, Progress, watch
 
 
 class SubmitError(RuntimeError):
@@ -86,7 +69,7 @@ class SlurmTarget:
             raise SubmitError(f"sbatch printed no job id: {out.stdout!r} {out.stderr!r}")
         return job_id
 
-    def status(self, job_id: str) -> JobStatus:
+    def status(self, job_id: str) -> Observation:
         """Where job ``job_id`` is now (squeue, then scontrol, then sacct)."""
         out = self.shell.run(
             ["squeue", "-h", "-j", job_id, "-t", "all", "-o", "%T|%r|%N"], check=False
@@ -94,14 +77,14 @@ class SlurmTarget:
         seen = None
         if out.returncode == 0 and out.stdout.strip():
             state, reason, nodes = ([*out.stdout.strip().splitlines()[0].split("|"), "", ""])[:3]
-            seen = JobStatus(state, slurm_state(state), reason, "", nodes)
+            seen = Observation(state, slurm_state(state), reason, "", nodes)
             if isinstance(seen.status, Phase):
                 return seen
         show = self.shell.run(["scontrol", "show", "job", "-o", job_id], check=False)
         if show.returncode == 0 and "JobState=" in show.stdout:
             f = _fields(show.stdout)
             state = f.get("JobState", "")
-            return JobStatus(
+            return Observation(
                 state,
                 slurm_state(state),
                 f.get("Reason", ""),
@@ -111,10 +94,10 @@ class SlurmTarget:
         return (
             self._from_accounting(job_id)
             or seen
-            or JobStatus("UNKNOWN", Outcome.LOST, "job is in neither squeue, scontrol nor sacct")
+            or Observation("UNKNOWN", Outcome.LOST, "job is in neither squeue, scontrol nor sacct")
         )
 
-    def _from_accounting(self, job_id: str) -> JobStatus | None:
+    def _from_accounting(self, job_id: str) -> Observation | None:
         acct = self.shell.run(
             ["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State,ExitCode,Reason,NodeList"],
             check=False,
@@ -123,7 +106,7 @@ class SlurmTarget:
             return None  # accounting off, or the job is unknown to it
         line = acct.stdout.strip().splitlines()[0]
         state, exit_code, reason, nodes = ([*line.split("|"), "", "", ""])[:4]
-        return JobStatus(state, slurm_state(state), reason, exit_code, nodes)
+        return Observation(state, slurm_state(state), reason, exit_code, nodes)
 
     def cancel(self, job_id: str) -> None:
         self.shell.run(["scancel", job_id], check=False)
@@ -139,18 +122,19 @@ class SlurmTarget:
         job: JobSpec,
         *,
         deadline_s: float | None = None,
+        queue_timeout_s: float | None = None,
+        run_timeout_s: float | None = None,
         poll_s: float = 2.0,
         progress: Progress | None = None,
         local_dir: Path | None = None,
     ) -> DispatchResult:
-        """Submit ``job``, wait for it, and return its merged result.
+        """Submit ``job``, wait for it (:func:`~rankgate.dispatch.watch.watch`), merge results.
 
-        The job is cancelled when ``deadline_s`` passes (outcome ``deadline``) or when
-        the process gets SIGINT/SIGTERM (outcome ``interrupted``). ``progress`` gets a
-        line whenever the job changes phase and every 30 s while it stays in one.
+        rankgate cancels the job at its deadlines or on SIGINT/SIGTERM; the outcome then
+        says which (``deadline``, ``queue-timeout``, ``run-timeout``, ``interrupted``).
         """
         say = progress or (lambda line: None)
-        base = DispatchResult(
+        result = DispatchResult(
             profile=self.profile.name,
             target=self.profile.target,
             job_id="",
@@ -159,86 +143,37 @@ class SlurmTarget:
         try:
             job_id = self.submit(job)
         except (SubmitError, CommandError) as exc:
-            base.message = str(exc)
-            return base
-        base.job_id = job_id
+            result.message = str(exc)
+            return result
+        result.job_id = job_id
         say(f"submitted job {job_id} ({self.profile.world_size} ranks) -> {job.job_dir}")
-        final, ours = self._wait(job_id, deadline_s=deadline_s, poll_s=poll_s, say=say, timing=base)
-        base.outcome = ours or final.status
-        base.state, base.reason, base.exit_code = final.state, final.reason, final.exit_code
+        waited = watch(
+            lambda: self.status(job_id),
+            lambda: self.cancel(job_id),
+            label=f"job {job_id}",
+            poll_s=poll_s,
+            say=say,
+            deadline_s=deadline_s,
+            queue_timeout_s=queue_timeout_s,
+            run_timeout_s=run_timeout_s,
+        )
+        last = waited.last
+        result.outcome, result.state = waited.outcome, last.state
+        result.reason, result.exit_code = last.reason, last.exit_code
+        result.queued_s, result.running_s = waited.queued_s, waited.running_s
         local = local_dir or (
             Path(job.job_dir)
             if self.shell.host is None
             else Path(tempfile.mkdtemp(prefix="rankgate-"))
         )
         try:
-            base.job_dir = self.collect(job.job_dir, local)
+            result.job_dir = self.collect(job.job_dir, local)
         except CommandError as exc:
-            base.message = f"could not fetch the job directory: {exc}"
-            return base
-        base.merged = merge_job_dir(base.job_dir, self.profile.world_size)
-        base.write_summary()
-        return base
-
-    def _wait(self, job_id, *, deadline_s, poll_s, say, timing):
-        """Poll until the job ends; returns (last status, our outcome if we cancelled it)."""
-        start = time.monotonic()
-        phase_start, last_phase, last_said = start, None, 0.0
-        interrupted: list[int] = []
-        previous = (
-            {
-                sig: signal.signal(sig, lambda signum, _frame: interrupted.append(signum))
-                for sig in (signal.SIGINT, signal.SIGTERM)
-            }
-            if _main_thread()
-            else {}
-        )
-        ours: Outcome | None = None
-        cancelled_at = 0.0
-        try:
-            while True:
-                st = self.status(job_id)
-                now = time.monotonic()
-                if isinstance(st.status, Outcome):
-                    self._account(timing, last_phase, now - phase_start)
-                    say(f"job {job_id}: {st.state} after {now - start:.0f} s")
-                    return st, ours
-                if st.status is not last_phase:
-                    self._account(timing, last_phase, now - phase_start)
-                    last_phase, phase_start, last_said = st.status, now, now
-                    where = (
-                        f" on {st.node_list}" if st.node_list and st.status is Phase.RUNNING else ""
-                    )
-                    why = f" ({st.reason})" if st.reason and st.reason != "None" else ""
-                    say(f"job {job_id}: {st.status.value}{where}{why}")
-                elif now - last_said >= 30:
-                    last_said = now
-                    say(f"job {job_id}: still {st.status.value} after {now - phase_start:.0f} s")
-                if ours is None and (interrupted or (deadline_s and now - start > deadline_s)):
-                    ours = Outcome.INTERRUPTED if interrupted else Outcome.DEADLINE
-                    say(f"job {job_id}: {ours.value}, cancelling")
-                    self.cancel(job_id)
-                    cancelled_at = now
-                elif ours is not None and now - cancelled_at > CANCEL_GRACE_S:
-                    say(f"job {job_id}: still {st.state} {CANCEL_GRACE_S:g} s after scancel")
-                    return st, ours
-                time.sleep(poll_s if ours is None else 0.5)
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-    @staticmethod
-    def _account(timing: DispatchResult, phase: Phase | None, seconds: float) -> None:
-        if phase is Phase.QUEUED:
-            timing.queued_s += seconds
-        elif phase is Phase.RUNNING:
-            timing.running_s += seconds
-
-
-def _main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
+            result.message = f"could not fetch the job directory: {exc}"
+            return result
+        result.merged = merge_job_dir(result.job_dir, self.profile.world_size)
+        result.write_summary()
+        return result
 
 
 def run_stage(
@@ -246,17 +181,15 @@ def run_stage(
     *,
     stage: str,
     pytest_args: Sequence[str],
-    deadline_s: float | None = None,
-    poll_s: float = 2.0,
-    progress: Progress | None = None,
-    local_dir: Path | None = None,
     inplace: bool = True,
+    **wait,
 ) -> DispatchResult:
     """Dispatch ``pytest pytest_args`` as stage ``stage`` on the SLURM profile.
 
     A local target (``slurm``) defaults its results folder to ``out/dispatch`` and its
     working folder to the current one; over ssh both must be given as absolute paths
-    on the cluster.
+    on the cluster. ``wait`` goes to :meth:`SlurmTarget.run` (deadlines, poll_s,
+    progress, local_dir).
     """
     job_dir, workdir = _job_paths(profile, stage)
     job = JobSpec(
@@ -266,9 +199,7 @@ def run_stage(
         workdir=workdir,
         inplace=inplace,
     )
-    return SlurmTarget(profile).run(
-        job, deadline_s=deadline_s, poll_s=poll_s, progress=progress, local_dir=local_dir
-    )
+    return SlurmTarget(profile).run(job, **wait)
 
 
 def _job_paths(profile: Profile, stage: str) -> tuple[str, str]:

@@ -1,0 +1,152 @@
+"""Wait for a dispatched job: progress lines, deadlines, interrupts, and cancelling.
+
+One loop serves every target. It polls ``observe()`` until the job reaches an
+:class:`~rankgate.dispatch.outcome.Outcome`, and cancels the job itself when
+
+- it has been queued longer than ``queue_timeout_s`` (outcome ``queue-timeout``),
+- it has been running longer than ``run_timeout_s`` (outcome ``run-timeout``),
+- ``deadline_s`` has passed since submission (outcome ``deadline``), or
+- SIGINT/SIGTERM arrived (outcome ``interrupted``): the job never outlives rankgate.
+
+Progress: a line on every change of phase, and every ``PROGRESS_EVERY_S`` while it stays.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from rankgate.dispatch.outcome import Outcome, Phase
+
+Progress = Callable[[str], None]
+PROGRESS_EVERY_S = 30.0
+CANCEL_GRACE_S = 60.0
+"""Seconds to wait for a job rankgate cancelled to reach a final state."""
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """One look at a job."""
+
+    state: str
+    """The target's own word for it (SLURM state, container state), verbatim."""
+    status: Phase | Outcome
+    reason: str = ""
+    exit_code: str = ""
+    where: str = ""
+    """Node(s) it runs on, when known."""
+
+
+@dataclass(slots=True)
+class Watched:
+    """How the wait ended."""
+
+    last: Observation
+    ours: Outcome | None
+    """Set when rankgate itself ended the job (a timeout, deadline or interrupt)."""
+    queued_s: float = 0.0
+    running_s: float = 0.0
+
+    @property
+    def outcome(self) -> Outcome:
+        if self.ours is not None:
+            return self.ours
+        return self.last.status if isinstance(self.last.status, Outcome) else Outcome.LOST
+
+
+@contextmanager
+def caught_interrupts() -> Iterator[list[int]]:
+    """Collect SIGINT/SIGTERM received inside the block instead of dying (main thread only)."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+    previous = {
+        sig: signal.signal(sig, lambda signum, _frame: received.append(signum))
+        for sig in (signal.SIGINT, signal.SIGTERM)
+    }
+    try:
+        yield received
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def watch(
+    observe: Callable[[], Observation],
+    cancel: Callable[[], None],
+    *,
+    label: str,
+    poll_s: float,
+    say: Progress,
+    deadline_s: float | None = None,
+    queue_timeout_s: float | None = None,
+    run_timeout_s: float | None = None,
+    wait_after_cancel: bool = True,
+) -> Watched:
+    """Poll until the job ends (see the module docstring); never raises for the job's sake."""
+    start = time.monotonic()
+    result = Watched(last=Observation("SUBMITTED", Phase.QUEUED), ours=None)
+    phase, phase_start, last_said, cancelled_at = None, start, start, 0.0
+
+    def account(now: float) -> None:
+        if phase is Phase.QUEUED:
+            result.queued_s += now - phase_start
+        elif phase is Phase.RUNNING:
+            result.running_s += now - phase_start
+
+    with caught_interrupts() as interrupted:
+        while True:
+            seen = result.last = observe()
+            now = time.monotonic()
+            if isinstance(seen.status, Outcome):
+                account(now)
+                say(f"{label}: {seen.state} after {now - start:.0f} s")
+                return result
+            if seen.status is not phase:
+                account(now)
+                phase, phase_start, last_said = seen.status, now, now
+                where = f" on {seen.where}" if seen.where and phase is Phase.RUNNING else ""
+                why = f" ({seen.reason})" if seen.reason and seen.reason != "None" else ""
+                say(f"{label}: {phase.value}{where}{why}")
+            elif now - last_said >= PROGRESS_EVERY_S:
+                last_said = now
+                say(f"{label}: still {phase.value} after {now - phase_start:.0f} s")
+            if result.ours is None:
+                result.ours = _reason_to_stop(
+                    phase,
+                    now - start,
+                    now - phase_start,
+                    interrupted,
+                    deadline_s,
+                    queue_timeout_s,
+                    run_timeout_s,
+                )
+                if result.ours is not None:
+                    say(f"{label}: {result.ours.value}, cancelling")
+                    cancel()
+                    cancelled_at = now
+                    if not wait_after_cancel:
+                        account(now)
+                        return result
+            elif now - cancelled_at > CANCEL_GRACE_S:
+                account(now)
+                say(f"{label}: still {seen.state} {CANCEL_GRACE_S:g} s after cancelling")
+                return result
+            time.sleep(poll_s if result.ours is None else min(poll_s, 0.5))
+
+
+def _reason_to_stop(phase, total, in_phase, interrupted, deadline, queue_limit, run_limit):
+    if interrupted:
+        return Outcome.INTERRUPTED
+    if queue_limit is not None and phase is Phase.QUEUED and in_phase > queue_limit:
+        return Outcome.QUEUE_TIMEOUT
+    if run_limit is not None and phase is Phase.RUNNING and in_phase > run_limit:
+        return Outcome.RUN_TIMEOUT
+    if deadline is not None and total > deadline:
+        return Outcome.DEADLINE
+    return None

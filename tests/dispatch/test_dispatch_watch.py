@@ -1,0 +1,92 @@
+"""The shared wait loop: phases, deadlines of each kind, interrupts, and the cancel grace."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from rankgate.dispatch.outcome import Outcome, Phase
+from rankgate.dispatch.watch import Observation, watch
+
+pytestmark = pytest.mark.unit
+
+QUEUED = Observation("PENDING", Phase.QUEUED, reason="Priority")
+RUNNING = Observation("RUNNING", Phase.RUNNING, where="node1")
+CANCELLED = Observation("CANCELLED", Outcome.CANCELLED)
+
+
+class Job:
+    """A scripted job: observations in order, the last one repeated; cancel ends it."""
+
+    def __init__(self, *seen: Observation, cancelled=CANCELLED):
+        self.seen, self.cancelled, self.cancels = list(seen), cancelled, 0
+
+    def observe(self) -> Observation:
+        if self.cancels and self.cancelled is not None:
+            return self.cancelled
+        return self.seen.pop(0) if len(self.seen) > 1 else self.seen[0]
+
+    def cancel(self) -> None:
+        self.cancels += 1
+
+
+def _watch(job: Job, lines: list[str] | None = None, **kw):
+    lines = [] if lines is None else lines
+    return watch(job.observe, job.cancel, label="job 1", poll_s=0.01, say=lines.append, **kw)
+
+
+def test_runs_to_completion_with_a_line_per_phase():
+    lines: list[str] = []
+    job = Job(
+        QUEUED, RUNNING, RUNNING, Observation("COMPLETED", Outcome.COMPLETED, exit_code="0:0")
+    )
+    waited = _watch(job, lines)
+    assert waited.outcome is Outcome.COMPLETED and job.cancels == 0
+    assert lines == [
+        "job 1: queued (Priority)",
+        "job 1: running on node1",
+        "job 1: COMPLETED after 0 s",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("seen", "limits", "expected"),
+    [
+        ((QUEUED,), {"queue_timeout_s": 0.05}, Outcome.QUEUE_TIMEOUT),
+        ((QUEUED, RUNNING), {"queue_timeout_s": 60, "run_timeout_s": 0.05}, Outcome.RUN_TIMEOUT),
+        ((QUEUED,), {"deadline_s": 0.05}, Outcome.DEADLINE),
+    ],
+)
+def test_each_limit_cancels_with_its_own_outcome(seen, limits, expected):
+    job = Job(*seen)
+    waited = _watch(job, **limits)
+    assert (waited.outcome, job.cancels) == (expected, 1)
+    assert waited.last.state == "CANCELLED"  # it kept polling until the job really ended
+
+
+def test_queue_time_does_not_count_against_the_run_limit():
+    job = Job(*([QUEUED] * 20), RUNNING, Observation("COMPLETED", Outcome.COMPLETED))
+    waited = _watch(job, run_timeout_s=0.15)
+    assert waited.outcome is Outcome.COMPLETED and waited.queued_s > 0.1
+
+
+def test_sigint_cancels_the_job_instead_of_leaving_it_queued():
+    job = Job(QUEUED)
+    original = job.observe
+
+    def observe_then_interrupt():
+        if not job.cancels:
+            os.kill(os.getpid(), signal.SIGINT)
+        return original()
+
+    waited = watch(observe_then_interrupt, job.cancel, label="j", poll_s=0.01, say=lambda _: None)
+    assert (waited.outcome, job.cancels) == (Outcome.INTERRUPTED, 1)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_without_waiting_after_cancel_it_returns_at_once():
+    job = Job(RUNNING, cancelled=None)
+    waited = _watch(job, run_timeout_s=0.02, wait_after_cancel=False)
+    assert waited.outcome is Outcome.RUN_TIMEOUT and waited.last.state == "RUNNING"
