@@ -143,3 +143,70 @@ def test_xdist_workers_get_disjoint_pool_directories(inner):
         by_worker.setdefault(f.name.split("-")[0], set()).add(f.read_text())
     assert sorted(by_worker) == ["gw0", "gw1"]
     assert by_worker["gw0"].isdisjoint(by_worker["gw1"])
+
+
+def test_rank_killed_between_tests_gets_a_fresh_pool(inner):
+    result = inner(
+        """
+        import os, signal, time
+        import pytest
+        import torch.distributed as dist
+
+        @pytest.mark.world(2)
+        def test_a(rank, dist_tmp_path):
+            (dist_tmp_path.parent / f"a{rank}").write_text(str(os.getpid()))
+
+        def test_kill_rank_1_while_idle(tmp_path):
+            pid = int((tmp_path.parent / "a1").read_text())
+            os.kill(pid, signal.SIGKILL)
+            time.sleep(0.5)
+
+        @pytest.mark.world(2)
+        def test_c(rank, dist_tmp_path):
+            dist.barrier()
+            (dist_tmp_path.parent / f"c{rank}").write_text(str(os.getpid()))
+        """,
+        "--basetemp=bt",
+    )
+    result.assert_outcomes(passed=3)
+    base = inner.pytester.path / "bt"
+    assert {(base / f"a{r}").read_text() for r in (0, 1)}.isdisjoint(
+        {(base / f"c{r}").read_text() for r in (0, 1)}
+    )
+
+
+def test_ranks_exit_when_the_controller_is_killed(pytester):
+    import signal
+    import subprocess
+    import sys
+
+    pytester.makepyfile(
+        test_inner="""
+        import os, time
+        import pytest
+
+        @pytest.mark.world(2, timeout=600)
+        def test_hangs(rank, dist_tmp_path):
+            (dist_tmp_path.parent / f"pid-{os.getpid()}").write_text("")
+            time.sleep(600)
+        """
+    )
+    pytester.makeini("[pytest]\n")
+    base = pytester.path / "bt"
+    controller = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--basetemp={base}"],
+        cwd=pytester.path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while len(list(base.glob("pid-*"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    pids = [int(p.name[4:]) for p in base.glob("pid-*")]
+    assert len(pids) == 2
+    controller.send_signal(signal.SIGKILL)
+    controller.wait()
+    deadline = time.monotonic() + 15
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert [p for p in pids if _alive(p)] == []

@@ -125,6 +125,7 @@ class Pool:
                 "setup_hook": self.settings.setup_hook,
                 "threads": threads,
                 "sys_path": list(sys.path),
+                "controller_pid": os.getpid(),
                 "stdout": str(paths[0]),
                 "stderr": str(paths[1]),
                 "env": {**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
@@ -218,6 +219,10 @@ class Pool:
             r.process.join(5)
             r.conn.close()
         self.alive = False
+
+    def healthy(self) -> bool:
+        """Started, not killed, and every rank still running (none died while idle)."""
+        return self.alive and all(r.process.is_alive() for r in self.ranks)
 
     def pids(self) -> list[int]:
         return [r.process.pid for r in self.ranks]

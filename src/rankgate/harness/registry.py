@@ -21,9 +21,11 @@ class PoolRegistry:
     def acquire(self, key: PoolKey) -> Pool:
         """A live pool for ``key``: the one kept from earlier tests, or a new one."""
         pool = self._pools.get(key)
-        if pool is not None and pool.alive:
+        if pool is not None and pool.healthy():
             self._pools.move_to_end(key)
             return pool
+        if pool is not None:
+            pool.kill()  # a rank died between tests: replace the whole world
         self._pools.pop(key, None)
         self._evict(room_for=key.world)
         self._started += 1

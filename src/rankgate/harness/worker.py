@@ -17,6 +17,7 @@ import os
 import pickle
 import random
 import sys
+import threading
 import time
 import traceback
 from datetime import timedelta
@@ -37,6 +38,7 @@ def worker_main(conn, config: dict[str, Any]) -> None:
     faulthandler.register(messages.STACK_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
     os.environ.update(config["env"])
     rank = config["rank"]
+    _exit_with_controller(config["controller_pid"])
     _sync_sys_path(config["sys_path"])
     try:
         _run_setup_hook(config.get("setup_hook"), rank)
@@ -56,6 +58,20 @@ def worker_main(conn, config: dict[str, Any]) -> None:
         os._exit(3)
     conn.send_bytes(messages.encode(messages.READY, rank=rank, pid=os.getpid()))
     _serve(conn, config)
+
+
+def _exit_with_controller(controller_pid: int) -> None:
+    """End this rank when the controller is gone (killed by CI, say), even mid-hang."""
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            try:
+                os.kill(controller_pid, 0)
+            except ProcessLookupError:
+                os._exit(70)
+
+    threading.Thread(target=watch, name="rankgate-controller-watch", daemon=True).start()
 
 
 def _device_kwargs(config: dict[str, Any]) -> dict[str, Any]:
