@@ -139,3 +139,22 @@ def test_barrier_waits_for_every_rank(rank, device):
     backend.barrier()
     if rank == 1:
         store.delete_key("comm-barrier-late")
+
+
+def _ring_exchange(backend, numel=4099):
+    world, rank = backend.world_size, backend.rank
+    inputs = [rank_input(r, numel, torch.bfloat16, seed=17) for r in range(world)]
+    got = torch.empty(numel, dtype=torch.bfloat16, device=backend.device)
+    mine = inputs[rank].to(backend.device)
+    backend.send_recv(mine, (rank + 1) % world, got, (rank - 1) % world)
+    check(got, expected("send_recv", inputs, rank), what=f"{backend.name} send_recv")
+
+
+@pytest.mark.parametrize("world", GLOO_WORLDS)
+def test_simultaneous_send_recv_ring(world, device):
+    _ring_exchange(cached_backend("gloo", device))
+
+
+@pytest.mark.parametrize("backend_name", GPU_BACKENDS)
+def test_gpu_simultaneous_send_recv_ring(backend_name, device):
+    _ring_exchange(cached_backend(backend_name, device))

@@ -10,6 +10,7 @@ reduce_scatter     ``output`` gets this rank's slice of the reduced ``input``
 gather             list of every rank's tensor on ``dst``, None elsewhere
 barrier            every rank reaches it
 send / recv        point to point, ranks of the backend's group
+send_recv          send to one rank while receiving from another (ring exchange)
 synchronize        wait (with the timeout) until queued device work is done
 destroy            release the group it created; safe to call twice
 =================  ==========================================================
@@ -301,6 +302,22 @@ class CommBackend:
         with _Timeouts(self, "recv"):
             dist.recv(tensor, src=self._global(src), group=self.group)
         return tensor
+
+    def send_recv(self, send: torch.Tensor, dst: int, recv: torch.Tensor, src: int) -> torch.Tensor:
+        """Send ``send`` to ``dst`` while receiving ``recv`` from ``src``, both at once.
+
+        The ring exchange nccl-tests' sendrecv times: every rank may call it at the
+        same moment without the even/odd ordering plain send and recv need.
+        """
+        self._live()
+        ops = [
+            dist.P2POp(dist.isend, send, self._global(dst), self.group),
+            dist.P2POp(dist.irecv, recv, self._global(src), self.group),
+        ]
+        with _Timeouts(self, "send_recv"):
+            for work in dist.batch_isend_irecv(ops):
+                work.wait()
+        return recv
 
     def synchronize(self, timeout: float | None = None) -> None:
         """Wait until this rank's queued collectives finished, or raise CollectiveTimeoutError."""

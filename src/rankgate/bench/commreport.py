@@ -1,0 +1,187 @@
+"""Reporting ``rankgate bench comm`` results: the table, crossovers, reference curves, plots.
+
+The table follows nccl-tests' columns (size, count, type, redop, root, then time,
+algbw, busbw, #wrong), with the eager and the CUDA-graph measurements side by side
+where nccl-tests puts out-of-place and in-place, and, when an nccl-tests output for
+the collective was given, its time and busbw at the same size and our ratio to it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from rankgate.bench.busbw import parse_nccl_tests
+
+_TYPES = {"fp32": "float", "bf16": "bfloat16", "fp16": "half", "int32": "int32"}
+_REDOP = {"all_reduce": "sum", "reduce_scatter": "sum"}
+_ROOT = {"broadcast": 0, "gather": 0}
+SINGLE = ("nccl", "p2p-oneshot", "p2p-twoshot")
+
+
+def load_references(paths: list[str]) -> dict[str, dict[int, dict]]:
+    """{collective: {bytes: nccl-tests row}} from files or folders of nccl-tests output."""
+    found: dict[str, dict[int, dict]] = {}
+    for entry in paths:
+        path = Path(entry)
+        files = sorted(path.glob("*.txt")) if path.is_dir() else [path]
+        for file in files:
+            parsed = parse_nccl_tests(file.read_text(errors="replace"))
+            if parsed["collective"] and parsed["rows"]:
+                rows = {row["bytes"]: dict(row, file=str(file)) for row in parsed["rows"]}
+                found.setdefault(parsed["collective"], {}).update(rows)
+    return found
+
+
+def crossovers(results: list[dict]) -> dict:
+    """For all_reduce, per mode: the fastest single backend at each size, and auto's gap.
+
+    Single backends are nccl and the forced p2p kernels. ``auto_ratio`` is auto's time
+    over the fastest single backend's at the same size and mode (1.0 = as fast).
+    """
+    table: dict[str, dict[int, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
+    for r in results:
+        if r["collective"] != "all_reduce":
+            continue
+        for mode in ("eager", "graph"):
+            if r[f"{mode}_us"] is not None:
+                table[mode][r["bytes"]][r["backend"]] = r[f"{mode}_us"]
+    out: dict = {}
+    for mode, by_size in table.items():
+        best, ratio, ranges = {}, {}, []
+        for size in sorted(by_size):
+            times = by_size[size]
+            singles = {b: t for b, t in times.items() if b in SINGLE}
+            if not singles:
+                continue
+            name = min(singles, key=singles.get)
+            best[size] = name
+            if "auto" in times:
+                ratio[size] = times["auto"] / singles[name]
+            if ranges and ranges[-1]["backend"] == name:
+                ranges[-1]["to_bytes"] = size
+            else:
+                ranges.append({"backend": name, "from_bytes": size, "to_bytes": size})
+        out[mode] = {
+            "fastest": {str(k): v for k, v in best.items()},
+            "ranges": ranges,
+            "auto_ratio": {str(k): round(v, 3) for k, v in ratio.items()},
+            "auto_worst_1K_1G": max(
+                (v for k, v in ratio.items() if (1 << 10) <= k <= (1 << 30)), default=None
+            ),
+        }
+    return out
+
+
+def _cell(value, width, fmt):
+    return f"{'-':>{width}}" if value is None else f"{value:>{width}{fmt}}"
+
+
+def table(result: dict, references: dict) -> str:
+    meta = result["meta"]
+    lines = [
+        f"# rankgate bench comm: world {meta['world']}, {meta.get('gpu', 'CPU')}, "
+        f"torch {meta['torch']}, NCCL {meta.get('nccl', '-')}",
+        f"# iters {meta['options']['iters']}, warmup {meta['options']['warmup']}, "
+        f"median of {meta['options']['reps']} repetitions; time averaged over ranks",
+    ]
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in result["results"]:
+        groups[(r["collective"], r["backend"])].append(r)
+    for (collective, backend), rows in groups.items():
+        ref = references.get(collective, {})
+        lines += [
+            "#",
+            f"# {collective}  backend {backend}",
+            f"#{'size':>11} {'count':>12} {'type':>9} {'redop':>6} {'root':>5}"
+            f" {'path':>8} | {'time':>9} {'algbw':>7} {'busbw':>7} {'#wrong':>6}"
+            f" | {'graph':>9} {'algbw':>7} {'busbw':>7}"
+            + (f" | {'ref time':>9} {'ref bus':>7} {'t/ref':>6}" if ref else ""),
+            f"#{'(B)':>11} {'(elements)':>12} {'':>9} {'':>6} {'':>5} {'':>8}"
+            f" | {'(us)':>9} {'(GB/s)':>7} {'(GB/s)':>7} {'':>6}"
+            f" | {'(us)':>9} {'(GB/s)':>7} {'(GB/s)':>7}"
+            + (f" | {'(us)':>9} {'(GB/s)':>7} {'':>6}" if ref else ""),
+        ]
+        for r in rows:
+            line = (
+                f" {r['bytes']:>11} {r['count']:>12} {_TYPES.get(r['dtype'], r['dtype']):>9}"
+                f" {_REDOP.get(collective, 'none'):>6} {_ROOT.get(collective, -1):>5}"
+                f" {r['path'] or '-':>8} | {_cell(r['eager_us'], 9, '.2f')}"
+                f" {_cell(r['eager_algbw'], 7, '.2f')} {_cell(r['eager_busbw'], 7, '.2f')}"
+                f" {_cell(r['wrong'], 6, 'd')} | {_cell(r['graph_us'], 9, '.2f')}"
+                f" {_cell(r['graph_algbw'], 7, '.2f')} {_cell(r['graph_busbw'], 7, '.2f')}"
+            )
+            if ref:
+                row = ref.get(r["bytes"])
+                ratio = r["eager_us"] / row["time_us"] if row and row["time_us"] else None
+                line += (
+                    f" | {_cell(row and row['time_us'], 9, '.2f')}"
+                    f" {_cell(row and row['busbw'], 7, '.2f')} {_cell(ratio, 6, '.2f')}"
+                )
+            lines.append(line)
+    cross = result.get("crossovers") or {}
+    for mode, info in cross.items():
+        if not info["ranges"]:
+            continue
+        spans = ", ".join(
+            f"{c['backend']} {c['from_bytes']}..{c['to_bytes']} B" for c in info["ranges"]
+        )
+        lines.append(f"# all_reduce fastest single backend ({mode}): {spans}")
+        if info["auto_worst_1K_1G"] is not None:
+            lines.append(
+                f"# auto / fastest ({mode}), worst over 1 KiB..1 GiB: "
+                f"{info['auto_worst_1K_1G']:.3f}"
+            )
+    return "\n".join(lines)
+
+
+def plots(result: dict, references: dict, out: Path) -> list[Path]:
+    """One PNG per collective: busbw and time per call against size. Needs matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("# plots skipped: matplotlib is not installed")
+        return []
+    series: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    for r in result["results"]:
+        for mode in ("eager", "graph"):
+            if r[f"{mode}_us"] is not None:
+                series[r["collective"]][f"{r['backend']} {mode}"].append(
+                    (r["bytes"], r[f"{mode}_busbw"], r[f"{mode}_us"])
+                )
+    paths = []
+    meta = result["meta"]
+    for collective, curves in series.items():
+        fig, (bw, lat) = plt.subplots(1, 2, figsize=(13, 5))
+        for label, points in sorted(curves.items()):
+            xs, bus, us = zip(*sorted(points))
+            style = "--" if label.endswith("graph") else "-"
+            bw.plot(xs, bus, style, marker=".", label=label)
+            lat.plot(xs, us, style, marker=".", label=label)
+        ref = references.get(collective)
+        if ref:
+            xs = sorted(ref)
+            bw.plot(xs, [ref[x]["busbw"] for x in xs], "k:", lw=2, label="nccl-tests (reference)")
+            lat.plot(
+                xs, [ref[x]["time_us"] for x in xs], "k:", lw=2, label="nccl-tests (reference)"
+            )
+        for ax, ylabel in ((bw, "busbw (GB/s)"), (lat, "time per call (us)")):
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("message size (bytes)")
+            ax.set_ylabel(ylabel)
+            ax.grid(True, which="both", alpha=0.3)
+        lat.set_yscale("log")
+        bw.legend(fontsize=7)
+        fig.suptitle(
+            f"{collective}: world {meta['world']}, {meta.get('gpu', 'CPU')}, "
+            f"torch {meta['torch']}, NCCL {meta.get('nccl', '-')}"
+        )
+        fig.tight_layout()
+        path = out / f"comm_{collective}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths
