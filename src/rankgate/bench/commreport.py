@@ -24,6 +24,9 @@ def load_references(paths: list[str]) -> dict[str, dict[int, dict]]:
     found: dict[str, dict[int, dict]] = {}
     for entry in paths:
         path = Path(entry)
+        if not path.exists():
+            print(f"# reference {path} not found; skipped")
+            continue
         files = sorted(path.glob("*.txt")) if path.is_dir() else [path]
         for file in files:
             parsed = parse_nccl_tests(file.read_text(errors="replace"))

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import socket
+import warnings
 from collections import Counter
 from dataclasses import dataclass
 from typing import ClassVar
@@ -171,12 +172,19 @@ class P2PBackend(NcclBackend):
     def _setup_buffer(self) -> None:
         import torch.distributed._symmetric_memory as symm_mem
 
+        self._gname = self.group.group_name
         with torch.cuda.device(self.device):
             self._buf = symm_mem.empty(
                 self.config.buffer_bytes, dtype=torch.uint8, device=self.device
             )
-            self._handle = symm_mem.rendezvous(self._buf, self.group)
-        self._gname = self.group.group_name
+            try:
+                self._handle = symm_mem.rendezvous(self._buf, self.group)
+            except RuntimeError:
+                # Older torch wants the group registered first (deprecated later).
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", FutureWarning)
+                    symm_mem.enable_symm_mem_for_group(self._gname)
+                self._handle = symm_mem.rendezvous(self._buf, self.group)
         ops = torch.ops.symm_mem
         self._copy_op = getattr(ops, "one_shot_all_reduce_copy_out", None)
         self._twoshot_op = getattr(ops, "two_shot_all_reduce_out", None)
@@ -239,10 +247,14 @@ class P2PBackend(NcclBackend):
         staging = self._staging(tensor)
         if path == "oneshot":
             if self._copy_op is not None:
-                self._copy_op(staging, tensor, "sum", self._gname, tensor)
-            else:
-                staging.copy_(tensor)
-                torch.ops.symm_mem.one_shot_all_reduce_out(staging, "sum", self._gname, tensor)
+                try:  # one kernel: copy in, barrier, read every peer, write out in place
+                    self._copy_op(staging, tensor, "sum", self._gname, tensor)
+                    return tensor
+                except RuntimeError as exc:  # raised before launch, alike on every rank
+                    log.info("p2p: fused one-shot copy unavailable (%s); copying first", exc)
+                    self._copy_op = None
+            staging.copy_(tensor)
+            torch.ops.symm_mem.one_shot_all_reduce_out(staging, "sum", self._gname, tensor)
         else:
             staging.copy_(tensor)
             self._twoshot_op(staging, "sum", self._gname, tensor)
