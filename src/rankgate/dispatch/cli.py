@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from rankgate.dispatch.interlink.rest import InterlinkAPIError
 from rankgate.dispatch.profile import Profile, ProfileError, find_profile, load_profile
 from rankgate.dispatch.results import MERGED_NAME, DispatchResult, render_report
 
@@ -31,7 +32,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="site profile: a .toml path, or NAME looked up as NAME.toml in $RANKGATE_PROFILES "
         "(folders separated by ':') and ./profiles",
     )
-    parser.add_argument("--stage", required=True, help="pipeline stage to run (e.g. gpu, hpc)")
+    parser.add_argument("--stage", help="pipeline stage to run (e.g. gpu, hpc)")
+    parser.add_argument(
+        "--canary",
+        action="store_true",
+        help="interLink profiles: submit pods meant to succeed, fail and time out (the "
+        "run timeout, default 60 s) and check each outcome; exit 0 when all three match",
+    )
     parser.add_argument("--markers", help="override the stage's pytest marker expression")
     parser.add_argument(
         "--deadline",
@@ -115,22 +122,17 @@ def _progress(line: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    extra = [a for a in args.pytest_args if a != "--"]
     try:
         profile = resolve_profile(args.profile)
-        markers, needs_gpus = stage_selection(args.stage)
-        if needs_gpus:
-            profile.require_gpus(f"stage {args.stage!r}")
-    except ProfileError as exc:
+        if args.canary:
+            return _canary(profile, args)
+        result = _dispatch(profile, args, _pytest_args(profile, args))
+    except (ProfileError, ValueError) as exc:  # bad input: profile, stage, paths
         print(f"rankgate dispatch: {exc}", file=sys.stderr)
         return 2
-    markers = args.markers or markers
-    pytest_args = [*(["-m", markers] if markers else []), *extra]
-    try:
-        result = _dispatch(profile, args, pytest_args)
-    except (ProfileError, ValueError) as exc:
+    except InterlinkAPIError as exc:  # no API, no token file, no kubernetes package
         print(f"rankgate dispatch: {exc}", file=sys.stderr)
-        return 2
+        return 3
     if result is None:  # --dry-run
         return 0
     print(render_report(result))
@@ -138,6 +140,52 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_json()))
     return result.exit_status
+
+
+def _pytest_args(profile: Profile, args: argparse.Namespace) -> list[str]:
+    """``-m MARKERS`` of the stage (or --markers) plus the extra arguments after ``--``."""
+    if not args.stage:
+        raise ProfileError("pass --stage STAGE (or --canary for an interLink profile)")
+    markers, needs_gpus = stage_selection(args.stage)
+    if needs_gpus:
+        profile.require_gpus(f"stage {args.stage!r}")
+    markers = args.markers or markers
+    extra = [a for a in args.pytest_args if a != "--"]
+    return [*(["-m", markers] if markers else []), *extra]
+
+
+def _canary(profile: Profile, args: argparse.Namespace) -> int:
+    if not profile.target.startswith("interlink"):
+        raise ProfileError(
+            f"--canary is for interLink profiles; {profile.name!r} is {profile.target}"
+        )
+    from rankgate.dispatch.interlink.dispatch import run_canary
+
+    checks = run_canary(
+        profile, run_timeout_s=args.run_timeout or 60.0, poll_s=args.poll, progress=_progress
+    )
+    for check in checks:
+        verdict = "ok  " if check.ok else "FAIL"
+        print(
+            f"{verdict} canary {check.name}: expected {check.expected.value}, "
+            f"got {check.got.value} ({check.detail})"
+        )
+    if args.json:
+        print(
+            json.dumps(
+                [
+                    {
+                        "name": c.name,
+                        "expected": c.expected.value,
+                        "got": c.got.value,
+                        "ok": c.ok,
+                        "detail": c.detail,
+                    }
+                    for c in checks
+                ]
+            )
+        )
+    return 0 if all(check.ok for check in checks) else 1
 
 
 def _copy_merged_junit(result: DispatchResult, args: argparse.Namespace) -> None:
@@ -165,6 +213,9 @@ def _dispatch(profile: Profile, args: argparse.Namespace, pytest_args: list[str]
             progress=_progress,
             local_dir=args.out,
             poll_s=args.poll,
+            deadline_s=args.deadline,
+            queue_timeout_s=args.queue_timeout,
+            run_timeout_s=args.run_timeout,
         )
     from rankgate.dispatch import slurm
     from rankgate.dispatch.sbatch import JobSpec, render_script

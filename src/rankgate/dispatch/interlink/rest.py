@@ -1,0 +1,117 @@
+"""A client of interLink's REST API (the one the virtual kubelet itself calls).
+
+Endpoints, as the API serves them (``../shared/reference/interlink/interlink-openapi.json``
+lists every one as POST; ``/status`` and ``/getLogs`` are really GET requests with JSON
+bodies):
+
+=========  ======  =====================================================
+path       method  body -> answer
+=========  ======  =====================================================
+/pinglink  POST    none -> InterlinkPingResponse (or plain text)
+/create    POST    InterlinkPodCreateRequests -> JSON about the new job
+/status    GET     [V1Pod] -> [InterlinkPodStatus]
+/getLogs   GET     InterlinkLogStruct -> the container's log, as text
+/delete    POST    V1Pod -> nothing
+=========  ======  =====================================================
+
+Every request carries ``Authorization: Bearer <token>``; the token is read from the
+profile's token file on each request and never appears in an error, a log or a report.
+Only the standard library is used (urllib), so GPU hosts without a registry can run it.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from rankgate.dispatch.interlink.manifest import CONTAINER_NAME
+
+REDACTED = "<token>"
+
+
+class InterlinkAPIError(RuntimeError):
+    """The API answered with an error status, or could not be reached.
+
+    ``status`` is the HTTP status (None when there was no answer); ``body`` is what the
+    API said, verbatim but with the token removed.
+    """
+
+    def __init__(self, method: str, path: str, status: int | None, body: str) -> None:
+        self.method, self.path, self.status, self.body = method, path, status, body
+        said = f"HTTP {status}" if status is not None else "no answer"
+        super().__init__(f"interLink {method} {path}: {said}: {body.strip()}")
+
+
+class InterlinkREST:
+    """Talks to one interLink API server."""
+
+    def __init__(self, url: str, token_file: str | Path, *, timeout: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self.token_file = Path(token_file).expanduser()
+        self.timeout = timeout
+
+    def _token(self) -> str:
+        try:
+            return self.token_file.read_text().strip()
+        except OSError as exc:
+            raise InterlinkAPIError("-", "-", None, f"cannot read token file: {exc}") from None
+
+    def _redact(self, text: str, token: str) -> str:
+        return text.replace(token, REDACTED) if token else text
+
+    def request(self, method: str, path: str, body: Any = None) -> str:
+        """Send one request; the answer's text, or :class:`InterlinkAPIError`."""
+        token = self._token()
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        req.add_header("Authorization", f"Bearer {token}")
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as answer:
+                return answer.read().decode(errors="replace")
+        except urllib.error.HTTPError as exc:
+            text = exc.read().decode(errors="replace")
+            raise InterlinkAPIError(method, path, exc.code, self._redact(text, token)) from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise InterlinkAPIError(method, path, None, self._redact(str(reason), token)) from None
+
+    def _json(self, method: str, path: str, body: Any = None) -> Any:
+        text = self.request(method, path, body)
+        try:
+            return json.loads(text) if text.strip() else None
+        except json.JSONDecodeError:
+            raise InterlinkAPIError(method, path, 200, f"not JSON: {text[:200]!r}") from None
+
+    # --- the five endpoints ------------------------------------------------------------
+
+    def ping(self) -> str:
+        return self.request("POST", "/pinglink")
+
+    def create(self, pod: dict) -> Any:
+        body = {"pod": pod, "configmaps": [], "secrets": [], "projectedvolumesmaps": []}
+        return self._json("POST", "/create", body)
+
+    def status(self, pods: list[dict]) -> list[dict]:
+        return self._json("GET", "/status", pods) or []
+
+    def logs(self, pod: dict, *, tail: int | None = None) -> str:
+        meta = pod["metadata"]
+        opts: dict[str, Any] = {"Timestamps": False, "Follow": False, "Previous": False}
+        if tail is not None:
+            opts["Tail"] = tail
+        body = {
+            "Namespace": meta["namespace"],
+            "PodUID": meta["uid"],
+            "PodName": meta["name"],
+            "ContainerName": CONTAINER_NAME,
+            "Opts": opts,
+        }
+        return self.request("GET", "/getLogs", body)
+
+    def delete(self, pod: dict) -> None:
+        self.request("POST", "/delete", pod)

@@ -1,0 +1,46 @@
+"""Fixtures of the dispatch tests: a real local HTTP server standing in for interLink."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from fake_interlink import API_SPEC, FakeInterlink
+
+TOKEN = "rg-test-token-5f0c1e9d7a"
+
+
+@pytest.fixture
+def interlink(tmp_path):
+    """A running fake interLink API; its token is in ``fake.token_file``."""
+    if not API_SPEC.exists():
+        pytest.skip(f"needs the interLink OpenAPI spec at {API_SPEC} (../shared beside the repo)")
+    fake = FakeInterlink(token=TOKEN, workdir=tmp_path)
+    fake.url = fake.start()
+    fake.token_file = tmp_path / "token"
+    fake.token_file.write_text(TOKEN + "\n")
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
+@pytest.fixture
+def interlink_profile(interlink, tmp_path):
+    """Profile data for the fake: the local Python stands in for the image's."""
+    (tmp_path / "suite").mkdir()
+    return {
+        "target": "interlink-rest",
+        "tasks_per_node": 2,
+        "time_limit": "00:10:00",
+        "partition": "gpu",
+        "workdir": str(tmp_path / "suite"),
+        "python": sys.executable,
+        "container": {"runtime": "singularity", "image": "/images/rankgate.sif"},
+        "interlink": {
+            "url": interlink.url,
+            "token_file": str(interlink.token_file),
+            "node": "vega-new-vk",
+            "poll_interval": 0.2,
+        },
+    }

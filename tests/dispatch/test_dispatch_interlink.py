@@ -1,0 +1,337 @@
+"""interLink target: the pod, the REST contract, results through the logs, every failure class.
+
+The REST tests talk to a real local HTTP server (fake_interlink.py) that validates
+each request against interLink's OpenAPI spec and runs each pod's command for real.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+from fake_interlink import Spec
+from kubernetes.client import ApiClient
+
+from conftest import TOKEN
+from rankgate.dispatch.archive import ArchiveError, pack, unpack
+from rankgate.dispatch.interlink.backends import RestBackend, classify
+from rankgate.dispatch.interlink.dispatch import run_canary, run_stage
+from rankgate.dispatch.interlink.manifest import build_pod, pod_script
+from rankgate.dispatch.interlink.rest import InterlinkAPIError, InterlinkREST
+from rankgate.dispatch.outcome import Outcome, Phase
+from rankgate.dispatch.profile import ProfileError, profile_from_dict
+from rankgate.dispatch.results import render_report
+from rankgate.dispatch.sbatch import JobSpec
+
+pytestmark = pytest.mark.unit
+
+
+def _pod(profile_data, **overrides):
+    profile = profile_from_dict({**profile_data, **overrides}, name="site")
+    job = JobSpec(job_dir="/tmp/rankgate-x", pytest_args=("-m", "gpu"), workdir=profile.workdir)
+    pod = build_pod(profile, name="rankgate-gpu-1", stage="gpu", script=pod_script(profile, job))
+    pod["metadata"]["uid"] = "0d7c6a38-0c2e-4a5f-9a57-1a2b3c4d5e6f"
+    return pod
+
+
+# --- the pod -------------------------------------------------------------------------------
+
+
+def test_pod_targets_the_virtual_node_with_the_plugin_annotations(interlink_profile):
+    pod = _pod(
+        interlink_profile,
+        gpus_per_node=4,
+        account="proj",
+        qos="normal",
+        modules=["cuda/12.8"],
+        pre_exec=["source /opt/venv/bin/activate"],
+        container={
+            "runtime": "singularity",
+            "image": "/images/r.sif",
+            "options": ["--cleanenv"],
+            "mounts": ["/ceph/data:/data"],
+        },
+    )
+    spec = pod["spec"]
+    assert spec["nodeSelector"] == {"kubernetes.io/hostname": "vega-new-vk"}
+    assert spec["tolerations"] == [
+        {"key": "virtual-node.interlink/no-schedule", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    assert spec["restartPolicy"] == "Never"
+    assert spec["containers"][0]["resources"]["limits"] == {"cpu": "2", "nvidia.com/gpu": "4"}
+    assert pod["metadata"]["annotations"] == {
+        "slurm-job.vk.io/flags": "--nodes=1 --ntasks-per-node=2 --gres=gpu:4 --time=00:10:00 "
+        "--partition=gpu --account=proj --qos=normal",
+        "slurm-job.vk.io/pre-exec": "module load cuda/12.8 && source /opt/venv/bin/activate",
+        "slurm-job.vk.io/singularity-options": "--nv --cleanenv",
+        "slurm-job.vk.io/singularity-mounts": "--bind /ceph/data:/data",
+    }
+
+
+def test_pod_is_a_valid_kubernetes_v1pod(interlink_profile):
+    """Round trip through the official client's models: every key known, every type right."""
+    pod = _pod(interlink_profile, gpus_per_node=1, env={"NCCL_DEBUG": "WARN"})
+    client = ApiClient()
+    model = client.deserialize(json.dumps(pod), "V1Pod", "application/json")
+    assert model.spec.tolerations[0].key == "virtual-node.interlink/no-schedule"
+    assert client.sanitize_for_serialization(model) == pod
+
+
+def test_pod_matches_the_interlink_spec_strictly(interlink_profile):
+    body = {
+        "pod": _pod(interlink_profile),
+        "configmaps": [],
+        "secrets": [],
+        "projectedvolumesmaps": [],
+    }
+    assert Spec().errors("/create", "request", body, strict=True) == []
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"nodes": 2}, "use nodes = 1"),
+        ({"container": {"runtime": "none"}}, r"need \[container\] image"),
+        ({"workdir": ""}, "need workdir"),
+        ({"sbatch_options": ["--exclude gn42"]}, "contain spaces"),
+    ],
+)
+def test_profiles_the_pod_cannot_honour_are_refused(interlink_profile, overrides, expected):
+    with pytest.raises(ProfileError, match=expected):
+        _pod(interlink_profile, **overrides)
+
+
+# --- status classes ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("state", "expected"),
+    [
+        ({"waiting": {"reason": "PodPending"}}, Phase.QUEUED),
+        ({"running": {}}, Phase.RUNNING),
+        ({"terminated": {"exitCode": 0}}, Outcome.COMPLETED),
+        ({"terminated": {"exitCode": 1, "reason": "Error"}}, Outcome.FAILED),
+        ({"terminated": {"exitCode": 137, "reason": "OOMKilled"}}, Outcome.OUT_OF_MEMORY),
+        ({"waiting": {"reason": "ErrImagePull"}}, Outcome.START_ERROR),
+    ],
+)
+def test_container_states_classify(state, expected):
+    assert classify({"name": "rankgate", "state": state}).status is expected
+
+
+# --- the REST contract ---------------------------------------------------------------------
+
+
+def test_every_endpoint_speaks_the_spec(interlink, interlink_profile):
+    interlink.queue_delay = 60  # keep the pod queued: its log stays empty
+    client = InterlinkREST(interlink.url, interlink.token_file)
+    pod = _pod(interlink_profile)
+    assert json.loads(client.ping()) == {"status": "ok"}
+    client.create(pod)
+    (status,) = client.status([pod])
+    assert status["UID"] == pod["metadata"]["uid"]
+    assert client.logs(pod) == ""
+    client.delete(pod)
+    assert interlink.violations == []  # requests strictly, answers leniently
+    used = [(r["method"], r["path"]) for r in interlink.requests]
+    assert used == [
+        ("POST", "/pinglink"),
+        ("POST", "/create"),
+        ("GET", "/status"),
+        ("GET", "/getLogs"),
+        ("POST", "/delete"),
+    ]
+    status_req, logs_req = interlink.requests[2], interlink.requests[3]
+    assert status_req["body"][0]["metadata"]["name"] == "rankgate-gpu-1"  # GET with a body
+    assert logs_req["body"]["PodUID"] == pod["metadata"]["uid"]
+    assert logs_req["body"]["ContainerName"] == "rankgate"
+    assert {r["authorization"] for r in interlink.requests} == {f"Bearer {TOKEN}"}
+
+
+def test_a_rejected_token_never_appears_in_the_error(interlink, tmp_path):
+    wrong = tmp_path / "wrong-token"
+    wrong.write_text("rg-wrong-secret-1234\n")
+    with pytest.raises(InterlinkAPIError) as info:
+        InterlinkREST(interlink.url, wrong).ping()
+    assert info.value.status == 401
+    assert "rg-wrong-secret-1234" not in str(info.value)
+    assert "Bearer <token>" in str(info.value)  # the echo was there, redacted
+
+
+# --- results through the logs --------------------------------------------------------------
+
+
+def test_archive_round_trip_through_noisy_logs(tmp_path):
+    src = tmp_path / "results"
+    (src / "sub").mkdir(parents=True)
+    (src / "junit.rank0.xml").write_text("<testsuites/>")
+    (src / "sub" / "rank1.log").write_bytes(bytes(range(256)) * 100)
+    logs = "pytest says hello\n" + pack(src) + "rankgate: done\n"
+    dest = tmp_path / "back"
+    assert sorted(unpack(logs, dest)) == ["junit.rank0.xml", "sub/rank1.log"]
+    assert (dest / "sub" / "rank1.log").read_bytes() == bytes(range(256)) * 100
+
+
+def _flip_one_character(block: str) -> str:
+    lines = block.split("\n")
+    body = lines[1]
+    lines[1] = body[:10] + ("A" if body[10] != "A" else "B") + body[11:]
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize(
+    ("mangle", "expected"),
+    [
+        (lambda block: "no archive here\n", "no results archive"),
+        (lambda block: block.rsplit("\n", 2)[0], "cut short"),
+        (lambda block: _flip_one_character(block), "corrupt"),
+    ],
+)
+def test_a_bad_archive_says_what_went_wrong(tmp_path, mangle, expected):
+    (tmp_path / "f").write_text("x" * 1000)
+    with pytest.raises(ArchiveError, match=expected):
+        unpack(mangle(pack(tmp_path)), tmp_path / "out")
+
+
+# --- the watcher's failure classes, for real against the fake API -------------------------
+
+
+def _profile(interlink_profile, **overrides):
+    data = {**interlink_profile, **overrides}
+    data["interlink"] = {**interlink_profile["interlink"], **overrides.get("interlink", {})}
+    return profile_from_dict(data, name="site")
+
+
+def test_queue_deadline(interlink, interlink_profile, tmp_path):
+    interlink.queue_delay = 60
+    profile = _profile(interlink_profile, interlink={"queue_timeout": 1})
+    result = run_stage(profile, stage="gpu", pytest_args=[], local_dir=tmp_path / "r")
+    assert result.outcome is Outcome.QUEUE_TIMEOUT
+    assert interlink.deleted and not interlink.pods  # never left behind
+
+
+def test_start_error(interlink, interlink_profile, tmp_path):
+    profile = _profile(interlink_profile, container={"image": "docker://missing/image"})
+    result = run_stage(profile, stage="gpu", pytest_args=[], local_dir=tmp_path / "r")
+    assert result.outcome is Outcome.START_ERROR and "image not found" in result.message
+
+
+def test_api_error_while_watching(interlink, interlink_profile, tmp_path):
+    interlink.fail_status = True
+    result = run_stage(
+        _profile(interlink_profile), stage="gpu", pytest_args=[], local_dir=tmp_path / "r"
+    )
+    assert result.outcome is Outcome.API_ERROR
+    assert "HTTP 500: status backend down" in result.message
+
+
+def test_pod_that_vanishes_is_lost(interlink, interlink_profile, tmp_path):
+    interlink.forget_pods = True
+    result = run_stage(
+        _profile(interlink_profile), stage="gpu", pytest_args=[], local_dir=tmp_path / "r"
+    )
+    assert result.outcome is Outcome.LOST
+
+
+def test_refused_create_is_a_submit_error(interlink, interlink_profile, tmp_path):
+    (tmp_path / "bad-token").write_text("nope")
+    profile = _profile(interlink_profile, interlink={"token_file": str(tmp_path / "bad-token")})
+    result = run_stage(profile, stage="gpu", pytest_args=[], local_dir=tmp_path / "r")
+    assert result.outcome is Outcome.SUBMIT_ERROR and "HTTP 401" in result.message
+
+
+def test_canary_checks_success_failure_and_timeout(interlink, interlink_profile):
+    checks = run_canary(_profile(interlink_profile), run_timeout_s=2, poll_s=0.2)
+    assert [(c.name, c.got, c.ok) for c in checks] == [
+        ("succeed", Outcome.COMPLETED, True),
+        ("fail", Outcome.FAILED, True),
+        ("timeout", Outcome.RUN_TIMEOUT, True),
+    ]
+    assert checks[1].detail == "exit 3"
+    assert not interlink.pods and interlink.violations == []
+
+
+SUITE = """
+import os
+import torch
+import torch.distributed as dist
+import pytest
+
+@pytest.mark.world(2)
+def test_all_reduce(rank):
+    t = torch.ones(1) * (rank + 1)
+    dist.all_reduce(t)
+    assert t.item() == 3
+
+def test_rank_one(rank):
+    print("secret-free output of rank", rank)
+    assert os.environ.get("BREAK_RANK") != str(rank), f"rank {rank} broken on purpose"
+"""
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize("break_rank", ["", "1"])
+def test_stage_end_to_end_results_come_back_through_the_logs(
+    interlink, interlink_profile, tmp_path, capsys, break_rank
+):
+    """torchrun runs 2 in-place ranks in the 'pod'; the archive in its logs is merged here."""
+    (tmp_path / "suite" / "test_remote.py").write_text(textwrap.dedent(SUITE))
+    profile = _profile(interlink_profile, env={"BREAK_RANK": break_rank})
+    lines: list[str] = []
+    result = run_stage(
+        profile,
+        stage="hpc",
+        pytest_args=["test_remote.py"],
+        progress=lines.append,
+        local_dir=tmp_path / "back",
+    )
+    report = render_report(result)
+    assert result.passed is (not break_rank), report
+    assert result.outcome is (Outcome.FAILED if break_rank else Outcome.COMPLETED)
+    assert result.merged.world_size == 2 and result.merged.missing_ranks == []
+    if break_rank:
+        bad = [t for t in result.merged.tests if t.verdict == "failed"]
+        assert [(t.name, t.failing_ranks) for t in bad] == [("test_rank_one", (1,))]
+        assert "rank 1 broken on purpose" in report
+    assert any("running" in line for line in lines)
+    assert interlink.violations == [] and not interlink.pods
+    # The token is in no output: progress, report, summary, files, terminal.
+    captured = capsys.readouterr()
+    texts = [report, json.dumps(result.to_json()), *lines, captured.out, captured.err]
+    texts += [p.read_text(errors="replace") for p in (tmp_path / "back").rglob("*") if p.is_file()]
+    assert not [t for t in texts if TOKEN in t]
+
+
+def test_dry_run_prints_the_pod_without_the_token(interlink_profile, capsys):
+    assert run_stage(_profile(interlink_profile), stage="gpu", pytest_args=[], dry_run=True) is None
+    out = capsys.readouterr().out
+    assert json.loads(out)["kind"] == "Pod" and TOKEN not in out
+
+
+def test_rest_backend_reports_a_pod_it_cannot_find(interlink, interlink_profile):
+    backend = RestBackend(InterlinkREST(interlink.url, interlink.token_file))
+    assert backend.observe(_pod(interlink_profile)) is None
+
+
+def test_canary_command(interlink, interlink_profile, tmp_path, capsys):
+    from rankgate.cli import main
+
+    path = tmp_path / "vega.toml"
+    data = {**interlink_profile, "interlink": {**interlink_profile["interlink"]}}
+    lines = [f"{k} = {json.dumps(v)}" for k, v in data.items() if not isinstance(v, dict)]
+    for table in ("container", "interlink"):
+        lines.append(f"[{table}]")
+        lines += [f"{k} = {json.dumps(v)}" for k, v in data[table].items()]
+    path.write_text("\n".join(lines) + "\n")
+    code = main(
+        ["dispatch", "--profile", str(path), "--canary", "--run-timeout", "2", "--poll", "0.2"]
+    )
+    out = capsys.readouterr()
+    assert code == 0, out.out + out.err
+    assert out.out.splitlines() == [
+        "ok   canary succeed: expected completed, got completed (exit 0)",
+        "ok   canary fail: expected failed, got failed (exit 3)",
+        "ok   canary timeout: expected run-timeout, got run-timeout (running)",
+    ]
+    assert TOKEN not in out.out + out.err
