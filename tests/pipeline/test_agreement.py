@@ -105,3 +105,14 @@ def test_dagger_json_points_at_the_module():
     assert manifest["source"] == "ci" and manifest["sdk"]["source"] == "python"
     assert manifest["name"] == "rankgate-ci"  # main object RankgateCi
     assert (ROOT / "ci" / "src" / "rankgate_ci" / "main.py").is_file()
+
+
+def test_readme_pipeline_table_matches_the_stages():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Pipeline", 1)[1]
+    rows = re.findall(
+        r"^\| (\w+) \| `nox -s (\w+)` \| `([\w-]+)` \| ([\w.]+): ([\w-]+) \|", section, re.M
+    )
+    assert [(s, n, d, f"{f}:{j}") for s, n, d, f, j in rows] == [
+        (s.name, s.name, s.dagger, s.workflow) for s in stages.all_stages()
+    ]

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -49,15 +49,29 @@ def test_timeout_kills_the_whole_process_tree(tmp_path):
     assert info.value.returncode == 124
     grandchild = int(pidfile.read_text())
     for _ in range(50):  # gone within 5 s of the SIGTERM to its group
-        try:
-            os.kill(grandchild, 0)
-        except ProcessLookupError:
+        if not running(grandchild):
             break
         time.sleep(0.1)
     else:
         pytest.fail(f"grandchild {grandchild} survived the timeout")
 
 
+def running(pid: int) -> bool:
+    """Alive and not a zombie (a zombie waits for a parent that may never reap it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
 def test_capture_never_raises():
     assert command.capture(["no-such-tool-xyz"])[0] == 127
     assert command.capture([PY, "-c", "print('hi')"]) == (0, "hi")
+
+
+def test_timeout_applies_while_stdout_is_copied(tmp_path):
+    script = "import time; print('started', flush=True); time.sleep(60)"
+    with pytest.raises(command.CommandFailed, match="timed out after 1 s"):
+        command.run([PY, "-c", script], timeout=1, stdout_path=tmp_path / "log", echo=False)
+    assert (tmp_path / "log").read_text() == "started\n"

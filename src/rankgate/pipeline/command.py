@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 
@@ -41,24 +42,36 @@ def run(
     if shutil.which(argv[0]) is None:
         raise CommandFailed(argv, 127, f"{argv[0]} not found on PATH")
     full_env = {**os.environ, **(env or {})}
-    pipe = subprocess.PIPE if stdout_path is not None else None
-    proc = subprocess.Popen(argv, env=full_env, stdout=pipe, text=True, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_tree(proc)
-        raise CommandFailed(argv, 124, f"timed out after {timeout:.0f} s") from None
-    except BaseException:  # KeyboardInterrupt included: the whole tree goes with us
-        _kill_tree(proc)
-        raise
     if stdout_path is not None:
         stdout_path.parent.mkdir(parents=True, exist_ok=True)
-        stdout_path.write_text(out)
-        sys.stdout.write(out)
-        sys.stdout.flush()
+    with open(stdout_path or os.devnull, "w") as product:
+        pipe = subprocess.PIPE if stdout_path is not None else None
+        proc = subprocess.Popen(argv, env=full_env, stdout=pipe, text=True, start_new_session=True)
+        tee = threading.Thread(target=_tee, args=(proc.stdout, product), daemon=True)
+        if proc.stdout is not None:
+            tee.start()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_tree(proc)
+            raise CommandFailed(argv, 124, f"timed out after {timeout:.0f} s") from None
+        except BaseException:  # KeyboardInterrupt included: the whole tree goes with us
+            _kill_tree(proc)
+            raise
+        finally:
+            if tee.is_alive():  # ends when the command's stdout closes
+                tee.join(timeout=10)
     if proc.returncode not in ok_codes:
         raise CommandFailed(argv, proc.returncode)
     return proc.returncode
+
+
+def _tee(stream, product) -> None:
+    """Copy the command's stdout into its product file and the terminal, as it comes."""
+    for line in stream:
+        product.write(line)
+        sys.stdout.write(line)
+        sys.stdout.flush()
 
 
 def _kill_tree(proc: subprocess.Popen) -> None:

@@ -3,6 +3,10 @@
 ``python -m rankgate.pipeline.container build VARIANT`` builds one variant of
 containers/matrix.toml and prints its tag as the last line; ``variants`` lists them.
 Engine flags for these machines (runc, explicit ulimits) live in :func:`engine_flags`.
+
+Environment: RANKGATE_CONTAINER_ENGINE (podman or docker), RANKGATE_CONTAINER_RUNTIME
+(podman's OCI runtime), RANKGATE_WHEELS (wheel folder mounted for pip, overriding the
+variant's), RANKGATE_CONTAINER_FRESH=1 (rebuild the base and every layer, as CI does).
 """
 
 from __future__ import annotations
@@ -79,19 +83,26 @@ def pick_engine() -> str:
     return engine
 
 
-def build(variant: Variant, *, engine: str) -> str:
-    """Build ``variant`` from a context holding the repository's files; return its tag."""
-    if variant.local_base and not _image_exists(engine, variant.base_image):
-        command.run(["bash", variant.local_base, variant.base_image])
+def build(variant: Variant, *, engine: str, fresh: bool = False) -> str:
+    """Build ``variant`` from a context holding the repository's files; return its tag.
+
+    ``fresh``: rebuild the local base and every layer (no cache from an earlier run).
+    """
+    if variant.local_base and (fresh or not _image_exists(engine, variant.base_image)):
+        env = {"REBUILD": "1", "CONTAINER_ENGINE": engine}
+        command.run(["bash", variant.local_base, variant.base_image], env=env)
     args = [engine, "build", *engine_flags(engine), "-f", str(CONTAINERFILE), "-t", variant.tag]
+    if fresh:
+        args.append("--no-cache")
     build_args = {
         "BASE_IMAGE": variant.base_image,
         "TORCH_SPEC": variant.torch,
         "TORCH_INDEX_URL": variant.torch_index_url,
     }
     if Path(engine).name == "podman":  # build mounts: docker build has no -v
-        if variant.wheels and Path(variant.wheels).is_dir():
-            args += ["-v", f"{variant.wheels}:/wheels:ro"]
+        wheels = os.environ.get("RANKGATE_WHEELS") or variant.wheels
+        if wheels and Path(wheels).is_dir():
+            args += ["-v", f"{wheels}:/wheels:ro"]
             build_args["WHEELS"] = "/wheels"
         if CA_BUNDLE.exists():
             args += ["-v", f"{CA_BUNDLE}:/etc/rankgate-ca.crt:ro"]
@@ -105,12 +116,17 @@ def build(variant: Variant, *, engine: str) -> str:
 
 
 def run_args(engine: str, image: str, argv: list[str], *, mounts: dict[str, str]) -> list[str]:
-    """The command line that runs ``argv`` in ``image``: no network, room for torch's shm."""
+    """The command line that runs ``argv`` in ``image``.
+
+    No network; room for torch's shared memory; an init process as PID 1, so rank
+    processes the harness kills are reaped (pytest as PID 1 would leave zombies).
+    """
     volumes = [arg for host, inside in mounts.items() for arg in ("-v", f"{host}:{inside}")]
     return [
         engine,
         "run",
         "--rm",
+        "--init",
         *engine_flags(engine),
         "--network",
         "none",
@@ -156,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.variant not in matrix:
         raise SystemExit(f"unknown variant {args.variant!r}; the matrix has: {', '.join(matrix)}")
     try:
-        tag = build(matrix[args.variant], engine=pick_engine())
+        fresh = os.environ.get("RANKGATE_CONTAINER_FRESH") == "1"
+        tag = build(matrix[args.variant], engine=pick_engine(), fresh=fresh)
     except command.CommandFailed as exc:
         print(f"build failed: {exc}", file=sys.stderr)
         return exc.returncode or 1

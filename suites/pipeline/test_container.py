@@ -1,0 +1,89 @@
+"""The image built by the container stage: non-root, the variant's torch, CPU suites pass.
+
+The container stage (``nox -s container``) builds ``localhost/rankgate:cpu-local`` first
+(RANKGATE_IMAGE and RANKGATE_VARIANT pick another); run alone, these tests skip with
+the command that builds it.
+"""
+
+from __future__ import annotations
+
+import os
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from rankgate.pipeline import command
+from rankgate.pipeline.container import load_matrix, run_args
+from rankgate.pipeline.probe import Machine
+
+pytestmark = pytest.mark.container
+
+ROOT = Path(__file__).resolve().parents[2]
+VARIANT = os.environ.get("RANKGATE_VARIANT", "cpu-local")
+IMAGE = os.environ.get("RANKGATE_IMAGE", f"localhost/rankgate:{VARIANT}")
+
+
+@pytest.fixture(scope="module")
+def engine() -> str:
+    engine, why = Machine().container_engine
+    if not engine:
+        pytest.skip(f"needs a container engine: {why}")
+    if command.capture([engine, "image", "inspect", IMAGE])[0] != 0:
+        pytest.skip(f"{IMAGE} is not built: python -m rankgate.pipeline.container build {VARIANT}")
+    return engine
+
+
+def in_image(engine: str, argv: list[str], results: Path | None = None) -> tuple[int, str]:
+    mounts = {}
+    if results is not None:
+        results.chmod(0o777)  # the image's user (uid 10001) writes its JUnit here
+        mounts[str(results)] = "/results"
+    return command.capture(run_args(engine, IMAGE, argv, mounts=mounts), timeout=600)
+
+
+def junit_totals(path: Path) -> dict[str, int]:
+    root = ET.parse(path).getroot()
+    suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
+    keys = ("tests", "failures", "errors", "skipped")
+    return {key: sum(int(s.get(key, 0)) for s in suites) for key in keys}
+
+
+def test_runs_as_a_non_root_user(engine):
+    code, out = in_image(engine, ["id", "-u"])
+    assert code == 0, out
+    assert out.splitlines()[-1] == "10001"
+
+
+def test_has_the_variants_torch_and_rankgate(engine):
+    code, out = in_image(
+        engine, ["python", "-c", "import torch, rankgate; print(torch.__version__)"]
+    )
+    assert code == 0, out
+    wanted = load_matrix(ROOT / "containers" / "matrix.toml")[VARIANT].torch.split("==")[1]
+    assert out.splitlines()[-1] == wanted
+
+
+def test_unit_suites_pass_inside(engine, tmp_path):
+    argv = ["pytest", "-m", "unit", "-q", "-p", "no:cacheprovider", "--junitxml=/results/unit.xml"]
+    code, out = in_image(engine, argv, tmp_path)
+    totals = junit_totals(tmp_path / "unit.xml")
+    assert code == 0, out[-4000:]
+    assert totals["tests"] > 0 and totals["failures"] == totals["errors"] == 0, totals
+
+
+def test_a_distributed_test_passes_inside(engine, tmp_path):
+    argv = [
+        "pytest",
+        "suites/pipeline/test_dist_smoke.py",
+        "-m",
+        "dist",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--junitxml=/results/dist.xml",
+    ]
+    code, out = in_image(engine, argv, tmp_path)
+    totals = junit_totals(tmp_path / "dist.xml")
+    assert code == 0, out[-4000:]
+    assert totals == {"tests": 1, "failures": 0, "errors": 0, "skipped": 0}
