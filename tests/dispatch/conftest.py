@@ -44,3 +44,17 @@ def interlink_profile(interlink, tmp_path):
             "poll_interval": 0.2,
         },
     }
+
+
+@pytest.fixture
+def kubeconfig(interlink, tmp_path):
+    """A kubeconfig pointing the official client at the fake's Kubernetes endpoints."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters:\n- name: fake\n  cluster:\n    server: {interlink.url}\n"
+        f"users:\n- name: ci\n  user:\n    token: {TOKEN}\n"
+        "contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: ci\n"
+        "current-context: fake\n"
+    )
+    return path

@@ -7,6 +7,10 @@ is a violation), checks every answer it gives against the spec too, and runs eac
 pod's command for real as a local process (the image is not used), so the pod's
 output, exit code and timing are genuine.
 
+The same server also answers the few Kubernetes API calls the interlink-kube target
+makes (create, read, read log, delete a pod in ``/api/v1/namespaces/<ns>/pods``), with
+the same token, so the Kubernetes client is exercised over real HTTP too.
+
 Knobs: ``queue_delay`` (seconds a pod waits before it starts, like a SLURM queue),
 ``fail_status`` (answer /status with HTTP 500), ``forget_pods`` (answer /status as if
 the pods never existed). An image containing ``missing`` never starts (ErrImagePull).
@@ -21,6 +25,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -75,6 +80,10 @@ class Spec:
         ]
 
 
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 @dataclass
 class FakePod:
     pod: dict
@@ -111,6 +120,9 @@ class FakeInterlink:
 
             def do_POST(self):
                 fake._handle(self, "POST")
+
+            def do_DELETE(self):
+                fake._handle(self, "DELETE")
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -150,6 +162,9 @@ class FakeInterlink:
         if req.headers.get("Authorization") != f"Bearer {self.token}":
             # Like a careless proxy: the error echoes what it was given.
             return self._send(req, 401, f"unauthorized: {req.headers.get('Authorization')}")
+        if req.path.startswith("/api/v1/"):
+            code, answer = self._kube(method, req.path, body)
+            return self._send(req, code, answer)
         expected = self.METHODS.get(req.path)
         if expected is None:
             return self._send(req, 404, "no such endpoint")
@@ -174,6 +189,33 @@ class FakeInterlink:
         req.send_header("Content-Length", str(len(data)))
         req.end_headers()
         req.wfile.write(data)
+
+    # --- the Kubernetes API, as far as the interlink-kube target uses it ---------------
+
+    def _kube(self, method: str, path: str, body):
+        route = path.split("?")[0].strip("/").split("/")  # api v1 namespaces NS pods [NAME [log]]
+        if route[:3] != ["api", "v1", "namespaces"] or len(route) < 5 or route[4] != "pods":
+            return 404, {"kind": "Status", "code": 404, "message": f"no route {path}"}
+        name = route[5] if len(route) > 5 else None
+        entry = next((e for e in self.pods.values() if e.pod["metadata"]["name"] == name), None)
+        if method == "POST" and name is None:
+            body.setdefault("metadata", {}).setdefault("uid", f"uid-{len(self.pods)}")
+            self._create({"pod": body})
+            return 201, body
+        if entry is None:
+            return 404, {"kind": "Status", "code": 404, "message": f'pods "{name}" not found'}
+        if method == "GET" and route[-1] == "log":
+            return 200, entry.output.read_text(errors="replace") if entry.output else ""
+        if method == "GET":
+            status = self._container_status(entry)
+            phase = {"waiting": "Pending", "running": "Running"}.get(next(iter(status["state"])))
+            if phase is None:
+                phase = "Succeeded" if status["state"]["terminated"]["exitCode"] == 0 else "Failed"
+            return 200, {**entry.pod, "status": {"phase": phase, "containerStatuses": [status]}}
+        if method == "DELETE":
+            self._delete(entry.pod)
+            return 200, entry.pod  # the API server answers a pod delete with the pod
+        return 405, {"kind": "Status", "code": 405, "message": method}
 
     def _pinglink(self, _body):
         return 200, {"status": "ok"}
@@ -222,7 +264,7 @@ class FakeInterlink:
             self._launch(entry, container)
         code = entry.process.poll()
         if code is None:
-            return {**base, "ready": True, "state": {"running": {"startedAt": "now"}}}
+            return {**base, "ready": True, "state": {"running": {"startedAt": _now()}}}
         return {
             **base,
             "state": {

@@ -7,7 +7,6 @@ each request against interLink's OpenAPI spec and runs each pod's command for re
 from __future__ import annotations
 
 import json
-import textwrap
 
 import pytest
 from fake_interlink import Spec
@@ -21,7 +20,6 @@ from rankgate.dispatch.interlink.manifest import build_pod, pod_script
 from rankgate.dispatch.interlink.rest import InterlinkAPIError, InterlinkREST
 from rankgate.dispatch.outcome import Outcome, Phase
 from rankgate.dispatch.profile import ProfileError, profile_from_dict
-from rankgate.dispatch.results import render_report
 from rankgate.dispatch.sbatch import JobSpec
 
 pytestmark = pytest.mark.unit
@@ -252,57 +250,6 @@ def test_canary_checks_success_failure_and_timeout(interlink, interlink_profile)
     assert not interlink.pods and interlink.violations == []
 
 
-SUITE = """
-import os
-import torch
-import torch.distributed as dist
-import pytest
-
-@pytest.mark.world(2)
-def test_all_reduce(rank):
-    t = torch.ones(1) * (rank + 1)
-    dist.all_reduce(t)
-    assert t.item() == 3
-
-def test_rank_one(rank):
-    print("secret-free output of rank", rank)
-    assert os.environ.get("BREAK_RANK") != str(rank), f"rank {rank} broken on purpose"
-"""
-
-
-@pytest.mark.dist
-@pytest.mark.parametrize("break_rank", ["", "1"])
-def test_stage_end_to_end_results_come_back_through_the_logs(
-    interlink, interlink_profile, tmp_path, capsys, break_rank
-):
-    """torchrun runs 2 in-place ranks in the 'pod'; the archive in its logs is merged here."""
-    (tmp_path / "suite" / "test_remote.py").write_text(textwrap.dedent(SUITE))
-    profile = _profile(interlink_profile, env={"BREAK_RANK": break_rank})
-    lines: list[str] = []
-    result = run_stage(
-        profile,
-        stage="hpc",
-        pytest_args=["test_remote.py"],
-        progress=lines.append,
-        local_dir=tmp_path / "back",
-    )
-    report = render_report(result)
-    assert result.passed is (not break_rank), report
-    assert result.outcome is (Outcome.FAILED if break_rank else Outcome.COMPLETED)
-    assert result.merged.world_size == 2 and result.merged.missing_ranks == []
-    if break_rank:
-        bad = [t for t in result.merged.tests if t.verdict == "failed"]
-        assert [(t.name, t.failing_ranks) for t in bad] == [("test_rank_one", (1,))]
-        assert "rank 1 broken on purpose" in report
-    assert any("running" in line for line in lines)
-    assert interlink.violations == [] and not interlink.pods
-    # The token is in no output: progress, report, summary, files, terminal.
-    captured = capsys.readouterr()
-    texts = [report, json.dumps(result.to_json()), *lines, captured.out, captured.err]
-    texts += [p.read_text(errors="replace") for p in (tmp_path / "back").rglob("*") if p.is_file()]
-    assert not [t for t in texts if TOKEN in t]
-
-
 def test_dry_run_prints_the_pod_without_the_token(interlink_profile, capsys):
     assert run_stage(_profile(interlink_profile), stage="gpu", pytest_args=[], dry_run=True) is None
     out = capsys.readouterr().out
@@ -335,3 +282,28 @@ def test_canary_command(interlink, interlink_profile, tmp_path, capsys):
         "ok   canary timeout: expected run-timeout, got run-timeout (running)",
     ]
     assert TOKEN not in out.out + out.err
+
+
+def test_kubernetes_backend_runs_the_canary_over_the_kube_api(
+    interlink, interlink_profile, kubeconfig
+):
+    profile = _profile(
+        interlink_profile,
+        target="interlink-kube",
+        interlink={"kubeconfig": str(kubeconfig), "namespace": "ci"},
+    )
+    checks = run_canary(profile, run_timeout_s=2, poll_s=0.2)
+    assert [(c.name, c.ok) for c in checks] == [
+        ("succeed", True),
+        ("fail", True),
+        ("timeout", True),
+    ], checks
+    calls = [(r["method"], r["path"].split("?")[0]) for r in interlink.requests]
+    pods = "/api/v1/namespaces/ci/pods"
+    created = [r["body"] for r in interlink.requests if r["method"] == "POST"]
+    assert created[0]["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "vega-new-vk"}
+    name = created[0]["metadata"]["name"]
+    # the logs are read before the pod is deleted
+    assert calls.index(("GET", f"{pods}/{name}/log")) < calls.index(("DELETE", f"{pods}/{name}"))
+    assert {r["authorization"] for r in interlink.requests} == {f"Bearer {TOKEN}"}
+    assert not interlink.pods

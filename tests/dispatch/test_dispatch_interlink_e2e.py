@@ -1,0 +1,72 @@
+"""interLink end to end: torchrun runs 2 in-place ranks in a 'pod' of the fake interLink API.
+
+The results come back only through the pod's logs (the archive between markers),
+and the bearer token appears in no output.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from conftest import TOKEN
+from rankgate.dispatch.interlink.dispatch import run_stage
+from rankgate.dispatch.outcome import Outcome
+from rankgate.dispatch.profile import profile_from_dict
+from rankgate.dispatch.results import render_report
+
+pytestmark = pytest.mark.dist
+
+
+SUITE = """
+import os
+import torch
+import torch.distributed as dist
+import pytest
+
+@pytest.mark.world(2)
+def test_all_reduce(rank):
+    t = torch.ones(1) * (rank + 1)
+    dist.all_reduce(t)
+    assert t.item() == 3
+
+def test_rank_one(rank):
+    print("secret-free output of rank", rank)
+    assert os.environ.get("BREAK_RANK") != str(rank), f"rank {rank} broken on purpose"
+"""
+
+
+@pytest.mark.parametrize("break_rank", ["", "1"])
+def test_stage_end_to_end_results_come_back_through_the_logs(
+    interlink, interlink_profile, tmp_path, capsys, break_rank
+):
+    """torchrun runs 2 in-place ranks in the 'pod'; the archive in its logs is merged here."""
+    (tmp_path / "suite" / "test_remote.py").write_text(textwrap.dedent(SUITE))
+    profile = profile_from_dict(
+        {**interlink_profile, "env": {"BREAK_RANK": break_rank}}, name="site"
+    )
+    lines: list[str] = []
+    result = run_stage(
+        profile,
+        stage="hpc",
+        pytest_args=["test_remote.py"],
+        progress=lines.append,
+        local_dir=tmp_path / "back",
+    )
+    report = render_report(result)
+    assert result.passed is (not break_rank), report
+    assert result.outcome is (Outcome.FAILED if break_rank else Outcome.COMPLETED)
+    assert result.merged.world_size == 2 and result.merged.missing_ranks == []
+    if break_rank:
+        bad = [t for t in result.merged.tests if t.verdict == "failed"]
+        assert [(t.name, t.failing_ranks) for t in bad] == [("test_rank_one", (1,))]
+        assert "rank 1 broken on purpose" in report
+    assert any("running" in line for line in lines)
+    assert interlink.violations == [] and not interlink.pods
+    # The token is in no output: progress, report, summary, files, terminal.
+    captured = capsys.readouterr()
+    texts = [report, json.dumps(result.to_json()), *lines, captured.out, captured.err]
+    texts += [p.read_text(errors="replace") for p in (tmp_path / "back").rglob("*") if p.is_file()]
+    assert not [t for t in texts if TOKEN in t]
