@@ -39,6 +39,14 @@ SOURCE_IGNORE = [
 ]
 
 
+# Argument types several functions share (the documentation travels with the type).
+Kubeconfig = Annotated[dagger.Secret | None, Doc("kubeconfig, for interlink-kube profiles")]
+InterlinkToken = Annotated[dagger.Secret | None, Doc("bearer token, for interlink-rest")]
+SshKey = Annotated[dagger.Secret | None, Doc("private key, for slurm-ssh profiles")]
+RegistryUser = Annotated[str, Doc("registry user name")]
+RegistryPassword = Annotated[dagger.Secret, Doc("registry password or token")]
+
+
 @object_type
 class RankgateCi:
     """rankgate's CI: lint, CPU/GPU/HPC tests, benchmarks, images and the release gate."""
@@ -94,9 +102,9 @@ class RankgateCi:
         self,
         variant: Annotated[str, Doc("GPU image variant (engine with GPUs)")] = "cu128-torch2.11",
         profile: Annotated[dagger.File | None, Doc("site profile: dispatch instead")] = None,
-        kubeconfig: Annotated[dagger.Secret | None, Doc("for interlink-kube")] = None,
-        interlink_token: Annotated[dagger.Secret | None, Doc("for interlink-rest")] = None,
-        ssh_key: Annotated[dagger.Secret | None, Doc("for slurm-ssh")] = None,
+        kubeconfig: Kubeconfig = None,
+        interlink_token: InterlinkToken = None,
+        ssh_key: SshKey = None,
     ) -> str:
         """Stage gpu: in the image on this engine's GPUs, or dispatched with a profile."""
         if profile is not None:
@@ -111,9 +119,9 @@ class RankgateCi:
     async def test_hpc(
         self,
         profile: Annotated[dagger.File, Doc("site profile (TOML) of the SLURM/interLink target")],
-        kubeconfig: Annotated[dagger.Secret | None, Doc("for interlink-kube")] = None,
-        interlink_token: Annotated[dagger.Secret | None, Doc("for interlink-rest")] = None,
-        ssh_key: Annotated[dagger.Secret | None, Doc("for slurm-ssh")] = None,
+        kubeconfig: Kubeconfig = None,
+        interlink_token: InterlinkToken = None,
+        ssh_key: SshKey = None,
     ) -> str:
         """Stage hpc: dispatched through rankgate dispatch to the profile's cluster."""
         ctr = self._dispatch("hpc", profile, kubeconfig, interlink_token, ssh_key)
@@ -131,8 +139,8 @@ class RankgateCi:
     async def publish(
         self,
         address: Annotated[str, Doc("registry/repository:tag to push to")],
-        registry_user: Annotated[str, Doc("registry user name")],
-        registry_password: Annotated[dagger.Secret, Doc("registry password or token")],
+        registry_user: RegistryUser,
+        registry_password: RegistryPassword,
         variant: Annotated[str, Doc("image variant")] = "cpu",
     ) -> str:
         """Push the variant's image; returns its address by digest (…@sha256:…)."""
@@ -149,16 +157,16 @@ class RankgateCi:
     async def release_gate(
         self,
         address: Annotated[str, Doc("registry/repository:tag to publish to")],
-        registry_user: Annotated[str, Doc("registry user name")],
-        registry_password: Annotated[dagger.Secret, Doc("registry password or token")],
+        registry_user: RegistryUser,
+        registry_password: RegistryPassword,
         variant: Annotated[str, Doc("image variant to test and publish")] = "cpu",
         gpu_variant: Annotated[str, Doc("image variant for test-gpu")] = "cu128-torch2.11",
         gpu_engine: Annotated[bool, Doc("this engine has GPUs: run test-gpu here")] = False,
         gpu_profile: Annotated[dagger.File | None, Doc("dispatch test-gpu with it")] = None,
         hpc_profile: Annotated[dagger.File | None, Doc("dispatch test-hpc with it")] = None,
-        kubeconfig: Annotated[dagger.Secret | None, Doc("for interlink-kube")] = None,
-        interlink_token: Annotated[dagger.Secret | None, Doc("for interlink-rest")] = None,
-        ssh_key: Annotated[dagger.Secret | None, Doc("for slurm-ssh")] = None,
+        kubeconfig: Kubeconfig = None,
+        interlink_token: InterlinkToken = None,
+        ssh_key: SshKey = None,
         override: Annotated[
             str, Doc("publish although gates failed or were skipped; the reason is printed")
         ] = "",
