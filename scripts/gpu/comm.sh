@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # GPU evidence for the comm suite on a lent machine (see benchmarks/results/README.md).
-# Usage: scripts/gpu/comm.sh OUT [suite] [bench] [harness] [gpu-suites]
-# Writes into OUT: env.txt, comm_suite.txt, bench.tar (comm.json, comm.txt, PNGs),
-# harness_nccl.txt, gpu_suites.txt. NVLink multicast stays off throughout.
+# Usage: scripts/gpu/comm.sh OUT STEP...  (steps: suite gpu-suites harness bench bench_ar
+# bench_bf16 bench_coll). Writes into OUT: env.txt, pip.txt, comm_suite.txt or
+# gpu_suites.txt, harness_nccl.txt, and NAME.tar per benchmark (comm.json, comm.txt,
+# run.txt, PNGs). NVLink multicast stays off throughout.
 set -uo pipefail
 out=$1; shift
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
@@ -19,18 +20,29 @@ for n in ("one_shot_all_reduce_out", "one_shot_all_reduce_copy_out", "two_shot_a
     print(n, hasattr(ops, n))
 PY
 } >"$out/env.txt" 2>&1
+ref=benchmarks/reference/nvidia-h200-x2
+bench() {  # bench NAME TIMEOUT ARGS...: one rankgate bench comm run, packed as OUT/NAME.tar
+  local name=$1 limit=$2; shift 2
+  mkdir -p "/tmp/$name"
+  timeout "$limit" python3 -m rankgate.bench.comm --out "/tmp/$name" --reference "$ref" "$@" 2>&1 \
+    | tee "/tmp/$name/run.txt" | grep -E "^# (all_reduce fastest|auto /)|Error|error" | tail -8
+  tar -C /tmp -cf "$out/$name.tar" "$name"
+}
 for step in "$@"; do
+  echo "=== $step $(date -u +%T)"
   case $step in
     suite) timeout 300 python3 -m pytest -m gpu suites/comm -q -p no:cacheprovider --rankgate-timeout 90 \
              --durations=15 -rfE 2>&1 | tee "$out/comm_suite.txt" | tail -25 ;;
-    bench) mkdir -p /tmp/bench
-           timeout 300 python3 -m rankgate.bench.comm --out /tmp/bench \
-             --reference benchmarks/reference/nvidia-h200-x2 \
-             2>&1 | tee /tmp/bench/run.txt | tail -60
-           tar -C /tmp -cf "$out/bench.tar" bench ;;
-    harness) timeout 200 python3 -m rankgate.cli bench harness --backend nccl --json 2>&1 \
+    gpu-suites) timeout 330 python3 -m pytest -m gpu suites/ -q -p no:cacheprovider \
+                  --rankgate-timeout 120 --durations=20 -rfE 2>&1 | tee "$out/gpu_suites.txt" | tail -30 ;;
+    harness) timeout 150 python3 -m rankgate.cli bench harness --backend nccl --worlds 2 --json 2>&1 \
                | tee "$out/harness_nccl.txt" | tail -8 ;;
-    gpu-suites) timeout 400 python3 -m pytest -m gpu suites/ -q -p no:cacheprovider \
-                  --rankgate-timeout 120 -rfE 2>&1 | tee "$out/gpu_suites.txt" | tail -25 ;;
+    bench) bench bench 300 ;;  # the defaults: every collective, fp32, 8 B..2 GiB by 4
+    bench_ar) bench bench_ar 200 --collectives all_reduce -f 2 --buffer-bytes 64M --iters 50 --reps 7 ;;
+    bench_bf16) bench bench_bf16 80 --collectives all_reduce --dtype bf16 -b 1K -e 4M -f 2 \
+                  --iters 50 --reps 7 ;;
+    bench_coll) bench bench_coll 120 --backends nccl,auto \
+                  --collectives broadcast,all_gather,reduce_scatter,send_recv ;;
   esac
 done
+echo "=== done $(date -u +%T)"

@@ -59,6 +59,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--graph-max-bytes", default="64M", help="also time in a CUDA graph up to this (0: off)")
     add("--check-max-bytes", default="64M", help="check results on the host up to this size")
     add("--buffer-bytes", default="16M", help="p2p symmetric buffer per rank (default 16M)")
+    add("--auto-thresholds", choices=("measured", "defaults"), default="measured",
+        help="p2p sizes for auto: the crossovers measured earlier in this run (default; "
+        "needs nccl and p2p-oneshot/-twoshot listed before auto) or P2PConfig's "
+        "defaults")  # fmt: skip
     add("--world", type=int, default=None, help="ranks (default: visible GPUs, or 2 on CPU)")
     add("--cpu", action="store_true", help="stay on the CPU even where GPUs are visible")
     add("--reference", action="append", default=[], help="nccl-tests output file or folder")
@@ -101,6 +105,7 @@ def _options(args: argparse.Namespace) -> dict:
         "graph_max": parse_size(args.graph_max_bytes) if on_gpu else 0,
         "check_max": parse_size(args.check_max_bytes),
         "buffer_bytes": parse_size(args.buffer_bytes),
+        "auto_thresholds": args.auto_thresholds,
     }
 
 
@@ -187,13 +192,15 @@ def _rank_main(rank: int, world: int, opts: dict, store_path: str | None) -> dic
         dist.destroy_process_group()
     if rank != 0:
         return None
-    return {"meta": _meta(opts, device), "results": _combine(every)}
+    meta = _meta(opts, device)
+    meta["auto_config"] = opts.get("auto_config")
+    return {"meta": meta, "results": _combine(every)}
 
 
 def _make_backend(name: str, device, opts: dict):
     from rankgate.workloads.comm import P2PBackend, P2PConfig, create_backend
 
-    config = P2PConfig(buffer_bytes=opts["buffer_bytes"])
+    config = P2PConfig(buffer_bytes=opts["buffer_bytes"], **(opts.get("auto_config") or {}))
     if name in FORCED:
         config = P2PConfig(buffer_bytes=opts["buffer_bytes"], algorithm=FORCED[name])
         return P2PBackend(device=device, config=config, check_shapes=False)
@@ -218,6 +225,8 @@ def _measure_all(opts: dict, device) -> list[dict]:
     dtype = DTYPES[opts["dtype"]]
     rows = []
     for name in opts["backends"]:
+        if name in ("auto", "p2p") and opts["auto_thresholds"] == "measured":
+            opts["auto_config"] = _measured_thresholds(rows, cpu_group, opts)
         backend = _make_backend(name, device, opts)
         for collective in opts["collectives"]:
             if name in FORCED and collective != "all_reduce":
@@ -231,6 +240,31 @@ def _measure_all(opts: dict, device) -> list[dict]:
                 )
         backend.destroy()
     return rows
+
+
+def _measured_thresholds(rows: list[dict], cpu_group, opts: dict) -> dict | None:
+    """p2p sizes from this run's eager all-reduce crossovers (the same on every rank).
+
+    oneshot up to the largest size where the one-shot kernel was the fastest single
+    backend, two-shot up to the largest where two-shot was; NCCL beyond.
+    """
+    import torch.distributed as dist
+
+    from rankgate.bench.commreport import crossovers
+
+    every: list = [None] * dist.get_world_size()
+    dist.all_gather_object(every, rows, group=cpu_group)
+    fastest = crossovers(_combine(every)).get("eager", {}).get("fastest", {})
+    sizes = {b: [int(k) for k, v in fastest.items() if v == b] for b in SINGLE}
+    if not sizes["nccl"] or not (sizes["p2p-oneshot"] or sizes["p2p-twoshot"]):
+        return None  # nothing to choose from: keep P2PConfig's defaults
+    oneshot = max(sizes["p2p-oneshot"], default=0)
+    twoshot = max(sizes["p2p-twoshot"], default=0)
+    limit = opts["buffer_bytes"] // 2
+    return {
+        "oneshot_max_bytes": min(oneshot, limit),
+        "twoshot_max_bytes": min(max(twoshot, oneshot), limit),
+    }
 
 
 def _measure_one(backend, name, collective, nbytes, count, dtype, opts, sync) -> dict:

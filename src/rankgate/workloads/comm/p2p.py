@@ -41,6 +41,13 @@ DISABLE_ENV = "RANKGATE_DISABLE_P2P"
 """Set to 1 (or true/yes) to keep ``auto`` away from p2p and refuse ``p2p``."""
 
 P2P_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+TWOSHOT_DTYPES = (torch.float32, torch.bfloat16)  # torch has no float16 two-shot kernel
+_ALIGN = 16
+
+# One symmetric buffer per (group, device, size) for the life of the process: every
+# rendezvous leaves device memory in torch's own cache, so backends created and
+# destroyed again and again share one instead of each making its own.
+_BUFFERS: dict[tuple[str, int, int], tuple[torch.Tensor, object]] = {}
 ALGORITHMS = ("auto", "oneshot", "twoshot")
 
 
@@ -48,14 +55,15 @@ ALGORITHMS = ("auto", "oneshot", "twoshot")
 class P2PConfig:
     """Sizes that decide which path a payload takes."""
 
-    buffer_bytes: int = 16 << 20
-    """Symmetric buffer per rank; larger payloads go to NCCL."""
-    oneshot_max_bytes: int = 256 << 10
+    buffer_bytes: int = 32 << 20
+    """Symmetric buffer per rank; payloads up to half of it can take a p2p path."""
+    oneshot_max_bytes: int = 512 << 10
     """Largest all-reduce served by the one-shot kernel."""
     twoshot_max_bytes: int = 16 << 20
     """Largest all-reduce served by the two-shot kernel (beyond: NCCL)."""
-    broadcast_max_bytes: int = 1 << 20
-    """Largest broadcast served through peer memory (beyond: NCCL)."""
+    broadcast_max_bytes: int = 0
+    """Largest broadcast served through peer memory (beyond: NCCL). 0: every broadcast
+    goes to NCCL, which measured faster at every size on 2 x H200."""
     algorithm: str = "auto"
     """auto: by size as above; oneshot / twoshot: force one kernel (benchmarks)."""
 
@@ -170,24 +178,32 @@ class P2PBackend(NcclBackend):
             raise BackendUnavailableError(f"p2p: {problem}")
 
     def _setup_buffer(self) -> None:
+        # A group this backend made for itself has WORLD's ranks: map memory over WORLD,
+        # which outlives it, so the cached buffer stays usable.
+        symm_group = dist.group.WORLD if self._owns_group else self.group
+        self._gname = symm_group.group_name
+        key = (self._gname, self.device.index, self.config.buffer_bytes)
+        if key not in _BUFFERS:
+            _BUFFERS[key] = self._new_buffer(symm_group)
+        self._buf, self._handle = _BUFFERS[key]
+        ops = torch.ops.symm_mem
+        self._copy_op = getattr(ops, "one_shot_all_reduce_copy_out", None)
+        self._twoshot_op = getattr(ops, "two_shot_all_reduce_out", None)
+
+    def _new_buffer(self, symm_group: dist.ProcessGroup) -> tuple[torch.Tensor, object]:
         import torch.distributed._symmetric_memory as symm_mem
 
-        self._gname = self.group.group_name
         with torch.cuda.device(self.device):
-            self._buf = symm_mem.empty(
-                self.config.buffer_bytes, dtype=torch.uint8, device=self.device
-            )
+            buf = symm_mem.empty(self.config.buffer_bytes, dtype=torch.uint8, device=self.device)
             try:
-                self._handle = symm_mem.rendezvous(self._buf, self.group)
+                handle = symm_mem.rendezvous(buf, symm_group)
             except RuntimeError:
                 # Older torch wants the group registered first (deprecated later).
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", FutureWarning)
                     symm_mem.enable_symm_mem_for_group(self._gname)
-                self._handle = symm_mem.rendezvous(self._buf, self.group)
-        ops = torch.ops.symm_mem
-        self._copy_op = getattr(ops, "one_shot_all_reduce_copy_out", None)
-        self._twoshot_op = getattr(ops, "two_shot_all_reduce_out", None)
+                handle = symm_mem.rendezvous(buf, symm_group)
+        return buf, handle
 
     # -- routing ----------------------------------------------------------------
 
@@ -196,8 +212,10 @@ class P2PBackend(NcclBackend):
             return f"tensor on {tensor.device}, backend on {self.device}"
         if not tensor.is_contiguous():
             return "non-contiguous tensor"
-        if tensor.nbytes > min(limit, self.config.buffer_bytes):
-            return f"payload over {min(limit, self.config.buffer_bytes)} bytes"
+        # Half the buffer: the other half takes the output of a misaligned tensor.
+        limit = min(limit, self.config.buffer_bytes // 2)
+        if tensor.nbytes > limit:
+            return f"payload over {limit} bytes"
         return None
 
     def _fallback(self, op: str, reason: str) -> None:
@@ -207,24 +225,32 @@ class P2PBackend(NcclBackend):
         self.fallbacks[key] += 1
 
     def all_reduce_path(self, tensor: torch.Tensor, op: str = "sum") -> tuple[str, str]:
-        """(path, reason): path is oneshot, twoshot or nccl for this payload."""
+        """(path, reason): path is oneshot, twoshot or nccl for this payload.
+
+        Depends only on what every rank shares once shapes agree (op, dtype, size,
+        layout), never on a pointer, so all ranks take the same path.
+        """
         cfg = self.config
         if op != "sum":
             return "nccl", f"reduce op {op}"
         if tensor.dtype not in P2P_DTYPES:
             return "nccl", f"dtype {tensor.dtype}"
-        if cfg.algorithm == "oneshot":
-            limit = cfg.buffer_bytes
-        elif cfg.algorithm == "twoshot":
-            limit = cfg.buffer_bytes if self._twoshot_op is not None else 0
+        if tensor.nbytes % 4:
+            return "nccl", "size not a multiple of 4 bytes"
+        if cfg.algorithm == "auto":
+            limit = max(cfg.oneshot_max_bytes, cfg.twoshot_max_bytes)
         else:
-            limit = max(cfg.oneshot_max_bytes, cfg.twoshot_max_bytes if self._twoshot_op else 0)
+            limit = cfg.buffer_bytes
         problem = self._payload_problem(tensor, limit)
         if problem:
             return "nccl", problem
-        if cfg.algorithm != "auto":
-            return cfg.algorithm, ""
-        return ("oneshot" if tensor.nbytes <= cfg.oneshot_max_bytes else "twoshot"), ""
+        if cfg.algorithm == "auto":
+            path = "oneshot" if tensor.nbytes <= cfg.oneshot_max_bytes else "twoshot"
+        else:
+            path = cfg.algorithm
+        if path == "twoshot" and (self._twoshot_op is None or tensor.dtype not in TWOSHOT_DTYPES):
+            return "nccl", f"no two-shot kernel for {tensor.dtype}"
+        return path, ""
 
     def _staging(self, tensor: torch.Tensor) -> torch.Tensor:
         key = (tensor.dtype, tensor.shape)
@@ -245,23 +271,35 @@ class P2PBackend(NcclBackend):
             return super().all_reduce(tensor, op)
         self._check("all_reduce", tensor)
         staging = self._staging(tensor)
+        aligned = tensor.data_ptr() % _ALIGN == 0
+        # A misaligned tensor gets its result in the buffer's upper half, then a copy:
+        # kernels then see the same alignment on every rank, so launch alike.
+        out = tensor if aligned else self._upper(tensor)
+        ops = torch.ops.symm_mem
+        if path == "oneshot" and aligned and self._copy_op is not None:
+            try:  # one kernel: copy in, barrier, read every peer, write out in place
+                self._copy_op(staging, tensor, "sum", self._gname, tensor)
+                return tensor
+            except RuntimeError as exc:  # raised before launch, alike on every rank
+                log.info("p2p: fused one-shot copy unavailable (%s); copying first", exc)
+                self._copy_op = None
+        staging.copy_(tensor)
         if path == "oneshot":
-            if self._copy_op is not None:
-                try:  # one kernel: copy in, barrier, read every peer, write out in place
-                    self._copy_op(staging, tensor, "sum", self._gname, tensor)
-                    return tensor
-                except RuntimeError as exc:  # raised before launch, alike on every rank
-                    log.info("p2p: fused one-shot copy unavailable (%s); copying first", exc)
-                    self._copy_op = None
-            staging.copy_(tensor)
-            torch.ops.symm_mem.one_shot_all_reduce_out(staging, "sum", self._gname, tensor)
+            ops.one_shot_all_reduce_out(staging, "sum", self._gname, out)
         else:
-            staging.copy_(tensor)
-            self._twoshot_op(staging, "sum", self._gname, tensor)
+            self._twoshot_op(staging, "sum", self._gname, out)
+        if out is not tensor:
+            tensor.copy_(out)
         return tensor
 
+    def _upper(self, tensor: torch.Tensor) -> torch.Tensor:
+        half = self.config.buffer_bytes // 2
+        region = self._buf[half : half + tensor.nbytes]
+        return region.view(tensor.dtype).view(tensor.shape)
+
     def broadcast(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
-        problem = self._payload_problem(tensor, self.config.broadcast_max_bytes)
+        limit = self.config.broadcast_max_bytes
+        problem = self._payload_problem(tensor, limit) if limit else "broadcast_max_bytes is 0"
         if problem:
             self._fallback("broadcast", problem)
             return super().broadcast(tensor, src)
@@ -281,6 +319,7 @@ class P2PBackend(NcclBackend):
         return tensor
 
     def destroy(self) -> None:
+        """Release the group; the symmetric buffer stays cached for the next p2p backend."""
         if self._destroyed:
             return
         self._views.clear()

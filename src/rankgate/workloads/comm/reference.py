@@ -129,8 +129,11 @@ def check(out: torch.Tensor, ref: torch.Tensor, bound: torch.Tensor | None = Non
 
 
 def poison(dtype: torch.dtype) -> float | int:
-    """A value no correct result holds: NaN for floats, an unlikely integer otherwise."""
-    return float("nan") if dtype.is_floating_point else -(2**31) + 7
+    """A value no correct result holds: NaN for floats, an integer outside the inputs' range."""
+    if dtype.is_floating_point:
+        return float("nan")
+    info = torch.iinfo(dtype)
+    return 100 if info.min == 0 else info.min + 7  # inputs are small (|x| <= 2**20 + sums)
 
 
 def run_collective(backend, collective: str, inputs: list[torch.Tensor], root: int = 0):
