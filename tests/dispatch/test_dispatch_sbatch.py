@@ -39,16 +39,16 @@ def test_directives_carry_every_resource(tmp_path):
     options = sbatch_directives(profile, _job(tmp_path, name="rankgate-gpu"))
     assert options == [
         "--job-name=rankgate-gpu",
-        "--nodes=2",
-        "--ntasks-per-node=4",
-        "--cpus-per-task=8",
-        "--time=10",
         f"--output={tmp_path}/job dir/slurm-%j.out",
         f"--chdir={tmp_path}/job dir",
+        "--cpus-per-task=8",
+        "--nodes=2",
+        "--ntasks-per-node=4",
+        "--gres=gpu:4",
+        "--time=10",
         "--partition=booster",
         "--account=a1",
         "--qos=q",
-        "--gres=gpu:4",
         "--exclusive",
     ]
 

@@ -37,27 +37,33 @@ class JobSpec:
     """Pass ``--rankgate-mode=inplace`` (the harness's mode for srun-launched pytest)."""
 
 
-def sbatch_directives(profile: Profile, job: JobSpec) -> list[str]:
-    """``#SBATCH`` options for the profile's resources, in a stable order."""
-    options = [
-        f"--job-name={job.name}",
-        f"--nodes={profile.nodes}",
-        f"--ntasks-per-node={profile.tasks_per_node}",
-        f"--cpus-per-task={profile.cpus_per_task}",
-        f"--time={profile.time_limit}",
-        f"--output={job.job_dir}/slurm-%j.out",
-        f"--chdir={_workdir(profile, job)}",
-    ]
+def resource_options(profile: Profile) -> list[str]:
+    """The profile's SLURM resource options, each one ``--key=value`` word.
+
+    Shared by the sbatch script and the interLink pod's ``slurm-job.vk.io/flags``.
+    """
+    options = [f"--nodes={profile.nodes}", f"--ntasks-per-node={profile.tasks_per_node}"]
+    if profile.gpus_per_node:
+        options.append(f"--gres=gpu:{profile.gpus_per_node}")
+    options.append(f"--time={profile.time_limit}")
     if profile.partition:
         options.append(f"--partition={profile.partition}")
     if profile.account:
         options.append(f"--account={profile.account}")
     if profile.qos:
         options.append(f"--qos={profile.qos}")
-    if profile.gpus_per_node:
-        options.append(f"--gres=gpu:{profile.gpus_per_node}")
-    options += profile.sbatch_options
-    return options
+    return [*options, *profile.sbatch_options]
+
+
+def sbatch_directives(profile: Profile, job: JobSpec) -> list[str]:
+    """``#SBATCH`` options: the job's name and files, CPUs per task, then the resources."""
+    return [
+        f"--job-name={job.name}",
+        f"--output={job.job_dir}/slurm-%j.out",
+        f"--chdir={_workdir(profile, job)}",
+        f"--cpus-per-task={profile.cpus_per_task}",
+        *resource_options(profile),
+    ]
 
 
 def _workdir(profile: Profile, job: JobSpec) -> str:

@@ -24,7 +24,7 @@ import secrets
 import shlex
 
 from rankgate.dispatch.profile import Profile, ProfileError
-from rankgate.dispatch.sbatch import JobSpec, rank_command
+from rankgate.dispatch.sbatch import JobSpec, rank_command, resource_options
 
 TOLERATION_KEY = "virtual-node.interlink/no-schedule"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -58,17 +58,8 @@ def check_profile(profile: Profile) -> None:
 
 
 def slurm_flags(profile: Profile) -> str:
-    flags = [f"--nodes={profile.nodes}", f"--ntasks-per-node={profile.tasks_per_node}"]
-    if profile.gpus_per_node:
-        flags.append(f"--gres=gpu:{profile.gpus_per_node}")
-    flags.append(f"--time={profile.time_limit}")
-    if profile.partition:
-        flags.append(f"--partition={profile.partition}")
-    if profile.account:
-        flags.append(f"--account={profile.account}")
-    if profile.qos:
-        flags.append(f"--qos={profile.qos}")
-    flags += profile.sbatch_options
+    """``slurm-job.vk.io/flags``: the resource options, which the plugin splits on spaces."""
+    flags = resource_options(profile)
     spaced = [flag for flag in flags if " " in flag]
     if spaced:
         raise ProfileError(f"sbatch option(s) {spaced} contain spaces; write them as --key=value")
