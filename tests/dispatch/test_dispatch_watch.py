@@ -90,3 +90,30 @@ def test_without_waiting_after_cancel_it_returns_at_once():
     job = Job(RUNNING, cancelled=None)
     waited = _watch(job, run_timeout_s=0.02, wait_after_cancel=False)
     assert waited.outcome is Outcome.RUN_TIMEOUT and waited.last.state == "RUNNING"
+
+
+def test_failed_looks_keep_the_phase_then_become_api_error():
+    seen = [QUEUED, RUNNING]
+    calls = []
+
+    def observe():
+        calls.append(1)
+        if seen:
+            return seen.pop(0)
+        raise ConnectionError("ssh: connect to host login: Connection refused")
+
+    lines: list[str] = []
+    waited = watch(
+        observe,
+        lambda: None,
+        label="job 1",
+        poll_s=0.01,
+        say=lines.append,
+        transient=(ConnectionError,),
+    )
+    assert waited.outcome is Outcome.API_ERROR and "Connection refused" in waited.last.reason
+    assert len(calls) == 2 + 5 and lines[:2] == [
+        "job 1: queued (Priority)",
+        "job 1: running on node1",
+    ]
+    assert waited.running_s > 0  # the failed looks counted as running, not as a new phase

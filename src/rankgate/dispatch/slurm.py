@@ -156,6 +156,7 @@ class SlurmTarget:
             deadline_s=deadline_s,
             queue_timeout_s=queue_timeout_s,
             run_timeout_s=run_timeout_s,
+            transient=(CommandError,),
         )
         last = waited.last
         result.outcome, result.state = waited.outcome, last.state

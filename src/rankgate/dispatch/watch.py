@@ -8,6 +8,10 @@ One loop serves every target. It polls ``observe()`` until the job reaches an
 - ``deadline_s`` has passed since submission (outcome ``deadline``), or
 - SIGINT/SIGTERM arrived (outcome ``interrupted``): the job never outlives rankgate.
 
+A look that fails with one of the ``transient`` errors (an ssh hiccup, an API answering
+500) keeps the job in its phase; ``API_FAILURES`` of them in a row end the wait with
+outcome ``api-error`` and the last error as the reason.
+
 Progress: a line on every change of phase, and every ``PROGRESS_EVERY_S`` while it stays.
 """
 
@@ -26,6 +30,8 @@ Progress = Callable[[str], None]
 PROGRESS_EVERY_S = 30.0
 CANCEL_GRACE_S = 60.0
 """Seconds to wait for a job rankgate cancelled to reach a final state."""
+API_FAILURES = 5
+"""Consecutive failed looks (ssh down, API erroring) before the outcome is api-error."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,11 +93,12 @@ def watch(
     queue_timeout_s: float | None = None,
     run_timeout_s: float | None = None,
     wait_after_cancel: bool = True,
+    transient: tuple[type[Exception], ...] = (),
 ) -> Watched:
     """Poll until the job ends (see the module docstring); never raises for the job's sake."""
     start = time.monotonic()
     result = Watched(last=Observation("SUBMITTED", Phase.QUEUED), ours=None)
-    phase, phase_start, last_said, cancelled_at = None, start, start, 0.0
+    phase, phase_start, last_said, cancelled_at, failures = None, start, start, 0.0, 0
 
     def account(now: float) -> None:
         if phase is Phase.QUEUED:
@@ -101,7 +108,16 @@ def watch(
 
     with caught_interrupts() as interrupted:
         while True:
-            seen = result.last = observe()
+            try:
+                seen = observe()
+                failures = 0
+            except transient as exc:
+                failures += 1
+                if failures >= API_FAILURES:
+                    seen = Observation("no answer", Outcome.API_ERROR, str(exc))
+                else:
+                    seen = Observation(result.last.state, phase or Phase.QUEUED, "look failed")
+            result.last = seen
             now = time.monotonic()
             if isinstance(seen.status, Outcome):
                 account(now)
@@ -128,7 +144,10 @@ def watch(
                 )
                 if result.ours is not None:
                     say(f"{label}: {result.ours.value}, cancelling")
-                    cancel()
+                    try:
+                        cancel()
+                    except transient as exc:
+                        say(f"{label}: cancelling failed: {exc}")
                     cancelled_at = now
                     if not wait_after_cancel:
                         account(now)

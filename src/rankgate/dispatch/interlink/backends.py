@@ -35,8 +35,6 @@ START_ERRORS = frozenset(
 )
 LOST_AFTER = 3
 """Consecutive looks that do not find the pod before it counts as lost."""
-API_FAILURES = 5
-"""Consecutive failed status requests before the outcome is api-error."""
 
 
 class Backend(Protocol):

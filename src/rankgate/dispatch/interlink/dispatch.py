@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rankgate.dispatch.archive import ArchiveError, unpack
-from rankgate.dispatch.interlink.backends import API_FAILURES, LOST_AFTER, Backend, backend_for
+from rankgate.dispatch.interlink.backends import LOST_AFTER, Backend, backend_for
 from rankgate.dispatch.interlink.manifest import build_pod, check_profile, pod_name, pod_script
 from rankgate.dispatch.interlink.rest import InterlinkAPIError
 from rankgate.dispatch.outcome import Outcome, Phase
@@ -57,31 +57,19 @@ def run_pod(
     except InterlinkAPIError as exc:
         return PodRun(Outcome.SUBMIT_ERROR, message=str(exc))
     say(f"submitted pod {name} through {backend.name}")
-    history: list[Observation] = []
-    misses = {"absent": 0, "errors": 0}
-
-    def last_phase() -> Phase:
-        return next(
-            (o.status for o in reversed(history) if isinstance(o.status, Phase)), Phase.QUEUED
-        )
+    misses, phase = [0], [Phase.QUEUED]
 
     def observe() -> Observation:
-        try:
-            seen = backend.observe(pod)
-            misses["errors"] = 0
-        except InterlinkAPIError as exc:
-            misses["errors"] += 1
-            if misses["errors"] >= API_FAILURES:
-                return Observation("no answer", Outcome.API_ERROR, str(exc))
-            return Observation("unknown", last_phase(), "status request failed")
-        if seen is None:
-            misses["absent"] += 1
-            if misses["absent"] >= LOST_AFTER:
-                return Observation("absent", Outcome.LOST, "the target no longer knows the pod")
-            return Observation("absent", last_phase())
-        misses["absent"] = 0
-        history.append(seen)
-        return seen
+        seen = backend.observe(pod)
+        if seen is not None:
+            misses[0] = 0
+            if isinstance(seen.status, Phase):
+                phase[0] = seen.status
+            return seen
+        misses[0] += 1
+        if misses[0] >= LOST_AFTER:
+            return Observation("absent", Outcome.LOST, "the target no longer knows the pod")
+        return Observation("absent", phase[0], "not known to the target (yet)")
 
     waited = watch(
         observe,
@@ -93,6 +81,7 @@ def run_pod(
         queue_timeout_s=queue_timeout_s,
         run_timeout_s=run_timeout_s,
         wait_after_cancel=False,
+        transient=(InterlinkAPIError,),
     )
     run = PodRun(waited.outcome, waited.last, queued_s=waited.queued_s, running_s=waited.running_s)
     notes = [waited.last.reason] if run.outcome in (Outcome.API_ERROR, Outcome.START_ERROR) else []
