@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -67,3 +68,57 @@ def test_dispatch_command_exit_status_and_json(local_slurm, tmp_path, break_rank
     if break_rank:
         assert summary["tests"][0]["failing_ranks"] == [1]
         assert "rank 1 broken on purpose" in done.stdout
+
+
+def test_ctrl_c_cancels_the_job(local_slurm, tmp_path):
+    """SIGINT to `rankgate dispatch` while the job runs: scancel, outcome interrupted, exit 3."""
+    (tmp_path / "test_sleep.py").write_text(
+        "import time\n\ndef test_sleep():\n    time.sleep(600)\n"
+    )
+    profile = tmp_path / "local.toml"
+    profile.write_text(
+        textwrap.dedent(f"""\
+        partition = "{local_slurm.partition}"
+        tasks_per_node = 2
+        results_dir = "{tmp_path / "results"}"
+        workdir = "{tmp_path}"
+        python = "{sys.executable}"
+        """)
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rankgate.cli",
+            "dispatch",
+            "--profile",
+            str(profile),
+            "--stage",
+            "hpc",
+            "--markers",
+            "not slow",
+            "--poll",
+            "0.5",
+            "--json",
+            "--",
+            "test_sleep.py",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    seen = []
+    for line in proc.stderr:  # progress lines, as they come
+        seen.append(line)
+        if ": running" in line:
+            proc.send_signal(signal.SIGINT)
+            break
+    out, err = proc.communicate(timeout=120)
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert proc.returncode == 3, "".join(seen) + err
+    assert summary["outcome"] == "interrupted" and summary["state"].startswith("CANCELLED")
+    assert "interrupted, cancelling" in err
+    queue = subprocess.run(
+        ["squeue", "-h", "-j", summary["job_id"]], capture_output=True, text=True
+    )
+    assert queue.stdout.strip() == ""
