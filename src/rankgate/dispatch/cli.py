@@ -21,9 +21,6 @@ from rankgate.dispatch.interlink.rest import InterlinkAPIError
 from rankgate.dispatch.profile import Profile, ProfileError, find_profile, load_profile
 from rankgate.dispatch.results import MERGED_NAME, DispatchResult, render_report
 
-# Used only when rankgate.pipeline is not importable (a partial install).
-_FALLBACK_STAGES: dict[str, tuple[str, bool]] = {"gpu": ("gpu", True), "hpc": ("hpc", False)}
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -95,13 +92,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def stage_selection(stage: str) -> tuple[str, bool]:
     """(marker expression, needs GPUs) of a dispatchable stage."""
-    try:
-        from rankgate.pipeline import stages
-    except ImportError:
-        if stage not in _FALLBACK_STAGES:
-            known = sorted(_FALLBACK_STAGES)
-            raise ProfileError(f"unknown stage {stage!r}; dispatchable: {known}") from None
-        return _FALLBACK_STAGES[stage]
+    from rankgate.pipeline import stages
+
     try:
         found = stages.get(stage)
     except KeyError as exc:
