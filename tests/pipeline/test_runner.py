@@ -90,6 +90,10 @@ def test_markers_alone_and_files_alone_run_those_tests():
     assert planned("--file", "tests/x.py") == [("files", "", ("pytest",))]
 
 
+def test_files_narrow_chosen_stages_instead_of_replacing_them():
+    assert planned("--stage", "gpu", "--file", "suites") == [("gpu", "gpu", ("pytest",))]
+
+
 def test_files_parallel_and_coverage_become_pytest_args(monkeypatch):
     monkeypatch.setattr(runner, "_require", lambda *a: None)
     args = parse("--file", "a.py", "--file", "b.py", "--parallel", "--coverage")

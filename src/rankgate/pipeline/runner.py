@@ -121,7 +121,7 @@ def plan(args: argparse.Namespace) -> list[Stage] | None:
     markers = normalise_markers(args.markers)
     if markers and chosen:
         chosen = [_narrow(stage, markers) for stage in chosen]
-    elif markers or args.file:
+    elif not chosen and (markers or args.file):
         chosen = [_tests("markers" if markers else "files", markers)]
     if not chosen:
         return [] if args.env_check else None
