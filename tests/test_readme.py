@@ -1,0 +1,32 @@
+"""The README opens with the two set-up commands, and CI runs the second one."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def readme_commands() -> list[str]:
+    first_block = re.search(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
+    return [line for line in first_block.splitlines() if line and not line.startswith("#")]
+
+
+def test_readme_opens_with_main_job_and_test_commands():
+    main_job, tests = readme_commands()
+    assert main_job.startswith("pip install torch==2.13.0 -e '.[dev]' && ")
+    assert main_job.endswith("nox -s gate")
+    assert tests.startswith("pip install torch==2.13.0 -e '.[dev]' && nox -s ")
+
+
+def test_ci_runs_the_readme_test_command():
+    ci_lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert readme_commands()[1] in ci_lines
+
+
+def test_test_command_runs_every_stage_ci_can_run_here():
+    sessions = readme_commands()[1].split("nox -s ", 1)[1].split()
+    assert sessions == ["lint", "unit", "dist", "hpc", "container"]
