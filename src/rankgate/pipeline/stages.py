@@ -9,7 +9,6 @@ the workflows equal to this list.
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from dataclasses import dataclass
 from typing import Literal
@@ -242,8 +241,3 @@ def registry() -> dict[str, Stage]:
 def all_stages() -> tuple[Stage, ...]:
     """Every stage, in pipeline order."""
     return tuple(_STAGES.values())
-
-
-def with_markers(stage: Stage, markers: str) -> Stage:
-    """The same stage selecting other tests (``rankgate run --markers``)."""
-    return dataclasses.replace(stage, markers=markers)
