@@ -27,6 +27,11 @@ class InnerRun:
         )
         return run("-p", "no:cacheprovider", "-rA", *args)
 
+    @staticmethod
+    def properties(case) -> dict[str, str]:
+        """A JUnit testcase's properties as a dict."""
+        return {p.get("name"): p.get("value") for p in case.iter("property")}
+
     def junit(self, *args: str, source: str, ini: str = ""):
         """Run and return (result, {test name: testcase element})."""
         result = self(source, "--junitxml=junit.xml", *args, ini=ini)
@@ -37,7 +42,3 @@ class InnerRun:
 @pytest.fixture
 def inner(pytester: pytest.Pytester) -> InnerRun:
     return InnerRun(pytester)
-
-
-def properties(case) -> dict[str, str]:
-    return {p.get("name"): p.get("value") for p in case.iter("property")}

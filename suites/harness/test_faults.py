@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import properties
 
 pytestmark = pytest.mark.dist
 
@@ -263,7 +262,7 @@ def test_fault(rank):
         + NEXT,
     )
     result.assert_outcomes(passed=1, failed=1)
-    props = properties(cases["test_fault"])
+    props = inner.properties(cases["test_fault"])
     assert props["rankgate.failing_ranks"] == "1"
     assert props["rankgate.verdict"] == "failed"
     assert props["rankgate.rank0.outcome"] == "passed"
@@ -271,4 +270,4 @@ def test_fault(rank):
     assert props["rankgate.rank0.stdout"] == "out 0\n"
     assert props["rankgate.rank1.stderr"] == "err 1\n"
     assert cases["test_fault"].find("failure") is not None
-    assert properties(cases["test_next"])["rankgate.verdict"] == "passed"
+    assert inner.properties(cases["test_next"])["rankgate.verdict"] == "passed"
