@@ -31,14 +31,14 @@ bench() {  # bench NAME TIMEOUT ARGS...: one rankgate bench comm run, packed as 
 for step in "$@"; do
   echo "=== $step $(date -u +%T)"
   case $step in
-    suite) timeout 300 python3 -m pytest -m gpu suites/comm -q -p no:cacheprovider --rankgate-timeout 90 \
+    suite) timeout 300 python3 -m pytest -m gpu suites/comm -k "p2p or stress or errors" -q -p no:cacheprovider --rankgate-timeout 90 \
              --durations=15 -rfE 2>&1 | tee "$out/comm_suite.txt" | tail -25 ;;
     gpu-suites) timeout 270 python3 -m pytest -m gpu suites/ -q -p no:cacheprovider \
                   --rankgate-timeout 120 --durations=20 -rfE 2>&1 | tee "$out/gpu_suites.txt" | tail -30 ;;
-    harness) timeout 110 python3 -m rankgate.cli bench harness --backend nccl --worlds 2 --json 2>&1 \
+    harness) timeout 50 python3 -m rankgate.cli bench harness --backend nccl --worlds 2 --json 2>&1 \
                | tee "$out/harness_nccl.txt" | tail -8 ;;
     bench) bench bench 300 ;;  # the defaults: every collective, fp32, 8 B..2 GiB by 4
-    bench_ar) bench bench_ar 150 --collectives all_reduce -f 2 --buffer-bytes 64M --iters 30 --reps 5 ;;
+    bench_ar) bench bench_ar 60 --collectives all_reduce --buffer-bytes 64M -f 4 --iters 20 --reps 5 ;;
     bench_bf16) bench bench_bf16 50 --collectives all_reduce --dtype bf16 -b 1K -e 4M -f 4 \
                   --iters 30 --reps 5 ;;
     bench_coll) bench bench_coll 120 --backends nccl,auto \
