@@ -243,10 +243,11 @@ def _measure_all(opts: dict, device) -> list[dict]:
 
 
 def _measured_thresholds(rows: list[dict], cpu_group, opts: dict) -> dict | None:
-    """p2p sizes from this run's eager all-reduce crossovers (the same on every rank).
+    """p2p sizes from this run's all-reduce crossovers (the same on every rank).
 
-    oneshot up to the largest size where the one-shot kernel was the fastest single
-    backend, two-shot up to the largest where two-shot was; NCCL beyond.
+    Per mode (eager, and graph for calls being captured): one-shot up to the largest
+    size where the one-shot kernel was the fastest single backend, two-shot up to the
+    largest where two-shot was; NCCL beyond.
     """
     import torch.distributed as dist
 
@@ -254,17 +255,19 @@ def _measured_thresholds(rows: list[dict], cpu_group, opts: dict) -> dict | None
 
     every: list = [None] * dist.get_world_size()
     dist.all_gather_object(every, rows, group=cpu_group)
-    fastest = crossovers(_combine(every)).get("eager", {}).get("fastest", {})
-    sizes = {b: [int(k) for k, v in fastest.items() if v == b] for b in SINGLE}
-    if not sizes["nccl"] or not (sizes["p2p-oneshot"] or sizes["p2p-twoshot"]):
-        return None  # nothing to choose from: keep P2PConfig's defaults
-    oneshot = max(sizes["p2p-oneshot"], default=0)
-    twoshot = max(sizes["p2p-twoshot"], default=0)
+    cross = crossovers(_combine(every))
     limit = opts["buffer_bytes"] // 2
-    return {
-        "oneshot_max_bytes": min(oneshot, limit),
-        "twoshot_max_bytes": min(max(twoshot, oneshot), limit),
-    }
+    config = {}
+    for mode, prefix in (("eager", ""), ("graph", "graph_")):
+        fastest = cross.get(mode, {}).get("fastest", {})
+        sizes = {b: [int(k) for k, v in fastest.items() if v == b] for b in SINGLE}
+        if not sizes["nccl"] or not (sizes["p2p-oneshot"] or sizes["p2p-twoshot"]):
+            continue  # nothing to choose from: keep P2PConfig's defaults for this mode
+        one = max(sizes["p2p-oneshot"], default=0)
+        two = max(max(sizes["p2p-twoshot"], default=0), one)
+        config[f"{prefix}oneshot_max_bytes"] = min(one, limit)
+        config[f"{prefix}twoshot_max_bytes"] = min(two, limit)
+    return config or None
 
 
 def _measure_one(backend, name, collective, nbytes, count, dtype, opts, sync) -> dict:

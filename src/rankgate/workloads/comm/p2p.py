@@ -6,7 +6,7 @@ on one GPU reads the others' memory over NVLink directly. NVLink multicast is ne
 used: only the one-shot and two-shot kernels that read peers by pointer, and the
 signal-pad barrier.
 
-* all_reduce (sum; fp32, bf16, fp16): ``one_shot_all_reduce_copy`` up to
+* all_reduce (sum; fp32, bf16): ``one_shot_all_reduce_copy`` up to
   ``oneshot_max_bytes`` (one kernel: copy in, barrier, every rank reads every peer),
   ``two_shot_all_reduce`` up to ``twoshot_max_bytes`` (reduce-scatter then all-gather
   through peer memory), NCCL above.
@@ -40,8 +40,10 @@ from .detect import detect_topology
 DISABLE_ENV = "RANKGATE_DISABLE_P2P"
 """Set to 1 (or true/yes) to keep ``auto`` away from p2p and refuse ``p2p``."""
 
-P2P_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-TWOSHOT_DTYPES = (torch.float32, torch.bfloat16)  # torch has no float16 two-shot kernel
+# float16 goes to NCCL: torch has no float16 two-shot kernel, and the forced one-shot
+# float16 case failed once on 2 x H200 (run 2, cause not yet found; see the results).
+P2P_DTYPES = (torch.float32, torch.bfloat16)
+TWOSHOT_DTYPES = (torch.float32, torch.bfloat16)
 _ALIGN = 16
 
 # One symmetric buffer per (group, device, size) for the life of the process: every
@@ -57,10 +59,18 @@ class P2PConfig:
 
     buffer_bytes: int = 32 << 20
     """Symmetric buffer per rank; payloads up to half of it can take a p2p path."""
-    oneshot_max_bytes: int = 512 << 10
-    """Largest all-reduce served by the one-shot kernel."""
-    twoshot_max_bytes: int = 16 << 20
-    """Largest all-reduce served by the two-shot kernel (beyond: NCCL)."""
+    oneshot_max_bytes: int = 2 << 20
+    """Largest all-reduce served by the one-shot kernel (2 x H200, eager: one-shot was
+    the fastest single backend up to 2 MiB in both runs)."""
+    twoshot_max_bytes: int = 8 << 20
+    """Largest all-reduce served by the two-shot kernel, beyond which NCCL (2 x H200,
+    eager: at 8 MiB two-shot and NCCL were within 6% of each other, either way)."""
+    graph_oneshot_max_bytes: int | None = 512 << 10
+    """As oneshot_max_bytes, while a CUDA graph is being captured (None: the same).
+    2 x H200, graph: one-shot fastest up to 512 KiB, two-shot from 2 MiB."""
+    graph_twoshot_max_bytes: int | None = 16 << 20
+    """As twoshot_max_bytes, during capture (2 x H200, graph: two-shot fastest up to
+    32 MiB, the largest measured; 16 MiB is the default buffer's limit)."""
     broadcast_max_bytes: int = 0
     """Largest broadcast served through peer memory (beyond: NCCL). 0: every broadcast
     goes to NCCL, which measured faster at every size on 2 x H200."""
@@ -76,9 +86,59 @@ class P2PConfig:
             raise ValueError(
                 f"unknown algorithm {self.algorithm!r}; valid: {', '.join(ALGORITHMS)}"
             )
-        for name in ("oneshot_max_bytes", "twoshot_max_bytes", "broadcast_max_bytes"):
-            if getattr(self, name) < 0:
+        for name in ("oneshot_max_bytes", "twoshot_max_bytes", "broadcast_max_bytes",
+                     "graph_oneshot_max_bytes", "graph_twoshot_max_bytes"):  # fmt: skip
+            value = getattr(self, name)
+            if value is not None and value < 0:
                 raise ValueError(f"{name} must be >= 0")
+
+    def thresholds(self, capturing: bool) -> tuple[int, int]:
+        """(one-shot max, two-shot max) for eager calls or for calls being captured."""
+        one, two = self.oneshot_max_bytes, self.twoshot_max_bytes
+        if capturing:
+            one = one if self.graph_oneshot_max_bytes is None else self.graph_oneshot_max_bytes
+            two = two if self.graph_twoshot_max_bytes is None else self.graph_twoshot_max_bytes
+        return one, two
+
+    @property
+    def graph_differs(self) -> bool:
+        return self.thresholds(True) != self.thresholds(False)
+
+
+def route_all_reduce(
+    cfg: P2PConfig,
+    *,
+    op: str,
+    dtype: torch.dtype,
+    nbytes: int,
+    problem: str | None,
+    capturing: bool = False,
+    has_twoshot: bool = True,
+) -> tuple[str, str]:
+    """(path, reason) for one all-reduce: oneshot, twoshot or nccl.
+
+    ``problem`` is what stops any p2p path for this tensor (device, layout, size over
+    half the buffer), or None. Everything here is shared by all ranks once shapes
+    agree, and never a pointer, so every rank takes the same path.
+    """
+    if op != "sum":
+        return "nccl", f"reduce op {op}"
+    if dtype not in P2P_DTYPES:
+        return "nccl", f"dtype {dtype}"
+    if nbytes % 4:
+        return "nccl", "size not a multiple of 4 bytes"
+    if problem:
+        return "nccl", problem
+    if cfg.algorithm == "auto":
+        one, two = cfg.thresholds(capturing)
+        if nbytes > max(one, two):
+            return "nccl", f"payload over {max(one, two)} bytes"
+        path = "oneshot" if nbytes <= one else "twoshot"
+    else:
+        path = cfg.algorithm
+    if path == "twoshot" and (not has_twoshot or dtype not in TWOSHOT_DTYPES):
+        return "nccl", f"no two-shot kernel for {dtype}"
+    return path, ""
 
 
 def disabled_by_env(environ: dict[str, str] | os._Environ | None = None) -> str | None:
@@ -225,32 +285,21 @@ class P2PBackend(NcclBackend):
         self.fallbacks[key] += 1
 
     def all_reduce_path(self, tensor: torch.Tensor, op: str = "sum") -> tuple[str, str]:
-        """(path, reason): path is oneshot, twoshot or nccl for this payload.
-
-        Depends only on what every rank shares once shapes agree (op, dtype, size,
-        layout), never on a pointer, so all ranks take the same path.
-        """
+        """(path, reason): path is oneshot, twoshot or nccl for this payload."""
         cfg = self.config
-        if op != "sum":
-            return "nccl", f"reduce op {op}"
-        if tensor.dtype not in P2P_DTYPES:
-            return "nccl", f"dtype {tensor.dtype}"
-        if tensor.nbytes % 4:
-            return "nccl", "size not a multiple of 4 bytes"
-        if cfg.algorithm == "auto":
-            limit = max(cfg.oneshot_max_bytes, cfg.twoshot_max_bytes)
-        else:
-            limit = cfg.buffer_bytes
-        problem = self._payload_problem(tensor, limit)
-        if problem:
-            return "nccl", problem
-        if cfg.algorithm == "auto":
-            path = "oneshot" if tensor.nbytes <= cfg.oneshot_max_bytes else "twoshot"
-        else:
-            path = cfg.algorithm
-        if path == "twoshot" and (self._twoshot_op is None or tensor.dtype not in TWOSHOT_DTYPES):
-            return "nccl", f"no two-shot kernel for {tensor.dtype}"
-        return path, ""
+        limit = cfg.buffer_bytes
+        if cfg.algorithm == "auto":  # the larger set of thresholds bounds both modes
+            limit = max(*cfg.thresholds(False), *cfg.thresholds(True))
+        capturing = cfg.graph_differs and torch.cuda.is_current_stream_capturing()
+        return route_all_reduce(
+            cfg,
+            op=op,
+            dtype=tensor.dtype,
+            nbytes=tensor.nbytes,
+            problem=self._payload_problem(tensor, limit),
+            capturing=capturing,
+            has_twoshot=self._twoshot_op is not None,
+        )
 
     def _staging(self, tensor: torch.Tensor) -> torch.Tensor:
         key = (tensor.dtype, tensor.shape)
