@@ -40,7 +40,6 @@ FORCED = {"p2p-oneshot": "oneshot", "p2p-twoshot": "twoshot"}
 BACKENDS = ("auto", "p2p", "nccl", "gloo", *FORCED)
 GPU_DEFAULT_BACKENDS = "nccl,p2p-oneshot,p2p-twoshot,auto"
 GPU_DEFAULT_COLLECTIVES = "all_reduce,broadcast,all_gather,reduce_scatter,send_recv"
-SINGLE = ("nccl", "p2p-oneshot", "p2p-twoshot")  # the single backends auto is compared with
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -251,7 +250,7 @@ def _measured_thresholds(rows: list[dict], cpu_group, opts: dict) -> dict | None
     """
     import torch.distributed as dist
 
-    from rankgate.bench.commreport import crossovers
+    from rankgate.bench.commreport import SINGLE, crossovers
 
     every: list = [None] * dist.get_world_size()
     dist.all_gather_object(every, rows, group=cpu_group)

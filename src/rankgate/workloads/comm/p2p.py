@@ -210,7 +210,12 @@ class P2PBackend(NcclBackend):
 
     def __init__(self, *, config: P2PConfig | None = None, verified: bool = False, **kwargs):
         """``verified``: the ranks already agreed p2p can run (``create_backend`` did)."""
-        self.config = config or P2PConfig()
+        self.config = cfg = config or P2PConfig()
+        # Fixed per backend, so not worked out again on every call (the eager hot path).
+        self._graph_differs = cfg.graph_differs
+        self._p2p_limit = cfg.buffer_bytes  # forced kernels: up to the buffer's limit
+        if cfg.algorithm == "auto":  # the larger set of thresholds bounds both modes
+            self._p2p_limit = max(*cfg.thresholds(False), *cfg.thresholds(True))
         # Never map NVLink multicast, whatever else the process does.
         os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
         super().__init__(**kwargs)
@@ -287,16 +292,13 @@ class P2PBackend(NcclBackend):
     def all_reduce_path(self, tensor: torch.Tensor, op: str = "sum") -> tuple[str, str]:
         """(path, reason): path is oneshot, twoshot or nccl for this payload."""
         cfg = self.config
-        limit = cfg.buffer_bytes
-        if cfg.algorithm == "auto":  # the larger set of thresholds bounds both modes
-            limit = max(*cfg.thresholds(False), *cfg.thresholds(True))
-        capturing = cfg.graph_differs and torch.cuda.is_current_stream_capturing()
+        capturing = self._graph_differs and torch.cuda.is_current_stream_capturing()
         return route_all_reduce(
             cfg,
             op=op,
             dtype=tensor.dtype,
             nbytes=tensor.nbytes,
-            problem=self._payload_problem(tensor, limit),
+            problem=self._payload_problem(tensor, self._p2p_limit),
             capturing=capturing,
             has_twoshot=self._twoshot_op is not None,
         )
