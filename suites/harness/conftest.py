@@ -27,6 +27,33 @@ class InnerRun:
         )
         return run("-p", "no:cacheprovider", "-rA", *args)
 
+    def env_seen_per_xdist_worker(self, marker: str, variable: str) -> dict[str, set[str]]:
+        """Run 4 tests marked ``marker`` on 2 xdist workers; ``variable`` as each worker's ranks saw it."""
+        source = """
+            import os
+            import pytest
+
+            @pytest.fixture
+            def where(tmp_path_factory):
+                out = tmp_path_factory.getbasetemp().parent / "where"
+                out.mkdir(exist_ok=True)
+                return out
+
+            @pytest.mark.MARKER
+            @pytest.mark.parametrize("i", range(4))
+            def test_where(i, rank, where):
+                name = f"{os.environ['PYTEST_XDIST_WORKER']}-{i}-{rank}"
+                (where / name).write_text(os.environ[VARIABLE])
+            """
+        source = source.replace("MARKER", marker).replace("VARIABLE", repr(variable))
+        base = self.pytester.path / "bt"
+        result = self(source, "-n", "2", "--basetemp", str(base), subprocess=True)
+        result.assert_outcomes(passed=4)
+        seen: dict[str, set[str]] = {}
+        for f in (base / "where").iterdir():
+            seen.setdefault(f.name.split("-")[0], set()).add(f.read_text())
+        return seen
+
     @staticmethod
     def properties(case) -> dict[str, str]:
         """A JUnit testcase's properties as a dict."""

@@ -52,32 +52,6 @@ def test_next_after_gpu_tests_is_healthy(rank, device):
     not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 GPUs"
 )
 def test_xdist_workers_get_disjoint_gpus(inner):
-    result = inner(
-        """
-        import os
-        import pytest
-
-        @pytest.fixture
-        def where(tmp_path_factory):
-            out = tmp_path_factory.getbasetemp().parent / "where"
-            out.mkdir(exist_ok=True)
-            return out
-
-        @pytest.mark.world(1, backend="nccl")
-        @pytest.mark.parametrize("i", range(4))
-        def test_where(i, where):
-            worker = os.environ["PYTEST_XDIST_WORKER"]
-            (where / f"{worker}-{i}").write_text(os.environ["CUDA_VISIBLE_DEVICES"])
-        """,
-        "-n",
-        "2",
-        "--basetemp",
-        str(inner.pytester.path / "bt"),
-        subprocess=True,
-    )
-    result.assert_outcomes(passed=4)
-    seen: dict[str, set[str]] = {}
-    for f in (inner.pytester.path / "bt" / "where").iterdir():
-        seen.setdefault(f.name.split("-")[0], set()).add(f.read_text())
+    seen = inner.env_seen_per_xdist_worker("world(1, backend='nccl')", "CUDA_VISIBLE_DEVICES")
     assert sorted(seen) == ["gw0", "gw1"]
     assert seen["gw0"].isdisjoint(seen["gw1"]), seen

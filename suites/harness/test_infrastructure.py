@@ -113,36 +113,9 @@ def test_no_rank_process_is_left_after_the_session(inner):
 
 
 def test_xdist_workers_get_disjoint_pool_directories(inner):
-    result = inner(
-        """
-        import os
-        import pytest
-
-        @pytest.fixture
-        def where(tmp_path_factory):
-            out = tmp_path_factory.getbasetemp().parent / "where"
-            out.mkdir(exist_ok=True)
-            return out
-
-        @pytest.mark.world(2)
-        @pytest.mark.parametrize("i", range(4))
-        def test_where(i, rank, where):
-            name = f"{os.environ['PYTEST_XDIST_WORKER']}-{i}-{rank}"
-            (where / name).write_text(os.environ["RANKGATE_POOL_DIR"])
-        """,
-        "-n",
-        "2",
-        "--basetemp",
-        str(inner.pytester.path / "bt"),
-        subprocess=True,
-    )
-    result.assert_outcomes(passed=4)
-    where = inner.pytester.path / "bt" / "where"
-    by_worker: dict[str, set[str]] = {}
-    for f in where.iterdir():
-        by_worker.setdefault(f.name.split("-")[0], set()).add(f.read_text())
-    assert sorted(by_worker) == ["gw0", "gw1"]
-    assert by_worker["gw0"].isdisjoint(by_worker["gw1"])
+    seen = inner.env_seen_per_xdist_worker("world(2)", "RANKGATE_POOL_DIR")
+    assert sorted(seen) == ["gw0", "gw1"]
+    assert seen["gw0"].isdisjoint(seen["gw1"]), seen
 
 
 def test_rank_killed_between_tests_gets_a_fresh_pool(inner):
