@@ -201,7 +201,7 @@ class PoolSession:
         self.default_timeout = options.default_timeout(config)
         self._registry: PoolRegistry | None = None
         self._base_dir: Path | None = None
-        self._gpus: tuple[int, ...] | None = None
+        self._gpus: tuple[str, ...] | None = None
 
     @property
     def registry(self) -> PoolRegistry:
@@ -212,7 +212,7 @@ class PoolSession:
             self._registry = PoolRegistry(self._base_dir, settings)
         return self._registry
 
-    def gpus(self) -> tuple[int, ...]:
+    def gpus(self) -> tuple[str, ...]:
         """GPU ids (as CUDA_VISIBLE_DEVICES entries) this process may use."""
         if self._gpus is None:
             total = visible_gpu_count()
@@ -220,7 +220,7 @@ class PoolSession:
             share = gpu_share(total, slot, slots)
             visible = os.environ.get("CUDA_VISIBLE_DEVICES")
             ids = visible.split(",") if visible else [str(i) for i in range(total)]
-            self._gpus = tuple(int(ids[i]) if ids[i].isdigit() else i for i in share)
+            self._gpus = tuple(ids[i].strip() for i in share)  # indices or GPU UUIDs
         return self._gpus
 
     @pytest.hookimpl(wrapper=True)

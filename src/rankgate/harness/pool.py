@@ -49,8 +49,8 @@ class PoolStartError(RuntimeError):
 class PoolKey:
     world: int
     backend: str
-    gpus: tuple[int, ...]
-    """GPU indices handed to the ranks (CUDA_VISIBLE_DEVICES); empty for CPU pools."""
+    gpus: tuple[str, ...]
+    """CUDA_VISIBLE_DEVICES entries handed to the ranks; empty for CPU pools."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -112,7 +112,7 @@ class Pool:
         env["WORLD_SIZE"] = env["LOCAL_WORLD_SIZE"] = str(self.key.world)
         env["RANKGATE_POOL_DIR"] = str(self.directory)
         if self.key.backend == "nccl":
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, self.key.gpus))
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(self.key.gpus)
         for rank in range(self.key.world):
             parent_conn, child_conn = ctx.Pipe()
             paths = (self.directory / f"rank{rank}.out", self.directory / f"rank{rank}.err")
