@@ -18,7 +18,8 @@ from rankgate.bench.busbw import (
 
 pytestmark = pytest.mark.unit
 
-REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference" / "measurements"
+# The repository's copies of the 2xH200 nccl-tests outputs.
+REFERENCE = Path(__file__).resolve().parents[2] / "benchmarks" / "reference" / "nvidia-h200-x2"
 
 
 @pytest.mark.parametrize(
@@ -76,7 +77,6 @@ def test_fit_size_counts_like_nccl_tests():
     assert fit_size("all_reduce", 3, 4, 2) == (4, 1)  # at least one element
 
 
-@pytest.mark.skipif(not REFERENCE.is_dir(), reason="../shared/reference not present")
 def test_parse_reference_outputs():
     ar = parse_nccl_tests((REFERENCE / "nccl_all_reduce.txt").read_text())
     assert ar["collective"] == "all_reduce" and len(ar["rows"]) == 15

@@ -2,7 +2,7 @@
 
 It speaks the API as interLink does (``/status`` and ``/getLogs`` are GET requests with
 JSON bodies; a bearer token is required), checks every request body against the
-OpenAPI spec in ../shared/reference/interlink (strictly: a key the spec does not name
+OpenAPI spec in tests/dispatch/specs (strictly: a key the spec does not name
 is a violation), checks every answer it gives against the spec too, and runs each
 pod's command for real as a local process (the image is not used), so the pod's
 output, exit code and timing are genuine.
@@ -31,7 +31,8 @@ from pathlib import Path
 
 from openapi_schema_validator import OAS30Validator
 
-SPEC_DIR = Path(__file__).resolve().parents[3] / "shared" / "reference" / "interlink"
+# Copies of the interLink API and plugin specs (data), so the contract tests always run.
+SPEC_DIR = Path(__file__).resolve().parent / "specs"
 API_SPEC = SPEC_DIR / "interlink-openapi.json"
 
 
