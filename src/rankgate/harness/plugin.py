@@ -36,6 +36,7 @@ from rankgate.launch.env import detect_launch
 
 SPEC_KEY = pytest.StashKey[WorldSpec]()
 RUN_KEY = pytest.StashKey["WorldRun"]()
+INPLACE_PLUGIN = "rankgate-inplace"
 OUTPUT_LIMIT = 64 * 1024  # per rank and stream, in JUnit properties
 
 
@@ -85,7 +86,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if launch is not None:
         from rankgate.harness.inplace import InPlaceSession
 
-        config.pluginmanager.register(InPlaceSession(config, launch), "rankgate-inplace")
+        config.pluginmanager.register(InPlaceSession(config, launch), INPLACE_PLUGIN)
     else:
         config.pluginmanager.register(PoolSession(config), "rankgate-pools")
 
@@ -134,6 +135,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # --- fixtures ----------------------------------------------------------------------
 
 
+def _inplace_session(request: pytest.FixtureRequest):
+    """The in-place session when a launcher started pytest, else None."""
+    return request.config.pluginmanager.get_plugin(INPLACE_PLUGIN)
+
+
 def _world_spec(request: pytest.FixtureRequest) -> WorldSpec | None:
     return request.node.stash.get(SPEC_KEY, None)
 
@@ -141,7 +147,7 @@ def _world_spec(request: pytest.FixtureRequest) -> WorldSpec | None:
 @pytest.fixture
 def rank(request: pytest.FixtureRequest):
     """This rank's index; 0 in a plain single-process test."""
-    session = request.config.pluginmanager.get_plugin("rankgate-inplace")
+    session = _inplace_session(request)
     if session is not None:
         return session.launch.rank
     return RankValue("rank") if _world_spec(request) else 0
@@ -150,7 +156,7 @@ def rank(request: pytest.FixtureRequest):
 @pytest.fixture
 def world_size(request: pytest.FixtureRequest) -> int:
     """Number of ranks running this test; 1 in a plain single-process test."""
-    session = request.config.pluginmanager.get_plugin("rankgate-inplace")
+    session = _inplace_session(request)
     if session is not None:
         return session.launch.world_size
     spec = _world_spec(request)
@@ -162,7 +168,7 @@ def device(request: pytest.FixtureRequest):
     """cuda:<local rank> when the backend is nccl, else cpu."""
     import torch
 
-    session = request.config.pluginmanager.get_plugin("rankgate-inplace")
+    session = _inplace_session(request)
     if session is not None:
         return session.device
     if _world_spec(request):
@@ -173,7 +179,7 @@ def device(request: pytest.FixtureRequest):
 @pytest.fixture
 def dist_tmp_path(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
     """One directory shared by every rank of this test."""
-    session = request.config.pluginmanager.get_plugin("rankgate-inplace")
+    session = _inplace_session(request)
     if session is not None:
         return session.shared_dir(request.node.nodeid)
     return tmp_path
