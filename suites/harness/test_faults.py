@@ -269,5 +269,24 @@ def test_fault(rank):
     assert props["rankgate.rank1.outcome"] == "failed"
     assert props["rankgate.rank0.stdout"] == "out 0\n"
     assert props["rankgate.rank1.stderr"] == "err 1\n"
-    assert cases["test_fault"].find("failure") is not None
+    failure = cases["test_fault"].find("failure")
+    assert failure.get("message") == "rank 1 failed (world 2, backend gloo)"
+    assert "assert rank == 0" in failure.text
     assert inner.properties(cases["test_next"])["rankgate.verdict"] == "passed"
+
+
+def test_summary_line_is_the_headline_on_ci(inner, monkeypatch):
+    # pytest prints a string report whole in the short summary when CI is set;
+    # the multi-rank report must still appear once, in the FAILURES section.
+    monkeypatch.setenv("CI", "true")
+    result, _ = run_fault(
+        inner,
+        """
+@pytest.mark.world(2)
+def test_fault(rank):
+    assert rank == 0, "rank-one-only-message"
+""",
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["FAILED test_inner.py::test_fault - rank 1 failed (world 2, backend gloo)"])
+    assert result.stdout.str().count("AssertionError: rank-one-only-message") == 1

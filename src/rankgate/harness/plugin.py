@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from rankgate.harness import options
+from rankgate.harness.failure_repr import failure_repr
 from rankgate.harness.gpus import gpu_share, visible_gpu_count, xdist_slot
 from rankgate.harness.messages import RankValue
 from rankgate.harness.pool import PoolKey, PoolStartError, RankOutcome
@@ -283,17 +284,18 @@ class PoolSession:
         report = yield
         run = item.stash.get(RUN_KEY, None)
         if call.excinfo is not None and call.excinfo.errisinstance(PoolStartError):
-            report.longrepr = f"rankgate: infrastructure error: {call.excinfo.value}"
+            text = f"rankgate: infrastructure error: {call.excinfo.value}"
+            report.longrepr = failure_repr(item, text)
             return report
         if call.excinfo is not None and call.excinfo.errisinstance(FixtureCrossingError):
-            report.longrepr = f"rankgate: {call.excinfo.value}"
+            report.longrepr = failure_repr(item, f"rankgate: {call.excinfo.value}")
             return report
         if run is None or call.when != "call" or run.outcomes is None:
             return report
         attach_rank_output(item, report, run)
         if run.verdict.status in ("failed", "disagreement"):
             repro = reproduction_line(item.nodeid, run.world, run.backend, run.seed, run.base_seed)
-            report.longrepr = f"{run.verdict.text}\n{repro}"
+            report.longrepr = failure_repr(item, f"{run.verdict.text}\n{repro}")
         return report
 
     def pytest_report_teststatus(self, report: pytest.TestReport):
