@@ -11,19 +11,23 @@ from rankgate.workloads.comm.reference import check, expected, rank_input, run_c
 pytestmark = pytest.mark.world(2, backend="nccl")
 
 SMALL_BUFFER = P2PConfig(
-    buffer_bytes=1 << 20, oneshot_max_bytes=64 << 10, broadcast_max_bytes=1 << 20
-)
+    buffer_bytes=1 << 20, push_max_bytes=4 << 10, oneshot_max_bytes=64 << 10,
+    broadcast_max_bytes=1 << 20,
+)  # fmt: skip
 WITH_BROADCAST = P2PConfig(broadcast_max_bytes=1 << 20)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("algorithm", ["oneshot", "twoshot"])
+@pytest.mark.parametrize("algorithm", ["push", "oneshot", "twoshot"])
 def test_forced_algorithm_is_exact_at_every_size(algorithm, dtype, device):
-    """Sizes from one element to half the buffer (the p2p limit), odd counts included."""
-    cfg = P2PConfig(buffer_bytes=8 << 20, algorithm=algorithm)
+    """Sizes from one element to the path's limit (half the buffer; the push slot), odd counts included."""
+    cfg = P2PConfig(buffer_bytes=8 << 20, push_max_bytes=256 << 10, algorithm=algorithm)
+    limit = cfg.push_slot_bytes if algorithm == "push" else cfg.buffer_bytes // 2
     with create_backend("p2p", device=device, p2p_config=cfg, check_shapes=False) as backend:
-        sizes = [1, 2, 3, 7, 8, 9, 1023, 4096, 65537, (4 << 20) // dtype.itemsize]
-        for numel in [n for n in sizes if (n * dtype.itemsize) % 4 == 0]:
+        sizes = [1, 2, 3, 7, 8, 9, 1023, 4096, 4100, 65537, limit // dtype.itemsize]
+        for numel in [
+            n for n in sizes if (n * dtype.itemsize) % 4 == 0 and n * dtype.itemsize <= limit
+        ]:
             t = torch.empty(numel, dtype=dtype, device=device)
             assert backend.all_reduce_path(t)[0] == algorithm
             inputs = [rank_input(r, numel, dtype, seed=numel) for r in range(2)]
@@ -39,6 +43,8 @@ def test_routes_by_size_and_falls_back_with_reasons(device):
             return backend.all_reduce_path(t, op)
 
         f32 = torch.float32
+        assert path(torch.empty(1 << 10, device=device)) == ("push", "")  # 4 KiB
+        assert path(torch.empty((1 << 10) + 4, device=device)) == ("oneshot", "")
         assert path(torch.empty(16 << 10, device=device))[0] == "oneshot"  # 64 KiB
         assert path(torch.empty((16 << 10) + 1, device=device))[0] == "twoshot"
         assert path(torch.empty(1 << 17, device=device)) == ("twoshot", "")  # 512 KiB
@@ -87,7 +93,7 @@ def test_broadcast_any_dtype_through_peer_memory(root, device):
         assert not backend.fallbacks
 
 
-@pytest.mark.parametrize("numel", [1024, 32 << 10, 1 << 20])  # one-shot, one-shot, two-shot
+@pytest.mark.parametrize("numel", [1024, 32 << 10, 1 << 20])  # push, one-shot, two-shot
 def test_captured_in_a_cuda_graph(numel, rank, device):
     """Captured once (the shape check runs at capture), replayed with new inputs."""
     with create_backend("p2p", device=device, p2p_config=WITH_BROADCAST) as backend:
@@ -118,7 +124,7 @@ def test_captured_in_a_cuda_graph(numel, rank, device):
 def test_misaligned_tensor_takes_the_same_kernel(rank, device):
     """A view one element in on rank 1 only: results land via the buffer's upper half."""
     with create_backend("p2p", device=device) as backend:
-        for numel in (1024, 1 << 20):  # one-shot, two-shot
+        for numel in (1024, 32 << 10, 1 << 20):  # push, one-shot, two-shot
             base = torch.zeros(numel + 1, device=device)
             t = base[1:] if rank == 1 else base[:numel]
             t.copy_(torch.arange(numel, device=device, dtype=torch.float32) + rank)
@@ -132,3 +138,23 @@ def test_broadcast_goes_to_nccl_by_default(device):
     with create_backend("p2p", device=device) as backend:
         backend.broadcast(torch.ones(8, device=device), 0)
         assert backend.fallbacks == {"broadcast: broadcast_max_bytes is 0": 1}
+
+
+def test_push_survives_many_graph_replays_and_backend_rebuilds(rank, device):
+    """Epochs and flags live on the GPU: graph replays advance them, a new backend resets them."""
+    for rebuild in range(3):
+        with create_backend("p2p", device=device) as backend:
+            assert backend.push_problem is None
+            t = torch.zeros(4096, device=device)
+            assert backend.all_reduce_path(t)[0] == "push"
+            backend.all_reduce(t)  # eager epochs before the graph's
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                backend.all_reduce(t)
+            for step in range(200):
+                t.fill_(float(rank + step + rebuild))
+                graph.replay()
+                if step % 50 == 49:
+                    torch.cuda.synchronize(device)
+                    assert torch.all(t == 2 * (step + rebuild) + 1), (rebuild, step)
+            assert not backend.fallbacks

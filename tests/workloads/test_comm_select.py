@@ -136,7 +136,7 @@ def test_peer_problem_needs_devices():
     [
         ({"buffer_bytes": 0}, "buffer_bytes must be a positive multiple of 16"),
         ({"buffer_bytes": 1000}, "buffer_bytes must be a positive multiple of 16"),
-        ({"algorithm": "ring"}, "unknown algorithm 'ring'; valid: auto, oneshot, twoshot"),
+        ({"algorithm": "ring"}, "unknown algorithm 'ring'; valid: auto, push, oneshot, twoshot"),
         ({"oneshot_max_bytes": -1}, "oneshot_max_bytes must be >= 0"),
     ],
 )

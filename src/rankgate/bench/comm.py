@@ -11,10 +11,10 @@ line printed), and with ``--out DIR`` the JSON, the table and a PNG per collecti
 (busbw and latency against size, with the ``--reference`` nccl-tests curve).
 
 Backends: the names of ``rankgate.workloads.comm`` (auto, p2p, nccl, gloo) and
-``p2p-oneshot`` / ``p2p-twoshot``, the p2p all-reduce forced onto one kernel up to
-its buffer (never falling back), from which the crossovers are measured: for each
-mode, the fastest single backend at each all-reduce size, and how far ``auto`` is
-from it.
+``p2p-push`` / ``p2p-oneshot`` / ``p2p-twoshot``, the p2p all-reduce forced onto one
+kernel up to that kernel's limit (never falling back), from which the crossovers are
+measured: for each mode, the fastest single backend at each all-reduce size, and how
+far ``auto`` is from it.
 
 Ranks: started here (``--world``, spawn, FileStore rendezvous) or, when the command
 itself runs under torchrun (RANK and WORLD_SIZE set), in place.
@@ -36,9 +36,9 @@ SAFE_ENV = {
     "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
     "NVSHMEM_DISABLE_NVLS": "1",
 }
-FORCED = {"p2p-oneshot": "oneshot", "p2p-twoshot": "twoshot"}
+FORCED = {"p2p-push": "push", "p2p-oneshot": "oneshot", "p2p-twoshot": "twoshot"}
 BACKENDS = ("auto", "p2p", "nccl", "gloo", *FORCED)
-GPU_DEFAULT_BACKENDS = "nccl,p2p-oneshot,p2p-twoshot,auto"
+GPU_DEFAULT_BACKENDS = "nccl,p2p-push,p2p-oneshot,p2p-twoshot,auto"
 GPU_DEFAULT_COLLECTIVES = "all_reduce,broadcast,all_gather,reduce_scatter,send_recv"
 
 
@@ -60,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--buffer-bytes", default="16M", help="p2p symmetric buffer per rank (default 16M)")
     add("--auto-thresholds", choices=("measured", "defaults"), default="measured",
         help="p2p sizes for auto: the crossovers measured earlier in this run (default; "
-        "needs nccl and p2p-oneshot/-twoshot listed before auto) or P2PConfig's "
+        "needs nccl and p2p-push/-oneshot/-twoshot listed before auto) or P2PConfig's "
         "defaults")  # fmt: skip
     add("--world", type=int, default=None, help="ranks (default: visible GPUs, or 2 on CPU)")
     add("--cpu", action="store_true", help="stay on the CPU even where GPUs are visible")
@@ -198,10 +198,15 @@ def _rank_main(rank: int, world: int, opts: dict, store_path: str | None) -> dic
 
 def _make_backend(name: str, device, opts: dict):
     from rankgate.workloads.comm import P2PBackend, P2PConfig, create_backend
+    from rankgate.workloads.comm.push_kernel import MAX_SLOT_BYTES
 
     config = P2PConfig(buffer_bytes=opts["buffer_bytes"], **(opts.get("auto_config") or {}))
     if name in FORCED:
-        config = P2PConfig(buffer_bytes=opts["buffer_bytes"], algorithm=FORCED[name])
+        config = P2PConfig(
+            buffer_bytes=opts["buffer_bytes"],
+            push_max_bytes=MAX_SLOT_BYTES,
+            algorithm=FORCED[name],
+        )
         return P2PBackend(device=device, config=config, check_shapes=False)
     dev = device if name != "gloo" else None
     return create_backend(name, device=dev, check_shapes=False, p2p_config=config)
@@ -232,7 +237,7 @@ def _measure_all(opts: dict, device) -> list[dict]:
                 continue
             for size in opts["sizes"]:
                 nbytes, count = fit_size(collective, size, dtype.itemsize, backend.world_size)
-                if name in FORCED and nbytes > opts["buffer_bytes"]:
+                if name in FORCED and nbytes > _forced_limit(name, opts):
                     continue
                 rows.append(
                     _measure_one(backend, name, collective, nbytes, count, dtype, opts, sync)
@@ -241,16 +246,24 @@ def _measure_all(opts: dict, device) -> list[dict]:
     return rows
 
 
+def _forced_limit(name: str, opts: dict) -> int:
+    """The largest payload a forced kernel serves (beyond it, it would fall back)."""
+    from rankgate.workloads.comm.push_kernel import MAX_SLOT_BYTES
+
+    return MAX_SLOT_BYTES if FORCED[name] == "push" else opts["buffer_bytes"]
+
+
 def _measured_thresholds(rows: list[dict], cpu_group, opts: dict) -> dict | None:
     """p2p sizes from this run's all-reduce crossovers (the same on every rank).
 
-    Per mode (eager, and graph for calls being captured): one-shot up to the largest
-    size where the one-shot kernel was the fastest single backend, two-shot up to the
-    largest where two-shot was; NCCL beyond.
+    Per mode (eager, and graph for calls being captured): push up to the largest size
+    where the push kernel was the fastest single backend, one-shot up to the largest
+    where one-shot was, two-shot up to the largest where two-shot was; NCCL beyond.
     """
     import torch.distributed as dist
 
     from rankgate.bench.commreport import SINGLE, crossovers
+    from rankgate.workloads.comm.push_kernel import MAX_SLOT_BYTES
 
     every: list = [None] * dist.get_world_size()
     dist.all_gather_object(every, rows, group=cpu_group)
@@ -260,10 +273,12 @@ def _measured_thresholds(rows: list[dict], cpu_group, opts: dict) -> dict | None
     for mode, prefix in (("eager", ""), ("graph", "graph_")):
         fastest = cross.get(mode, {}).get("fastest", {})
         sizes = {b: [int(k) for k, v in fastest.items() if v == b] for b in SINGLE}
-        if not sizes["nccl"] or not (sizes["p2p-oneshot"] or sizes["p2p-twoshot"]):
+        if not sizes["nccl"] or not any(sizes[b] for b in SINGLE if b != "nccl"):
             continue  # nothing to choose from: keep P2PConfig's defaults for this mode
-        one = max(sizes["p2p-oneshot"], default=0)
+        push = max(sizes["p2p-push"], default=0)
+        one = max(max(sizes["p2p-oneshot"], default=0), push)
         two = max(max(sizes["p2p-twoshot"], default=0), one)
+        config[f"{prefix}push_max_bytes"] = min(-(-push // 16) * 16, MAX_SLOT_BYTES)
         config[f"{prefix}oneshot_max_bytes"] = min(one, limit)
         config[f"{prefix}twoshot_max_bytes"] = min(two, limit)
     return config or None

@@ -16,7 +16,7 @@ from rankgate.bench.busbw import parse_nccl_tests
 _TYPES = {"fp32": "float", "bf16": "bfloat16", "fp16": "half", "int32": "int32"}
 _REDOP = {"all_reduce": "sum", "reduce_scatter": "sum"}
 _ROOT = {"broadcast": 0, "gather": 0}
-SINGLE = ("nccl", "p2p-oneshot", "p2p-twoshot")
+SINGLE = ("nccl", "p2p-push", "p2p-oneshot", "p2p-twoshot")
 
 
 def load_references(paths: list[str]) -> dict[str, dict[int, dict]]:

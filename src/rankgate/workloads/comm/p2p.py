@@ -6,10 +6,12 @@ on one GPU reads the others' memory over NVLink directly. NVLink multicast is ne
 used: only the one-shot and two-shot kernels that read peers by pointer, and the
 signal-pad barrier.
 
-* all_reduce (sum; fp32, bf16): ``one_shot_all_reduce_copy`` up to
-  ``oneshot_max_bytes`` (one kernel: copy in, barrier, every rank reads every peer),
-  ``two_shot_all_reduce`` up to ``twoshot_max_bytes`` (reduce-scatter then all-gather
-  through peer memory), NCCL above.
+* all_reduce (sum; fp32, bf16): the ``push`` kernel up to ``push_max_bytes`` (every
+  rank writes its payload into every peer's buffer, one flag exchange; see
+  ``push_kernel``), ``one_shot_all_reduce_copy`` up to ``oneshot_max_bytes`` (one
+  kernel: copy in, barrier, every rank reads every peer), ``two_shot_all_reduce`` up
+  to ``twoshot_max_bytes`` (reduce-scatter then all-gather through peer memory), NCCL
+  above.
 * broadcast (any dtype): the root copies into its buffer, a barrier, every other rank
   copies out of the root's buffer, a barrier.
 * everything else, and payloads it cannot serve (larger than the buffer, not
@@ -34,6 +36,7 @@ from typing import ClassVar
 import torch
 import torch.distributed as dist
 
+from . import push_kernel
 from .backend import BackendUnavailableError, NcclBackend, log
 from .detect import detect_topology
 
@@ -50,7 +53,7 @@ _ALIGN = 16
 # rendezvous leaves device memory in torch's own cache, so backends created and
 # destroyed again and again share one instead of each making its own.
 _BUFFERS: dict[tuple[str, int, int], tuple[torch.Tensor, object]] = {}
-ALGORITHMS = ("auto", "oneshot", "twoshot")
+ALGORITHMS = ("auto", "push", "oneshot", "twoshot")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,6 +62,11 @@ class P2PConfig:
 
     buffer_bytes: int = 32 << 20
     """Symmetric buffer per rank; payloads up to half of it can take a p2p path."""
+    push_max_bytes: int = 64 << 10
+    """Largest all-reduce served by the push kernel; also the size of its slots (a
+    second symmetric buffer of 2 x world slots). 0 turns the push kernel off."""
+    graph_push_max_bytes: int | None = None
+    """As push_max_bytes, while a CUDA graph is being captured (None: the same)."""
     oneshot_max_bytes: int = 2 << 20
     """Largest all-reduce served by the one-shot kernel (2 x H200, eager: one-shot was
     the fastest single backend up to 2 MiB in both runs)."""
@@ -87,18 +95,33 @@ class P2PConfig:
                 f"unknown algorithm {self.algorithm!r}; valid: {', '.join(ALGORITHMS)}"
             )
         for name in ("oneshot_max_bytes", "twoshot_max_bytes", "broadcast_max_bytes",
+                     "push_max_bytes", "graph_push_max_bytes",
                      "graph_oneshot_max_bytes", "graph_twoshot_max_bytes"):  # fmt: skip
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"{name} must be >= 0")
+        if self.push_max_bytes % 16:
+            raise ValueError(f"push_max_bytes must be a multiple of 16, got {self.push_max_bytes}")
+        if self.push_slot_bytes > push_kernel.MAX_SLOT_BYTES:
+            raise ValueError(
+                f"push_max_bytes and graph_push_max_bytes must be at most "
+                f"{push_kernel.MAX_SLOT_BYTES}, got {self.push_slot_bytes}"
+            )
 
-    def thresholds(self, capturing: bool) -> tuple[int, int]:
-        """(one-shot max, two-shot max) for eager calls or for calls being captured."""
-        one, two = self.oneshot_max_bytes, self.twoshot_max_bytes
+    def thresholds(self, capturing: bool) -> tuple[int, int, int]:
+        """(push max, one-shot max, two-shot max) for eager calls or calls being captured."""
+        push, one, two = self.push_max_bytes, self.oneshot_max_bytes, self.twoshot_max_bytes
         if capturing:
+            push = push if self.graph_push_max_bytes is None else self.graph_push_max_bytes
             one = one if self.graph_oneshot_max_bytes is None else self.graph_oneshot_max_bytes
             two = two if self.graph_twoshot_max_bytes is None else self.graph_twoshot_max_bytes
-        return one, two
+        return push, one, two
+
+    @property
+    def push_slot_bytes(self) -> int:
+        """The largest payload the push kernel may get, in either mode (rounded up to 16)."""
+        most = max(self.push_max_bytes, self.graph_push_max_bytes or 0)
+        return -(-most // 16) * 16
 
     @property
     def graph_differs(self) -> bool:
@@ -114,8 +137,9 @@ def route_all_reduce(
     problem: str | None,
     capturing: bool = False,
     has_twoshot: bool = True,
+    has_push: bool = True,
 ) -> tuple[str, str]:
-    """(path, reason) for one all-reduce: oneshot, twoshot or nccl.
+    """(path, reason) for one all-reduce: push, oneshot, twoshot or nccl.
 
     ``problem`` is what stops any p2p path for this tensor (device, layout, size over
     half the buffer), or None. Everything here is shared by all ranks once shapes
@@ -130,12 +154,18 @@ def route_all_reduce(
     if problem:
         return "nccl", problem
     if cfg.algorithm == "auto":
-        one, two = cfg.thresholds(capturing)
-        if nbytes > max(one, two):
-            return "nccl", f"payload over {max(one, two)} bytes"
+        push, one, two = cfg.thresholds(capturing)
+        if nbytes > max(push, one, two):
+            return "nccl", f"payload over {max(push, one, two)} bytes"
         path = "oneshot" if nbytes <= one else "twoshot"
+        if nbytes <= push and has_push:
+            path = "push"
     else:
         path = cfg.algorithm
+    if path == "push" and not has_push:
+        return "nccl", "no push kernel here"
+    if path == "push" and nbytes > cfg.push_slot_bytes:
+        return "nccl", f"payload over the push slot of {cfg.push_slot_bytes} bytes"
     if path == "twoshot" and (not has_twoshot or dtype not in TWOSHOT_DTYPES):
         return "nccl", f"no two-shot kernel for {dtype}"
     return path, ""
@@ -222,7 +252,9 @@ class P2PBackend(NcclBackend):
         self.fallbacks: Counter[str] = Counter()
         self._views: dict[tuple, torch.Tensor] = {}
         self._peer_bufs: dict[int, torch.Tensor] = {}
-        self._buf = self._handle = None
+        self._buf = self._handle = self._push = None
+        self.push_problem: str | None = None
+        """Why the push kernel is off for this backend, or None."""
         try:
             if not verified:
                 self._verify_peers()
@@ -254,12 +286,55 @@ class P2PBackend(NcclBackend):
         ops = torch.ops.symm_mem
         self._copy_op = getattr(ops, "one_shot_all_reduce_copy_out", None)
         self._twoshot_op = getattr(ops, "two_shot_all_reduce_out", None)
+        self._setup_push(symm_group)
 
-    def _new_buffer(self, symm_group: dist.ProcessGroup) -> tuple[torch.Tensor, object]:
+    def _setup_push(self, symm_group: dist.ProcessGroup) -> None:
+        """The push kernel's own buffer, reset on every rank; or None with the reason logged."""
+        slot = self.config.push_slot_bytes
+        problem = self._push_problem(slot)
+        # Every rank must agree: one rank on push and another on one-shot would hang both.
+        problems: list = [None] * self.world_size
+        dist.all_gather_object(problems, problem, group=self.group)
+        problem = next((f"rank {r}: {p}" for r, p in enumerate(problems) if p), None)
+        if problem:
+            self.push_problem = problem
+            log.info("p2p: push all_reduce off: %s", problem)
+            return
+        size = push_kernel.buffer_bytes(self.world_size, slot)
+        key = (self._gname, self.device.index, size)
+        if key not in _BUFFERS:
+            _BUFFERS[key] = self._new_buffer(symm_group, size)
+        buf, handle = _BUFFERS[key]
+        peers = [
+            handle.get_buffer(r, (size,), torch.uint8).data_ptr() for r in range(self.world_size)
+        ]
+        timeout = self.timeout if self.timeout is not None else 600.0
+        self._push = push_kernel.PushAllReduce(
+            buffer=buf, peer_ptrs=peers, rank=self.rank, slot_bytes=slot, timeout_s=timeout
+        )
+        self._push.reset()
+        torch.cuda.synchronize(self.device)
+        dist.barrier(group=self.group, device_ids=[self.device.index])
+
+    def _push_problem(self, slot: int) -> str | None:
+        if slot == 0:
+            return "push_max_bytes is 0"
+        if self.world_size > push_kernel.MAX_WORLD:
+            return f"{self.world_size} ranks; the push kernel serves up to {push_kernel.MAX_WORLD}"
+        try:
+            push_kernel.compile_all(self.device)
+        except Exception as exc:  # NVRTC missing or failing: the other paths still work
+            return f"cannot compile the push kernel: {exc}"
+        return None
+
+    def _new_buffer(
+        self, symm_group: dist.ProcessGroup, size: int | None = None
+    ) -> tuple[torch.Tensor, object]:
         import torch.distributed._symmetric_memory as symm_mem
 
+        size = size or self.config.buffer_bytes
         with torch.cuda.device(self.device):
-            buf = symm_mem.empty(self.config.buffer_bytes, dtype=torch.uint8, device=self.device)
+            buf = symm_mem.empty(size, dtype=torch.uint8, device=self.device)
             try:
                 handle = symm_mem.rendezvous(buf, symm_group)
             except RuntimeError:
@@ -301,6 +376,7 @@ class P2PBackend(NcclBackend):
             problem=self._payload_problem(tensor, self._p2p_limit),
             capturing=capturing,
             has_twoshot=self._twoshot_op is not None,
+            has_push=self._push is not None,
         )
 
     def _staging(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -321,8 +397,13 @@ class P2PBackend(NcclBackend):
             self._fallback("all_reduce", reason)
             return super().all_reduce(tensor, op)
         self._check("all_reduce", tensor)
-        staging = self._staging(tensor)
         aligned = tensor.data_ptr() % _ALIGN == 0
+        if path == "push":
+            if aligned:
+                return self._push(tensor, tensor)
+            out = self._upper(tensor)
+            return tensor.copy_(self._push(out.copy_(tensor), out))
+        staging = self._staging(tensor)
         # A misaligned tensor gets its result in the buffer's upper half, then a copy:
         # kernels then see the same alignment on every rank, so launch alike.
         out = tensor if aligned else self._upper(tensor)
@@ -375,7 +456,7 @@ class P2PBackend(NcclBackend):
             return
         self._views.clear()
         self._peer_bufs.clear()
-        self._handle = None
+        self._handle = self._push = None
         self._buf = None
         super().destroy()
 
@@ -386,6 +467,7 @@ class P2PBackend(NcclBackend):
             buffer_bytes=cfg.buffer_bytes,
             oneshot_max_bytes=cfg.oneshot_max_bytes,
             twoshot_max_bytes=cfg.twoshot_max_bytes,
+            push_max_bytes=cfg.push_max_bytes if self._push is not None else 0,
             broadcast_max_bytes=cfg.broadcast_max_bytes,
             algorithm=cfg.algorithm,
         )
