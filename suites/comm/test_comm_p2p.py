@@ -93,7 +93,7 @@ def test_broadcast_any_dtype_through_peer_memory(root, device):
         assert not backend.fallbacks
 
 
-@pytest.mark.parametrize("numel", [1024, 32 << 10, 1 << 20])  # push, one-shot, two-shot
+@pytest.mark.parametrize("numel", [1024, 64 << 10, 1 << 20])  # push, one-shot, two-shot
 def test_captured_in_a_cuda_graph(numel, rank, device):
     """Captured once (the shape check runs at capture), replayed with new inputs."""
     with create_backend("p2p", device=device, p2p_config=WITH_BROADCAST) as backend:
@@ -145,7 +145,7 @@ def test_push_survives_many_graph_replays_and_backend_rebuilds(rank, device):
     for rebuild in range(3):
         with create_backend("p2p", device=device) as backend:
             assert backend.push_problem is None
-            t = torch.zeros(4096, device=device)
+            t = torch.zeros(1024, device=device)
             assert backend.all_reduce_path(t)[0] == "push"
             backend.all_reduce(t)  # eager epochs before the graph's
             graph = torch.cuda.CUDAGraph()

@@ -24,8 +24,10 @@ def route(nbytes, dtype=torch.float32, cfg=CFG, capturing=False, **kw):
     ("nbytes", "eager", "graph"),
     [
         (4, "push", "push"),
-        (64 * KiB, "push", "push"),
-        (64 * KiB + 4, "oneshot", "oneshot"),
+        (8 * KiB, "push", "push"),
+        (8 * KiB + 4, "oneshot", "push"),
+        (128 * KiB, "oneshot", "push"),
+        (128 * KiB + 4, "oneshot", "oneshot"),
         (512 * KiB, "oneshot", "oneshot"),
         (1 * MiB, "oneshot", "twoshot"),
         (2 * MiB, "oneshot", "twoshot"),
@@ -41,7 +43,8 @@ def test_measured_crossovers_per_mode(nbytes, eager, graph):
 
 
 def test_graph_thresholds_default_to_eager_ones():
-    cfg = P2PConfig(oneshot_max_bytes=64 * KiB, graph_oneshot_max_bytes=None,
+    cfg = P2PConfig(push_max_bytes=64 * KiB, graph_push_max_bytes=None,
+                    oneshot_max_bytes=64 * KiB, graph_oneshot_max_bytes=None,
                     twoshot_max_bytes=MiB, graph_twoshot_max_bytes=None)  # fmt: skip
     assert not cfg.graph_differs
     assert cfg.thresholds(True) == cfg.thresholds(False) == (64 * KiB, 64 * KiB, MiB)
@@ -67,7 +70,7 @@ def test_fallbacks_name_their_reason(kwargs, reason):
 
 def test_without_the_push_kernel_small_payloads_take_one_shot():
     assert route(1024, has_push=False) == ("oneshot", "")
-    assert route(1024, cfg=P2PConfig(push_max_bytes=0)) == ("oneshot", "")
+    assert route(1024, cfg=P2PConfig(push_max_bytes=0, graph_push_max_bytes=0)) == ("oneshot", "")
     assert route(1024, cfg=P2PConfig(algorithm="push"), has_push=False) == (
         "nccl",
         "no push kernel here",
@@ -81,10 +84,10 @@ def test_push_slot_covers_both_modes():
     assert route(8 * KiB, cfg=cfg, capturing=True) == ("oneshot", "")
     assert P2PConfig(push_max_bytes=0, graph_push_max_bytes=1000).push_slot_bytes == 1008
     forced = P2PConfig(algorithm="push")
-    assert route(64 * KiB, cfg=forced) == ("push", "")
-    assert route(64 * KiB + 16, cfg=forced) == (
+    assert route(128 * KiB, cfg=forced) == ("push", "")
+    assert route(128 * KiB + 16, cfg=forced) == (
         "nccl",
-        "payload over the push slot of 65536 bytes",
+        "payload over the push slot of 131072 bytes",
     )
 
 
@@ -97,7 +100,10 @@ def test_push_slot_covers_both_modes():
             {"graph_push_max_bytes": 1 << 20},
             "push_max_bytes and graph_push_max_bytes must be at most 262144, got 1048576",
         ),
-        ({"algorithm": "three-shot"}, "unknown algorithm 'three-shot'; valid: auto, push, oneshot, twoshot"),
+        (
+            {"algorithm": "three-shot"},
+            "unknown algorithm 'three-shot'; valid: auto, push, oneshot, twoshot",
+        ),
     ],
 )
 def test_bad_push_settings_are_refused(kwargs, message):

@@ -30,7 +30,9 @@ def compile_ptx(source: str, arch: str) -> tuple[int, str, str]:
     """(NVRTC result, compile log, PTX) for ``source`` on virtual architecture ``arch``."""
     lib = _nvrtc()
     prog = ctypes.c_void_p()
-    assert lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), b"push.cu", 0, None, None) == 0
+    assert (
+        lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), b"push.cu", 0, None, None) == 0
+    )
     options = (ctypes.c_char_p * 1)(f"--gpu-architecture={arch}".encode())
     result = lib.nvrtcCompileProgram(prog, 1, options)
     size = ctypes.c_size_t()

@@ -62,11 +62,15 @@ class P2PConfig:
 
     buffer_bytes: int = 32 << 20
     """Symmetric buffer per rank; payloads up to half of it can take a p2p path."""
-    push_max_bytes: int = 64 << 10
-    """Largest all-reduce served by the push kernel; also the size of its slots (a
-    second symmetric buffer of 2 x world slots). 0 turns the push kernel off."""
-    graph_push_max_bytes: int | None = None
-    """As push_max_bytes, while a CUDA graph is being captured (None: the same)."""
+    push_max_bytes: int = 8 << 10
+    """Largest all-reduce served by the push kernel; with graph_push_max_bytes it sets
+    the size of its slots (a second symmetric buffer of 2 x world slots). 0 turns the
+    push kernel off in eager calls. 2 x H200, eager: push fastest 512 B..8 KiB (fp32;
+    below, one-shot by 2-3 us of host launch time), one-shot from 32 KiB."""
+    graph_push_max_bytes: int | None = 128 << 10
+    """As push_max_bytes, while a CUDA graph is being captured (None: the same).
+    2 x H200, graph: push fastest at every size from 8 B to 128 KiB (fp32; bf16 to
+    256 KiB), 5.1-6.5 us."""
     oneshot_max_bytes: int = 2 << 20
     """Largest all-reduce served by the one-shot kernel (2 x H200, eager: one-shot was
     the fastest single backend up to 2 MiB in both runs)."""
