@@ -11,7 +11,6 @@ a subgroup's idle ranks would report a pass they did not earn.
 
 from __future__ import annotations
 
-import faulthandler
 import hashlib
 import os
 import sys
@@ -22,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from rankgate.harness import options
+from rankgate.harness.hangwatch import HangWatch
 from rankgate.harness.spec import WorldSpec
 from rankgate.launch.env import LaunchEnv
 
@@ -38,7 +38,7 @@ class InPlaceSession:
         self.problems: list[tuple[str, str]] = []  # (nodeid, text), on rank 0
         # The real stderr, before pytest's capture swaps fd 2 during tests: hang stacks
         # written to the capture file would vanish with the process.
-        self._stack_file = os.fdopen(os.dup(2), "w")
+        self._hang_watch = HangWatch(launch.rank, os.fdopen(os.dup(2), "w"))
         out_dir = self._per_rank_files()
         self._shared_root = Path(os.environ.get("RANKGATE_SHARED_TMP", out_dir))
         self._init_process_group()
@@ -142,11 +142,11 @@ class InPlaceSession:
         timeout = (spec.timeout if spec else None) or self.default_timeout
         # A hang here would block every rank: dump all stacks and exit so the launcher
         # tears the job down instead of waiting for the CI's global timeout.
-        faulthandler.dump_traceback_later(timeout, exit=True, file=self._stack_file)
+        self._hang_watch.arm(timeout)
         try:
             return (yield)
         finally:
-            faulthandler.cancel_dump_traceback_later()
+            self._hang_watch.disarm()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.failed:

@@ -1,0 +1,72 @@
+"""In-place mode's hang watch: a rank whose test outlives its timeout prints its stacks and exits.
+
+Every rank of a launched job shares the launcher's stderr, and the ranks of a hung
+collective time out together. faulthandler writes a dump in many small pieces, so two
+ranks dumping at once tear each other's lines apart. Here a watcher thread takes the
+dump into memory first, then writes it line by line, each line labelled with the rank
+in one ``write`` (at most PIPE_BUF bytes, so a pipe never splits it), and exits.
+
+The watcher needs the GIL. Should the test hold it forever (a C call that never
+releases it), faulthandler's own watchdog, which needs no GIL, dumps and exits
+``FALLBACK_S`` later, unlabelled.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import select
+import tempfile
+import threading
+from datetime import timedelta
+from typing import TextIO
+
+FALLBACK_S = 10.0
+LINE_LIMIT = select.PIPE_BUF if hasattr(select, "PIPE_BUF") else 512
+
+
+class HangWatch:
+    """Arms and disarms the timeout of one test at a time on one rank."""
+
+    def __init__(self, rank: int, stream: TextIO) -> None:
+        """``stream``: the rank's real stderr, kept from before pytest's capture."""
+        self.rank = rank
+        self.stream = stream
+        self._disarmed: threading.Event | None = None
+
+    def arm(self, timeout: float, fallback_s: float = FALLBACK_S) -> None:
+        self.disarm()
+        self._disarmed = disarmed = threading.Event()
+        watcher = threading.Thread(
+            target=self._watch, args=(timeout, disarmed), name="rankgate-hang-watch", daemon=True
+        )
+        watcher.start()
+        faulthandler.dump_traceback_later(timeout + fallback_s, exit=True, file=self.stream)
+
+    def disarm(self) -> None:
+        if self._disarmed is not None:
+            self._disarmed.set()
+            self._disarmed = None
+        faulthandler.cancel_dump_traceback_later()
+
+    def _watch(self, timeout: float, disarmed: threading.Event) -> None:
+        if disarmed.wait(timeout):
+            return
+        with tempfile.TemporaryFile("w+") as dump:
+            faulthandler.dump_traceback(file=dump, all_threads=True)
+            dump.seek(0)
+            # Blocks of one thread each; the current one is this watcher, of no interest.
+            blocks = dump.read().strip().split("\n\n")
+        stacks = [
+            line
+            for block in blocks
+            if not block.startswith("Current thread")
+            for line in [*block.splitlines(), ""]
+        ]
+        self.stream.flush()
+        label = f"[rank {self.rank}] "
+        lines = [f"Timeout ({timedelta(seconds=timeout)})! Python stacks of every thread:"]
+        for line in lines + stacks:
+            data = (label + line)[: LINE_LIMIT - 1].encode(errors="replace")[: LINE_LIMIT - 1]
+            os.write(self.stream.fileno(), data + b"\n")
+        os._exit(1)

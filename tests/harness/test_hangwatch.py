@@ -1,0 +1,62 @@
+"""The in-place hang watch: labelled, untorn stacks at the timeout, and a fallback without the GIL."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+SCRIPT = """
+import ctypes, sys, time
+from rankgate.harness.hangwatch import HangWatch
+
+watch = HangWatch(3, sys.stderr)
+watch.arm(0.5, fallback_s=1.0)
+time.sleep(0.1)
+watch.disarm()          # a test that ends in time leaves the process alone
+watch.arm(1.0, fallback_s=1.0)
+
+def hang_in_python():
+    time.sleep(100)
+
+def hang_holding_the_gil():
+    ctypes.PyDLL(None).sleep(100)  # a C call that never releases the GIL
+
+{hang}()
+"""
+
+
+def run(hang: str) -> tuple[subprocess.CompletedProcess, float]:
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(SCRIPT.format(hang=hang))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return proc, time.monotonic() - start
+
+
+def test_a_hang_prints_labelled_stacks_and_exits():
+    proc, seconds = run("hang_in_python")
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == 1
+    assert lines[0] == "[rank 3] Timeout (0:00:01)! Python stacks of every thread:"
+    assert all(line.startswith("[rank 3] ") for line in lines), proc.stderr
+    assert any(line.endswith("in hang_in_python") for line in lines), proc.stderr
+    assert not any("hangwatch.py" in line for line in lines), "the watcher's own stack is left out"
+    assert seconds < 1.9  # before the fallback would fire
+
+
+def test_a_hang_holding_the_gil_ends_through_faulthandler():
+    proc, seconds = run("hang_holding_the_gil")
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("Timeout (0:00:02)!\n"), proc.stderr
+    assert "in hang_holding_the_gil" in proc.stderr
+    assert "[rank 3]" not in proc.stderr
+    assert 2.0 <= seconds < 30
