@@ -15,7 +15,8 @@
 #
 # The configuration follows ../shared/DESIGN.md: auth/none and cred/none (no munge),
 # proctrack/linuxproc and task/none (no cgroups), select/cons_tres, ports away from
-# SLURM's defaults so a site SLURM on the same host is left alone. Accounting is off,
+# SLURM's defaults so a site SLURM on the same host is left alone. Partitions: debug
+# (default) and urgent, whose jobs preempt debug jobs. Accounting is off,
 # so sacct has nothing; rankgate's poller uses squeue and scontrol.
 set -euo pipefail
 
@@ -25,6 +26,7 @@ cpus=${RANKGATE_SLURM_CPUS:-$(nproc)}
 conf=$dir/slurm.conf
 node=rankgate-node
 partition=debug
+urgent=urgent
 
 die() { echo "local-slurm: $*" >&2; exit 1; }
 
@@ -86,8 +88,13 @@ SlurmctldLogFile=$dir/slurmctld.log
 SlurmdLogFile=$dir/slurmd.log
 SlurmctldDebug=info
 SlurmdDebug=info
+# A job in partition $urgent takes the node from $partition jobs, which end PREEMPTED
+# (a real preemption for the tests of that outcome).
+PreemptType=preempt/partition_prio
+PreemptMode=CANCEL
 NodeName=$node NodeHostname=$(hostname -s) NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN
-PartitionName=$partition Nodes=$node Default=YES MaxTime=INFINITE State=UP
+PartitionName=$partition Nodes=$node Default=YES MaxTime=INFINITE State=UP PriorityTier=1
+PartitionName=$urgent Nodes=$node MaxTime=INFINITE State=UP PriorityTier=2
 EOF
 }
 

@@ -158,6 +158,27 @@ def test_job_cancelled_by_someone_else(dispatch):
     assert result.exit_status == 3
 
 
+def test_job_preempted_by_a_higher_tier_partition(dispatch):
+    """A real preemption: an --exclusive job in partition urgent takes the node."""
+    urgent: list[str] = []
+
+    def preempt_once_running(line: str) -> None:
+        if ": running" in line and not urgent:
+            submitted = subprocess.run(
+                ["sbatch", "--parsable", "--partition=urgent", "--exclusive", "--wrap", "sleep 1"],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            urgent.append(submitted.stdout.strip())
+
+    result, progress = dispatch("sleep", progress=preempt_once_running)
+    report = render_report(result)
+    assert (result.outcome, result.state) == (Outcome.PREEMPTED, "PREEMPTED"), report
+    assert urgent, progress
+    assert result.exit_status == 3
+
+
 def test_deadline_cancels_the_job(dispatch, local_slurm):
     result, progress = dispatch("sleep", wait={"deadline_s": 3})
     assert result.outcome is Outcome.DEADLINE, render_report(result)
