@@ -165,7 +165,15 @@ def test_job_preempted_by_a_higher_tier_partition(dispatch):
     def preempt_once_running(line: str) -> None:
         if ": running" in line and not urgent:
             submitted = subprocess.run(
-                ["sbatch", "--parsable", "--partition=urgent", "--exclusive", "--wrap", "sleep 1"],
+                [
+                    "sbatch",
+                    "--parsable",
+                    "--partition=urgent",
+                    "--exclusive",
+                    "--output=/dev/null",
+                    "--wrap",
+                    "sleep 1",
+                ],
                 capture_output=True,
                 text=True,
                 check=True,
