@@ -1,10 +1,10 @@
 """``p2p``: small all-reduces and broadcasts over GPU peer memory, the rest through NCCL.
 
-Every rank allocates one buffer with PyTorch's symmetric memory
+Every rank allocates its buffers with PyTorch's symmetric memory
 (``torch.distributed._symmetric_memory``) and maps its peers' buffers, so a kernel
-on one GPU reads the others' memory over NVLink directly. NVLink multicast is never
-used: only the one-shot and two-shot kernels that read peers by pointer, and the
-signal-pad barrier.
+on one GPU reads or writes the others' memory over NVLink directly. NVLink multicast
+is never used: only kernels that reach peers by pointer, the signal-pad barrier and
+the push kernel's flags.
 
 * all_reduce (sum; fp32, bf16): the ``push`` kernel up to ``push_max_bytes`` (every
   rank writes its payload into every peer's buffer, one flag exchange; see
