@@ -158,3 +158,33 @@ def test_push_survives_many_graph_replays_and_backend_rebuilds(rank, device):
                     torch.cuda.synchronize(device)
                     assert torch.all(t == 2 * (step + rebuild) + 1), (rebuild, step)
             assert not backend.fallbacks
+
+
+def test_push_sizes_mixed_in_one_graph_stay_exact(rank, device):
+    """Back-to-back pushes of different block counts and odd sizes, replayed without syncs.
+
+    Each block owns fixed bytes of the slots, so a large call cannot overwrite what a
+    peer's block still reads from a smaller one (and the other way round). Every
+    replay's results are kept (stream-ordered copies) and checked at the end.
+    """
+    sizes = [3072, 4096, 1025, 25603, 2048, 3]  # fp32 elements: 12, 16, ~4, ~100, 8 KiB, 12 B
+    steps = 50
+    with create_backend("p2p", device=device) as backend:
+        ramps = [torch.arange(n, device=device, dtype=torch.float32) for n in sizes]
+        tensors = [torch.zeros(n, device=device) for n in sizes]
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for t in tensors:
+                assert backend.all_reduce_path(t)[0] == "push"
+                backend.all_reduce(t)
+        kept = []
+        for step in range(steps):
+            for i, (t, ramp) in enumerate(zip(tensors, ramps)):
+                torch.add(ramp * (rank + 1), i + step, out=t)
+            graph.replay()
+            kept.append([t.clone() for t in tensors])
+        torch.cuda.synchronize(device)
+        for step, results in enumerate(kept):  # ranks 0 and 1: 3 * ramp + 2 * (i + step)
+            for i, (got, ramp) in enumerate(zip(results, ramps)):
+                assert torch.equal(got, ramp * 3 + 2 * (i + step)), (step, sizes[i])
+        assert not backend.fallbacks

@@ -16,7 +16,9 @@ which each did only after finishing its reads of epoch e (calls on one stream ru
 order), so a half is never overwritten while it is read. Epoch counters and flags live
 in device memory, so the kernel can be captured in a CUDA graph and replayed.
 
-Each block handles one share of the payload with its own flags and counter. A peer
+Block b always handles bytes [b * BLOCK_BYTES, (b + 1) * BLOCK_BYTES) of the payload,
+with its own flags and epoch counter: the same bytes at every payload size, so a slot
+region is only ever written and read by block b of each rank. A peer
 that never arrives stops the kernel with a trap after ``timeout_s`` (an error, never
 a silent hang); the CUDA context is unusable after that, as after any device fault.
 
@@ -37,15 +39,17 @@ HEADER_BYTES = 4096
 """Flags (MAX_BLOCKS x MAX_WORLD) then counters (MAX_BLOCKS), uint32, at the buffer's start."""
 THREADS = 512
 BLOCK_BYTES = 8 << 10
-"""Payload bytes per block: a 64 KiB all-reduce runs on 8 blocks."""
+"""Payload bytes per block (the source's BLOCK_BYTES): a 64 KiB all-reduce runs on 8."""
 MAX_SLOT_BYTES = BLOCK_BYTES * MAX_BLOCKS
 
 DTYPE_KERNELS = {torch.float32: "push_all_reduce_f32", torch.bfloat16: "push_all_reduce_bf16"}
 
-SOURCE = r"""
-#define HEADER_BYTES 4096
-#define MAX_WORLD 8
-#define MAX_BLOCKS 32
+_DEFINES = "".join(
+    f"#define {name} {value}\n"
+    for name, value in (("HEADER_BYTES", HEADER_BYTES), ("MAX_WORLD", MAX_WORLD),
+                        ("MAX_BLOCKS", MAX_BLOCKS), ("BLOCK_BYTES", BLOCK_BYTES))
+)  # fmt: skip
+SOURCE = _DEFINES + r"""
 
 __device__ __forceinline__ unsigned long long now_ns() {
   unsigned long long t;
@@ -81,7 +85,7 @@ template <bool BF>
 __device__ void push_all_reduce(const unsigned* in, unsigned* out,
                                 const unsigned long long* bufs, int rank, int world,
                                 int nwords, int slot_bytes, int timeout_ms) {
-  const int b = blockIdx.x, nb = gridDim.x, t = threadIdx.x, nt = blockDim.x;
+  const int b = blockIdx.x, t = threadIdx.x, nt = blockDim.x;
   char* mine = (char*)bufs[rank];
   unsigned* flags = (unsigned*)mine + b * MAX_WORLD;   // flags[src] of this block
   unsigned* counter = (unsigned*)mine + MAX_BLOCKS * MAX_WORLD + b;
@@ -91,11 +95,13 @@ __device__ void push_all_reduce(const unsigned* in, unsigned* out,
   const unsigned e = epoch_s;
   const size_t half = e & 1u;
 
-  // This block's share: 16-byte vectors [v0, v1); block 0 also takes the 0-3 tail words.
-  const int nvec = nwords >> 2;
-  const int per = (nvec + nb - 1) / nb;
-  const int v0 = min(b * per, nvec), v1 = min(v0 + per, nvec);
-  const int tail0 = b == 0 ? nvec * 4 : nwords;
+  // This block's share is always bytes [b * BLOCK_BYTES, (b + 1) * BLOCK_BYTES) of the
+  // payload, whatever its size, so a slot region is only ever touched by block b of
+  // each rank (the double-buffering argument above holds per block): 16-byte vectors
+  // [v0, v1), then the 0-3 words after the last whole vector (last block only).
+  const int w0 = b * (BLOCK_BYTES / 4), w1 = min(w0 + BLOCK_BYTES / 4, nwords);
+  const int v0 = w0 >> 2, v1 = w1 >> 2;
+  const int tail0 = v1 * 4;
   const uint4* in_v = (const uint4*)in;
 
   // 1. push into my slot of every peer's buffer
@@ -229,7 +235,7 @@ class PushAllReduce:
             if len(self._args) > 256:
                 self._args.clear()
             args = self._args[key] = self._pack(tensor, out, nbytes)
-        blocks = min(MAX_BLOCKS, max(1, -(-nbytes // BLOCK_BYTES)))
+        blocks = max(1, -(-nbytes // BLOCK_BYTES))  # <= MAX_BLOCKS: nbytes <= MAX_SLOT_BYTES
         _launch(kernel, blocks, args[0])
         return out
 
