@@ -18,9 +18,9 @@ in device memory, so the kernel can be captured in a CUDA graph and replayed.
 
 Block b always handles bytes [b * BLOCK_BYTES, (b + 1) * BLOCK_BYTES) of the payload,
 with its own flags and epoch counter: the same bytes at every payload size, so a slot
-region is only ever written and read by block b of each rank. A peer
-that never arrives stops the kernel with a trap after ``timeout_s`` (an error, never
-a silent hang); the CUDA context is unusable after that, as after any device fault.
+region is only ever written and read by block b of each rank. A peer that never
+arrives stops the kernel with a trap after ``timeout_s`` (an error, never a silent
+hang); the CUDA context is unusable after that, as after any device fault.
 
 Compiled at first use with NVRTC (``torch.cuda._compile_kernel``); no NVLink
 multicast is involved.
@@ -41,6 +41,7 @@ THREADS = 512
 BLOCK_BYTES = 8 << 10
 """Payload bytes per block (the source's BLOCK_BYTES): a 64 KiB all-reduce runs on 8."""
 MAX_SLOT_BYTES = BLOCK_BYTES * MAX_BLOCKS
+assert THREADS >= MAX_WORLD, "thread t of each block exchanges the flags with rank t"
 
 DTYPE_KERNELS = {torch.float32: "push_all_reduce_f32", torch.bfloat16: "push_all_reduce_bf16"}
 
@@ -101,7 +102,7 @@ __device__ void push_all_reduce(const unsigned* in, unsigned* out,
   // [v0, v1), then the 0-3 words after the last whole vector (last block only).
   const int w0 = b * (BLOCK_BYTES / 4), w1 = min(w0 + BLOCK_BYTES / 4, nwords);
   const int v0 = w0 >> 2, v1 = w1 >> 2;
-  const int tail0 = v1 * 4;
+  const int tail0 = v1 * 4;  // == w1 except in the last block
   const uint4* in_v = (const uint4*)in;
 
   // 1. push into my slot of every peer's buffer
@@ -109,7 +110,7 @@ __device__ void push_all_reduce(const unsigned* in, unsigned* out,
     if (p == rank) continue;
     char* slot = (char*)bufs[p] + HEADER_BYTES + (half * world + rank) * (size_t)slot_bytes;
     for (int v = v0 + t; v < v1; v += nt) ((uint4*)slot)[v] = in_v[v];
-    for (int w = tail0 + t; w < nwords; w += nt) ((unsigned*)slot)[w] = in[w];
+    for (int w = tail0 + t; w < w1; w += nt) ((unsigned*)slot)[w] = in[w];
   }
   __syncthreads();
   // 2. one flag per peer, released after the whole block's stores
@@ -147,7 +148,7 @@ __device__ void push_all_reduce(const unsigned* in, unsigned* out,
     ((uint4*)out)[v] = make_uint4(word_of<BF>(acc[0]), word_of<BF>(acc[1]),
                                   word_of<BF>(acc[2]), word_of<BF>(acc[3]));
   }
-  for (int w = tail0 + t; w < nwords; w += nt) {
+  for (int w = tail0 + t; w < w1; w += nt) {
     float acc[2];
     for (int s = 0; s < world; ++s) {
       const unsigned* slot = (const unsigned*)(slots + s * (size_t)slot_bytes);
