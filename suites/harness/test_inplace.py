@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -123,8 +124,21 @@ def test_torchrun_hang_dumps_stacks_and_ends_at_the_timeout(tmp_path):
         """,
     )
     start = time.monotonic()
-    proc = _torchrun(tmp_path, "test_suite.py")
+    proc = _torchrun(tmp_path, "test_suite.py", "--junitxml=out/junit.xml")
     assert proc.returncode != 0
+    # A rank that timed out recorded the hung test in its JUnit file before exiting (the
+    # launcher may stop the other rank first, so at least one file).
+    written = sorted((tmp_path / "out").glob("junit.rank*.xml"))
+    assert written, proc.stderr
+    for path in written:
+        rank = path.name.split(".")[1].removeprefix("rank")
+        (case,) = ET.parse(path).getroot().iter("testcase")
+        failure = case.find("failure")
+        assert case.get("name") == "test_hangs"
+        assert failure.get("message") == (
+            f"hung on rank {rank}: did not finish within the test's timeout of 3 s; the rank exited"
+        )
+        assert 'test_suite.py", line 7 in test_hangs' in failure.text
     # Ranks time out together; each line of a dump carries its rank and is never torn
     # by the other rank's (the launcher may stop the second rank before it dumps).
     dumps = {

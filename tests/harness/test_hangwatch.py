@@ -15,11 +15,14 @@ SCRIPT = """
 import ctypes, sys, time
 from rankgate.harness.hangwatch import HangWatch
 
+def record(stacks):
+    print("on_timeout got the stacks:", "in hang_in_python" in stacks)
+
 watch = HangWatch(3, sys.stderr)
-watch.arm(0.5, fallback_s=1.0)
+watch.arm(0.5, fallback_s=1.0, on_timeout=record)
 time.sleep(0.1)
 watch.disarm()          # a test that ends in time leaves the process alone
-watch.arm(1.0, fallback_s=1.0)
+watch.arm(1.0, fallback_s=1.0, on_timeout=record)
 
 def hang_in_python():
     time.sleep(100)
@@ -50,6 +53,7 @@ def test_a_hang_prints_labelled_stacks_and_exits():
     assert all(line.startswith("[rank 3] ") for line in lines), proc.stderr
     assert any(line.endswith("in hang_in_python") for line in lines), proc.stderr
     assert not any("hangwatch.py" in line for line in lines), "the watcher's own stack is left out"
+    assert proc.stdout == "on_timeout got the stacks: True\n"
     assert seconds < 10  # the labels show the watcher fired, not the fallback at 2 s
 
 
@@ -59,4 +63,5 @@ def test_a_hang_holding_the_gil_ends_through_faulthandler():
     assert proc.stderr.startswith("Timeout (0:00:02)!\n"), proc.stderr
     assert "in hang_holding_the_gil" in proc.stderr
     assert "[rank 3]" not in proc.stderr
+    assert "on_timeout" not in proc.stdout  # the watcher never ran
     assert 2.0 <= seconds < 30

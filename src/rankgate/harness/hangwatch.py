@@ -4,7 +4,9 @@ Every rank of a launched job shares the launcher's stderr, and the ranks of a hu
 collective time out together. faulthandler writes a dump in many small pieces, so two
 ranks dumping at once tear each other's lines apart. Here a watcher thread takes the
 dump into memory first, then writes it line by line, each line labelled with the rank
-in one ``write`` (at most PIPE_BUF bytes, so a pipe never splits it), and exits.
+in one ``write`` (at most PIPE_BUF bytes, so a pipe never splits it), hands the stacks
+to ``on_timeout`` (in-place mode records the hung test in the rank's JUnit file), and
+exits.
 
 The watcher needs the GIL. Should the test hold it forever (a C call that never
 releases it), faulthandler's own watchdog, which needs no GIL, dumps and exits
@@ -18,6 +20,7 @@ import os
 import select
 import tempfile
 import threading
+from collections.abc import Callable
 from datetime import timedelta
 from typing import TextIO
 
@@ -34,11 +37,20 @@ class HangWatch:
         self.stream = stream
         self._disarmed: threading.Event | None = None
 
-    def arm(self, timeout: float, fallback_s: float = FALLBACK_S) -> None:
+    def arm(
+        self,
+        timeout: float,
+        fallback_s: float = FALLBACK_S,
+        on_timeout: Callable[[str], None] | None = None,
+    ) -> None:
+        """Start watching; at the timeout print, call ``on_timeout(stacks)``, exit."""
         self.disarm()
         self._disarmed = disarmed = threading.Event()
         watcher = threading.Thread(
-            target=self._watch, args=(timeout, disarmed), name="rankgate-hang-watch", daemon=True
+            target=self._watch,
+            args=(timeout, disarmed, on_timeout),
+            name="rankgate-hang-watch",
+            daemon=True,
         )
         watcher.start()
         faulthandler.dump_traceback_later(timeout + fallback_s, exit=True, file=self.stream)
@@ -49,7 +61,7 @@ class HangWatch:
             self._disarmed = None
         faulthandler.cancel_dump_traceback_later()
 
-    def _watch(self, timeout: float, disarmed: threading.Event) -> None:
+    def _watch(self, timeout: float, disarmed: threading.Event, on_timeout) -> None:
         if disarmed.wait(timeout):
             return
         with tempfile.TemporaryFile("w+") as dump:
@@ -67,6 +79,14 @@ class HangWatch:
         label = f"[rank {self.rank}] "
         lines = [f"Timeout ({timedelta(seconds=timeout)})! Python stacks of every thread:"]
         for line in lines + stacks:
-            data = (label + line)[: LINE_LIMIT - 1].encode(errors="replace")[: LINE_LIMIT - 1]
-            os.write(self.stream.fileno(), data + b"\n")
+            self._write_line(label + line)
+        if on_timeout is not None:
+            try:  # the stacks are out already; whatever fails here must not stop the exit
+                on_timeout("\n".join(stacks))
+            except Exception as exc:
+                self._write_line(f"{label}could not record the hang: {exc!r}")
         os._exit(1)
+
+    def _write_line(self, line: str) -> None:
+        data = line[: LINE_LIMIT - 1].encode(errors="replace")[: LINE_LIMIT - 1]
+        os.write(self.stream.fileno(), data + b"\n")

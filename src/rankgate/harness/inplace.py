@@ -142,11 +142,41 @@ class InPlaceSession:
         timeout = (spec.timeout if spec else None) or self.default_timeout
         # A hang here would block every rank: dump all stacks and exit so the launcher
         # tears the job down instead of waiting for the CI's global timeout.
-        self._hang_watch.arm(timeout)
+        self._hang_watch.arm(
+            timeout, on_timeout=lambda stacks: self._record_hang(item, timeout, stacks)
+        )
         try:
             return (yield)
         finally:
             self._hang_watch.disarm()
+
+    def _record_hang(self, item: pytest.Item, timeout: float, stacks: str) -> None:
+        """From the hang watcher, just before this rank exits: the test fails in JUnit.
+
+        The main thread is stuck in the test, so nothing else touches pytest's state;
+        the rank's JUnit file is written now because the session will never finish.
+        """
+        from _pytest.junitxml import xml_key
+
+        from rankgate.harness.failure_repr import failure_repr
+
+        report = pytest.TestReport(
+            nodeid=item.nodeid,
+            location=item.location,
+            keywords=dict.fromkeys(item.keywords, 1),
+            outcome="failed",
+            longrepr=failure_repr(
+                item,
+                f"hung on rank {self.launch.rank}: did not finish within the test's timeout "
+                f"of {timeout:g} s; the rank exited\nPython stacks of every thread:\n{stacks}",
+            ),
+            when="call",
+            user_properties=[("rankgate.verdict", "hung")],
+        )
+        item.ihook.pytest_runtest_logreport(report=report)
+        xml = self.config.stash.get(xml_key, None)
+        if xml is not None:
+            xml.pytest_sessionfinish()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.failed:
