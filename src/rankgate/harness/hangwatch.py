@@ -18,6 +18,7 @@ from __future__ import annotations
 import faulthandler
 import os
 import select
+import sys
 import tempfile
 import threading
 from collections.abc import Callable
@@ -85,6 +86,11 @@ class HangWatch:
                 on_timeout("\n".join(stacks))
             except Exception as exc:
                 self._write_line(f"{label}could not record the hang: {exc!r}")
+        for stream in (sys.stdout, sys.stderr):  # os._exit skips Python's own flush
+            try:
+                stream.flush()
+            except Exception:
+                pass
         os._exit(1)
 
     def _write_line(self, line: str) -> None:
