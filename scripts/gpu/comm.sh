@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# GPU evidence for the comm suite on a lent machine (see benchmarks/results/README.md).
+# GPU evidence for the comm suite on a lent machine (see benchmarks/results/nvidia-h200-x2/COMM.md).
 # Usage: scripts/gpu/comm.sh OUT STEP...  (steps: suite gpu-suites harness bench bench_ar
-# bench_bf16 bench_coll). Writes into OUT: env.txt, pip.txt, comm_suite.txt or
+# bench_bf16 bench_coll bench_dense). Writes into OUT: env.txt, pip.txt, comm_suite.txt or
 # gpu_suites.txt, harness_nccl.txt, and NAME.tar per benchmark (comm.json, comm.txt,
 # run.txt, PNGs). NVLink multicast stays off throughout.
 set -uo pipefail
@@ -39,8 +39,12 @@ for step in "$@"; do
                | tee "$out/harness_nccl.txt" | tail -8 ;;
     bench) bench bench 300 ;;  # the defaults: every collective, fp32, 8 B..2 GiB by 4
     bench_ar) bench bench_ar 60 --collectives all_reduce --buffer-bytes 64M -f 4 --iters 20 --reps 5 ;;
-    bench_bf16) bench bench_bf16 50 --collectives all_reduce --dtype bf16 -b 1K -e 4M -f 4 \
-                  --iters 30 --reps 5 ;;
+    # bf16 up to 64 MiB, so that NCCL wins somewhere and auto's bf16 crossovers are measured
+    bench_bf16) bench bench_bf16 120 --collectives all_reduce --dtype bf16 -b 1K -e 64M -f 4 \
+                  --buffer-bytes 64M --iters 30 --reps 5 ;;
+    # every power of two from 1 KiB to 1 GiB (64 KiB and 256 MiB included), more repetitions
+    bench_dense) bench bench_dense 240 --collectives all_reduce --buffer-bytes 64M -b 1K -e 1G \
+                   -f 2 --iters 40 --reps 9 ;;
     bench_coll) bench bench_coll 120 --backends nccl,auto \
                   --collectives broadcast,all_gather,reduce_scatter,send_recv ;;
   esac

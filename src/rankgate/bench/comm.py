@@ -254,27 +254,34 @@ def _forced_limit(name: str, opts: dict) -> int:
 
 
 def _measured_thresholds(rows: list[dict], cpu_group, opts: dict) -> dict | None:
-    """p2p sizes from this run's all-reduce crossovers (the same on every rank).
-
-    Per mode (eager, and graph for calls being captured): push up to the largest size
-    where the push kernel was the fastest single backend, one-shot up to the largest
-    where one-shot was, two-shot up to the largest where two-shot was; NCCL beyond.
-    """
+    """p2p sizes from this run's all-reduce crossovers (the same on every rank)."""
     import torch.distributed as dist
 
-    from rankgate.bench.commreport import SINGLE, crossovers
-    from rankgate.workloads.comm.push_kernel import MAX_SLOT_BYTES
+    from rankgate.bench.commreport import crossovers
 
     every: list = [None] * dist.get_world_size()
     dist.all_gather_object(every, rows, group=cpu_group)
-    cross = crossovers(_combine(every))
-    limit = opts["buffer_bytes"] // 2
+    return thresholds_from_crossovers(crossovers(_combine(every)), opts["buffer_bytes"] // 2)
+
+
+def thresholds_from_crossovers(cross: dict, limit: int) -> dict | None:
+    """P2PConfig sizes for ``auto`` from measured crossovers, or None to keep the defaults.
+
+    Per mode (eager, and graph for calls being captured): push up to the largest size
+    where the push kernel was the fastest single backend, one-shot up to the largest
+    where one-shot was, two-shot up to the largest where two-shot was; NCCL beyond
+    (also where NCCL won nowhere: auto runs only at the sizes measured here). ``limit``
+    caps one-shot and two-shot (half the symmetric buffer).
+    """
+    from rankgate.bench.commreport import SINGLE
+    from rankgate.workloads.comm.push_kernel import MAX_SLOT_BYTES
+
     config = {}
     for mode, prefix in (("eager", ""), ("graph", "graph_")):
         fastest = cross.get(mode, {}).get("fastest", {})
         sizes = {b: [int(k) for k, v in fastest.items() if v == b] for b in SINGLE}
-        if not sizes["nccl"] or not any(sizes[b] for b in SINGLE if b != "nccl"):
-            continue  # nothing to choose from: keep P2PConfig's defaults for this mode
+        if not any(sizes[b] for b in SINGLE if b != "nccl"):
+            continue  # no p2p kernel won: keep P2PConfig's defaults for this mode
         push = max(sizes["p2p-push"], default=0)
         one = max(max(sizes["p2p-oneshot"], default=0), push)
         two = max(max(sizes["p2p-twoshot"], default=0), one)
