@@ -38,13 +38,14 @@ for step in "$@"; do
     harness) timeout 50 python3 -m rankgate.cli bench harness --backend nccl --worlds 2 --json 2>&1 \
                | tee "$out/harness_nccl.txt" | tail -8 ;;
     bench) bench bench 300 ;;  # the defaults: every collective, fp32, 8 B..2 GiB by 4
-    bench_ar) bench bench_ar 60 --collectives all_reduce --buffer-bytes 64M -f 4 --iters 20 --reps 5 ;;
+    bench_ar) bench bench_ar 200 --collectives all_reduce --buffer-bytes 64M -f 4 --iters 20 --reps 5 \
+                --rounds 3 ;;
     # bf16 up to 64 MiB, so that NCCL wins somewhere and auto's bf16 crossovers are measured
-    bench_bf16) bench bench_bf16 120 --collectives all_reduce --dtype bf16 -b 1K -e 64M -f 4 \
-                  --buffer-bytes 64M --iters 30 --reps 5 ;;
+    bench_bf16) bench bench_bf16 200 --collectives all_reduce --dtype bf16 -b 1K -e 64M -f 4 \
+                  --buffer-bytes 64M --iters 30 --reps 5 --rounds 3 ;;
     # every power of two from 1 KiB to 1 GiB (64 KiB and 256 MiB included), more repetitions
-    bench_dense) bench bench_dense 240 --collectives all_reduce --buffer-bytes 64M -b 1K -e 1G \
-                   -f 2 --iters 40 --reps 9 ;;
+    bench_dense) bench bench_dense 300 --collectives all_reduce --buffer-bytes 64M -b 1K -e 1G \
+                   -f 2 --iters 40 --reps 9 --rounds 3 ;;
     bench_coll) bench bench_coll 120 --backends nccl,auto \
                   --collectives broadcast,all_gather,reduce_scatter,send_recv ;;
   esac

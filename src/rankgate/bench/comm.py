@@ -55,6 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--iters", type=int, default=20, help="calls per timed repetition (default 20)")
     add("--warmup", type=int, default=5, help="untimed calls first (default 5)")
     add("--reps", type=int, default=5, help="timed repetitions; the median counts (default 5)")
+    add("--rounds", type=int, default=1, help="sweeps over every backend, in reverse order "
+        "every other one; each figure is the median over rounds (default 1)")  # fmt: skip
     add("--graph-max-bytes", default="64M", help="also time in a CUDA graph up to this (0: off)")
     add("--check-max-bytes", default="64M", help="check results on the host up to this size")
     add("--buffer-bytes", default="16M", help="p2p symmetric buffer per rank (default 16M)")
@@ -88,7 +90,7 @@ def _options(args: argparse.Namespace) -> dict:
             raise SystemExit(f"unknown backend {b!r}; valid: {', '.join(BACKENDS)}")
     collectives = args.collectives or (GPU_DEFAULT_COLLECTIVES if on_gpu else "all_reduce")
     max_bytes = parse_size(args.max_bytes or ("2G" if on_gpu else "1M"))
-    for name in ("iters", "warmup", "reps"):
+    for name in ("iters", "warmup", "reps", "rounds"):
         if getattr(args, name) < (0 if name == "warmup" else 1):
             raise SystemExit(f"--{name} must be >= {0 if name == 'warmup' else 1}")
     return {
@@ -101,6 +103,7 @@ def _options(args: argparse.Namespace) -> dict:
         "iters": args.iters,
         "warmup": args.warmup,
         "reps": args.reps,
+        "rounds": args.rounds,
         "graph_max": parse_size(args.graph_max_bytes) if on_gpu else 0,
         "check_max": parse_size(args.check_max_bytes),
         "buffer_bytes": parse_size(args.buffer_bytes),
@@ -227,23 +230,61 @@ def _measure_all(opts: dict, device) -> list[dict]:
         dist.barrier(group=cpu_group)
 
     dtype = DTYPES[opts["dtype"]]
-    rows = []
-    for name in opts["backends"]:
-        if name in ("auto", "p2p") and opts["auto_thresholds"] == "measured":
-            opts["auto_config"] = _measured_thresholds(rows, cpu_group, opts)
-        backend = _make_backend(name, device, opts)
-        for collective in opts["collectives"]:
-            if name in FORCED and collective != "all_reduce":
-                continue
-            for size in opts["sizes"]:
-                nbytes, count = fit_size(collective, size, dtype.itemsize, backend.world_size)
-                if name in FORCED and nbytes > _forced_limit(name, opts):
+    # Backends are timed one after another, minutes apart on a long sweep; a machine
+    # that drifts meanwhile (clocks, host load) would favour whichever ran at the good
+    # moment. Rounds in alternating order share any drift out between them.
+    rounds = []
+    for index in range(opts.get("rounds", 1)):
+        order = opts["backends"] if index % 2 == 0 else opts["backends"][::-1]
+        rows: list[dict] = []
+        for name in order:
+            if (name in ("auto", "p2p") and opts["auto_thresholds"] == "measured"
+                    and "auto_config" not in opts):  # fmt: skip
+                # From the singles measured before it in the first round, then kept.
+                opts["auto_config"] = _measured_thresholds(rows, cpu_group, opts)
+            backend = _make_backend(name, device, opts)
+            for collective in opts["collectives"]:
+                if name in FORCED and collective != "all_reduce":
                     continue
-                rows.append(
-                    _measure_one(backend, name, collective, nbytes, count, dtype, opts, sync)
-                )
-        backend.destroy()
-    return rows
+                for size in opts["sizes"]:
+                    nbytes, count = fit_size(collective, size, dtype.itemsize, backend.world_size)
+                    if name in FORCED and nbytes > _forced_limit(name, opts):
+                        continue
+                    rows.append(
+                        _measure_one(backend, name, collective, nbytes, count, dtype, opts, sync)
+                    )
+            backend.destroy()
+        rounds.append(rows)
+    return median_over_rounds(rounds)
+
+
+def median_over_rounds(rounds: list[list[dict]]) -> list[dict]:
+    """One row per measurement, in the first round's order: median times over rounds.
+
+    #wrong is the worst round's; the rounds' own times stay in ``eager_rounds_s`` and
+    ``graph_rounds_s``.
+    """
+    import statistics
+
+    def key(row: dict) -> tuple:
+        return row["collective"], row["backend"], row["bytes"]
+
+    by_key: dict[tuple, list[dict]] = {}
+    for rows in rounds:
+        for row in rows:
+            by_key.setdefault(key(row), []).append(row)
+    out = []
+    for row in rounds[0]:
+        same = by_key[key(row)]
+        merged = dict(row)
+        for mode in ("eager", "graph"):
+            times = [r[f"{mode}_s"] for r in same if r[f"{mode}_s"] is not None]
+            merged[f"{mode}_s"] = statistics.median(times) if times else None
+            merged[f"{mode}_rounds_s"] = times
+        wrong = [r["wrong"] for r in same]
+        merged["wrong"] = None if any(w is None for w in wrong) else max(wrong)
+        out.append(merged)
+    return out
 
 
 def _forced_limit(name: str, opts: dict) -> int:
@@ -399,6 +440,10 @@ def _combine(every: list[list[dict]]) -> list[dict]:
                 first[f"{mode}_algbw"] = algbw(first["bytes"], t)
                 first[f"{mode}_busbw"] = busbw(first["collective"], first["bytes"], t, world)
             del first[f"{mode}_s"]
+            rounds = [r.get(f"{mode}_rounds_s") or [] for r in rows]
+            if len(rounds[0]) > 1:  # per round, averaged over ranks like the median
+                first[f"{mode}_rounds_us"] = [sum(ts) / world * 1e6 for ts in zip(*rounds)]
+            first.pop(f"{mode}_rounds_s", None)
         wrong = [r["wrong"] for r in rows]
         first["wrong"] = None if any(w is None for w in wrong) else sum(wrong)
         out.append(first)

@@ -88,6 +88,9 @@ def table(result: dict, references: dict) -> str:
         f"# iters {meta['options']['iters']}, warmup {meta['options']['warmup']}, "
         f"median of {meta['options']['reps']} repetitions; time averaged over ranks",
     ]
+    rounds = meta["options"].get("rounds", 1)
+    if rounds > 1:
+        lines.append(f"# median over {rounds} rounds, every other one in reverse backend order")
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in result["results"]:
         groups[(r["collective"], r["backend"])].append(r)
