@@ -291,7 +291,8 @@ def _forced_limit(name: str, opts: dict) -> int:
     """The largest payload a forced kernel serves (beyond it, it would fall back)."""
     from rankgate.workloads.comm.push_kernel import MAX_SLOT_BYTES
 
-    return MAX_SLOT_BYTES if FORCED[name] == "push" else opts["buffer_bytes"]
+    # One-shot and two-shot use half the buffer (P2PBackend._payload_problem).
+    return MAX_SLOT_BYTES if FORCED[name] == "push" else opts["buffer_bytes"] // 2
 
 
 def _measured_thresholds(rows: list[dict], cpu_group, opts: dict) -> dict | None:
@@ -335,7 +336,7 @@ def thresholds_from_crossovers(cross: dict, limit: int) -> dict | None:
 def _measure_one(backend, name, collective, nbytes, count, dtype, opts, sync) -> dict:
     from rankgate.bench.timing import time_eager, time_graph
 
-    fn, reset, path = _workload(backend, collective, count, dtype)
+    fn, reset, path, graph_path = _workload(backend, collective, count, dtype)
     wrong = _validate(backend, collective, count, dtype) if nbytes <= opts["check_max"] else None
     fallbacks_before = sum(getattr(backend, "fallbacks", {}).values())
 
@@ -353,6 +354,7 @@ def _measure_one(backend, name, collective, nbytes, count, dtype, opts, sync) ->
         "count": count,
         "dtype": opts["dtype"],
         "path": "nccl" if (name in FORCED and fell_back) else path,
+        "graph_path": graph_path if in_graph else "",
         "eager_s": eager,
         "graph_s": graph,
         "wrong": wrong,
@@ -360,7 +362,8 @@ def _measure_one(backend, name, collective, nbytes, count, dtype, opts, sync) ->
 
 
 def _workload(backend, collective: str, count: int, dtype):
-    """(call, reset, path): the timed call on fresh buffers, a refill, the p2p path taken."""
+    """(call, reset, path, graph path): the timed call on fresh buffers, a refill, and
+    the p2p path it takes eagerly and when captured in a CUDA graph."""
     import torch
 
     dev, world, rank = backend.device, backend.world_size, backend.rank
@@ -371,32 +374,33 @@ def _workload(backend, collective: str, count: int, dtype):
             return (torch.randn(n, generator=gen) * 2**-10).to(dtype).to(dev)
         return torch.randint(-8, 9, (n,), generator=gen, dtype=torch.int32).to(dev)
 
-    path = ""
+    path = graph_path = ""
     if collective == "all_reduce":
         pristine = data(count)
         buf = pristine.clone()
         if hasattr(backend, "all_reduce_path"):
-            path = backend.all_reduce_path(buf)[0]
-        return (lambda: backend.all_reduce(buf)), (lambda: buf.copy_(pristine)), path
+            path = backend.all_reduce_path(buf, capturing=False)[0]
+            graph_path = backend.all_reduce_path(buf, capturing=True)[0]
+        return (lambda: backend.all_reduce(buf)), (lambda: buf.copy_(pristine)), path, graph_path
     if collective == "broadcast":
         buf = data(count)
         if hasattr(backend, "all_reduce_path"):
             limit = min(backend.config.broadcast_max_bytes, backend.config.buffer_bytes)
             path = "p2p" if buf.nbytes <= limit else "nccl"
-        return (lambda: backend.broadcast(buf, 0)), (lambda: None), path
+        return (lambda: backend.broadcast(buf, 0)), (lambda: None), path, graph_path
     if collective == "all_gather":
         inp, out = data(count), torch.empty(world * count, dtype=dtype, device=dev)
-        return (lambda: backend.all_gather(out, inp)), (lambda: None), path
+        return (lambda: backend.all_gather(out, inp)), (lambda: None), path, graph_path
     if collective == "reduce_scatter":
         inp, out = data(world * count), torch.empty(count, dtype=dtype, device=dev)
-        return (lambda: backend.reduce_scatter(out, inp)), (lambda: None), path
+        return (lambda: backend.reduce_scatter(out, inp)), (lambda: None), path, graph_path
     if collective == "gather":
         inp = data(count)
-        return (lambda: backend.gather(inp, 0)), (lambda: None), path
+        return (lambda: backend.gather(inp, 0)), (lambda: None), path, graph_path
     if collective == "send_recv":
         send, recv = data(count), torch.empty(count, dtype=dtype, device=dev)
         nxt, prev = (rank + 1) % world, (rank - 1) % world
-        return (lambda: backend.send_recv(send, nxt, recv, prev)), (lambda: None), path
+        return (lambda: backend.send_recv(send, nxt, recv, prev)), (lambda: None), path, graph_path
     raise SystemExit(f"unknown collective {collective!r}")
 
 

@@ -378,10 +378,17 @@ class P2PBackend(NcclBackend):
             log.info("p2p %s falls back to nccl: %s", op, reason)
         self.fallbacks[key] += 1
 
-    def all_reduce_path(self, tensor: torch.Tensor, op: str = "sum") -> tuple[str, str]:
-        """(path, reason): path is oneshot, twoshot or nccl for this payload."""
+    def all_reduce_path(
+        self, tensor: torch.Tensor, op: str = "sum", capturing: bool | None = None
+    ) -> tuple[str, str]:
+        """(path, reason): path is push, oneshot, twoshot or nccl for this payload.
+
+        ``capturing``: route as for a call captured in a CUDA graph (True) or an eager
+        one (False); None: as the current stream is.
+        """
         cfg = self.config
-        capturing = self._graph_differs and torch.cuda.is_current_stream_capturing()
+        if capturing is None:
+            capturing = self._graph_differs and torch.cuda.is_current_stream_capturing()
         return route_all_reduce(
             cfg,
             op=op,
