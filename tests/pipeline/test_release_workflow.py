@@ -92,7 +92,7 @@ def run_script(step: dict, tmp_path: Path, **env: str) -> tuple[int, str, dict[s
     assert "${{" not in step["run"], "expressions belong in env:, not in the script"
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    for name, text in {"curl": "#!/bin/sh\n", "gh": "#!/bin/sh\necho gh \"$@\"\n"}.items():
+    for name, text in {"curl": "#!/bin/sh\n", "gh": '#!/bin/sh\necho gh "$@"\n'}.items():
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
     (tmp_path / "dagger").write_text(FAKE_DAGGER)
@@ -199,3 +199,14 @@ def test_github_release_names_the_image(tmp_path):
     assert code == 0, out
     assert "gh release create v1.0 --repo org/rankgate --title v1.0 --notes" in out
     assert f"Image, published by the release gate: {DIGEST}" in out
+
+
+def test_every_ssh_key_comes_with_known_hosts():
+    """The Dagger module refuses --ssh-key without --known-hosts (host keys are checked)."""
+    jobs = load(ROOT / ".github" / "workflows" / "release.yml")["jobs"]
+    for job_id, job in jobs.items():
+        for step in job["steps"]:
+            text = step.get("run", "") + str(step.get("with", {}).get("args", ""))
+            if "--ssh-key" in text:
+                assert "--known-hosts env://HPC_KNOWN_HOSTS" in text, job_id
+                assert step["env"]["HPC_KNOWN_HOSTS"] == "${{ vars.RANKGATE_HPC_KNOWN_HOSTS }}"
