@@ -196,7 +196,7 @@ def _run_command(step: Command, stage: Stage, options: Options) -> tuple[Status,
         argv += [f"--junitxml={junit}", *options.pytest_args]
         ok_codes = (0, NO_TESTS)
     stdout = options.out_dir / step.stdout if step.stdout else None
-    env = {"RANKGATE_OUT": str(options.out_dir.resolve())}
+    env = {"RANKGATE_OUT": str(options.out_dir.resolve()), **dict(step.env)}
     try:
         code = command.run(argv, ok_codes=ok_codes, stdout_path=stdout, env=env)
     except command.CommandFailed as exc:
