@@ -193,6 +193,17 @@ def test_containerfile_runs_as_a_non_root_user_and_smoke_checks_as_it():
     assert "pytest --collect-only" in smoke[0]
 
 
+def test_pip_installs_use_a_cache_mount_the_image_does_not_keep():
+    steps = instructions()
+    installs = [i for i, (op, a) in enumerate(steps) if op == "RUN" and "pip install" in a]
+    assert len(installs) == 2
+    for i in installs:
+        assert steps[i][1].startswith("--mount=type=cache,target=/root/.cache/pip ")
+    # pip reads any PIP_NO_CACHE_DIR value as "no cache": set only after the installs.
+    no_cache = [i for i, (op, a) in enumerate(steps) if op == "ENV" and "PIP_NO_CACHE_DIR" in a]
+    assert no_cache and min(no_cache) > max(installs)
+
+
 def variant_with(torch: str, cuda: str):
     tag = "cu" + cuda.replace(".", "")
     return [
