@@ -179,6 +179,7 @@ def test_github_release_needs_the_gate_and_its_image():
     job = release_job()
     assert job["needs"] == "release-gate"
     assert "needs.release-gate.result == 'success'" in job["if"]
+    assert "!cancelled()" in job["if"]  # not success(): that counts jobs before the gate
     assert "needs.release-gate.outputs.image" in job["if"]
     (step,) = job["steps"]
     assert step["env"]["IMAGE"] == "${{ needs.release-gate.outputs.image }}"
