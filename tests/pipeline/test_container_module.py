@@ -1,5 +1,6 @@
 """rankgate.pipeline.container offline: the podman/docker command lines, the Containerfile,
 the variant matrix, and the container suite failing (not skipping) when it must run.
+(Named apart from suites/pipeline/test_container.py: test basenames must be unique.)
 
 No engine runs here: :mod:`rankgate.pipeline.command` (the one subprocess module) is
 replaced by a recorder.
@@ -291,3 +292,12 @@ def test_container_suite_without_an_engine(pytester, monkeypatch, env, outcome):
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-rsE")
     result.assert_outcomes(**outcome)
     result.stdout.fnmatch_lines(["*needs a container engine: podman not on PATH*"])
+
+
+def test_test_file_basenames_are_unique():
+    """pytest imports test files by basename (no packages): a repeated one fails the
+    collection, and with it the image's smoke check."""
+    seen: dict[str, Path] = {}
+    for path in sorted([*ROOT.glob("tests/**/test_*.py"), *ROOT.glob("suites/**/test_*.py")]):
+        assert path.name not in seen, f"{path} and {seen[path.name]} share a basename"
+        seen[path.name] = path
