@@ -47,7 +47,7 @@ def run_steps():
 
 
 def has_pipe(script: str) -> bool:
-    """A shell pipe: `|` that is not `||` (nor inside a quoted sed expression here)."""
+    """A shell pipe: a `|` that is not part of `||`."""
     return bool(re.search(r"(?<![|])\|(?![|])", script))
 
 
