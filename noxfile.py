@@ -5,7 +5,8 @@ torch/CUDA stack that is installed, and must never swap it for another build.
 
 Arguments after ``--``: ``[--profile SITE.toml] [--out DIR] [--strict] [pytest args]``,
 e.g. ``nox -s unit -- -x -k world``, ``nox -s gpu -- --profile site.toml``,
-``nox -s gate -- --strict`` (a skipped stage fails the gate too).
+``nox -s gate -- --strict`` (a skipped stage fails the gate too; with ``--strict`` a
+skipped single stage fails its session as well).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ def _session_for(stage: stages.Stage):
         outcome = executor.run_stage(stage, options)
         if outcome.status == "failed":
             session.error(f"{stage.name} failed: {outcome.reason}")
+        if outcome.status == "skipped" and options.strict:
+            session.error(f"{stage.name} skipped under --strict: {outcome.reason}")
         if outcome.status == "skipped":
             session.skip(outcome.reason)
 

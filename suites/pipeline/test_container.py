@@ -1,8 +1,9 @@
 """The image built by the container stage: non-root, the variant's torch, CPU suites pass.
 
 The container stage (``nox -s container``) builds ``localhost/rankgate:cpu-local`` first
-(RANKGATE_IMAGE and RANKGATE_VARIANT pick another); run alone, these tests skip with
-the command that builds it.
+(RANKGATE_IMAGE and RANKGATE_VARIANT pick another). Run alone, these tests skip with
+the command that builds the image; under the container stage (RANKGATE_REQUIRE_CONTAINER=1)
+or in CI, a missing engine or image fails them, so the stage cannot pass untested.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rankgate.pipeline import command
+from rankgate.pipeline import command, container
 from rankgate.pipeline.container import load_matrix, run_args
 from rankgate.pipeline.probe import Machine
 
@@ -27,10 +28,11 @@ IMAGE = os.environ.get("RANKGATE_IMAGE", f"localhost/rankgate:{VARIANT}")
 @pytest.fixture(scope="module")
 def engine() -> str:
     engine, why = Machine().container_engine
-    if not engine:
-        pytest.skip(f"needs a container engine: {why}")
-    if command.capture([engine, "image", "inspect", IMAGE])[0] != 0:
-        pytest.skip(f"{IMAGE} is not built: python -m rankgate.pipeline.container build {VARIANT}")
+    reason = container.unavailable(engine, why, IMAGE, VARIANT)
+    if reason and container.required():
+        pytest.fail(f"{reason} (required: RANKGATE_REQUIRE_CONTAINER=1 or CI is set)")
+    if reason:
+        pytest.skip(reason)
     return engine
 
 

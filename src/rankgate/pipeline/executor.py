@@ -36,7 +36,8 @@ class Options:
     pytest_args: tuple[str, ...] = ()
     """Extra pytest arguments (paths, -k, -x, -n ...), given to every pytest command."""
     strict: bool = False
-    """The gate fails on a skipped stage too, as the release gate does."""
+    """The gate fails on a skipped stage too, as the release gate does; a stage whose
+    optional tool (actionlint) is absent is skipped, not passed."""
 
     @classmethod
     def from_args(cls, args: list[str]) -> Options:
@@ -89,7 +90,7 @@ def run_stage(stage: Stage, options: Options, machine: Machine | None = None) ->
                 blocked.append(f"or dispatch it: nox -s {stage.name} -- --profile SITE.toml")
             return _announce(Outcome(stage=stage.name, status="skipped", reason="; ".join(blocked)))
         steps = list(stage.commands)
-    status, notes = "skipped", []
+    status, notes, tool_absent = "skipped", [], False
     for step in steps:
         step_status, note = _run_command(step, stage, options)
         if note:
@@ -99,6 +100,11 @@ def run_stage(stage: Stage, options: Options, machine: Machine | None = None) ->
             break
         if step_status == "passed":
             status = "passed"
+        elif step.optional:
+            tool_absent = True
+    if status == "passed" and tool_absent and options.strict:
+        # Strict (CI, the release gate): a check that did not run is not a pass.
+        status = "skipped"
     products = tuple(p for p in stage.products if (options.out_dir / p).exists())
     seconds = time.monotonic() - start
     outcome = Outcome(
@@ -196,7 +202,7 @@ def _run_command(step: Command, stage: Stage, options: Options) -> tuple[Status,
         argv += [f"--junitxml={junit}", *options.pytest_args]
         ok_codes = (0, NO_TESTS)
     stdout = options.out_dir / step.stdout if step.stdout else None
-    env = {"RANKGATE_OUT": str(options.out_dir.resolve())}
+    env = {"RANKGATE_OUT": str(options.out_dir.resolve()), **dict(step.env)}
     try:
         code = command.run(argv, ok_codes=ok_codes, stdout_path=stdout, env=env)
     except command.CommandFailed as exc:

@@ -115,6 +115,14 @@ def run(args: argparse.Namespace) -> int:
 def plan(args: argparse.Namespace) -> list[Stage] | None:
     """The stages the options select, in order; None means the whole gate."""
     if "gate" in args.stage:
+        others = [f"--stage {name}" for name in args.stage if name != "gate"]
+        others += [f"--{flag}" for flag in SELECTIONS if getattr(args, flag)]
+        others += ["--markers"] if args.markers else []
+        if others:
+            raise SystemExit(
+                f"rankgate run: --stage gate runs every stage; it does not combine with "
+                f"{', '.join(others)}. Drop --stage gate to run only those, or drop them."
+            )
         return None
     chosen = [stages.get(name) for name in args.stage]
     chosen += [build() for flag, build in SELECTIONS.items() if getattr(args, flag)]
