@@ -290,3 +290,69 @@ def test_fault(rank):
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["FAILED test_inner.py::test_fault - rank 1 failed (world 2, backend gloo)"])
     assert result.stdout.str().count("AssertionError: rank-one-only-message") == 1
+
+
+def test_hang_in_a_collective_outlives_the_rendezvous_timeout(inner):
+    # The process group's operation timeout must not end a hang before the test's
+    # timeout does: the harness's timeout is the one that reports stacks and respawns.
+    result, _ = run_fault(
+        inner,
+        """
+@pytest.mark.world(2, timeout=6)
+def test_fault(rank):
+    t = torch.zeros(1)
+    if rank == 0:
+        dist.all_reduce(t)      # rank 1 never joins
+    else:
+        time.sleep(1000)
+""",
+        ini="rankgate_rendezvous_timeout = 2",
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "ranks 0, 1 hung (world 2, backend gloo)",
+            "*rank 0: hung*",
+            "did not finish within the test's timeout of 6 s",
+            "*in all_reduce",
+            "*rank 1: hung*",
+            '*File "*test_inner.py", line * in test_fault',
+        ]
+    )
+    assert result.stdout.str().count("Python stacks of every thread (faulthandler):") == 2
+
+
+def test_process_group_error_gets_the_next_test_a_fresh_pool(inner):
+    # A backend error (here a gloo timeout the test provoked by shortening the group's
+    # timeout) leaves the group unusable: the next test must not inherit it.
+    result, _ = run_fault(
+        inner,
+        """
+from datetime import timedelta
+
+def record(dist_tmp_path, name):
+    (dist_tmp_path.parent / name).write_text(str(os.getpid()))
+
+@pytest.mark.world(2)
+def test_fault(rank, dist_tmp_path):
+    record(dist_tmp_path, f"fault{rank}")
+    dist.distributed_c10d._set_pg_timeout(timedelta(seconds=1))
+    if rank == 0:
+        dist.all_reduce(torch.zeros(1))  # times out: rank 1 never joins
+    else:
+        time.sleep(2)
+
+@pytest.mark.world(2)
+def test_after(rank, dist_tmp_path):
+    record(dist_tmp_path, f"after{rank}")
+""",
+        "--basetemp=bt",
+    )
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(
+        ["rank 0 failed (world 2, backend gloo)", "RuntimeError: *gloo*Timed out waiting 1000ms*"]
+    )
+    base = inner.pytester.path / "bt"
+    fault = {(base / f"fault{r}").read_text() for r in (0, 1)}
+    after = {(base / f"after{r}").read_text() for r in (0, 1)}
+    assert fault.isdisjoint(after), "the test after a process-group error ran on the broken pool"

@@ -152,6 +152,39 @@ def test_torchrun_hang_dumps_stacks_and_ends_at_the_timeout(tmp_path):
     assert time.monotonic() - start < 60
 
 
+def test_torchrun_hang_in_a_collective_outlives_the_rendezvous_timeout(tmp_path):
+    # The group's operation timeout must not end the hang first (as a gloo error, with
+    # no stacks and a broken outcome exchange): the hang watch ends it.
+    _write(
+        tmp_path,
+        """
+        import time
+        import pytest
+        import torch
+        import torch.distributed as dist
+
+        @pytest.mark.world(2, timeout=6)
+        def test_hangs(rank):
+            if rank == 0:
+                dist.all_reduce(torch.zeros(1))  # rank 1 never joins
+            else:
+                time.sleep(1000)
+        """,
+    )
+    (tmp_path / "pytest.ini").write_text("[pytest]\nrankgate_rendezvous_timeout = 2\n")
+    proc = _torchrun(tmp_path, "test_suite.py", "--junitxml=out/junit.xml")
+    assert proc.returncode != 0
+    assert "Timed out waiting" not in proc.stdout + proc.stderr
+    written = sorted((tmp_path / "out").glob("junit.rank*.xml"))
+    assert written, proc.stderr
+    for path in written:
+        rank = path.name.split(".")[1].removeprefix("rank")
+        (case,) = ET.parse(path).getroot().iter("testcase")
+        assert case.find("failure").get("message") == (
+            f"hung on rank {rank}: did not finish within the test's timeout of 6 s; the rank exited"
+        )
+
+
 @pytest.mark.mpi_dist
 @pytest.mark.skipif(
     shutil.which("mpirun") is None, reason="mpirun is not installed (apt-get install openmpi-bin)"

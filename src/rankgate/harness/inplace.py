@@ -22,6 +22,7 @@ import pytest
 
 from rankgate.harness import options
 from rankgate.harness.hangwatch import HangWatch
+from rankgate.harness.pool import collective_timeout
 from rankgate.harness.spec import WorldSpec
 from rankgate.launch.env import LaunchEnv
 
@@ -68,6 +69,7 @@ class InPlaceSession:
         use_nccl = gpus >= launch.local_world_size
         self.backend = "nccl" if use_nccl else "gloo"
         self.device = torch.device("cuda", launch.local_rank) if use_nccl else torch.device("cpu")
+        # Bounds the rendezvous only: each test sets its collectives' timeout.
         timeout = timedelta(seconds=options.rendezvous_timeout(self.config))
         kwargs = {"rank": launch.rank, "world_size": launch.world_size, "timeout": timeout}
         if use_nccl:
@@ -134,12 +136,15 @@ class InPlaceSession:
             skip_at_test(f"backend 'nccl' requested; this run's process group is {self.backend}")
         seed_everything(seed_for_test(self.base_seed, item.nodeid))
 
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_call(self, item: pytest.Item):
+    def _timeout(self, item: pytest.Item) -> float:
         from rankgate.harness.plugin import SPEC_KEY
 
         spec = item.stash.get(SPEC_KEY, None)
-        timeout = (spec.timeout if spec else None) or self.default_timeout
+        return (spec.timeout if spec else None) or self.default_timeout
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item):
+        timeout = self._timeout(item)
         # A hang here would block every rank: dump all stacks and exit so the launcher
         # tears the job down instead of waiting for the CI's global timeout.
         self._hang_watch.arm(
@@ -192,6 +197,14 @@ class InPlaceSession:
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem):
         import torch.distributed as dist
 
+        from rankgate.harness.worker import set_collective_timeout
+
+        # Longer than the hang watch's timeout, which ends a hang with stacks; this
+        # also bounds the outcome exchange below while a peer is still in its test.
+        seconds = collective_timeout(self._timeout(item))
+        set_collective_timeout(seconds)
+        if self.control is not dist.group.WORLD:
+            set_collective_timeout(seconds, self.control)
         result = yield
         mine = self._outcome.pop(item.nodeid, ("passed", ""))
         everyone: list[tuple[str, str] | None] = [None] * self.launch.world_size

@@ -56,7 +56,9 @@ def add_options(parser: pytest.Parser) -> None:
     )
     parser.addini(
         "rankgate_rendezvous_timeout",
-        f"process-group timeout given to init_process_group ({DEFAULT_RENDEZVOUS_TIMEOUT_S:g})",
+        "seconds ranks wait for each other while joining the process group "
+        f"({DEFAULT_RENDEZVOUS_TIMEOUT_S:g}); collectives in a test get the test's timeout "
+        "plus a margin instead",
     )
     parser.addini(
         "rankgate_worker_setup",
