@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from rankgate.harness.plugin import seed_for_test
 from rankgate.report.junit import merge_junit
 
 pytestmark = [pytest.mark.dist, pytest.mark.torch_dist]
@@ -41,6 +42,10 @@ def test_needs_four():
 
 def test_plain(rank, world_size):
     assert world_size == 2
+
+@pytest.mark.world(2)
+def test_fails_on_every_rank(rank):
+    assert rank < 0, f"rank {rank} fails"
 """
 
 
@@ -68,7 +73,17 @@ def test_torchrun_runs_tests_on_every_rank_and_rank_0_reports_all(tmp_path):
     assert out.count("short test summary info") == 1
     assert "FAILED test_suite.py::test_fails_on_rank_1 - failed on rank(s) [1]" in out
     assert "rank 1 disagrees" in out
-    assert "1 failed, 2 passed, 1 skipped" in out
+    # A test that failed on every rank is one failure, reported with rank 0's own traceback.
+    assert out.count("FAILED test_suite.py::test_fails_on_every_rank - ") == 1
+    assert "FAILED test_suite.py::test_fails_on_every_rank: failed on rank(s) [1]" in out
+    assert "2 failed, 2 passed, 1 skipped" in out
+    # Every failure names the command that reproduces it, launcher included.
+    for name in ("test_fails_on_rank_1", "test_fails_on_every_rank"):
+        nodeid = f"test_suite.py::{name}"
+        assert (
+            f"reproduce: torchrun --standalone --nproc-per-node=2 -m pytest '{nodeid}' "
+            f"--rankgate-seed=0  # world=2 backend=gloo seed={seed_for_test(0, nodeid)}"
+        ) in out
     assert (
         "test_suite.py:20: world(4) needs 4 ranks; this run has 2 rank(s) launched by torchrun"
         in out
@@ -76,13 +91,14 @@ def test_torchrun_runs_tests_on_every_rank_and_rank_0_reports_all(tmp_path):
     # Each rank wrote its own JUnit file; rank 1's terminal went to its log.
     files = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert {"junit.rank0.xml", "junit.rank1.xml", "pytest.rank1.log"} <= set(files)
-    assert "1 failed, 2 passed, 1 skipped" in (tmp_path / "out" / "pytest.rank1.log").read_text()
+    assert "2 failed, 2 passed, 1 skipped" in (tmp_path / "out" / "pytest.rank1.log").read_text()
     merged = merge_junit(
         [tmp_path / "out" / "junit.rank0.xml", tmp_path / "out" / "junit.rank1.xml"]
     )
     verdicts = {t.name: t for t in merged.tests}
     assert verdicts["test_fails_on_rank_1"].verdict == "failed"
     assert verdicts["test_fails_on_rank_1"].failing_ranks == (1,)
+    assert verdicts["test_fails_on_every_rank"].failing_ranks == (0, 1)
     assert verdicts["test_allreduce"].verdict == "passed"
     assert verdicts["test_needs_four"].verdict == "skipped"
 
@@ -199,10 +215,15 @@ def test_mpirun_runs_the_same_file(tmp_path):
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     assert "FAILED test_suite.py::test_fails_on_rank_1 - failed on rank(s) [1]" in proc.stdout
-    assert "1 failed, 2 passed, 1 skipped" in proc.stdout
+    assert "2 failed, 2 passed, 1 skipped" in proc.stdout
+    assert (
+        "reproduce: mpirun -np 2 python -m pytest 'test_suite.py::test_fails_on_every_rank' "
+        "--rankgate-seed=0  # world=2 backend=gloo seed="
+    ) in proc.stdout
     merged = merge_junit(sorted((tmp_path / "out").glob("junit.rank*.xml")))
     assert {t.name: t.verdict for t in merged.tests} == {
         "test_allreduce": "passed",
+        "test_fails_on_every_rank": "failed",
         "test_fails_on_rank_1": "failed",
         "test_needs_four": "skipped",
         "test_plain": "passed",

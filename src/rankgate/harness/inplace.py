@@ -17,6 +17,7 @@ import sys
 import tempfile
 from datetime import timedelta
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -24,9 +25,41 @@ from rankgate.harness import options
 from rankgate.harness.hangwatch import HangWatch
 from rankgate.harness.pool import collective_timeout
 from rankgate.harness.spec import WorldSpec
+from rankgate.harness.verdict import reproduction_line
 from rankgate.launch.env import LaunchEnv
 
 WORST_FIRST = ("error", "failed", "skipped", "passed")
+
+
+class Problem(NamedTuple):
+    """A test that failed (or whose ranks disagreed) on ranks other than rank 0."""
+
+    nodeid: str
+    text: str
+    counted: bool
+    """Rank 0 failed it too, so its own report already counts it."""
+
+
+def launcher_command(launch: LaunchEnv) -> str:
+    """How to start this job's launcher again, for the reproduction line."""
+    n, local = launch.world_size, launch.local_world_size
+    if launch.launcher == "torchrun":
+        if n == local:
+            return f"torchrun --standalone --nproc-per-node={local}"
+        return f"torchrun --nnodes={n // max(local, 1)} --nproc-per-node={local}"
+    if launch.launcher == "slurm":
+        return f"srun -n {n} python"
+    if launch.launcher == "mpi":
+        return f"mpirun -np {n} python"
+    return f"mpiexec -n {n} python"
+
+
+def add_section(report: pytest.TestReport, title: str, text: str) -> None:
+    """Append a titled section to a failure report, whatever shape its longrepr has."""
+    if hasattr(report.longrepr, "addsection"):
+        report.longrepr.addsection(title, text)
+    elif isinstance(report.longrepr, str):
+        report.longrepr += f"\n{text}"
 
 
 class InPlaceSession:
@@ -36,7 +69,7 @@ class InPlaceSession:
         self.default_timeout = options.default_timeout(config)
         self.base_seed = config.getoption("rankgate_seed")
         self._outcome: dict[str, tuple[str, str]] = {}
-        self.problems: list[tuple[str, str]] = []  # (nodeid, text), on rank 0
+        self.problems: list[Problem] = []  # on rank 0
         # The real stderr, before pytest's capture swaps fd 2 during tests: hang stacks
         # written to the capture file would vanish with the process.
         self._hang_watch = HangWatch(launch.rank, os.fdopen(os.dup(2), "w"))
@@ -95,6 +128,19 @@ class InPlaceSession:
         path = self._shared_root / "rankgate-dist-tmp" / name
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+    def reproduction_line(self, item: pytest.Item) -> str:
+        from rankgate.harness.plugin import SPEC_KEY, seed_for_test
+
+        seeded = item.stash.get(SPEC_KEY, None) is not None  # plain tests are not seeded
+        return reproduction_line(
+            item.nodeid,
+            self.launch.world_size,
+            self.backend,
+            seed_for_test(self.base_seed, item.nodeid) if seeded else None,
+            self.base_seed,
+            command=f"{launcher_command(self.launch)} -m pytest",
+        )
 
     # -- collection -------------------------------------------------------------------
 
@@ -173,7 +219,8 @@ class InPlaceSession:
             longrepr=failure_repr(
                 item,
                 f"hung on rank {self.launch.rank}: did not finish within the test's timeout "
-                f"of {timeout:g} s; the rank exited\nPython stacks of every thread:\n{stacks}",
+                f"of {timeout:g} s; the rank exited\nPython stacks of every thread:\n{stacks}\n"
+                f"{self.reproduction_line(item)}",
             ),
             when="call",
             user_properties=[("rankgate.verdict", "hung")],
@@ -182,6 +229,13 @@ class InPlaceSession:
         xml = self.config.stash.get(xml_key, None)
         if xml is not None:
             xml.pytest_sessionfinish()
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call):
+        report = yield
+        if report.failed:
+            add_section(report, "rankgate reproduce", self.reproduction_line(item))
+        return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.failed:
@@ -215,15 +269,15 @@ class InPlaceSession:
 
     def _judge(self, nodeid: str, everyone: list) -> None:
         outcomes = {r: o for r, (o, _) in enumerate(everyone)}
+        # A failure of rank 0's own is in its report and counted already.
+        counted = outcomes[0] in ("failed", "error")
         bad = [r for r, o in outcomes.items() if o in ("failed", "error") and r != 0]
         if bad:
             text = "".join(f"\n--- rank {r}: {everyone[r][0]} ---\n{everyone[r][1]}" for r in bad)
-            self.problems.append((nodeid, f"failed on rank(s) {bad}{text}"))
-        elif len(set(outcomes.values())) > 1 and not any(
-            o in ("failed", "error") for o in outcomes.values()
-        ):
+            self.problems.append(Problem(nodeid, f"failed on rank(s) {bad}{text}", counted))
+        elif len(set(outcomes.values())) > 1 and not counted:
             detail = ", ".join(f"rank {r} {o}" for r, o in outcomes.items())
-            self.problems.append((nodeid, f"ranks disagree: {detail}"))
+            self.problems.append(Problem(nodeid, f"ranks disagree: {detail}", counted=False))
 
     # -- reporting --------------------------------------------------------------------
 
@@ -232,8 +286,10 @@ class InPlaceSession:
             return
         tr = terminalreporter
         tr.section("rankgate: failures on other ranks", sep="=", red=True, bold=True)
-        for nodeid, text in self.problems:
+        for nodeid, text, counted in self.problems:
             tr.write_line(f"FAILED {nodeid}: {text}")
+            if counted:
+                continue
             # Counted in the final line and the short summary, never in rank 0's JUnit file.
             report = pytest.TestReport(
                 nodeid=nodeid,
