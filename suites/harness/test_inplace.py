@@ -103,6 +103,29 @@ def test_torchrun_runs_tests_on_every_rank_and_rank_0_reports_all(tmp_path):
     assert verdicts["test_needs_four"].verdict == "skipped"
 
 
+def test_torchrun_dist_tmp_path_is_empty_in_every_run(tmp_path):
+    # Two runs of the same test: what the first left behind must not be seen by the second.
+    _write(
+        tmp_path,
+        """
+        import torch.distributed as dist
+
+        def test_fresh(rank, dist_tmp_path):
+            assert list(dist_tmp_path.iterdir()) == []
+            dist.barrier()
+            (dist_tmp_path / f"left-by-rank{rank}").write_text("stale")
+        """,
+    )
+    for run in (1, 2):
+        proc = _torchrun(tmp_path, "test_suite.py", "--junitxml=out/junit.xml")
+        assert proc.returncode == 0, f"run {run}:\n{proc.stdout}\n{proc.stderr}"
+        assert "1 passed" in proc.stdout
+    # Each run's directory is removed at its end, not left in the JUnit directory.
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "junit.rank0.xml", "junit.rank1.xml", "pytest.rank1.log",
+    ]  # fmt: skip
+
+
 def test_torchrun_mismatched_collection_fails_loudly(tmp_path):
     _write(
         tmp_path,

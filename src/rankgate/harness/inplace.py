@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import sys
 import tempfile
 from datetime import timedelta
@@ -75,6 +76,7 @@ class InPlaceSession:
         self._hang_watch = HangWatch(launch.rank, os.fdopen(os.dup(2), "w"))
         out_dir = self._per_rank_files()
         self._shared_root = Path(os.environ.get("RANKGATE_SHARED_TMP", out_dir))
+        self._run_dir: Path | None = None  # made when a test first asks for dist_tmp_path
         self._init_process_group()
 
     # -- set-up ---------------------------------------------------------------------
@@ -124,10 +126,32 @@ class InPlaceSession:
         return Path(tempfile.gettempdir()) / f"rankgate-{self.launch.launcher}-{safe}.store"
 
     def shared_dir(self, nodeid: str) -> Path:
-        name = hashlib.sha1(nodeid.encode()).hexdigest()[:16]
-        path = self._shared_root / "rankgate-dist-tmp" / name
-        path.mkdir(parents=True, exist_ok=True)
+        """An empty directory for this test, the same on every rank (a collective)."""
+        import torch.distributed as dist
+
+        if self._run_dir is None:
+            self._run_dir = self._make_run_dir()
+        path = self._run_dir / hashlib.sha1(nodeid.encode()).hexdigest()[:16]
+        if self.launch.rank == 0:
+            shutil.rmtree(path, ignore_errors=True)  # a rerun of the same test
+            path.mkdir()
+        dist.barrier(group=self.control)  # nobody looks before rank 0 made it
         return path
+
+    def _make_run_dir(self) -> Path:
+        """Rank 0 makes a new directory for this run and tells the others its name.
+
+        Unique per run, so files an earlier run (or job) left in the shared root
+        never show up in a test's ``dist_tmp_path``.
+        """
+        import torch.distributed as dist
+
+        name = [None]
+        if self.launch.rank == 0:
+            self._shared_root.mkdir(parents=True, exist_ok=True)
+            name = [tempfile.mkdtemp(prefix="rankgate-dist-tmp-", dir=self._shared_root)]
+        dist.broadcast_object_list(name, src=0, group=self.control)
+        return Path(name[0])
 
     def reproduction_line(self, item: pytest.Item) -> str:
         from rankgate.harness.plugin import SPEC_KEY, seed_for_test
@@ -318,3 +342,5 @@ class InPlaceSession:
             # here until rank 0 has written its summary.
             dist.barrier(group=self.control)
             dist.destroy_process_group()
+        if self._run_dir is not None and self.launch.rank == 0:
+            shutil.rmtree(self._run_dir, ignore_errors=True)
