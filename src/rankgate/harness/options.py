@@ -79,7 +79,7 @@ def _positive_float(config: pytest.Config, ini_name: str, default: float) -> flo
         value = float(raw)
     except ValueError:
         raise pytest.UsageError(f"ini option {ini_name} = {raw!r} is not a number") from None
-    if value <= 0:
+    if not value > 0:  # NaN too
         raise pytest.UsageError(f"ini option {ini_name} must be > 0, got {value:g}")
     return value
 
@@ -87,7 +87,7 @@ def _positive_float(config: pytest.Config, ini_name: str, default: float) -> flo
 def default_timeout(config: pytest.Config) -> float:
     cli = config.getoption("rankgate_timeout")
     if cli is not None:
-        if cli <= 0:
+        if not cli > 0:  # NaN too
             raise pytest.UsageError(f"--rankgate-timeout must be > 0, got {cli:g}")
         return cli
     return _positive_float(config, "rankgate_timeout", DEFAULT_TIMEOUT_S)
