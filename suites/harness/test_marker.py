@@ -121,14 +121,17 @@ def test_unpicklable_fixture_is_a_setup_error_naming_it(inner):
     )
 
 
-def test_rank_used_inside_a_fixture_explains_the_rule(inner):
+@pytest.mark.parametrize(
+    "use", ["[10, 20][rank]", 'f"shard-{rank}.bin"'], ids=["index", "f_string"]
+)
+def test_rank_used_inside_a_fixture_explains_the_rule(inner, use):
     result = inner(
-        """
+        f"""
         import pytest
 
         @pytest.fixture
         def shard(rank):
-            return [10, 20][rank]
+            return {use}
 
         @pytest.mark.world(2)
         def test_shard(shard):
