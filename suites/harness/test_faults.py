@@ -119,19 +119,35 @@ def test_fault(rank):
     ids=["segfault", "os_exit", "sigkill"],
 )
 def test_crash_fails_within_seconds_naming_the_signal(inner, action, expected):
-    result, seconds = run_fault(
-        inner,
-        f"""
+    result, cases = inner.junit(
+        source=HEADER
+        + f"""
 @pytest.mark.world(2, timeout=120)
 def test_fault(rank):
+    print(f"before the crash on rank {{rank}}", flush=True)
     if rank == 1:
         {action}
     dist.barrier()
-""",
+"""
+        + NEXT,
     )
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines([expected, "*rank 1: crashed*"])
-    assert seconds < 60, f"the crash took {seconds:.0f} s to report: it waited for the timeout"
+    result.stdout.fnmatch_lines(
+        [
+            expected,
+            "*rank 1: crashed*",
+            "*Captured stdout call (rank 0)*",
+            "before the crash on rank 0",
+            "*Captured stdout call (rank 1)*",
+            "before the crash on rank 1",
+        ]
+    )
+    # This test's own time (pool start included), not the session's: far below the timeout.
+    seconds = float(cases["test_fault"].get("time"))
+    assert seconds < 15, f"the crash took {seconds:.0f} s to report: it waited for the timeout"
+    props = inner.properties(cases["test_fault"])
+    assert props["rankgate.rank1.outcome"] == "crashed"
+    assert props["rankgate.rank1.stdout"] == "before the crash on rank 1\n"
 
 
 def test_segfault_report_carries_the_rank_fatal_error_stack(inner):
@@ -196,10 +212,17 @@ def test_fault(rank):
     result.stdout.fnmatch_lines(
         [
             "ranks 0, 1 hung (world 2, backend gloo)",
+            "*rank 0: hung*",
+            "did not finish within the test's timeout of 3 s",
+            '*File "*test_inner.py", line * in test_fault',
+            "  (rankgate worker frames omitted)",
+            "*rank 1: hung*",
+            "did not finish within the test's timeout of 3 s",
             '*File "*test_inner.py", line * in test_fault',
             "  (rankgate worker frames omitted)",
         ]
     )
+    assert result.stdout.str().count("Python stacks of every thread (faulthandler):") == 2
 
 
 def test_timeout_from_command_line_and_ini(inner):
@@ -212,6 +235,49 @@ def test_fault(rank):
     result.stdout.fnmatch_lines(["did not finish within the test's timeout of 2 s"])
     result, _ = run_fault(inner, body, ini="rankgate_timeout = 3")
     result.stdout.fnmatch_lines(["did not finish within the test's timeout of 3 s"])
+
+
+def test_timeout_precedence_marker_over_command_line_over_ini(inner):
+    result, _ = run_fault(
+        inner,
+        """
+@pytest.mark.world(2, timeout=2)
+def test_marker(rank):
+    time.sleep(1000)
+
+@pytest.mark.world(2)
+def test_command_line(rank):
+    time.sleep(1000)
+""",
+        "--rankgate-timeout=3",
+        ini="rankgate_timeout = 100",
+    )
+    result.assert_outcomes(passed=1, failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*_ test_marker _*",
+            "did not finish within the test's timeout of 2 s",
+            "*_ test_command_line _*",
+            "did not finish within the test's timeout of 3 s",
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "ini", "message"),
+    [
+        (("--rankgate-timeout=0",), "", "--rankgate-timeout must be > 0, got 0"),
+        (("--rankgate-timeout=-1",), "", "--rankgate-timeout must be > 0, got -1"),
+        (("--rankgate-timeout=nan",), "", "--rankgate-timeout must be > 0, got nan"),
+        ((), "rankgate_timeout = 0", "ini option rankgate_timeout must be > 0, got 0"),
+        ((), "rankgate_timeout = soon", "ini option rankgate_timeout = 'soon' is not a number"),
+    ],
+    ids=["cli_zero", "cli_negative", "cli_nan", "ini_zero", "ini_not_a_number"],
+)
+def test_bad_default_timeout_is_a_usage_error(inner, args, ini, message):
+    result = inner(HEADER + NEXT, *args, ini=ini)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: {message}"])
 
 
 def test_skip_disagreement_is_an_error(inner):
@@ -290,3 +356,69 @@ def test_fault(rank):
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["FAILED test_inner.py::test_fault - rank 1 failed (world 2, backend gloo)"])
     assert result.stdout.str().count("AssertionError: rank-one-only-message") == 1
+
+
+def test_hang_in_a_collective_outlives_the_rendezvous_timeout(inner):
+    # The process group's operation timeout must not end a hang before the test's
+    # timeout does: the harness's timeout is the one that reports stacks and respawns.
+    result, _ = run_fault(
+        inner,
+        """
+@pytest.mark.world(2, timeout=6)
+def test_fault(rank):
+    t = torch.zeros(1)
+    if rank == 0:
+        dist.all_reduce(t)      # rank 1 never joins
+    else:
+        time.sleep(1000)
+""",
+        ini="rankgate_rendezvous_timeout = 2",
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "ranks 0, 1 hung (world 2, backend gloo)",
+            "*rank 0: hung*",
+            "did not finish within the test's timeout of 6 s",
+            "*in all_reduce",
+            "*rank 1: hung*",
+            '*File "*test_inner.py", line * in test_fault',
+        ]
+    )
+    assert result.stdout.str().count("Python stacks of every thread (faulthandler):") == 2
+
+
+def test_process_group_error_gets_the_next_test_a_fresh_pool(inner):
+    # A backend error (here a gloo timeout the test provoked by shortening the group's
+    # timeout) leaves the group unusable: the next test must not inherit it.
+    result, _ = run_fault(
+        inner,
+        """
+from datetime import timedelta
+
+def record(dist_tmp_path, name):
+    (dist_tmp_path.parent / name).write_text(str(os.getpid()))
+
+@pytest.mark.world(2)
+def test_fault(rank, dist_tmp_path):
+    record(dist_tmp_path, f"fault{rank}")
+    dist.distributed_c10d._set_pg_timeout(timedelta(seconds=1))
+    if rank == 0:
+        dist.all_reduce(torch.zeros(1))  # times out: rank 1 never joins
+    else:
+        time.sleep(2)
+
+@pytest.mark.world(2)
+def test_after(rank, dist_tmp_path):
+    record(dist_tmp_path, f"after{rank}")
+""",
+        "--basetemp=bt",
+    )
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(
+        ["rank 0 failed (world 2, backend gloo)", "RuntimeError: *gloo*Timed out waiting 1000ms*"]
+    )
+    base = inner.pytester.path / "bt"
+    fault = {(base / f"fault{r}").read_text() for r in (0, 1)}
+    after = {(base / f"after{r}").read_text() for r in (0, 1)}
+    assert fault.isdisjoint(after), "the test after a process-group error ran on the broken pool"

@@ -13,6 +13,8 @@ HELPERS = """
 import os, time
 
 def fail_on_rank_1(rank):
+    with open(f"start-attempt-{os.getpid()}", "w"):
+        pass
     if rank == 1:
         raise OSError("no such interconnect on rank 1")
 
@@ -44,6 +46,40 @@ def test_pool_that_cannot_start_is_an_error_with_the_cause(inner):
             "*OSError: no such interconnect on rank 1",
         ]
     )
+
+
+def test_pool_that_cannot_start_is_not_retried_for_later_tests(inner):
+    inner.pytester.makepyfile(rg_helpers=HELPERS)
+    result = inner(
+        """
+        import pytest
+
+        @pytest.mark.world(2)
+        @pytest.mark.parametrize("i", range(3))
+        def test_needs_pool(i):
+            pass
+
+        def test_plain():
+            pass
+        """,
+        ini="rankgate_worker_setup = rg_helpers:fail_on_rank_1",
+    )
+    result.assert_outcomes(passed=1, errors=3)
+    cause = (
+        "rankgate: infrastructure error: could not start a pool of world 2 with backend gloo: "
+        "rank 1 failed to start:"
+    )
+    for i in (1, 2):
+        result.stdout.fnmatch_lines(
+            [
+                f"*ERROR at setup of test_needs_pool[[]{i}]*",
+                cause,
+                "*OSError: no such interconnect on rank 1",
+                "(not retried: this pool already failed to start earlier in this session)",
+            ]
+        )
+    # One attempt to start the pool (one process per rank), not one per test.
+    assert len(list(inner.pytester.path.glob("start-attempt-*"))) == 2
 
 
 def test_rendezvous_that_times_out_is_an_error_naming_the_ranks(inner):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from rankgate.harness.plugin import seed_for_test
 from rankgate.report.junit import merge_junit
 
 pytestmark = [pytest.mark.dist, pytest.mark.torch_dist]
@@ -41,6 +42,10 @@ def test_needs_four():
 
 def test_plain(rank, world_size):
     assert world_size == 2
+
+@pytest.mark.world(2)
+def test_fails_on_every_rank(rank):
+    assert rank < 0, f"rank {rank} fails"
 """
 
 
@@ -68,7 +73,17 @@ def test_torchrun_runs_tests_on_every_rank_and_rank_0_reports_all(tmp_path):
     assert out.count("short test summary info") == 1
     assert "FAILED test_suite.py::test_fails_on_rank_1 - failed on rank(s) [1]" in out
     assert "rank 1 disagrees" in out
-    assert "1 failed, 2 passed, 1 skipped" in out
+    # A test that failed on every rank is one failure, reported with rank 0's own traceback.
+    assert out.count("FAILED test_suite.py::test_fails_on_every_rank - ") == 1
+    assert "FAILED test_suite.py::test_fails_on_every_rank: failed on rank(s) [1]" in out
+    assert "2 failed, 2 passed, 1 skipped" in out
+    # Every failure names the command that reproduces it, launcher included.
+    for name in ("test_fails_on_rank_1", "test_fails_on_every_rank"):
+        nodeid = f"test_suite.py::{name}"
+        assert (
+            f"reproduce: torchrun --standalone --nproc-per-node=2 -m pytest '{nodeid}' "
+            f"--rankgate-seed=0  # world=2 backend=gloo seed={seed_for_test(0, nodeid)}"
+        ) in out
     assert (
         "test_suite.py:20: world(4) needs 4 ranks; this run has 2 rank(s) launched by torchrun"
         in out
@@ -76,15 +91,39 @@ def test_torchrun_runs_tests_on_every_rank_and_rank_0_reports_all(tmp_path):
     # Each rank wrote its own JUnit file; rank 1's terminal went to its log.
     files = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert {"junit.rank0.xml", "junit.rank1.xml", "pytest.rank1.log"} <= set(files)
-    assert "1 failed, 2 passed, 1 skipped" in (tmp_path / "out" / "pytest.rank1.log").read_text()
+    assert "2 failed, 2 passed, 1 skipped" in (tmp_path / "out" / "pytest.rank1.log").read_text()
     merged = merge_junit(
         [tmp_path / "out" / "junit.rank0.xml", tmp_path / "out" / "junit.rank1.xml"]
     )
     verdicts = {t.name: t for t in merged.tests}
     assert verdicts["test_fails_on_rank_1"].verdict == "failed"
     assert verdicts["test_fails_on_rank_1"].failing_ranks == (1,)
+    assert verdicts["test_fails_on_every_rank"].failing_ranks == (0, 1)
     assert verdicts["test_allreduce"].verdict == "passed"
     assert verdicts["test_needs_four"].verdict == "skipped"
+
+
+def test_torchrun_dist_tmp_path_is_empty_in_every_run(tmp_path):
+    # Two runs of the same test: what the first left behind must not be seen by the second.
+    _write(
+        tmp_path,
+        """
+        import torch.distributed as dist
+
+        def test_fresh(rank, dist_tmp_path):
+            assert list(dist_tmp_path.iterdir()) == []
+            dist.barrier()
+            (dist_tmp_path / f"left-by-rank{rank}").write_text("stale")
+        """,
+    )
+    for run in (1, 2):
+        proc = _torchrun(tmp_path, "test_suite.py", "--junitxml=out/junit.xml")
+        assert proc.returncode == 0, f"run {run}:\n{proc.stdout}\n{proc.stderr}"
+        assert "1 passed" in proc.stdout
+    # Each run's directory is removed at its end, not left in the JUnit directory.
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "junit.rank0.xml", "junit.rank1.xml", "pytest.rank1.log",
+    ]  # fmt: skip
 
 
 def test_torchrun_mismatched_collection_fails_loudly(tmp_path):
@@ -152,6 +191,39 @@ def test_torchrun_hang_dumps_stacks_and_ends_at_the_timeout(tmp_path):
     assert time.monotonic() - start < 60
 
 
+def test_torchrun_hang_in_a_collective_outlives_the_rendezvous_timeout(tmp_path):
+    # The group's operation timeout must not end the hang first (as a gloo error, with
+    # no stacks and a broken outcome exchange): the hang watch ends it.
+    _write(
+        tmp_path,
+        """
+        import time
+        import pytest
+        import torch
+        import torch.distributed as dist
+
+        @pytest.mark.world(2, timeout=6)
+        def test_hangs(rank):
+            if rank == 0:
+                dist.all_reduce(torch.zeros(1))  # rank 1 never joins
+            else:
+                time.sleep(1000)
+        """,
+    )
+    (tmp_path / "pytest.ini").write_text("[pytest]\nrankgate_rendezvous_timeout = 2\n")
+    proc = _torchrun(tmp_path, "test_suite.py", "--junitxml=out/junit.xml")
+    assert proc.returncode != 0
+    assert "Timed out waiting" not in proc.stdout + proc.stderr
+    written = sorted((tmp_path / "out").glob("junit.rank*.xml"))
+    assert written, proc.stderr
+    for path in written:
+        rank = path.name.split(".")[1].removeprefix("rank")
+        (case,) = ET.parse(path).getroot().iter("testcase")
+        assert case.find("failure").get("message") == (
+            f"hung on rank {rank}: did not finish within the test's timeout of 6 s; the rank exited"
+        )
+
+
 @pytest.mark.mpi_dist
 @pytest.mark.skipif(
     shutil.which("mpirun") is None, reason="mpirun is not installed (apt-get install openmpi-bin)"
@@ -166,10 +238,15 @@ def test_mpirun_runs_the_same_file(tmp_path):
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     assert "FAILED test_suite.py::test_fails_on_rank_1 - failed on rank(s) [1]" in proc.stdout
-    assert "1 failed, 2 passed, 1 skipped" in proc.stdout
+    assert "2 failed, 2 passed, 1 skipped" in proc.stdout
+    assert (
+        "reproduce: mpirun -np 2 python -m pytest 'test_suite.py::test_fails_on_every_rank' "
+        "--rankgate-seed=0  # world=2 backend=gloo seed="
+    ) in proc.stdout
     merged = merge_junit(sorted((tmp_path / "out").glob("junit.rank*.xml")))
     assert {t.name: t.verdict for t in merged.tests} == {
         "test_allreduce": "passed",
+        "test_fails_on_every_rank": "failed",
         "test_fails_on_rank_1": "failed",
         "test_needs_four": "skipped",
         "test_plain": "passed",

@@ -121,14 +121,17 @@ def test_unpicklable_fixture_is_a_setup_error_naming_it(inner):
     )
 
 
-def test_rank_used_inside_a_fixture_explains_the_rule(inner):
+@pytest.mark.parametrize(
+    "use", ["[10, 20][rank]", 'f"shard-{rank}.bin"'], ids=["index", "f_string"]
+)
+def test_rank_used_inside_a_fixture_explains_the_rule(inner, use):
     result = inner(
-        """
+        f"""
         import pytest
 
         @pytest.fixture
         def shard(rank):
-            return [10, 20][rank]
+            return {use}
 
         @pytest.mark.world(2)
         def test_shard(shard):
@@ -228,3 +231,21 @@ def test_crash_respawns_the_pool_for_the_next_test(inner):
     before = {(base / f"a{r}").read_text() for r in (0, 1)}
     after = {(base / f"b{r}").read_text() for r in (0, 1)}
     assert before.isdisjoint(after), "the crashed pool was reused"
+
+
+def test_inconsistent_launcher_variables_are_a_usage_error(inner, monkeypatch):
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    result = inner(
+        """
+        def test_plain():
+            pass
+        """
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "ERROR: rankgate: the launcher's variables are inconsistent: torchrun: rank 2 is "
+            "outside 0..1 (RANK='2', WORLD_SIZE='2'). Fix them, or pass --rankgate-mode=pool *"
+        ]
+    )

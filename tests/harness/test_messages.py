@@ -24,6 +24,9 @@ def test_unknown_message_is_an_error():
 def test_rank_value_pickles_and_refuses_use():
     value = pickle.loads(pickle.dumps(messages.RankValue("rank")))
     assert value.name == "rank"
-    for use in (lambda v: v + 1, lambda v: v == 0, lambda v: [1, 2][v], int, bool):
+    uses = (lambda v: v + 1, lambda v: v == 0, lambda v: [1, 2][v], int, bool, str)
+    uses += (lambda v: f"shard-{v}", lambda v: f"{v:>3}", lambda v: format(v, ""))
+    for use in uses:
         with pytest.raises(RuntimeError, match="the 'rank' fixture has no value outside a rank"):
             use(value)
+    assert repr(value) == "<rank: known only inside a rank>"

@@ -59,3 +59,9 @@ def test_reproduction_line():
     assert reproduction_line("a.py::t[x]", 2, "gloo", 7, 0) == (
         "reproduce: pytest 'a.py::t[x]' --rankgate-seed=0  # world=2 backend=gloo seed=7"
     )
+
+
+def test_reproduction_line_with_a_launcher_and_no_seed():
+    assert reproduction_line("a.py::t", 2, "gloo", None, 3, command="mpirun -np 2 python -m pytest") == (
+        "reproduce: mpirun -np 2 python -m pytest 'a.py::t' --rankgate-seed=3  # world=2 backend=gloo"
+    )

@@ -67,8 +67,18 @@ def test_torchrun_inside_srun_uses_torchrun_numbering():
     ("env", "message"),
     [
         ({"RANK": "x", "WORLD_SIZE": "2"}, "torchrun: RANK='x' is not an integer"),
-        ({"RANK": "2", "WORLD_SIZE": "2"}, "torchrun: rank 2 is outside 0..1"),
-        ({"SLURM_PROCID": "0", "SLURM_NTASKS": "0"}, "slurm: world size must be >= 1, got 0"),
+        (
+            {"RANK": "2", "WORLD_SIZE": "2"},
+            "torchrun: rank 2 is outside 0..1 (RANK='2', WORLD_SIZE='2')",
+        ),
+        (
+            {"SLURM_PROCID": "0", "SLURM_NTASKS": "0"},
+            "slurm: world size must be >= 1, got 0 (SLURM_PROCID='0', SLURM_NTASKS='0')",
+        ),
+        (
+            {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "two"},
+            "slurm: SLURM_NTASKS_PER_NODE='two' is not an integer",
+        ),
     ],
 )
 def test_inconsistent_variables_are_errors(env, message):

@@ -13,19 +13,54 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import sys
 import tempfile
 from datetime import timedelta
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
 from rankgate.harness import options
 from rankgate.harness.hangwatch import HangWatch
+from rankgate.harness.pool import collective_timeout
 from rankgate.harness.spec import WorldSpec
+from rankgate.harness.verdict import reproduction_line
 from rankgate.launch.env import LaunchEnv
 
 WORST_FIRST = ("error", "failed", "skipped", "passed")
+
+
+class Problem(NamedTuple):
+    """A test that failed (or whose ranks disagreed) on ranks other than rank 0."""
+
+    nodeid: str
+    text: str
+    counted: bool
+    """Rank 0 failed it too, so its own report already counts it."""
+
+
+def launcher_command(launch: LaunchEnv) -> str:
+    """How to start this job's launcher again, for the reproduction line."""
+    n, local = launch.world_size, launch.local_world_size
+    if launch.launcher == "torchrun":
+        if n == local:
+            return f"torchrun --standalone --nproc-per-node={local}"
+        return f"torchrun --nnodes={n // max(local, 1)} --nproc-per-node={local}"
+    if launch.launcher == "slurm":
+        return f"srun -n {n} python"
+    if launch.launcher == "mpi":
+        return f"mpirun -np {n} python"
+    return f"mpiexec -n {n} python"
+
+
+def add_section(report: pytest.TestReport, title: str, text: str) -> None:
+    """Append a titled section to a failure report, whatever shape its longrepr has."""
+    if hasattr(report.longrepr, "addsection"):
+        report.longrepr.addsection(title, text)
+    elif isinstance(report.longrepr, str):
+        report.longrepr += f"\n{text}"
 
 
 class InPlaceSession:
@@ -35,12 +70,13 @@ class InPlaceSession:
         self.default_timeout = options.default_timeout(config)
         self.base_seed = config.getoption("rankgate_seed")
         self._outcome: dict[str, tuple[str, str]] = {}
-        self.problems: list[tuple[str, str]] = []  # (nodeid, text), on rank 0
+        self.problems: list[Problem] = []  # on rank 0
         # The real stderr, before pytest's capture swaps fd 2 during tests: hang stacks
         # written to the capture file would vanish with the process.
         self._hang_watch = HangWatch(launch.rank, os.fdopen(os.dup(2), "w"))
         out_dir = self._per_rank_files()
         self._shared_root = Path(os.environ.get("RANKGATE_SHARED_TMP", out_dir))
+        self._run_dir: Path | None = None  # made when a test first asks for dist_tmp_path
         self._init_process_group()
 
     # -- set-up ---------------------------------------------------------------------
@@ -68,6 +104,7 @@ class InPlaceSession:
         use_nccl = gpus >= launch.local_world_size
         self.backend = "nccl" if use_nccl else "gloo"
         self.device = torch.device("cuda", launch.local_rank) if use_nccl else torch.device("cpu")
+        # Bounds the rendezvous only: each test sets its collectives' timeout.
         timeout = timedelta(seconds=options.rendezvous_timeout(self.config))
         kwargs = {"rank": launch.rank, "world_size": launch.world_size, "timeout": timeout}
         if use_nccl:
@@ -89,10 +126,45 @@ class InPlaceSession:
         return Path(tempfile.gettempdir()) / f"rankgate-{self.launch.launcher}-{safe}.store"
 
     def shared_dir(self, nodeid: str) -> Path:
-        name = hashlib.sha1(nodeid.encode()).hexdigest()[:16]
-        path = self._shared_root / "rankgate-dist-tmp" / name
-        path.mkdir(parents=True, exist_ok=True)
+        """An empty directory for this test, the same on every rank (a collective)."""
+        import torch.distributed as dist
+
+        if self._run_dir is None:
+            self._run_dir = self._make_run_dir()
+        path = self._run_dir / hashlib.sha1(nodeid.encode()).hexdigest()[:16]
+        if self.launch.rank == 0:
+            shutil.rmtree(path, ignore_errors=True)  # a rerun of the same test
+            path.mkdir()
+        dist.barrier(group=self.control)  # nobody looks before rank 0 made it
         return path
+
+    def _make_run_dir(self) -> Path:
+        """Rank 0 makes a new directory for this run and tells the others its name.
+
+        Unique per run, so files an earlier run (or job) left in the shared root
+        never show up in a test's ``dist_tmp_path``.
+        """
+        import torch.distributed as dist
+
+        name = [None]
+        if self.launch.rank == 0:
+            self._shared_root.mkdir(parents=True, exist_ok=True)
+            name = [tempfile.mkdtemp(prefix="rankgate-dist-tmp-", dir=self._shared_root)]
+        dist.broadcast_object_list(name, src=0, group=self.control)
+        return Path(name[0])
+
+    def reproduction_line(self, item: pytest.Item) -> str:
+        from rankgate.harness.plugin import SPEC_KEY, seed_for_test
+
+        seeded = item.stash.get(SPEC_KEY, None) is not None  # plain tests are not seeded
+        return reproduction_line(
+            item.nodeid,
+            self.launch.world_size,
+            self.backend,
+            seed_for_test(self.base_seed, item.nodeid) if seeded else None,
+            self.base_seed,
+            command=f"{launcher_command(self.launch)} -m pytest",
+        )
 
     # -- collection -------------------------------------------------------------------
 
@@ -134,12 +206,15 @@ class InPlaceSession:
             skip_at_test(f"backend 'nccl' requested; this run's process group is {self.backend}")
         seed_everything(seed_for_test(self.base_seed, item.nodeid))
 
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_call(self, item: pytest.Item):
+    def _timeout(self, item: pytest.Item) -> float:
         from rankgate.harness.plugin import SPEC_KEY
 
         spec = item.stash.get(SPEC_KEY, None)
-        timeout = (spec.timeout if spec else None) or self.default_timeout
+        return (spec.timeout if spec else None) or self.default_timeout
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item):
+        timeout = self._timeout(item)
         # A hang here would block every rank: dump all stacks and exit so the launcher
         # tears the job down instead of waiting for the CI's global timeout.
         self._hang_watch.arm(
@@ -168,7 +243,8 @@ class InPlaceSession:
             longrepr=failure_repr(
                 item,
                 f"hung on rank {self.launch.rank}: did not finish within the test's timeout "
-                f"of {timeout:g} s; the rank exited\nPython stacks of every thread:\n{stacks}",
+                f"of {timeout:g} s; the rank exited\nPython stacks of every thread:\n{stacks}\n"
+                f"{self.reproduction_line(item)}",
             ),
             when="call",
             user_properties=[("rankgate.verdict", "hung")],
@@ -177,6 +253,13 @@ class InPlaceSession:
         xml = self.config.stash.get(xml_key, None)
         if xml is not None:
             xml.pytest_sessionfinish()
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call):
+        report = yield
+        if report.failed:
+            add_section(report, "rankgate reproduce", self.reproduction_line(item))
+        return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.failed:
@@ -192,6 +275,14 @@ class InPlaceSession:
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem):
         import torch.distributed as dist
 
+        from rankgate.harness.worker import set_collective_timeout
+
+        # Longer than the hang watch's timeout, which ends a hang with stacks; this
+        # also bounds the outcome exchange below while a peer is still in its test.
+        seconds = collective_timeout(self._timeout(item))
+        set_collective_timeout(seconds)
+        if self.control is not dist.group.WORLD:
+            set_collective_timeout(seconds, self.control)
         result = yield
         mine = self._outcome.pop(item.nodeid, ("passed", ""))
         everyone: list[tuple[str, str] | None] = [None] * self.launch.world_size
@@ -202,15 +293,15 @@ class InPlaceSession:
 
     def _judge(self, nodeid: str, everyone: list) -> None:
         outcomes = {r: o for r, (o, _) in enumerate(everyone)}
+        # A failure of rank 0's own is in its report and counted already.
+        counted = outcomes[0] in ("failed", "error")
         bad = [r for r, o in outcomes.items() if o in ("failed", "error") and r != 0]
         if bad:
             text = "".join(f"\n--- rank {r}: {everyone[r][0]} ---\n{everyone[r][1]}" for r in bad)
-            self.problems.append((nodeid, f"failed on rank(s) {bad}{text}"))
-        elif len(set(outcomes.values())) > 1 and not any(
-            o in ("failed", "error") for o in outcomes.values()
-        ):
+            self.problems.append(Problem(nodeid, f"failed on rank(s) {bad}{text}", counted))
+        elif len(set(outcomes.values())) > 1 and not counted:
             detail = ", ".join(f"rank {r} {o}" for r, o in outcomes.items())
-            self.problems.append((nodeid, f"ranks disagree: {detail}"))
+            self.problems.append(Problem(nodeid, f"ranks disagree: {detail}", counted=False))
 
     # -- reporting --------------------------------------------------------------------
 
@@ -219,8 +310,10 @@ class InPlaceSession:
             return
         tr = terminalreporter
         tr.section("rankgate: failures on other ranks", sep="=", red=True, bold=True)
-        for nodeid, text in self.problems:
+        for nodeid, text, counted in self.problems:
             tr.write_line(f"FAILED {nodeid}: {text}")
+            if counted:
+                continue
             # Counted in the final line and the short summary, never in rank 0's JUnit file.
             report = pytest.TestReport(
                 nodeid=nodeid,
@@ -249,3 +342,5 @@ class InPlaceSession:
             # here until rank 0 has written its summary.
             dist.barrier(group=self.control)
             dist.destroy_process_group()
+        if self._run_dir is not None and self.launch.rank == 0:
+            shutil.rmtree(self._run_dir, ignore_errors=True)

@@ -51,7 +51,8 @@ class RankValue:
     """Stands for a per-rank fixture value (rank, device) until the rank fills it in.
 
     Fixtures run once in the controller, where no rank exists yet; using this
-    placeholder there (arithmetic, comparison, int()) is an error that says so.
+    placeholder there (arithmetic, comparison, int(), str(), an f-string) is an
+    error that says so. repr() alone works, so pytest can still show it.
     """
 
     __slots__ = ("name",)
@@ -73,7 +74,7 @@ class RankValue:
         )
 
     __hash__ = object.__hash__
-    __index__ = __int__ = __float__ = __bool__ = _refuse
+    __index__ = __int__ = __float__ = __bool__ = __str__ = __format__ = _refuse
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __mod__ = _refuse
     __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _refuse  # type: ignore[assignment]
     __floordiv__ = __truediv__ = __getitem__ = _refuse

@@ -56,7 +56,9 @@ def add_options(parser: pytest.Parser) -> None:
     )
     parser.addini(
         "rankgate_rendezvous_timeout",
-        f"process-group timeout given to init_process_group ({DEFAULT_RENDEZVOUS_TIMEOUT_S:g})",
+        "seconds ranks wait for each other while joining the process group "
+        f"({DEFAULT_RENDEZVOUS_TIMEOUT_S:g}); collectives in a test get the test's timeout "
+        "plus a margin instead",
     )
     parser.addini(
         "rankgate_worker_setup",
@@ -77,7 +79,7 @@ def _positive_float(config: pytest.Config, ini_name: str, default: float) -> flo
         value = float(raw)
     except ValueError:
         raise pytest.UsageError(f"ini option {ini_name} = {raw!r} is not a number") from None
-    if value <= 0:
+    if not value > 0:  # NaN too
         raise pytest.UsageError(f"ini option {ini_name} must be > 0, got {value:g}")
     return value
 
@@ -85,7 +87,7 @@ def _positive_float(config: pytest.Config, ini_name: str, default: float) -> flo
 def default_timeout(config: pytest.Config) -> float:
     cli = config.getoption("rankgate_timeout")
     if cli is not None:
-        if cli <= 0:
+        if not cli > 0:  # NaN too
             raise pytest.UsageError(f"--rankgate-timeout must be > 0, got {cli:g}")
         return cli
     return _positive_float(config, "rankgate_timeout", DEFAULT_TIMEOUT_S)

@@ -33,7 +33,7 @@ from rankgate.harness.pool import PoolKey, PoolStartError, RankOutcome
 from rankgate.harness.registry import PoolRegistry
 from rankgate.harness.spec import WorldMarkerError, WorldSpec, parse_world_marker, resolve_backend
 from rankgate.harness.verdict import Verdict, judge, reproduction_line
-from rankgate.launch.env import detect_launch
+from rankgate.launch.env import LaunchEnvError, detect_launch
 
 SPEC_KEY = pytest.StashKey[WorldSpec]()
 RUN_KEY = pytest.StashKey["WorldRun"]()
@@ -78,7 +78,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     options.register_markers(config)
     mode = config.getoption("rankgate_mode")
-    launch = detect_launch() if mode != "pool" else None
+    try:
+        launch = detect_launch() if mode != "pool" else None
+    except LaunchEnvError as exc:
+        raise pytest.UsageError(
+            f"rankgate: the launcher's variables are inconsistent: {exc}. Fix them, or pass "
+            "--rankgate-mode=pool to ignore them and run world tests on worker pools"
+        ) from None
     if mode == "inplace" and launch is None:
         raise pytest.UsageError(
             "--rankgate-mode=inplace needs a launcher's variables (RANK/WORLD_SIZE, "

@@ -28,6 +28,16 @@ FAILURE_GRACE_S = 3.0
 # Time for faulthandler to write every rank's stacks after the stack signal.
 STACK_DUMP_WAIT_S = 0.5
 SHUTDOWN_WAIT_S = 3.0
+# A collective's own timeout ends a hang as a plain error, without stacks and with
+# the process group left broken. Each test's collectives therefore get longer than
+# the test's timeout, so the harness's timeout is always the one that fires.
+COLLECTIVE_MARGIN_S = 60.0
+
+
+def collective_timeout(test_timeout: float) -> float:
+    """The process group's operation timeout while a test with this timeout runs."""
+    return test_timeout + COLLECTIVE_MARGIN_S
+
 
 _context = None
 
@@ -67,6 +77,8 @@ class RankOutcome:
     stderr: str = ""
     stack: str = ""
     """The rank's Python stacks, dumped when the test timed out."""
+    broke_group: bool = False
+    """The rank failed with a process-group error: the group cannot be trusted again."""
 
 
 @dataclass(slots=True)
@@ -82,6 +94,7 @@ class _Rank:
 @dataclass(slots=True, kw_only=True)
 class PoolSettings:
     rendezvous_timeout: float
+    """Seconds the ranks wait for each other while joining the process group."""
     start_timeout: float
     setup_hook: str | None = None
     env: dict[str, str] = field(default_factory=dict)
@@ -230,8 +243,10 @@ class Pool:
     # -- running one test ----------------------------------------------------------
 
     def run(self, task: dict[str, Any], timeout: float) -> list[RankOutcome]:
-        """Run one test on every rank; kill the pool if any rank crashed or hung."""
-        payload = messages.encode(messages.RUN, **task)
+        """Run one test on every rank; kill the pool if it cannot run another one."""
+        payload = messages.encode(
+            messages.RUN, **task, collective_timeout=collective_timeout(timeout)
+        )
         for r in self.ranks:
             r.offsets = (_size(r.stdout), _size(r.stderr))
             r.conn.send_bytes(payload)
@@ -261,9 +276,9 @@ class Pool:
                         )
         if pending:
             self._dump_stacks(pending.values(), outcomes, why_stopped)
-        crashed = any(o.outcome in ("crashed", "hung") for o in outcomes.values())
-        if crashed:
-            self.kill()
+        unusable = any(o.outcome in ("crashed", "hung") or o.broke_group for o in outcomes.values())
+        if unusable:
+            self.kill()  # the registry starts a fresh pool for the next test
         for r in self.ranks:
             outcome = outcomes[r.rank]
             outcome.stdout = _read_from(r.stdout, r.offsets[0])
@@ -286,6 +301,7 @@ class Pool:
                         outcome=kwargs["outcome"],
                         detail=kwargs["detail"],
                         duration=kwargs["duration"],
+                        broke_group=kwargs["broke_group"],
                     )
                 raise messages.UnknownMessage(f"rank {r.rank} sent {name!r} during a test")
         if r.process.sentinel in ready or not r.process.is_alive():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from pathlib import Path
 
-from rankgate.harness.pool import Pool, PoolKey, PoolSettings
+from rankgate.harness.pool import Pool, PoolKey, PoolSettings, PoolStartError
 
 MAX_LIVE_RANKS = 16
 """Idle pools beyond this many ranks are shut down, least recently used first."""
@@ -17,9 +17,22 @@ class PoolRegistry:
         self._settings = settings
         self._pools: OrderedDict[PoolKey, Pool] = OrderedDict()
         self._started = 0
+        # A pool that could not start will not start for the next test either (a
+        # broken NCCL or a missing interconnect); retrying would cost every later
+        # test up to the start timeout.
+        self._start_failures: dict[PoolKey, PoolStartError] = {}
 
     def acquire(self, key: PoolKey) -> Pool:
-        """A live pool for ``key``: the one kept from earlier tests, or a new one."""
+        """A live pool for ``key``: the one kept from earlier tests, or a new one.
+
+        Raises PoolStartError, and raises it again at once for every later ``key``.
+        """
+        failure = self._start_failures.get(key)
+        if failure is not None:
+            raise PoolStartError(
+                f"{failure}\n(not retried: this pool already failed to start earlier in "
+                "this session)"
+            )
         pool = self._pools.get(key)
         if pool is not None and pool.healthy():
             self._pools.move_to_end(key)
@@ -31,7 +44,11 @@ class PoolRegistry:
         self._started += 1
         name = f"w{key.world}-{key.backend}-{self._started}"
         pool = Pool(key, self._base_dir / name, self._settings)
-        pool.start()  # raises PoolStartError; nothing is registered then
+        try:
+            pool.start()
+        except PoolStartError as exc:
+            self._start_failures[key] = exc
+            raise
         self._pools[key] = pool
         return pool
 

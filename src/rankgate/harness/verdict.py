@@ -80,8 +80,20 @@ def _section(o: RankOutcome) -> str:
     return f"\n{title:-^72}\n{body}\n"
 
 
-def reproduction_line(nodeid: str, world: int, backend: str, seed: int, base_seed: int) -> str:
+def reproduction_line(
+    nodeid: str,
+    world: int,
+    backend: str,
+    seed: int | None,
+    base_seed: int,
+    command: str = "pytest",
+) -> str:
+    """``command``: how pytest is started (in-place mode puts the launcher in front).
+
+    ``seed`` is None for a test the harness did not seed.
+    """
+    seed_note = "" if seed is None else f" seed={seed}"
     return (
-        f"reproduce: pytest '{nodeid}' --rankgate-seed={base_seed}"
-        f"  # world={world} backend={backend} seed={seed}"
+        f"reproduce: {command} '{nodeid}' --rankgate-seed={base_seed}"
+        f"  # world={world} backend={backend}{seed_note}"
     )

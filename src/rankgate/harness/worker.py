@@ -49,6 +49,7 @@ def worker_main(conn, config: dict[str, Any]) -> None:
             store=store,
             rank=rank,
             world_size=config["world"],
+            # Bounds the rendezvous only: each test sets its collectives' timeout.
             timeout=timedelta(seconds=config["rendezvous_timeout"]),
             **_device_kwargs(config),
         )
@@ -122,20 +123,64 @@ def _run_test(task: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
     rank = config["rank"]
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
     start = time.perf_counter()
-    outcome, detail = "passed", ""
+    outcome, detail, broke_group = "passed", "", False
     try:
         func = _load_test_function(task)
         kwargs = _fill_rank_values(pickle.loads(task["kwargs"]), rank, config)
         seed_everything(task["seed"])
+        set_collective_timeout(task["collective_timeout"])
         func(**kwargs)
     except BaseException as exc:
         outcome, detail = _classify(exc)
+        broke_group = breaks_process_group(exc)
     finally:
         duration = time.perf_counter() - start
         sys.stdout.flush()
         sys.stderr.flush()
         _reset_state(saved_env, saved_cwd)
-    return {"rank": rank, "outcome": outcome, "detail": detail, "duration": duration}
+    return {
+        "rank": rank,
+        "outcome": outcome,
+        "detail": detail,
+        "duration": duration,
+        "broke_group": broke_group,
+    }
+
+
+def set_collective_timeout(seconds: float, group=None) -> None:
+    """Give ``group``'s operations (default: the default group's) this timeout.
+
+    Set anew before every test, since a test may have changed it.
+    """
+    if dist.is_initialized():
+        from torch.distributed.distributed_c10d import _set_pg_timeout
+
+        _set_pg_timeout(timedelta(seconds=seconds), group)
+
+
+# How gloo and NCCL word errors that leave a process group unusable (they raise plain
+# RuntimeErrors, not torch.distributed.DistError).
+_GROUP_ERROR_MARKS = (
+    "gloo/transport/",  # the source path gloo puts in front of its messages
+    "pair closure",
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "NCCL error",
+    "ProcessGroupNCCL",
+)
+
+
+def breaks_process_group(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) came from the process group's backend."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, dist.DistError):
+            return True
+        if isinstance(exc, RuntimeError) and any(m in str(exc) for m in _GROUP_ERROR_MARKS):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def _classify(exc: BaseException) -> tuple[str, str]:

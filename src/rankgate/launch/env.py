@@ -60,9 +60,10 @@ class LaunchEnv:
             )
 
 
-def _int(env: Mapping[str, str], name: str, launcher: str) -> int:
+def _int(env: Mapping[str, str], name: str, launcher: str, first: bool = False) -> int:
+    """``first``: take the leading count of a list such as SLURM's ``2(x3)``."""
     try:
-        return int(env[name])
+        return int(_first_int(env[name]) if first else env[name])
     except ValueError:
         raise LaunchEnvError(f"{launcher}: {name}={env[name]!r} is not an integer") from None
 
@@ -92,15 +93,19 @@ def detect_launch(env: Mapping[str, str] | None = None) -> LaunchEnv | None:
         world_size = _int(env, size_var, launcher)
         local_rank = _int(env, local_var, launcher) if local_var in env else rank
         if local_size_var in env:
-            local_world_size = int(_first_int(env[local_size_var]))
+            local_world_size = _int(env, local_size_var, launcher, first=True)
         else:
             local_world_size = world_size
-        return LaunchEnv(
-            launcher=launcher,
-            rank=rank,
-            world_size=world_size,
-            local_rank=local_rank,
-            local_world_size=local_world_size,
-            job_id=_job_id(launcher, env),
-        )
+        try:
+            return LaunchEnv(
+                launcher=launcher,
+                rank=rank,
+                world_size=world_size,
+                local_rank=local_rank,
+                local_world_size=local_world_size,
+                job_id=_job_id(launcher, env),
+            )
+        except LaunchEnvError as exc:  # name the variables that hold the bad values
+            read = ", ".join(f"{v}={env[v]!r}" for v in (rank_var, size_var))
+            raise LaunchEnvError(f"{exc} ({read})") from None
     return None
