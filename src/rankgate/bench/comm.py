@@ -61,9 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--check-max-bytes", default="64M", help="check results on the host up to this size")
     add("--buffer-bytes", default="16M", help="p2p symmetric buffer per rank (default 16M)")
     add("--auto-thresholds", choices=("measured", "defaults"), default="measured",
-        help="p2p sizes for auto: the crossovers measured earlier in this run (default; "
-        "needs nccl and p2p-push/-oneshot/-twoshot listed before auto) or P2PConfig's "
-        "defaults")  # fmt: skip
+        help="p2p sizes for auto: the crossovers of a first sweep, in as many rounds, over "
+        "the single backends listed (default; list nccl and p2p-push/-oneshot/-twoshot) or "
+        "P2PConfig's defaults")  # fmt: skip
     add("--world", type=int, default=None, help="ranks (default: visible GPUs, or 2 on CPU)")
     add("--cpu", action="store_true", help="stay on the CPU even where GPUs are visible")
     add("--reference", action="append", default=[], help="nccl-tests output file or folder")
@@ -230,32 +230,38 @@ def _measure_all(opts: dict, device) -> list[dict]:
         dist.barrier(group=cpu_group)
 
     dtype = DTYPES[opts["dtype"]]
-    # Backends are timed one after another, minutes apart on a long sweep; a machine
-    # that drifts meanwhile (clocks, host load) would favour whichever ran at the good
-    # moment. Rounds in alternating order share any drift out between them.
-    rounds = []
-    for index in range(opts.get("rounds", 1)):
-        order = opts["backends"] if index % 2 == 0 else opts["backends"][::-1]
-        rows: list[dict] = []
-        for name in order:
-            if (name in ("auto", "p2p") and opts["auto_thresholds"] == "measured"
-                    and "auto_config" not in opts):  # fmt: skip
-                # From the singles measured before it in the first round, then kept.
-                opts["auto_config"] = _measured_thresholds(rows, cpu_group, opts)
-            backend = _make_backend(name, device, opts)
-            for collective in opts["collectives"]:
-                if name in FORCED and collective != "all_reduce":
-                    continue
-                for size in opts["sizes"]:
-                    nbytes, count = fit_size(collective, size, dtype.itemsize, backend.world_size)
-                    if name in FORCED and nbytes > _forced_limit(name, opts):
+
+    def sweeps(backends: list[str]) -> list[dict]:
+        # Backends are timed one after another, minutes apart on a long sweep; a machine
+        # that drifts meanwhile (clocks, host load) would favour whichever ran at the
+        # good moment. Rounds in alternating order share any drift out between them.
+        rounds = []
+        for index in range(opts.get("rounds", 1)):
+            rows: list[dict] = []
+            for name in backends if index % 2 == 0 else backends[::-1]:
+                backend = _make_backend(name, device, opts)
+                for collective in opts["collectives"]:
+                    if name in FORCED and collective != "all_reduce":
                         continue
-                    rows.append(
-                        _measure_one(backend, name, collective, nbytes, count, dtype, opts, sync)
-                    )
-            backend.destroy()
-        rounds.append(rows)
-    return median_over_rounds(rounds)
+                    for size in opts["sizes"]:
+                        nbytes, count = fit_size(collective, size, dtype.itemsize, world)
+                        if name in FORCED and nbytes > _forced_limit(name, opts):
+                            continue
+                        rows.append(
+                            _measure_one(backend, name, collective, nbytes, count, dtype, opts,
+                                         sync)
+                        )  # fmt: skip
+                backend.destroy()
+            rounds.append(rows)
+        return median_over_rounds(rounds)
+
+    world = dist.get_world_size()
+    singles = [b for b in opts["backends"] if b not in ("auto", "p2p")]
+    if opts["auto_thresholds"] == "measured" and len(singles) < len(opts["backends"]):
+        # auto's sizes come from sweeps of the single backends alone (as many rounds),
+        # so one slow moment of one round cannot choose its kernels.
+        opts["auto_config"] = _measured_thresholds(sweeps(singles), cpu_group, opts)
+    return sweeps(opts["backends"])
 
 
 def median_over_rounds(rounds: list[list[dict]]) -> list[dict]:
