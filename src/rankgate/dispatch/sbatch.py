@@ -19,6 +19,7 @@ from rankgate.dispatch.profile import Profile
 from rankgate.dispatch.results import JUNIT_BASE, junit_name, log_name
 
 SCRIPT_NAME = "job.sbatch"
+_ENV_PREFIX = {"apptainer": "APPTAINERENV_", "singularity": "SINGULARITYENV_"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,6 +92,29 @@ def rank_command(profile: Profile, job: JobSpec, rank_var: str = "SLURM_PROCID")
     )
 
 
+def job_exports(profile: Profile, job: JobSpec) -> dict[str, str]:
+    """Variables the script exports to every rank: the profile's, then rankgate's."""
+    return {
+        **profile.env,
+        "RANKGATE_JOB_DIR": job.job_dir,
+        # Port-free rendezvous for the in-place harness: a FileStore on the shared FS.
+        "RANKGATE_STORE": f"{job.job_dir}/rendezvous.store",
+        "RANKGATE_SHARED_TMP": job.job_dir,
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def forward_env(prefix: str, names: Sequence[str]) -> str:
+    """Bash that re-exports every ``SLURM_*`` variable and ``names`` as ``prefix + NAME``.
+
+    Apptainer (APPTAINERENV_) and Singularity (SINGULARITYENV_) set ``NAME`` inside the
+    container from these even under ``--cleanenv``, which strips the rest; run by each
+    task on the host, so SLURM_PROCID is that task's own rank.
+    """
+    listed = " ".join(["${!SLURM_@}", *names])
+    return f'for v in {listed}; do export "{prefix}$v=${{!v}}"; done'
+
+
 def srun_command(profile: Profile, job: JobSpec) -> list[str]:
     """``srun`` plus the container wrapper, ending in ``bash -c <rank command>``."""
     srun = ["srun", "--kill-on-bad-exit=0"]
@@ -106,7 +130,9 @@ def srun_command(profile: Profile, job: JobSpec) -> list[str]:
             wrapper.append("--nv")
         for bind in binds:
             wrapper += ["--bind", bind]
-        return [*srun, *wrapper, *container.options, container.image, *inner]
+        run = shlex.join([*wrapper, *container.options, container.image, *inner])
+        forward = forward_env(_ENV_PREFIX[container.runtime], list(job_exports(profile, job)))
+        return [*srun, "bash", "-c", f"{forward}; exec {run}"]
     if container.runtime == "enroot":
         mounts = ",".join(b if ":" in b else f"{b}:{b}" for b in binds)
         pyxis = [
@@ -129,14 +155,7 @@ def render_script(profile: Profile, job: JobSpec) -> str:
     ]
     lines += [f"module load {shlex.quote(module)}" for module in profile.modules]
     lines += list(profile.pre_exec)
-    exports = {
-        **profile.env,
-        "RANKGATE_JOB_DIR": job.job_dir,
-        # Port-free rendezvous for the in-place harness: a FileStore on the shared FS.
-        "RANKGATE_STORE": f"{job.job_dir}/rendezvous.store",
-        "RANKGATE_SHARED_TMP": job.job_dir,
-        "PYTHONUNBUFFERED": "1",
-    }
+    exports = job_exports(profile, job)
     lines += [f"export {key}={shlex.quote(value)}" for key, value in exports.items()]
     lines += [
         shlex.join(srun_command(profile, job)),
