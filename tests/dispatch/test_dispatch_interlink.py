@@ -59,12 +59,22 @@ def test_pod_targets_the_virtual_node_with_the_plugin_annotations(interlink_prof
     assert spec["restartPolicy"] == "Never"
     assert spec["containers"][0]["resources"]["limits"] == {"cpu": "2", "nvidia.com/gpu": "4"}
     assert pod["metadata"]["annotations"] == {
-        "slurm-job.vk.io/flags": "--nodes=1 --ntasks-per-node=2 --gres=gpu:4 --time=00:10:00 "
+        "slurm-job.vk.io/flags": "--nodes=1 --ntasks-per-node=2 --cpus-per-task=1 "
+        "--gres=gpu:4 --time=00:10:00 "
         "--partition=gpu --account=proj --qos=normal",
         "slurm-job.vk.io/pre-exec": "module load cuda/12.8 && source /opt/venv/bin/activate",
         "slurm-job.vk.io/singularity-options": "--nv --cleanenv",
         "slurm-job.vk.io/singularity-mounts": "--bind /ceph/data:/data",
     }
+
+
+def test_cpu_limit_and_flags_ask_slurm_for_the_same_cpus(interlink_profile):
+    # The pod's limit is cpus_per_task * tasks_per_node; without --cpus-per-task SLURM
+    # would give each task one CPU whatever the limit says.
+    pod = _pod(interlink_profile, cpus_per_task=8)
+    assert pod["spec"]["containers"][0]["resources"]["limits"] == {"cpu": "16"}
+    flags = pod["metadata"]["annotations"]["slurm-job.vk.io/flags"].split(" ")
+    assert "--ntasks-per-node=2" in flags and "--cpus-per-task=8" in flags
 
 
 def test_pod_is_a_valid_kubernetes_v1pod(interlink_profile):

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from rankgate.dispatch.profile import profile_from_dict
+from rankgate.dispatch.profile import ProfileError, profile_from_dict
 from rankgate.dispatch.sbatch import (
     JobSpec,
     job_exports,
@@ -45,11 +45,13 @@ def test_directives_carry_every_resource(tmp_path):
     options = sbatch_directives(profile, _job(tmp_path, name="rankgate-gpu"))
     assert options == [
         "--job-name=rankgate-gpu",
-        f"--output={tmp_path}/job dir/slurm-%j.out",
-        f"--chdir={tmp_path}/job dir",
-        "--cpus-per-task=8",
+        # Quoted: sbatch splits #SBATCH lines on spaces outside double quotes.
+        f'--output="{tmp_path}/job dir/slurm-%j.out"',
+        f'--chdir="{tmp_path}/job dir"',
+        "--no-requeue",
         "--nodes=2",
         "--ntasks-per-node=4",
+        "--cpus-per-task=8",
         "--gres=gpu:4",
         "--time=10",
         "--partition=booster",
@@ -57,6 +59,21 @@ def test_directives_carry_every_resource(tmp_path):
         "--qos=q",
         "--exclusive",
     ]
+
+
+def test_paths_without_spaces_are_not_quoted():
+    job = JobSpec(job_dir="/scratch/j1", pytest_args=())
+    assert sbatch_directives(_profile(workdir="/w"), job)[1:3] == [
+        "--output=/scratch/j1/slurm-%j.out",
+        "--chdir=/w",
+    ]
+
+
+@pytest.mark.parametrize("bad", ['/scratch/a"b', "/scratch/a\nb"], ids=["quote", "newline"])
+def test_a_path_no_sbatch_line_can_carry_is_refused(bad):
+    job = JobSpec(job_dir=bad, pytest_args=())
+    with pytest.raises(ProfileError, match=r"--output=.* cannot carry a double quote or a newline"):
+        sbatch_directives(_profile(), job)
 
 
 def test_script_is_valid_bash_with_modules_pre_exec_and_env(tmp_path):

@@ -15,7 +15,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rankgate.dispatch.profile import Profile
+from rankgate.dispatch.profile import Profile, ProfileError
 from rankgate.dispatch.results import JUNIT_BASE, junit_name, log_name
 
 SCRIPT_NAME = "job.sbatch"
@@ -43,7 +43,11 @@ def resource_options(profile: Profile) -> list[str]:
 
     Shared by the sbatch script and the interLink pod's ``slurm-job.vk.io/flags``.
     """
-    options = [f"--nodes={profile.nodes}", f"--ntasks-per-node={profile.tasks_per_node}"]
+    options = [
+        f"--nodes={profile.nodes}",
+        f"--ntasks-per-node={profile.tasks_per_node}",
+        f"--cpus-per-task={profile.cpus_per_task}",
+    ]
     if profile.gpus_per_node:
         options.append(f"--gres=gpu:{profile.gpus_per_node}")
     options.append(f"--time={profile.time_limit}")
@@ -57,14 +61,29 @@ def resource_options(profile: Profile) -> list[str]:
 
 
 def sbatch_directives(profile: Profile, job: JobSpec) -> list[str]:
-    """``#SBATCH`` options: the job's name and files, CPUs per task, then the resources."""
+    """``#SBATCH`` options: the job's name and files, then the resources.
+
+    ``--no-requeue``: a requeued job would rerun the tests over its own results and hide
+    the node failure that requeued it; ``sbatch_options = ["--requeue"]`` overrides it.
+    """
     return [
         f"--job-name={job.name}",
-        f"--output={job.job_dir}/slurm-%j.out",
-        f"--chdir={_workdir(profile, job)}",
-        f"--cpus-per-task={profile.cpus_per_task}",
+        _path_directive("--output", f"{job.job_dir}/slurm-%j.out"),
+        _path_directive("--chdir", _workdir(profile, job)),
+        "--no-requeue",
         *resource_options(profile),
     ]
+
+
+def _path_directive(option: str, path: str) -> str:
+    """``--option=path``; double-quoted when it holds spaces (sbatch splits #SBATCH lines
+    on whitespace outside double quotes), refused when it holds a quote or a newline."""
+    if '"' in path or "\n" in path:
+        raise ProfileError(
+            f"{option}={path!r}: an #SBATCH line cannot carry a double quote or a newline; "
+            "choose a results_dir and workdir without them"
+        )
+    return f'{option}="{path}"' if any(c.isspace() for c in path) else f"{option}={path}"
 
 
 def _workdir(profile: Profile, job: JobSpec) -> str:
