@@ -14,12 +14,13 @@ from kubernetes.client import ApiClient
 
 from conftest import TOKEN
 from rankgate.dispatch.archive import ArchiveError, pack, unpack
-from rankgate.dispatch.interlink.backends import RestBackend, classify
+from rankgate.dispatch.interlink.backends import KubeBackend, RestBackend, classify
 from rankgate.dispatch.interlink.dispatch import run_canary, run_stage
 from rankgate.dispatch.interlink.manifest import build_pod, pod_script
 from rankgate.dispatch.interlink.rest import InterlinkAPIError, InterlinkREST
 from rankgate.dispatch.outcome import Outcome, Phase
 from rankgate.dispatch.profile import ProfileError, profile_from_dict
+from rankgate.dispatch.results import render_report
 from rankgate.dispatch.sbatch import JobSpec
 
 pytestmark = pytest.mark.unit
@@ -165,6 +166,52 @@ def test_a_rejected_token_never_appears_in_the_error(interlink, tmp_path):
     assert info.value.status == 401
     assert "rg-wrong-secret-1234" not in str(info.value)
     assert "Bearer <token>" in str(info.value)  # the echo was there, redacted
+
+
+@pytest.mark.parametrize(
+    ("misbehave", "status", "said"),
+    [
+        ("echo-error", 500, "internal error while handling Bearer <token>"),
+        ("echo-text", 200, "not JSON: '<html>signed in as Bearer <token></html>'"),
+    ],
+)
+def test_a_token_the_server_echoes_is_redacted(
+    interlink, interlink_profile, misbehave, status, said
+):
+    interlink.misbehave = misbehave
+    with pytest.raises(InterlinkAPIError) as info:
+        InterlinkREST(interlink.url, interlink.token_file).create(_pod(interlink_profile))
+    assert info.value.status == status
+    assert TOKEN not in str(info.value) and TOKEN not in info.value.body
+    assert said in str(info.value)
+
+
+def test_a_redirect_is_refused_not_followed_with_the_token(interlink, interlink_profile):
+    interlink.misbehave = "redirect"
+    with pytest.raises(InterlinkAPIError, match="refused to follow a redirect to '/moved'") as info:
+        InterlinkREST(interlink.url, interlink.token_file).status([_pod(interlink_profile)])
+    assert info.value.status == 302
+    assert [r["path"] for r in interlink.requests] == ["/status"]  # /moved never asked
+
+
+def test_kube_error_bodies_are_redacted(interlink, interlink_profile, kubeconfig, capsys):
+    interlink.misbehave = "echo-error"
+    profile = _profile(
+        interlink_profile,
+        target="interlink-kube",
+        interlink={"kubeconfig": str(kubeconfig), "namespace": "ci"},
+    )
+    backend = KubeBackend.from_profile(profile)
+    with pytest.raises(InterlinkAPIError) as info:
+        backend.submit(_pod(interlink_profile))
+    assert info.value.status == 500
+    assert TOKEN not in str(info.value)
+    assert "internal error while handling Bearer <token>" in str(info.value)
+    # The same through the whole dispatch: no output carries it.
+    result = run_stage(profile, stage="gpu", pytest_args=["-m", "gpu"], backend=backend)
+    assert result.outcome is Outcome.SUBMIT_ERROR
+    out = capsys.readouterr()
+    assert TOKEN not in render_report(result) + out.out + out.err
 
 
 # --- results through the logs --------------------------------------------------------------
