@@ -228,6 +228,24 @@ def test_node_failure_is_its_own_outcome_and_the_node_comes_back(dispatch, local
     assert _node_state(node).startswith(("idle", "mixed", "alloc")), "node not restored"
 
 
+def test_ctrl_c_while_sbatch_submits_still_cancels_the_job(dispatch, tmp_path, monkeypatch):
+    """SIGINT lands while the real sbatch runs: the job it submitted is cancelled."""
+    real = subprocess.run(["which", "sbatch"], capture_output=True, text=True).stdout.strip()
+    wrapper = tmp_path / "bin" / "sbatch"
+    wrapper.parent.mkdir()
+    # Submits for real, then interrupts rankgate (its parent) before printing the id.
+    wrapper.write_text(
+        f'#!/bin/sh\nout=$({real} "$@"); rc=$?\nkill -INT $PPID\necho "$out"\nexit $rc\n'
+    )
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{wrapper.parent}{os.pathsep}{os.environ['PATH']}")
+    result, progress = dispatch("sleep")
+    assert result.outcome is Outcome.INTERRUPTED, render_report(result)
+    assert result.job_id and result.state.startswith("CANCELLED"), progress
+    queue = subprocess.run(["squeue", "-h", "-j", result.job_id], capture_output=True, text=True)
+    assert queue.stdout.strip() == ""
+
+
 def test_deadline_cancels_the_job(dispatch, local_slurm):
     result, progress = dispatch("sleep", wait={"deadline_s": 3})
     assert result.outcome is Outcome.DEADLINE, render_report(result)

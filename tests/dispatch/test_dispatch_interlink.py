@@ -7,6 +7,8 @@ each request against interLink's OpenAPI spec and runs each pod's command for re
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 import pytest
 from fake_interlink import Spec
@@ -294,6 +296,46 @@ def test_refused_create_is_a_submit_error(interlink, interlink_profile, tmp_path
     profile = _profile(interlink_profile, interlink={"token_file": str(tmp_path / "bad-token")})
     result = run_stage(profile, stage="gpu", pytest_args=[], local_dir=tmp_path / "r")
     assert result.outcome is Outcome.SUBMIT_ERROR and "HTTP 401" in result.message
+
+
+class InterruptedWhileFetchingLogs(RestBackend):
+    """Ctrl-C lands while the logs are being fetched."""
+
+    def logs(self, pod: dict) -> str:
+        os.kill(os.getpid(), signal.SIGINT)
+        return super().logs(pod)
+
+
+def test_ctrl_c_while_fetching_logs_still_deletes_the_pod(interlink, interlink_profile, tmp_path):
+    backend = InterruptedWhileFetchingLogs(InterlinkREST(interlink.url, interlink.token_file))
+    profile = _profile(interlink_profile)
+    result = run_stage(
+        profile, stage="gpu", pytest_args=["-m", "gpu"], backend=backend, local_dir=tmp_path / "r"
+    )
+    assert result.outcome is not Outcome.SUBMIT_ERROR
+    assert interlink.deleted and not interlink.pods
+
+
+class InterruptedWhileCreating(RestBackend):
+    """Ctrl-C lands while the pod is being created."""
+
+    def submit(self, pod: dict) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        super().submit(pod)
+
+
+def test_ctrl_c_while_creating_the_pod_deletes_it(interlink, interlink_profile, tmp_path):
+    interlink.queue_delay = 60
+    backend = InterruptedWhileCreating(InterlinkREST(interlink.url, interlink.token_file))
+    result = run_stage(
+        _profile(interlink_profile),
+        stage="gpu",
+        pytest_args=[],
+        backend=backend,
+        local_dir=tmp_path / "r",
+    )
+    assert result.outcome is Outcome.INTERRUPTED
+    assert interlink.deleted and not interlink.pods
 
 
 def test_canary_checks_success_failure_and_timeout(interlink, interlink_profile):
