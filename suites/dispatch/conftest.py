@@ -24,6 +24,7 @@ class LocalSlurm:
 
     conf: Path
     partition: str = "debug"
+    node: str = "rankgate-node"
     script: Path = SCRIPT
 
     @property

@@ -118,6 +118,16 @@ def test_passing_suite_on_two_tasks(dispatch):
     assert result.exit_status == 0
 
 
+def test_results_and_workdir_with_spaces(dispatch, tmp_path):
+    spaced = tmp_path / "check out"
+    spaced.mkdir()
+    (spaced / "test_remote.py").write_text((tmp_path / "suite" / "test_remote.py").read_text())
+    result, _ = dispatch(results_dir=str(tmp_path / "results dir"), workdir=str(spaced))
+    assert result.passed, render_report(result)
+    assert result.job_dir.parent == tmp_path / "results dir"
+    assert list(result.job_dir.glob("slurm-*.out")), "--output was split at the space"
+
+
 def test_failing_rank_is_named_with_its_log(dispatch):
     result, _ = dispatch("fail-rank1")
     report = render_report(result)
@@ -185,6 +195,55 @@ def test_job_preempted_by_a_higher_tier_partition(dispatch):
     assert (result.outcome, result.state) == (Outcome.PREEMPTED, "PREEMPTED"), report
     assert urgent, progress
     assert result.exit_status == 3
+
+
+def _node_state(node: str) -> str:
+    shown = subprocess.run(["sinfo", "-h", "-n", node, "-o", "%T"], capture_output=True, text=True)
+    return shown.stdout.strip()
+
+
+def test_node_failure_is_its_own_outcome_and_the_node_comes_back(dispatch, local_slurm):
+    """A real node failure: the node is set DOWN under the running job (no requeue)."""
+    node = local_slurm.node
+    downed: list[str] = []
+
+    def down_once_running(line: str) -> None:
+        if ": running" in line and not downed:
+            down = [f"NodeName={node}", "State=DOWN", "Reason=rankgate-test"]
+            subprocess.run(["scontrol", "update", *down], check=True)
+            downed.append(line)
+
+    try:
+        # A requeued job would wait for the node again; the deadline bounds that failure.
+        result, progress = dispatch("sleep", progress=down_once_running, wait={"deadline_s": 60})
+    finally:
+        if _node_state(node).startswith(("down", "drain")):
+            resume = ["scontrol", "update", f"NodeName={node}", "State=RESUME"]
+            subprocess.run(resume, check=True)
+    report = render_report(result)
+    assert downed, progress
+    assert (result.outcome, result.state) == (Outcome.NODE_FAIL, "NODE_FAIL"), report
+    assert "node-fail" in report
+    assert result.exit_status == 3
+    assert _node_state(node).startswith(("idle", "mixed", "alloc")), "node not restored"
+
+
+def test_ctrl_c_while_sbatch_submits_still_cancels_the_job(dispatch, tmp_path, monkeypatch):
+    """SIGINT lands while the real sbatch runs: the job it submitted is cancelled."""
+    real = subprocess.run(["which", "sbatch"], capture_output=True, text=True).stdout.strip()
+    wrapper = tmp_path / "bin" / "sbatch"
+    wrapper.parent.mkdir()
+    # Submits for real, then interrupts rankgate (its parent) before printing the id.
+    wrapper.write_text(
+        f'#!/bin/sh\nout=$({real} "$@"); rc=$?\nkill -INT $PPID\necho "$out"\nexit $rc\n'
+    )
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{wrapper.parent}{os.pathsep}{os.environ['PATH']}")
+    result, progress = dispatch("sleep")
+    assert result.outcome is Outcome.INTERRUPTED, render_report(result)
+    assert result.job_id and result.state.startswith("CANCELLED"), progress
+    queue = subprocess.run(["squeue", "-h", "-j", result.job_id], capture_output=True, text=True)
+    assert queue.stdout.strip() == ""
 
 
 def test_deadline_cancels_the_job(dispatch, local_slurm):

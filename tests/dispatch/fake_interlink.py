@@ -14,6 +14,9 @@ the same token, so the Kubernetes client is exercised over real HTTP too.
 Knobs: ``queue_delay`` (seconds a pod waits before it starts, like a SLURM queue),
 ``fail_status`` (answer /status with HTTP 500), ``forget_pods`` (answer /status as if
 the pods never existed). An image containing ``missing`` never starts (ErrImagePull).
+``misbehave`` answers every authorised request (REST and Kubernetes alike) like a
+careless server: ``echo-error`` (HTTP 500 whose body echoes the Authorization header),
+``echo-text`` (HTTP 200, not JSON, echoing it) or ``redirect`` (302 to ``/moved``).
 """
 
 from __future__ import annotations
@@ -101,6 +104,7 @@ class FakeInterlink:
     queue_delay: float = 0.0
     fail_status: bool = False
     forget_pods: bool = False
+    misbehave: str = ""
     spec: Spec = field(default_factory=Spec)
     requests: list[dict] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
@@ -163,6 +167,8 @@ class FakeInterlink:
         if req.headers.get("Authorization") != f"Bearer {self.token}":
             # Like a careless proxy: the error echoes what it was given.
             return self._send(req, 401, f"unauthorized: {req.headers.get('Authorization')}")
+        if self.misbehave:
+            return self._misbehave(req)
         if req.path.startswith("/api/v1/"):
             code, answer = self._kube(method, req.path, body)
             return self._send(req, code, answer)
@@ -180,6 +186,20 @@ class FakeInterlink:
         if code == 200 and not isinstance(answer, str):
             self.violations += self.spec.errors(req.path, "response", answer, strict=False)
         self._send(req, code, answer)
+
+    def _misbehave(self, req: BaseHTTPRequestHandler) -> None:
+        said = req.headers.get("Authorization")
+        if self.misbehave == "echo-error":
+            return self._send(req, 500, f"internal error while handling {said}")
+        if self.misbehave == "echo-text":
+            return self._send(req, 200, f"<html>signed in as {said}</html>")
+        if self.misbehave == "redirect" and req.path != "/moved":
+            req.send_response(302)
+            req.send_header("Location", "/moved")
+            req.send_header("Content-Length", "0")
+            req.end_headers()
+            return None
+        return self._send(req, 200, "{}")
 
     def _send(self, req, code: int, answer) -> None:
         text = answer if isinstance(answer, str) else json.dumps(answer)

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from rankgate.cli import main
@@ -47,3 +52,35 @@ def test_profile_by_name_from_rankgate_profiles(tmp_path, capsys, monkeypatch):
     assert code == 0
     assert "#SBATCH --gres=gpu:4\n" in out and "#SBATCH --partition=booster\n" in out
     assert "-m gpu -x --junitxml=" in out
+
+
+def test_hpc_stage_dispatches_multi_rank_tests_not_the_local_slurm_ones(tmp_path, capsys):
+    # The hpc tests start their own SLURM; every rank of a cluster job doing so would
+    # fight over one port. The cluster gets the genuine multi-rank (world) tests.
+    profile = _write(tmp_path, "tasks_per_node = 2\nresults_dir = '/scratch'\n")
+    assert main(["dispatch", "--profile", profile, "--stage", "hpc", "--dry-run"]) == 0
+    (srun,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("srun")]
+    rank_words = shlex.split(shlex.split(srun)[-1])
+    after_m = [rank_words[i + 1] for i, word in enumerate(rank_words) if word == "-m"]
+    assert after_m == ["pytest", "world and not gpu and not hpc and not container"]
+
+
+def test_hpc_remote_selection_holds_no_test_that_spawns_its_own_run():
+    # Collect what the cluster's ranks would run: world tests only, none of the
+    # local-SLURM (suites/dispatch) or pytester/torchrun-spawning (suites/harness) ones.
+    from rankgate.pipeline import stages
+
+    root = Path(__file__).resolve().parents[2]
+    markers = stages.get("hpc").dispatch_markers
+    collect = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
+    done = subprocess.run(
+        [*collect, "-m", markers, "suites"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    files = {line.split("::")[0] for line in done.stdout.splitlines() if "::" in line}
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "suites/pipeline/test_dist_smoke.py" in files
+    assert not {f for f in files if f.startswith(("suites/dispatch/", "suites/harness/"))}

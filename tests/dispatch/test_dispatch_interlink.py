@@ -7,6 +7,8 @@ each request against interLink's OpenAPI spec and runs each pod's command for re
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 import pytest
 from fake_interlink import Spec
@@ -14,12 +16,13 @@ from kubernetes.client import ApiClient
 
 from conftest import TOKEN
 from rankgate.dispatch.archive import ArchiveError, pack, unpack
-from rankgate.dispatch.interlink.backends import RestBackend, classify
+from rankgate.dispatch.interlink.backends import KubeBackend, RestBackend, classify
 from rankgate.dispatch.interlink.dispatch import run_canary, run_stage
 from rankgate.dispatch.interlink.manifest import build_pod, pod_script
 from rankgate.dispatch.interlink.rest import InterlinkAPIError, InterlinkREST
 from rankgate.dispatch.outcome import Outcome, Phase
 from rankgate.dispatch.profile import ProfileError, profile_from_dict
+from rankgate.dispatch.results import render_report
 from rankgate.dispatch.sbatch import JobSpec
 
 pytestmark = pytest.mark.unit
@@ -59,12 +62,22 @@ def test_pod_targets_the_virtual_node_with_the_plugin_annotations(interlink_prof
     assert spec["restartPolicy"] == "Never"
     assert spec["containers"][0]["resources"]["limits"] == {"cpu": "2", "nvidia.com/gpu": "4"}
     assert pod["metadata"]["annotations"] == {
-        "slurm-job.vk.io/flags": "--nodes=1 --ntasks-per-node=2 --gres=gpu:4 --time=00:10:00 "
+        "slurm-job.vk.io/flags": "--nodes=1 --ntasks-per-node=2 --cpus-per-task=1 "
+        "--gres=gpu:4 --time=00:10:00 "
         "--partition=gpu --account=proj --qos=normal",
         "slurm-job.vk.io/pre-exec": "module load cuda/12.8 && source /opt/venv/bin/activate",
         "slurm-job.vk.io/singularity-options": "--nv --cleanenv",
         "slurm-job.vk.io/singularity-mounts": "--bind /ceph/data:/data",
     }
+
+
+def test_cpu_limit_and_flags_ask_slurm_for_the_same_cpus(interlink_profile):
+    # The pod's limit is cpus_per_task * tasks_per_node; without --cpus-per-task SLURM
+    # would give each task one CPU whatever the limit says.
+    pod = _pod(interlink_profile, cpus_per_task=8)
+    assert pod["spec"]["containers"][0]["resources"]["limits"] == {"cpu": "16"}
+    flags = pod["metadata"]["annotations"]["slurm-job.vk.io/flags"].split(" ")
+    assert "--ntasks-per-node=2" in flags and "--cpus-per-task=8" in flags
 
 
 def test_pod_is_a_valid_kubernetes_v1pod(interlink_profile):
@@ -157,6 +170,52 @@ def test_a_rejected_token_never_appears_in_the_error(interlink, tmp_path):
     assert "Bearer <token>" in str(info.value)  # the echo was there, redacted
 
 
+@pytest.mark.parametrize(
+    ("misbehave", "status", "said"),
+    [
+        ("echo-error", 500, "internal error while handling Bearer <token>"),
+        ("echo-text", 200, "not JSON: '<html>signed in as Bearer <token></html>'"),
+    ],
+)
+def test_a_token_the_server_echoes_is_redacted(
+    interlink, interlink_profile, misbehave, status, said
+):
+    interlink.misbehave = misbehave
+    with pytest.raises(InterlinkAPIError) as info:
+        InterlinkREST(interlink.url, interlink.token_file).create(_pod(interlink_profile))
+    assert info.value.status == status
+    assert TOKEN not in str(info.value) and TOKEN not in info.value.body
+    assert said in str(info.value)
+
+
+def test_a_redirect_is_refused_not_followed_with_the_token(interlink, interlink_profile):
+    interlink.misbehave = "redirect"
+    with pytest.raises(InterlinkAPIError, match="refused to follow a redirect to '/moved'") as info:
+        InterlinkREST(interlink.url, interlink.token_file).status([_pod(interlink_profile)])
+    assert info.value.status == 302
+    assert [r["path"] for r in interlink.requests] == ["/status"]  # /moved never asked
+
+
+def test_kube_error_bodies_are_redacted(interlink, interlink_profile, kubeconfig, capsys):
+    interlink.misbehave = "echo-error"
+    profile = _profile(
+        interlink_profile,
+        target="interlink-kube",
+        interlink={"kubeconfig": str(kubeconfig), "namespace": "ci"},
+    )
+    backend = KubeBackend.from_profile(profile)
+    with pytest.raises(InterlinkAPIError) as info:
+        backend.submit(_pod(interlink_profile))
+    assert info.value.status == 500
+    assert TOKEN not in str(info.value)
+    assert "internal error while handling Bearer <token>" in str(info.value)
+    # The same through the whole dispatch: no output carries it.
+    result = run_stage(profile, stage="gpu", pytest_args=["-m", "gpu"], backend=backend)
+    assert result.outcome is Outcome.SUBMIT_ERROR
+    out = capsys.readouterr()
+    assert TOKEN not in render_report(result) + out.out + out.err
+
+
 # --- results through the logs --------------------------------------------------------------
 
 
@@ -237,6 +296,46 @@ def test_refused_create_is_a_submit_error(interlink, interlink_profile, tmp_path
     profile = _profile(interlink_profile, interlink={"token_file": str(tmp_path / "bad-token")})
     result = run_stage(profile, stage="gpu", pytest_args=[], local_dir=tmp_path / "r")
     assert result.outcome is Outcome.SUBMIT_ERROR and "HTTP 401" in result.message
+
+
+class InterruptedWhileFetchingLogs(RestBackend):
+    """Ctrl-C lands while the logs are being fetched."""
+
+    def logs(self, pod: dict) -> str:
+        os.kill(os.getpid(), signal.SIGINT)
+        return super().logs(pod)
+
+
+def test_ctrl_c_while_fetching_logs_still_deletes_the_pod(interlink, interlink_profile, tmp_path):
+    backend = InterruptedWhileFetchingLogs(InterlinkREST(interlink.url, interlink.token_file))
+    profile = _profile(interlink_profile)
+    result = run_stage(
+        profile, stage="gpu", pytest_args=["-m", "gpu"], backend=backend, local_dir=tmp_path / "r"
+    )
+    assert result.outcome is not Outcome.SUBMIT_ERROR
+    assert interlink.deleted and not interlink.pods
+
+
+class InterruptedWhileCreating(RestBackend):
+    """Ctrl-C lands while the pod is being created."""
+
+    def submit(self, pod: dict) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        super().submit(pod)
+
+
+def test_ctrl_c_while_creating_the_pod_deletes_it(interlink, interlink_profile, tmp_path):
+    interlink.queue_delay = 60
+    backend = InterruptedWhileCreating(InterlinkREST(interlink.url, interlink.token_file))
+    result = run_stage(
+        _profile(interlink_profile),
+        stage="gpu",
+        pytest_args=[],
+        backend=backend,
+        local_dir=tmp_path / "r",
+    )
+    assert result.outcome is Outcome.INTERRUPTED
+    assert interlink.deleted and not interlink.pods
 
 
 def test_canary_checks_success_failure_and_timeout(interlink, interlink_profile):

@@ -63,6 +63,24 @@ def test_full_profile_loads(tmp_path):
         ({"container": {"runtime": "docker", "image": "x"}}, r"use one of"),
         ({"env": {"BAD-NAME": "1"}}, r"not valid variable names"),
         ({"interlink": {"run_timeout": 0}}, r"interlink.run_timeout must be > 0"),
+        # Nested tables are type-checked too: a string would be splatted per character.
+        (
+            {"container": {"runtime": "apptainer", "image": "x", "options": "--cleanenv"}},
+            r"\[container\]: options = '--cleanenv' must be list\[str\]; "
+            r"write a list of strings, one word per item: options = \[",
+        ),
+        (
+            {"container": {"mounts": "/data:/data"}},
+            r"\[container\]: mounts = '/data:/data' must be list\[str\]",
+        ),
+        (
+            {"interlink": {"queue_timeout": "10"}},
+            r"\[interlink\]: queue_timeout = '10' must be float; "
+            r"write a number of seconds, without quotes: queue_timeout = 60",
+        ),
+        ({"interlink": {"poll_interval": True}}, r"poll_interval = True must be float"),
+        ({"interlink": {"node": 3}}, r"\[interlink\]: node = 3 must be str; write a string"),
+        ({"container": {"image": ["a.sif"]}}, r"\[container\]: image = \['a.sif'\] must be str"),
     ],
 )
 def test_bad_profiles_say_what_is_wrong(data, expected):
@@ -105,3 +123,8 @@ def test_invalid_toml_is_a_profile_error(tmp_path):
     path.write_text("nodes = \n")
     with pytest.raises(ProfileError, match="not valid TOML"):
         load_profile(path)
+
+
+def test_whole_seconds_are_accepted_where_a_float_is_expected():
+    profile = profile_from_dict({"interlink": {"queue_timeout": 10}}, name="p")
+    assert profile.interlink.queue_timeout == 10

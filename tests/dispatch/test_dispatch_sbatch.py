@@ -10,8 +10,14 @@ import sys
 
 import pytest
 
-from rankgate.dispatch.profile import profile_from_dict
-from rankgate.dispatch.sbatch import JobSpec, render_script, sbatch_directives, srun_command
+from rankgate.dispatch.profile import ProfileError, profile_from_dict
+from rankgate.dispatch.sbatch import (
+    JobSpec,
+    job_exports,
+    render_script,
+    sbatch_directives,
+    srun_command,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -39,11 +45,13 @@ def test_directives_carry_every_resource(tmp_path):
     options = sbatch_directives(profile, _job(tmp_path, name="rankgate-gpu"))
     assert options == [
         "--job-name=rankgate-gpu",
-        f"--output={tmp_path}/job dir/slurm-%j.out",
-        f"--chdir={tmp_path}/job dir",
-        "--cpus-per-task=8",
+        # Quoted: sbatch splits #SBATCH lines on spaces outside double quotes.
+        f'--output="{tmp_path}/job dir/slurm-%j.out"',
+        f'--chdir="{tmp_path}/job dir"',
+        "--no-requeue",
         "--nodes=2",
         "--ntasks-per-node=4",
+        "--cpus-per-task=8",
         "--gres=gpu:4",
         "--time=10",
         "--partition=booster",
@@ -51,6 +59,21 @@ def test_directives_carry_every_resource(tmp_path):
         "--qos=q",
         "--exclusive",
     ]
+
+
+def test_paths_without_spaces_are_not_quoted():
+    job = JobSpec(job_dir="/scratch/j1", pytest_args=())
+    assert sbatch_directives(_profile(workdir="/w"), job)[1:3] == [
+        "--output=/scratch/j1/slurm-%j.out",
+        "--chdir=/w",
+    ]
+
+
+@pytest.mark.parametrize("bad", ['/scratch/a"b', "/scratch/a\nb"], ids=["quote", "newline"])
+def test_a_path_no_sbatch_line_can_carry_is_refused(bad):
+    job = JobSpec(job_dir=bad, pytest_args=())
+    with pytest.raises(ProfileError, match=r"--output=.* cannot carry a double quote or a newline"):
+        sbatch_directives(_profile(), job)
 
 
 def test_script_is_valid_bash_with_modules_pre_exec_and_env(tmp_path):
@@ -94,20 +117,26 @@ def test_without_inplace_each_rank_names_its_junit_file(tmp_path):
     assert '/"junit.rank${SLURM_PROCID}.xml"' in command[-1]
 
 
-def test_apptainer_wraps_each_rank_and_binds_the_job_dir(tmp_path):
-    profile = _profile(
-        gpus_per_node=2,
-        workdir="/work/src",
+def _apptainer_profile(workdir="/work/src", **extra):
+    return _profile(
+        workdir=workdir,
         container={
             "runtime": "apptainer",
             "image": "/img.sif",
             "mounts": ["/data:/data"],
             "options": ["--cleanenv"],
         },
+        **extra,
     )
-    command = srun_command(profile, _job(tmp_path))
+
+
+def test_apptainer_wraps_each_rank_and_binds_the_job_dir(tmp_path):
+    command = srun_command(_apptainer_profile(gpus_per_node=2), _job(tmp_path))
+    assert command[:4] == ["srun", "--kill-on-bad-exit=0", "bash", "-c"]
+    forward, run = command[4].split("; exec ", 1)
+    assert forward.startswith("for v in ${!SLURM_@} RANKGATE_JOB_DIR RANKGATE_STORE ")
     job_dir = f"{tmp_path}/job dir"
-    assert command[2:13] == [
+    assert shlex.split(run)[:13] == [
         "apptainer",
         "exec",
         "--nv",
@@ -119,8 +148,56 @@ def test_apptainer_wraps_each_rank_and_binds_the_job_dir(tmp_path):
         "/data:/data",
         "--cleanenv",
         "/img.sif",
+        "bash",
+        "-c",
     ]
-    assert command[13:15] == ["bash", "-c"]
+
+
+# Stands in for apptainer (not installed here) with --cleanenv's documented behaviour:
+# the container sees only APPTAINERENV_<NAME> variables, as NAME, plus a default PATH.
+CLEANENV_APPTAINER = """#!/usr/bin/env python3
+import os, sys
+args = sys.argv[2:]
+image = args.index("/img.sif")
+env = {k[len("APPTAINERENV_"):]: v for k, v in os.environ.items() if k.startswith("APPTAINERENV_")}
+env["PATH"] = "/usr/bin:/bin"
+os.execve("/bin/bash", args[image + 1:], env)
+"""
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_cleanenv_container_still_sees_the_rank_and_the_job_environment(tmp_path, rank):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "apptainer").write_text(CLEANENV_APPTAINER)
+    fake_python = bin_dir / "python"
+    fake_python.write_text(
+        f"#!{sys.executable}\nimport json, os\n"
+        "print(json.dumps({k: v for k, v in os.environ.items() if k != 'PATH'}))\n"
+    )
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    job = _job(tmp_path)
+    os.makedirs(job.job_dir)
+    profile = _apptainer_profile(str(tmp_path), python=str(fake_python), env={"NCCL_DEBUG": "WARN"})
+    task_env = {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "SLURM_PROCID": str(rank),
+        "SLURM_NTASKS": "2",
+        "SLURM_LOCALID": str(rank),
+        "SLURM_NTASKS_PER_NODE": "2",
+        "HOSTILE": "not forwarded",
+        **job_exports(profile, job),
+    }
+    subprocess.run(srun_command(profile, job)[2:], env=task_env, check=True, cwd=tmp_path)
+    seen = json.loads((tmp_path / "job dir" / f"rank{rank}.log").read_text())
+    assert {k: seen.get(k) for k in ("SLURM_PROCID", "SLURM_NTASKS", "NCCL_DEBUG")} == {
+        "SLURM_PROCID": str(rank),
+        "SLURM_NTASKS": "2",
+        "NCCL_DEBUG": "WARN",
+    }
+    assert seen["RANKGATE_STORE"] == f"{tmp_path}/job dir/rendezvous.store"
+    assert "HOSTILE" not in seen
 
 
 def test_enroot_uses_pyxis_options(tmp_path):

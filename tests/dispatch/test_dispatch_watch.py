@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
+import time
 
 import pytest
 
 from rankgate.dispatch.outcome import Outcome, Phase
-from rankgate.dispatch.watch import Observation, watch
+from rankgate.dispatch.watch import Observation, caught_interrupts, watch
 
 pytestmark = pytest.mark.unit
 
@@ -82,6 +84,32 @@ def test_sigint_cancels_the_job_instead_of_leaving_it_queued():
         return original()
 
     waited = watch(observe_then_interrupt, job.cancel, label="j", poll_s=0.01, say=lambda _: None)
+    assert (waited.outcome, job.cancels) == (Outcome.INTERRUPTED, 1)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_sigint_wakes_a_long_poll_sleep():
+    # A poll of a minute must not keep a Ctrl-C waiting for the next look.
+    job = Job(QUEUED)
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    start = time.monotonic()
+    timer.start()
+    try:
+        waited = watch(job.observe, job.cancel, label="j", poll_s=60, say=lambda _: None)
+    finally:
+        timer.cancel()
+    assert (waited.outcome, job.cancels) == (Outcome.INTERRUPTED, 1)
+    assert time.monotonic() - start < 5
+
+
+def test_interrupts_held_by_the_caller_reach_the_wait():
+    # An interrupt that arrived while the job was being submitted cancels it at once.
+    job = Job(QUEUED)
+    with caught_interrupts() as interrupts:
+        os.kill(os.getpid(), signal.SIGINT)
+        waited = watch(
+            job.observe, job.cancel, label="j", poll_s=60, say=lambda _: None, interrupts=interrupts
+        )
     assert (waited.outcome, job.cancels) == (Outcome.INTERRUPTED, 1)
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 

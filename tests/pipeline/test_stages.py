@@ -50,6 +50,15 @@ def test_markers_and_needs(name, markers, needs):
     assert (stage.markers, stage.needs) == (markers, needs)
 
 
+@pytest.mark.parametrize(
+    ("name", "remote"),
+    [("gpu", "gpu"), ("hpc", "world and not gpu and not hpc and not container")],
+)
+def test_dispatched_runs_select_tests_that_run_in_place_on_every_rank(name, remote):
+    # hpc tests start a local SLURM, which a cluster job's ranks must not each do.
+    assert stages.get(name).dispatch_markers == remote
+
+
 def test_only_gpu_and_hpc_are_dispatchable():
     assert [s.name for s in stages.all_stages() if s.dispatchable] == ["gpu", "hpc"]
 

@@ -91,7 +91,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def stage_selection(stage: str) -> tuple[str, bool]:
-    """(marker expression, needs GPUs) of a dispatchable stage."""
+    """(marker expression of its remote run, needs GPUs) of a dispatchable stage."""
     from rankgate.pipeline import stages
 
     try:
@@ -101,7 +101,7 @@ def stage_selection(stage: str) -> tuple[str, bool]:
     if not found.dispatchable:
         able = [s.name for s in stages.all_stages() if s.dispatchable]
         raise ProfileError(f"stage {stage!r} runs only locally; dispatchable stages: {able}")
-    return found.markers, "gpus" in found.needs
+    return found.dispatch_markers, "gpus" in found.needs
 
 
 def resolve_profile(spec: str) -> Profile:

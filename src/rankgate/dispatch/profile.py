@@ -190,15 +190,19 @@ def time_limit_minutes(value: str) -> float:
     return float(a)
 
 
+_NESTED = {"container": Container, "interlink": Interlink}
+
+
 def _build(cls: type, data: dict[str, Any], where: str) -> Any:
     known = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(known))
     if unknown:
         raise ProfileError(f"{where}: unknown key(s) {unknown}; known keys are {sorted(known)}")
+    _check_types(cls, data, where)
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
-        nested = {"container": Container, "interlink": Interlink}.get(key)
-        if nested is not None and cls is Profile:
+        nested = _NESTED.get(key) if cls is Profile else None
+        if nested is not None:
             if not isinstance(value, dict):
                 raise ProfileError(f"{where}: [{key}] must be a table")
             value = _build(nested, value, f"{where} [{key}]")
@@ -213,26 +217,44 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
 
 def profile_from_dict(data: dict[str, Any], *, name: str, where: str = "profile") -> Profile:
     """Build and validate a profile from parsed TOML."""
-    data = {"name": name, **data}
-    _check_types(data, where)
-    return _build(Profile, data, where)
+    return _build(Profile, {"name": name, **data}, where)
 
 
-def _check_types(data: dict[str, Any], where: str) -> None:
-    """TOML gives the right types when the user wrote the right thing; say so when not."""
-    for f in dataclasses.fields(Profile):
-        if f.name not in data or f.name in ("container", "interlink"):
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# Field type (as annotated) -> (check, how to write it in TOML).
+_TYPES: dict[str, tuple[Any, str]] = {
+    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "a whole number: {k} = 2"),
+    "float": (_is_number, "a number of seconds, without quotes: {k} = 60"),
+    "str": (lambda v: isinstance(v, str), 'a string in quotes: {k} = "..."'),
+    "list[str]": (
+        lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+        'a list of strings, one word per item: {k} = ["--opt", "value"]',
+    ),
+    "dict[str, str]": (
+        lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values()),
+        'a table of strings: [{k}] NAME = "value"',
+    ),
+}
+
+
+def _check_types(cls: type, data: dict[str, Any], where: str) -> None:
+    """TOML gives the right types when the user wrote the right thing; say so when not.
+
+    A string where a list belongs would be splatted character by character, and a
+    quoted number would fail later with an unclear TypeError.
+    """
+    for f in dataclasses.fields(cls):
+        if f.name not in data or f.name in _NESTED:
             continue
-        value, expected = data[f.name], f.type
-        ok = {
-            "int": isinstance(value, int) and not isinstance(value, bool),
-            "str": isinstance(value, str),
-            "list[str]": isinstance(value, list) and all(isinstance(v, str) for v in value),
-            "dict[str, str]": isinstance(value, dict)
-            and all(isinstance(v, str) for v in value.values()),
-        }.get(str(expected), True)
-        if not ok:
-            raise ProfileError(f"{where}: {f.name} = {value!r} must be {expected}")
+        value, expected = data[f.name], str(f.type)
+        check, how = _TYPES.get(expected, (lambda v: True, ""))
+        if not check(value):
+            raise ProfileError(
+                f"{where}: {f.name} = {value!r} must be {expected}; write " + how.format(k=f.name)
+            )
 
 
 def load_profile(path: str | Path) -> Profile:

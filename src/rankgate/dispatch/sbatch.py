@@ -15,10 +15,11 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rankgate.dispatch.profile import Profile
+from rankgate.dispatch.profile import Profile, ProfileError
 from rankgate.dispatch.results import JUNIT_BASE, junit_name, log_name
 
 SCRIPT_NAME = "job.sbatch"
+_ENV_PREFIX = {"apptainer": "APPTAINERENV_", "singularity": "SINGULARITYENV_"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -42,7 +43,11 @@ def resource_options(profile: Profile) -> list[str]:
 
     Shared by the sbatch script and the interLink pod's ``slurm-job.vk.io/flags``.
     """
-    options = [f"--nodes={profile.nodes}", f"--ntasks-per-node={profile.tasks_per_node}"]
+    options = [
+        f"--nodes={profile.nodes}",
+        f"--ntasks-per-node={profile.tasks_per_node}",
+        f"--cpus-per-task={profile.cpus_per_task}",
+    ]
     if profile.gpus_per_node:
         options.append(f"--gres=gpu:{profile.gpus_per_node}")
     options.append(f"--time={profile.time_limit}")
@@ -56,14 +61,29 @@ def resource_options(profile: Profile) -> list[str]:
 
 
 def sbatch_directives(profile: Profile, job: JobSpec) -> list[str]:
-    """``#SBATCH`` options: the job's name and files, CPUs per task, then the resources."""
+    """``#SBATCH`` options: the job's name and files, then the resources.
+
+    ``--no-requeue``: a requeued job would rerun the tests over its own results and hide
+    the node failure that requeued it; ``sbatch_options = ["--requeue"]`` overrides it.
+    """
     return [
         f"--job-name={job.name}",
-        f"--output={job.job_dir}/slurm-%j.out",
-        f"--chdir={_workdir(profile, job)}",
-        f"--cpus-per-task={profile.cpus_per_task}",
+        _path_directive("--output", f"{job.job_dir}/slurm-%j.out"),
+        _path_directive("--chdir", _workdir(profile, job)),
+        "--no-requeue",
         *resource_options(profile),
     ]
+
+
+def _path_directive(option: str, path: str) -> str:
+    """``--option=path``; double-quoted when it holds spaces (sbatch splits #SBATCH lines
+    on whitespace outside double quotes), refused when it holds a quote or a newline."""
+    if '"' in path or "\n" in path:
+        raise ProfileError(
+            f"{option}={path!r}: an #SBATCH line cannot carry a double quote or a newline; "
+            "choose a results_dir and workdir without them"
+        )
+    return f'{option}="{path}"' if any(c.isspace() for c in path) else f"{option}={path}"
 
 
 def _workdir(profile: Profile, job: JobSpec) -> str:
@@ -91,6 +111,29 @@ def rank_command(profile: Profile, job: JobSpec, rank_var: str = "SLURM_PROCID")
     )
 
 
+def job_exports(profile: Profile, job: JobSpec) -> dict[str, str]:
+    """Variables the script exports to every rank: the profile's, then rankgate's."""
+    return {
+        **profile.env,
+        "RANKGATE_JOB_DIR": job.job_dir,
+        # Port-free rendezvous for the in-place harness: a FileStore on the shared FS.
+        "RANKGATE_STORE": f"{job.job_dir}/rendezvous.store",
+        "RANKGATE_SHARED_TMP": job.job_dir,
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def forward_env(prefix: str, names: Sequence[str]) -> str:
+    """Bash that re-exports every ``SLURM_*`` variable and ``names`` as ``prefix + NAME``.
+
+    Apptainer (APPTAINERENV_) and Singularity (SINGULARITYENV_) set ``NAME`` inside the
+    container from these even under ``--cleanenv``, which strips the rest; run by each
+    task on the host, so SLURM_PROCID is that task's own rank.
+    """
+    listed = " ".join(["${!SLURM_@}", *names])
+    return f'for v in {listed}; do export "{prefix}$v=${{!v}}"; done'
+
+
 def srun_command(profile: Profile, job: JobSpec) -> list[str]:
     """``srun`` plus the container wrapper, ending in ``bash -c <rank command>``."""
     srun = ["srun", "--kill-on-bad-exit=0"]
@@ -106,7 +149,9 @@ def srun_command(profile: Profile, job: JobSpec) -> list[str]:
             wrapper.append("--nv")
         for bind in binds:
             wrapper += ["--bind", bind]
-        return [*srun, *wrapper, *container.options, container.image, *inner]
+        run = shlex.join([*wrapper, *container.options, container.image, *inner])
+        forward = forward_env(_ENV_PREFIX[container.runtime], list(job_exports(profile, job)))
+        return [*srun, "bash", "-c", f"{forward}; exec {run}"]
     if container.runtime == "enroot":
         mounts = ",".join(b if ":" in b else f"{b}:{b}" for b in binds)
         pyxis = [
@@ -129,14 +174,7 @@ def render_script(profile: Profile, job: JobSpec) -> str:
     ]
     lines += [f"module load {shlex.quote(module)}" for module in profile.modules]
     lines += list(profile.pre_exec)
-    exports = {
-        **profile.env,
-        "RANKGATE_JOB_DIR": job.job_dir,
-        # Port-free rendezvous for the in-place harness: a FileStore on the shared FS.
-        "RANKGATE_STORE": f"{job.job_dir}/rendezvous.store",
-        "RANKGATE_SHARED_TMP": job.job_dir,
-        "PYTHONUNBUFFERED": "1",
-    }
+    exports = job_exports(profile, job)
     lines += [f"export {key}={shlex.quote(value)}" for key, value in exports.items()]
     lines += [
         shlex.join(srun_command(profile, job)),

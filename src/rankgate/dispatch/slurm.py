@@ -22,7 +22,7 @@ from rankgate.dispatch.outcome import Outcome, Phase, slurm_state
 from rankgate.dispatch.profile import Profile, ProfileError
 from rankgate.dispatch.results import DispatchResult, merge_job_dir
 from rankgate.dispatch.sbatch import SCRIPT_NAME, JobSpec, render_script, submit_command
-from rankgate.dispatch.watch import Observation, Progress, watch
+from rankgate.dispatch.watch import Observation, Progress, caught_interrupts, watch
 
 
 class SubmitError(RuntimeError):
@@ -140,24 +140,29 @@ class SlurmTarget:
             job_id="",
             outcome=Outcome.SUBMIT_ERROR,
         )
-        try:
-            job_id = self.submit(job)
-        except (SubmitError, CommandError) as exc:
-            result.message = str(exc)
-            return result
-        result.job_id = job_id
-        say(f"submitted job {job_id} ({self.profile.world_size} ranks) -> {job.job_dir}")
-        waited = watch(
-            lambda: self.status(job_id),
-            lambda: self.cancel(job_id),
-            label=f"job {job_id}",
-            poll_s=poll_s,
-            say=say,
-            deadline_s=deadline_s,
-            queue_timeout_s=queue_timeout_s,
-            run_timeout_s=run_timeout_s,
-            transient=(CommandError,),
-        )
+        # Caught from before sbatch: a Ctrl-C while it submits must not orphan the job.
+        with caught_interrupts() as interrupts:
+            try:
+                job_id = self.submit(job)
+            except (SubmitError, CommandError) as exc:
+                result.message = str(exc)
+                if interrupts:
+                    result.outcome = Outcome.INTERRUPTED
+                return result
+            result.job_id = job_id
+            say(f"submitted job {job_id} ({self.profile.world_size} ranks) -> {job.job_dir}")
+            waited = watch(
+                lambda: self.status(job_id),
+                lambda: self.cancel(job_id),
+                label=f"job {job_id}",
+                poll_s=poll_s,
+                say=say,
+                deadline_s=deadline_s,
+                queue_timeout_s=queue_timeout_s,
+                run_timeout_s=run_timeout_s,
+                transient=(CommandError,),
+                interrupts=interrupts,
+            )
         last = waited.last
         result.outcome, result.state = waited.outcome, last.state
         result.reason, result.exit_code = last.reason, last.exit_code

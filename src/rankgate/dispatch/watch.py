@@ -21,7 +21,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 from rankgate.dispatch.outcome import Outcome, Phase
@@ -64,19 +64,51 @@ class Watched:
         return self.last.status if isinstance(self.last.status, Outcome) else Outcome.LOST
 
 
+WAKE_S = 0.1
+"""Slice of an interruptible sleep: how soon a poll notices a signal."""
+
+
+class Interrupts:
+    """SIGINT/SIGTERM received while a job is ours to clean up; true once any arrived."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.received)
+
+    def arrived(self, signum: int, _frame=None) -> None:
+        # Only a list append: a handler that took a lock (Event.set) could deadlock
+        # when the signal lands while the main thread holds that same lock.
+        self.received.append(signum)
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep, but wake within WAKE_S of a new signal (a poll of minutes stays responsive).
+
+        time.sleep alone is resumed after a handler that does not raise (PEP 475).
+        """
+        before, end = len(self.received), time.monotonic() + seconds
+        while len(self.received) == before and (left := end - time.monotonic()) > 0:
+            time.sleep(min(left, WAKE_S))
+
+
 @contextmanager
-def caught_interrupts() -> Iterator[list[int]]:
-    """Collect SIGINT/SIGTERM received inside the block instead of dying (main thread only)."""
-    received: list[int] = []
+def caught_interrupts() -> Iterator[Interrupts]:
+    """Collect SIGINT/SIGTERM received inside the block instead of dying (main thread only).
+
+    Held from before a submission until the job is cleaned up, so an interrupt that
+    arrives while sbatch or the API call runs, or while logs are fetched, still ends
+    in a cancel and a delete instead of an orphaned job.
+    """
+    interrupts = Interrupts()
     if threading.current_thread() is not threading.main_thread():
-        yield received
+        yield interrupts
         return
     previous = {
-        sig: signal.signal(sig, lambda signum, _frame: received.append(signum))
-        for sig in (signal.SIGINT, signal.SIGTERM)
+        sig: signal.signal(sig, interrupts.arrived) for sig in (signal.SIGINT, signal.SIGTERM)
     }
     try:
-        yield received
+        yield interrupts
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -94,8 +126,13 @@ def watch(
     run_timeout_s: float | None = None,
     wait_after_cancel: bool = True,
     transient: tuple[type[Exception], ...] = (),
+    interrupts: Interrupts | None = None,
 ) -> Watched:
-    """Poll until the job ends (see the module docstring); never raises for the job's sake."""
+    """Poll until the job ends (see the module docstring); never raises for the job's sake.
+
+    ``interrupts``: the caller's :func:`caught_interrupts`, when it already holds one
+    around the submission; otherwise the wait catches its own.
+    """
     start = time.monotonic()
     result = Watched(last=Observation("SUBMITTED", Phase.QUEUED), ours=None)
     phase, phase_start, last_said, cancelled_at, failures = None, start, start, 0.0, 0
@@ -106,7 +143,8 @@ def watch(
         elif phase is Phase.RUNNING:
             result.running_s += now - phase_start
 
-    with caught_interrupts() as interrupted:
+    scope = caught_interrupts() if interrupts is None else nullcontext(interrupts)
+    with scope as interrupted:
         while True:
             try:
                 seen = observe()
@@ -156,7 +194,7 @@ def watch(
                 account(now)
                 say(f"{label}: still {seen.state} {CANCEL_GRACE_S:g} s after cancelling")
                 return result
-            time.sleep(poll_s if result.ours is None else min(poll_s, 0.5))
+            interrupted.sleep(poll_s if result.ours is None else min(poll_s, 0.5))
 
 
 def _reason_to_stop(phase, total, in_phase, interrupted, deadline, queue_limit, run_limit):

@@ -64,6 +64,10 @@ class Stage:
     """One line, shown by ``nox -l``, ``rankgate run --list`` and the README table."""
     markers: str = ""
     """pytest marker expression selecting the stage's tests ("" when it runs no pytest)."""
+    remote_markers: str = ""
+    """Marker expression of a dispatched run, when it differs from ``markers`` ("" = the
+    same): the tests every rank of the remote job runs in place. A stage whose local
+    tests drive a scheduler (hpc) sends genuine multi-rank tests to the cluster instead."""
     where: tuple[Where, ...]
     """Where the stage can run (see :data:`Where`)."""
     needs: tuple[Need, ...] = ()
@@ -86,12 +90,17 @@ class Stage:
         for need in self.needs:
             if need not in NEEDS:
                 raise ValueError(f"stage {self.name}: need {need!r}; use one of {NEEDS}")
-        if "dispatch" in self.where and not self.markers:
+        if "dispatch" in self.where and not self.dispatch_markers:
             raise ValueError(f"stage {self.name}: a dispatched stage needs a marker expression")
 
     @property
     def dispatchable(self) -> bool:
         return "dispatch" in self.where
+
+    @property
+    def dispatch_markers(self) -> str:
+        """The marker expression ``rankgate dispatch --stage NAME`` runs on the target."""
+        return self.remote_markers or self.markers
 
 
 _PYTEST = Command(argv=("pytest",))
@@ -152,8 +161,15 @@ _STAGES: dict[str, Stage] = {
         ),
         Stage(
             name="hpc",
-            description="SLURM tests (marker: hpc): here if SLURM is installed, else dispatched.",
+            description=(
+                "Dispatch tests on a local SLURM (marker: hpc); with a profile, the "
+                "multi-rank CPU tests on the cluster's ranks."
+            ),
             markers="hpc",
+            # hpc tests start their own SLURM: on a cluster's ranks they would each start
+            # one. World tests are the genuine multi-rank ones; "dist and not world" are
+            # harness tests that spawn their own pytest/torchrun runs.
+            remote_markers="world and not gpu and not hpc and not container",
             where=("local", "dispatch"),
             needs=("slurm",),
             products=("junit/hpc.xml",),

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from rankgate.dispatch.interlink.manifest import CONTAINER_NAME
-from rankgate.dispatch.interlink.rest import InterlinkAPIError, InterlinkREST
+from rankgate.dispatch.interlink.rest import InterlinkAPIError, InterlinkREST, redact
 from rankgate.dispatch.outcome import Outcome, Phase
 from rankgate.dispatch.profile import Profile
 from rankgate.dispatch.watch import Observation
@@ -138,15 +138,25 @@ class KubeBackend:
         api_client = config.new_client_from_config(config_file=profile.interlink.kubeconfig or None)
         return cls(client.CoreV1Api(api_client))
 
+    def _secrets(self) -> list[str]:
+        """The credentials the client sends, to redact from what the server says back."""
+        config = self.api.api_client.configuration
+        found = [getattr(config, "password", None) or ""]
+        for value in (getattr(config, "api_key", None) or {}).values():
+            found.append(value.split(" ", 1)[-1])  # the token of "Bearer <token>"
+        return found
+
     def _call(self, what: str, fn, *args, **kwargs):
         from kubernetes.client.exceptions import ApiException
 
         try:
             return fn(*args, **kwargs)
         except ApiException as exc:
-            raise InterlinkAPIError("kube", what, exc.status, str(exc.body or exc.reason)) from None
+            said = redact(str(exc.body or exc.reason), *self._secrets())
+            raise InterlinkAPIError("kube", what, exc.status, said) from None
         except OSError as exc:  # urllib3 connection errors are OSErrors
-            raise InterlinkAPIError("kube", what, None, str(exc)) from None
+            said = redact(str(exc), *self._secrets())
+            raise InterlinkAPIError("kube", what, None, said) from None
 
     def submit(self, pod: dict) -> None:
         ns = pod["metadata"]["namespace"]

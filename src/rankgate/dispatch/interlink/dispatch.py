@@ -25,7 +25,7 @@ from rankgate.dispatch.outcome import Outcome, Phase
 from rankgate.dispatch.profile import Profile
 from rankgate.dispatch.results import DispatchResult, merge_job_dir
 from rankgate.dispatch.sbatch import JobSpec
-from rankgate.dispatch.watch import Observation, Progress, watch
+from rankgate.dispatch.watch import Observation, Progress, caught_interrupts, watch
 
 
 @dataclass(slots=True)
@@ -50,51 +50,61 @@ def run_pod(
     say: Progress,
     deadline_s: float | None = None,
 ) -> PodRun:
-    """Submit ``pod``, watch it, fetch its logs, delete it. Never leaves the pod behind."""
-    name = pod["metadata"]["name"]
-    try:
-        backend.submit(pod)
-    except InterlinkAPIError as exc:
-        return PodRun(Outcome.SUBMIT_ERROR, message=str(exc))
-    say(f"submitted pod {name} through {backend.name}")
-    misses, phase = [0], [Phase.QUEUED]
+    """Submit ``pod``, watch it, fetch its logs, delete it. Never leaves the pod behind.
 
-    def observe() -> Observation:
-        seen = backend.observe(pod)
-        if seen is not None:
-            misses[0] = 0
-            if isinstance(seen.status, Phase):
-                phase[0] = seen.status
-            return seen
-        misses[0] += 1
-        if misses[0] >= LOST_AFTER:
-            return Observation("absent", Outcome.LOST, "the target no longer knows the pod")
-        return Observation("absent", phase[0], "not known to the target (yet)")
+    Interrupts are caught from before the create until after the delete, so a Ctrl-C
+    while the pod is created or its logs are fetched still ends in the delete.
+    """
+    with caught_interrupts() as interrupts:
+        name = pod["metadata"]["name"]
+        try:
+            backend.submit(pod)
+        except InterlinkAPIError as exc:
+            return PodRun(Outcome.SUBMIT_ERROR, message=str(exc))
+        say(f"submitted pod {name} through {backend.name}")
+        misses, phase = [0], [Phase.QUEUED]
 
-    waited = watch(
-        observe,
-        lambda: None,
-        label=f"pod {name}",
-        poll_s=poll_s,
-        say=say,
-        deadline_s=deadline_s,
-        queue_timeout_s=queue_timeout_s,
-        run_timeout_s=run_timeout_s,
-        wait_after_cancel=False,
-        transient=(InterlinkAPIError,),
-    )
-    run = PodRun(waited.outcome, waited.last, queued_s=waited.queued_s, running_s=waited.running_s)
-    notes = [waited.last.reason] if run.outcome in (Outcome.API_ERROR, Outcome.START_ERROR) else []
-    try:
-        run.logs = backend.logs(pod)  # before the delete: afterwards they are gone
-    except InterlinkAPIError as exc:
-        notes.append(f"could not fetch the logs: {exc}")
-    try:
-        backend.delete(pod)
-    except InterlinkAPIError as exc:
-        notes.append(f"could not delete pod {name}: {exc}")
-    run.message = "\n".join(notes)
-    return run
+        def observe() -> Observation:
+            seen = backend.observe(pod)
+            if seen is not None:
+                misses[0] = 0
+                if isinstance(seen.status, Phase):
+                    phase[0] = seen.status
+                return seen
+            misses[0] += 1
+            if misses[0] >= LOST_AFTER:
+                return Observation("absent", Outcome.LOST, "the target no longer knows the pod")
+            return Observation("absent", phase[0], "not known to the target (yet)")
+
+        waited = watch(
+            observe,
+            lambda: None,
+            label=f"pod {name}",
+            poll_s=poll_s,
+            say=say,
+            deadline_s=deadline_s,
+            queue_timeout_s=queue_timeout_s,
+            run_timeout_s=run_timeout_s,
+            wait_after_cancel=False,
+            transient=(InterlinkAPIError,),
+            interrupts=interrupts,
+        )
+        run = PodRun(
+            waited.outcome, waited.last, queued_s=waited.queued_s, running_s=waited.running_s
+        )
+        notes = (
+            [waited.last.reason] if run.outcome in (Outcome.API_ERROR, Outcome.START_ERROR) else []
+        )
+        try:
+            run.logs = backend.logs(pod)  # before the delete: afterwards they are gone
+        except InterlinkAPIError as exc:
+            notes.append(f"could not fetch the logs: {exc}")
+        try:
+            backend.delete(pod)
+        except InterlinkAPIError as exc:
+            notes.append(f"could not delete pod {name}: {exc}")
+        run.message = "\n".join(notes)
+        return run
 
 
 def run_stage(

@@ -4,7 +4,7 @@ The pod is pinned to the virtual node (nodeSelector ``kubernetes.io/hostname``),
 tolerates its ``virtual-node.interlink/no-schedule`` taint, never restarts, and
 carries the SLURM plugin's annotations built from the profile:
 
-- ``slurm-job.vk.io/flags``: ``--nodes --ntasks-per-node --gres --time --partition
+- ``slurm-job.vk.io/flags``: ``--nodes --ntasks-per-node --cpus-per-task --gres --time --partition
   --account --qos`` (the long forms of -t, -p and -A: the plugin splits this
   annotation on spaces, so every flag is one ``--key=value`` word);
 - ``slurm-job.vk.io/pre-exec``: module loads and pre-exec lines;

@@ -16,7 +16,9 @@ path       method  body -> answer
 
 Every request carries ``Authorization: Bearer <token>``; the token is read from the
 profile's token file on each request and never appears in an error, a log or a report.
-Only the standard library is used (urllib), so GPU hosts without a registry can run it.
+Redirects are refused rather than followed: urllib would re-send the Authorization
+header to wherever the server points. Only the standard library is used (urllib), so
+GPU hosts without a registry can run it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,23 @@ from typing import Any
 from rankgate.dispatch.interlink.manifest import CONTAINER_NAME
 
 REDACTED = "<token>"
+
+
+def redact(text: str, *secrets: str) -> str:
+    """``text`` with every non-empty secret replaced by ``<token>`` (longest first)."""
+    for secret in sorted({x for x in secrets if x}, key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    return text
+
+
+class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
+    """Makes a 3xx answer an HTTPError instead of a second request carrying the token."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+_OPENER = urllib.request.build_opener(_RefuseRedirects)
 
 
 class InterlinkAPIError(RuntimeError):
@@ -59,11 +78,12 @@ class InterlinkREST:
         except OSError as exc:
             raise InterlinkAPIError("-", "-", None, f"cannot read token file: {exc}") from None
 
-    def _redact(self, text: str, token: str) -> str:
-        return text.replace(token, REDACTED) if token else text
-
     def request(self, method: str, path: str, body: Any = None) -> str:
         """Send one request; the answer's text, or :class:`InterlinkAPIError`."""
+        return self._send(method, path, body)[0]
+
+    def _send(self, method: str, path: str, body: Any) -> tuple[str, str]:
+        """(the answer's text, the token it was sent with, for redacting what it says)."""
         token = self._token()
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.url + path, data=data, method=method)
@@ -71,21 +91,27 @@ class InterlinkREST:
         if data is not None:
             req.add_header("Content-Type", "application/json")
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as answer:
-                return answer.read().decode(errors="replace")
+            with _OPENER.open(req, timeout=self.timeout) as answer:
+                return answer.read().decode(errors="replace"), token
         except urllib.error.HTTPError as exc:
             text = exc.read().decode(errors="replace")
-            raise InterlinkAPIError(method, path, exc.code, self._redact(text, token)) from None
+            if 300 <= exc.code < 400:
+                text = (
+                    f"refused to follow a redirect to {exc.headers.get('Location')!r}, which "
+                    "would carry the token there; set [interlink] url to the API's own address"
+                )
+            raise InterlinkAPIError(method, path, exc.code, redact(text, token)) from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise InterlinkAPIError(method, path, None, self._redact(str(reason), token)) from None
+            raise InterlinkAPIError(method, path, None, redact(str(reason), token)) from None
 
     def _json(self, method: str, path: str, body: Any = None) -> Any:
-        text = self.request(method, path, body)
+        text, token = self._send(method, path, body)
         try:
             return json.loads(text) if text.strip() else None
         except json.JSONDecodeError:
-            raise InterlinkAPIError(method, path, 200, f"not JSON: {text[:200]!r}") from None
+            said = redact(text, token)[:200]
+            raise InterlinkAPIError(method, path, 200, f"not JSON: {said!r}") from None
 
     # --- the five endpoints ------------------------------------------------------------
 
