@@ -23,8 +23,8 @@ def route(nbytes, dtype=torch.float32, cfg=CFG, capturing=False, **kw):
 @pytest.mark.parametrize(
     ("nbytes", "eager", "graph"),
     [
-        (4, "push", "push"),
-        (8 * KiB, "push", "push"),
+        (4, "oneshot", "push"),
+        (8 * KiB, "oneshot", "push"),
         (8 * KiB + 4, "oneshot", "push"),
         (128 * KiB, "oneshot", "push"),
         (128 * KiB + 4, "oneshot", "oneshot"),

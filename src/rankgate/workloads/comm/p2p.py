@@ -62,11 +62,13 @@ class P2PConfig:
 
     buffer_bytes: int = 32 << 20
     """Symmetric buffer per rank; payloads up to half of it can take a p2p path."""
-    push_max_bytes: int = 8 << 10
-    """Largest all-reduce served by the push kernel; with graph_push_max_bytes it sets
-    the size of its slots (a second symmetric buffer of 2 x world slots). 0 turns the
-    push kernel off in eager calls. 2 x H200, eager: push fastest 512 B..8 KiB (fp32;
-    below, one-shot by 2-3 us of host launch time), one-shot from 32 KiB."""
+    push_max_bytes: int = 0
+    """Largest all-reduce served by the push kernel in eager calls; with
+    graph_push_max_bytes it sets the size of its slots (a second symmetric buffer of
+    2 x world slots). 0: eager calls never push. 2 x H200, eager: a small all-reduce is
+    bound by the host's launch, and the push kernel's (through ctypes) took 13-25 us
+    against one-shot's 9.5-16 us in the runs with repeated rounds (runs 5-8), so
+    pushing pays only in CUDA graphs."""
     graph_push_max_bytes: int | None = 128 << 10
     """As push_max_bytes, while a CUDA graph is being captured (None: the same).
     2 x H200, graph: push fastest at every size from 8 B to 128 KiB (fp32; bf16 to
