@@ -109,12 +109,15 @@ class InPlaceSession:
         kwargs = {"rank": launch.rank, "world_size": launch.world_size, "timeout": timeout}
         if use_nccl:
             torch.cuda.set_device(self.device)
+        # With GPUs, CPU tensors go through gloo in the same group, so a test marked
+        # world(n, backend="gloo") runs in place as it does in a pool.
+        pg_backend = "cpu:gloo,cuda:nccl" if use_nccl else "gloo"
         if not dist.is_initialized():
             if os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
-                dist.init_process_group(self.backend, init_method="env://", **kwargs)
+                dist.init_process_group(pg_backend, init_method="env://", **kwargs)
             else:
                 store = dist.FileStore(str(self._store_path()), launch.world_size)
-                dist.init_process_group(self.backend, store=store, **kwargs)
+                dist.init_process_group(pg_backend, store=store, **kwargs)
         # Outcomes travel over gloo so a wedged GPU cannot stop the verdict exchange.
         self.control = dist.new_group(backend="gloo") if use_nccl else dist.group.WORLD
 
