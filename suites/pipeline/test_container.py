@@ -1,4 +1,5 @@
-"""The image built by the container stage: non-root, the variant's torch, CPU suites pass.
+"""The image built by the container stage: non-root, the variant's torch, CPU suites pass
+(unit, and the comm and harness suites' multi-rank tests on gloo).
 
 The container stage (``nox -s container``) builds ``localhost/rankgate:cpu-local`` first
 (RANKGATE_IMAGE and RANKGATE_VARIANT pick another). Run alone, these tests skip with
@@ -89,3 +90,18 @@ def test_a_distributed_test_passes_inside(engine, tmp_path):
     totals = junit_totals(tmp_path / "dist.xml")
     assert code == 0, out[-4000:]
     assert totals == {"tests": 1, "failures": 0, "errors": 0, "skipped": 0}
+
+
+def test_distributed_cpu_suites_pass_inside(engine, tmp_path):
+    """The comm and harness suites' multi-rank CPU tests, on gloo ranks inside the image."""
+    argv = [
+        "pytest", "-m", "dist and not gpu and not slow", "suites/comm", "suites/harness",
+        "-q", "-p", "no:cacheprovider", "--junitxml=/results/dist-suites.xml",
+    ]  # fmt: skip
+    code, out = in_image(engine, argv, tmp_path)
+    totals = junit_totals(tmp_path / "dist-suites.xml")
+    assert code == 0, out[-4000:]
+    assert totals["failures"] == totals["errors"] == 0, totals
+    # 292 ran on 2 cores here; the image has no mpirun, so its in-place test skips.
+    assert totals["tests"] - totals["skipped"] >= 250, totals
+
