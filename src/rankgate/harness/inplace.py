@@ -121,6 +121,15 @@ class InPlaceSession:
         # Outcomes travel over gloo so a wedged GPU cannot stop the verdict exchange.
         self.control = dist.new_group(backend="gloo") if use_nccl else dist.group.WORLD
 
+    def device_for(self, spec: WorldSpec | None):
+        """The ``device`` fixture's value: cpu for a world(n, backend="gloo") test (its
+        tensors take the group's gloo side), else the session's device."""
+        import torch
+
+        if spec is not None and spec.backend == "gloo":
+            return torch.device("cpu")
+        return self.device
+
     def _store_path(self) -> Path:
         explicit = os.environ.get("RANKGATE_STORE")
         if explicit:
