@@ -109,26 +109,14 @@ class InPlaceSession:
         kwargs = {"rank": launch.rank, "world_size": launch.world_size, "timeout": timeout}
         if use_nccl:
             torch.cuda.set_device(self.device)
-        # With GPUs, CPU tensors go through gloo in the same group, so a test marked
-        # world(n, backend="gloo") runs in place as it does in a pool.
-        pg_backend = "cpu:gloo,cuda:nccl" if use_nccl else "gloo"
         if not dist.is_initialized():
             if os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
-                dist.init_process_group(pg_backend, init_method="env://", **kwargs)
+                dist.init_process_group(self.backend, init_method="env://", **kwargs)
             else:
                 store = dist.FileStore(str(self._store_path()), launch.world_size)
-                dist.init_process_group(pg_backend, store=store, **kwargs)
+                dist.init_process_group(self.backend, store=store, **kwargs)
         # Outcomes travel over gloo so a wedged GPU cannot stop the verdict exchange.
         self.control = dist.new_group(backend="gloo") if use_nccl else dist.group.WORLD
-
-    def device_for(self, spec: WorldSpec | None):
-        """The ``device`` fixture's value: cpu for a world(n, backend="gloo") test (its
-        tensors take the group's gloo side), else the session's device."""
-        import torch
-
-        if spec is not None and spec.backend == "gloo":
-            return torch.device("cpu")
-        return self.device
 
     def _store_path(self) -> Path:
         explicit = os.environ.get("RANKGATE_STORE")
@@ -216,6 +204,12 @@ class InPlaceSession:
             skip_at_test(f"world({spec.size}) needs {spec.size} ranks; this run has {launched}")
         if spec.backend == "nccl" and self.backend != "nccl":
             skip_at_test(f"backend 'nccl' requested; this run's process group is {self.backend}")
+        if spec.backend == "gloo" and self.backend != "gloo":
+            # A gloo pool's ranks see no GPUs; ranks launched on GPUs cannot be made so.
+            skip_at_test(
+                f"backend 'gloo' requested (CPU ranks); this run's ranks have GPUs and a "
+                f"{self.backend} process group: launch with CUDA_VISIBLE_DEVICES= to run it"
+            )
         seed_everything(seed_for_test(self.base_seed, item.nodeid))
 
     def _timeout(self, item: pytest.Item) -> float:

@@ -177,7 +177,7 @@ def device(request: pytest.FixtureRequest):
 
     session = _inplace_session(request)
     if session is not None:
-        return session.device_for(_world_spec(request))
+        return session.device
     if _world_spec(request):
         return RankValue("device")
     return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
