@@ -276,9 +276,9 @@ def test_the_container_stage_requires_its_tests():
 @pytest.mark.parametrize(
     ("env", "outcome"),
     [
-        ({}, {"skipped": 4}),
-        ({"RANKGATE_REQUIRE_CONTAINER": "1"}, {"errors": 4}),
-        ({"CI": "true"}, {"errors": 4}),
+        ({}, {"skipped": 5}),
+        ({"RANKGATE_REQUIRE_CONTAINER": "1"}, {"errors": 5}),
+        ({"CI": "true"}, {"errors": 5}),
     ],
 )
 def test_container_suite_without_an_engine(pytester, monkeypatch, env, outcome):
