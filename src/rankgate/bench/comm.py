@@ -236,7 +236,7 @@ def _measure_all(opts: dict, device) -> list[dict]:
         # that drifts meanwhile (clocks, host load) would favour whichever ran at the
         # good moment. Rounds in alternating order share any drift out between them.
         rounds = []
-        for index in range(opts.get("rounds", 1)):
+        for index in range(opts["rounds"]):
             rows: list[dict] = []
             for name in backends if index % 2 == 0 else backends[::-1]:
                 backend = _make_backend(name, device, opts)
@@ -295,10 +295,12 @@ def median_over_rounds(rounds: list[list[dict]]) -> list[dict]:
 
 def _forced_limit(name: str, opts: dict) -> int:
     """The largest payload a forced kernel serves (beyond it, it would fall back)."""
+    from rankgate.workloads.comm import P2PConfig
     from rankgate.workloads.comm.push_kernel import MAX_SLOT_BYTES
 
-    # One-shot and two-shot use half the buffer (P2PBackend._payload_problem).
-    return MAX_SLOT_BYTES if FORCED[name] == "push" else opts["buffer_bytes"] // 2
+    if FORCED[name] == "push":
+        return MAX_SLOT_BYTES
+    return P2PConfig(buffer_bytes=opts["buffer_bytes"]).payload_max_bytes
 
 
 def _measured_thresholds(rows: list[dict], cpu_group, opts: dict) -> dict | None:
@@ -306,10 +308,12 @@ def _measured_thresholds(rows: list[dict], cpu_group, opts: dict) -> dict | None
     import torch.distributed as dist
 
     from rankgate.bench.commreport import crossovers
+    from rankgate.workloads.comm import P2PConfig
 
     every: list = [None] * dist.get_world_size()
     dist.all_gather_object(every, rows, group=cpu_group)
-    return thresholds_from_crossovers(crossovers(_combine(every)), opts["buffer_bytes"] // 2)
+    limit = P2PConfig(buffer_bytes=opts["buffer_bytes"]).payload_max_bytes
+    return thresholds_from_crossovers(crossovers(_combine(every)), limit)
 
 
 def thresholds_from_crossovers(cross: dict, limit: int) -> dict | None:
@@ -319,7 +323,7 @@ def thresholds_from_crossovers(cross: dict, limit: int) -> dict | None:
     where the push kernel was the fastest single backend, one-shot up to the largest
     where one-shot was, two-shot up to the largest where two-shot was; NCCL beyond
     (also where NCCL won nowhere: auto runs only at the sizes measured here). ``limit``
-    caps one-shot and two-shot (half the symmetric buffer).
+    caps one-shot and two-shot (``P2PConfig.payload_max_bytes``).
     """
     from rankgate.bench.commreport import SINGLE
     from rankgate.workloads.comm.push_kernel import MAX_SLOT_BYTES

@@ -129,6 +129,12 @@ class P2PConfig:
         return push, one, two, max(push, one, two)
 
     @property
+    def payload_max_bytes(self) -> int:
+        """Largest payload one-shot and two-shot take: half the buffer (the other half
+        takes the output of a misaligned tensor)."""
+        return self.buffer_bytes // 2
+
+    @property
     def push_slot_bytes(self) -> int:
         """The largest payload the push kernel may get, in either mode (rounded up to 16)."""
         most = max(self.push_max_bytes, self.graph_push_max_bytes or 0)
@@ -368,8 +374,7 @@ class P2PBackend(NcclBackend):
             return f"tensor on {tensor.device}, backend on {self.device}"
         if not tensor.is_contiguous():
             return "non-contiguous tensor"
-        # Half the buffer: the other half takes the output of a misaligned tensor.
-        limit = min(limit, self.config.buffer_bytes // 2)
+        limit = min(limit, self.config.payload_max_bytes)
         if tensor.nbytes > limit:
             return f"payload over {limit} bytes"
         return None
