@@ -266,9 +266,9 @@ def test_command_line(rank):
 @pytest.mark.parametrize(
     ("args", "ini", "message"),
     [
-        (("--rankgate-timeout=0",), "", "--rankgate-timeout must be > 0, got 0"),
-        (("--rankgate-timeout=-1",), "", "--rankgate-timeout must be > 0, got -1"),
-        (("--rankgate-timeout=nan",), "", "--rankgate-timeout must be > 0, got nan"),
+        (("--rankgate-timeout=0",), "", "--rankgate-timeout must be > 0 seconds, got 0"),
+        (("--rankgate-timeout=-1",), "", "--rankgate-timeout must be > 0 seconds, got -1"),
+        (("--rankgate-timeout=nan",), "", "--rankgate-timeout must be > 0 seconds, got nan"),
         ((), "rankgate_timeout = 0", "ini option rankgate_timeout must be > 0, got 0"),
         ((), "rankgate_timeout = soon", "ini option rankgate_timeout = 'soon' is not a number"),
     ],

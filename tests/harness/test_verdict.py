@@ -1,23 +1,23 @@
 import pytest
 
 from rankgate.harness.pool import RankOutcome
-from rankgate.harness.verdict import judge, reproduction_line
+from rankgate.harness.verdict import StrayOutcome, judge, reproduction_line
 
 pytestmark = pytest.mark.unit
 
 
 def outcomes(*kinds, detail=""):
     return [
-        RankOutcome(rank=r, outcome=k, detail=detail or f"{k} on {r}") for r, k in enumerate(kinds)
+        RankOutcome(test_id="t", rank=r, outcome=k, detail=detail or f"{k} on {r}") for r, k in enumerate(kinds)
     ]
 
 
 def test_all_passed():
-    assert judge(outcomes("passed", "passed"), 2, "gloo").status == "passed"
+    assert judge(outcomes("passed", "passed"), 2, "gloo", test_id="t").status == "passed"
 
 
 def test_one_failure_names_the_rank():
-    v = judge(outcomes("passed", "failed", "passed"), 3, "gloo")
+    v = judge(outcomes("passed", "failed", "passed"), 3, "gloo", test_id="t")
     assert (v.status, v.failing_ranks) == ("failed", (1,))
     assert v.summary == "rank 1 failed (world 3, backend gloo)"
     assert "failed on 1" in v.text and "passed on 0" not in v.text
@@ -26,12 +26,13 @@ def test_one_failure_names_the_rank():
 def test_crash_is_named_first_with_its_exit():
     v = judge(
         [
-            RankOutcome(rank=0, outcome="hung", detail="stopped"),
-            RankOutcome(rank=1, outcome="failed", detail="peer closed"),
-            RankOutcome(rank=2, outcome="crashed", detail="killed by SIGSEGV (exit code -11)"),
+            RankOutcome(test_id="t", rank=0, outcome="hung", detail="stopped"),
+            RankOutcome(test_id="t", rank=1, outcome="failed", detail="peer closed"),
+            RankOutcome(test_id="t", rank=2, outcome="crashed", detail="killed by SIGSEGV (exit code -11)"),
         ],
         3,
         "gloo",
+        test_id="t",
     )
     assert v.summary == (
         "rank 2 crashed (killed by SIGSEGV (exit code -11)); rank 1 failed; rank 0 hung (world 3, backend gloo)"
@@ -45,13 +46,13 @@ def test_crash_is_named_first_with_its_exit():
 
 
 def test_disagreement():
-    v = judge(outcomes("skipped", "passed", "skipped"), 3, "gloo")
+    v = judge(outcomes("skipped", "passed", "skipped"), 3, "gloo", test_id="t")
     assert v.status == "disagreement"
     assert v.summary == "ranks disagree (world 3, backend gloo): ranks 0, 2 skipped, rank 1 passed"
 
 
 def test_unanimous_skip_keeps_the_reason():
-    v = judge(outcomes("skipped", "skipped", detail="no GPU"), 2, "gloo")
+    v = judge(outcomes("skipped", "skipped", detail="no GPU"), 2, "gloo", test_id="t")
     assert (v.status, v.summary) == ("skipped", "no GPU")
 
 
@@ -65,3 +66,13 @@ def test_reproduction_line_with_a_launcher_and_no_seed():
     assert reproduction_line("a.py::t", 2, "gloo", None, 3, command="mpirun -np 2 python -m pytest") == (
         "reproduce: mpirun -np 2 python -m pytest 'a.py::t' --rankgate-seed=3  # world=2 backend=gloo"
     )
+
+
+def test_an_outcome_of_another_test_is_refused():
+    stray = [
+        RankOutcome(test_id="a.py::t_now", rank=0, outcome="passed"),
+        RankOutcome(test_id="a.py::t_before", rank=1, outcome="failed"),
+    ]
+    with pytest.raises(StrayOutcome) as info:
+        judge(stray, 2, "gloo", test_id="a.py::t_now")
+    assert str(info.value) == "judging 'a.py::t_now', got rank 1's outcome of 'a.py::t_before'"

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from rankgate.harness.pool import PoolSettings
+from rankgate.harness.spec import timeout_problem
 
 DEFAULT_TIMEOUT_S = 300.0
 DEFAULT_START_TIMEOUT_S = 120.0
@@ -81,16 +84,23 @@ def _positive_float(config: pytest.Config, ini_name: str, default: float) -> flo
         raise pytest.UsageError(f"ini option {ini_name} = {raw!r} is not a number") from None
     if not value > 0:  # NaN too
         raise pytest.UsageError(f"ini option {ini_name} must be > 0, got {value:g}")
+    if not math.isfinite(value):
+        raise pytest.UsageError(f"ini option {ini_name} must be a finite number, got {value:g}")
     return value
 
 
 def default_timeout(config: pytest.Config) -> float:
     cli = config.getoption("rankgate_timeout")
     if cli is not None:
-        if not cli > 0:  # NaN too
-            raise pytest.UsageError(f"--rankgate-timeout must be > 0, got {cli:g}")
+        problem = timeout_problem(cli, "--rankgate-timeout")
+        if problem:
+            raise pytest.UsageError(problem)
         return cli
-    return _positive_float(config, "rankgate_timeout", DEFAULT_TIMEOUT_S)
+    value = _positive_float(config, "rankgate_timeout", DEFAULT_TIMEOUT_S)
+    problem = timeout_problem(value, "ini option rankgate_timeout")
+    if problem:
+        raise pytest.UsageError(problem)
+    return value
 
 
 def start_timeout(config: pytest.Config) -> float:

@@ -29,16 +29,42 @@ from rankgate.harness import options
 from rankgate.harness.failure_repr import failure_repr
 from rankgate.harness.gpus import gpu_share, visible_gpu_count, xdist_slot
 from rankgate.harness.messages import RankValue
-from rankgate.harness.pool import PoolKey, PoolStartError, RankOutcome
+from rankgate.harness.output import JUNIT_LIMIT, clip_text
+from rankgate.harness.pool import PoolKey, PoolProtocolError, PoolStartError, RankOutcome
 from rankgate.harness.registry import PoolRegistry
-from rankgate.harness.spec import WorldMarkerError, WorldSpec, parse_world_marker, resolve_backend
-from rankgate.harness.verdict import Verdict, judge, reproduction_line
+from rankgate.harness.spec import (
+    WorldMarkerError,
+    WorldSpec,
+    parse_world_markers,
+    resolve_backend,
+)
+from rankgate.harness.verdict import StrayOutcome, Verdict, judge, reproduction_line
 from rankgate.launch.env import LaunchEnvError, detect_launch
 
 SPEC_KEY = pytest.StashKey[WorldSpec]()
 RUN_KEY = pytest.StashKey["WorldRun"]()
 INPLACE_PLUGIN = "rankgate-inplace"
-OUTPUT_LIMIT = 64 * 1024  # per rank and stream, in JUnit properties
+
+_CAPTURED = (
+    "print() in the test body: every rank's stdout and stderr are captured and shown per rank"
+)
+PER_PROCESS_FIXTURES = {
+    "capsys": _CAPTURED,
+    "capsysbinary": _CAPTURED,
+    "capfd": _CAPTURED,
+    "capfdbinary": _CAPTURED,
+    "caplog": "logging in the test body: each rank's log lines are in its captured stderr",
+    "recwarn": "warnings.catch_warnings(record=True) or pytest.warns() in the test body",
+    "monkeypatch": "unittest.mock.patch or os.environ in the test body (each rank restores "
+    "environment variables after the test)",
+    "request": "a fixture of your own that reads what the test needs from request and "
+    "returns it as a plain value",
+    "pytestconfig": "a fixture of your own that returns the option values the test needs",
+    "record_property": "a fixture of your own (fixtures run in the pytest process)",
+    "record_xml_attribute": "a fixture of your own (fixtures run in the pytest process)",
+    "record_testsuite_property": "a fixture of your own (fixtures run in the pytest process)",
+}
+"""pytest's fixtures that belong to one process: a world test's body runs elsewhere."""
 
 
 class FixtureCrossingError(RuntimeError):
@@ -122,13 +148,23 @@ def pytest_pycollect_makeitem(collector, name, obj):
     checked = []
     for item in items:
         if isinstance(item, pytest.Function) and item.get_closest_marker("world"):
-            marker = item.get_closest_marker("world")
             try:
-                item.stash[SPEC_KEY] = parse_world_marker(marker.args, marker.kwargs)
+                item.stash[SPEC_KEY] = parse_world_markers(list(item.iter_markers("world")))
+                _refuse_per_process_fixtures(item._fixtureinfo.argnames)
             except WorldMarkerError as exc:
                 item = _InvalidWorldMarker.from_parent(collector, name=item.name, problem=str(exc))
         checked.append(item)
     return checked if isinstance(result, list) else checked[0]
+
+
+def _refuse_per_process_fixtures(argnames: tuple[str, ...]) -> None:
+    for name in argnames:
+        if name in PER_PROCESS_FIXTURES:
+            raise WorldMarkerError(
+                f"fixture {name!r} belongs to one process, and a world test's body runs on "
+                f"every rank (other processes, or one pytest per rank under a launcher), so "
+                f"{name!r} cannot reach it. Use instead: {PER_PROCESS_FIXTURES[name]}"
+            )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -274,7 +310,9 @@ class PoolSession:
         timeout = spec.timeout or self.default_timeout
         pool = self.registry.acquire(run.key)
         run.outcomes = pool.run(run.task, timeout)
-        run.verdict = verdict = judge(run.outcomes, run.world, run.backend)
+        run.verdict = verdict = judge(
+            run.outcomes, run.world, run.backend, test_id=pyfuncitem.nodeid
+        )
         if verdict.status == "failed":
             raise RankFailure(verdict.summary)
         if verdict.status == "disagreement":
@@ -289,7 +327,9 @@ class PoolSession:
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
         report = yield
         run = item.stash.get(RUN_KEY, None)
-        if call.excinfo is not None and call.excinfo.errisinstance(PoolStartError):
+        if call.excinfo is not None and call.excinfo.errisinstance(
+            (PoolStartError, PoolProtocolError, StrayOutcome)
+        ):
             text = f"rankgate: infrastructure error: {call.excinfo.value}"
             report.longrepr = failure_repr(item, text)
             return report
@@ -342,6 +382,7 @@ def build_task(item: pytest.Function, seed: int) -> dict:
         "qualname": item.function.__qualname__,
         "sys_path": list(sys.path),
         "seed": seed,
+        "test_id": item.nodeid,
     }
 
 
@@ -364,6 +405,6 @@ def attach_rank_output(item: pytest.Item, report: pytest.TestReport, run: WorldR
         for stream, text in (("stdout", o.stdout), ("stderr", o.stderr)):
             if text:
                 report.sections.append((f"Captured {stream} call (rank {o.rank})", text))
-                props.append((f"rankgate.rank{o.rank}.{stream}", text[-OUTPUT_LIMIT:]))
+                props.append((f"rankgate.rank{o.rank}.{stream}", clip_text(text, JUNIT_LIMIT)))
     item.user_properties.extend(props)
     report.user_properties.extend(props)

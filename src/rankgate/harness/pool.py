@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rankgate.harness import messages
+from rankgate.harness.output import read_clipped
 
 # After one rank fails or dies, its peers usually fail fast too (gloo sees the
 # closed socket) or wait forever in a collective the failed rank never joined;
@@ -32,6 +33,9 @@ SHUTDOWN_WAIT_S = 3.0
 # the process group left broken. Each test's collectives therefore get longer than
 # the test's timeout, so the harness's timeout is always the one that fires.
 COLLECTIVE_MARGIN_S = 60.0
+# One wait on the ranks' pipes at most this long (the loop goes on until the deadline):
+# select() and poll() overflow on timeouts of weeks.
+WAIT_SLICE_S = 3600.0
 
 
 def collective_timeout(test_timeout: float) -> float:
@@ -55,6 +59,10 @@ class PoolStartError(RuntimeError):
     """The ranks could not be started or could not rendezvous."""
 
 
+class PoolProtocolError(RuntimeError):
+    """A rank answered for another test than the one it was sent (a harness bug)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PoolKey:
     world: int
@@ -68,6 +76,8 @@ class RankOutcome:
     """How one rank ended one test."""
 
     rank: int
+    test_id: str
+    """The node id of the test this outcome belongs to."""
     outcome: str
     """passed, failed, skipped, xfailed, crashed or hung."""
     detail: str = ""
@@ -89,6 +99,8 @@ class _Rank:
     stdout: Path
     stderr: Path
     offsets: tuple[int, int] = (0, 0)
+    stderr_end: int | None = None
+    """Where the rank's stderr for the current test ends (its stack dump follows)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -166,7 +178,7 @@ class Pool:
                 break
             ready = multiprocessing.connection.wait(
                 [r.conn for r in waiting.values()] + [r.process.sentinel for r in waiting.values()],
-                timeout=remaining,
+                timeout=min(remaining, WAIT_SLICE_S),
             )
             for r in list(waiting.values()):
                 if r.conn in ready:
@@ -196,7 +208,7 @@ class Pool:
 
     def _start_error(self, cause: str) -> str:
         logs = "".join(
-            f"\n--- rank {r.rank} stderr ---\n{_read_from(r.stderr, 0)}" for r in self.ranks
+            f"\n--- rank {r.rank} stderr ---\n{read_clipped(r.stderr, 0)}" for r in self.ranks
         )
         return (
             f"could not start a pool of world {self.key.world} with backend "
@@ -243,12 +255,26 @@ class Pool:
     # -- running one test ----------------------------------------------------------
 
     def run(self, task: dict[str, Any], timeout: float) -> list[RankOutcome]:
-        """Run one test on every rank; kill the pool if it cannot run another one."""
+        """Run one test on every rank; kill the pool if it cannot run another one.
+
+        Interrupted (pytest-timeout, Ctrl-C), the pool is killed before the exception
+        goes on: its ranks are still inside this test and would answer the next one
+        with this one's results.
+        """
+        try:
+            return self._run(task, timeout)
+        except BaseException:
+            self.kill()
+            raise
+
+    def _run(self, task: dict[str, Any], timeout: float) -> list[RankOutcome]:
         payload = messages.encode(
             messages.RUN, **task, collective_timeout=collective_timeout(timeout)
         )
+        test_id = task["test_id"]
         for r in self.ranks:
             r.offsets = (_size(r.stdout), _size(r.stderr))
+            r.stderr_end = None
             r.conn.send_bytes(payload)
         self.tests_run += 1
         outcomes: dict[int, RankOutcome] = {}
@@ -261,9 +287,9 @@ class Pool:
                 break
             objects = [r.conn for r in pending.values()]
             objects += [r.process.sentinel for r in pending.values()]
-            ready = multiprocessing.connection.wait(objects, timeout=remaining)
+            ready = multiprocessing.connection.wait(objects, timeout=min(remaining, WAIT_SLICE_S))
             for r in list(pending.values()):
-                outcome = self._collect(r, ready)
+                outcome = self._collect(r, ready, test_id)
                 if outcome is not None:
                     outcomes[r.rank] = outcome
                     del pending[r.rank]
@@ -275,44 +301,52 @@ class Pool:
                             f"{outcome.outcome}; stopped"
                         )
         if pending:
-            self._dump_stacks(pending.values(), outcomes, why_stopped)
+            self._dump_stacks(pending.values(), outcomes, why_stopped, test_id)
         unusable = any(o.outcome in ("crashed", "hung") or o.broke_group for o in outcomes.values())
         if unusable:
             self.kill()  # the registry starts a fresh pool for the next test
         for r in self.ranks:
             outcome = outcomes[r.rank]
-            outcome.stdout = _read_from(r.stdout, r.offsets[0])
-            stderr = _read_from(r.stderr, r.offsets[1])
-            if outcome.stack:  # the dump is in stderr too; keep it in one place
-                stderr = stderr.replace(outcome.stack, "")
-            outcome.stderr = stderr
+            outcome.stdout = read_clipped(r.stdout, r.offsets[0])
+            # The stack dump follows the test's own stderr; it is shown once, as the stack.
+            outcome.stderr = read_clipped(r.stderr, r.offsets[1], r.stderr_end)
         return [outcomes[r.rank] for r in self.ranks]
 
-    def _collect(self, r: _Rank, ready: list) -> RankOutcome | None:
+    def _collect(self, r: _Rank, ready: list, test_id: str) -> RankOutcome | None:
         if r.conn in ready:
             try:
                 name, kwargs = messages.decode_for_controller(r.conn.recv_bytes())
             except (EOFError, OSError):
                 pass  # the pipe closed: the process is gone, reported below
             else:
-                if name == messages.RESULT:
-                    return RankOutcome(
-                        rank=r.rank,
-                        outcome=kwargs["outcome"],
-                        detail=kwargs["detail"],
-                        duration=kwargs["duration"],
-                        broke_group=kwargs["broke_group"],
+                if name != messages.RESULT:
+                    raise messages.UnknownMessage(f"rank {r.rank} sent {name!r} during a test")
+                if kwargs["test_id"] != test_id:
+                    raise PoolProtocolError(
+                        f"rank {r.rank} answered for {kwargs['test_id']!r} while running "
+                        f"{test_id!r}; the pool was killed"
                     )
-                raise messages.UnknownMessage(f"rank {r.rank} sent {name!r} during a test")
+                return RankOutcome(
+                    rank=r.rank,
+                    test_id=test_id,
+                    outcome=kwargs["outcome"],
+                    detail=kwargs["detail"],
+                    duration=kwargs["duration"],
+                    broke_group=kwargs["broke_group"],
+                )
         if r.process.sentinel in ready or not r.process.is_alive():
             r.process.join(1)
             if not r.process.is_alive():
-                return RankOutcome(rank=r.rank, outcome="crashed", detail=describe_exit(r.process))
+                return RankOutcome(
+                    rank=r.rank, test_id=test_id, outcome="crashed", detail=describe_exit(r.process)
+                )
         return None
 
-    def _dump_stacks(self, hung, outcomes: dict[int, RankOutcome], why: str) -> None:
+    def _dump_stacks(self, hung, outcomes: dict[int, RankOutcome], why: str, test_id: str) -> None:
         hung = list(hung)
         before = {r.rank: _size(r.stderr) for r in hung}
+        for r in hung:
+            r.stderr_end = before[r.rank]
         for r in hung:
             try:
                 os.kill(r.process.pid, messages.STACK_SIGNAL)
@@ -322,9 +356,10 @@ class Pool:
         for r in hung:
             outcomes[r.rank] = RankOutcome(
                 rank=r.rank,
+                test_id=test_id,
                 outcome="hung",
                 detail=why,
-                stack=trim_harness_frames(_read_from(r.stderr, before[r.rank])),
+                stack=trim_harness_frames(read_clipped(r.stderr, before[r.rank])),
             )
 
 
@@ -363,11 +398,3 @@ def _size(path: Path) -> int:
     except FileNotFoundError:
         return 0
 
-
-def _read_from(path: Path, offset: int, limit: int = 1 << 20) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            return f.read(limit).decode("utf-8", "replace")
-    except FileNotFoundError:
-        return ""

@@ -6,9 +6,13 @@ that names the test and the problem.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 BACKENDS = ("auto", "gloo", "nccl")
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+"""The longest test timeout accepted (a week). Waits on pipes and selects overflow
+somewhere past 24 days, and a timeout of infinity would make a hang last forever."""
 
 
 class WorldMarkerError(ValueError):
@@ -59,11 +63,44 @@ def parse_world_marker(args: tuple, kwargs: dict) -> WorldSpec:
     if timeout is not None:
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
             raise WorldMarkerError(f"timeout must be a number of seconds, got {timeout!r}")
-        if not timeout > 0:
-            raise WorldMarkerError(f"timeout must be > 0 seconds, got {timeout}")
+        problem = timeout_problem(float(timeout), "timeout")
+        if problem:
+            raise WorldMarkerError(problem)
     return WorldSpec(
         size=size, backend=backend, timeout=None if timeout is None else float(timeout)
     )
+
+
+def timeout_problem(seconds: float, what: str) -> str | None:
+    """Why ``seconds`` cannot be a test timeout (None when it can); ``what`` names it."""
+    if not seconds > 0:  # NaN too
+        return f"{what} must be > 0 seconds, got {seconds:g}"
+    if not math.isfinite(seconds) or seconds > MAX_TIMEOUT_S:
+        return (
+            f"{what} must be a finite number of seconds up to {MAX_TIMEOUT_S:g} (a week), "
+            f"got {seconds:g}; a hang must end some time, with every rank's stack"
+        )
+    return None
+
+
+def parse_world_markers(markers: list) -> WorldSpec:
+    """The spec of a test's world markers: one, or several that say the same thing.
+
+    Two different world markers (a decorator stacked on another, or a class's marker
+    under a function's) would leave which one wins to marker order: an error instead.
+    """
+    specs = [parse_world_marker(m.args, m.kwargs) for m in markers]
+    if len(set(specs)) > 1:
+        shown = ", ".join(_marker_text(m) for m in markers)
+        raise WorldMarkerError(
+            f"the test has {len(markers)} different world markers ({shown}); keep one"
+        )
+    return specs[0]
+
+
+def _marker_text(marker) -> str:
+    args = [repr(a) for a in marker.args] + [f"{k}={v!r}" for k, v in marker.kwargs.items()]
+    return f"world({', '.join(args)})"
 
 
 def resolve_backend(requested: str, size: int, visible_gpus: int) -> str:

@@ -10,8 +10,14 @@ BAD = ("crashed", "failed", "hung")
 """Bad outcomes, most likely root cause first."""
 
 
+class StrayOutcome(RuntimeError):
+    """An outcome of another test than the one being judged (a harness bug)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Verdict:
+    test_id: str
+    """The node id of the test judged; every rank's outcome was for this test."""
     status: str
     """passed, failed, skipped, xfailed, or disagreement (ranks ended differently)."""
     summary: str
@@ -25,12 +31,19 @@ def _ranks(ranks: list[int]) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
 
 
-def judge(outcomes: list[RankOutcome], world: int, backend: str) -> Verdict:
+def judge(outcomes: list[RankOutcome], world: int, backend: str, *, test_id: str) -> Verdict:
+    """One verdict for ``test_id``; raises StrayOutcome for an outcome of another test."""
+    strays = [o for o in outcomes if o.test_id != test_id]
+    if strays:
+        raise StrayOutcome(
+            f"judging {test_id!r}, got rank {strays[0].rank}'s outcome of {strays[0].test_id!r}"
+        )
     where = f"(world {world}, backend {backend})"
     bad = _root_cause_first(outcomes)
     if bad:
         summary = f"{_describe(bad)} {where}"
         return Verdict(
+            test_id=test_id,
             status="failed",
             summary=summary,
             failing_ranks=tuple(sorted(o.rank for o in bad)),
@@ -45,11 +58,12 @@ def judge(outcomes: list[RankOutcome], world: int, backend: str) -> Verdict:
         summary = f"ranks disagree {where}: {by_kind}"
         details = "".join(_section(o) for o in outcomes if o.detail)
         return Verdict(
+            test_id=test_id,
             status="disagreement", summary=summary, failing_ranks=(), text=summary + "\n" + details
         )
     (kind,) = kinds
     reason = outcomes[0].detail if kind in ("skipped", "xfailed") else ""
-    return Verdict(status=kind, summary=reason, failing_ranks=(), text=reason)
+    return Verdict(test_id=test_id, status=kind, summary=reason, failing_ranks=(), text=reason)
 
 
 def _describe(bad: list[RankOutcome]) -> str:

@@ -27,12 +27,19 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from rankgate.harness import messages
+from rankgate.harness import leaks, messages
+
+GROUP_DESTROYED = (
+    "the test destroyed the default process group (dist.destroy_process_group()); the "
+    "harness creates it once per pool and every later test needs it: remove the call "
+    "(subgroups a test creates are destroyed for it after the test)"
+)
 
 
 def worker_main(conn, config: dict[str, Any]) -> None:
     """Entry point of a rank process (the target of the pool's Process)."""
     os.setsid()  # own process group, so a kill of the group reaches the rank's children
+    leaks.become_subreaper()  # and orphaned grandchildren come back to it, to be found
     _redirect_output(Path(config["stdout"]), Path(config["stderr"]))
     faulthandler.enable(file=sys.stderr, all_threads=True)
     faulthandler.register(messages.STACK_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
@@ -122,6 +129,7 @@ def _shutdown() -> None:
 def _run_test(task: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
     rank = config["rank"]
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    children_before = set(leaks.children())
     start = time.perf_counter()
     outcome, detail, broke_group = "passed", "", False
     try:
@@ -138,13 +146,33 @@ def _run_test(task: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
         sys.stdout.flush()
         sys.stderr.flush()
         _reset_state(saved_env, saved_cwd)
+    problems = after_test_problems(children_before)
+    if problems:
+        broke_group = broke_group or not dist.is_initialized()
+        outcome, detail = "failed", "\n".join(filter(None, [detail, *problems]))
     return {
+        "test_id": task["test_id"],
         "rank": rank,
         "outcome": outcome,
         "detail": detail,
         "duration": duration,
         "broke_group": broke_group,
     }
+
+
+def after_test_problems(children_before: set[int]) -> list[str]:
+    """What a finished test left behind that fails it: a lost group, running processes."""
+    problems = []
+    if not dist.is_initialized():
+        problems.append(f"rankgate: {GROUP_DESTROYED}")
+    left = leaks.end_leftovers(children_before)
+    if left:
+        problems.append(
+            "rankgate: the test left processes running; they were ended: "
+            + "; ".join(left)
+            + ". End what a test starts (Popen.terminate() and wait(), or a fixture's teardown)"
+        )
+    return problems
 
 
 def set_collective_timeout(seconds: float, group=None) -> None:

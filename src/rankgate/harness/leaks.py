@@ -1,0 +1,117 @@
+"""Processes a test left running: found after the test, named in its report, ended.
+
+A child started with ``start_new_session=True`` escapes the kill of the rank's
+process group, and any child outlives a test on a reused rank. After each test
+the rank lists its children that are still running (orphaned grandchildren too:
+the rank is made their subreaper, so they are re-parented to it rather than to
+init), ends them, and the test fails with their names.
+
+Standard library only (imported inside rank processes). Linux: reads /proc; on
+other systems nothing is found.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+import os
+import signal
+import time
+
+PR_SET_CHILD_SUBREAPER = 36
+EXIT_WAIT_S = 1.0
+"""Time a child gets to finish on its own after the test (a process being shut down)."""
+TERM_WAIT_S = 2.0
+
+
+def become_subreaper() -> None:
+    """Orphaned descendants of this process are re-parented to it (Linux >= 3.4)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def children(pid: int | None = None) -> dict[int, str]:
+    """Running (not zombie) children of ``pid`` (default: this process): pid -> state."""
+    pid = os.getpid() if pid is None else pid
+    found = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return {}
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found[int(entry)] = fields[0]
+    return found
+
+
+def describe(pid: int) -> str:
+    """'pid 123 (sleep 1000), in its own session' for a report."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            command = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        command = "?"
+    where = ""
+    try:
+        if os.getsid(pid) != os.getsid(0):
+            where = ", in its own session"
+    except OSError:
+        pass
+    return f"pid {pid} ({command[:200]}){where}"
+
+
+def reap(pids: list[int]) -> None:
+    """Collect those of ``pids`` that exited, so they do not stay as zombies."""
+    for pid in pids:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+
+
+def end_leftovers(before: set[int]) -> list[str]:
+    """End the children started since ``before`` was taken; return their descriptions."""
+    gc.collect()  # a dropped Popen or pool may still be shutting its processes down
+    deadline = time.monotonic() + EXIT_WAIT_S
+    while True:
+        left = [pid for pid in children() if pid not in before]
+        if not left or time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    names = [describe(pid) for pid in left]
+    for sig, wait in ((signal.SIGTERM, TERM_WAIT_S), (signal.SIGKILL, 1.0)):
+        for pid in left:
+            _signal_tree(pid, sig)
+        deadline = time.monotonic() + wait
+        while left and time.monotonic() < deadline:
+            reap(left)
+            running = children()
+            left = [pid for pid in left if pid in running]
+            time.sleep(0.02)
+        if not left:
+            break
+    return names
+
+
+def _signal_tree(pid: int, sig: int) -> None:
+    """Signal ``pid`` and, when it leads its own process group, the whole group."""
+    try:
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, sig)
+            return
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

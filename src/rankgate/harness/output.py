@@ -1,0 +1,59 @@
+"""A rank's captured output, cut to a size a report can carry, saying where it was cut.
+
+A long log matters at both ends: the start says what the test set up, the last
+lines usually say why it failed. So a cut keeps the head and the tail, on line
+boundaries, and puts one marker line between them that says how much is missing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+TERMINAL_LIMIT = 1 << 20
+"""Bytes of one rank's stream shown in the terminal report."""
+JUNIT_LIMIT = 64 * 1024
+"""Bytes of one rank's stream in a JUnit property."""
+
+
+def cut_marker(cut_bytes: int) -> str:
+    return f"[rankgate: {cut_bytes} bytes of this output cut here; its start and end are kept]\n"
+
+
+def clip_text(text: str, limit: int) -> str:
+    """``text`` if it fits in ``limit`` bytes (UTF-8), else its head, a marker, its tail."""
+    data = text.encode("utf-8", "replace")
+    if len(data) <= limit:
+        return text
+    return _clip(data[: limit // 2], data[-(limit // 2) :], len(data))
+
+
+def read_clipped(
+    path: Path, start: int, end: int | None = None, limit: int = TERMINAL_LIMIT
+) -> str:
+    """Bytes ``start``..``end`` (end of file when None) of ``path``, clipped to ``limit``."""
+    try:
+        with open(path, "rb") as f:
+            if end is None:
+                end = f.seek(0, 2)
+            size = max(0, end - start)
+            f.seek(start)
+            if size <= limit:
+                return f.read(size).decode("utf-8", "replace")
+            head = f.read(limit // 2)
+            f.seek(end - limit // 2)
+            tail = f.read(limit // 2)
+    except FileNotFoundError:
+        return ""
+    return _clip(head, tail, size)
+
+
+def _clip(head: bytes, tail: bytes, total: int) -> str:
+    """Join the head and tail of a ``total``-byte text on whole lines, marking the cut."""
+    if b"\n" in head:
+        head = head[: head.rindex(b"\n") + 1]
+    if b"\n" in tail:
+        tail = tail[tail.index(b"\n") + 1 :]
+    cut = total - len(head) - len(tail)
+    if not head.endswith(b"\n"):
+        head += b"\n"
+    return (head + cut_marker(cut).encode() + tail).decode("utf-8", "replace")

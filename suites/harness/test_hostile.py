@@ -1,0 +1,226 @@
+"""Pool mode against a hostile user: a verdict always lands on its own test.
+
+Each case here once gave a wrong or misleading verdict (a result on the next test,
+a pool poisoned for every later test, output cut silently, a process left running).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from rankgate.harness.output import JUNIT_LIMIT
+
+pytestmark = pytest.mark.dist
+
+HEADER = """
+import os, signal, subprocess, sys, time
+import pytest
+import torch
+import torch.distributed as dist
+"""
+
+NEXT = """
+@pytest.mark.world(2)
+def test_next(rank):
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    assert t.item() == 2
+"""
+
+
+def test_pytest_timeout_interrupting_a_test_does_not_shift_later_verdicts(inner):
+    # pytest-timeout raises inside the controller's wait while the ranks still run test_a;
+    # before, test_b then got test_a's results, test_c test_b's, and so on.
+    result = inner(
+        HEADER
+        + """
+@pytest.mark.world(2)
+def test_0_start_the_pool(rank):
+    pass
+
+@pytest.mark.world(2)
+def test_a_slow(rank):
+    time.sleep(30)
+    print(f"A finished on {rank}")
+
+@pytest.mark.world(2)
+def test_b_fails(rank):
+    assert rank != 0, "B fails on purpose on rank 0"
+
+@pytest.mark.world(2)
+def test_c_ok(rank):
+    print(f"C ran on {rank}")
+""",
+        "--timeout=8",
+        "--junitxml=junit.xml",
+    )
+    result.assert_outcomes(passed=2, failed=2)
+    out = result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "FAILED test_inner.py::test_a_slow - Failed: Timeout (>8.0s) from pytest-timeout.",
+            "FAILED test_inner.py::test_b_fails - rank 0 failed (world 2, backend gloo)",
+        ]
+    )
+    assert "B fails on purpose on rank 0" in out
+    assert "A finished" not in out
+    result.stdout.fnmatch_lines(["*Captured stdout call (rank 0)*", "C ran on 0"])
+
+
+@pytest.mark.parametrize(
+    ("marker", "message"),
+    [
+        ('world(2, timeout=float("inf"))', "timeout must be a finite number of seconds up to 604800 (a week), got inf"),
+        ("world(2, timeout=3e6)", "timeout must be a finite number of seconds up to 604800 (a week), got 3e+06"),
+    ],
+    ids=["inf", "huge"],
+)
+def test_endless_marker_timeout_is_a_collection_error(inner, marker, message):
+    result = inner(HEADER + f"\n@pytest.mark.{marker}\ndef test_fault(rank):\n    pass\n" + NEXT)
+    result.assert_outcomes(errors=1)  # a collection error stops the session
+    result.stdout.fnmatch_lines([f"*test_inner.py::test_fault: invalid @pytest.mark.world: {message}*"])
+
+
+@pytest.mark.parametrize("value", ["inf", "1e7", "3e6"])
+def test_endless_command_line_timeout_is_a_usage_error(inner, value):
+    result = inner(HEADER + NEXT, f"--rankgate-timeout={value}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    shown = f"{float(value):g}"
+    result.stderr.fnmatch_lines(
+        [f"ERROR: --rankgate-timeout must be a finite number of seconds up to 604800 (a week), got {shown}*"]
+    )
+
+
+def test_destroying_the_process_group_fails_that_test_only(inner):
+    result = inner(
+        HEADER
+        + """
+@pytest.mark.world(2)
+def test_fault(rank):
+    dist.barrier()
+    dist.destroy_process_group()
+"""
+        + NEXT
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "ranks 0, 1 failed (world 2, backend gloo)",
+            "rankgate: the test destroyed the default process group (dist.destroy_process_group()); *remove the call*",
+        ]
+    )
+
+
+def test_long_output_keeps_its_head_and_tail_and_says_it_was_cut(inner):
+    result, cases = inner.junit(
+        source=HEADER
+        + """
+@pytest.mark.world(2)
+def test_fault(rank):
+    if rank == 1:
+        for i in range(200_000):
+            print(f"line {i}")
+    assert rank == 0
+"""
+        + NEXT
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    out = result.stdout.str()
+    section = out.split("Captured stdout call (rank 1)")[1]
+    assert "\nline 0\n" in section and "\nline 199999\n" in section
+    assert "[rankgate: " in section and " bytes of this output cut here; its start and end are kept]" in section
+    junit_text = inner.properties(cases["test_fault"])["rankgate.rank1.stdout"]
+    assert junit_text.startswith("line 0\n")
+    assert junit_text.endswith("line 199999\n")
+    assert " bytes of this output cut here; its start and end are kept]\n" in junit_text
+    assert len(junit_text.encode()) <= JUNIT_LIMIT + 100
+    # Cut on whole lines: no line is broken where the marker sits.
+    before, after = junit_text.split("[rankgate: ")
+    assert before.endswith("\n") and after.split("\n", 1)[1].startswith("line ")
+
+
+@pytest.mark.parametrize(
+    ("fixture", "instead"),
+    [
+        ("capsys", "print() in the test body"),
+        ("caplog", "logging in the test body"),
+        ("request", "a fixture of your own that reads what the test needs from request"),
+    ],
+)
+def test_per_process_fixture_in_a_world_test_is_a_clear_collection_error(inner, fixture, instead):
+    result = inner(HEADER + f"\n@pytest.mark.world(2)\ndef test_fault(rank, {fixture}):\n    pass\n" + NEXT)
+    result.assert_outcomes(errors=1)
+    out = result.stdout.str()
+    assert f"fixture {fixture!r} belongs to one process, and a world test's body runs on every rank" in out
+    assert f"Use instead: {instead}" in out
+    assert "picklable" not in out
+
+
+def test_stacked_world_markers_are_a_collection_error(inner):
+    result = inner(
+        HEADER
+        + """
+@pytest.mark.world(2)
+@pytest.mark.world(3)
+def test_fault(rank):
+    pass
+"""
+        + NEXT
+    )
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        ["*invalid @pytest.mark.world: the test has 2 different world markers (world(3), world(2)); keep one*"]
+    )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_child_in_its_own_session_is_named_and_ended(inner):
+    result = inner(
+        HEADER
+        + """
+@pytest.mark.world(2)
+def test_fault(rank, dist_tmp_path):
+    if rank == 1:
+        child = subprocess.Popen(["sleep", "1000"], start_new_session=True)
+        (dist_tmp_path.parent / "child").write_text(str(child.pid))
+"""
+        + NEXT,
+        "--basetemp=bt",
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    pid = int((inner.pytester.path / "bt" / "child").read_text())
+    result.stdout.fnmatch_lines(
+        [
+            "rank 1 failed (world 2, backend gloo)",
+            f"rankgate: the test left processes running; they were ended: pid {pid} (sleep 1000), in its own session. End what a test starts*",
+        ]
+    )
+    deadline = time.monotonic() + 5
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(pid)
+
+
+def test_hung_rank_stack_is_printed_once(inner):
+    result = inner(
+        HEADER
+        + """
+@pytest.mark.world(2, timeout=3)
+def test_fault(rank):
+    time.sleep(1000)
+"""
+        + NEXT
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    frames = [line for line in result.stdout.lines if line.endswith(" in test_fault") and "test_inner.py\", line" in line]
+    assert len(frames) == 2, frames  # one per rank: in the verdict, not again in captured stderr
+
