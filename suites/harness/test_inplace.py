@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -251,3 +252,232 @@ def test_mpirun_runs_the_same_file(tmp_path):
         "test_needs_four": "skipped",
         "test_plain": "passed",
     }
+
+
+# --- what a hostile test does to an in-place run, under both launchers -----------------
+
+LAUNCHERS = [
+    pytest.param("torchrun", id="torchrun"),
+    pytest.param(
+        "mpirun",
+        id="mpirun",
+        marks=[
+            pytest.mark.mpi_dist,
+            pytest.mark.skipif(
+                shutil.which("mpirun") is None,
+                reason="mpirun is not installed (apt-get install openmpi-bin)",
+            ),
+        ],
+    ),
+]
+
+
+def _launch(launcher: str, tmp_path: Path, *args: str, env: dict | None = None, timeout=120):
+    """pytest on 2 ranks started by ``launcher``, in ``tmp_path``."""
+    if launcher == "torchrun":
+        start = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+        start += ["-m", "pytest"]
+    else:
+        start = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"]
+        for name in env or {}:  # Open MPI forwards only the variables it is told to
+            start += ["-x", name]
+        start += [sys.executable, "-m", "pytest"]
+    cmd = [*start, "-p", "no:cacheprovider", "-q", "--color=no", *args]
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        cmd, cwd=tmp_path, capture_output=True, text=True, timeout=timeout, env=full_env
+    )
+
+
+def _verdicts(out: Path, world: int = 2) -> dict[str, str]:
+    merged = merge_junit(sorted(out.glob("junit.rank*.xml")), world_size=world)
+    return {t.name: t.verdict for t in merged.tests}
+
+
+HOSTILE = """
+import os, subprocess, time
+import pytest
+import torch
+import torch.distributed as dist
+from torch.distributed.distributed_c10d import _world
+
+@pytest.mark.world(2)
+def test_a_destroys_the_group(rank):
+    dist.barrier()
+    dist.destroy_process_group()
+
+@pytest.mark.world(2)
+def test_b_group_is_back(rank):
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    assert t.item() == 2
+
+@pytest.mark.world(2)
+def test_c_leaks_a_subgroup(rank):
+    dist.new_group([0, 1])
+
+@pytest.mark.world(2)
+def test_d_no_subgroup_left(rank):
+    assert list(_world.pg_map) == [dist.GroupMember.WORLD]
+
+@pytest.mark.world(2)
+def test_e_leaves_a_child(rank):
+    child = subprocess.Popen(["sleep", "1000"], start_new_session=True)
+    with open(os.path.join(os.environ["CHILD_DIR"], f"child{rank}"), "w") as f:
+        f.write(str(child.pid))
+
+@pytest.mark.world(2)
+def test_f_next_is_healthy(rank):
+    t = torch.tensor([rank])
+    dist.broadcast(t, src=1)
+    assert t.item() == 1
+"""
+
+NO_NUMPY = "raise ModuleNotFoundError('numpy is hidden: in-place mode must not need it', name='numpy')\n"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_hostile_tests_fail_alone_without_numpy(tmp_path, launcher):
+    _write(tmp_path, HOSTILE)
+    shim = tmp_path / "shim" / "numpy"
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text(NO_NUMPY)
+    pythonpath = os.pathsep.join([str(tmp_path / "shim"), os.environ.get("PYTHONPATH", "")])
+    proc = _launch(
+        launcher,
+        tmp_path,
+        "--junitxml=out/junit.xml",
+        "test_suite.py",
+        env={"PYTHONPATH": pythonpath, "CHILD_DIR": str(tmp_path)},
+    )
+    both = proc.stdout + proc.stderr
+    assert "Numpy is not available" not in both
+    assert _verdicts(tmp_path / "out") == {
+        "test_a_destroys_the_group": "failed",
+        "test_b_group_is_back": "passed",
+        "test_c_leaks_a_subgroup": "passed",
+        "test_d_no_subgroup_left": "passed",
+        "test_e_leaves_a_child": "failed",
+        "test_f_next_is_healthy": "passed",
+    }, both
+    assert "rankgate: the test destroyed the default process group" in proc.stdout
+    pids = [int(p.read_text()) for p in tmp_path.glob("child*")]
+    assert len(pids) == 2
+    for pid in pids:
+        assert f"they were ended: pid {pid} (sleep 1000), in its own session" in both
+        assert not _alive(pid)
+    # Each rank's file says which rank and world it holds: rank 0's alone is incomplete.
+    alone = merge_junit([tmp_path / "out" / "junit.rank0.xml"])
+    assert alone.world_size == 2 and not alone.ok
+    assert alone.tests[0].test_id == "rankgate.merge::missing_ranks"
+    assert alone.tests[0].message == "no JUnit file for rank 1 of world 2"
+
+
+SYS_EXIT = """
+import sys
+import pytest
+import torch.distributed as dist
+
+@pytest.mark.world(2, timeout=60)
+def test_exit_on_rank_1(rank):
+    if rank == 1:
+        sys.exit(3)
+    dist.barrier()
+
+@pytest.mark.world(2)
+def test_next(rank):
+    dist.barrier()
+"""
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_sys_exit_on_one_rank_stops_the_peer_and_reports_the_rest(tmp_path, launcher):
+    _write(tmp_path, SYS_EXIT)
+    start = time.monotonic()
+    proc = _launch(launcher, tmp_path, "--junitxml=out/junit.xml", "test_suite.py")
+    seconds = time.monotonic() - start
+    assert proc.returncode != 0
+    assert seconds < 45, f"rank 0 waited for its test's timeout: {seconds:.0f} s"
+    assert _verdicts(tmp_path / "out") == {"test_exit_on_rank_1": "failed", "test_next": "error"}
+    merged = merge_junit(sorted((tmp_path / "out").glob("junit.rank*.xml")))
+    (next_test,) = [t for t in merged.tests if t.name == "test_next"]
+    assert (
+        "not run: rank 0 stopped the run: test_suite.py::test_exit_on_rank_1 was still "
+        "running 3 s after rank 1 failed"
+    ) in next_test.details
+    assert "SystemExit: 3" in proc.stdout + (tmp_path / "out" / "pytest.rank1.log").read_text()
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_mismatched_collection_shows_the_cause_from_the_rank_log(tmp_path, launcher):
+    _write(
+        tmp_path,
+        """
+        import os
+
+        if os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK")) == "1":
+            import a_module_only_rank_1_lacks  # noqa: F401
+
+        def test_everywhere():
+            pass
+        """,
+    )
+    proc = _launch(launcher, tmp_path, "--junitxml=out/junit.xml", "test_suite.py")
+    assert proc.returncode != 0
+    both = proc.stdout + proc.stderr
+    assert "rankgate in-place: ranks collected different tests" in both
+    assert "rank 1 could not collect test_suite.py: " in both
+    assert "ModuleNotFoundError: No module named 'a_module_only_rank_1_lacks'" in both
+    assert f"(its log: {tmp_path / 'out' / 'pytest.rank1.log'})" in both
+
+
+@pytest.mark.mpi_dist
+@pytest.mark.skipif(
+    shutil.which("mpirun") is None, reason="mpirun is not installed (apt-get install openmpi-bin)"
+)
+def test_a_stale_file_store_cannot_hang_the_next_run(tmp_path):
+    # A run killed mid-way leaves its FileStore; the next run with the same store path
+    # (the same job and step ids, or RANKGATE_STORE) must not read what it left.
+    store = tmp_path / "job.store"
+    _write(
+        tmp_path,
+        """
+        import os
+        import pytest
+        import torch
+        import torch.distributed as dist
+
+        @pytest.mark.world(2)
+        def test_sum(rank):
+            t = torch.ones(1)
+            dist.all_reduce(t)
+            assert t.item() == 2
+            if os.environ.get("DIE_AFTER_TEST"):
+                os._exit(0)
+        """,
+    )
+    env = {"RANKGATE_STORE": str(store), "DIE_AFTER_TEST": "1"}
+    killed = _launch("mpirun", tmp_path, "test_suite.py", env=env)
+    assert store.exists(), killed.stdout + killed.stderr
+    start = time.monotonic()
+    proc = _launch("mpirun", tmp_path, "test_suite.py", env={"RANKGATE_STORE": str(store)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 passed" in proc.stdout
+    assert time.monotonic() - start < 40
+    assert not store.exists(), "the run did not delete its FileStore"
+    # A store that cannot be made is named in the error.
+    bad = tmp_path / "no-such-dir" / "job.store"
+    proc = _launch("mpirun", tmp_path, "test_suite.py", env={"RANKGATE_STORE": str(bad)}, timeout=60)
+    assert proc.returncode != 0
+    assert (
+        f"rankgate in-place: cannot open the FileStore at {bad}: {bad.parent} is not a "
+        "writable directory"
+    ) in proc.stdout + proc.stderr

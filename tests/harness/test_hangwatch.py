@@ -15,7 +15,7 @@ SCRIPT = """
 import ctypes, sys, time
 from rankgate.harness.hangwatch import HangWatch
 
-def record(stacks):
+def record(stacks, why):
     print("on_timeout got the stacks:", "in hang_in_python" in stacks)
 
 watch = HangWatch(3, sys.stderr)

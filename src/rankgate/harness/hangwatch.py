@@ -21,11 +21,17 @@ import select
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import TextIO
 
 FALLBACK_S = 10.0
+PEER_POLL_S = 0.25
+"""How often a running test's rank asks whether a peer failed the same test."""
+PEER_GRACE_S = 3.0
+"""After a peer failed, how long this rank's test may go on before it is stopped (a
+peer that failed before a collective leaves this rank waiting in it for ever)."""
 LINE_LIMIT = select.PIPE_BUF if hasattr(select, "PIPE_BUF") else 512
 
 
@@ -42,14 +48,19 @@ class HangWatch:
         self,
         timeout: float,
         fallback_s: float = FALLBACK_S,
-        on_timeout: Callable[[str], None] | None = None,
+        on_timeout: Callable[[str, str], None] | None = None,
+        peer_failed: Callable[[], str | None] | None = None,
     ) -> None:
-        """Start watching; at the timeout print, call ``on_timeout(stacks)``, exit."""
+        """Start watching; at the timeout print, call ``on_timeout(stacks, why)``, exit.
+
+        ``peer_failed()`` (polled) names a peer that failed this test, e.g. "rank 1
+        failed"; from then on the test gets PEER_GRACE_S more at most.
+        """
         self.disarm()
         self._disarmed = disarmed = threading.Event()
         watcher = threading.Thread(
             target=self._watch,
-            args=(timeout, disarmed, on_timeout),
+            args=(timeout, disarmed, on_timeout, peer_failed),
             name="rankgate-hang-watch",
             daemon=True,
         )
@@ -62,9 +73,18 @@ class HangWatch:
             self._disarmed = None
         faulthandler.cancel_dump_traceback_later()
 
-    def _watch(self, timeout: float, disarmed: threading.Event, on_timeout) -> None:
-        if disarmed.wait(timeout):
-            return
+    def _watch(self, timeout: float, disarmed: threading.Event, on_timeout, peer_failed) -> None:
+        deadline = time.monotonic() + timeout
+        why = f"did not finish within the test's timeout of {timeout:g} s"
+        header = f"Timeout ({timedelta(seconds=timeout)})!"
+        while (remaining := deadline - time.monotonic()) > 0:
+            if disarmed.wait(min(remaining, PEER_POLL_S) if peer_failed else remaining):
+                return
+            failed = peer_failed() if peer_failed and header.startswith("Timeout") else None
+            if failed and deadline > time.monotonic() + PEER_GRACE_S:
+                deadline = time.monotonic() + PEER_GRACE_S
+                why = f"was still running {PEER_GRACE_S:g} s after {failed}"
+                header = f"Stopped: {why}!"
         with tempfile.TemporaryFile("w+") as dump:
             faulthandler.dump_traceback(file=dump, all_threads=True)
             dump.seek(0)
@@ -78,12 +98,12 @@ class HangWatch:
         ]
         self.stream.flush()
         label = f"[rank {self.rank}] "
-        lines = [f"Timeout ({timedelta(seconds=timeout)})! Python stacks of every thread:"]
+        lines = [f"{header} Python stacks of every thread:"]
         for line in lines + stacks:
             self._write_line(label + line)
         if on_timeout is not None:
             try:  # the stacks are out already; whatever fails here must not stop the exit
-                on_timeout("\n".join(stacks))
+                on_timeout("\n".join(stacks), why)
             except Exception as exc:
                 self._write_line(f"{label}could not record the hang: {exc!r}")
         for stream in (sys.stdout, sys.stderr):  # os._exit skips Python's own flush
@@ -92,6 +112,10 @@ class HangWatch:
             except Exception:
                 pass
         os._exit(1)
+
+    def write(self, line: str) -> None:
+        """One line to the rank's real stderr, in one write."""
+        self._write_line(line)
 
     def _write_line(self, line: str) -> None:
         data = line[: LINE_LIMIT - 1].encode(errors="replace")[: LINE_LIMIT - 1]

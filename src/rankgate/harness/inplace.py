@@ -2,11 +2,18 @@
 
 One process group for the session; test bodies run directly on every rank.
 Only rank 0 writes to the terminal (rank r > 0 writes to ``pytest.rank<r>.log``),
-each rank writes its own JUnit file (``<name>.rank<r>.xml``), and after every
-test the ranks exchange their outcomes so rank 0's summary and exit status
-count a failure on any rank. world(n) with n different from the launched world
-is skipped with a reason: in-place mode never runs a test on a subgroup, because
-a subgroup's idle ranks would report a pass they did not earn.
+each rank writes its own JUnit file (``<name>.rank<r>.xml``, with the rank and the
+world size as properties), and after every test the ranks exchange their outcomes
+(through the store, see ``control``) so rank 0's summary and exit status count a
+failure on any rank. world(n) with n different from the launched world is skipped
+with a reason: in-place mode never runs a test on a subgroup, because a subgroup's
+idle ranks would report a pass they did not earn.
+
+A test that loses the group (destroys it, or breaks it with a backend error) fails,
+and every rank joins a new group before the next test. A rank whose test hangs, or
+outlives a failed peer by PEER_GRACE_S, prints its stacks, records that test and
+every test not yet run (as errors) in its JUnit file, tells the other ranks, and
+exits: a process stuck in a collective cannot be freed any other way.
 """
 
 from __future__ import annotations
@@ -16,18 +23,23 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import NamedTuple
 
 import pytest
 
-from rankgate.harness import options
+from rankgate.harness import control, leaks, options
+from rankgate.harness.control import ControlChannel, RunAborted
 from rankgate.harness.hangwatch import HangWatch
 from rankgate.harness.pool import collective_timeout
 from rankgate.harness.spec import WorldSpec
 from rankgate.harness.verdict import reproduction_line
 from rankgate.launch.env import LaunchEnv
+
+EXIT_WAIT_S = 5.0
+"""A rank that stops the run waits this long for the others to write their JUnit files."""
 
 WORST_FIRST = ("error", "failed", "skipped", "passed")
 
@@ -63,6 +75,10 @@ def add_section(report: pytest.TestReport, title: str, text: str) -> None:
         report.longrepr += f"\n{text}"
 
 
+class AfterTestProblem(AssertionError):
+    """A test that lost the process group or left processes running."""
+
+
 class InPlaceSession:
     def __init__(self, config: pytest.Config, launch: LaunchEnv) -> None:
         self.config = config
@@ -74,10 +90,16 @@ class InPlaceSession:
         # The real stderr, before pytest's capture swaps fd 2 during tests: hang stacks
         # written to the capture file would vanish with the process.
         self._hang_watch = HangWatch(launch.rank, os.fdopen(os.dup(2), "w"))
-        out_dir = self._per_rank_files()
-        self._shared_root = Path(os.environ.get("RANKGATE_SHARED_TMP", out_dir))
+        self.log_dir = self._per_rank_files()
+        self._shared_root = Path(os.environ.get("RANKGATE_SHARED_TMP", self.log_dir))
         self._run_dir: Path | None = None  # made when a test first asks for dist_tmp_path
-        self._init_process_group()
+        self._collect_errors: list[str] = []
+        self._items: list[pytest.Item] = []
+        self._index: dict[str, int] = {}
+        self._last_index = -1
+        self._group_trouble = False  # this rank's group was lost or broken in this test
+        self._aborted: str | None = None
+        self._join()
 
     # -- set-up ---------------------------------------------------------------------
 
@@ -85,7 +107,7 @@ class InPlaceSession:
         """Rank-suffixed JUnit path; the terminal of ranks > 0 goes to a log file."""
         rank = self.launch.rank
         xmlpath = self.config.option.xmlpath
-        out_dir = Path(xmlpath).parent if xmlpath else Path.cwd()
+        out_dir = (Path(xmlpath).parent if xmlpath else Path.cwd()).resolve()
         if xmlpath:
             path = Path(xmlpath)
             self.config.option.xmlpath = str(path.with_name(f"{path.stem}.rank{rank}{path.suffix}"))
@@ -95,28 +117,119 @@ class InPlaceSession:
             sys.stdout = open(out_dir / f"pytest.rank{rank}.log", "w", buffering=1)  # noqa: SIM115
         return out_dir
 
-    def _init_process_group(self) -> None:
+    def _join(self) -> None:
+        """Open the store, join this run's generation in it, start the process group."""
         import torch
         import torch.distributed as dist
 
         launch = self.launch
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        use_nccl = gpus >= launch.local_world_size
-        self.backend = "nccl" if use_nccl else "gloo"
-        self.device = torch.device("cuda", launch.local_rank) if use_nccl else torch.device("cpu")
-        # Bounds the rendezvous only: each test sets its collectives' timeout.
-        timeout = timedelta(seconds=options.rendezvous_timeout(self.config))
-        kwargs = {"rank": launch.rank, "world_size": launch.world_size, "timeout": timeout}
-        if use_nccl:
+        self.has_gpus = gpus >= launch.local_world_size
+        # Like torch's own default: CPU tensors through gloo, CUDA tensors through NCCL.
+        self.backend = "cpu:gloo,cuda:nccl" if self.has_gpus else "gloo"
+        self.device = torch.device("cuda", launch.local_rank) if self.has_gpus else None
+        self._rendezvous_s = options.rendezvous_timeout(self.config)
+        store = self._open_store()
+        prefix = self._join_generation(store)
+        self._base = dist.PrefixStore(prefix, store)
+        self.control = ControlChannel(
+            dist.PrefixStore("control", self._base),
+            launch.rank,
+            launch.world_size,
+            self._rendezvous_s,
+            self._where,
+        )
+        self._groups_made = 0
+        if self.has_gpus:
             torch.cuda.set_device(self.device)
         if not dist.is_initialized():
+            self._init_group()
+
+    def _open_store(self):
+        import torch.distributed as dist
+
+        launch = self.launch
+        timeout = timedelta(seconds=self._rendezvous_s)
+        self.store_path: Path | None = None
+        try:
             if os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
-                dist.init_process_group(self.backend, init_method="env://", **kwargs)
-            else:
-                store = dist.FileStore(str(self._store_path()), launch.world_size)
-                dist.init_process_group(self.backend, store=store, **kwargs)
-        # Outcomes travel over gloo so a wedged GPU cannot stop the verdict exchange.
-        self.control = dist.new_group(backend="gloo") if use_nccl else dist.group.WORLD
+                self._where = (
+                    f"the TCP store at {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+                )
+                rendezvous = dist.rendezvous(
+                    "env://", rank=launch.rank, world_size=launch.world_size, timeout=timeout
+                )
+                return next(rendezvous)[0]
+            self.store_path = self._store_path()
+            self._where = f"the FileStore at {self.store_path}"
+            folder = self.store_path.parent
+            if not (folder.is_dir() and os.access(folder, os.W_OK)):
+                # FileStore itself would retry opening it for minutes, saying nothing.
+                raise OSError(
+                    f"{folder} is not a writable directory; RANKGATE_STORE must name a "
+                    "file in a directory every rank can write"
+                )
+            return dist.FileStore(str(self.store_path), launch.world_size)
+        except Exception as exc:
+            message = f"rankgate in-place: cannot open {self._where}: {exc}"
+            raise pytest.UsageError(message) from None
+
+    def _join_generation(self, store) -> str:
+        """This run's key prefix in the store: ``rankgate/<generation>``.
+
+        A store can outlive a run (a FileStore left by a killed job with the same ids,
+        an elastic agent's store across restarts). Each run's ranks count themselves in,
+        and run g uses only keys under ``rankgate/g``: what an earlier run left is never
+        read, so it cannot hang or misdirect this one.
+        """
+        world = self.launch.world_size
+        joined = store.add("rankgate/joined", 1)
+        generation = (joined - 1) // world
+        need = (generation + 1) * world
+        deadline = time.monotonic() + self._rendezvous_s
+        while (seen := store.add("rankgate/joined", 0)) < need:
+            if time.monotonic() > deadline:
+                raise pytest.UsageError(
+                    f"rankgate in-place: only {seen - generation * world} of {world} ranks "
+                    f"joined through {self._where} within {self._rendezvous_s:g} s "
+                    "(rankgate_rendezvous_timeout). Start every rank; if the store was "
+                    "left by an earlier run that died while starting, delete it (or point "
+                    "RANKGATE_STORE at a fresh path)"
+                )
+            time.sleep(0.01)
+        return f"rankgate/{generation}"
+
+    def _init_group(self) -> None:
+        """A new default process group, under a key prefix no earlier group used."""
+        import torch.distributed as dist
+
+        self._groups_made += 1
+        store = dist.PrefixStore(f"group{self._groups_made}", self._base)
+        try:
+            dist.init_process_group(
+                self.backend,
+                store=store,
+                rank=self.launch.rank,
+                world_size=self.launch.world_size,
+                # Bounds the rendezvous only: each test sets its collectives' timeout.
+                timeout=timedelta(seconds=self._rendezvous_s),
+            )
+        except Exception as exc:
+            raise pytest.UsageError(
+                f"rankgate in-place: could not start the {self.backend} process group "
+                f"through {self._where}: {exc}"
+            ) from None
+
+    def _renew_group(self) -> None:
+        """Every rank leaves what is left of the group and joins a new one."""
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception:
+                pass  # a broken group may fail to leave cleanly; it is dropped either way
+        self._init_group()
 
     def _store_path(self) -> Path:
         explicit = os.environ.get("RANKGATE_STORE")
@@ -126,32 +239,37 @@ class InPlaceSession:
         return Path(tempfile.gettempdir()) / f"rankgate-{self.launch.launcher}-{safe}.store"
 
     def shared_dir(self, nodeid: str) -> Path:
-        """An empty directory for this test, the same on every rank (a collective)."""
-        import torch.distributed as dist
-
+        """An empty directory for this test, the same on every rank."""
+        index = self._index.get(nodeid)
         if self._run_dir is None:
-            self._run_dir = self._make_run_dir()
+            self._run_dir = self._make_run_dir(index)
         path = self._run_dir / hashlib.sha1(nodeid.encode()).hexdigest()[:16]
         if self.launch.rank == 0:
             shutil.rmtree(path, ignore_errors=True)  # a rerun of the same test
             path.mkdir()
-        dist.barrier(group=self.control)  # nobody looks before rank 0 made it
+        # Nobody looks before rank 0 made it.
+        self.control.broadcast(f"t{index}/tmp", True, test_index=index)
         return path
 
-    def _make_run_dir(self) -> Path:
+    def _make_run_dir(self, index: int | None) -> Path:
         """Rank 0 makes a new directory for this run and tells the others its name.
 
         Unique per run, so files an earlier run (or job) left in the shared root
         never show up in a test's ``dist_tmp_path``.
         """
-        import torch.distributed as dist
-
-        name = [None]
+        name = None
         if self.launch.rank == 0:
             self._shared_root.mkdir(parents=True, exist_ok=True)
-            name = [tempfile.mkdtemp(prefix="rankgate-dist-tmp-", dir=self._shared_root)]
-        dist.broadcast_object_list(name, src=0, group=self.control)
-        return Path(name[0])
+            name = tempfile.mkdtemp(prefix="rankgate-dist-tmp-", dir=self._shared_root)
+        return Path(self.control.broadcast("run_dir", name, test_index=index))
+
+    def device_for(self, spec: WorldSpec | None):
+        """The ``device`` fixture: cuda:<local rank> on GPUs, cpu for gloo tests."""
+        import torch
+
+        if self.device is None or (spec is not None and spec.backend == "gloo"):
+            return torch.device("cpu")
+        return self.device
 
     def reproduction_line(self, item: pytest.Item) -> str:
         from rankgate.harness.plugin import SPEC_KEY, seed_for_test
@@ -166,28 +284,46 @@ class InPlaceSession:
             command=f"{launcher_command(self.launch)} -m pytest",
         )
 
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        from _pytest.junitxml import xml_key
+
+        xml = self.config.stash.get(xml_key, None)
+        if xml is not None:  # merge-junit reads these: a missing rank is then a failure
+            xml.add_global_property("rank", str(self.launch.rank))
+            xml.add_global_property("world_size", str(self.launch.world_size))
+
     # -- collection -------------------------------------------------------------------
 
-    def pytest_collection_finish(self, session: pytest.Session) -> None:
-        import torch.distributed as dist
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            text = str(report.longrepr).strip().splitlines()
+            self._collect_errors.append(f"{report.nodeid}: " + "\n    ".join(text[-12:]))
 
-        mine = [item.nodeid for item in session.items]
-        everyone: list[list[str] | None] = [None] * self.launch.world_size
-        dist.all_gather_object(everyone, mine, group=self.control)
-        differing = [r for r, ids in enumerate(everyone) if ids != everyone[0]]
-        if differing:
-            lines = []
-            for r in differing:
-                only_here = sorted(set(everyone[r]) - set(everyone[0]))
-                missing = sorted(set(everyone[0]) - set(everyone[r]))
-                lines.append(
-                    f"rank {r} collected {len(everyone[r])} tests, rank 0 {len(everyone[0])}; "
-                    f"only on rank {r}: {only_here[:5]}; missing on rank {r}: {missing[:5]}"
-                )
-            raise pytest.UsageError(
-                "rankgate in-place: ranks collected different tests, so their results "
-                "cannot be merged:\n  " + "\n  ".join(lines)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self._items = list(session.items)
+        self._index = {item.nodeid: i for i, item in enumerate(self._items)}
+        mine = ([item.nodeid for item in self._items], self._collect_errors)
+        everyone = self.control.all_gather("collected", mine)
+        ids = [i for i, _ in everyone]
+        differing = [r for r in range(len(ids)) if ids[r] != ids[0]]
+        if not differing:
+            return
+        lines = []
+        for r in differing:
+            only_here = sorted(set(ids[r]) - set(ids[0]))
+            missing = sorted(set(ids[0]) - set(ids[r]))
+            lines.append(
+                f"rank {r} collected {len(ids[r])} tests, rank 0 {len(ids[0])}; "
+                f"only on rank {r}: {only_here[:5]}; missing on rank {r}: {missing[:5]}"
             )
+        for r in sorted({0, *differing}):
+            log = "" if r == 0 else f" (its log: {self.log_dir / f'pytest.rank{r}.log'})"
+            for error in everyone[r][1]:
+                lines.append(f"rank {r} could not collect {error}{log}")
+        raise pytest.UsageError(
+            "rankgate in-place: ranks collected different tests, so their results "
+            "cannot be merged:\n  " + "\n  ".join(lines)
+        )
 
     # -- running ----------------------------------------------------------------------
 
@@ -202,14 +338,8 @@ class InPlaceSession:
         launched = f"{self.launch.world_size} rank(s) launched by {self.launch.launcher}"
         if spec.size != self.launch.world_size:
             skip_at_test(f"world({spec.size}) needs {spec.size} ranks; this run has {launched}")
-        if spec.backend == "nccl" and self.backend != "nccl":
+        if spec.backend == "nccl" and not self.has_gpus:
             skip_at_test(f"backend 'nccl' requested; this run's process group is {self.backend}")
-        if spec.backend == "gloo" and self.backend != "gloo":
-            # A gloo pool's ranks see no GPUs; ranks launched on GPUs cannot be made so.
-            skip_at_test(
-                f"backend 'gloo' requested (CPU ranks); this run's ranks have GPUs and a "
-                f"{self.backend} process group: launch with CUDA_VISIBLE_DEVICES= to run it"
-            )
         seed_everything(seed_for_test(self.base_seed, item.nodeid))
 
     def _timeout(self, item: pytest.Item) -> float:
@@ -220,19 +350,42 @@ class InPlaceSession:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item):
+        from rankgate.harness.worker import _destroy_subgroups, after_test_problems
+
         timeout = self._timeout(item)
+        index = self._index.get(item.nodeid)
         # A hang here would block every rank: dump all stacks and exit so the launcher
         # tears the job down instead of waiting for the CI's global timeout.
         self._hang_watch.arm(
-            timeout, on_timeout=lambda stacks: self._record_hang(item, timeout, stacks)
+            timeout,
+            on_timeout=lambda stacks, why: self._stop_run(item, stacks, why),
+            peer_failed=None if index is None else lambda: self._peer_failed(index),
         )
+        children = set(leaks.children())
         try:
             return (yield)
         finally:
             self._hang_watch.disarm()
+            problems = after_test_problems(children)
+            self._group_trouble |= not self._group_alive()
+            _destroy_subgroups()  # a pool's rank does this after every test too
+            if problems:
+                raise AfterTestProblem("\n".join(problems))
 
-    def _record_hang(self, item: pytest.Item, timeout: float, stacks: str) -> None:
-        """From the hang watcher, just before this rank exits: the test fails in JUnit.
+    @staticmethod
+    def _group_alive() -> bool:
+        import torch.distributed as dist
+
+        return dist.is_initialized()
+
+    def _peer_failed(self, index: int) -> str | None:
+        for r in range(self.launch.world_size):
+            if r != self.launch.rank and self.control.peek(control.failed_key(index, r)):
+                return f"rank {r} failed"
+        return None
+
+    def _stop_run(self, item: pytest.Item, stacks: str, why: str) -> None:
+        """From the hang watcher, just before this rank exits: record, tell, wait.
 
         The main thread is stuck in the test, so nothing else touches pytest's state;
         the rank's JUnit file is written now because the session will never finish.
@@ -241,6 +394,9 @@ class InPlaceSession:
 
         from rankgate.harness.failure_repr import failure_repr
 
+        rank = self.launch.rank
+        reason = f"rank {rank} stopped the run: {item.nodeid} {why}"
+        self.control.set(control.ABORT_KEY, reason)
         report = pytest.TestReport(
             nodeid=item.nodeid,
             location=item.location,
@@ -248,23 +404,60 @@ class InPlaceSession:
             outcome="failed",
             longrepr=failure_repr(
                 item,
-                f"hung on rank {self.launch.rank}: did not finish within the test's timeout "
-                f"of {timeout:g} s; the rank exited\nPython stacks of every thread:\n{stacks}\n"
-                f"{self.reproduction_line(item)}",
+                f"hung on rank {rank}: {why}; the rank exited\nPython stacks of every "
+                f"thread:\n{stacks}\n{self.reproduction_line(item)}",
             ),
             when="call",
             user_properties=[("rankgate.verdict", "hung")],
         )
         item.ihook.pytest_runtest_logreport(report=report)
+        self._last_index = self._index.get(item.nodeid, self._last_index)
+        not_run = self._report_not_run(reason)
         xml = self.config.stash.get(xml_key, None)
         if xml is not None:
             xml.pytest_sessionfinish()
+        self._hang_watch.write(
+            f"[rank {rank}] rankgate: {reason}; {not_run} later test(s) not run, "
+            "recorded as errors"
+        )
+        self.control.set(control.exited_key(rank), True)
+        self._wait_for_peers_to_exit()
+
+    def _wait_for_peers_to_exit(self) -> None:
+        others = [r for r in range(self.launch.world_size) if r != self.launch.rank]
+        keys = [control.exited_key(r) for r in others]
+        deadline = time.monotonic() + EXIT_WAIT_S
+        while time.monotonic() < deadline and not self.control.store.check(keys):
+            time.sleep(0.05)
+
+    def _report_not_run(self, reason: str) -> int:
+        """Every test after the last one started: an error saying why it did not run."""
+        rest = self._items[self._last_index + 1 :]
+        for item in rest:
+            report = pytest.TestReport(
+                nodeid=item.nodeid,
+                location=item.location,
+                keywords=dict.fromkeys(item.keywords, 1),
+                outcome="failed",
+                longrepr=f"not run: {reason}",
+                when="setup",
+            )
+            item.ihook.pytest_runtest_logreport(report=report)
+        self._last_index = len(self._items) - 1
+        return len(rest)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call):
+        from rankgate.harness.worker import breaks_process_group
+
         report = yield
+        if call.excinfo is not None and breaks_process_group(call.excinfo.value):
+            self._group_trouble = True
         if report.failed:
             add_section(report, "rankgate reproduce", self.reproduction_line(item))
+            index = self._index.get(item.nodeid)
+            if index is not None and report.when in ("setup", "call"):
+                self.control.set(control.failed_key(index, self.launch.rank), True)
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -279,23 +472,41 @@ class InPlaceSession:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem):
-        import torch.distributed as dist
-
         from rankgate.harness.worker import set_collective_timeout
 
-        # Longer than the hang watch's timeout, which ends a hang with stacks; this
-        # also bounds the outcome exchange below while a peer is still in its test.
+        # Longer than the hang watch's timeout, which ends a hang with stacks.
         seconds = collective_timeout(self._timeout(item))
-        set_collective_timeout(seconds)
-        if self.control is not dist.group.WORLD:
-            set_collective_timeout(seconds, self.control)
+        if self._group_alive():
+            set_collective_timeout(seconds)
+        index = self._index.get(item.nodeid)
         result = yield
-        mine = self._outcome.pop(item.nodeid, ("passed", ""))
-        everyone: list[tuple[str, str] | None] = [None] * self.launch.world_size
-        dist.all_gather_object(everyone, mine, group=self.control)
-        if self.launch.rank == 0:
-            self._judge(item.nodeid, everyone)
+        if index is not None and self._aborted is None:
+            self._last_index = index
+            self._exchange(item, index, seconds)
         return result
+
+    def _exchange(self, item: pytest.Item, index: int, seconds: float) -> None:
+        """Every rank's outcome of this test; a new group where any rank lost its own."""
+        outcome, text = self._outcome.pop(item.nodeid, ("passed", ""))
+        mine = (outcome, text, self._group_trouble)
+        self._group_trouble = False
+        try:
+            everyone = self.control.all_gather(f"t{index}/outcome", mine, timeout=seconds)
+        except (RunAborted, TimeoutError) as exc:
+            self._stop_gracefully(item, str(exc))
+            return
+        if self.launch.rank == 0:
+            self._judge(item.nodeid, [(o, t) for o, t, _ in everyone])
+        if any(trouble for _, _, trouble in everyone):
+            self._renew_group()
+
+    def _stop_gracefully(self, item: pytest.Item, reason: str) -> None:
+        """Another rank stopped the run: finish this session, the rest as not run."""
+        self._aborted = reason
+        self.control.set(control.ABORT_KEY, reason)  # a timeout here stops the others too
+        if self.launch.rank == 0:
+            self.problems.append(Problem(item.nodeid, reason, counted=False))
+        item.session.shouldstop = f"rankgate: {reason}"
 
     def _judge(self, nodeid: str, everyone: list) -> None:
         outcomes = {r: o for r, (o, _) in enumerate(everyone)}
@@ -335,18 +546,32 @@ class InPlaceSession:
                     reports = tr.stats[outcome]
                     tr.stats[outcome] = [r for r in reports if getattr(r, "nodeid", "") != nodeid]
 
-    @pytest.hookimpl(trylast=True)
+    @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if self.problems and session.exitstatus == pytest.ExitCode.OK:
+        if self._aborted is not None:
+            self._report_not_run(self._aborted)  # before the JUnit file is written
+
+    @pytest.hookimpl(trylast=True, specname="pytest_sessionfinish")
+    def _count_other_ranks(self, session: pytest.Session) -> None:
+        if (self.problems or self._aborted) and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_unconfigure(self) -> None:
         import torch.distributed as dist
 
+        if self._aborted is not None:
+            self.control.set(control.exited_key(self.launch.rank), True)
+            return
         if dist.is_initialized():
-            # Launchers kill the job when one rank exits non-zero: hold every rank
-            # here until rank 0 has written its summary.
-            dist.barrier(group=self.control)
             dist.destroy_process_group()
-        if self._run_dir is not None and self.launch.rank == 0:
-            shutil.rmtree(self._run_dir, ignore_errors=True)
+        try:
+            # Launchers kill the job when one rank exits non-zero: hold every rank here
+            # until rank 0 has written its summary.
+            self.control.all_gather("end", None)
+        except (RunAborted, TimeoutError):
+            return
+        if self.launch.rank == 0:
+            if self._run_dir is not None:
+                shutil.rmtree(self._run_dir, ignore_errors=True)
+            if self.store_path is not None:  # every rank is past its last use of it
+                self.store_path.unlink(missing_ok=True)

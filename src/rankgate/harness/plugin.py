@@ -208,12 +208,12 @@ def world_size(request: pytest.FixtureRequest) -> int:
 
 @pytest.fixture
 def device(request: pytest.FixtureRequest):
-    """cuda:<local rank> when the backend is nccl, else cpu."""
+    """cuda:<local rank> when the ranks have GPUs (backend nccl or auto), else cpu."""
     import torch
 
     session = _inplace_session(request)
     if session is not None:
-        return session.device
+        return session.device_for(_world_spec(request))
     if _world_spec(request):
         return RankValue("device")
     return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")

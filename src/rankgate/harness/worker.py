@@ -31,7 +31,7 @@ from rankgate.harness import leaks, messages
 
 GROUP_DESTROYED = (
     "the test destroyed the default process group (dist.destroy_process_group()); the "
-    "harness creates it once per pool and every later test needs it: remove the call "
+    "harness creates it once and every later test needs it: remove the call "
     "(subgroups a test creates are destroyed for it after the test)"
 )
 

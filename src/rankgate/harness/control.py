@@ -1,0 +1,106 @@
+"""In-place mode's control channel: the harness's messages between ranks, through the store.
+
+The ranks of an in-place run exchange collected test ids, each test's outcome, the
+name of the shared temp directory and "I stopped the run" through the rendezvous
+store (the launcher's TCPStore, or the FileStore the ranks share), never through a
+process group: a test may destroy, break or wedge the group (a collective a peer
+never joins), and the harness must still judge that test, learn that a peer failed,
+and stop the run in order. Values are pickled, so no numpy is needed either.
+
+Keys name what they carry (``t12/outcome/3``: rank 3's outcome of the 13th test), so
+a rank that skipped a step cannot shift later exchanges.
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+from typing import Any
+
+POLL_S = 0.01
+ABORT_KEY = "abort"
+
+
+class RunAborted(Exception):
+    """A rank stopped the run (its test hung); ``args[0]`` says which and why."""
+
+
+class PeerLeft(Exception):
+    """A peer finished the current test without reaching the step this rank waits in."""
+
+
+class ControlChannel:
+    """Named exchanges between the ``world`` ranks over a c10d store."""
+
+    def __init__(self, store, rank: int, world: int, timeout: float, where: str) -> None:
+        """``where`` names the store in errors (a path, or host:port)."""
+        self.store = store
+        self.rank = rank
+        self.world = world
+        self.timeout = timeout
+        self.where = where
+
+    def set(self, key: str, value: Any) -> None:
+        self.store.set(key, pickle.dumps(value))
+
+    def peek(self, key: str) -> Any:
+        """The value at ``key``, or None when nobody has set it yet."""
+        if not self.store.check([key]):
+            return None
+        return pickle.loads(self.store.get(key))
+
+    def all_gather(
+        self, name: str, value: Any, *, test_index: int | None = None, timeout=None
+    ) -> list[Any]:
+        """Every rank's ``value`` for ``name``, in rank order."""
+        self.set(f"{name}/{self.rank}", value)
+        keys = {r: f"{name}/{r}" for r in range(self.world)}
+        self.wait(keys, what=name, test_index=test_index, timeout=timeout)
+        return [pickle.loads(self.store.get(k)) for k in keys.values()]
+
+    def broadcast(self, name: str, value: Any = None, *, src: int = 0, test_index=None) -> Any:
+        """``src``'s value for ``name`` on every rank (the others pass nothing)."""
+        key = f"{name}/{src}"
+        if self.rank == src:
+            self.set(key, value)
+            return value
+        self.wait({src: key}, what=name, test_index=test_index)
+        return pickle.loads(self.store.get(key))
+
+    def wait(
+        self, keys: dict[int, str], *, what: str, test_index: int | None = None, timeout=None
+    ) -> None:
+        """Until each rank's key is set.
+
+        Raises RunAborted when a rank stopped the run, and PeerLeft when, inside test
+        ``test_index``, a rank whose key is missing has already finished that test.
+        """
+        timeout = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        while not self.store.check(list(keys.values())):
+            aborted = self.peek(ABORT_KEY)
+            if aborted is not None:
+                raise RunAborted(aborted)
+            missing = [r for r, k in keys.items() if not self.store.check([k])]
+            if test_index is not None:
+                left = [r for r in missing if self.store.check([outcome_key(test_index, r)])]
+                if left:
+                    raise PeerLeft(f"rank(s) {left} finished the test without reaching {what!r}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"rankgate in-place: rank(s) {missing} gave no {what!r} within "
+                    f"{timeout:g} s (store: {self.where})"
+                )
+            time.sleep(POLL_S)
+
+
+def outcome_key(test_index: int, rank: int) -> str:
+    return f"t{test_index}/outcome/{rank}"
+
+
+def failed_key(test_index: int, rank: int) -> str:
+    return f"t{test_index}/failed/{rank}"
+
+
+def exited_key(rank: int) -> str:
+    return f"exited/{rank}"
