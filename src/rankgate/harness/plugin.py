@@ -39,7 +39,7 @@ from rankgate.harness.spec import (
     resolve_backend,
 )
 from rankgate.harness.verdict import StrayOutcome, Verdict, judge, reproduction_line
-from rankgate.launch.env import LaunchEnvError, detect_launch
+from rankgate.launch.env import LaunchEnvError, inspect_launch
 
 SPEC_KEY = pytest.StashKey[WorldSpec]()
 RUN_KEY = pytest.StashKey["WorldRun"]()
@@ -105,7 +105,9 @@ def pytest_configure(config: pytest.Config) -> None:
     options.register_markers(config)
     mode = config.getoption("rankgate_mode")
     try:
-        launch = detect_launch() if mode != "pool" else None
+        launch, ignored = (
+            inspect_launch(trust=mode == "inplace") if mode != "pool" else (None, None)
+        )
     except LaunchEnvError as exc:
         raise pytest.UsageError(
             f"rankgate: the launcher's variables are inconsistent: {exc}. Fix them, or pass "
@@ -121,7 +123,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
         config.pluginmanager.register(InPlaceSession(config, launch), INPLACE_PLUGIN)
     else:
-        config.pluginmanager.register(PoolSession(config), "rankgate-pools")
+        config.pluginmanager.register(PoolSession(config, ignored), "rankgate-pools")
 
 
 # --- collection --------------------------------------------------------------------
@@ -244,8 +246,10 @@ def seed_for_test(base_seed: int, nodeid: str) -> int:
 class PoolSession:
     """Runs world tests on worker pools; one per pytest process."""
 
-    def __init__(self, config: pytest.Config) -> None:
+    def __init__(self, config: pytest.Config, ignored_launch: str | None = None) -> None:
         self.config = config
+        self.ignored_launch = ignored_launch
+        """Why launcher variables in the environment did not start in-place mode."""
         self.base_seed = config.getoption("rankgate_seed")
         self.default_timeout = options.default_timeout(config)
         self._registry: PoolRegistry | None = None
@@ -271,6 +275,14 @@ class PoolSession:
             ids = visible.split(",") if visible else [str(i) for i in range(total)]
             self._gpus = tuple(ids[i].strip() for i in share)  # indices or GPU UUIDs
         return self._gpus
+
+    def pytest_report_header(self) -> str | None:
+        if self.ignored_launch is None:
+            return None
+        return (
+            f"rankgate: world tests run on worker pools: {self.ignored_launch} "
+            "(--rankgate-mode=inplace runs them in place anyway)"
+        )
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_setup(self, item: pytest.Item):
