@@ -9,6 +9,11 @@ import pytest
 import torch
 import torch.distributed as dist
 
+# World 4 and 8 skip, naming the GPUs they need, where fewer are visible.
+NCCL_WORLDS = [
+    pytest.param(n, marks=pytest.mark.world(n, backend="nccl"), id=f"world{n}") for n in (2, 4, 8)
+]
+
 
 @pytest.mark.world(1, backend="nccl")
 def test_single_gpu_rank(rank, device):
@@ -19,8 +24,8 @@ def test_single_gpu_rank(rank, device):
     assert t.sum().item() == 4
 
 
-@pytest.mark.world(2, backend="nccl")
-def test_nccl_all_reduce_on_each_rank_gpu(rank, world_size, device):
+@pytest.mark.parametrize("n", NCCL_WORLDS)
+def test_nccl_all_reduce_on_each_rank_gpu(n, rank, world_size, device):
     assert device == torch.device("cuda", rank)
     assert torch.cuda.current_device() == rank
     t = torch.full((1 << 20,), float(rank + 1), device=device)
@@ -40,11 +45,45 @@ def test_peak_memory_is_reset_between_tests_part_2(device):
     assert torch.cuda.max_memory_allocated(device) < 256 << 20
 
 
+@pytest.mark.parametrize("n", NCCL_WORLDS)
+def test_nccl_all_gather_and_send_recv_ring(n, rank, world_size, device):
+    parts = [torch.empty(2, device=device) for _ in range(world_size)]
+    dist.all_gather(parts, torch.full((2,), float(rank), device=device))
+    assert [p[0].item() for p in parts] == [float(r) for r in range(world_size)]
+    got = torch.empty(1, device=device)
+    ops = [
+        dist.P2POp(dist.isend, torch.tensor([float(rank)], device=device), (rank + 1) % world_size),
+        dist.P2POp(dist.irecv, got, (rank - 1) % world_size),
+    ]
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()
+    assert got.item() == float((rank - 1) % world_size)
+
+
 @pytest.mark.world(2, backend="nccl", timeout=30)
 def test_next_after_gpu_tests_is_healthy(rank, device):
     t = torch.tensor([rank], device=device)
     dist.broadcast(t, src=1)
     assert t.item() == 1
+
+
+def _enough_gpus(n: int):
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    reason = f"auto puts ranks on GPUs only with {n} GPUs; {count} visible"
+    return pytest.mark.skipif(count < n, reason=reason)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "n",
+    [
+        pytest.param(n, marks=[pytest.mark.world(n), _enough_gpus(n)], id=f"world{n}")
+        for n in (2, 4, 8)
+    ],
+)
+def test_auto_on_gpus_keeps_device_on_this_rank_gpu(n, rank, device):
+    assert device.type == "cuda" and torch.cuda.current_device() == device.index
+    assert "nccl" in dist.get_backend() and "gloo" in dist.get_backend()
 
 
 @pytest.mark.gpu

@@ -33,7 +33,8 @@ def test_rejects(args, kwargs, message):
 @pytest.mark.parametrize(
     ("requested", "size", "gpus", "expected"),
     [
-        ("auto", 2, 2, "nccl"),
+        ("auto", 2, 2, "cpu:gloo,cuda:nccl"),
+        ("auto", 4, 8, "cpu:gloo,cuda:nccl"),
         ("auto", 2, 1, "gloo"),
         ("auto", 1, 0, "gloo"),
         ("nccl", 2, 0, "nccl"),

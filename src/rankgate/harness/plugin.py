@@ -37,6 +37,7 @@ from rankgate.harness.spec import (
     WorldSpec,
     parse_world_markers,
     resolve_backend,
+    uses_gpus,
 )
 from rankgate.harness.verdict import StrayOutcome, Verdict, judge, reproduction_line
 from rankgate.launch.env import LaunchEnvError, inspect_launch
@@ -291,7 +292,7 @@ class PoolSession:
             return (yield)
         gpus = self.gpus() if spec.backend != "gloo" else ()
         backend = resolve_backend(spec.backend, spec.size, len(gpus))
-        if backend == "nccl" and len(gpus) < spec.size:
+        if uses_gpus(backend) and len(gpus) < spec.size:
             skip_at_test(
                 f"world({spec.size}, backend='nccl') needs {spec.size} GPUs; "
                 f"{len(gpus)} visible to this process"
@@ -304,7 +305,7 @@ class PoolSession:
             key=PoolKey(
                 world=spec.size,
                 backend=backend,
-                gpus=gpus[: spec.size] if backend == "nccl" else (),
+                gpus=gpus[: spec.size] if uses_gpus(backend) else (),
             ),
         )
         item.stash[RUN_KEY] = run

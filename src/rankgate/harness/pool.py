@@ -136,7 +136,7 @@ class Pool:
         env = dict(self.settings.env)
         env["WORLD_SIZE"] = env["LOCAL_WORLD_SIZE"] = str(self.key.world)
         env["RANKGATE_POOL_DIR"] = str(self.directory)
-        if self.key.backend == "nccl":
+        if self.key.gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(self.key.gpus)
         for rank in range(self.key.world):
             parent_conn, child_conn = ctx.Pipe()

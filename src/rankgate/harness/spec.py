@@ -103,8 +103,18 @@ def _marker_text(marker) -> str:
     return f"world({', '.join(args)})"
 
 
+AUTO_ON_GPUS = "cpu:gloo,cuda:nccl"
+"""What auto gives when every rank has a GPU: torch's own default, a group that takes
+CPU tensors through gloo and CUDA tensors through NCCL."""
+
+
 def resolve_backend(requested: str, size: int, visible_gpus: int) -> str:
-    """auto means nccl when there is a GPU for every rank, else gloo."""
+    """The group's backend: auto is cpu:gloo,cuda:nccl with a GPU for every rank, else gloo."""
     if requested == "auto":
-        return "nccl" if visible_gpus >= size else "gloo"
+        return AUTO_ON_GPUS if visible_gpus >= size else "gloo"
     return requested
+
+
+def uses_gpus(backend: str) -> bool:
+    """Whether a group with this (resolved) backend puts each rank on its own GPU."""
+    return "nccl" in backend

@@ -83,7 +83,7 @@ def _exit_with_controller(controller_pid: int) -> None:
 
 
 def _device_kwargs(config: dict[str, Any]) -> dict[str, Any]:
-    if config["backend"] == "nccl":
+    if "nccl" in config["backend"]:  # nccl, or auto's cpu:gloo,cuda:nccl
         local = config["rank"]
         torch.cuda.set_device(local)
         return {"device_id": torch.device("cuda", local)}
@@ -240,7 +240,7 @@ def _fill_rank_values(kwargs: dict[str, Any], rank: int, config: dict[str, Any])
 
 
 def _rank_device(config: dict[str, Any]) -> torch.device:
-    if config["backend"] == "nccl":
+    if "nccl" in config["backend"]:
         return torch.device("cuda", config["rank"])
     return torch.device("cpu")
 
