@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import textwrap
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -69,3 +70,24 @@ class InnerRun:
 @pytest.fixture
 def inner(pytester: pytest.Pytester) -> InnerRun:
     return InnerRun(pytester)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In place, skip the tests that start pytest sessions or launchers of their own.
+
+    Every test here that is not itself a world test checks the harness by running it
+    (pytester, torchrun, mpirun); under a launcher each rank would run it once more,
+    on the same GPUs and files. They run where pytest was not launched as ranks.
+    """
+    from rankgate.harness.plugin import INPLACE_PLUGIN, SPEC_KEY
+
+    if config.pluginmanager.get_plugin(INPLACE_PLUGIN) is None:
+        return
+    skip = pytest.mark.skip(
+        reason="starts pytest sessions or launchers of its own: run it without a launcher "
+        "(in place every rank would run it)"
+    )
+    here = Path(__file__).parent
+    for item in items:
+        if item.path.parent == here and item.stash.get(SPEC_KEY, None) is None:
+            item.add_marker(skip)

@@ -31,9 +31,6 @@ def test_all_gather(n, rank, world_size):
     assert [p.tolist() for p in parts] == [
         [10 * r, 10 * r + 1, 10 * r + 2] for r in range(world_size)
     ]
-    whole = torch.empty(3 * world_size, dtype=torch.int64)
-    dist.all_gather_into_tensor(whole, torch.arange(3) + 10 * rank)
-    assert torch.equal(whole, torch.cat(parts))
 
 
 @pytest.mark.parametrize("n", WORLDS)
