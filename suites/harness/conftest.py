@@ -79,7 +79,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     (pytester, torchrun, mpirun); under a launcher each rank would run it once more,
     on the same GPUs and files. They run where pytest was not launched as ranks.
     """
-    from rankgate.harness.plugin import INPLACE_PLUGIN, SPEC_KEY
+    from rankgate.harness.plugin import INPLACE_PLUGIN
+    from rankgate.harness.testitem import SPEC_KEY
 
     if config.pluginmanager.get_plugin(INPLACE_PLUGIN) is None:
         return

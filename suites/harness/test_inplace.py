@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rankgate.harness.plugin import seed_for_test
+from rankgate.harness.testitem import seed_for_test
 from rankgate.report.junit import merge_junit
 
 pytestmark = [pytest.mark.dist, pytest.mark.torch_dist]

@@ -1,6 +1,6 @@
 import pytest
 
-from rankgate.harness.pool import RankOutcome
+from rankgate.harness.outcome import RankOutcome
 from rankgate.harness.verdict import StrayOutcome, judge, reproduction_line
 
 pytestmark = pytest.mark.unit
@@ -8,7 +8,8 @@ pytestmark = pytest.mark.unit
 
 def outcomes(*kinds, detail=""):
     return [
-        RankOutcome(test_id="t", rank=r, outcome=k, detail=detail or f"{k} on {r}") for r, k in enumerate(kinds)
+        RankOutcome(test_id="t", rank=r, outcome=k, detail=detail or f"{k} on {r}")
+        for r, k in enumerate(kinds)
     ]
 
 
@@ -28,7 +29,9 @@ def test_crash_is_named_first_with_its_exit():
         [
             RankOutcome(test_id="t", rank=0, outcome="hung", detail="stopped"),
             RankOutcome(test_id="t", rank=1, outcome="failed", detail="peer closed"),
-            RankOutcome(test_id="t", rank=2, outcome="crashed", detail="killed by SIGSEGV (exit code -11)"),
+            RankOutcome(
+                test_id="t", rank=2, outcome="crashed", detail="killed by SIGSEGV (exit code -11)"
+            ),
         ],
         3,
         "gloo",
@@ -63,7 +66,9 @@ def test_reproduction_line():
 
 
 def test_reproduction_line_with_a_launcher_and_no_seed():
-    assert reproduction_line("a.py::t", 2, "gloo", None, 3, command="mpirun -np 2 python -m pytest") == (
+    assert reproduction_line(
+        "a.py::t", 2, "gloo", None, 3, command="mpirun -np 2 python -m pytest"
+    ) == (
         "reproduce: mpirun -np 2 python -m pytest 'a.py::t' --rankgate-seed=3  # world=2 backend=gloo"
     )
 

@@ -1,7 +1,7 @@
 import pytest
 import torch.distributed as dist
 
-from rankgate.harness.worker import breaks_process_group
+from rankgate.harness.rankstate import breaks_process_group
 
 pytestmark = pytest.mark.unit
 

@@ -34,7 +34,15 @@ from rankgate.harness import control, leaks, options
 from rankgate.harness.control import ControlChannel, RunAborted
 from rankgate.harness.hangwatch import HangWatch
 from rankgate.harness.pool import collective_timeout
+from rankgate.harness.rankstate import (
+    after_test_problems,
+    breaks_process_group,
+    destroy_subgroups,
+    seed_everything,
+    set_collective_timeout,
+)
 from rankgate.harness.spec import WorldSpec
+from rankgate.harness.testitem import seed_for_test, skip_at_test, test_timeout, world_spec
 from rankgate.harness.verdict import reproduction_line
 from rankgate.launch.env import LaunchEnv
 
@@ -272,9 +280,7 @@ class InPlaceSession:
         return self.device
 
     def reproduction_line(self, item: pytest.Item) -> str:
-        from rankgate.harness.plugin import SPEC_KEY, seed_for_test
-
-        seeded = item.stash.get(SPEC_KEY, None) is not None  # plain tests are not seeded
+        seeded = world_spec(item) is not None  # plain tests are not seeded
         return reproduction_line(
             item.nodeid,
             self.launch.world_size,
@@ -329,10 +335,7 @@ class InPlaceSession:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        from rankgate.harness.plugin import SPEC_KEY, seed_for_test, skip_at_test
-        from rankgate.harness.worker import seed_everything
-
-        spec: WorldSpec | None = item.stash.get(SPEC_KEY, None)
+        spec = world_spec(item)
         if spec is None:
             return
         launched = f"{self.launch.world_size} rank(s) launched by {self.launch.launcher}"
@@ -343,15 +346,10 @@ class InPlaceSession:
         seed_everything(seed_for_test(self.base_seed, item.nodeid))
 
     def _timeout(self, item: pytest.Item) -> float:
-        from rankgate.harness.plugin import SPEC_KEY
-
-        spec = item.stash.get(SPEC_KEY, None)
-        return (spec.timeout if spec else None) or self.default_timeout
+        return test_timeout(item, self.default_timeout)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item):
-        from rankgate.harness.worker import _destroy_subgroups, after_test_problems
-
         timeout = self._timeout(item)
         index = self._index.get(item.nodeid)
         # A hang here would block every rank: dump all stacks and exit so the launcher
@@ -368,7 +366,7 @@ class InPlaceSession:
             self._hang_watch.disarm()
             problems = after_test_problems(children)
             self._group_trouble |= not self._group_alive()
-            _destroy_subgroups()  # a pool's rank does this after every test too
+            destroy_subgroups()  # a pool's rank does this after every test too
             if problems:
                 raise AfterTestProblem("\n".join(problems))
 
@@ -417,8 +415,7 @@ class InPlaceSession:
         if xml is not None:
             xml.pytest_sessionfinish()
         self._hang_watch.write(
-            f"[rank {rank}] rankgate: {reason}; {not_run} later test(s) not run, "
-            "recorded as errors"
+            f"[rank {rank}] rankgate: {reason}; {not_run} later test(s) not run, recorded as errors"
         )
         self.control.set(control.exited_key(rank), True)
         self._wait_for_peers_to_exit()
@@ -448,8 +445,6 @@ class InPlaceSession:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call):
-        from rankgate.harness.worker import breaks_process_group
-
         report = yield
         if call.excinfo is not None and breaks_process_group(call.excinfo.value):
             self._group_trouble = True
@@ -472,8 +467,6 @@ class InPlaceSession:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem):
-        from rankgate.harness.worker import set_collective_timeout
-
         # Longer than the hang watch's timeout, which ends a hang with stacks.
         seconds = collective_timeout(self._timeout(item))
         if self._group_alive():

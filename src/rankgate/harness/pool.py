@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rankgate.harness import messages
+from rankgate.harness.outcome import RankOutcome, RankResult
 from rankgate.harness.output import read_clipped
 
 # After one rank fails or dies, its peers usually fail fast too (gloo sees the
@@ -69,26 +70,6 @@ class PoolKey:
     backend: str
     gpus: tuple[str, ...]
     """CUDA_VISIBLE_DEVICES entries handed to the ranks; empty for CPU pools."""
-
-
-@dataclass(slots=True, kw_only=True)
-class RankOutcome:
-    """How one rank ended one test."""
-
-    rank: int
-    test_id: str
-    """The node id of the test this outcome belongs to."""
-    outcome: str
-    """passed, failed, skipped, xfailed, crashed or hung."""
-    detail: str = ""
-    """Traceback, skip reason, or how the process died."""
-    duration: float = 0.0
-    stdout: str = ""
-    stderr: str = ""
-    stack: str = ""
-    """The rank's Python stacks, dumped when the test timed out."""
-    broke_group: bool = False
-    """The rank failed with a process-group error: the group cannot be trusted again."""
 
 
 @dataclass(slots=True)
@@ -249,9 +230,6 @@ class Pool:
         """Started, not killed, and every rank still running (none died while idle)."""
         return self.alive and all(r.process.is_alive() for r in self.ranks)
 
-    def pids(self) -> list[int]:
-        return [r.process.pid for r in self.ranks]
-
     # -- running one test ----------------------------------------------------------
 
     def run(self, task: dict[str, Any], timeout: float) -> list[RankOutcome]:
@@ -338,7 +316,10 @@ class Pool:
             r.process.join(1)
             if not r.process.is_alive():
                 return RankOutcome(
-                    rank=r.rank, test_id=test_id, outcome="crashed", detail=describe_exit(r.process)
+                    rank=r.rank,
+                    test_id=test_id,
+                    outcome=RankResult.CRASHED,
+                    detail=describe_exit(r.process),
                 )
         return None
 
@@ -357,7 +338,7 @@ class Pool:
             outcomes[r.rank] = RankOutcome(
                 rank=r.rank,
                 test_id=test_id,
-                outcome="hung",
+                outcome=RankResult.HUNG,
                 detail=why,
                 stack=trim_harness_frames(read_clipped(r.stderr, before[r.rank])),
             )
@@ -397,4 +378,3 @@ def _size(path: Path) -> int:
         return path.stat().st_size
     except FileNotFoundError:
         return 0
-

@@ -59,13 +59,6 @@ class PoolRegistry:
             live -= oldest.key.world
             oldest.shutdown()
 
-    def pools(self) -> list[Pool]:
-        return list(self._pools.values())
-
-    @property
-    def pools_started(self) -> int:
-        return self._started
-
     def shutdown_all(self) -> None:
         while self._pools:
             _, pool = self._pools.popitem()

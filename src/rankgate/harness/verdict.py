@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rankgate.harness.pool import RankOutcome
-
-BAD = ("crashed", "failed", "hung")
-"""Bad outcomes, most likely root cause first."""
+from rankgate.harness.outcome import BAD, RankOutcome
 
 
 class StrayOutcome(RuntimeError):
@@ -59,7 +56,10 @@ def judge(outcomes: list[RankOutcome], world: int, backend: str, *, test_id: str
         details = "".join(_section(o) for o in outcomes if o.detail)
         return Verdict(
             test_id=test_id,
-            status="disagreement", summary=summary, failing_ranks=(), text=summary + "\n" + details
+            status="disagreement",
+            summary=summary,
+            failing_ranks=(),
+            text=summary + "\n" + details,
         )
     (kind,) = kinds
     reason = outcomes[0].detail if kind in ("skipped", "xfailed") else ""

@@ -1,0 +1,51 @@
+"""How one rank ended one test: the vocabulary of rank outcomes, and the record.
+
+Standard library only: rank processes send these values back to the controller.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class RankResult(str, enum.Enum):
+    """A rank's outcome of one test (a str, so reports and JUnit show the plain word)."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    XFAILED = "xfailed"
+    CRASHED = "crashed"
+    """The rank's process died (a signal, os._exit) during the test."""
+    HUNG = "hung"
+    """Still running at the timeout, or after a peer failed; its stacks were dumped."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+BAD = (RankResult.CRASHED, RankResult.FAILED, RankResult.HUNG)
+"""Bad outcomes, most likely root cause first."""
+
+
+@dataclass(slots=True, kw_only=True)
+class RankOutcome:
+    """How one rank ended one test."""
+
+    rank: int
+    test_id: str
+    """The node id of the test this outcome belongs to."""
+    outcome: RankResult
+    detail: str = ""
+    """Traceback, skip reason, or how the process died."""
+    duration: float = 0.0
+    stdout: str = ""
+    stderr: str = ""
+    stack: str = ""
+    """The rank's Python stacks, dumped when the test timed out."""
+    broke_group: bool = False
+    """The rank failed with a process-group error: the group cannot be trusted again."""
+
+    def __post_init__(self) -> None:
+        self.outcome = RankResult(self.outcome)  # ValueError names an unknown word

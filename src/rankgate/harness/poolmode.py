@@ -1,0 +1,239 @@
+"""Pool mode: world tests run on worker pools that this pytest process owns.
+
+A test marked ``@pytest.mark.world(n)`` has its fixtures set up once in this process
+(the controller); its body is sent to the n ranks of a reusable pool and the ranks'
+outcomes become one verdict.
+
+Fixture rule: fixtures are created in the controller and pickled into every rank,
+so their values must be picklable; ``rank`` and ``device`` are filled in by each
+rank, and rank-dependent values belong in the test body.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from rankgate.harness import options
+from rankgate.harness.failure_repr import failure_repr
+from rankgate.harness.gpus import gpu_share, visible_gpu_count, xdist_slot
+from rankgate.harness.outcome import RankOutcome
+from rankgate.harness.output import JUNIT_LIMIT, clip_text
+from rankgate.harness.pool import PoolKey, PoolProtocolError, PoolStartError
+from rankgate.harness.registry import PoolRegistry
+from rankgate.harness.spec import resolve_backend, uses_gpus
+from rankgate.harness.testitem import SPEC_KEY, seed_for_test, skip_at_test, test_timeout
+from rankgate.harness.verdict import StrayOutcome, Verdict, judge, reproduction_line
+
+RUN_KEY = pytest.StashKey["WorldRun"]()
+
+
+class FixtureCrossingError(RuntimeError):
+    """A fixture value that cannot be sent into the ranks."""
+
+
+class RankFailure(AssertionError):
+    """Raised in the controller when any rank failed, crashed or hung."""
+
+
+class RankDisagreement(RuntimeError):
+    """Ranks ended the same test differently (say one skipped, one passed)."""
+
+
+@dataclass(slots=True, kw_only=True)
+class WorldRun:
+    """What the controller knows about one world test while reporting it."""
+
+    world: int
+    backend: str
+    seed: int
+    base_seed: int
+    key: PoolKey | None = None
+    task: dict | None = None
+    outcomes: list[RankOutcome] | None = None
+    verdict: Verdict | None = None
+
+
+class PoolSession:
+    """Runs world tests on worker pools; one per pytest process."""
+
+    def __init__(self, config: pytest.Config, ignored_launch: str | None = None) -> None:
+        self.config = config
+        self.ignored_launch = ignored_launch
+        """Why launcher variables in the environment did not start in-place mode."""
+        self.base_seed = config.getoption("rankgate_seed")
+        self.default_timeout = options.default_timeout(config)
+        self._registry: PoolRegistry | None = None
+        self._base_dir: Path | None = None
+        self._gpus: tuple[str, ...] | None = None
+
+    @property
+    def registry(self) -> PoolRegistry:
+        if self._registry is None:
+            # mkdtemp per pytest process: xdist workers never share pool directories.
+            self._base_dir = Path(tempfile.mkdtemp(prefix="rankgate-pools-"))
+            settings = options.pool_settings(self.config)
+            self._registry = PoolRegistry(self._base_dir, settings)
+        return self._registry
+
+    def gpus(self) -> tuple[str, ...]:
+        """GPU ids (as CUDA_VISIBLE_DEVICES entries) this process may use."""
+        if self._gpus is None:
+            total = visible_gpu_count()
+            slot, slots = xdist_slot()
+            share = gpu_share(total, slot, slots)
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+            ids = visible.split(",") if visible else [str(i) for i in range(total)]
+            self._gpus = tuple(ids[i].strip() for i in share)  # indices or GPU UUIDs
+        return self._gpus
+
+    def pytest_report_header(self) -> str | None:
+        if self.ignored_launch is None:
+            return None
+        return (
+            f"rankgate: world tests run on worker pools: {self.ignored_launch} "
+            "(--rankgate-mode=inplace runs them in place anyway)"
+        )
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_setup(self, item: pytest.Item):
+        spec = item.stash.get(SPEC_KEY, None)
+        if spec is None:
+            return (yield)
+        gpus = self.gpus() if spec.backend != "gloo" else ()
+        backend = resolve_backend(spec.backend, spec.size, len(gpus))
+        if uses_gpus(backend) and len(gpus) < spec.size:
+            skip_at_test(
+                f"world({spec.size}, backend='nccl') needs {spec.size} GPUs; "
+                f"{len(gpus)} visible to this process"
+            )
+        run = WorldRun(
+            world=spec.size,
+            backend=backend,
+            seed=seed_for_test(self.base_seed, item.nodeid),
+            base_seed=self.base_seed,
+            key=PoolKey(
+                world=spec.size,
+                backend=backend,
+                gpus=gpus[: spec.size] if uses_gpus(backend) else (),
+            ),
+        )
+        item.stash[RUN_KEY] = run
+        self.registry.acquire(run.key)  # PoolStartError: this test errors, it does not fail
+        result = yield  # the controller's fixtures
+        run.task = build_task(item, run.seed)  # FixtureCrossingError: a setup error too
+        return result
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_pyfunc_call(self, pyfuncitem: pytest.Function):
+        run = pyfuncitem.stash.get(RUN_KEY, None)
+        if run is None:
+            return None
+        timeout = test_timeout(pyfuncitem, self.default_timeout)
+        pool = self.registry.acquire(run.key)
+        run.outcomes = pool.run(run.task, timeout)
+        run.verdict = verdict = judge(
+            run.outcomes, run.world, run.backend, test_id=pyfuncitem.nodeid
+        )
+        if verdict.status == "failed":
+            raise RankFailure(verdict.summary)
+        if verdict.status == "disagreement":
+            raise RankDisagreement(verdict.summary)
+        if verdict.status == "skipped":
+            skip_at_test(verdict.summary)
+        if verdict.status == "xfailed":
+            pytest.xfail(verdict.summary)
+        return True
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        report = yield
+        run = item.stash.get(RUN_KEY, None)
+        if call.excinfo is not None and call.excinfo.errisinstance(
+            (PoolStartError, PoolProtocolError, StrayOutcome)
+        ):
+            text = f"rankgate: infrastructure error: {call.excinfo.value}"
+            report.longrepr = failure_repr(item, text)
+            return report
+        if call.excinfo is not None and call.excinfo.errisinstance(FixtureCrossingError):
+            report.longrepr = failure_repr(item, f"rankgate: {call.excinfo.value}")
+            return report
+        if run is None or call.when != "call" or run.outcomes is None:
+            return report
+        attach_rank_output(item, report, run)
+        if run.verdict.status in ("failed", "disagreement"):
+            repro = reproduction_line(item.nodeid, run.world, run.backend, run.seed, run.base_seed)
+            report.longrepr = failure_repr(item, f"{run.verdict.text}\n{repro}")
+        return report
+
+    def pytest_report_teststatus(self, report: pytest.TestReport):
+        if report.when == "call" and ("rankgate.verdict", "disagreement") in report.user_properties:
+            return "error", "E", "ERROR"
+        return None
+
+    def pytest_unconfigure(self) -> None:
+        if self._registry is not None:
+            self._registry.shutdown_all()
+        if self._base_dir is not None:
+            shutil.rmtree(self._base_dir, ignore_errors=True)
+
+
+def build_task(item: pytest.Function, seed: int) -> dict:
+    """What a rank needs to run this test: where the function is and its arguments."""
+    kwargs = {name: item.funcargs[name] for name in item._fixtureinfo.argnames}
+    try:
+        blob = pickle.dumps(kwargs, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        for name, value in kwargs.items():
+            try:
+                pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception as exc:
+                raise FixtureCrossingError(
+                    f"fixture {name!r} ({type(value).__name__}) cannot be sent into the ranks: "
+                    f"{type(exc).__name__}: {exc}. Fixtures of world tests are created once in "
+                    "the controller and pickled into every rank; create this object inside the "
+                    "test body instead, or make it picklable."
+                ) from None
+        raise
+    module = item.module
+    return {
+        "kwargs": blob,
+        "module": module.__name__,
+        "module_file": module.__file__,
+        "rewrite": "@py_builtins" in vars(module),
+        "qualname": item.function.__qualname__,
+        "sys_path": list(sys.path),
+        "seed": seed,
+        "test_id": item.nodeid,
+    }
+
+
+def attach_rank_output(item: pytest.Item, report: pytest.TestReport, run: WorldRun) -> None:
+    """Every rank's output in the terminal report sections and in JUnit properties.
+
+    JUnit takes properties from the teardown report, which copies
+    ``item.user_properties``; the call report gets them too for status hooks.
+    """
+    props: list[tuple[str, object]] = [
+        ("rankgate.world", run.world),
+        ("rankgate.backend", run.backend),
+        ("rankgate.seed", run.seed),
+        ("rankgate.verdict", run.verdict.status),
+    ]
+    if run.verdict.failing_ranks:
+        props.append(("rankgate.failing_ranks", ",".join(map(str, run.verdict.failing_ranks))))
+    for o in run.outcomes:
+        props.append((f"rankgate.rank{o.rank}.outcome", o.outcome))
+        for stream, text in (("stdout", o.stdout), ("stderr", o.stderr)):
+            if text:
+                report.sections.append((f"Captured {stream} call (rank {o.rank})", text))
+                props.append((f"rankgate.rank{o.rank}.{stream}", clip_text(text, JUNIT_LIMIT)))
+    item.user_properties.extend(props)
+    report.user_properties.extend(props)

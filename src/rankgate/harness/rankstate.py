@@ -1,0 +1,111 @@
+"""Per-test state of a rank, the same in a pool's rank and in place: the seed, the
+collectives' timeout, what is reset after each test, and what a finished test left
+behind that fails it (a lost group, processes still running).
+
+Imports only the standard library, torch and ``leaks`` (it runs inside rank processes).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from rankgate.harness import leaks
+
+GROUP_DESTROYED = (
+    "the test destroyed the default process group (dist.destroy_process_group()); the "
+    "harness creates it once and every later test needs it: remove the call "
+    "(subgroups a test creates are destroyed for it after the test)"
+)
+
+
+def after_test_problems(children_before: set[int]) -> list[str]:
+    """What a finished test left behind that fails it: a lost group, running processes."""
+    problems = []
+    if not dist.is_initialized():
+        problems.append(f"rankgate: {GROUP_DESTROYED}")
+    left = leaks.end_leftovers(children_before)
+    if left:
+        problems.append(
+            "rankgate: the test left processes running; they were ended: "
+            + "; ".join(left)
+            + ". End what a test starts (Popen.terminate() and wait(), or a fixture's teardown)"
+        )
+    return problems
+
+
+def set_collective_timeout(seconds: float, group=None) -> None:
+    """Give ``group``'s operations (default: the default group's) this timeout.
+
+    Set anew before every test, since a test may have changed it.
+    """
+    if dist.is_initialized():
+        from torch.distributed.distributed_c10d import _set_pg_timeout
+
+        _set_pg_timeout(timedelta(seconds=seconds), group)
+
+
+# How gloo and NCCL word errors that leave a process group unusable (they raise plain
+# RuntimeErrors, not torch.distributed.DistError).
+_GROUP_ERROR_MARKS = (
+    "gloo/transport/",  # the source path gloo puts in front of its messages
+    "pair closure",
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "NCCL error",
+    "ProcessGroupNCCL",
+)
+
+
+def breaks_process_group(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) came from the process group's backend."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, dist.DistError):
+            return True
+        if isinstance(exc, RuntimeError) and any(m in str(exc) for m in _GROUP_ERROR_MARKS):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed(seed % 2**32)
+
+
+def reset_state(saved_env: dict[str, str], saved_cwd: str) -> None:
+    """Undo what a test body may leak into the next one on this rank."""
+    if os.environ != saved_env:
+        os.environ.clear()
+        os.environ.update(saved_env)
+    if os.getcwd() != saved_cwd:
+        os.chdir(saved_cwd)
+    torch.set_default_dtype(torch.float32)
+    if hasattr(torch, "get_default_device") and torch.get_default_device().type != "cpu":
+        torch.set_default_device(None)
+    torch.set_grad_enabled(True)
+    destroy_subgroups()
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def destroy_subgroups() -> None:
+    if not dist.is_initialized():
+        return
+    from torch.distributed.distributed_c10d import _world
+
+    default = dist.GroupMember.WORLD
+    for group in list(_world.pg_map):
+        if group is not default:
+            dist.destroy_process_group(group)

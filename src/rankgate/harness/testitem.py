@@ -1,0 +1,37 @@
+"""What both modes know about one test item: its world spec, its seed, its timeout.
+
+Plugin hooks, pool mode and in-place mode all read a test's spec, seed and timeout
+from here, so the rules (marker timeout, else the default; a seed per test id) are
+written once.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+
+from rankgate.harness.spec import WorldSpec
+
+SPEC_KEY = pytest.StashKey[WorldSpec]()
+"""The parsed world marker of a world test (absent on plain tests)."""
+
+
+def world_spec(item: pytest.Item) -> WorldSpec | None:
+    return item.stash.get(SPEC_KEY, None)
+
+
+def seed_for_test(base_seed: int, nodeid: str) -> int:
+    """Each test's seed: stable across runs and machines, different per test."""
+    return (base_seed + zlib.crc32(nodeid.encode())) % 2**31
+
+
+def test_timeout(item: pytest.Item, default: float) -> float:
+    """Seconds before the test counts as hung: its marker's timeout, else ``default``."""
+    spec = world_spec(item)
+    return (spec.timeout if spec else None) or default
+
+
+def skip_at_test(reason: str) -> None:
+    """Skip, reported at the test's location rather than the plugin's."""
+    raise pytest.skip.Exception(reason, _use_item_location=True)
