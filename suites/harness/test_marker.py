@@ -236,6 +236,8 @@ def test_crash_respawns_the_pool_for_the_next_test(inner):
 def test_inconsistent_launcher_variables_are_a_usage_error(inner, monkeypatch):
     monkeypatch.setenv("RANK", "2")
     monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")  # torchrun sets these too
+    monkeypatch.setenv("MASTER_PORT", "29500")
     result = inner(
         """
         def test_plain():

@@ -30,3 +30,20 @@ def test_rank_value_pickles_and_refuses_use():
         with pytest.raises(RuntimeError, match="the 'rank' fixture has no value outside a rank"):
             use(value)
     assert repr(value) == "<rank: known only inside a rank>"
+
+
+def test_task_is_a_frozen_record_that_crosses_the_pipe():
+    task = messages.TestTask(
+        test_id="a.py::t",
+        kwargs=b"",
+        module="a",
+        module_file="/x/a.py",
+        rewrite=True,
+        qualname="t",
+        sys_path=("/x",),
+        seed=7,
+    )
+    name, kwargs = messages.decode_for_rank(messages.encode(messages.RUN, task=task))
+    assert (name, kwargs["task"]) == ("run", task)
+    with pytest.raises(AttributeError):
+        task.seed = 8

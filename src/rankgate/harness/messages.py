@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pickle
 import signal
+from dataclasses import dataclass, field
 from typing import Any
 
 STACK_SIGNAL = signal.SIGUSR1
@@ -22,6 +23,51 @@ RESULT = "result"
 
 _TO_RANK = frozenset({RUN, SHUTDOWN})
 _TO_CONTROLLER = frozenset({READY, START_FAILED, RESULT})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankConfig:
+    """What a pool's rank process starts with (the pool sends one to each rank)."""
+
+    rank: int
+    world: int
+    backend: str
+    """gloo, nccl, or auto's cpu:gloo,cuda:nccl."""
+    store_path: str
+    """The FileStore the pool's ranks rendezvous through."""
+    rendezvous_timeout: float
+    setup_hook: str | None
+    """ini rankgate_worker_setup: ``module:function`` called as function(rank)."""
+    threads: int
+    """torch's intra-op threads: the host's cores shared by the world."""
+    sys_path: tuple[str, ...]
+    controller_pid: int
+    """The rank exits when this process is gone."""
+    stdout: str
+    stderr: str
+    """The rank's own log files (fds 1 and 2 are redirected there)."""
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TestTask:
+    """One test for every rank of a pool: where its function is, and its arguments."""
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    test_id: str
+    """The test's node id; every rank's result names it."""
+    kwargs: bytes
+    """The fixture values, pickled once in the controller."""
+    module: str
+    module_file: str
+    rewrite: bool
+    """Import the module with pytest's assertion rewriting, as the controller did."""
+    qualname: str
+    sys_path: tuple[str, ...]
+    seed: int
+    collective_timeout: float = 0.0
+    """The process group's operation timeout during this test (set by the pool)."""
 
 
 class UnknownMessage(RuntimeError):

@@ -9,6 +9,7 @@ the next test that needs it.
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -122,20 +123,20 @@ class Pool:
         for rank in range(self.key.world):
             parent_conn, child_conn = ctx.Pipe()
             paths = (self.directory / f"rank{rank}.out", self.directory / f"rank{rank}.err")
-            config = {
-                "rank": rank,
-                "world": self.key.world,
-                "backend": self.key.backend,
-                "store_path": str(store_path),
-                "rendezvous_timeout": self.settings.rendezvous_timeout,
-                "setup_hook": self.settings.setup_hook,
-                "threads": threads,
-                "sys_path": list(sys.path),
-                "controller_pid": os.getpid(),
-                "stdout": str(paths[0]),
-                "stderr": str(paths[1]),
-                "env": {**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
-            }
+            config = messages.RankConfig(
+                rank=rank,
+                world=self.key.world,
+                backend=self.key.backend,
+                store_path=str(store_path),
+                rendezvous_timeout=self.settings.rendezvous_timeout,
+                setup_hook=self.settings.setup_hook,
+                threads=threads,
+                sys_path=tuple(sys.path),
+                controller_pid=os.getpid(),
+                stdout=str(paths[0]),
+                stderr=str(paths[1]),
+                env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+            )
             process = ctx.Process(
                 target=worker_main, args=(child_conn, config), name=f"rankgate-rank{rank}"
             )
@@ -232,7 +233,7 @@ class Pool:
 
     # -- running one test ----------------------------------------------------------
 
-    def run(self, task: dict[str, Any], timeout: float) -> list[RankOutcome]:
+    def run(self, task: messages.TestTask, timeout: float) -> list[RankOutcome]:
         """Run one test on every rank; kill the pool if it cannot run another one.
 
         Interrupted (pytest-timeout, Ctrl-C), the pool is killed before the exception
@@ -245,11 +246,10 @@ class Pool:
             self.kill()
             raise
 
-    def _run(self, task: dict[str, Any], timeout: float) -> list[RankOutcome]:
-        payload = messages.encode(
-            messages.RUN, **task, collective_timeout=collective_timeout(timeout)
-        )
-        test_id = task["test_id"]
+    def _run(self, task: messages.TestTask, timeout: float) -> list[RankOutcome]:
+        task = dataclasses.replace(task, collective_timeout=collective_timeout(timeout))
+        payload = messages.encode(messages.RUN, task=task)
+        test_id = task.test_id
         for r in self.ranks:
             r.offsets = (_size(r.stdout), _size(r.stderr))
             r.stderr_end = None

@@ -24,6 +24,7 @@ import pytest
 from rankgate.harness import options
 from rankgate.harness.failure_repr import failure_repr
 from rankgate.harness.gpus import gpu_share, visible_gpu_count, xdist_slot
+from rankgate.harness.messages import TestTask
 from rankgate.harness.outcome import RankOutcome
 from rankgate.harness.output import JUNIT_LIMIT, clip_text
 from rankgate.harness.pool import PoolKey, PoolProtocolError, PoolStartError
@@ -56,7 +57,7 @@ class WorldRun:
     seed: int
     base_seed: int
     key: PoolKey | None = None
-    task: dict | None = None
+    task: TestTask | None = None
     outcomes: list[RankOutcome] | None = None
     verdict: Verdict | None = None
 
@@ -185,7 +186,7 @@ class PoolSession:
             shutil.rmtree(self._base_dir, ignore_errors=True)
 
 
-def build_task(item: pytest.Function, seed: int) -> dict:
+def build_task(item: pytest.Function, seed: int) -> TestTask:
     """What a rank needs to run this test: where the function is and its arguments."""
     kwargs = {name: item.funcargs[name] for name in item._fixtureinfo.argnames}
     try:
@@ -203,16 +204,16 @@ def build_task(item: pytest.Function, seed: int) -> dict:
                 ) from None
         raise
     module = item.module
-    return {
-        "kwargs": blob,
-        "module": module.__name__,
-        "module_file": module.__file__,
-        "rewrite": "@py_builtins" in vars(module),
-        "qualname": item.function.__qualname__,
-        "sys_path": list(sys.path),
-        "seed": seed,
-        "test_id": item.nodeid,
-    }
+    return TestTask(
+        test_id=item.nodeid,
+        kwargs=blob,
+        module=module.__name__,
+        module_file=module.__file__,
+        rewrite="@py_builtins" in vars(module),
+        qualname=item.function.__qualname__,
+        sys_path=tuple(sys.path),
+        seed=seed,
+    )
 
 
 def attach_rank_output(item: pytest.Item, report: pytest.TestReport, run: WorldRun) -> None:
@@ -230,7 +231,7 @@ def attach_rank_output(item: pytest.Item, report: pytest.TestReport, run: WorldR
     if run.verdict.failing_ranks:
         props.append(("rankgate.failing_ranks", ",".join(map(str, run.verdict.failing_ranks))))
     for o in run.outcomes:
-        props.append((f"rankgate.rank{o.rank}.outcome", o.outcome))
+        props.append((f"rankgate.rank{o.rank}.outcome", str(o.outcome)))  # xdist sends plain str
         for stream, text in (("stdout", o.stdout), ("stderr", o.stderr)):
             if text:
                 report.sections.append((f"Captured {stream} call (rank {o.rank})", text))

@@ -63,7 +63,7 @@ def judge(outcomes: list[RankOutcome], world: int, backend: str, *, test_id: str
         )
     (kind,) = kinds
     reason = outcomes[0].detail if kind in ("skipped", "xfailed") else ""
-    return Verdict(test_id=test_id, status=kind, summary=reason, failing_ranks=(), text=reason)
+    return Verdict(test_id=test_id, status=str(kind), summary=reason, failing_ranks=(), text=reason)
 
 
 def _describe(bad: list[RankOutcome]) -> str:

@@ -36,28 +36,28 @@ from rankgate.harness.rankstate import (
 )
 
 
-def worker_main(conn, config: dict[str, Any]) -> None:
+def worker_main(conn, config: messages.RankConfig) -> None:
     """Entry point of a rank process (the target of the pool's Process)."""
     os.setsid()  # own process group, so a kill of the group reaches the rank's children
     leaks.become_subreaper()  # and orphaned grandchildren come back to it, to be found
-    _redirect_output(Path(config["stdout"]), Path(config["stderr"]))
+    _redirect_output(Path(config.stdout), Path(config.stderr))
     faulthandler.enable(file=sys.stderr, all_threads=True)
     faulthandler.register(messages.STACK_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
-    os.environ.update(config["env"])
-    rank = config["rank"]
-    _exit_with_controller(config["controller_pid"])
-    _sync_sys_path(config["sys_path"])
+    os.environ.update(config.env)
+    rank = config.rank
+    _exit_with_controller(config.controller_pid)
+    _sync_sys_path(config.sys_path)
     try:
-        _run_setup_hook(config.get("setup_hook"), rank)
-        torch.set_num_threads(config["threads"])
-        store = dist.FileStore(config["store_path"], config["world"])
+        _run_setup_hook(config.setup_hook, rank)
+        torch.set_num_threads(config.threads)
+        store = dist.FileStore(config.store_path, config.world)
         dist.init_process_group(
-            config["backend"],
+            config.backend,
             store=store,
             rank=rank,
-            world_size=config["world"],
+            world_size=config.world,
             # Bounds the rendezvous only: each test sets its collectives' timeout.
-            timeout=timedelta(seconds=config["rendezvous_timeout"]),
+            timeout=timedelta(seconds=config.rendezvous_timeout),
             **_device_kwargs(config),
         )
     except BaseException as exc:  # the controller reports it as an infrastructure error
@@ -82,9 +82,9 @@ def _exit_with_controller(controller_pid: int) -> None:
     threading.Thread(target=watch, name="rankgate-controller-watch", daemon=True).start()
 
 
-def _device_kwargs(config: dict[str, Any]) -> dict[str, Any]:
-    if "nccl" in config["backend"]:  # nccl, or auto's cpu:gloo,cuda:nccl
-        local = config["rank"]
+def _device_kwargs(config: messages.RankConfig) -> dict[str, Any]:
+    if "nccl" in config.backend:  # nccl, or auto's cpu:gloo,cuda:nccl
+        local = config.rank
         torch.cuda.set_device(local)
         return {"device_id": torch.device("cuda", local)}
     return {}
@@ -107,13 +107,13 @@ def _redirect_output(stdout: Path, stderr: Path) -> None:
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
 
 
-def _serve(conn, config: dict[str, Any]) -> None:
+def _serve(conn, config: messages.RankConfig) -> None:
     while True:
         name, kwargs = messages.decode_for_rank(conn.recv_bytes())
         if name == messages.SHUTDOWN:
             _shutdown()
             return
-        result = _run_test(kwargs, config)
+        result = _run_test(kwargs["task"], config)
         conn.send_bytes(messages.encode(messages.RESULT, **result))
 
 
@@ -126,17 +126,17 @@ def _shutdown() -> None:
         sys.stderr.flush()
 
 
-def _run_test(task: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
-    rank = config["rank"]
+def _run_test(task: messages.TestTask, config: messages.RankConfig) -> dict[str, Any]:
+    rank = config.rank
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
     children_before = set(leaks.children())
     start = time.perf_counter()
     outcome, detail, broke_group = "passed", "", False
     try:
         func = _load_test_function(task)
-        kwargs = _fill_rank_values(pickle.loads(task["kwargs"]), rank, config)
-        seed_everything(task["seed"])
-        set_collective_timeout(task["collective_timeout"])
+        kwargs = _fill_rank_values(pickle.loads(task.kwargs), rank, config)
+        seed_everything(task.seed)
+        set_collective_timeout(task.collective_timeout)
         func(**kwargs)
     except BaseException as exc:
         outcome, detail = _classify(exc)
@@ -151,7 +151,7 @@ def _run_test(task: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
         broke_group = broke_group or not dist.is_initialized()
         outcome, detail = "failed", "\n".join(filter(None, [detail, *problems]))
     return {
-        "test_id": task["test_id"],
+        "test_id": task.test_id,
         "rank": rank,
         "outcome": outcome,
         "detail": detail,
@@ -180,7 +180,9 @@ def _format(exc: BaseException) -> str:
     return "".join(lines)
 
 
-def _fill_rank_values(kwargs: dict[str, Any], rank: int, config: dict[str, Any]) -> dict[str, Any]:
+def _fill_rank_values(
+    kwargs: dict[str, Any], rank: int, config: messages.RankConfig
+) -> dict[str, Any]:
     values = {"rank": rank, "device": _rank_device(config)}
     return {
         key: values[value.name] if isinstance(value, messages.RankValue) else value
@@ -188,9 +190,9 @@ def _fill_rank_values(kwargs: dict[str, Any], rank: int, config: dict[str, Any])
     }
 
 
-def _rank_device(config: dict[str, Any]) -> torch.device:
-    if "nccl" in config["backend"]:
-        return torch.device("cuda", config["rank"])
+def _rank_device(config: messages.RankConfig) -> torch.device:
+    if "nccl" in config.backend:
+        return torch.device("cuda", config.rank)
     return torch.device("cpu")
 
 
@@ -204,11 +206,11 @@ def _sync_sys_path(entries: list[str]) -> None:
             sys.path.insert(0, entry)
 
 
-def _load_test_function(task: dict[str, Any]):
-    _sync_sys_path(task["sys_path"])
-    module = _import_test_module(task["module"], task["module_file"], task["rewrite"])
+def _load_test_function(task: messages.TestTask):
+    _sync_sys_path(task.sys_path)
+    module = _import_test_module(task.module, task.module_file, task.rewrite)
     owner: Any = module
-    parts = task["qualname"].split(".")
+    parts = task.qualname.split(".")
     for part in parts[:-1]:
         owner = getattr(owner, part)
     if isinstance(owner, type):
