@@ -85,7 +85,7 @@ class _Rank:
     """Where the rank's stderr for the current test ends (its stack dump follows)."""
 
 
-@dataclass(slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PoolSettings:
     rendezvous_timeout: float
     """Seconds the ranks wait for each other while joining the process group."""
