@@ -24,15 +24,15 @@ import shutil
 import sys
 import tempfile
 import time
-from datetime import timedelta
 from pathlib import Path
 from typing import NamedTuple
 
 import pytest
 
 from rankgate.harness import control, leaks, options
-from rankgate.harness.control import ControlChannel, RunAborted
+from rankgate.harness.control import RunAborted
 from rankgate.harness.hangwatch import HangWatch
+from rankgate.harness.inplace_group import InPlaceGroup
 from rankgate.harness.pool import collective_timeout
 from rankgate.harness.rankstate import (
     after_test_problems,
@@ -127,124 +127,13 @@ class InPlaceSession:
 
     def _join(self) -> None:
         """Open the store, join this run's generation in it, start the process group."""
-        import torch
-        import torch.distributed as dist
-
-        launch = self.launch
-        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        self.has_gpus = gpus >= launch.local_world_size
-        # Like torch's own default: CPU tensors through gloo, CUDA tensors through NCCL.
-        self.backend = "cpu:gloo,cuda:nccl" if self.has_gpus else "gloo"
-        self.device = torch.device("cuda", launch.local_rank) if self.has_gpus else None
-        self._rendezvous_s = options.rendezvous_timeout(self.config)
-        store = self._open_store()
-        prefix = self._join_generation(store)
-        self._base = dist.PrefixStore(prefix, store)
-        self.control = ControlChannel(
-            dist.PrefixStore("control", self._base),
-            launch.rank,
-            launch.world_size,
-            self._rendezvous_s,
-            self._where,
+        self.group = InPlaceGroup(self.launch, options.rendezvous_timeout(self.config))
+        self.backend, self.has_gpus, self.device = (
+            self.group.backend,
+            self.group.has_gpus,
+            self.group.device,
         )
-        self._groups_made = 0
-        if self.has_gpus:
-            torch.cuda.set_device(self.device)
-        if not dist.is_initialized():
-            self._init_group()
-
-    def _open_store(self):
-        import torch.distributed as dist
-
-        launch = self.launch
-        timeout = timedelta(seconds=self._rendezvous_s)
-        self.store_path: Path | None = None
-        try:
-            if os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
-                self._where = (
-                    f"the TCP store at {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
-                )
-                rendezvous = dist.rendezvous(
-                    "env://", rank=launch.rank, world_size=launch.world_size, timeout=timeout
-                )
-                return next(rendezvous)[0]
-            self.store_path = self._store_path()
-            self._where = f"the FileStore at {self.store_path}"
-            folder = self.store_path.parent
-            if not (folder.is_dir() and os.access(folder, os.W_OK)):
-                # FileStore itself would retry opening it for minutes, saying nothing.
-                raise OSError(
-                    f"{folder} is not a writable directory; RANKGATE_STORE must name a "
-                    "file in a directory every rank can write"
-                )
-            return dist.FileStore(str(self.store_path), launch.world_size)
-        except Exception as exc:
-            message = f"rankgate in-place: cannot open {self._where}: {exc}"
-            raise pytest.UsageError(message) from None
-
-    def _join_generation(self, store) -> str:
-        """This run's key prefix in the store: ``rankgate/<generation>``.
-
-        A store can outlive a run (a FileStore left by a killed job with the same ids,
-        an elastic agent's store across restarts). Each run's ranks count themselves in,
-        and run g uses only keys under ``rankgate/g``: what an earlier run left is never
-        read, so it cannot hang or misdirect this one.
-        """
-        world = self.launch.world_size
-        joined = store.add("rankgate/joined", 1)
-        generation = (joined - 1) // world
-        need = (generation + 1) * world
-        deadline = time.monotonic() + self._rendezvous_s
-        while (seen := store.add("rankgate/joined", 0)) < need:
-            if time.monotonic() > deadline:
-                raise pytest.UsageError(
-                    f"rankgate in-place: only {seen - generation * world} of {world} ranks "
-                    f"joined through {self._where} within {self._rendezvous_s:g} s "
-                    "(rankgate_rendezvous_timeout). Start every rank; if the store was "
-                    "left by an earlier run that died while starting, delete it (or point "
-                    "RANKGATE_STORE at a fresh path)"
-                )
-            time.sleep(0.01)
-        return f"rankgate/{generation}"
-
-    def _init_group(self) -> None:
-        """A new default process group, under a key prefix no earlier group used."""
-        import torch.distributed as dist
-
-        self._groups_made += 1
-        store = dist.PrefixStore(f"group{self._groups_made}", self._base)
-        try:
-            dist.init_process_group(
-                self.backend,
-                store=store,
-                rank=self.launch.rank,
-                world_size=self.launch.world_size,
-                # Bounds the rendezvous only: each test sets its collectives' timeout.
-                timeout=timedelta(seconds=self._rendezvous_s),
-            )
-        except Exception as exc:
-            raise pytest.UsageError(
-                f"rankgate in-place: could not start the {self.backend} process group "
-                f"through {self._where}: {exc}"
-            ) from None
-
-    def _renew_group(self) -> None:
-        """Every rank leaves what is left of the group and joins a new one."""
-        import torch.distributed as dist
-
-        if dist.is_initialized():
-            try:
-                dist.destroy_process_group()
-            except Exception:
-                pass  # a broken group may fail to leave cleanly; it is dropped either way
-        self._init_group()
-
-    def _store_path(self) -> Path:
-        explicit = os.environ.get("RANKGATE_STORE")
-        if explicit:
-            return Path(explicit)
-        safe = hashlib.sha1(self.launch.job_id.encode()).hexdigest()[:16]
-        return Path(tempfile.gettempdir()) / f"rankgate-{self.launch.launcher}-{safe}.store"
+        self.control = self.group.control
 
     def shared_dir(self, nodeid: str) -> Path:
         """An empty directory for this test, the same on every rank."""
@@ -491,7 +380,7 @@ class InPlaceSession:
         if self.launch.rank == 0:
             self._judge(item.nodeid, [(o, t) for o, t, _ in everyone])
         if any(trouble for _, _, trouble in everyone):
-            self._renew_group()
+            self.group.renew()
 
     def _stop_gracefully(self, item: pytest.Item, reason: str) -> None:
         """Another rank stopped the run: finish this session, the rest as not run."""
@@ -566,5 +455,5 @@ class InPlaceSession:
         if self.launch.rank == 0:
             if self._run_dir is not None:
                 shutil.rmtree(self._run_dir, ignore_errors=True)
-            if self.store_path is not None:  # every rank is past its last use of it
-                self.store_path.unlink(missing_ok=True)
+            if self.group.store_path is not None:  # every rank is past its last use of it
+                self.group.store_path.unlink(missing_ok=True)

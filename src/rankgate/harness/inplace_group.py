@@ -1,0 +1,139 @@
+"""In-place mode's process group and the store the ranks meet in.
+
+The ranks of a launched job meet in the launcher's TCP store (``env://``) when
+MASTER_ADDR/MASTER_PORT are set, else in a FileStore at ``$RANKGATE_STORE`` or in the
+temp dir, keyed by the job id. A store can outlive a run (a FileStore a killed job
+left, an elastic agent's store across restarts): each run counts its ranks in and
+uses only its own generation of keys, so nothing an earlier run left is read. The
+default group is ``cpu:gloo,cuda:nccl`` when every local rank has a GPU (torch's own
+default), else gloo; it can be renewed on every rank after a test lost it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from rankgate.harness.control import ControlChannel
+from rankgate.harness.spec import AUTO_ON_GPUS
+from rankgate.launch.env import LaunchEnv
+
+
+class InPlaceGroup:
+    """The store, this run's key prefix in it, the control channel and the default group."""
+
+    def __init__(self, launch: LaunchEnv, rendezvous_s: float) -> None:
+        self.launch = launch
+        self.rendezvous_s = rendezvous_s
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        self.has_gpus = gpus >= launch.local_world_size
+        self.backend = AUTO_ON_GPUS if self.has_gpus else "gloo"
+        self.device = torch.device("cuda", launch.local_rank) if self.has_gpus else None
+        self.store_path: Path | None = None
+        """The FileStore's path (rank 0 deletes it at the end); None for a TCP store."""
+        store = self._open_store()
+        self._base = dist.PrefixStore(self._join_generation(store), store)
+        self.control = ControlChannel(
+            dist.PrefixStore("control", self._base),
+            launch.rank,
+            launch.world_size,
+            rendezvous_s,
+            self.where,
+        )
+        self._groups_made = 0
+        if self.has_gpus:
+            torch.cuda.set_device(self.device)
+        if not dist.is_initialized():
+            self._init_group()
+
+    def _open_store(self):
+        launch = self.launch
+        timeout = timedelta(seconds=self.rendezvous_s)
+        try:
+            if os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
+                self.where = (
+                    f"the TCP store at {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+                )
+                rendezvous = dist.rendezvous(
+                    "env://", rank=launch.rank, world_size=launch.world_size, timeout=timeout
+                )
+                return next(rendezvous)[0]
+            self.store_path = self._file_store_path()
+            self.where = f"the FileStore at {self.store_path}"
+            folder = self.store_path.parent
+            if not (folder.is_dir() and os.access(folder, os.W_OK)):
+                # FileStore itself would retry opening it for minutes, saying nothing.
+                raise OSError(
+                    f"{folder} is not a writable directory; RANKGATE_STORE must name a "
+                    "file in a directory every rank can write"
+                )
+            return dist.FileStore(str(self.store_path), launch.world_size)
+        except Exception as exc:
+            message = f"rankgate in-place: cannot open {self.where}: {exc}"
+            raise pytest.UsageError(message) from None
+
+    def _file_store_path(self) -> Path:
+        explicit = os.environ.get("RANKGATE_STORE")
+        if explicit:
+            return Path(explicit)
+        safe = hashlib.sha1(self.launch.job_id.encode()).hexdigest()[:16]
+        return Path(tempfile.gettempdir()) / f"rankgate-{self.launch.launcher}-{safe}.store"
+
+    def _join_generation(self, store) -> str:
+        """This run's key prefix in the store: ``rankgate/<generation>``.
+
+        Run g's ranks are the world_size ranks that counted themselves in after run
+        g-1's; they use only keys under ``rankgate/g``.
+        """
+        world = self.launch.world_size
+        joined = store.add("rankgate/joined", 1)
+        generation = (joined - 1) // world
+        need = (generation + 1) * world
+        deadline = time.monotonic() + self.rendezvous_s
+        while (seen := store.add("rankgate/joined", 0)) < need:
+            if time.monotonic() > deadline:
+                raise pytest.UsageError(
+                    f"rankgate in-place: only {seen - generation * world} of {world} ranks "
+                    f"joined through {self.where} within {self.rendezvous_s:g} s "
+                    "(rankgate_rendezvous_timeout). Start every rank; if the store was "
+                    "left by an earlier run that died while starting, delete it (or point "
+                    "RANKGATE_STORE at a fresh path)"
+                )
+            time.sleep(0.01)
+        return f"rankgate/{generation}"
+
+    def _init_group(self) -> None:
+        """A new default process group, under a key prefix no earlier group used."""
+        self._groups_made += 1
+        store = dist.PrefixStore(f"group{self._groups_made}", self._base)
+        try:
+            dist.init_process_group(
+                self.backend,
+                store=store,
+                rank=self.launch.rank,
+                world_size=self.launch.world_size,
+                # Bounds the rendezvous only: each test sets its collectives' timeout.
+                timeout=timedelta(seconds=self.rendezvous_s),
+            )
+        except Exception as exc:
+            raise pytest.UsageError(
+                f"rankgate in-place: could not start the {self.backend} process group "
+                f"through {self.where}: {exc}"
+            ) from None
+
+    def renew(self) -> None:
+        """Leave what is left of the default group and join a new one (every rank)."""
+        if dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception:
+                pass  # a broken group may fail to leave cleanly; it is dropped either way
+        self._init_group()
