@@ -83,4 +83,5 @@ def test_hpc_remote_selection_holds_no_test_that_spawns_its_own_run():
     files = {line.split("::")[0] for line in done.stdout.splitlines() if "::" in line}
     assert done.returncode == 0, done.stdout + done.stderr
     assert "suites/pipeline/test_dist_smoke.py" in files
-    assert not {f for f in files if f.startswith(("suites/dispatch/", "suites/harness/"))}
+    spawning = {f for f in files if f.startswith(("suites/dispatch/", "suites/harness/"))}
+    assert spawning <= {"suites/harness/test_cpu_tensors.py"}  # world tests only: they belong there
