@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 POLL_S = 0.01
+"""The longest sleep between looks at the store; the first looks come sooner."""
 ABORT_KEY = "abort"
 
 
@@ -77,6 +78,7 @@ class ControlChannel:
         """
         timeout = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
+        pause = POLL_S / 32  # ranks usually arrive together: look again soon, then back off
         while not self.store.check(list(keys.values())):
             aborted = self.peek(ABORT_KEY)
             if aborted is not None:
@@ -91,7 +93,8 @@ class ControlChannel:
                     f"rankgate in-place: rank(s) {missing} gave no {what!r} within "
                     f"{timeout:g} s (store: {self.where})"
                 )
-            time.sleep(POLL_S)
+            time.sleep(pause)
+            pause = min(POLL_S, pause * 2)
 
 
 def outcome_key(test_index: int, rank: int) -> str:

@@ -450,10 +450,17 @@ class InPlaceSession:
             # Launchers kill the job when one rank exits non-zero: hold every rank here
             # until rank 0 has written its summary.
             self.control.all_gather("end", None)
+            # Then each rank's last store operation is a write; once rank 0 has seen them
+            # all, nobody reads the store again and its file can go (a read of a deleted
+            # FileStore would recreate the file and wait in it for ever).
+            self.control.set(f"left/{self.launch.rank}", True)
+            if self.launch.rank == 0:
+                others = {r: f"left/{r}" for r in range(self.launch.world_size)}
+                self.control.wait(others, what="left")
         except (RunAborted, TimeoutError):
             return
         if self.launch.rank == 0:
             if self._run_dir is not None:
                 shutil.rmtree(self._run_dir, ignore_errors=True)
-            if self.group.store_path is not None:  # every rank is past its last use of it
+            if self.group.store_path is not None:
                 self.group.store_path.unlink(missing_ok=True)
