@@ -118,14 +118,23 @@ def test_passing_suite_on_two_tasks(dispatch):
     assert result.exit_status == 0
 
 
-def test_results_and_workdir_with_spaces(dispatch, tmp_path):
-    spaced = tmp_path / "check out"
-    spaced.mkdir()
-    (spaced / "test_remote.py").write_text((tmp_path / "suite" / "test_remote.py").read_text())
-    result, _ = dispatch(results_dir=str(tmp_path / "results dir"), workdir=str(spaced))
+# Every character here reaches a shell or sbatch somewhere: spaces split #SBATCH lines, a
+# single quote made sbatch fail with "Unmatched '", %j in --output named another folder.
+ODD = "it's 100%j;(a)&b `c` !d"
+
+
+def test_results_and_workdir_with_spaces_quotes_and_shell_characters(dispatch, tmp_path):
+    odd = tmp_path / f"check out {ODD}"
+    odd.mkdir()
+    (odd / "test_remote.py").write_text((tmp_path / "suite" / "test_remote.py").read_text())
+    result, _ = dispatch(results_dir=str(tmp_path / f"results {ODD}"), workdir=str(odd))
     assert result.passed, render_report(result)
-    assert result.job_dir.parent == tmp_path / "results dir"
-    assert list(result.job_dir.glob("slurm-*.out")), "--output was split at the space"
+    assert result.job_dir.parent == tmp_path / f"results {ODD}"
+    assert list(result.job_dir.glob("slurm-*.out")), "--output was split or rewritten"
+    assert sorted(p.name for p in result.job_dir.glob("junit.rank*.xml")) == [
+        "junit.rank0.xml",
+        "junit.rank1.xml",
+    ]
 
 
 def test_failing_rank_is_named_with_its_log(dispatch):
@@ -263,6 +272,27 @@ def test_queue_timeout_cancels_a_job_that_never_starts(dispatch):
     assert result.outcome is Outcome.QUEUE_TIMEOUT, render_report(result)
     assert any("queued (BeginTime)" in line for line in progress)
     assert result.state.startswith("CANCELLED") and result.running_s == 0
+
+
+def test_a_job_that_can_never_start_stops_with_slurms_reason(dispatch):
+    # More tasks than the node has CPUs: sbatch accepts it, and it would stay
+    # "queued (PartitionConfig)" forever. The deadline only bounds a regression.
+    result, progress = dispatch(tasks_per_node=4096, wait={"deadline_s": 60})
+    report = render_report(result)
+    assert (result.outcome, result.reason) == (Outcome.UNSCHEDULABLE, "PartitionConfig"), report
+    assert f"SLURM will never start job {result.job_id} as submitted (PartitionConfig)" in report
+    assert any("unschedulable, cancelling" in line for line in progress)
+    assert result.state.startswith("CANCELLED") and result.running_s == 0
+    assert result.exit_status == 3
+
+
+def test_a_held_job_ends_at_the_profiles_queue_timeout(dispatch):
+    # JobHeldUser clears only when someone releases the job: the profile's queue
+    # deadline (default 6 h) is what ends the wait.
+    result, progress = dispatch(sbatch_options=["--hold"], queue_timeout=2)
+    assert result.outcome is Outcome.QUEUE_TIMEOUT, render_report(result)
+    assert any("queued (JobHeldUser)" in line for line in progress)
+    assert result.state.startswith("CANCELLED")
 
 
 def test_bad_partition_shows_sbatch_error_verbatim(dispatch, tmp_path):

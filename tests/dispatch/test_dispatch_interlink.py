@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import urllib.parse
 
 import pytest
 from fake_interlink import Spec
@@ -186,6 +187,63 @@ def test_a_token_the_server_echoes_is_redacted(
     assert info.value.status == status
     assert TOKEN not in str(info.value) and TOKEN not in info.value.body
     assert said in str(info.value)
+
+
+# A token with characters that URL-encoding changes, as base64 tokens have.
+ENCODABLE = "rg/Tok+en=5f0c1e9d7a88b2"
+
+
+@pytest.mark.parametrize(
+    "echo",
+    [
+        lambda t: urllib.parse.quote(t, safe=""),
+        lambda t: urllib.parse.quote(t, safe="").lower(),
+        lambda t: urllib.parse.quote_plus(t),
+        str.upper,
+        str.lower,
+        lambda t: t[:12] + "...",
+        lambda t: urllib.parse.quote(t, safe="")[:10] + "...",
+    ],
+    ids=[
+        "url-encoded",
+        "url-encoded-lower",
+        "quote-plus",
+        "upper",
+        "lower",
+        "prefix-12",
+        "encoded-prefix-10",
+    ],
+)
+def test_a_token_echoed_in_another_form_is_redacted(interlink, interlink_profile, tmp_path, echo):
+    interlink.token, interlink.misbehave, interlink.echo = ENCODABLE, "echo-json", echo
+    (tmp_path / "encodable").write_text(ENCODABLE + "\n")
+    with pytest.raises(InterlinkAPIError) as info:
+        InterlinkREST(interlink.url, tmp_path / "encodable").create(_pod(interlink_profile))
+    echoed = echo(ENCODABLE).removesuffix("...")
+    assert info.value.status == 500
+    assert echoed not in str(info.value) and echoed[:8] not in str(info.value)
+    assert '"message": "rejected <token>' in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ("rg-line-one\nrg-line-two\n", "holds 2 lines"),
+        ("\n\n", "is empty"),
+        ("rg-token with-space\n", "holds spaces, control or non-ASCII characters"),
+    ],
+)
+def test_a_token_file_that_is_not_one_token_is_refused_unseen(
+    interlink, tmp_path, content, problem
+):
+    path = tmp_path / "token"
+    path.write_text(content)
+    with pytest.raises(InterlinkAPIError) as info:
+        InterlinkREST(interlink.url, path).ping()
+    said = str(info.value)
+    assert f"token file {path} {problem}: it must hold the bearer token alone, on one line" in said
+    assert "rg-line" not in said and "rg-token" not in said
+    assert interlink.requests == []  # nothing was sent
 
 
 def test_a_redirect_is_refused_not_followed_with_the_token(interlink, interlink_profile):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rankgate.dispatch.outcome import Outcome, Phase, slurm_state
+from rankgate.dispatch.outcome import Outcome, Phase, slurm_never_starts, slurm_state
 from rankgate.dispatch.results import DispatchResult, merge_job_dir, render_report
 
 pytestmark = pytest.mark.unit
@@ -48,6 +48,27 @@ def _job(tmp_path, ranks: dict[int, dict[str, str]]):
 )
 def test_slurm_states_map_to_distinct_outcomes(raw, expected):
     assert slurm_state(raw) is expected
+
+
+@pytest.mark.parametrize(
+    ("reason", "never"),
+    [
+        ("PartitionConfig", True),  # more CPUs than the partition has (seen for real)
+        ("PartitionNodeLimit", True),  # more nodes than the partition has (seen for real)
+        ("DependencyNeverSatisfied", True),  # seen for real
+        ("QOSMaxWallDurationPerJobLimit", True),
+        ("AssocMaxCpuPerJobLimit", True),
+        ("QOSMinGRES", True),
+        ("Resources", False),
+        ("Priority", False),
+        ("JobHeldUser", False),
+        ("QOSMaxCpuPerUserLimit", False),  # clears when the user's other jobs end
+        ("ReqNodeNotAvail, UnavailableNodes:n1", False),
+        ("None", False),
+    ],
+)
+def test_pending_reasons_that_mean_never(reason, never):
+    assert slurm_never_starts(reason) is never
 
 
 def test_terminal_slurm_states_are_all_distinct():

@@ -68,6 +68,19 @@ def test_each_limit_cancels_with_its_own_outcome(seen, limits, expected):
     assert waited.last.state == "CANCELLED"  # it kept polling until the job really ended
 
 
+def test_a_job_that_can_never_start_is_cancelled_with_the_reason():
+    stuck = Observation("PENDING", Phase.QUEUED, reason="PartitionConfig", never_starts=True)
+    lines: list[str] = []
+    job = Job(QUEUED, stuck)
+    waited = _watch(job, lines, queue_timeout_s=3600)
+    assert (waited.outcome, waited.why, job.cancels) == (
+        Outcome.UNSCHEDULABLE,
+        "PartitionConfig",
+        1,
+    )
+    assert lines[-2:] == ["job 1: unschedulable, cancelling", "job 1: CANCELLED after 0 s"]
+
+
 def test_queue_time_does_not_count_against_the_run_limit():
     job = Job(*([QUEUED] * 20), RUNNING, Observation("COMPLETED", Outcome.COMPLETED))
     waited = _watch(job, run_timeout_s=0.15)

@@ -10,6 +10,7 @@ separate question, answered by the merged per-rank results (:mod:`.results`).
 from __future__ import annotations
 
 import enum
+import re
 
 
 class Phase(enum.Enum):
@@ -44,6 +45,10 @@ class Outcome(enum.Enum):
     """The job was never accepted (sbatch or the API refused it); the message is verbatim."""
     DEADLINE = "deadline"
     """rankgate's own deadline passed and rankgate cancelled the job."""
+    UNSCHEDULABLE = "unschedulable"
+    """The scheduler says the job can never start as asked (SLURM's PartitionConfig,
+    PartitionNodeLimit ...: more tasks, nodes or time than the partition gives);
+    rankgate cancelled it."""
     QUEUE_TIMEOUT = "queue-timeout"
     """rankgate's queue deadline passed before the job started; rankgate cancelled it."""
     RUN_TIMEOUT = "run-timeout"
@@ -91,3 +96,29 @@ def slurm_state(raw: str) -> Phase | Outcome:
     """Map a SLURM state (``CANCELLED by 0``, ``COMPLETED+`` ...) to a phase or outcome."""
     word = raw.strip().split()[0].rstrip("+") if raw.strip() else ""
     return SLURM_STATES.get(word, Outcome.OTHER)
+
+
+# Pending reasons (squeue %r, scontrol Reason) after which SLURM will never start the
+# job as submitted: the partition, account or QOS cannot give what one job asks for.
+# Reasons that clear by themselves (Resources, Priority, ReqNodeNotAvail, held jobs,
+# per-user limits) are left to the queue deadline.
+NEVER_STARTS = frozenset(
+    {
+        "PartitionConfig",
+        "PartitionNodeLimit",
+        "PartitionTimeLimit",
+        "BadConstraints",
+        "DependencyNeverSatisfied",
+        "InvalidAccount",
+        "InvalidQOS",
+        "AccountNotAllowed",
+        "QOSNotAllowed",
+    }
+)
+_PER_JOB_LIMIT = re.compile(r"^(?:Assoc|QOS)Max\w*PerJob\w*$|^QOSMin\w+$")
+
+
+def slurm_never_starts(reason: str) -> bool:
+    """True when a pending job's reason means SLURM will never start it as submitted."""
+    word = reason.strip()
+    return word in NEVER_STARTS or bool(_PER_JOB_LIMIT.match(word))

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rankgate.dispatch.command import CommandError, Shell
-from rankgate.dispatch.outcome import Outcome, Phase, slurm_state
+from rankgate.dispatch.outcome import Outcome, Phase, slurm_never_starts, slurm_state
 from rankgate.dispatch.profile import Profile, ProfileError
 from rankgate.dispatch.results import DispatchResult, merge_job_dir
 from rankgate.dispatch.sbatch import SCRIPT_NAME, JobSpec, render_script, submit_command
@@ -77,7 +77,8 @@ class SlurmTarget:
         seen = None
         if out.returncode == 0 and out.stdout.strip():
             state, reason, nodes = ([*out.stdout.strip().splitlines()[0].split("|"), "", ""])[:3]
-            seen = Observation(state, slurm_state(state), reason, "", nodes)
+            stuck = slurm_never_starts(reason)
+            seen = Observation(state, slurm_state(state), reason, "", nodes, never_starts=stuck)
             if isinstance(seen.status, Phase):
                 return seen
         show = self.shell.run(["scontrol", "show", "job", "-o", job_id], check=False)
@@ -158,7 +159,9 @@ class SlurmTarget:
                 poll_s=poll_s,
                 say=say,
                 deadline_s=deadline_s,
-                queue_timeout_s=queue_timeout_s,
+                queue_timeout_s=self.profile.queue_timeout
+                if queue_timeout_s is None
+                else queue_timeout_s,
                 run_timeout_s=run_timeout_s,
                 transient=(CommandError,),
                 interrupts=interrupts,
@@ -167,6 +170,14 @@ class SlurmTarget:
         result.outcome, result.state = waited.outcome, last.state
         result.reason, result.exit_code = last.reason, last.exit_code
         result.queued_s, result.running_s = waited.queued_s, waited.running_s
+        if waited.why:
+            result.reason = waited.why
+            result.message = (
+                f"SLURM will never start job {job_id} as submitted ({waited.why}): the "
+                "partition, account or QOS cannot give what the profile asks for; compare "
+                "nodes, tasks_per_node, cpus_per_task, gpus_per_node and time_limit with "
+                f"`scontrol show partition {self.profile.partition or '<default>'}`"
+            )
         local = local_dir or (
             Path(job.job_dir)
             if self.shell.host is None

@@ -3,6 +3,7 @@
 One loop serves every target. It polls ``observe()`` until the job reaches an
 :class:`~rankgate.dispatch.outcome.Outcome`, and cancels the job itself when
 
+- the target says the queued job can never start (outcome ``unschedulable``),
 - it has been queued longer than ``queue_timeout_s`` (outcome ``queue-timeout``),
 - it has been running longer than ``run_timeout_s`` (outcome ``run-timeout``),
 - ``deadline_s`` has passed since submission (outcome ``deadline``), or
@@ -45,6 +46,8 @@ class Observation:
     exit_code: str = ""
     where: str = ""
     """Node(s) it runs on, when known."""
+    never_starts: bool = False
+    """The target says the queued job can never start as submitted (``reason`` says why)."""
 
 
 @dataclass(slots=True)
@@ -56,6 +59,8 @@ class Watched:
     """Set when rankgate itself ended the job (a timeout, deadline or interrupt)."""
     queued_s: float = 0.0
     running_s: float = 0.0
+    why: str = ""
+    """The target's reason when rankgate stopped a job that could never start."""
 
     @property
     def outcome(self) -> Outcome:
@@ -172,6 +177,7 @@ def watch(
                 say(f"{label}: still {phase.value} after {now - phase_start:.0f} s")
             if result.ours is None:
                 result.ours = _reason_to_stop(
+                    seen,
                     phase,
                     now - start,
                     now - phase_start,
@@ -181,6 +187,7 @@ def watch(
                     run_timeout_s,
                 )
                 if result.ours is not None:
+                    result.why = seen.reason if result.ours is Outcome.UNSCHEDULABLE else ""
                     say(f"{label}: {result.ours.value}, cancelling")
                     try:
                         cancel()
@@ -197,9 +204,11 @@ def watch(
             interrupted.sleep(poll_s if result.ours is None else min(poll_s, 0.5))
 
 
-def _reason_to_stop(phase, total, in_phase, interrupted, deadline, queue_limit, run_limit):
+def _reason_to_stop(seen, phase, total, in_phase, interrupted, deadline, queue_limit, run_limit):
     if interrupted:
         return Outcome.INTERRUPTED
+    if phase is Phase.QUEUED and seen.never_starts:
+        return Outcome.UNSCHEDULABLE
     if queue_limit is not None and phase is Phase.QUEUED and in_phase > queue_limit:
         return Outcome.QUEUE_TIMEOUT
     if run_limit is not None and phase is Phase.RUNNING and in_phase > run_limit:
