@@ -255,6 +255,31 @@ def test_ctrl_c_while_sbatch_submits_still_cancels_the_job(dispatch, tmp_path, m
     assert queue.stdout.strip() == ""
 
 
+def test_ctrl_c_that_kills_sbatch_before_it_prints_the_id_still_cancels_the_job(
+    dispatch, tmp_path, monkeypatch
+):
+    """SLURM accepted the job, then the Ctrl-C killed sbatch before it printed the id:
+    the job is found by its unique name and cancelled, not left running unseen."""
+    real = subprocess.run(["which", "sbatch"], capture_output=True, text=True).stdout.strip()
+    wrapper = tmp_path / "bin" / "sbatch"
+    wrapper.parent.mkdir()
+    # Submits for real, interrupts rankgate (its parent), and dies as sbatch would: no id.
+    wrapper.write_text(f'#!/bin/sh\n{real} "$@" >/dev/null\nkill -INT $PPID\nexit 130\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{wrapper.parent}{os.pathsep}{os.environ['PATH']}")
+    result, progress = dispatch("sleep")
+    assert result.outcome is Outcome.INTERRUPTED, render_report(result)
+    assert result.job_id.isdigit() and result.state.startswith("CANCELLED"), progress
+    assert any(f"after SLURM accepted job {result.job_id}" in line for line in progress)
+    named = subprocess.run(
+        ["squeue", "-h", "-t", "all", "-j", result.job_id, "-o", "%j %T"],
+        capture_output=True,
+        text=True,
+    )
+    name, state = named.stdout.split()
+    assert name.startswith("rankgate-hpc-") and state == "CANCELLED"
+
+
 def test_deadline_cancels_the_job(dispatch, local_slurm):
     result, progress = dispatch("sleep", wait={"deadline_s": 3})
     assert result.outcome is Outcome.DEADLINE, render_report(result)

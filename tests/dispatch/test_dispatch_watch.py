@@ -87,7 +87,14 @@ def test_queue_time_does_not_count_against_the_run_limit():
     assert waited.outcome is Outcome.COMPLETED and waited.queued_s > 0.1
 
 
-def test_sigint_cancels_the_job_instead_of_leaving_it_queued():
+@pytest.fixture
+def sigint_found():
+    """SIGINT's handler as the test found it: Python's default, or SIG_IGN when the
+    run was started with SIGINT ignored (``nohup``, ``trap '' INT``, a background job)."""
+    return signal.getsignal(signal.SIGINT)
+
+
+def test_sigint_cancels_the_job_instead_of_leaving_it_queued(sigint_found):
     job = Job(QUEUED)
     original = job.observe
 
@@ -98,7 +105,7 @@ def test_sigint_cancels_the_job_instead_of_leaving_it_queued():
 
     waited = watch(observe_then_interrupt, job.cancel, label="j", poll_s=0.01, say=lambda _: None)
     assert (waited.outcome, job.cancels) == (Outcome.INTERRUPTED, 1)
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is sigint_found  # put back as it was
 
 
 def test_sigint_wakes_a_long_poll_sleep():
@@ -115,7 +122,7 @@ def test_sigint_wakes_a_long_poll_sleep():
     assert time.monotonic() - start < 5
 
 
-def test_interrupts_held_by_the_caller_reach_the_wait():
+def test_interrupts_held_by_the_caller_reach_the_wait(sigint_found):
     # An interrupt that arrived while the job was being submitted cancels it at once.
     job = Job(QUEUED)
     with caught_interrupts() as interrupts:
@@ -124,7 +131,7 @@ def test_interrupts_held_by_the_caller_reach_the_wait():
             job.observe, job.cancel, label="j", poll_s=60, say=lambda _: None, interrupts=interrupts
         )
     assert (waited.outcome, job.cancels) == (Outcome.INTERRUPTED, 1)
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is sigint_found
 
 
 def test_without_waiting_after_cancel_it_returns_at_once():

@@ -109,6 +109,17 @@ class SlurmTarget:
         state, exit_code, reason, nodes = ([*line.split("|"), "", "", ""])[:4]
         return Observation(state, slurm_state(state), reason, exit_code, nodes)
 
+    def find(self, name: str) -> str | None:
+        """The id of the job named ``name`` (job names are unique per dispatch), if any.
+
+        How a job is found whose id sbatch never printed: sbatch killed by a Ctrl-C after
+        slurmctld accepted the job, or an ssh connection lost in between.
+        """
+        listing = ["squeue", "-h", "-t", "all", f"--name={name}", "-o", "%i"]
+        out = self.shell.run(listing, check=False)
+        ids = out.stdout.split() if out.returncode == 0 else []
+        return ids[0] if ids else None
+
     def cancel(self, job_id: str) -> None:
         self.shell.run(["scancel", job_id], check=False)
 
@@ -146,10 +157,14 @@ class SlurmTarget:
             try:
                 job_id = self.submit(job)
             except (SubmitError, CommandError) as exc:
-                result.message = str(exc)
-                if interrupts:
-                    result.outcome = Outcome.INTERRUPTED
-                return result
+                found = self.find(job.name)
+                if found is None:
+                    result.message = str(exc)
+                    if interrupts:
+                        result.outcome = Outcome.INTERRUPTED
+                    return result
+                job_id = found  # accepted, but its id never reached us: watch it all the same
+                say(f"sbatch failed ({exc}) after SLURM accepted job {job_id} ({job.name})")
             result.job_id = job_id
             say(f"submitted job {job_id} ({self.profile.world_size} ranks) -> {job.job_dir}")
             waited = watch(
@@ -212,7 +227,8 @@ def run_stage(
     job = JobSpec(
         job_dir=job_dir,
         pytest_args=tuple(pytest_args),
-        name=f"rankgate-{stage}",
+        # Unique, like the folder: a job whose id sbatch never printed is found by it.
+        name=f"rankgate-{Path(job_dir).name}",
         workdir=workdir,
         inplace=inplace,
     )
