@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -165,6 +166,37 @@ def test_job_killed_by_its_time_limit(dispatch):
     assert result.exit_status == 3
 
 
+@pytest.mark.parametrize("slurm", ["json", "text"])
+def test_status_comes_from_json_where_slurm_has_it_else_from_text(
+    dispatch, tmp_path, monkeypatch, slurm
+):
+    """This SLURM (22.05) has squeue --json but not scontrol --json; a SLURM without the
+    JSON serializer (stand-ins refusing --json, as 22.05 refuses it for scontrol) is read
+    from squeue's and scontrol's text. Both see the same real job end the same way."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    refuse = "" if slurm == "json" else 'case " $* " in *" --json "*) exit 1;; esac\n'
+    for name in ("squeue", "scontrol"):
+        real = subprocess.run(["which", name], capture_output=True, text=True).stdout.strip()
+        (bin_dir / name).write_text(
+            f'#!/bin/sh\necho "{name} $*" >> {bin_dir}/calls\n'
+            + refuse.replace("exit 1", f"echo \"{name}: unrecognized option '--json'\" >&2; exit 1")
+            + f'exec {real} "$@"\n'
+        )
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    result, _ = dispatch("fail-rank1")
+    assert (result.outcome, result.state, result.exit_code) == (Outcome.FAILED, "FAILED", "1:0")
+    calls = (bin_dir / "calls").read_text().splitlines()
+    text_looks = [c for c in calls if c.startswith(("squeue -h -j", "scontrol show job -o"))]
+    json_looks = [c for c in calls if c.startswith("squeue --json -j")]
+    assert calls[0].startswith("scontrol --json show job")  # tried first, refused by 22.05
+    if slurm == "json":
+        assert json_looks and not text_looks
+    else:
+        assert text_looks and len(json_looks) == 1  # refused once, never asked again
+
+
 def test_job_cancelled_by_someone_else(dispatch):
     def cancel_once_running(line: str) -> None:
         if ": running" in line:
@@ -204,6 +236,19 @@ def test_job_preempted_by_a_higher_tier_partition(dispatch):
     assert (result.outcome, result.state) == (Outcome.PREEMPTED, "PREEMPTED"), report
     assert urgent, progress
     assert result.exit_status == 3
+    _wait_until_ended(urgent[0])  # the node is free again for the next test
+
+
+def _wait_until_ended(job_id: str, timeout: float = 60) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        shown = subprocess.run(
+            ["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"], capture_output=True, text=True
+        )
+        if shown.stdout.strip() not in ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING"):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"job {job_id} still running after {timeout} s")
 
 
 def _node_state(node: str) -> str:
@@ -295,7 +340,7 @@ def test_queue_timeout_cancels_a_job_that_never_starts(dispatch):
         sbatch_options=["--begin=now+3600"], wait={"queue_timeout_s": 2, "run_timeout_s": 600}
     )
     assert result.outcome is Outcome.QUEUE_TIMEOUT, render_report(result)
-    assert any("queued (BeginTime)" in line for line in progress)
+    assert any("queued (BeginTime)" in line for line in progress), progress
     assert result.state.startswith("CANCELLED") and result.running_s == 0
 
 

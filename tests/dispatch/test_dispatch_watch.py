@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import threading
@@ -165,3 +166,54 @@ def test_failed_looks_keep_the_phase_then_become_api_error():
         "job 1: running on node1",
     ]
     assert waited.running_s > 0  # the failed looks counted as running, not as a new phase
+
+
+def test_failed_looks_back_off_instead_of_retrying_at_a_fixed_interval():
+    times: list[float] = []
+
+    def observe():
+        times.append(time.monotonic())
+        raise ConnectionError("Connection refused")
+
+    lines: list[str] = []
+    waited = watch(
+        observe,
+        lambda: None,
+        label="job 1",
+        poll_s=0.05,
+        say=lines.append,
+        transient=(ConnectionError,),
+    )
+    assert waited.outcome is Outcome.API_ERROR
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    # Each wait is twice the last (a sleep never ends early, so these lower bounds hold
+    # however loaded the machine is); a fixed interval would be 0.05 s every time.
+    assert len(gaps) == 4 and all(gap >= want for gap, want in zip(gaps, [0.05, 0.1, 0.2, 0.4]))
+    assert [line for line in lines if " look " in line] == [
+        f"job 1: look {n} failed (Connection refused); next in {delay:g} s"
+        for n, delay in zip(range(1, 5), [0.05, 0.1, 0.2, 0.4])
+    ]
+
+
+def test_the_back_off_is_capped():
+    from rankgate.dispatch.watch import RETRY_MAX_S, retry_delay
+
+    assert [retry_delay(10, n) for n in range(1, 6)] == [10, 20, 40, RETRY_MAX_S, RETRY_MAX_S]
+    assert retry_delay(120, 3) == 120  # never shorter than the poll itself
+
+
+def test_a_new_queue_reason_gets_its_own_line():
+    lines: list[str] = []
+    job = Job(
+        QUEUED,
+        Observation("PENDING", Phase.QUEUED, reason="Resources"),
+        Observation("PENDING", Phase.QUEUED, reason="Resources"),
+        RUNNING,
+        Observation("COMPLETED", Outcome.COMPLETED),
+    )
+    _watch(job, lines)
+    assert lines[:3] == [
+        "job 1: queued (Priority)",
+        "job 1: queued (Resources)",
+        "job 1: running on node1",
+    ]

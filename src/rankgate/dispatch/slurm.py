@@ -1,16 +1,14 @@
 """The SLURM target: submit with sbatch, poll, cancel, and collect every rank's results.
 
 The same code drives a local SLURM CLI and a login node over ssh; only the
-:class:`~rankgate.dispatch.command.Shell` differs. Polling asks ``squeue`` first (cheap,
-knows pending and running jobs), then ``scontrol show job`` for the final state, exit
-code and reason, and ``sacct`` only when the job has already left slurmctld's memory
-and accounting is on.
+:class:`~rankgate.dispatch.command.Shell` differs. Polling asks SLURM for the job's
+record as JSON where it can (:mod:`.slurm_query`), and ``sacct`` only when the job has
+already left slurmctld's memory and accounting is on.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import secrets
 import tempfile
 import time
@@ -18,10 +16,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rankgate.dispatch.command import CommandError, Shell
-from rankgate.dispatch.outcome import Outcome, Phase, slurm_never_starts, slurm_state
+from rankgate.dispatch.outcome import Outcome, slurm_state
 from rankgate.dispatch.profile import Profile, ProfileError
 from rankgate.dispatch.results import DispatchResult, merge_job_dir
 from rankgate.dispatch.sbatch import SCRIPT_NAME, JobSpec, render_script, submit_command
+from rankgate.dispatch.slurm_query import SlurmQuery
 from rankgate.dispatch.watch import Observation, Progress, caught_interrupts, watch
 
 
@@ -34,11 +33,6 @@ def new_job_dir(results_dir: str, stage: str) -> str:
     return f"{results_dir.rstrip('/')}/{stage}-{stamp}-{secrets.token_hex(3)}"
 
 
-def _fields(text: str) -> dict[str, str]:
-    """``Key=Value`` pairs of ``scontrol show job -o`` (values may not contain spaces)."""
-    return dict(re.findall(r"(\w+)=(\S*)", text))
-
-
 class SlurmTarget:
     """Runs jobs through sbatch/squeue/scontrol/scancel on a :class:`Shell`."""
 
@@ -47,6 +41,7 @@ class SlurmTarget:
         self.shell = shell or Shell(
             host=profile.host or None, ssh_options=tuple(profile.ssh_options)
         )
+        self.query = SlurmQuery(self.shell)
 
     # --- the four verbs ---------------------------------------------------------
 
@@ -70,31 +65,10 @@ class SlurmTarget:
         return job_id
 
     def status(self, job_id: str) -> Observation:
-        """Where job ``job_id`` is now (squeue, then scontrol, then sacct)."""
-        out = self.shell.run(
-            ["squeue", "-h", "-j", job_id, "-t", "all", "-o", "%T|%r|%N"], check=False
-        )
-        seen = None
-        if out.returncode == 0 and out.stdout.strip():
-            state, reason, nodes = ([*out.stdout.strip().splitlines()[0].split("|"), "", ""])[:3]
-            stuck = slurm_never_starts(reason)
-            seen = Observation(state, slurm_state(state), reason, "", nodes, never_starts=stuck)
-            if isinstance(seen.status, Phase):
-                return seen
-        show = self.shell.run(["scontrol", "show", "job", "-o", job_id], check=False)
-        if show.returncode == 0 and "JobState=" in show.stdout:
-            f = _fields(show.stdout)
-            state = f.get("JobState", "")
-            return Observation(
-                state,
-                slurm_state(state),
-                f.get("Reason", ""),
-                f.get("ExitCode", ""),
-                f.get("NodeList", ""),
-            )
+        """Where job ``job_id`` is now (:mod:`.slurm_query`, then sacct)."""
         return (
-            self._from_accounting(job_id)
-            or seen
+            self.query.look(job_id)
+            or self._from_accounting(job_id)
             or Observation("UNKNOWN", Outcome.LOST, "job is in neither squeue, scontrol nor sacct")
         )
 
@@ -115,10 +89,10 @@ class SlurmTarget:
         How a job is found whose id sbatch never printed: sbatch killed by a Ctrl-C after
         slurmctld accepted the job, or an ssh connection lost in between.
         """
-        listing = ["squeue", "-h", "-t", "all", f"--name={name}", "-o", "%i"]
-        out = self.shell.run(listing, check=False)
-        ids = out.stdout.split() if out.returncode == 0 else []
-        return ids[0] if ids else None
+        try:
+            return self.query.find(name)
+        except CommandError:
+            return None
 
     def cancel(self, job_id: str) -> None:
         self.shell.run(["scancel", job_id], check=False)

@@ -10,10 +10,13 @@ One loop serves every target. It polls ``observe()`` until the job reaches an
 - SIGINT/SIGTERM arrived (outcome ``interrupted``): the job never outlives rankgate.
 
 A look that fails with one of the ``transient`` errors (an ssh hiccup, an API answering
-500) keeps the job in its phase; ``API_FAILURES`` of them in a row end the wait with
-outcome ``api-error`` and the last error as the reason.
+500) keeps the job in its phase, and the next look waits twice as long as the last
+(``poll_s``, then 2x, 4x ... up to ``RETRY_MAX_S``), so a target that is struggling is
+not asked ever faster; ``API_FAILURES`` of them in a row end the wait with outcome
+``api-error`` and the last error as the reason.
 
-Progress: a line on every change of phase, and every ``PROGRESS_EVERY_S`` while it stays.
+Progress: a line on every change of phase or of the reason a job is queued, on a
+failed look, and every ``PROGRESS_EVERY_S`` while nothing changes.
 """
 
 from __future__ import annotations
@@ -33,6 +36,13 @@ CANCEL_GRACE_S = 60.0
 """Seconds to wait for a job rankgate cancelled to reach a final state."""
 API_FAILURES = 5
 """Consecutive failed looks (ssh down, API erroring) before the outcome is api-error."""
+RETRY_MAX_S = 60.0
+"""Longest wait after a failed look (the back-off doubles up to it)."""
+
+
+def retry_delay(poll_s: float, failures: int) -> float:
+    """Seconds before the next look after ``failures`` failed looks in a row."""
+    return min(poll_s * 2 ** max(failures - 1, 0), max(RETRY_MAX_S, poll_s))
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +151,7 @@ def watch(
     start = time.monotonic()
     result = Watched(last=Observation("SUBMITTED", Phase.QUEUED), ours=None)
     phase, phase_start, last_said, cancelled_at, failures = None, start, start, 0.0, 0
+    reason = ""
 
     def account(now: float) -> None:
         if phase is Phase.QUEUED:
@@ -159,7 +170,11 @@ def watch(
                 if failures >= API_FAILURES:
                     seen = Observation("no answer", Outcome.API_ERROR, str(exc))
                 else:
-                    seen = Observation(result.last.state, phase or Phase.QUEUED, "look failed")
+                    seen = Observation(result.last.state, phase or Phase.QUEUED, reason)
+                    say(
+                        f"{label}: look {failures} failed ({exc}); next in "
+                        f"{retry_delay(poll_s, failures):g} s"
+                    )
             result.last = seen
             now = time.monotonic()
             if isinstance(seen.status, Outcome):
@@ -172,9 +187,13 @@ def watch(
                 where = f" on {seen.where}" if seen.where and phase is Phase.RUNNING else ""
                 why = f" ({seen.reason})" if seen.reason and seen.reason != "None" else ""
                 say(f"{label}: {phase.value}{where}{why}")
+            elif phase is Phase.QUEUED and seen.reason not in (reason, "", "None") and not failures:
+                last_said = now
+                say(f"{label}: {phase.value} ({seen.reason})")
             elif now - last_said >= PROGRESS_EVERY_S:
                 last_said = now
                 say(f"{label}: still {phase.value} after {now - phase_start:.0f} s")
+            reason = seen.reason
             if result.ours is None:
                 result.ours = _reason_to_stop(
                     seen,
@@ -201,7 +220,10 @@ def watch(
                 account(now)
                 say(f"{label}: still {seen.state} {CANCEL_GRACE_S:g} s after cancelling")
                 return result
-            interrupted.sleep(poll_s if result.ours is None else min(poll_s, 0.5))
+            if failures:
+                interrupted.sleep(retry_delay(poll_s, failures))
+            else:
+                interrupted.sleep(poll_s if result.ours is None else min(poll_s, 0.5))
 
 
 def _reason_to_stop(seen, phase, total, in_phase, interrupted, deadline, queue_limit, run_limit):
