@@ -14,10 +14,10 @@ import time
 
 import pytest
 
-from rankgate.dispatch.outcome import Outcome
+from rankgate.dispatch.outcome import JobOutcome
 from rankgate.dispatch.profile import profile_from_dict
 from rankgate.dispatch.results import render_report
-from rankgate.dispatch.slurm import run_stage
+from rankgate.dispatch.run import run_stage, wait_policy
 
 pytestmark = pytest.mark.hpc
 
@@ -83,8 +83,7 @@ def dispatch(local_slurm, tmp_path):
             profile,
             stage="hpc",
             pytest_args=["test_remote.py"],
-            poll_s=0.5,
-            **(wait or {}),
+            wait=wait_policy(profile, poll_s=0.5, **(wait or {})),
             progress=say,
             local_dir=local_dir,
         )
@@ -98,7 +97,7 @@ def test_passing_suite_on_two_tasks(dispatch):
     report = render_report(result)
     assert result.passed, report
     assert (result.outcome, result.state, result.exit_code) == (
-        Outcome.COMPLETED,
+        JobOutcome.COMPLETED,
         "COMPLETED",
         "0:0",
     )
@@ -141,7 +140,7 @@ def test_results_and_workdir_with_spaces_quotes_and_shell_characters(dispatch, t
 def test_failing_rank_is_named_with_its_log(dispatch):
     result, _ = dispatch("fail-rank1")
     report = render_report(result)
-    assert result.outcome is Outcome.FAILED and result.state == "FAILED", report
+    assert result.outcome is JobOutcome.FAILED and result.state == "FAILED", report
     failing = [t for t in result.merged.tests if t.verdict == "failed"]
     assert [(t.name, t.failing_ranks) for t in failing] == [("test_fails_on_rank_1", (1,))]
     assert "rank 1 disagrees on purpose" in report
@@ -157,7 +156,7 @@ def test_job_killed_by_its_time_limit(dispatch):
     # SLURM's smallest time limit is a minute, enforced on a 30 s sweep: 60-90 s.
     result, _ = dispatch("sleep", time_limit="1")
     report = render_report(result)
-    assert result.outcome is Outcome.TIMEOUT and result.state == "TIMEOUT", report
+    assert result.outcome is JobOutcome.TIMEOUT and result.state == "TIMEOUT", report
     assert result.merged.missing_ranks == [0, 1]
     assert (
         "DUE TO TIME LIMIT"
@@ -186,7 +185,7 @@ def test_status_comes_from_json_where_slurm_has_it_else_from_text(
         (bin_dir / name).chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     result, _ = dispatch("fail-rank1")
-    assert (result.outcome, result.state, result.exit_code) == (Outcome.FAILED, "FAILED", "1:0")
+    assert (result.outcome, result.state, result.exit_code) == (JobOutcome.FAILED, "FAILED", "1:0")
     calls = (bin_dir / "calls").read_text().splitlines()
     text_looks = [c for c in calls if c.startswith(("squeue -h -j", "scontrol show job -o"))]
     json_looks = [c for c in calls if c.startswith("squeue --json -j")]
@@ -204,7 +203,7 @@ def test_job_cancelled_by_someone_else(dispatch):
             subprocess.run(["scancel", job_id], check=True)
 
     result, _ = dispatch("sleep", progress=cancel_once_running)
-    assert result.outcome is Outcome.CANCELLED, render_report(result)
+    assert result.outcome is JobOutcome.CANCELLED, render_report(result)
     assert result.state.startswith("CANCELLED")
     assert result.exit_status == 3
 
@@ -233,7 +232,7 @@ def test_job_preempted_by_a_higher_tier_partition(dispatch):
 
     result, progress = dispatch("sleep", progress=preempt_once_running)
     report = render_report(result)
-    assert (result.outcome, result.state) == (Outcome.PREEMPTED, "PREEMPTED"), report
+    assert (result.outcome, result.state) == (JobOutcome.PREEMPTED, "PREEMPTED"), report
     assert urgent, progress
     assert result.exit_status == 3
     _wait_until_ended(urgent[0])  # the node is free again for the next test
@@ -276,7 +275,7 @@ def test_node_failure_is_its_own_outcome_and_the_node_comes_back(dispatch, local
             subprocess.run(resume, check=True)
     report = render_report(result)
     assert downed, progress
-    assert (result.outcome, result.state) == (Outcome.NODE_FAIL, "NODE_FAIL"), report
+    assert (result.outcome, result.state) == (JobOutcome.NODE_FAIL, "NODE_FAIL"), report
     assert "node-fail" in report
     assert result.exit_status == 3
     assert _node_state(node).startswith(("idle", "mixed", "alloc")), "node not restored"
@@ -294,7 +293,7 @@ def test_ctrl_c_while_sbatch_submits_still_cancels_the_job(dispatch, tmp_path, m
     wrapper.chmod(0o755)
     monkeypatch.setenv("PATH", f"{wrapper.parent}{os.pathsep}{os.environ['PATH']}")
     result, progress = dispatch("sleep")
-    assert result.outcome is Outcome.INTERRUPTED, render_report(result)
+    assert result.outcome is JobOutcome.INTERRUPTED, render_report(result)
     assert result.job_id and result.state.startswith("CANCELLED"), progress
     queue = subprocess.run(["squeue", "-h", "-j", result.job_id], capture_output=True, text=True)
     assert queue.stdout.strip() == ""
@@ -313,9 +312,9 @@ def test_ctrl_c_that_kills_sbatch_before_it_prints_the_id_still_cancels_the_job(
     wrapper.chmod(0o755)
     monkeypatch.setenv("PATH", f"{wrapper.parent}{os.pathsep}{os.environ['PATH']}")
     result, progress = dispatch("sleep")
-    assert result.outcome is Outcome.INTERRUPTED, render_report(result)
+    assert result.outcome is JobOutcome.INTERRUPTED, render_report(result)
     assert result.job_id.isdigit() and result.state.startswith("CANCELLED"), progress
-    assert any(f"after SLURM accepted job {result.job_id}" in line for line in progress)
+    assert any(f"after the target accepted job {result.job_id}" in line for line in progress)
     named = subprocess.run(
         ["squeue", "-h", "-t", "all", "-j", result.job_id, "-o", "%j %T"],
         capture_output=True,
@@ -327,7 +326,7 @@ def test_ctrl_c_that_kills_sbatch_before_it_prints_the_id_still_cancels_the_job(
 
 def test_deadline_cancels_the_job(dispatch, local_slurm):
     result, progress = dispatch("sleep", wait={"deadline_s": 3})
-    assert result.outcome is Outcome.DEADLINE, render_report(result)
+    assert result.outcome is JobOutcome.DEADLINE, render_report(result)
     assert any("deadline, cancelling" in line for line in progress)
     assert result.state.startswith("CANCELLED")  # SLURM agrees the job is gone
     queue = subprocess.run(["squeue", "-h", "-j", result.job_id], capture_output=True, text=True)
@@ -339,7 +338,7 @@ def test_queue_timeout_cancels_a_job_that_never_starts(dispatch):
     result, progress = dispatch(
         sbatch_options=["--begin=now+3600"], wait={"queue_timeout_s": 2, "run_timeout_s": 600}
     )
-    assert result.outcome is Outcome.QUEUE_TIMEOUT, render_report(result)
+    assert result.outcome is JobOutcome.QUEUE_TIMEOUT, render_report(result)
     assert any("queued (BeginTime)" in line for line in progress), progress
     assert result.state.startswith("CANCELLED") and result.running_s == 0
 
@@ -349,7 +348,7 @@ def test_a_job_that_can_never_start_stops_with_slurms_reason(dispatch):
     # "queued (PartitionConfig)" forever. The deadline only bounds a regression.
     result, progress = dispatch(tasks_per_node=4096, wait={"deadline_s": 60})
     report = render_report(result)
-    assert (result.outcome, result.reason) == (Outcome.UNSCHEDULABLE, "PartitionConfig"), report
+    assert (result.outcome, result.reason) == (JobOutcome.UNSCHEDULABLE, "PartitionConfig"), report
     assert f"SLURM will never start job {result.job_id} as submitted (PartitionConfig)" in report
     assert any("unschedulable, cancelling" in line for line in progress)
     assert result.state.startswith("CANCELLED") and result.running_s == 0
@@ -360,7 +359,7 @@ def test_a_held_job_ends_at_the_profiles_queue_timeout(dispatch):
     # JobHeldUser clears only when someone releases the job: the profile's queue
     # deadline (default 6 h) is what ends the wait.
     result, progress = dispatch(sbatch_options=["--hold"], queue_timeout=2)
-    assert result.outcome is Outcome.QUEUE_TIMEOUT, render_report(result)
+    assert result.outcome is JobOutcome.QUEUE_TIMEOUT, render_report(result)
     assert any("queued (JobHeldUser)" in line for line in progress)
     assert result.state.startswith("CANCELLED")
 
@@ -373,7 +372,7 @@ def test_bad_partition_shows_sbatch_error_verbatim(dispatch, tmp_path):
         text=True,
     )
     assert direct.returncode != 0
-    assert result.outcome is Outcome.SUBMIT_ERROR
+    assert result.outcome is JobOutcome.SUBMIT_ERROR
     assert result.message == direct.stderr.strip()
     assert "invalid partition specified: no-such-partition" in render_report(result)
     assert result.exit_status == 3

@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
+from rankgate.dispatch.job import JobSpec
 from rankgate.dispatch.profile import ProfileError, profile_from_dict
 from rankgate.dispatch.sbatch import (
-    JobSpec,
     job_exports,
     render_script,
     sbatch_directives,

@@ -2,7 +2,7 @@
 
 The hpc suite drives the real SLURM 22.05 here (JSON through ``squeue --json``). These
 put stand-in ``squeue``, ``scontrol`` and ``sacct`` programs first on PATH and drive the
-real :class:`~rankgate.dispatch.command.Shell` through them, for what this SLURM cannot
+real :class:`~rankgate.dispatch.shell.Shell` through them, for what this SLURM cannot
 show: other versions' JSON, a SLURM without JSON, and a site with accounting answering
 once a job is purged (squeue empty, scontrol "Invalid job id").
 """
@@ -14,9 +14,9 @@ import os
 
 import pytest
 
-from rankgate.dispatch.command import CommandError, Shell
-from rankgate.dispatch.outcome import Outcome, Phase
+from rankgate.dispatch.outcome import JobOutcome, Phase
 from rankgate.dispatch.profile import profile_from_dict
+from rankgate.dispatch.shell import CommandError, Shell
 from rankgate.dispatch.slurm import SlurmTarget
 from rankgate.dispatch.slurm_query import SlurmQuery, exit_code, observation_from_record
 
@@ -66,17 +66,24 @@ def purged_job(request, tmp_path, monkeypatch):
     [
         (
             "NODE_FAIL|0:0|NodeDown|node[1-2]",
-            Outcome.NODE_FAIL,
+            JobOutcome.NODE_FAIL,
             "NODE_FAIL",
             "NodeDown",
             "0:0",
             "node[1-2]",
         ),
-        ("COMPLETED|0:0|None|n1", Outcome.COMPLETED, "COMPLETED", "None", "0:0", "n1"),
-        ("FAILED|1:0|NonZeroExitCode|n1", Outcome.FAILED, "FAILED", "NonZeroExitCode", "1:0", "n1"),
+        ("COMPLETED|0:0|None|n1", JobOutcome.COMPLETED, "COMPLETED", "None", "0:0", "n1"),
+        (
+            "FAILED|1:0|NonZeroExitCode|n1",
+            JobOutcome.FAILED,
+            "FAILED",
+            "NonZeroExitCode",
+            "1:0",
+            "n1",
+        ),
         (
             "CANCELLED by 1000|0:15|None|n1",
-            Outcome.CANCELLED,
+            JobOutcome.CANCELLED,
             "CANCELLED by 1000",
             "None",
             "0:15",
@@ -84,22 +91,22 @@ def purged_job(request, tmp_path, monkeypatch):
         ),
         (
             "OUT_OF_MEMORY|0:125|OutOfMemory|n3",
-            Outcome.OUT_OF_MEMORY,
+            JobOutcome.OUT_OF_MEMORY,
             "OUT_OF_MEMORY",
             "OutOfMemory",
             "0:125",
             "n3",
         ),
-        ("TIMEOUT|0:0|TimeLimit|n1", Outcome.TIMEOUT, "TIMEOUT", "TimeLimit", "0:0", "n1"),
-        ("PREEMPTED|0:0|None|n1", Outcome.PREEMPTED, "PREEMPTED", "None", "0:0", "n1"),
-        ("BOOT_FAIL|0:0|None|", Outcome.NODE_FAIL, "BOOT_FAIL", "None", "0:0", ""),
-        ("SPECIAL_EXIT|0:0", Outcome.OTHER, "SPECIAL_EXIT", "", "0:0", ""),
+        ("TIMEOUT|0:0|TimeLimit|n1", JobOutcome.TIMEOUT, "TIMEOUT", "TimeLimit", "0:0", "n1"),
+        ("PREEMPTED|0:0|None|n1", JobOutcome.PREEMPTED, "PREEMPTED", "None", "0:0", "n1"),
+        ("BOOT_FAIL|0:0|None|", JobOutcome.NODE_FAIL, "BOOT_FAIL", "None", "0:0", ""),
+        ("SPECIAL_EXIT|0:0", JobOutcome.OTHER, "SPECIAL_EXIT", "", "0:0", ""),
     ],
 )
 def test_purged_job_is_read_from_accounting(
     purged_job, line, outcome, state, reason, exit_code, where
 ):
-    seen = purged_job(line + "\n").status("4242")
+    seen = purged_job(line + "\n").observe("4242")
     assert (seen.status, seen.state, seen.reason, seen.exit_code, seen.where) == (
         outcome,
         state,
@@ -110,8 +117,8 @@ def test_purged_job_is_read_from_accounting(
 
 
 def test_only_the_first_line_counts(purged_job):
-    seen = purged_job("NODE_FAIL|0:0|NodeDown|n1\nCOMPLETED|0:0|None|n1\n").status("7")
-    assert seen.status is Outcome.NODE_FAIL
+    seen = purged_job("NODE_FAIL|0:0|NodeDown|n1\nCOMPLETED|0:0|None|n1\n").observe("7")
+    assert seen.status is JobOutcome.NODE_FAIL
 
 
 @pytest.mark.parametrize(
@@ -120,8 +127,8 @@ def test_only_the_first_line_counts(purged_job):
     ids=["unknown-to-accounting", "accounting-off"],
 )
 def test_without_accounting_the_job_is_lost(purged_job, stdout, rc):
-    seen = purged_job(stdout, rc).status("7")
-    assert seen.status is Outcome.LOST
+    seen = purged_job(stdout, rc).observe("7")
+    assert seen.status is JobOutcome.LOST
     assert seen.reason == "job is in neither squeue, scontrol nor sacct"
 
 
@@ -170,12 +177,12 @@ RECORDS_22_05 = [
     [
         (
             RECORDS_22_05[0],
-            ("FAILED", Outcome.FAILED, "NonZeroExitCode", "1:0", "rankgate-node", False),
+            ("FAILED", JobOutcome.FAILED, "NonZeroExitCode", "1:0", "rankgate-node", False),
         ),
         (RECORDS_22_05[1], ("PENDING", Phase.QUEUED, "PartitionConfig", "", "", True)),
         (
             RECORDS_22_05[2],
-            ("PREEMPTED", Outcome.PREEMPTED, "None", "0:15", "rankgate-node", False),
+            ("PREEMPTED", JobOutcome.PREEMPTED, "None", "0:15", "rankgate-node", False),
         ),
         # Later versions: job_state is a list of a base state and flags.
         (
@@ -221,7 +228,7 @@ def test_slurm_22_05_is_asked_through_squeue_json_and_the_job_picked_out(tmp_pat
         monkeypatch,
     )
     query = SlurmQuery(Shell())
-    assert query.look("49").status is Outcome.PREEMPTED
+    assert query.look("49").status is JobOutcome.PREEMPTED
     assert query.look("48").exit_code == "1:0"
     assert query.look("1234") is None  # not among the jobs: purged (sacct's turn)
     assert query.find("rankgate-hpc-x") == "48" and query.find("nope") is None
@@ -238,7 +245,7 @@ def test_a_slurm_with_scontrol_json_is_asked_for_the_one_job(tmp_path, monkeypat
         monkeypatch,
     )
     query = SlurmQuery(Shell())
-    assert query.look("48").status is Outcome.FAILED and query.mode == "scontrol-json"
+    assert query.look("48").status is JobOutcome.FAILED and query.mode == "scontrol-json"
 
 
 def test_without_json_it_falls_back_to_text(tmp_path, monkeypatch):

@@ -14,29 +14,13 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+from rankgate.dispatch.job import JobSpec
 from rankgate.dispatch.profile import Profile, check_job_path
 from rankgate.dispatch.results import JUNIT_BASE, junit_name, log_name
 
 SCRIPT_NAME = "job.sbatch"
 _ENV_PREFIX = {"apptainer": "APPTAINERENV_", "singularity": "SINGULARITYENV_"}
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class JobSpec:
-    """What to run: a job directory, the pytest arguments, and a name."""
-
-    job_dir: str
-    """Directory for the script, the per-rank files and SLURM's own output (shared FS)."""
-    pytest_args: tuple[str, ...]
-    """Arguments after ``python -m pytest`` (marker expression, paths, options)."""
-    name: str = "rankgate"
-    """Job name (``--job-name``)."""
-    workdir: str = ""
-    """Where pytest runs; defaults to the profile's workdir, else the job directory."""
-    inplace: bool = True
-    """Pass ``--rankgate-mode=inplace`` (the harness's mode for srun-launched pytest)."""
 
 
 def resource_options(profile: Profile) -> list[str]:
@@ -189,11 +173,3 @@ def render_script(profile: Profile, job: JobSpec) -> str:
 def submit_command(script_path: str) -> list[str]:
     """The sbatch command line (``--parsable`` prints ``jobid[;cluster]``)."""
     return ["sbatch", "--parsable", script_path]
-
-
-def pytest_args_for(marker: str | None, paths: Sequence[str] = (), extra: Sequence[str] = ()):
-    """pytest arguments selecting a stage: ``-m MARKER`` plus paths and extras."""
-    args: list[str] = []
-    if marker:
-        args += ["-m", marker]
-    return (*args, *paths, *extra)

@@ -13,7 +13,7 @@ rest of the run the first time it says so:
 A job none of them knows any more (purged from slurmctld's memory) is looked up in
 ``sacct`` by :class:`~rankgate.dispatch.slurm.SlurmTarget`. A query that fails for any
 other reason (controller unreachable, ssh down) raises
-:class:`~rankgate.dispatch.command.CommandError`, which the wait treats as a failed look.
+:class:`~rankgate.dispatch.shell.CommandError`, which the wait treats as a failed look.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import json
 import re
 from typing import Any
 
-from rankgate.dispatch.command import CommandError, Output, Shell
-from rankgate.dispatch.outcome import Outcome, Phase, slurm_never_starts, slurm_state
+from rankgate.dispatch.outcome import JobOutcome, Phase, slurm_never_starts, slurm_state
+from rankgate.dispatch.shell import CommandError, Output, Shell
 from rankgate.dispatch.watch import Observation
 
 MODES = ("scontrol-json", "squeue-json", "text")
@@ -70,7 +70,7 @@ def _state_word(value: Any) -> str:
         words = [str(w) for w in value]
         if "COMPLETING" in words:  # still ending: the running phase, as in squeue's text
             return "COMPLETING"
-        known = [w for w in words if slurm_state(w) is not Outcome.OTHER]
+        known = [w for w in words if slurm_state(w) is not JobOutcome.OTHER]
         return (known or words or [""])[0]
     return str(value or "")
 
@@ -84,7 +84,7 @@ def observation_from_record(job: dict) -> Observation:
         state,
         status,
         reason,
-        exit_code(job.get("exit_code")) if isinstance(status, Outcome) else "",
+        exit_code(job.get("exit_code")) if isinstance(status, JobOutcome) else "",
         str(job.get("nodes") or ""),
         never_starts=status is Phase.QUEUED and slurm_never_starts(reason),
     )
@@ -104,7 +104,7 @@ def _fields(text: str) -> dict[str, str]:
 
 
 class SlurmQuery:
-    """Looks up jobs on one :class:`~rankgate.dispatch.command.Shell`, in the best mode it has."""
+    """Looks up jobs on one :class:`~rankgate.dispatch.shell.Shell`, in the best mode it has."""
 
     def __init__(self, shell: Shell) -> None:
         self.shell = shell

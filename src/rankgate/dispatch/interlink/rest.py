@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from rankgate.dispatch.interlink.manifest import CONTAINER_NAME
+from rankgate.dispatch.target import TargetError
 
 REDACTED = "<token>"
 PREFIX_CHARS = 8
@@ -75,7 +76,7 @@ class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
 _OPENER = urllib.request.build_opener(_RefuseRedirects)
 
 
-class InterlinkAPIError(RuntimeError):
+class InterlinkAPIError(TargetError):
     """The API answered with an error status, or could not be reached.
 
     ``status`` is the HTTP status (None when there was no answer); ``body`` is what the
