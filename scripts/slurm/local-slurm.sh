@@ -7,11 +7,22 @@
 #   scripts/slurm/local-slurm.sh status   # exit 0 when the controller answers and the node is up
 #   scripts/slurm/local-slurm.sh env      # the export line for a running cluster
 #   scripts/slurm/local-slurm.sh stop     # idempotent; stops both daemons
+#   scripts/slurm/local-slurm.sh paths    # prints dir=... and port=... (nothing started)
+#
+# For test sessions, which share a cluster without stopping one they did not start:
+#   scripts/slurm/local-slurm.sh acquire PID  # start unless running; PID now uses it
+#   scripts/slurm/local-slurm.sh release PID  # PID is done; the last user of a cluster
+#                                             # an `acquire` started stops it
+# A cluster started by hand (`start`) is never stopped by `release`. PIDs whose process
+# has ended no longer count. Every command holds a lock on the state folder.
 #
 # Settings (environment):
-#   RANKGATE_SLURM_DIR   state, config and logs   (default ${TMPDIR:-/tmp}/rankgate-slurm-$UID)
-#   RANKGATE_SLURM_PORT  slurmctld port; slurmd takes the next one (default 16817)
+#   RANKGATE_SLURM_DIR   state, config and logs
+#   RANKGATE_SLURM_PORT  slurmctld port; slurmd takes the next one
 #   RANKGATE_SLURM_CPUS  CPUs the node offers     (default: this machine's, nproc)
+# The folder and port default to values derived from this checkout's path and the
+# user id (${TMPDIR:-/tmp}/rankgate-slurm-<uid>-<hash>, an even port in 20000-32766),
+# so two checkouts or two users on one machine never share a cluster.
 #
 # The configuration follows ../shared/DESIGN.md: auth/none and cred/none (no munge),
 # proctrack/linuxproc and task/none (no cgroups), select/cons_tres, ports away from
@@ -20,8 +31,11 @@
 # so sacct has nothing; rankgate's poller uses squeue and scontrol.
 set -euo pipefail
 
-dir=${RANKGATE_SLURM_DIR:-${TMPDIR:-/tmp}/rankgate-slurm-$(id -u)}
-port=${RANKGATE_SLURM_PORT:-16817}
+checkout=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)
+key=$(printf '%s:%s' "$(id -u)" "$checkout" | cksum | cut -d' ' -f1)
+dir=${RANKGATE_SLURM_DIR:-${TMPDIR:-/tmp}/rankgate-slurm-$(id -u)-$(printf %08x "$key")}
+# Below Linux's ephemeral range (32768+), so a client's outgoing port never holds it.
+port=${RANKGATE_SLURM_PORT:-$((20000 + key % 6384 * 2))}
 cpus=${RANKGATE_SLURM_CPUS:-$(nproc)}
 conf=$dir/slurm.conf
 node=rankgate-node
@@ -98,6 +112,10 @@ PartitionName=$urgent Nodes=$node MaxTime=INFINITE State=UP PriorityTier=2
 EOF
 }
 
+port_taken() { # port: something answers there
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
 start() {
     command -v slurmctld >/dev/null && command -v slurmd >/dev/null \
         || die "slurmctld/slurmd not found: apt-get install slurm-wlm (or slurmctld slurmd slurm-client)"
@@ -106,6 +124,10 @@ start() {
         return 0
     fi
     stop >/dev/null
+    local p
+    for p in "$port" $((port + 1)); do
+        ! port_taken "$p" || die "port $p is in use by another program; set RANKGATE_SLURM_PORT to a free even port (slurmd takes the next one)"
+    done
     write_conf
     # -c: start from a clean state (no jobs left from an earlier run); -i: ignore
     # errors reading the state files of a run that died.
@@ -141,10 +163,64 @@ stop() {
     echo "local-slurm: stopped ($dir)"
 }
 
+# --- leases: which processes use a cluster that a test session started -----------
+started_mark=$dir/started-by-acquire
+
+proc_start() { # pid: its start time (jiffies since boot), empty when it is gone
+    local stat
+    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+    # shellcheck disable=SC2086 # split the fields after the command name on purpose
+    set -- ${stat##*) }
+    echo "${20}"
+}
+
+live_leases() { # prunes leases of ended processes; prints how many remain
+    local lease count=0
+    for lease in "$dir"/leases/*; do
+        [[ -e $lease ]] || continue
+        if [[ $(proc_start "${lease##*/}") == "$(cat "$lease")" ]]; then
+            count=$((count + 1))
+        else
+            rm -f "$lease"
+        fi
+    done
+    echo "$count"
+}
+
+acquire() { # pid
+    [[ ${1:-} =~ ^[0-9]+$ ]] && [[ -n $(proc_start "$1") ]] || die "acquire needs the PID of a running process"
+    if ! running; then
+        start >/dev/null
+        touch "$started_mark"
+    fi
+    mkdir -p "$dir/leases"
+    proc_start "$1" >"$dir/leases/$1"
+    echo "export SLURM_CONF=$conf"
+}
+
+release() { # pid
+    [[ ${1:-} =~ ^[0-9]+$ ]] || die "release needs a PID"
+    rm -f "$dir/leases/$1"
+    if [[ -e $started_mark ]] && [[ $(live_leases) == 0 ]]; then
+        stop
+        rm -f "$started_mark"
+    fi
+}
+
+locked() { # command...: run it holding the state folder's lock
+    mkdir -p "$dir"
+    exec 9>"$dir/lock"
+    flock 9
+    "$@"
+}
+
 case ${1:-} in
-    start) start ;;
-    stop) stop ;;
+    start) locked start; rm -f "$started_mark" ;; # by hand: no release may stop it
+    stop) locked stop ;;
     status) running ;;
     env) running || die "not running (start it first)"; echo "export SLURM_CONF=$conf" ;;
-    *) die "usage: $0 start|stop|status|env" ;;
+    paths) echo "dir=$dir"; echo "port=$port" ;;
+    acquire) locked acquire "${2:-}" ;;
+    release) locked release "${2:-}" ;;
+    *) die "usage: $0 start|stop|status|env|paths|acquire PID|release PID" ;;
 esac

@@ -1,8 +1,11 @@
 """Fixtures of the dispatch suite: a real one-node SLURM on localhost.
 
-``local_slurm`` starts the cluster with scripts/slurm/local-slurm.sh once per
-session (a second ``start`` of a running cluster is a no-op), points SLURM_CONF
-at it, and stops it afterwards unless it was already running before the session.
+``local_slurm`` takes a lease on the cluster with scripts/slurm/local-slurm.sh once
+per session (``acquire``: started unless running) and points SLURM_CONF at it; at the
+end it gives the lease back (``release``), which stops the cluster only when an
+``acquire`` started it and no other live process holds a lease: a cluster started by
+hand or used by another session is never stopped. The cluster's folder and port are
+this checkout's and this user's own (RANKGATE_SLURM_DIR/PORT override them).
 """
 
 from __future__ import annotations
@@ -43,8 +46,8 @@ def local_slurm() -> LocalSlurm:
         if os.environ.get("CI"):
             pytest.fail(why)  # a CI that cannot run the hpc tests must say so, not skip
         pytest.skip(why)
-    was_running = _script("status").returncode == 0
-    started = _script("start")
+    lease = str(os.getpid())
+    started = _script("acquire", lease)
     if started.returncode != 0:
         pytest.fail(f"local SLURM did not start:\n{started.stdout}{started.stderr}")
     conf = started.stdout.strip().splitlines()[-1].removeprefix("export SLURM_CONF=")
@@ -54,5 +57,4 @@ def local_slurm() -> LocalSlurm:
         yield LocalSlurm(conf=Path(conf))
     finally:
         patch.undo()
-        if not was_running:
-            _script("stop")
+        _script("release", lease)

@@ -1,8 +1,17 @@
-"""The local SLURM that the hpc tests run on: it starts, runs 2 tasks, and restarts idempotently."""
+"""The local SLURM that the hpc tests run on: it runs 2 tasks, and sessions share it safely.
+
+The lease tests run a private copy of scripts/slurm/local-slurm.sh in a checkout of
+their own (its own state folder and port, derived from that path), so they start and
+stop a cluster of their own and never touch the session's.
+"""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -20,10 +29,80 @@ def test_srun_runs_two_tasks(local_slurm):
     assert sorted(out.stdout.split()) == ["0/2", "1/2"]
 
 
-def test_start_is_idempotent(local_slurm):
-    again = subprocess.run(
-        [str(local_slurm.script), "start"], capture_output=True, text=True, timeout=60
-    )
-    assert again.returncode == 0, again.stderr
-    assert again.stdout.strip() == f"export SLURM_CONF={local_slurm.conf}"
-    assert subprocess.run([str(local_slurm.script), "status"], timeout=60).returncode == 0
+Script = Callable[..., subprocess.CompletedProcess]
+
+
+@pytest.fixture
+def private_cluster(local_slurm, tmp_path) -> Script:
+    """Runs a copy of the script whose cluster is this test's own; stops it at the end."""
+    script = tmp_path / "checkout" / "scripts" / "slurm" / "local-slurm.sh"
+    script.parent.mkdir(parents=True)
+    shutil.copy2(local_slurm.script, script)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RANKGATE_SLURM_", "SLURM_"))}
+    env["TMPDIR"] = str(tmp_path)
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(script), *args], capture_output=True, text=True, timeout=120, env=env
+        )
+
+    try:
+        yield run
+    finally:
+        run("stop")
+
+
+def _holder() -> subprocess.Popen:
+    """A process standing in for a test session that holds a lease."""
+    return subprocess.Popen(["sleep", "600"])
+
+
+def _up(run: Script) -> bool:
+    return run("status").returncode == 0
+
+
+def test_a_cluster_started_by_hand_is_never_stopped_by_a_session(private_cluster):
+    run = private_cluster
+    started = run("start")
+    assert started.returncode == 0, started.stderr
+    assert run("start").stdout == started.stdout  # idempotent
+    session = _holder()
+    try:
+        acquired = run("acquire", str(session.pid))
+        assert acquired.returncode == 0 and acquired.stdout == started.stdout, acquired.stderr
+        assert run("release", str(session.pid)).returncode == 0
+        assert _up(run), "release stopped a cluster the session did not start"
+    finally:
+        session.kill()
+        session.wait()
+    assert run("stop").returncode == 0 and not _up(run)
+
+
+def test_the_last_live_session_stops_the_cluster_a_session_started(private_cluster):
+    run = private_cluster
+    a, b, c = _holder(), _holder(), _holder()
+    try:
+        assert not _up(run)
+        for session in (a, b, c):
+            acquired = run("acquire", str(session.pid))
+            assert acquired.returncode == 0, acquired.stderr
+        conf = Path(acquired.stdout.strip().removeprefix("export SLURM_CONF="))
+        assert conf.is_file() and _up(run)
+        run("release", str(a.pid))
+        assert _up(run), "stopped while b and c still hold leases"
+        c.kill()  # c ends without releasing: its lease no longer counts
+        c.wait()
+        run("release", str(b.pid))
+        assert not _up(run), "the last live session left the cluster running"
+        assert not list((conf.parent / "leases").iterdir())
+    finally:
+        for session in (a, b, c):
+            session.kill()
+            session.wait()
+
+
+def test_acquire_refuses_a_pid_that_is_not_running(private_cluster):
+    done = private_cluster("acquire", "999999999")
+    assert done.returncode != 0
+    assert "acquire needs the PID of a running process" in done.stderr
+    assert not _up(private_cluster)

@@ -10,13 +10,14 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
-from rankgate.dispatch.outcome import Outcome
+from rankgate.dispatch.outcome import JobOutcome
 from rankgate.dispatch.profile import profile_from_dict
 from rankgate.dispatch.results import render_report
-from rankgate.dispatch.slurm import run_stage
+from rankgate.dispatch.run import run_stage, wait_policy
 
 pytestmark = pytest.mark.hpc
 
@@ -82,8 +83,7 @@ def dispatch(local_slurm, tmp_path):
             profile,
             stage="hpc",
             pytest_args=["test_remote.py"],
-            poll_s=0.5,
-            **(wait or {}),
+            wait=wait_policy(profile, poll_s=0.5, **(wait or {})),
             progress=say,
             local_dir=local_dir,
         )
@@ -97,7 +97,7 @@ def test_passing_suite_on_two_tasks(dispatch):
     report = render_report(result)
     assert result.passed, report
     assert (result.outcome, result.state, result.exit_code) == (
-        Outcome.COMPLETED,
+        JobOutcome.COMPLETED,
         "COMPLETED",
         "0:0",
     )
@@ -118,20 +118,29 @@ def test_passing_suite_on_two_tasks(dispatch):
     assert result.exit_status == 0
 
 
-def test_results_and_workdir_with_spaces(dispatch, tmp_path):
-    spaced = tmp_path / "check out"
-    spaced.mkdir()
-    (spaced / "test_remote.py").write_text((tmp_path / "suite" / "test_remote.py").read_text())
-    result, _ = dispatch(results_dir=str(tmp_path / "results dir"), workdir=str(spaced))
+# Every character here reaches a shell or sbatch somewhere: spaces split #SBATCH lines, a
+# single quote made sbatch fail with "Unmatched '", %j in --output named another folder.
+ODD = "it's 100%j;(a)&b `c` !d"
+
+
+def test_results_and_workdir_with_spaces_quotes_and_shell_characters(dispatch, tmp_path):
+    odd = tmp_path / f"check out {ODD}"
+    odd.mkdir()
+    (odd / "test_remote.py").write_text((tmp_path / "suite" / "test_remote.py").read_text())
+    result, _ = dispatch(results_dir=str(tmp_path / f"results {ODD}"), workdir=str(odd))
     assert result.passed, render_report(result)
-    assert result.job_dir.parent == tmp_path / "results dir"
-    assert list(result.job_dir.glob("slurm-*.out")), "--output was split at the space"
+    assert result.job_dir.parent == tmp_path / f"results {ODD}"
+    assert list(result.job_dir.glob("slurm-*.out")), "--output was split or rewritten"
+    assert sorted(p.name for p in result.job_dir.glob("junit.rank*.xml")) == [
+        "junit.rank0.xml",
+        "junit.rank1.xml",
+    ]
 
 
 def test_failing_rank_is_named_with_its_log(dispatch):
     result, _ = dispatch("fail-rank1")
     report = render_report(result)
-    assert result.outcome is Outcome.FAILED and result.state == "FAILED", report
+    assert result.outcome is JobOutcome.FAILED and result.state == "FAILED", report
     failing = [t for t in result.merged.tests if t.verdict == "failed"]
     assert [(t.name, t.failing_ranks) for t in failing] == [("test_fails_on_rank_1", (1,))]
     assert "rank 1 disagrees on purpose" in report
@@ -147,13 +156,44 @@ def test_job_killed_by_its_time_limit(dispatch):
     # SLURM's smallest time limit is a minute, enforced on a 30 s sweep: 60-90 s.
     result, _ = dispatch("sleep", time_limit="1")
     report = render_report(result)
-    assert result.outcome is Outcome.TIMEOUT and result.state == "TIMEOUT", report
+    assert result.outcome is JobOutcome.TIMEOUT and result.state == "TIMEOUT", report
     assert result.merged.missing_ranks == [0, 1]
     assert (
         "DUE TO TIME LIMIT"
         in (result.job_dir / next(p.name for p in result.job_dir.glob("slurm-*.out"))).read_text()
     )
     assert result.exit_status == 3
+
+
+@pytest.mark.parametrize("slurm", ["json", "text"])
+def test_status_comes_from_json_where_slurm_has_it_else_from_text(
+    dispatch, tmp_path, monkeypatch, slurm
+):
+    """This SLURM (22.05) has squeue --json but not scontrol --json; a SLURM without the
+    JSON serializer (stand-ins refusing --json, as 22.05 refuses it for scontrol) is read
+    from squeue's and scontrol's text. Both see the same real job end the same way."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    refuse = "" if slurm == "json" else 'case " $* " in *" --json "*) exit 1;; esac\n'
+    for name in ("squeue", "scontrol"):
+        real = subprocess.run(["which", name], capture_output=True, text=True).stdout.strip()
+        (bin_dir / name).write_text(
+            f'#!/bin/sh\necho "{name} $*" >> {bin_dir}/calls\n'
+            + refuse.replace("exit 1", f"echo \"{name}: unrecognized option '--json'\" >&2; exit 1")
+            + f'exec {real} "$@"\n'
+        )
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    result, _ = dispatch("fail-rank1")
+    assert (result.outcome, result.state, result.exit_code) == (JobOutcome.FAILED, "FAILED", "1:0")
+    calls = (bin_dir / "calls").read_text().splitlines()
+    text_looks = [c for c in calls if c.startswith(("squeue -h -j", "scontrol show job -o"))]
+    json_looks = [c for c in calls if c.startswith("squeue --json -j")]
+    assert calls[0].startswith("scontrol --json show job")  # tried first, refused by 22.05
+    if slurm == "json":
+        assert json_looks and not text_looks
+    else:
+        assert text_looks and len(json_looks) == 1  # refused once, never asked again
 
 
 def test_job_cancelled_by_someone_else(dispatch):
@@ -163,7 +203,7 @@ def test_job_cancelled_by_someone_else(dispatch):
             subprocess.run(["scancel", job_id], check=True)
 
     result, _ = dispatch("sleep", progress=cancel_once_running)
-    assert result.outcome is Outcome.CANCELLED, render_report(result)
+    assert result.outcome is JobOutcome.CANCELLED, render_report(result)
     assert result.state.startswith("CANCELLED")
     assert result.exit_status == 3
 
@@ -192,9 +232,22 @@ def test_job_preempted_by_a_higher_tier_partition(dispatch):
 
     result, progress = dispatch("sleep", progress=preempt_once_running)
     report = render_report(result)
-    assert (result.outcome, result.state) == (Outcome.PREEMPTED, "PREEMPTED"), report
+    assert (result.outcome, result.state) == (JobOutcome.PREEMPTED, "PREEMPTED"), report
     assert urgent, progress
     assert result.exit_status == 3
+    _wait_until_ended(urgent[0])  # the node is free again for the next test
+
+
+def _wait_until_ended(job_id: str, timeout: float = 60) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        shown = subprocess.run(
+            ["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"], capture_output=True, text=True
+        )
+        if shown.stdout.strip() not in ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING"):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"job {job_id} still running after {timeout} s")
 
 
 def _node_state(node: str) -> str:
@@ -222,7 +275,7 @@ def test_node_failure_is_its_own_outcome_and_the_node_comes_back(dispatch, local
             subprocess.run(resume, check=True)
     report = render_report(result)
     assert downed, progress
-    assert (result.outcome, result.state) == (Outcome.NODE_FAIL, "NODE_FAIL"), report
+    assert (result.outcome, result.state) == (JobOutcome.NODE_FAIL, "NODE_FAIL"), report
     assert "node-fail" in report
     assert result.exit_status == 3
     assert _node_state(node).startswith(("idle", "mixed", "alloc")), "node not restored"
@@ -240,15 +293,40 @@ def test_ctrl_c_while_sbatch_submits_still_cancels_the_job(dispatch, tmp_path, m
     wrapper.chmod(0o755)
     monkeypatch.setenv("PATH", f"{wrapper.parent}{os.pathsep}{os.environ['PATH']}")
     result, progress = dispatch("sleep")
-    assert result.outcome is Outcome.INTERRUPTED, render_report(result)
+    assert result.outcome is JobOutcome.INTERRUPTED, render_report(result)
     assert result.job_id and result.state.startswith("CANCELLED"), progress
     queue = subprocess.run(["squeue", "-h", "-j", result.job_id], capture_output=True, text=True)
     assert queue.stdout.strip() == ""
 
 
+def test_ctrl_c_that_kills_sbatch_before_it_prints_the_id_still_cancels_the_job(
+    dispatch, tmp_path, monkeypatch
+):
+    """SLURM accepted the job, then the Ctrl-C killed sbatch before it printed the id:
+    the job is found by its unique name and cancelled, not left running unseen."""
+    real = subprocess.run(["which", "sbatch"], capture_output=True, text=True).stdout.strip()
+    wrapper = tmp_path / "bin" / "sbatch"
+    wrapper.parent.mkdir()
+    # Submits for real, interrupts rankgate (its parent), and dies as sbatch would: no id.
+    wrapper.write_text(f'#!/bin/sh\n{real} "$@" >/dev/null\nkill -INT $PPID\nexit 130\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{wrapper.parent}{os.pathsep}{os.environ['PATH']}")
+    result, progress = dispatch("sleep")
+    assert result.outcome is JobOutcome.INTERRUPTED, render_report(result)
+    assert result.job_id.isdigit() and result.state.startswith("CANCELLED"), progress
+    assert any(f"after the target accepted job {result.job_id}" in line for line in progress)
+    named = subprocess.run(
+        ["squeue", "-h", "-t", "all", "-j", result.job_id, "-o", "%j %T"],
+        capture_output=True,
+        text=True,
+    )
+    name, state = named.stdout.split()
+    assert name.startswith("rankgate-hpc-") and state == "CANCELLED"
+
+
 def test_deadline_cancels_the_job(dispatch, local_slurm):
     result, progress = dispatch("sleep", wait={"deadline_s": 3})
-    assert result.outcome is Outcome.DEADLINE, render_report(result)
+    assert result.outcome is JobOutcome.DEADLINE, render_report(result)
     assert any("deadline, cancelling" in line for line in progress)
     assert result.state.startswith("CANCELLED")  # SLURM agrees the job is gone
     queue = subprocess.run(["squeue", "-h", "-j", result.job_id], capture_output=True, text=True)
@@ -260,9 +338,30 @@ def test_queue_timeout_cancels_a_job_that_never_starts(dispatch):
     result, progress = dispatch(
         sbatch_options=["--begin=now+3600"], wait={"queue_timeout_s": 2, "run_timeout_s": 600}
     )
-    assert result.outcome is Outcome.QUEUE_TIMEOUT, render_report(result)
-    assert any("queued (BeginTime)" in line for line in progress)
+    assert result.outcome is JobOutcome.QUEUE_TIMEOUT, render_report(result)
+    assert any("queued (BeginTime)" in line for line in progress), progress
     assert result.state.startswith("CANCELLED") and result.running_s == 0
+
+
+def test_a_job_that_can_never_start_stops_with_slurms_reason(dispatch):
+    # More tasks than the node has CPUs: sbatch accepts it, and it would stay
+    # "queued (PartitionConfig)" forever. The deadline only bounds a regression.
+    result, progress = dispatch(tasks_per_node=4096, wait={"deadline_s": 60})
+    report = render_report(result)
+    assert (result.outcome, result.reason) == (JobOutcome.UNSCHEDULABLE, "PartitionConfig"), report
+    assert f"SLURM will never start job {result.job_id} as submitted (PartitionConfig)" in report
+    assert any("unschedulable, cancelling" in line for line in progress)
+    assert result.state.startswith("CANCELLED") and result.running_s == 0
+    assert result.exit_status == 3
+
+
+def test_a_held_job_ends_at_the_profiles_queue_timeout(dispatch):
+    # JobHeldUser clears only when someone releases the job: the profile's queue
+    # deadline (default 6 h) is what ends the wait.
+    result, progress = dispatch(sbatch_options=["--hold"], queue_timeout=2)
+    assert result.outcome is JobOutcome.QUEUE_TIMEOUT, render_report(result)
+    assert any("queued (JobHeldUser)" in line for line in progress)
+    assert result.state.startswith("CANCELLED")
 
 
 def test_bad_partition_shows_sbatch_error_verbatim(dispatch, tmp_path):
@@ -273,7 +372,7 @@ def test_bad_partition_shows_sbatch_error_verbatim(dispatch, tmp_path):
         text=True,
     )
     assert direct.returncode != 0
-    assert result.outcome is Outcome.SUBMIT_ERROR
+    assert result.outcome is JobOutcome.SUBMIT_ERROR
     assert result.message == direct.stderr.strip()
     assert "invalid partition specified: no-such-partition" in render_report(result)
     assert result.exit_status == 3

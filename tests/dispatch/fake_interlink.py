@@ -16,7 +16,9 @@ Knobs: ``queue_delay`` (seconds a pod waits before it starts, like a SLURM queue
 the pods never existed). An image containing ``missing`` never starts (ErrImagePull).
 ``misbehave`` answers every authorised request (REST and Kubernetes alike) like a
 careless server: ``echo-error`` (HTTP 500 whose body echoes the Authorization header),
-``echo-text`` (HTTP 200, not JSON, echoing it) or ``redirect`` (302 to ``/moved``).
+``echo-text`` (HTTP 200, not JSON, echoing it), ``echo-json`` (HTTP 500 with a JSON
+body holding ``echo(token)``: the token URL-encoded, upper-cased, cut short ...) or
+``redirect`` (302 to ``/moved``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import os
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -105,6 +108,7 @@ class FakeInterlink:
     fail_status: bool = False
     forget_pods: bool = False
     misbehave: str = ""
+    echo: Callable[[str], str] = str
     spec: Spec = field(default_factory=Spec)
     requests: list[dict] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
@@ -191,6 +195,11 @@ class FakeInterlink:
         said = req.headers.get("Authorization")
         if self.misbehave == "echo-error":
             return self._send(req, 500, f"internal error while handling {said}")
+        if self.misbehave == "echo-json":
+            token = said.removeprefix("Bearer ")
+            return self._send(
+                req, 500, {"kind": "Status", "message": f"rejected {self.echo(token)}"}
+            )
         if self.misbehave == "echo-text":
             return self._send(req, 200, f"<html>signed in as {said}</html>")
         if self.misbehave == "redirect" and req.path != "/moved":

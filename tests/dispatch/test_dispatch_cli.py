@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import os
 import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from _pytest.mark.expression import Expression
 
 from rankgate.cli import main
 
@@ -18,6 +21,12 @@ def _write(tmp_path, text: str, name: str = "site.toml"):
     path = tmp_path / name
     path.write_text(text)
     return str(path)
+
+
+def _rank_words(script: str) -> list[str]:
+    """The words of the command each rank runs, from a dry run's sbatch script."""
+    (srun,) = [line for line in script.splitlines() if line.startswith("srun")]
+    return shlex.split(shlex.split(srun)[-1])
 
 
 def test_unknown_key_exits_2_naming_it(tmp_path, capsys):
@@ -51,7 +60,9 @@ def test_profile_by_name_from_rankgate_profiles(tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert code == 0
     assert "#SBATCH --gres=gpu:4\n" in out and "#SBATCH --partition=booster\n" in out
-    assert "-m gpu -x --junitxml=" in out
+    words = _rank_words(out)
+    at = words.index("gpu and world")  # the stage's remote markers, then the extra args
+    assert words[at - 1 : at + 2] == ["-m", "gpu and world", "-x"]
 
 
 def test_hpc_stage_dispatches_multi_rank_tests_not_the_local_slurm_ones(tmp_path, capsys):
@@ -59,29 +70,90 @@ def test_hpc_stage_dispatches_multi_rank_tests_not_the_local_slurm_ones(tmp_path
     # fight over one port. The cluster gets the genuine multi-rank (world) tests.
     profile = _write(tmp_path, "tasks_per_node = 2\nresults_dir = '/scratch'\n")
     assert main(["dispatch", "--profile", profile, "--stage", "hpc", "--dry-run"]) == 0
-    (srun,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("srun")]
-    rank_words = shlex.split(shlex.split(srun)[-1])
+    rank_words = _rank_words(capsys.readouterr().out)
     after_m = [rank_words[i + 1] for i, word in enumerate(rank_words) if word == "-m"]
     assert after_m == ["pytest", "world and not gpu and not hpc and not container"]
 
 
-def test_hpc_remote_selection_holds_no_test_that_spawns_its_own_run():
-    # Collect what the cluster's ranks would run: world tests only, none of the
-    # local-SLURM (suites/dispatch) or pytester/torchrun-spawning (suites/harness) ones.
-    from rankgate.pipeline import stages
+# Dumps every collected test's markers and fixtures, so each stage's remote marker
+# expression can be checked against the real collection in one run.
+_DUMP_PLUGIN = """
+import json, os
 
+def pytest_collection_finish(session):
+    rows = [
+        {
+            "id": item.nodeid,
+            "markers": sorted({m.name for m in item.iter_markers()}),
+            "fixtures": list(getattr(item, "fixturenames", ())),
+        }
+        for item in session.items
+    ]
+    with open(os.environ["RANKGATE_COLLECTED"], "w") as out:
+        json.dump(rows, out)
+"""
+_SPAWNING_FIXTURES = {"pytester", "testdir"}
+
+
+@pytest.fixture(scope="module")
+def collected(tmp_path_factory) -> list[dict]:
+    """What a cluster's ranks would collect (tests and suites), with markers and fixtures."""
+    folder = tmp_path_factory.mktemp("collect")
+    (folder / "rankgate_dump_collection.py").write_text(_DUMP_PLUGIN)
     root = Path(__file__).resolve().parents[2]
-    markers = stages.get("hpc").dispatch_markers
+    path = os.pathsep.join([str(folder), os.environ.get("PYTHONPATH", "")])
     collect = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
     done = subprocess.run(
-        [*collect, "-m", markers, "suites"],
+        [*collect, "-p", "rankgate_dump_collection", "tests", "suites"],
         cwd=root,
         capture_output=True,
         text=True,
         timeout=300,
+        env={**os.environ, "PYTHONPATH": path, "RANKGATE_COLLECTED": str(folder / "rows.json")},
     )
-    files = {line.split("::")[0] for line in done.stdout.splitlines() if "::" in line}
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "suites/pipeline/test_dist_smoke.py" in files
-    spawning = {f for f in files if f.startswith(("suites/dispatch/", "suites/harness/"))}
-    assert spawning <= {"suites/harness/test_cpu_tensors.py"}  # world tests only: they belong there
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    return json.loads((folder / "rows.json").read_text())
+
+
+def _selected(rows: list[dict], expression: str) -> dict[str, dict]:
+    """The rows ``-m expression`` selects (pytest's own expression parser)."""
+    compiled = Expression.compile(expression)
+
+    def selects(row: dict) -> bool:
+        return compiled.evaluate(lambda name, /, **kwargs: name in row["markers"])
+
+    return {row["id"]: row for row in rows if selects(row)}
+
+
+@pytest.mark.parametrize("stage", ["gpu", "hpc"])
+def test_a_dispatched_stage_runs_no_test_that_starts_its_own_run(collected, stage):
+    # Every rank of the remote job runs the selection in place: a test that starts its
+    # own pytest (pytester, the xdist GPU split), torchrun or local SLURM would run once
+    # per rank and fight the others. Only multi-rank (world) tests belong there.
+    from rankgate.pipeline import stages
+
+    selected = _selected(collected, stages.get(stage).dispatch_markers)
+    assert selected, f"stage {stage} selects nothing remotely"
+    spawning = {i for i, row in selected.items() if _SPAWNING_FIXTURES & set(row["fixtures"])}
+    assert not spawning
+    assert not {i for i, row in selected.items() if "world" not in row["markers"]}
+    assert not {i for i in selected if i.startswith("suites/dispatch/")}
+
+
+def test_the_gpu_stage_sends_nccl_world_tests_but_not_the_xdist_split(collected):
+    from rankgate.pipeline import stages
+
+    selected = _selected(collected, stages.get("gpu").dispatch_markers)
+    assert "suites/harness/test_gpu.py::test_nccl_all_reduce_on_each_rank_gpu" in selected
+    assert "suites/harness/test_gpu.py::test_xdist_workers_get_disjoint_gpus" not in selected
+    assert "suites/harness/test_gpu.py::test_xdist_workers_get_disjoint_gpus" in _selected(
+        collected, "gpu"
+    )  # it is a GPU test: it stays in the local gpu stage
+
+
+def test_the_hpc_stage_sends_the_cpu_world_tests(collected):
+    from rankgate.pipeline import stages
+
+    selected = _selected(collected, stages.get("hpc").dispatch_markers)
+    assert any(i.startswith("suites/pipeline/test_dist_smoke.py::") for i in selected)
+    assert not {i for i, row in selected.items() if "gpu" in row["markers"]}

@@ -9,21 +9,28 @@ from __future__ import annotations
 import json
 import os
 import signal
+import urllib.parse
 
 import pytest
+
+# The fake API checks every request against interLink's OpenAPI spec with this validator
+# (the [dev] extra); without it these tests skip rather than fail collection.
+pytest.importorskip("openapi_schema_validator", reason="needs the [dev] extra")
+
 from fake_interlink import Spec
-from kubernetes.client import ApiClient
 
 from conftest import TOKEN
 from rankgate.dispatch.archive import ArchiveError, pack, unpack
 from rankgate.dispatch.interlink.backends import KubeBackend, RestBackend, classify
-from rankgate.dispatch.interlink.dispatch import run_canary, run_stage
+from rankgate.dispatch.interlink.canary import run_canary
 from rankgate.dispatch.interlink.manifest import build_pod, pod_script
 from rankgate.dispatch.interlink.rest import InterlinkAPIError, InterlinkREST
-from rankgate.dispatch.outcome import Outcome, Phase
+from rankgate.dispatch.interlink.target import InterlinkTarget
+from rankgate.dispatch.job import JobSpec
+from rankgate.dispatch.outcome import JobOutcome, Phase
 from rankgate.dispatch.profile import ProfileError, profile_from_dict
 from rankgate.dispatch.results import render_report
-from rankgate.dispatch.sbatch import JobSpec
+from rankgate.dispatch.run import describe_stage, run_stage
 
 pytestmark = pytest.mark.unit
 
@@ -83,7 +90,7 @@ def test_cpu_limit_and_flags_ask_slurm_for_the_same_cpus(interlink_profile):
 def test_pod_is_a_valid_kubernetes_v1pod(interlink_profile):
     """Round trip through the official client's models: every key known, every type right."""
     pod = _pod(interlink_profile, gpus_per_node=1, env={"NCCL_DEBUG": "WARN"})
-    client = ApiClient()
+    client = pytest.importorskip("kubernetes.client", reason="needs the [dev] extra").ApiClient()
     model = client.deserialize(json.dumps(pod), "V1Pod", "application/json")
     assert model.spec.tolerations[0].key == "virtual-node.interlink/no-schedule"
     assert client.sanitize_for_serialization(model) == pod
@@ -121,10 +128,10 @@ def test_profiles_the_pod_cannot_honour_are_refused(interlink_profile, overrides
     [
         ({"waiting": {"reason": "PodPending"}}, Phase.QUEUED),
         ({"running": {}}, Phase.RUNNING),
-        ({"terminated": {"exitCode": 0}}, Outcome.COMPLETED),
-        ({"terminated": {"exitCode": 1, "reason": "Error"}}, Outcome.FAILED),
-        ({"terminated": {"exitCode": 137, "reason": "OOMKilled"}}, Outcome.OUT_OF_MEMORY),
-        ({"waiting": {"reason": "ErrImagePull"}}, Outcome.START_ERROR),
+        ({"terminated": {"exitCode": 0}}, JobOutcome.COMPLETED),
+        ({"terminated": {"exitCode": 1, "reason": "Error"}}, JobOutcome.FAILED),
+        ({"terminated": {"exitCode": 137, "reason": "OOMKilled"}}, JobOutcome.OUT_OF_MEMORY),
+        ({"waiting": {"reason": "ErrImagePull"}}, JobOutcome.START_ERROR),
     ],
 )
 def test_container_states_classify(state, expected):
@@ -188,6 +195,63 @@ def test_a_token_the_server_echoes_is_redacted(
     assert said in str(info.value)
 
 
+# A token with characters that URL-encoding changes, as base64 tokens have.
+ENCODABLE = "rg/Tok+en=5f0c1e9d7a88b2"
+
+
+@pytest.mark.parametrize(
+    "echo",
+    [
+        lambda t: urllib.parse.quote(t, safe=""),
+        lambda t: urllib.parse.quote(t, safe="").lower(),
+        lambda t: urllib.parse.quote_plus(t),
+        str.upper,
+        str.lower,
+        lambda t: t[:12] + "...",
+        lambda t: urllib.parse.quote(t, safe="")[:10] + "...",
+    ],
+    ids=[
+        "url-encoded",
+        "url-encoded-lower",
+        "quote-plus",
+        "upper",
+        "lower",
+        "prefix-12",
+        "encoded-prefix-10",
+    ],
+)
+def test_a_token_echoed_in_another_form_is_redacted(interlink, interlink_profile, tmp_path, echo):
+    interlink.token, interlink.misbehave, interlink.echo = ENCODABLE, "echo-json", echo
+    (tmp_path / "encodable").write_text(ENCODABLE + "\n")
+    with pytest.raises(InterlinkAPIError) as info:
+        InterlinkREST(interlink.url, tmp_path / "encodable").create(_pod(interlink_profile))
+    echoed = echo(ENCODABLE).removesuffix("...")
+    assert info.value.status == 500
+    assert echoed not in str(info.value) and echoed[:8] not in str(info.value)
+    assert '"message": "rejected <token>' in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ("rg-line-one\nrg-line-two\n", "holds 2 lines"),
+        ("\n\n", "is empty"),
+        ("rg-token with-space\n", "holds spaces, control or non-ASCII characters"),
+    ],
+)
+def test_a_token_file_that_is_not_one_token_is_refused_unseen(
+    interlink, tmp_path, content, problem
+):
+    path = tmp_path / "token"
+    path.write_text(content)
+    with pytest.raises(InterlinkAPIError) as info:
+        InterlinkREST(interlink.url, path).ping()
+    said = str(info.value)
+    assert f"token file {path} {problem}: it must hold the bearer token alone, on one line" in said
+    assert "rg-line" not in said and "rg-token" not in said
+    assert interlink.requests == []  # nothing was sent
+
+
 def test_a_redirect_is_refused_not_followed_with_the_token(interlink, interlink_profile):
     interlink.misbehave = "redirect"
     with pytest.raises(InterlinkAPIError, match="refused to follow a redirect to '/moved'") as info:
@@ -210,8 +274,13 @@ def test_kube_error_bodies_are_redacted(interlink, interlink_profile, kubeconfig
     assert TOKEN not in str(info.value)
     assert "internal error while handling Bearer <token>" in str(info.value)
     # The same through the whole dispatch: no output carries it.
-    result = run_stage(profile, stage="gpu", pytest_args=["-m", "gpu"], backend=backend)
-    assert result.outcome is Outcome.SUBMIT_ERROR
+    result = run_stage(
+        profile,
+        stage="gpu",
+        pytest_args=["-m", "gpu"],
+        target=InterlinkTarget(profile, backend),
+    )
+    assert result.outcome is JobOutcome.SUBMIT_ERROR
     out = capsys.readouterr()
     assert TOKEN not in render_report(result) + out.out + out.err
 
@@ -264,14 +333,14 @@ def test_queue_deadline(interlink, interlink_profile, tmp_path):
     interlink.queue_delay = 60
     profile = _profile(interlink_profile, interlink={"queue_timeout": 1})
     result = run_stage(profile, stage="gpu", pytest_args=[], local_dir=tmp_path / "r")
-    assert result.outcome is Outcome.QUEUE_TIMEOUT
+    assert result.outcome is JobOutcome.QUEUE_TIMEOUT
     assert interlink.deleted and not interlink.pods  # never left behind
 
 
 def test_start_error(interlink, interlink_profile, tmp_path):
     profile = _profile(interlink_profile, container={"image": "docker://missing/image"})
     result = run_stage(profile, stage="gpu", pytest_args=[], local_dir=tmp_path / "r")
-    assert result.outcome is Outcome.START_ERROR and "image not found" in result.message
+    assert result.outcome is JobOutcome.START_ERROR and "image not found" in result.message
 
 
 def test_api_error_while_watching(interlink, interlink_profile, tmp_path):
@@ -279,7 +348,7 @@ def test_api_error_while_watching(interlink, interlink_profile, tmp_path):
     result = run_stage(
         _profile(interlink_profile), stage="gpu", pytest_args=[], local_dir=tmp_path / "r"
     )
-    assert result.outcome is Outcome.API_ERROR
+    assert result.outcome is JobOutcome.API_ERROR
     assert "HTTP 500: status backend down" in result.message
 
 
@@ -288,14 +357,14 @@ def test_pod_that_vanishes_is_lost(interlink, interlink_profile, tmp_path):
     result = run_stage(
         _profile(interlink_profile), stage="gpu", pytest_args=[], local_dir=tmp_path / "r"
     )
-    assert result.outcome is Outcome.LOST
+    assert result.outcome is JobOutcome.LOST
 
 
 def test_refused_create_is_a_submit_error(interlink, interlink_profile, tmp_path):
     (tmp_path / "bad-token").write_text("nope")
     profile = _profile(interlink_profile, interlink={"token_file": str(tmp_path / "bad-token")})
     result = run_stage(profile, stage="gpu", pytest_args=[], local_dir=tmp_path / "r")
-    assert result.outcome is Outcome.SUBMIT_ERROR and "HTTP 401" in result.message
+    assert result.outcome is JobOutcome.SUBMIT_ERROR and "HTTP 401" in result.message
 
 
 class InterruptedWhileFetchingLogs(RestBackend):
@@ -310,9 +379,13 @@ def test_ctrl_c_while_fetching_logs_still_deletes_the_pod(interlink, interlink_p
     backend = InterruptedWhileFetchingLogs(InterlinkREST(interlink.url, interlink.token_file))
     profile = _profile(interlink_profile)
     result = run_stage(
-        profile, stage="gpu", pytest_args=["-m", "gpu"], backend=backend, local_dir=tmp_path / "r"
+        profile,
+        stage="gpu",
+        pytest_args=["-m", "gpu"],
+        target=InterlinkTarget(profile, backend),
+        local_dir=tmp_path / "r",
     )
-    assert result.outcome is not Outcome.SUBMIT_ERROR
+    assert result.outcome is not JobOutcome.SUBMIT_ERROR
     assert interlink.deleted and not interlink.pods
 
 
@@ -327,31 +400,31 @@ class InterruptedWhileCreating(RestBackend):
 def test_ctrl_c_while_creating_the_pod_deletes_it(interlink, interlink_profile, tmp_path):
     interlink.queue_delay = 60
     backend = InterruptedWhileCreating(InterlinkREST(interlink.url, interlink.token_file))
+    profile = _profile(interlink_profile)
     result = run_stage(
-        _profile(interlink_profile),
+        profile,
         stage="gpu",
         pytest_args=[],
-        backend=backend,
+        target=InterlinkTarget(profile, backend),
         local_dir=tmp_path / "r",
     )
-    assert result.outcome is Outcome.INTERRUPTED
+    assert result.outcome is JobOutcome.INTERRUPTED
     assert interlink.deleted and not interlink.pods
 
 
 def test_canary_checks_success_failure_and_timeout(interlink, interlink_profile):
     checks = run_canary(_profile(interlink_profile), run_timeout_s=2, poll_s=0.2)
     assert [(c.name, c.got, c.ok) for c in checks] == [
-        ("succeed", Outcome.COMPLETED, True),
-        ("fail", Outcome.FAILED, True),
-        ("timeout", Outcome.RUN_TIMEOUT, True),
+        ("succeed", JobOutcome.COMPLETED, True),
+        ("fail", JobOutcome.FAILED, True),
+        ("timeout", JobOutcome.RUN_TIMEOUT, True),
     ]
     assert checks[1].detail == "exit 3"
     assert not interlink.pods and interlink.violations == []
 
 
-def test_dry_run_prints_the_pod_without_the_token(interlink_profile, capsys):
-    assert run_stage(_profile(interlink_profile), stage="gpu", pytest_args=[], dry_run=True) is None
-    out = capsys.readouterr().out
+def test_dry_run_prints_the_pod_without_the_token(interlink_profile):
+    out = describe_stage(_profile(interlink_profile), stage="gpu", pytest_args=[])
     assert json.loads(out)["kind"] == "Pod" and TOKEN not in out
 
 

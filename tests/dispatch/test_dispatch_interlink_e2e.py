@@ -12,10 +12,10 @@ import textwrap
 import pytest
 
 from conftest import TOKEN
-from rankgate.dispatch.interlink.dispatch import run_stage
-from rankgate.dispatch.outcome import Outcome
+from rankgate.dispatch.outcome import JobOutcome
 from rankgate.dispatch.profile import profile_from_dict
 from rankgate.dispatch.results import render_report
+from rankgate.dispatch.run import run_stage
 
 pytestmark = pytest.mark.dist
 
@@ -57,7 +57,7 @@ def test_stage_end_to_end_results_come_back_through_the_logs(
     )
     report = render_report(result)
     assert result.passed is (not break_rank), report
-    assert result.outcome is (Outcome.FAILED if break_rank else Outcome.COMPLETED)
+    assert result.outcome is (JobOutcome.FAILED if break_rank else JobOutcome.COMPLETED)
     assert result.merged.world_size == 2 and result.merged.missing_ranks == []
     if break_rank:
         bad = [t for t in result.merged.tests if t.verdict == "failed"]

@@ -59,6 +59,21 @@ def test_full_profile_loads(tmp_path):
         ({"target": "slurm-ssh"}, r"needs host"),
         ({"target": "interlink-rest"}, r"needs \[interlink\] url and token_file"),
         ({"time_limit": "1h"}, r"time_limit = '1h': write minutes"),
+        # SLURM reads a zero limit as UNLIMITED and 1:99 as 3 minutes: both refused.
+        ({"time_limit": "0"}, r"time_limit = '0': SLURM reads a zero limit as no limit"),
+        ({"time_limit": "00:00:00"}, r"time_limit = '00:00:00': SLURM reads a zero limit"),
+        ({"time_limit": "0-0"}, r"time_limit = '0-0': SLURM reads a zero limit"),
+        ({"time_limit": "1:99"}, r"time_limit = '1:99': 99 seconds is out of range \(0-59\)"),
+        ({"time_limit": "1:60:00"}, r"'1:60:00': 60 minutes is out of range \(0-59\)"),
+        ({"time_limit": "1-24:00"}, r"'1-24:00': 24 hours is out of range \(0-23\)"),
+        # A job folder pytest or sbatch would read differently from what was written.
+        (
+            {"results_dir": "/scratch/$USER/ci"},
+            r"results_dir = '/scratch/\$USER/ci' holds '\$': pytest expands \$NAME in its "
+            r"--junitxml path.*write the path out in full",
+        ),
+        ({"results_dir": "/scratch/a\\b"}, r"holds '\\\\': sbatch reads a backslash"),
+        ({"workdir": '/w/a"b'}, r"workdir = '/w/a\"b' holds '\"': an #SBATCH line cannot"),
         ({"container": {"runtime": "enroot"}}, r"needs container.image"),
         ({"container": {"runtime": "docker", "image": "x"}}, r"use one of"),
         ({"env": {"BAD-NAME": "1"}}, r"not valid variable names"),
@@ -104,7 +119,16 @@ def test_gpus_asked_of_a_profile_without_gpus():
 
 @pytest.mark.parametrize(
     ("value", "minutes"),
-    [("30", 30), ("1:30", 1.5), ("01:30:00", 90), ("2-00:00:00", 2880), ("1-2", 1560)],
+    [
+        ("30", 30),
+        ("1:30", 1.5),
+        ("1:59", 1 + 59 / 60),
+        ("100:00", 100),  # the first field is not bounded: 100 minutes
+        ("01:30:00", 90),
+        ("2-00:00:00", 2880),
+        ("1-2", 1560),
+        ("0:30", 0.5),
+    ],
 )
 def test_time_limits(value, minutes):
     assert time_limit_minutes(value) == minutes
@@ -128,3 +152,7 @@ def test_invalid_toml_is_a_profile_error(tmp_path):
 def test_whole_seconds_are_accepted_where_a_float_is_expected():
     profile = profile_from_dict({"interlink": {"queue_timeout": 10}}, name="p")
     assert profile.interlink.queue_timeout == 10
+
+
+def test_a_workdir_may_hold_a_dollar_it_is_only_read_quoted():
+    assert profile_from_dict({"workdir": "/w/$x"}, name="p").workdir == "/w/$x"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rankgate.dispatch.outcome import Outcome, Phase, slurm_state
+from rankgate.dispatch.outcome import JobOutcome, Phase, slurm_never_starts, slurm_state
 from rankgate.dispatch.results import DispatchResult, merge_job_dir, render_report
 
 pytestmark = pytest.mark.unit
@@ -35,19 +35,40 @@ def _job(tmp_path, ranks: dict[int, dict[str, str]]):
         ("PENDING", Phase.QUEUED),
         ("RUNNING", Phase.RUNNING),
         ("COMPLETING", Phase.RUNNING),
-        ("COMPLETED", Outcome.COMPLETED),
-        ("FAILED", Outcome.FAILED),
-        ("TIMEOUT", Outcome.TIMEOUT),
-        ("CANCELLED by 0", Outcome.CANCELLED),
-        ("CANCELLED+", Outcome.CANCELLED),
-        ("NODE_FAIL", Outcome.NODE_FAIL),
-        ("OUT_OF_MEMORY", Outcome.OUT_OF_MEMORY),
-        ("PREEMPTED", Outcome.PREEMPTED),
-        ("SPECIAL_EXIT", Outcome.OTHER),
+        ("COMPLETED", JobOutcome.COMPLETED),
+        ("FAILED", JobOutcome.FAILED),
+        ("TIMEOUT", JobOutcome.TIMEOUT),
+        ("CANCELLED by 0", JobOutcome.CANCELLED),
+        ("CANCELLED+", JobOutcome.CANCELLED),
+        ("NODE_FAIL", JobOutcome.NODE_FAIL),
+        ("OUT_OF_MEMORY", JobOutcome.OUT_OF_MEMORY),
+        ("PREEMPTED", JobOutcome.PREEMPTED),
+        ("SPECIAL_EXIT", JobOutcome.OTHER),
     ],
 )
 def test_slurm_states_map_to_distinct_outcomes(raw, expected):
     assert slurm_state(raw) is expected
+
+
+@pytest.mark.parametrize(
+    ("reason", "never"),
+    [
+        ("PartitionConfig", True),  # more CPUs than the partition has (seen for real)
+        ("PartitionNodeLimit", True),  # more nodes than the partition has (seen for real)
+        ("DependencyNeverSatisfied", True),  # seen for real
+        ("QOSMaxWallDurationPerJobLimit", True),
+        ("AssocMaxCpuPerJobLimit", True),
+        ("QOSMinGRES", True),
+        ("Resources", False),
+        ("Priority", False),
+        ("JobHeldUser", False),
+        ("QOSMaxCpuPerUserLimit", False),  # clears when the user's other jobs end
+        ("ReqNodeNotAvail, UnavailableNodes:n1", False),
+        ("None", False),
+    ],
+)
+def test_pending_reasons_that_mean_never(reason, never):
+    assert slurm_never_starts(reason) is never
 
 
 def test_terminal_slurm_states_are_all_distinct():
@@ -108,7 +129,7 @@ def test_report_shows_the_failing_ranks_logs(tmp_path):
         profile="p",
         target="slurm",
         job_id="7",
-        outcome=Outcome.FAILED,
+        outcome=JobOutcome.FAILED,
         state="FAILED",
         exit_code="1:0",
         job_dir=tmp_path,
@@ -126,7 +147,7 @@ def test_infrastructure_outcomes_exit_3(tmp_path):
         profile="p",
         target="slurm",
         job_id="",
-        outcome=Outcome.SUBMIT_ERROR,
+        outcome=JobOutcome.SUBMIT_ERROR,
         message="sbatch: error: invalid partition specified: nope",
     )
     assert result.exit_status == 3

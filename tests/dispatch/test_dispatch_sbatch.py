@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
 
 import pytest
 
+from rankgate.dispatch.job import JobSpec
 from rankgate.dispatch.profile import ProfileError, profile_from_dict
 from rankgate.dispatch.sbatch import (
-    JobSpec,
     job_exports,
     render_script,
     sbatch_directives,
@@ -69,11 +70,26 @@ def test_paths_without_spaces_are_not_quoted():
     ]
 
 
-@pytest.mark.parametrize("bad", ['/scratch/a"b', "/scratch/a\nb"], ids=["quote", "newline"])
-def test_a_path_no_sbatch_line_can_carry_is_refused(bad):
-    job = JobSpec(job_dir=bad, pytest_args=())
-    with pytest.raises(ProfileError, match=r"--output=.* cannot carry a double quote or a newline"):
+@pytest.mark.parametrize("char", ['"', "\n", "\\"], ids=["double-quote", "newline", "backslash"])
+def test_a_path_no_sbatch_line_can_carry_is_refused(char):
+    job = JobSpec(job_dir=f"/scratch/a{char}b", pytest_args=())
+    with pytest.raises(ProfileError, match=rf"results_dir = .* holds {re.escape(repr(char))}: "):
         sbatch_directives(_profile(), job)
+
+
+def test_a_job_folder_with_a_dollar_is_refused_before_pytest_expands_it():
+    job = JobSpec(job_dir="/scratch/$HOME/j1", pytest_args=())
+    with pytest.raises(ProfileError, match=r"holds '\$': pytest expands \$NAME"):
+        sbatch_directives(_profile(), job)
+
+
+def test_percent_and_single_quotes_reach_sbatch_unchanged():
+    # sbatch would read %j in the folder's name as the job id, and pair the quote.
+    job = JobSpec(job_dir="/scratch/it's 100%j", pytest_args=())
+    assert sbatch_directives(_profile(workdir="/w/it's"), job)[1:3] == [
+        '--output="/scratch/it\'s 100%%j/slurm-%j.out"',
+        '--chdir="/w/it\'s"',
+    ]
 
 
 def test_script_is_valid_bash_with_modules_pre_exec_and_env(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import threading
@@ -9,43 +10,56 @@ import time
 
 import pytest
 
-from rankgate.dispatch.outcome import Outcome, Phase
-from rankgate.dispatch.watch import Observation, caught_interrupts, watch
+from rankgate.dispatch.interrupts import caught_interrupts
+from rankgate.dispatch.outcome import JobOutcome, Phase
+from rankgate.dispatch.watch import RETRY_MAX_S, Observation, WaitPolicy, retry_delay, watch
 
 pytestmark = pytest.mark.unit
 
 QUEUED = Observation("PENDING", Phase.QUEUED, reason="Priority")
 RUNNING = Observation("RUNNING", Phase.RUNNING, where="node1")
-CANCELLED = Observation("CANCELLED", Outcome.CANCELLED)
+CANCELLED = Observation("CANCELLED", JobOutcome.CANCELLED)
 
 
 class Job:
-    """A scripted job: observations in order, the last one repeated; cancel ends it."""
+    """A scripted target with one job: observations in order, the last one repeated;
+    cancel ends it. ``fail``: raise it from every look once the script is used up."""
 
-    def __init__(self, *seen: Observation, cancelled=CANCELLED):
+    transient = (ConnectionError,)
+
+    def __init__(self, *seen: Observation, cancelled=CANCELLED, settles=True, fail=None):
         self.seen, self.cancelled, self.cancels = list(seen), cancelled, 0
+        self.settles_after_cancel, self.fail, self.looks = settles, fail, 0
 
-    def observe(self) -> Observation:
+    def label(self, job_id: str) -> str:
+        return f"job {job_id}"
+
+    def observe(self, job_id: str) -> Observation:
+        self.looks += 1
         if self.cancels and self.cancelled is not None:
             return self.cancelled
-        return self.seen.pop(0) if len(self.seen) > 1 else self.seen[0]
+        if self.fail is not None and not self.seen:
+            raise self.fail
+        if self.fail is not None or len(self.seen) > 1:
+            return self.seen.pop(0)
+        return self.seen[0]
 
-    def cancel(self) -> None:
+    def cancel(self, job_id: str) -> None:
         self.cancels += 1
 
 
-def _watch(job: Job, lines: list[str] | None = None, **kw):
+def _watch(job: Job, lines: list[str] | None = None, poll_s: float = 0.01, **limits):
     lines = [] if lines is None else lines
-    return watch(job.observe, job.cancel, label="job 1", poll_s=0.01, say=lines.append, **kw)
+    return watch(job, "1", WaitPolicy(poll_s=poll_s, **limits), say=lines.append)
 
 
 def test_runs_to_completion_with_a_line_per_phase():
     lines: list[str] = []
     job = Job(
-        QUEUED, RUNNING, RUNNING, Observation("COMPLETED", Outcome.COMPLETED, exit_code="0:0")
+        QUEUED, RUNNING, RUNNING, Observation("COMPLETED", JobOutcome.COMPLETED, exit_code="0:0")
     )
     waited = _watch(job, lines)
-    assert waited.outcome is Outcome.COMPLETED and job.cancels == 0
+    assert waited.outcome is JobOutcome.COMPLETED and job.cancels == 0
     assert lines == [
         "job 1: queued (Priority)",
         "job 1: running on node1",
@@ -56,9 +70,9 @@ def test_runs_to_completion_with_a_line_per_phase():
 @pytest.mark.parametrize(
     ("seen", "limits", "expected"),
     [
-        ((QUEUED,), {"queue_timeout_s": 0.05}, Outcome.QUEUE_TIMEOUT),
-        ((QUEUED, RUNNING), {"queue_timeout_s": 60, "run_timeout_s": 0.05}, Outcome.RUN_TIMEOUT),
-        ((QUEUED,), {"deadline_s": 0.05}, Outcome.DEADLINE),
+        ((QUEUED,), {"queue_timeout_s": 0.05}, JobOutcome.QUEUE_TIMEOUT),
+        ((QUEUED, RUNNING), {"queue_timeout_s": 60, "run_timeout_s": 0.05}, JobOutcome.RUN_TIMEOUT),
+        ((QUEUED,), {"deadline_s": 0.05}, JobOutcome.DEADLINE),
     ],
 )
 def test_each_limit_cancels_with_its_own_outcome(seen, limits, expected):
@@ -68,24 +82,44 @@ def test_each_limit_cancels_with_its_own_outcome(seen, limits, expected):
     assert waited.last.state == "CANCELLED"  # it kept polling until the job really ended
 
 
+def test_a_job_that_can_never_start_is_cancelled_with_the_reason():
+    stuck = Observation("PENDING", Phase.QUEUED, reason="PartitionConfig", never_starts=True)
+    lines: list[str] = []
+    job = Job(QUEUED, stuck)
+    waited = _watch(job, lines, queue_timeout_s=3600)
+    assert (waited.outcome, waited.why, job.cancels) == (
+        JobOutcome.UNSCHEDULABLE,
+        "PartitionConfig",
+        1,
+    )
+    assert lines[-2:] == ["job 1: unschedulable, cancelling", "job 1: CANCELLED after 0 s"]
+
+
 def test_queue_time_does_not_count_against_the_run_limit():
-    job = Job(*([QUEUED] * 20), RUNNING, Observation("COMPLETED", Outcome.COMPLETED))
+    job = Job(*([QUEUED] * 20), RUNNING, Observation("COMPLETED", JobOutcome.COMPLETED))
     waited = _watch(job, run_timeout_s=0.15)
-    assert waited.outcome is Outcome.COMPLETED and waited.queued_s > 0.1
+    assert waited.outcome is JobOutcome.COMPLETED and waited.queued_s > 0.1
 
 
-def test_sigint_cancels_the_job_instead_of_leaving_it_queued():
-    job = Job(QUEUED)
-    original = job.observe
+@pytest.fixture
+def sigint_found():
+    """SIGINT's handler as the test found it: Python's default, or SIG_IGN when the
+    run was started with SIGINT ignored (``nohup``, ``trap '' INT``, a background job)."""
+    return signal.getsignal(signal.SIGINT)
 
-    def observe_then_interrupt():
-        if not job.cancels:
+
+class InterruptedWhileQueued(Job):
+    def observe(self, job_id: str) -> Observation:
+        if not self.cancels:
             os.kill(os.getpid(), signal.SIGINT)
-        return original()
+        return super().observe(job_id)
 
-    waited = watch(observe_then_interrupt, job.cancel, label="j", poll_s=0.01, say=lambda _: None)
-    assert (waited.outcome, job.cancels) == (Outcome.INTERRUPTED, 1)
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+def test_sigint_cancels_the_job_instead_of_leaving_it_queued(sigint_found):
+    job = InterruptedWhileQueued(QUEUED)
+    waited = _watch(job)
+    assert (waited.outcome, job.cancels) == (JobOutcome.INTERRUPTED, 1)
+    assert signal.getsignal(signal.SIGINT) is sigint_found  # put back as it was
 
 
 def test_sigint_wakes_a_long_poll_sleep():
@@ -95,53 +129,87 @@ def test_sigint_wakes_a_long_poll_sleep():
     start = time.monotonic()
     timer.start()
     try:
-        waited = watch(job.observe, job.cancel, label="j", poll_s=60, say=lambda _: None)
+        waited = _watch(job, poll_s=60)
     finally:
         timer.cancel()
-    assert (waited.outcome, job.cancels) == (Outcome.INTERRUPTED, 1)
+    assert (waited.outcome, job.cancels) == (JobOutcome.INTERRUPTED, 1)
     assert time.monotonic() - start < 5
 
 
-def test_interrupts_held_by_the_caller_reach_the_wait():
+def test_interrupts_held_by_the_caller_reach_the_wait(sigint_found):
     # An interrupt that arrived while the job was being submitted cancels it at once.
     job = Job(QUEUED)
     with caught_interrupts() as interrupts:
         os.kill(os.getpid(), signal.SIGINT)
-        waited = watch(
-            job.observe, job.cancel, label="j", poll_s=60, say=lambda _: None, interrupts=interrupts
-        )
-    assert (waited.outcome, job.cancels) == (Outcome.INTERRUPTED, 1)
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        waited = watch(job, "1", WaitPolicy(poll_s=60), say=lambda _: None, interrupts=interrupts)
+    assert (waited.outcome, job.cancels) == (JobOutcome.INTERRUPTED, 1)
+    assert signal.getsignal(signal.SIGINT) is sigint_found
 
 
 def test_without_waiting_after_cancel_it_returns_at_once():
-    job = Job(RUNNING, cancelled=None)
-    waited = _watch(job, run_timeout_s=0.02, wait_after_cancel=False)
-    assert waited.outcome is Outcome.RUN_TIMEOUT and waited.last.state == "RUNNING"
+    job = Job(RUNNING, cancelled=None, settles=False)
+    waited = _watch(job, run_timeout_s=0.02)
+    assert waited.outcome is JobOutcome.RUN_TIMEOUT and waited.last.state == "RUNNING"
 
 
 def test_failed_looks_keep_the_phase_then_become_api_error():
-    seen = [QUEUED, RUNNING]
-    calls = []
-
-    def observe():
-        calls.append(1)
-        if seen:
-            return seen.pop(0)
-        raise ConnectionError("ssh: connect to host login: Connection refused")
-
-    lines: list[str] = []
-    waited = watch(
-        observe,
-        lambda: None,
-        label="job 1",
-        poll_s=0.01,
-        say=lines.append,
-        transient=(ConnectionError,),
+    job = Job(
+        QUEUED, RUNNING, fail=ConnectionError("ssh: connect to host login: Connection refused")
     )
-    assert waited.outcome is Outcome.API_ERROR and "Connection refused" in waited.last.reason
-    assert len(calls) == 2 + 5 and lines[:2] == [
+    lines: list[str] = []
+    waited = _watch(job, lines)
+    assert waited.outcome is JobOutcome.API_ERROR and "Connection refused" in waited.last.reason
+    assert job.looks == 2 + 5 and lines[:2] == [
         "job 1: queued (Priority)",
         "job 1: running on node1",
     ]
     assert waited.running_s > 0  # the failed looks counted as running, not as a new phase
+
+
+class TimedFailures(Job):
+    """Every look fails; remembers when each was made."""
+
+    def __init__(self):
+        super().__init__(fail=ConnectionError("Connection refused"))
+        self.times: list[float] = []
+
+    def observe(self, job_id: str) -> Observation:
+        self.times.append(time.monotonic())
+        return super().observe(job_id)
+
+
+def test_failed_looks_back_off_instead_of_retrying_at_a_fixed_interval():
+    job = TimedFailures()
+    lines: list[str] = []
+    waited = _watch(job, lines, poll_s=0.05)
+    assert waited.outcome is JobOutcome.API_ERROR
+    gaps = [b - a for a, b in itertools.pairwise(job.times)]
+    # Each wait is twice the last (a sleep never ends early, so these lower bounds hold
+    # however loaded the machine is); a fixed interval would be 0.05 s every time.
+    assert len(gaps) == 4 and all(gap >= want for gap, want in zip(gaps, [0.05, 0.1, 0.2, 0.4]))
+    assert [line for line in lines if " look " in line] == [
+        f"job 1: look {n} failed (Connection refused); next in {delay:g} s"
+        for n, delay in zip(range(1, 5), [0.05, 0.1, 0.2, 0.4])
+    ]
+
+
+def test_the_back_off_is_capped():
+    assert [retry_delay(10, n) for n in range(1, 6)] == [10, 20, 40, RETRY_MAX_S, RETRY_MAX_S]
+    assert retry_delay(120, 3) == 120  # never shorter than the poll itself
+
+
+def test_a_new_queue_reason_gets_its_own_line():
+    lines: list[str] = []
+    job = Job(
+        QUEUED,
+        Observation("PENDING", Phase.QUEUED, reason="Resources"),
+        Observation("PENDING", Phase.QUEUED, reason="Resources"),
+        RUNNING,
+        Observation("COMPLETED", JobOutcome.COMPLETED),
+    )
+    _watch(job, lines)
+    assert lines[:3] == [
+        "job 1: queued (Priority)",
+        "job 1: queued (Resources)",
+        "job 1: running on node1",
+    ]

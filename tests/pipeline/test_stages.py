@@ -52,7 +52,7 @@ def test_markers_and_needs(name, markers, needs):
 
 @pytest.mark.parametrize(
     ("name", "remote"),
-    [("gpu", "gpu"), ("hpc", "world and not gpu and not hpc and not container")],
+    [("gpu", "gpu and world"), ("hpc", "world and not gpu and not hpc and not container")],
 )
 def test_dispatched_runs_select_tests_that_run_in_place_on_every_rank(name, remote):
     # hpc tests start a local SLURM, which a cluster job's ranks must not each do.

@@ -4,15 +4,20 @@ Main API:
 
 - :func:`rankgate.dispatch.profile.load_profile` — a site profile (TOML) as a
   validated :class:`~rankgate.dispatch.profile.Profile`.
-- :func:`rankgate.dispatch.slurm.run_stage` — submit a stage to SLURM (local CLI or
-  ssh to a login node), wait, and return a
-  :class:`~rankgate.dispatch.results.DispatchResult` with every rank's results merged.
-- :func:`rankgate.dispatch.interlink.dispatch.run_stage` — the same through an
-  interLink virtual node (Kubernetes API or interLink's REST API).
+- :func:`rankgate.dispatch.run.run_stage` — submit a stage to the profile's target,
+  wait, and return a :class:`~rankgate.dispatch.results.DispatchResult` with every
+  rank's results merged; :func:`~rankgate.dispatch.run.wait_policy` builds the
+  :class:`~rankgate.dispatch.watch.WaitPolicy` (deadlines, poll interval) once.
+- :class:`rankgate.dispatch.target.Target` — the interface every target implements
+  (submit, observe, cancel, release, fetch): :class:`~rankgate.dispatch.slurm.SlurmTarget`
+  (local CLI or ssh to a login node) and
+  :class:`~rankgate.dispatch.interlink.target.InterlinkTarget` (Kubernetes or REST).
 - :mod:`rankgate.dispatch.outcome` — how a job ended: one
-  :class:`~rankgate.dispatch.outcome.Outcome` per SLURM state and interLink failure class.
+  :class:`~rankgate.dispatch.outcome.JobOutcome` per SLURM state and interLink failure class.
 - :mod:`rankgate.dispatch.cli` — ``rankgate dispatch --profile P --stage S``.
 
-Every subprocess call goes through :class:`rankgate.dispatch.command.Shell`.
+Vocabulary: a *profile* names a *target* (where jobs run); a *job* (a
+:class:`~rankgate.dispatch.job.JobSpec`) runs one stage's tests on every rank there.
+Every subprocess call goes through :class:`rankgate.dispatch.shell.Shell`.
 scripts/slurm/local-slurm.sh starts a real one-node SLURM for the hpc tests.
 """

@@ -17,9 +17,10 @@ import sys
 import time
 from pathlib import Path
 
-from rankgate.dispatch.interlink.rest import InterlinkAPIError
 from rankgate.dispatch.profile import Profile, ProfileError, find_profile, load_profile
 from rankgate.dispatch.results import MERGED_NAME, DispatchResult, render_report
+from rankgate.dispatch.run import describe_stage, run_stage, wait_policy
+from rankgate.dispatch.target import TargetError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,36 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "run timeout, default 60 s) and check each outcome; exit 0 when all three match",
     )
     parser.add_argument("--markers", help="override the stage's pytest marker expression")
-    parser.add_argument(
-        "--deadline",
-        type=float,
-        default=None,
-        metavar="SECONDS",
-        help="cancel the job when it has not ended after this long",
-    )
-    parser.add_argument(
-        "--queue-timeout",
-        type=float,
-        default=None,
-        metavar="SECONDS",
-        help="cancel the job when it has waited in the queue this long "
-        "(interLink: default from the profile)",
-    )
-    parser.add_argument(
-        "--run-timeout",
-        type=float,
-        default=None,
-        metavar="SECONDS",
-        help="cancel the job when it has run this long (interLink: default from the profile)",
-    )
-    parser.add_argument(
-        "--poll",
-        type=float,
-        default=None,
-        metavar="SECONDS",
-        help="seconds between status checks (default: 2 for SLURM, the "
-        "profile's interlink.poll_interval for interLink)",
-    )
+    _add_wait_arguments(parser)
     parser.add_argument(
         "--out", type=Path, default=None, help="local folder for fetched results (remote targets)"
     )
@@ -87,6 +59,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "pytest_args",
         nargs=argparse.REMAINDER,
         help="after --: extra pytest arguments (paths, -k, -x ...)",
+    )
+
+
+def _add_wait_arguments(parser: argparse.ArgumentParser) -> None:
+    """How long to wait and how often to look (rankgate.dispatch.run.wait_policy)."""
+    parser.add_argument(
+        "--deadline",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="cancel the job when it has not ended after this long",
+    )
+    parser.add_argument(
+        "--queue-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="cancel the job when it has waited in the queue this long "
+        "(default: the profile's queue_timeout, interlink.queue_timeout for interLink)",
+    )
+    parser.add_argument(
+        "--run-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="cancel the job when it has run this long (interLink: default from the profile)",
+    )
+    parser.add_argument(
+        "--poll",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="seconds between status checks (default: 2 for SLURM, the "
+        "profile's interlink.poll_interval for interLink)",
     )
 
 
@@ -122,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     except (ProfileError, ValueError) as exc:  # bad input: profile, stage, paths
         print(f"rankgate dispatch: {exc}", file=sys.stderr)
         return 2
-    except InterlinkAPIError as exc:  # no API, no token file, no kubernetes package
+    except TargetError as exc:  # no API, no token file, no kubernetes package
         print(f"rankgate dispatch: {exc}", file=sys.stderr)
         return 3
     if result is None:  # --dry-run
@@ -147,11 +153,7 @@ def _pytest_args(profile: Profile, args: argparse.Namespace) -> list[str]:
 
 
 def _canary(profile: Profile, args: argparse.Namespace) -> int:
-    if not profile.target.startswith("interlink"):
-        raise ProfileError(
-            f"--canary is for interLink profiles; {profile.name!r} is {profile.target}"
-        )
-    from rankgate.dispatch.interlink.dispatch import run_canary
+    from rankgate.dispatch.interlink.canary import run_canary
 
     checks = run_canary(
         profile, run_timeout_s=args.run_timeout or 60.0, poll_s=args.poll, progress=_progress
@@ -194,41 +196,21 @@ def _copy_merged_junit(result: DispatchResult, args: argparse.Namespace) -> None
 
 
 def _dispatch(profile: Profile, args: argparse.Namespace, pytest_args: list[str]):
-    if profile.target.startswith("interlink"):
-        from rankgate.dispatch.interlink import dispatch as interlink
-
-        return interlink.run_stage(
-            profile,
-            stage=args.stage,
-            pytest_args=pytest_args,
-            dry_run=args.dry_run,
-            progress=_progress,
-            local_dir=args.out,
-            poll_s=args.poll,
-            deadline_s=args.deadline,
-            queue_timeout_s=args.queue_timeout,
-            run_timeout_s=args.run_timeout,
-        )
-    from rankgate.dispatch import slurm
-    from rankgate.dispatch.sbatch import JobSpec, render_script
-
     if args.dry_run:
-        job = JobSpec(
-            job_dir=slurm.new_job_dir(profile.results_dir or "RESULTS_DIR", args.stage),
-            pytest_args=tuple(pytest_args),
-            name=f"rankgate-{args.stage}",
-        )
-        print(render_script(profile, job), end="")
+        print(describe_stage(profile, stage=args.stage, pytest_args=pytest_args), end="")
         return None
-    result: DispatchResult = slurm.run_stage(
+    wait = wait_policy(
         profile,
-        stage=args.stage,
-        pytest_args=pytest_args,
+        poll_s=args.poll,
         deadline_s=args.deadline,
         queue_timeout_s=args.queue_timeout,
         run_timeout_s=args.run_timeout,
-        poll_s=args.poll or 2.0,
+    )
+    return run_stage(
+        profile,
+        stage=args.stage,
+        pytest_args=pytest_args,
+        wait=wait,
         progress=_progress,
         local_dir=args.out,
     )
-    return result

@@ -1,7 +1,7 @@
 """How a dispatched job ended, in one vocabulary for every target.
 
 A job moves through phases (queued, running) and ends in exactly one
-:class:`Outcome`. Each SLURM job state and each interLink failure class has its own
+:class:`JobOutcome`. Each SLURM job state and each interLink failure class has its own
 outcome, so a report never says "failed" for a job that was really preempted,
 killed for memory or never left the queue. Whether the *tests* passed is a second,
 separate question, answered by the merged per-rank results (:mod:`.results`).
@@ -10,6 +10,7 @@ separate question, answered by the merged per-rank results (:mod:`.results`).
 from __future__ import annotations
 
 import enum
+import re
 
 
 class Phase(enum.Enum):
@@ -19,7 +20,7 @@ class Phase(enum.Enum):
     RUNNING = "running"
 
 
-class Outcome(enum.Enum):
+class JobOutcome(enum.Enum):
     """How a job ended. Values are the words printed in reports."""
 
     COMPLETED = "completed"
@@ -44,6 +45,10 @@ class Outcome(enum.Enum):
     """The job was never accepted (sbatch or the API refused it); the message is verbatim."""
     DEADLINE = "deadline"
     """rankgate's own deadline passed and rankgate cancelled the job."""
+    UNSCHEDULABLE = "unschedulable"
+    """The scheduler says the job can never start as asked (SLURM's PartitionConfig,
+    PartitionNodeLimit ...: more tasks, nodes or time than the partition gives);
+    rankgate cancelled it."""
     QUEUE_TIMEOUT = "queue-timeout"
     """rankgate's queue deadline passed before the job started; rankgate cancelled it."""
     RUN_TIMEOUT = "run-timeout"
@@ -58,11 +63,11 @@ class Outcome(enum.Enum):
     @property
     def infrastructure(self) -> bool:
         """True when the job did not end by its own tests (everything but completed/failed)."""
-        return self not in (Outcome.COMPLETED, Outcome.FAILED)
+        return self not in (JobOutcome.COMPLETED, JobOutcome.FAILED)
 
 
 # SLURM job state (squeue %T / scontrol JobState / sacct State) -> phase or outcome.
-SLURM_STATES: dict[str, Phase | Outcome] = {
+SLURM_STATES: dict[str, Phase | JobOutcome] = {
     "PENDING": Phase.QUEUED,
     "CONFIGURING": Phase.QUEUED,
     "REQUEUED": Phase.QUEUED,
@@ -75,19 +80,45 @@ SLURM_STATES: dict[str, Phase | Outcome] = {
     "STAGE_OUT": Phase.RUNNING,
     "SIGNALING": Phase.RUNNING,
     "RESIZING": Phase.RUNNING,
-    "COMPLETED": Outcome.COMPLETED,
-    "FAILED": Outcome.FAILED,
-    "TIMEOUT": Outcome.TIMEOUT,
-    "CANCELLED": Outcome.CANCELLED,
-    "NODE_FAIL": Outcome.NODE_FAIL,
-    "BOOT_FAIL": Outcome.NODE_FAIL,
-    "OUT_OF_MEMORY": Outcome.OUT_OF_MEMORY,
-    "PREEMPTED": Outcome.PREEMPTED,
-    "DEADLINE": Outcome.TIMEOUT,
+    "COMPLETED": JobOutcome.COMPLETED,
+    "FAILED": JobOutcome.FAILED,
+    "TIMEOUT": JobOutcome.TIMEOUT,
+    "CANCELLED": JobOutcome.CANCELLED,
+    "NODE_FAIL": JobOutcome.NODE_FAIL,
+    "BOOT_FAIL": JobOutcome.NODE_FAIL,
+    "OUT_OF_MEMORY": JobOutcome.OUT_OF_MEMORY,
+    "PREEMPTED": JobOutcome.PREEMPTED,
+    "DEADLINE": JobOutcome.TIMEOUT,
 }
 
 
-def slurm_state(raw: str) -> Phase | Outcome:
+def slurm_state(raw: str) -> Phase | JobOutcome:
     """Map a SLURM state (``CANCELLED by 0``, ``COMPLETED+`` ...) to a phase or outcome."""
     word = raw.strip().split()[0].rstrip("+") if raw.strip() else ""
-    return SLURM_STATES.get(word, Outcome.OTHER)
+    return SLURM_STATES.get(word, JobOutcome.OTHER)
+
+
+# Pending reasons (squeue %r, scontrol Reason) after which SLURM will never start the
+# job as submitted: the partition, account or QOS cannot give what one job asks for.
+# Reasons that clear by themselves (Resources, Priority, ReqNodeNotAvail, held jobs,
+# per-user limits) are left to the queue deadline.
+NEVER_STARTS = frozenset(
+    {
+        "PartitionConfig",
+        "PartitionNodeLimit",
+        "PartitionTimeLimit",
+        "BadConstraints",
+        "DependencyNeverSatisfied",
+        "InvalidAccount",
+        "InvalidQOS",
+        "AccountNotAllowed",
+        "QOSNotAllowed",
+    }
+)
+_PER_JOB_LIMIT = re.compile(r"^(?:Assoc|QOS)Max\w*PerJob\w*$|^QOSMin\w+$")
+
+
+def slurm_never_starts(reason: str) -> bool:
+    """True when a pending job's reason means SLURM will never start it as submitted."""
+    word = reason.strip()
+    return word in NEVER_STARTS or bool(_PER_JOB_LIMIT.match(word))

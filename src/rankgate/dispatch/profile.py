@@ -42,6 +42,26 @@ class ProfileError(ValueError):
     """A profile that cannot be used; the message names the key and the fix."""
 
 
+# Characters a job's folders cannot hold, and why: each reaches a reader that would
+# change the path (rankgate quotes paths wherever a shell or sbatch reads them).
+_PATH_REFUSED = {
+    "$": "pytest expands $NAME in its --junitxml path, so the ranks would write elsewhere",
+    '"': "an #SBATCH line cannot carry a double quote",
+    "\\": "sbatch reads a backslash in an #SBATCH line as an escape",
+    "\n": "an #SBATCH line cannot carry a newline",
+}
+
+
+def check_job_path(key: str, value: str, *, allow: str = "") -> None:
+    """Refuse a folder holding a character no part of the job can carry unchanged."""
+    for char, why in _PATH_REFUSED.items():
+        if char in value and char not in allow:
+            raise ProfileError(
+                f"{key} = {value!r} holds {char!r}: {why}; choose a folder without it "
+                "(rankgate never expands variables in paths: write the path out in full)"
+            )
+
+
 @dataclass(kw_only=True, slots=True)
 class Container:
     """How each rank's command is wrapped in a container."""
@@ -119,6 +139,10 @@ class Profile:
     """GPUs the nodes have and the job asks for (--gres=gpu:N); 0 means a CPU-only profile."""
     time_limit: str = "00:30:00"
     """Job time limit as SLURM writes it: minutes, MM:SS, HH:MM:SS or D-HH:MM:SS."""
+    queue_timeout: float = 21600.0
+    """SLURM targets: seconds a job may wait in the queue before rankgate cancels it
+    (outcome queue-timeout), so a job held or starved forever still ends; interLink
+    targets use ``[interlink] queue_timeout``."""
     modules: list[str] = field(default_factory=list)
     """Environment modules loaded before the ranks start (``module load ...``)."""
     pre_exec: list[str] = field(default_factory=list)
@@ -157,6 +181,10 @@ class Profile:
         if self.gpus_per_node < 0:
             raise ProfileError(f"gpus_per_node = {self.gpus_per_node}: must be >= 0")
         time_limit_minutes(self.time_limit)  # raises on a malformed value
+        if self.queue_timeout <= 0:
+            raise ProfileError(f"queue_timeout must be > 0 seconds, got {self.queue_timeout}")
+        check_job_path("results_dir", self.results_dir)
+        check_job_path("workdir", self.workdir, allow="$")  # only reached quoted
         bad_env = [key for key in self.env if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key)]
         if bad_env:
             raise ProfileError(f"env: {bad_env} are not valid variable names")
@@ -176,18 +204,39 @@ class Profile:
 
 
 def time_limit_minutes(value: str) -> float:
-    """Minutes in a SLURM time limit string; raises :class:`ProfileError` if malformed."""
+    """Minutes in a SLURM time limit string; raises :class:`ProfileError` if malformed.
+
+    Fields after the first are bounded (seconds and minutes below 60, hours after a
+    day count below 24): SLURM itself reads ``1:99`` as 3 minutes rather than refusing
+    it. A limit of zero is refused too: SLURM reads ``0`` as no limit at all.
+    """
     match = _TIME.match(value.strip())
     if not match:
         raise ProfileError(f"time_limit = {value!r}: write minutes, MM:SS, HH:MM:SS or D-HH:MM:SS")
     days, a, b, c = (int(x) if x else None for x in match.groups())
     if days is not None:  # D-HH[:MM[:SS]]
-        return days * 1440 + a * 60 + (b or 0) + (c or 0) / 60
-    if c is not None:  # HH:MM:SS
-        return a * 60 + b + c / 60
-    if b is not None:  # MM:SS
-        return a + b / 60
-    return float(a)
+        bounded = {"hours": (a, 24), "minutes": (b, 60), "seconds": (c, 60)}
+        minutes = days * 1440 + a * 60 + (b or 0) + (c or 0) / 60
+    elif c is not None:  # HH:MM:SS
+        bounded = {"minutes": (b, 60), "seconds": (c, 60)}
+        minutes = a * 60 + b + c / 60
+    elif b is not None:  # MM:SS
+        bounded = {"seconds": (b, 60)}
+        minutes = a + b / 60
+    else:
+        bounded, minutes = {}, float(a)
+    for unit, (field_value, limit) in bounded.items():
+        if field_value is not None and field_value >= limit:
+            raise ProfileError(
+                f"time_limit = {value!r}: {field_value} {unit} is out of range (0-{limit - 1}); "
+                "write minutes, MM:SS, HH:MM:SS or D-HH:MM:SS with each field in range"
+            )
+    if minutes == 0:
+        raise ProfileError(
+            f"time_limit = {value!r}: SLURM reads a zero limit as no limit at all; "
+            'give the job a real limit, e.g. time_limit = "00:30:00"'
+        )
+    return minutes
 
 
 _NESTED = {"container": Container, "interlink": Interlink}

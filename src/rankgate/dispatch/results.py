@@ -15,10 +15,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rankgate.dispatch.outcome import Outcome
+from rankgate.dispatch.outcome import JobOutcome
 from rankgate.report.junit import MergedReport, merge_files
 from rankgate.report.junitfile import ReportInputError, read_junit
+
+if TYPE_CHECKING:
+    from rankgate.dispatch.profile import Profile
+    from rankgate.dispatch.target import Ended
 
 LOG_TAIL_LINES = 40
 DETAIL_LINES = 30
@@ -100,7 +105,7 @@ class DispatchResult:
     profile: str
     target: str
     job_id: str
-    outcome: Outcome
+    outcome: JobOutcome
     state: str = ""
     """The target's raw final state (e.g. ``CANCELLED by 0``), verbatim."""
     exit_code: str = ""
@@ -114,9 +119,37 @@ class DispatchResult:
     queued_s: float = 0.0
     running_s: float = 0.0
 
+    @classmethod
+    def of(cls, profile: Profile, ended: Ended) -> DispatchResult:
+        """The result of a job that ended (:func:`rankgate.dispatch.target.wait_for_job`);
+        its results are attached by :meth:`attach` once fetched."""
+        result = cls(
+            profile=profile.name, target=profile.target, job_id=ended.job_id, outcome=ended.outcome
+        )
+        result.add_message(*ended.notes)
+        watched = ended.watched
+        if watched is not None:
+            last = watched.last
+            result.state, result.exit_code = last.state, last.exit_code
+            result.reason = watched.why or last.reason
+            result.queued_s, result.running_s = watched.queued_s, watched.running_s
+        return result
+
+    def add_message(self, *lines: str) -> None:
+        """Add non-empty ``lines`` to the message, one per line."""
+        self.message = "\n".join(x for x in (self.message, *lines) if x)
+
+    def attach(self, folder: Path, world_size: int) -> None:
+        """Merge the per-rank results found in ``folder``; write ``summary.json`` there."""
+        self.job_dir = folder
+        self.merged = merge_job_dir(folder, world_size)
+        self.write_summary()
+
     @property
     def passed(self) -> bool:
-        return self.outcome is Outcome.COMPLETED and self.merged is not None and self.merged.passed
+        return (
+            self.outcome is JobOutcome.COMPLETED and self.merged is not None and self.merged.passed
+        )
 
     @property
     def exit_status(self) -> int:

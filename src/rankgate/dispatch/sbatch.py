@@ -11,31 +11,16 @@ directory (RANKGATE_STORE), so no TCP port has to be free on the nodes.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from rankgate.dispatch.profile import Profile, ProfileError
+from rankgate.dispatch.job import JobSpec
+from rankgate.dispatch.profile import Profile, check_job_path
 from rankgate.dispatch.results import JUNIT_BASE, junit_name, log_name
 
 SCRIPT_NAME = "job.sbatch"
 _ENV_PREFIX = {"apptainer": "APPTAINERENV_", "singularity": "SINGULARITYENV_"}
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class JobSpec:
-    """What to run: a job directory, the pytest arguments, and a name."""
-
-    job_dir: str
-    """Directory for the script, the per-rank files and SLURM's own output (shared FS)."""
-    pytest_args: tuple[str, ...]
-    """Arguments after ``python -m pytest`` (marker expression, paths, options)."""
-    name: str = "rankgate"
-    """Job name (``--job-name``)."""
-    workdir: str = ""
-    """Where pytest runs; defaults to the profile's workdir, else the job directory."""
-    inplace: bool = True
-    """Pass ``--rankgate-mode=inplace`` (the harness's mode for srun-launched pytest)."""
 
 
 def resource_options(profile: Profile) -> list[str]:
@@ -66,24 +51,26 @@ def sbatch_directives(profile: Profile, job: JobSpec) -> list[str]:
     ``--no-requeue``: a requeued job would rerun the tests over its own results and hide
     the node failure that requeued it; ``sbatch_options = ["--requeue"]`` overrides it.
     """
+    check_job_path("results_dir", job.job_dir)
     return [
         f"--job-name={job.name}",
-        _path_directive("--output", f"{job.job_dir}/slurm-%j.out"),
+        # sbatch reads %j, %x ... anywhere in --output's path; %% is a plain %.
+        _path_directive("--output", job.job_dir.replace("%", "%%") + "/slurm-%j.out"),
         _path_directive("--chdir", _workdir(profile, job)),
         "--no-requeue",
         *resource_options(profile),
     ]
 
 
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9_./:@+=,%-]*")
+
+
 def _path_directive(option: str, path: str) -> str:
-    """``--option=path``; double-quoted when it holds spaces (sbatch splits #SBATCH lines
-    on whitespace outside double quotes), refused when it holds a quote or a newline."""
-    if '"' in path or "\n" in path:
-        raise ProfileError(
-            f"{option}={path!r}: an #SBATCH line cannot carry a double quote or a newline; "
-            "choose a results_dir and workdir without them"
-        )
-    return f'{option}="{path}"' if any(c.isspace() for c in path) else f"{option}={path}"
+    """``--option=path``, double-quoted unless plain: sbatch splits #SBATCH lines on
+    whitespace outside double quotes and pairs single quotes (``Unmatched '``); inside
+    double quotes a single quote, ``$``, ``;`` or a backtick reach sbatch unchanged."""
+    check_job_path(option, path, allow="$")  # a directive is never expanded
+    return f"{option}={path}" if _PLAIN_PATH.fullmatch(path) else f'{option}="{path}"'
 
 
 def _workdir(profile: Profile, job: JobSpec) -> str:
@@ -186,11 +173,3 @@ def render_script(profile: Profile, job: JobSpec) -> str:
 def submit_command(script_path: str) -> list[str]:
     """The sbatch command line (``--parsable`` prints ``jobid[;cluster]``)."""
     return ["sbatch", "--parsable", script_path]
-
-
-def pytest_args_for(marker: str | None, paths: Sequence[str] = (), extra: Sequence[str] = ()):
-    """pytest arguments selecting a stage: ``-m MARKER`` plus paths and extras."""
-    args: list[str] = []
-    if marker:
-        args += ["-m", marker]
-    return (*args, *paths, *extra)

@@ -152,6 +152,7 @@ _STAGES: dict[str, Stage] = {
             name="gpu",
             description="GPU tests (marker: gpu): here if CUDA GPUs are visible, else dispatched.",
             markers="gpu",
+            remote_markers="gpu and world",  # per rank in place: no test that spawns runs
             where=("local", "container", "dispatch"),
             needs=("gpus",),
             products=("junit/gpu.xml",),

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from rankgate.dispatch.interlink.manifest import CONTAINER_NAME
 from rankgate.dispatch.interlink.rest import InterlinkAPIError, InterlinkREST, redact
-from rankgate.dispatch.outcome import Outcome, Phase
+from rankgate.dispatch.outcome import JobOutcome, Phase
 from rankgate.dispatch.profile import Profile
 from rankgate.dispatch.watch import Observation
 
@@ -58,9 +58,9 @@ def classify(container: dict | None, phase: str | None = None) -> Observation:
         code = done.get("exitCode")
         reason = done.get("reason") or ""
         if reason == "OOMKilled":
-            outcome = Outcome.OUT_OF_MEMORY
+            outcome = JobOutcome.OUT_OF_MEMORY
         else:
-            outcome = Outcome.COMPLETED if code == 0 else Outcome.FAILED
+            outcome = JobOutcome.COMPLETED if code == 0 else JobOutcome.FAILED
         message = done.get("message") or ""
         return Observation("terminated", outcome, reason or message, str(code))
     if state.get("running") is not None:
@@ -69,14 +69,16 @@ def classify(container: dict | None, phase: str | None = None) -> Observation:
         reason = state["waiting"].get("reason") or ""
         if reason in START_ERRORS:
             return Observation(
-                f"waiting: {reason}", Outcome.START_ERROR, state["waiting"].get("message") or reason
+                f"waiting: {reason}",
+                JobOutcome.START_ERROR,
+                state["waiting"].get("message") or reason,
             )
         return Observation("waiting", Phase.QUEUED, reason)
     by_phase = {
         "Running": Phase.RUNNING,
-        "Succeeded": Outcome.COMPLETED,
-        "Failed": Outcome.FAILED,
-        "Unknown": Outcome.LOST,
+        "Succeeded": JobOutcome.COMPLETED,
+        "Failed": JobOutcome.FAILED,
+        "Unknown": JobOutcome.LOST,
     }
     return Observation(phase or "Pending", by_phase.get(phase or "", Phase.QUEUED))
 

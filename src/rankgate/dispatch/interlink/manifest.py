@@ -23,8 +23,9 @@ import re
 import secrets
 import shlex
 
+from rankgate.dispatch.job import JobSpec
 from rankgate.dispatch.profile import Profile, ProfileError
-from rankgate.dispatch.sbatch import JobSpec, rank_command, resource_options
+from rankgate.dispatch.sbatch import rank_command, resource_options
 
 TOLERATION_KEY = "virtual-node.interlink/no-schedule"
 HOSTNAME_LABEL = "kubernetes.io/hostname"

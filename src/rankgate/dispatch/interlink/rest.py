@@ -24,21 +24,46 @@ GPU hosts without a registry can run it.
 from __future__ import annotations
 
 import json
+import re
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 from rankgate.dispatch.interlink.manifest import CONTAINER_NAME
+from rankgate.dispatch.target import TargetError
 
 REDACTED = "<token>"
+PREFIX_CHARS = 8
+"""A run of at least this many leading characters of a secret is redacted too."""
 
 
 def redact(text: str, *secrets: str) -> str:
-    """``text`` with every non-empty secret replaced by ``<token>`` (longest first)."""
+    """``text`` with every non-empty secret replaced by ``<token>``.
+
+    Servers echo a token in other forms than the one sent, so each secret is also
+    matched URL-encoded (``quote`` and ``quote_plus``), in any letter case, and as a
+    prefix of at least :data:`PREFIX_CHARS` characters (a token cut short in a message).
+    """
     for secret in sorted({x for x in secrets if x}, key=len, reverse=True):
-        text = text.replace(secret, REDACTED)
+        forms = {secret, urllib.parse.quote(secret, safe=""), urllib.parse.quote_plus(secret)}
+        for form in sorted(forms, key=len, reverse=True):
+            text = _redact_form(text, form)
     return text
+
+
+def _redact_form(text: str, form: str) -> str:
+    """Replace ``form`` and its prefixes of PREFIX_CHARS or more, in any case."""
+    head = re.compile(re.escape(form[:PREFIX_CHARS]), re.IGNORECASE)
+    kept, pos = [], 0
+    while match := head.search(text, pos):
+        end, i = match.end(), min(PREFIX_CHARS, len(form))
+        while i < len(form) and end < len(text) and text[end].lower() == form[i].lower():
+            end, i = end + 1, i + 1
+        kept += [text[pos : match.start()], REDACTED]
+        pos = end
+    return "".join(kept) + text[pos:]
 
 
 class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
@@ -51,7 +76,7 @@ class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
 _OPENER = urllib.request.build_opener(_RefuseRedirects)
 
 
-class InterlinkAPIError(RuntimeError):
+class InterlinkAPIError(TargetError):
     """The API answered with an error status, or could not be reached.
 
     ``status`` is the HTTP status (None when there was no answer); ``body`` is what the
@@ -73,10 +98,28 @@ class InterlinkREST:
         self.timeout = timeout
 
     def _token(self) -> str:
+        """The token: the file's one line. Anything else is refused without showing it."""
         try:
-            return self.token_file.read_text().strip()
+            text = self.token_file.read_text()
         except OSError as exc:
             raise InterlinkAPIError("-", "-", None, f"cannot read token file: {exc}") from None
+        token = text.strip()
+        problem = ""
+        if not token:
+            problem = "is empty"
+        elif len(token.splitlines()) > 1:
+            problem = f"holds {len(token.splitlines())} lines"
+        elif not token.isascii() or not token.isprintable() or " " in token:
+            problem = "holds spaces, control or non-ASCII characters"
+        if problem:
+            raise InterlinkAPIError(
+                "-",
+                "-",
+                None,
+                f"token file {self.token_file} {problem}: it must hold the bearer token "
+                "alone, on one line (nothing else is sent, and the token is never shown)",
+            )
+        return token
 
     def request(self, method: str, path: str, body: Any = None) -> str:
         """Send one request; the answer's text, or :class:`InterlinkAPIError`."""

@@ -1,0 +1,44 @@
+"""The dispatch tests without the [dev] extra: the interLink ones skip, collection works.
+
+kubernetes and openapi_schema_validator are hidden by modules of those names that
+raise ModuleNotFoundError, as an absent package does, placed first on the path of a
+child pytest run.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+HIDDEN = ("kubernetes", "openapi_schema_validator")
+
+
+def test_collection_works_without_the_dev_extras(tmp_path):
+    for name in HIDDEN:
+        (tmp_path / f"{name}.py").write_text(
+            f"raise ModuleNotFoundError('{name} hidden by the test')\n"
+        )
+    root = Path(__file__).resolve().parents[2]
+    pytest_run = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider"]
+    done = subprocess.run(
+        [*pytest_run, "tests/dispatch", "-k", "interlink or kube"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])},
+    )
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said  # all of tests/dispatch collected, nothing errored
+    skipped = [line for line in said.splitlines() if line.startswith("SKIPPED")]
+    assert [line.split(":")[0] for line in skipped] == [
+        "SKIPPED [1] tests/dispatch/test_dispatch_interlink.py",  # the whole module
+        "SKIPPED [2] tests/dispatch/test_dispatch_interlink_e2e.py",  # through its fixture
+    ]
+    assert all(line.endswith("needs the [dev] extra") for line in skipped)
