@@ -243,7 +243,7 @@ def local_member(device: torch.device | None) -> dict:
     member: dict = {"host": socket.gethostname(), "device": None, "access": {}}
     if device is None or device.type != "cuda":
         return member
-    topo = detect_topology(topo_text=lambda: None)  # access only; links are not needed
+    topo = detect_topology(read_links=None)  # access only; links are not needed
     me = device.index
     member["device"] = me
     if me is None or me >= len(topo.devices):
