@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from rankgate.pipeline import command, executor, stages
+from rankgate.pipeline import executor, process, stages
 from rankgate.pipeline.executor import Options, Outcome
 
 pytestmark = pytest.mark.unit
@@ -44,10 +44,10 @@ def calls(monkeypatch):
             stdout_path.parent.mkdir(parents=True, exist_ok=True)
             stdout_path.write_text("[]\n")
         if code not in ok_codes:
-            raise command.CommandFailed(list(argv), code)
+            raise process.CommandFailed(list(argv), code)
         return code
 
-    monkeypatch.setattr(command, "run", fake_run)
+    monkeypatch.setattr(process, "run", fake_run)
     monkeypatch.setattr(executor, "module_missing", lambda name: None)
     monkeypatch.setattr("shutil.which", lambda name: f"/usr/bin/{name}")
     return recorded
@@ -229,7 +229,7 @@ def test_a_commands_env_reaches_it(options, monkeypatch):
         envs.append((argv[0], dict(env or {})))
         return 0
 
-    monkeypatch.setattr(command, "run", fake_run)
+    monkeypatch.setattr(process, "run", fake_run)
     executor.run_stage(stages.get("container"), options, FakeMachine("container-engine"))
     (build_env, test_env) = (env for _, env in envs)
     assert "RANKGATE_REQUIRE_CONTAINER" not in build_env
