@@ -121,7 +121,7 @@ def test_missing_module_skips_that_command(calls, options, monkeypatch):
     outcome = executor.run_stage(stages.get("bench"), options, FakeMachine())
     assert [c[0] for c in calls] == ["pytest"]
     assert outcome.status == "passed"
-    assert "bench harness: rankgate.bench.harness is not in this rankgate" in outcome.reason
+    assert "bench harness: rankgate.bench.pool_overhead is not in this rankgate" in outcome.reason
 
 
 def test_no_tests_selected_is_a_skip_not_a_pass(calls, options):

@@ -188,7 +188,7 @@ _STAGES: dict[str, Stage] = {
                 Command(
                     argv=("rankgate", "bench", "harness", "--json", "--k", "10"),
                     label="bench harness",
-                    module="rankgate.bench.harness",
+                    module="rankgate.bench.pool_overhead",
                     stdout="bench/harness.json",
                 ),
             ),
