@@ -101,7 +101,7 @@ def test_broadcast_any_dtype_through_peer_memory(root, device):
         assert not backend.fallbacks
 
 
-@pytest.mark.parametrize("numel", [1024, 64 << 10, 1 << 20])  # push, one-shot, two-shot
+@pytest.mark.parametrize("numel", [1024, 128 << 10, 1 << 20])  # fp32: push, one-shot, two-shot
 def test_captured_in_a_cuda_graph(numel, rank, device):
     """Captured once (the shape check runs at capture), replayed with new inputs."""
     with create_backend("p2p", device=device, p2p_config=WITH_BROADCAST) as backend:
@@ -132,7 +132,7 @@ def test_captured_in_a_cuda_graph(numel, rank, device):
 def test_misaligned_tensor_takes_the_same_kernel(rank, device):
     """A view one element in on rank 1 only: results land via the buffer's upper half."""
     with create_backend("p2p", device=device) as backend:
-        for numel in (1024, 32 << 10, 1 << 20):  # push, one-shot, two-shot
+        for numel in (1024, 32 << 10, 1 << 20):  # eager: one-shot, one-shot, two-shot
             base = torch.zeros(numel + 1, device=device)
             t = base[1:] if rank == 1 else base[:numel]
             t.copy_(torch.arange(numel, device=device, dtype=torch.float32) + rank)
