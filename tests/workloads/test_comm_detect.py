@@ -240,6 +240,30 @@ def _smi_topo(text: str) -> dict[tuple[int, int], str]:
     return out
 
 
+def _raw_nvlinks(uuids):
+    """Every link NVML reports per GPU, as (link, state, remote bus, remote type), for the log."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    out = {}
+    for uuid in uuids:
+        h = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+        rows = []
+        for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
+            row = [link]
+            for call in (pynvml.nvmlDeviceGetNvLinkState, pynvml.nvmlDeviceGetNvLinkRemotePciInfo,
+                         pynvml.nvmlDeviceGetNvLinkRemoteDeviceType):  # fmt: skip
+                try:
+                    value = call(h, link)
+                    row.append(getattr(value, "bus", value))
+                except pynvml.NVMLError as exc:
+                    row.append(str(exc))
+            rows.append(row)
+        out[uuid] = rows
+    pynvml.nvmlShutdown()
+    return out
+
+
 @pytest.mark.gpu
 def test_nvml_links_agree_with_nvidia_smi():
     """On a GPU host: NVML's links, named as nvidia-smi names them, are nvidia-smi's."""
@@ -255,7 +279,8 @@ def test_nvml_links_agree_with_nvidia_smi():
         ).stdout
     )
     links = nvml_links(uuids)
-    print(json.dumps({"uuids": uuids, "nvml": links, "nvidia-smi": sorted(table.items())}))
+    print(json.dumps({"uuids": uuids, "nvml": links, "nvidia-smi": sorted(table.items()),
+                      "raw": _raw_nvlinks(uuids)}))  # fmt: skip
     for (i, j), cell in table.items():
         assert links[i][j] == cell.strip(), (i, j, links[i][j], cell)
     topo = detect_topology()

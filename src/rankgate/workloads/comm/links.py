@@ -61,16 +61,19 @@ def _pci_address(info) -> tuple[int, int, int]:
     return int(info.domain), int(info.bus), int(info.device)
 
 
-def _nvlink_remotes(nvml, handle, buses) -> list[tuple[tuple[int, int, int], int]]:
+def _nvlink_remotes(nvml, handle, buses) -> list[tuple[tuple[int, int, int] | None, int]]:
     """(remote PCI address, remote device type) of each active NVLink of one GPU."""
     out = []
     for link in range(nvml.NVML_NVLINK_MAX_LINKS):
         try:
             if nvml.nvmlDeviceGetNvLinkState(handle, link) != nvml.NVML_FEATURE_ENABLED:
                 continue
-            remote = _pci_address(nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link))
         except nvml.NVMLError:  # no such link on this GPU (or no NVLink at all)
             continue
+        try:
+            remote = _pci_address(nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link))
+        except nvml.NVMLError:  # an active link whose far end NVML does not show
+            remote = None
         try:
             kind = nvml.nvmlDeviceGetNvLinkRemoteDeviceType(handle, link)
         except nvml.NVMLError:  # older drivers: a peer we know by address, else a switch
