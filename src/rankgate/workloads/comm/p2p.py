@@ -148,7 +148,7 @@ class P2PConfig:
         return self.thresholds(True) != self.thresholds(False)
 
 
-def route_all_reduce(
+def route_all_reduce(  # pure and keyword-only: every input of the decision is visible
     cfg: P2PConfig,
     *,
     op: str,
