@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.distributed as dist
 
 from rankgate.workloads.comm import P2PConfig, create_backend
-from rankgate.workloads.comm.reference import check, expected, rank_input, run_collective
+from rankgate.workloads.comm.reference import (
+    check,
+    expected,
+    rank_input,
+    rank_order_sum,
+    run_collective,
+    spread_normal,
+)
 
 pytestmark = pytest.mark.world(2, backend="nccl")
 
@@ -93,7 +101,7 @@ def test_broadcast_any_dtype_through_peer_memory(root, device):
         assert not backend.fallbacks
 
 
-@pytest.mark.parametrize("numel", [1024, 64 << 10, 1 << 20])  # push, one-shot, two-shot
+@pytest.mark.parametrize("numel", [1024, 128 << 10, 1 << 20])  # fp32: push, one-shot, two-shot
 def test_captured_in_a_cuda_graph(numel, rank, device):
     """Captured once (the shape check runs at capture), replayed with new inputs."""
     with create_backend("p2p", device=device, p2p_config=WITH_BROADCAST) as backend:
@@ -124,7 +132,7 @@ def test_captured_in_a_cuda_graph(numel, rank, device):
 def test_misaligned_tensor_takes_the_same_kernel(rank, device):
     """A view one element in on rank 1 only: results land via the buffer's upper half."""
     with create_backend("p2p", device=device) as backend:
-        for numel in (1024, 32 << 10, 1 << 20):  # push, one-shot, two-shot
+        for numel in (1024, 32 << 10, 1 << 20):  # eager: one-shot, one-shot, two-shot
             base = torch.zeros(numel + 1, device=device)
             t = base[1:] if rank == 1 else base[:numel]
             t.copy_(torch.arange(numel, device=device, dtype=torch.float32) + rank)
@@ -188,4 +196,59 @@ def test_push_sizes_mixed_in_one_graph_stay_exact(rank, device):
         for step, results in enumerate(kept):  # ranks 0 and 1: 3 * ramp + 2 * (i + step)
             for i, (got, ramp) in enumerate(zip(results, ramps)):
                 assert torch.equal(got, ramp * 3 + 2 * (i + step)), (step, sizes[i])
+        assert not backend.fallbacks
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's bits on the host (so -0.0 and 0.0, or two NaNs, are told apart)."""
+    return t.detach().cpu().contiguous().view(torch.int16 if t.element_size() == 2 else torch.int32)
+
+
+# bytes: one word, 257 words, 2049 words (two blocks and a tail), 13 blocks, the largest slot
+PUSH_FLOAT_BYTES = (4, 1028, 8196, 100004, 256 << 10)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_push_rounds_random_floats_like_the_reference_on_every_rank(dtype, rank, device):
+    """Random floats whose sums round (``spread_normal``), eagerly and replayed in a graph.
+
+    Every rank must hold ``rank_order_sum``'s bits (float32 additions in rank order, one
+    rounding to nearest even) and the same bits as every other rank (gathered over NCCL).
+    """
+    cfg = P2PConfig(push_max_bytes=256 << 10, algorithm="push")
+    with create_backend("p2p", device=device, p2p_config=cfg, check_shapes=False) as backend:
+        world = backend.world_size
+
+        def inputs(numel, step):
+            return [
+                spread_normal(numel, dtype, seed=(numel * 31 + step) * 8 + r) for r in range(world)
+            ]
+
+        def check_bits(got, want, what):
+            assert torch.equal(_bits(got), _bits(want)), f"{what}: not the reference's bits"
+            every = [torch.empty_like(got) for _ in range(world)]
+            dist.all_gather(every, got)
+            for r in range(1, world):
+                assert torch.equal(_bits(every[r]), _bits(every[0])), f"{what}: rank {r} differs"
+
+        numels = [n // dtype.itemsize for n in PUSH_FLOAT_BYTES]
+        for numel in numels:  # eager
+            ins = inputs(numel, 0)
+            t = ins[rank].to(device)
+            assert backend.all_reduce_path(t)[0] == "push"
+            backend.all_reduce(t)
+            check_bits(t, rank_order_sum(ins), f"eager {numel}")
+        statics = [torch.zeros(n, dtype=dtype, device=device) for n in numels]
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for t in statics:
+                backend.all_reduce(t)
+        for step in (1, 2):
+            per_size = [inputs(n, step) for n in numels]
+            for t, ins in zip(statics, per_size):
+                t.copy_(ins[rank])
+            graph.replay()
+            torch.cuda.synchronize(device)
+            for t, ins, n in zip(statics, per_size, numels):
+                check_bits(t, rank_order_sum(ins), f"graph step {step}, {n}")
         assert not backend.fallbacks

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rankgate.pipeline import command, container
+from rankgate.pipeline import container, process
 from rankgate.pipeline.container import load_matrix, run_args
 from rankgate.pipeline.probe import Machine
 
@@ -42,7 +42,7 @@ def in_image(engine: str, argv: list[str], results: Path | None = None) -> tuple
     if results is not None:
         results.chmod(0o777)  # the image's user (uid 10001) writes its JUnit here
         mounts[str(results)] = "/results"
-    return command.capture(run_args(engine, IMAGE, argv, mounts=mounts), timeout=600)
+    return process.capture(run_args(engine, IMAGE, argv, mounts=mounts), timeout=600)
 
 
 def junit_totals(path: Path) -> dict[str, int]:

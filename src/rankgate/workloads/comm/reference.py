@@ -49,6 +49,31 @@ def exact_sum(inputs: list[torch.Tensor]) -> torch.Tensor:
     return total.to(inputs[0].dtype)
 
 
+def rank_order_sum(inputs: list[torch.Tensor]) -> torch.Tensor:
+    """The sum a fixed-order kernel (p2p push) must give, bit for bit.
+
+    float32 accumulation in rank order, ``((x0 + x1) + x2) + ...``, rounded once to the
+    inputs' dtype (round to nearest even, as torch's casts): the same additions on every
+    rank, so every rank holds the same bits.
+    """
+    acc = inputs[0].to(torch.float32)
+    for t in inputs[1:]:
+        acc = acc + t.to(torch.float32)
+    return acc.to(inputs[0].dtype)
+
+
+def spread_normal(numel: int, dtype: torch.dtype, *, seed: int) -> torch.Tensor:
+    """Random floats (CPU) whose sums round: normals scaled by 2**k, k in [-16, 16].
+
+    Exponents this far apart make float32 partial sums of float32 and of bfloat16 inputs
+    inexact, so a kernel that truncates instead of rounding, or adds in another order,
+    gets different bits.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    scale = torch.exp2(torch.randint(-16, 17, (numel,), generator=gen).to(torch.float32))
+    return (torch.randn(numel, generator=gen) * scale).to(dtype)
+
+
 def sum_tolerance(inputs: list[torch.Tensor]) -> torch.Tensor:
     """Bound on |backend sum - exact sum| for any reduction order (float64, elementwise).
 

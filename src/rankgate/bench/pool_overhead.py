@@ -1,4 +1,4 @@
-"""``rankgate bench harness``: per-test overhead of the worker pool vs spawn per test.
+"""``rankgate bench harness``: per-test overhead of the worker pool vs spawning ranks per test.
 
 Pool: one pytest run (in a subprocess, as users run it) of K trivial world(n)
 tests per world size; a conftest times each test's whole protocol (setup, call,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rankgate.pipeline import command
+from rankgate.pipeline import process
 
 pytestmark = pytest.mark.unit
 
@@ -16,9 +16,9 @@ PY = sys.executable
 
 
 def test_ok_codes_and_failure_carry_the_command():
-    assert command.run([PY, "-c", "raise SystemExit(5)"], ok_codes=(0, 5), echo=False) == 5
-    with pytest.raises(command.CommandFailed) as info:
-        command.run([PY, "-c", "raise SystemExit(3)"], echo=False)
+    assert process.run([PY, "-c", "raise SystemExit(5)"], ok_codes=(0, 5), echo=False) == 5
+    with pytest.raises(process.CommandFailed) as info:
+        process.run([PY, "-c", "raise SystemExit(3)"], echo=False)
     assert info.value.returncode == 3
     assert info.value.argv[0] == PY
     assert str(info.value).endswith(": exit code 3")
@@ -26,14 +26,14 @@ def test_ok_codes_and_failure_carry_the_command():
 
 def test_stdout_is_copied_into_the_product_file(tmp_path, capsys):
     product = tmp_path / "bench" / "out.json"
-    command.run([PY, "-c", "print('[1]')"], stdout_path=product, echo=False)
+    process.run([PY, "-c", "print('[1]')"], stdout_path=product, echo=False)
     assert product.read_text() == "[1]\n"
     assert capsys.readouterr().out == "[1]\n"
 
 
 def test_missing_program_names_it():
-    with pytest.raises(command.CommandFailed, match="no-such-tool-xyz not found on PATH"):
-        command.run(["no-such-tool-xyz"], echo=False)
+    with pytest.raises(process.CommandFailed, match="no-such-tool-xyz not found on PATH"):
+        process.run(["no-such-tool-xyz"], echo=False)
 
 
 def test_timeout_kills_the_whole_process_tree(tmp_path):
@@ -44,8 +44,8 @@ def test_timeout_kills_the_whole_process_tree(tmp_path):
         f"open({str(pidfile)!r}, 'w').write(str(p.pid));"
         "time.sleep(60)"
     )
-    with pytest.raises(command.CommandFailed, match="timed out after 2 s") as info:
-        command.run([PY, "-c", script], timeout=2, echo=False)
+    with pytest.raises(process.CommandFailed, match="timed out after 2 s") as info:
+        process.run([PY, "-c", script], timeout=2, echo=False)
     assert info.value.returncode == 124
     grandchild = int(pidfile.read_text())
     for _ in range(50):  # gone within 5 s of the SIGTERM to its group
@@ -66,12 +66,12 @@ def running(pid: int) -> bool:
 
 
 def test_capture_never_raises():
-    assert command.capture(["no-such-tool-xyz"])[0] == 127
-    assert command.capture([PY, "-c", "print('hi')"]) == (0, "hi")
+    assert process.capture(["no-such-tool-xyz"])[0] == 127
+    assert process.capture([PY, "-c", "print('hi')"]) == (0, "hi")
 
 
 def test_timeout_applies_while_stdout_is_copied(tmp_path):
     script = "import time; print('started', flush=True); time.sleep(60)"
-    with pytest.raises(command.CommandFailed, match="timed out after 1 s"):
-        command.run([PY, "-c", script], timeout=1, stdout_path=tmp_path / "log", echo=False)
+    with pytest.raises(process.CommandFailed, match="timed out after 1 s"):
+        process.run([PY, "-c", script], timeout=1, stdout_path=tmp_path / "log", echo=False)
     assert (tmp_path / "log").read_text() == "started\n"

@@ -1,0 +1,148 @@
+"""``rankgate bench comm``'s command line and the options record every rank receives.
+
+:class:`CommOptions` is built once from the arguments in the parent, checked there,
+and sent to each rank unchanged (it is frozen): what a run measures is what it was
+asked, and the JSON's ``meta.options`` is that record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass
+
+FORCED = {"p2p-push": "push", "p2p-oneshot": "oneshot", "p2p-twoshot": "twoshot"}
+"""Backend names that force the p2p all-reduce onto one kernel (for the crossovers)."""
+BACKENDS = ("auto", "p2p", "nccl", "gloo", *FORCED)
+GPU_DEFAULT_BACKENDS = "nccl,p2p-push,p2p-oneshot,p2p-twoshot,auto"
+GPU_DEFAULT_COLLECTIVES = "all_reduce,broadcast,all_gather,reduce_scatter,send_recv"
+COLLECTIVES = ("all_reduce", "broadcast", "all_gather", "reduce_scatter", "gather", "send_recv")
+DTYPES = ("fp32", "bf16", "fp16", "int32")
+AUTO_THRESHOLDS = ("measured", "defaults")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--backends", default=None, help=f"comma list of {', '.join(BACKENDS)} "
+        f"(default: {GPU_DEFAULT_BACKENDS} with GPUs, gloo without)")  # fmt: skip
+    add("--collectives", default=None, help="comma list (default: all_reduce on CPU; "
+        f"{GPU_DEFAULT_COLLECTIVES} on GPUs)")  # fmt: skip
+    add("--dtype", default="fp32", choices=DTYPES)
+    add("-b", "--min-bytes", default="8", help="smallest size (default 8)")
+    add("-e", "--max-bytes", default=None, help="largest size (default 2G on GPUs, 1M on CPU)")
+    add("-f", "--factor", type=int, default=4, help="size step factor (default 4)")
+    add("--iters", type=int, default=20, help="calls per timed repetition (default 20)")
+    add("--warmup", type=int, default=5, help="untimed calls first (default 5)")
+    add("--reps", type=int, default=5, help="timed repetitions; the median counts (default 5)")
+    add("--rounds", type=int, default=1, help="sweeps over every backend, in reverse order "
+        "every other one; each figure is the median over rounds (default 1)")  # fmt: skip
+    add("--graph-max-bytes", default="64M", help="also time in a CUDA graph up to this (0: off)")
+    add("--check-max-bytes", default="64M", help="check results on the host up to this size")
+    add("--buffer-bytes", default=None, help="p2p symmetric buffer per rank (default: "
+        "P2PConfig's, 32M)")  # fmt: skip
+    add("--auto-thresholds", choices=AUTO_THRESHOLDS, default="measured",
+        help="p2p sizes for auto: the crossovers of a first sweep, in as many rounds, over "
+        "the single backends listed (default; list nccl and p2p-push/-oneshot/-twoshot) or "
+        "P2PConfig's defaults (what auto ships with)")  # fmt: skip
+    add("--world", type=int, default=None, help="ranks (default: visible GPUs, or 2 on CPU)")
+    add("--cpu", action="store_true", help="stay on the CPU even where GPUs are visible")
+    add("--reference", action="append", default=[], help="nccl-tests output file or folder")
+    add("--out", default=None, help="folder for comm.json, comm.txt and the PNG plots")
+    add("--json", action="store_true", help="end with the results as one JSON line")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CommOptions:
+    """What one ``rankgate bench comm`` run measures, and how."""
+
+    world: int
+    """Ranks."""
+    on_gpu: bool
+    """One GPU per rank (NCCL and p2p); False: gloo ranks on the CPU."""
+    backends: tuple[str, ...]
+    """Backends swept, in order (names of :data:`BACKENDS`)."""
+    collectives: tuple[str, ...]
+    """Collectives measured for each backend (forced p2p backends: all_reduce only)."""
+    dtype: str
+    """Element type, one of :data:`DTYPES`."""
+    sizes: tuple[int, ...]
+    """Message sizes in bytes, before each collective fits them to its element count."""
+    iters: int = 20
+    """Back-to-back calls per timed repetition."""
+    warmup: int = 5
+    """Untimed calls before the repetitions."""
+    reps: int = 5
+    """Timed repetitions; their median is the figure."""
+    rounds: int = 1
+    """Sweeps over every backend (every other one reversed); the median over rounds counts."""
+    graph_max: int = 0
+    """Sizes up to this are timed in a CUDA graph too (0: never; always 0 on the CPU)."""
+    check_max: int = 64 << 20
+    """Results are checked on the host up to this size."""
+    buffer_bytes: int | None = None
+    """The p2p symmetric buffer per rank; None: P2PConfig's default."""
+    auto_thresholds: str = "measured"
+    """``measured``: auto's sizes from a calibrating sweep of the single backends;
+    ``defaults``: P2PConfig's shipped sizes."""
+
+    def __post_init__(self) -> None:
+        for name in ("world", "iters", "reps", "rounds"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be >= 1")
+        if self.warmup < 0:
+            raise ValueError("--warmup must be >= 0")
+        for b in self.backends:
+            if b not in BACKENDS:
+                raise ValueError(f"unknown backend {b!r}; valid: {', '.join(BACKENDS)}")
+        for c in self.collectives:
+            if c not in COLLECTIVES:
+                raise ValueError(f"unknown collective {c!r}; valid: {', '.join(COLLECTIVES)}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}; valid: {', '.join(DTYPES)}")
+        if self.auto_thresholds not in AUTO_THRESHOLDS:
+            raise ValueError(f"--auto-thresholds is one of {', '.join(AUTO_THRESHOLDS)}")
+        if not self.sizes:
+            raise ValueError("no message sizes: check -b, -e and -f")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, gpus: int) -> CommOptions:
+        """The record for ``args`` on a machine with ``gpus`` visible GPUs."""
+        from rankgate.bench.busbw import message_sizes, parse_size
+
+        gpus = 0 if args.cpu else gpus
+        world = args.world or (gpus if gpus >= 2 else 2)
+        on_gpu = gpus >= world
+        backends = args.backends or (GPU_DEFAULT_BACKENDS if on_gpu else "gloo")
+        collectives = args.collectives or (GPU_DEFAULT_COLLECTIVES if on_gpu else "all_reduce")
+        max_bytes = parse_size(args.max_bytes or ("2G" if on_gpu else "1M"))
+        return cls(
+            world=world,
+            on_gpu=on_gpu,
+            backends=tuple(backends.split(",")),
+            collectives=tuple(collectives.split(",")),
+            dtype=args.dtype,
+            sizes=tuple(message_sizes(parse_size(args.min_bytes), max_bytes, args.factor)),
+            iters=args.iters,
+            warmup=args.warmup,
+            reps=args.reps,
+            rounds=args.rounds,
+            graph_max=parse_size(args.graph_max_bytes) if on_gpu else 0,
+            check_max=parse_size(args.check_max_bytes),
+            buffer_bytes=parse_size(args.buffer_bytes) if args.buffer_bytes else None,
+            auto_thresholds=args.auto_thresholds,
+        )
+
+    def p2p_config(self, **sizes):
+        """A P2PConfig on this run's buffer (P2PConfig's own default when none was given)."""
+        from rankgate.workloads.comm import P2PConfig
+
+        if self.buffer_bytes is not None:
+            sizes["buffer_bytes"] = self.buffer_bytes
+        return P2PConfig(**sizes)
+
+    def as_meta(self) -> dict:
+        """JSON-ready, for ``meta.options`` (sizes are in the results)."""
+        out = dataclasses.asdict(self)
+        del out["sizes"]
+        out["backends"], out["collectives"] = list(self.backends), list(self.collectives)
+        return out
