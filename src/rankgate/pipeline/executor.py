@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from rankgate.pipeline import command, stages
+from rankgate.pipeline import changes, command, stages
 from rankgate.pipeline.probe import Machine, module_missing
 from rankgate.pipeline.stages import Command, Stage
 
@@ -37,13 +37,18 @@ class Options:
     """Extra pytest arguments (paths, -k, -x, -n ...), given to every pytest command."""
     strict: bool = False
     """The gate fails on a skipped stage too, as the release gate does; a stage whose
-    optional tool (actionlint) is absent is skipped, not passed."""
+    optional tool (actionlint) is absent is skipped, not passed. A stage the change does
+    not affect (``changed_since``) is never a failure."""
+    changed_since: str = ""
+    """Run only the stages a change since this git ref touches (rankgate.pipeline.changes)."""
+    repo: Path = Path(".")
+    """The repository ``changed_since`` is computed in."""
 
     @classmethod
     def from_args(cls, args: list[str]) -> Options:
-        """``[--profile P] [--out DIR] [--strict] [pytest args...]`` (nox's posargs)."""
+        """``[--profile P] [--out DIR] [--strict] [--changed-since REF] [pytest args...]``."""
         options, rest = cls(), list(args)
-        while rest and rest[0] in ("--profile", "--out", "--strict"):
+        while rest and rest[0] in ("--profile", "--out", "--strict", "--changed-since"):
             flag = rest.pop(0)
             if flag == "--strict":
                 options.strict = True
@@ -53,6 +58,8 @@ class Options:
             value = rest.pop(0)
             if flag == "--profile":
                 options.profile = value
+            elif flag == "--changed-since":
+                options.changed_since = value
             else:
                 options.out_dir = Path(value)
         options.pytest_args = tuple(rest)
@@ -70,16 +77,44 @@ class Outcome:
     seconds: float = 0.0
     products: tuple[str, ...] = ()
     """Product files that exist after the run."""
+    selected: str = ""
+    """With ``--changed-since``: why the change made it run (or, skipped, why not)."""
+    not_affected: bool = False
+    """Skipped because the change does not touch it: never blocks a gate."""
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
 
 
-def run_stage(stage: Stage, options: Options, machine: Machine | None = None) -> Outcome:
-    """Run one stage here or dispatch it; a stage the machine cannot run is skipped, loudly."""
+def run_stage(
+    stage: Stage,
+    options: Options,
+    machine: Machine | None = None,
+    decision: changes.Decision | None = None,
+) -> Outcome:
+    """Run one stage here or dispatch it; a stage the machine cannot run is skipped, loudly.
+
+    With ``options.changed_since`` (or a ``decision`` already made) a stage the change
+    does not touch is skipped, saying why.
+    """
     if stage.includes:
         raise ValueError(f"{stage.name} runs other stages: use run_gate()")
-    machine = machine or Machine()
+    if decision is None and options.changed_since:
+        decision = _plan(options, [stage]).decision(stage.name)
+    if decision is not None and not decision.run:
+        return _announce(
+            Outcome(
+                stage=stage.name, status="skipped", reason=decision.reason,
+                selected=decision.reason, not_affected=True,
+            )
+        )
+    outcome = _run_selected(stage, options, machine or Machine())
+    if decision is not None:
+        outcome.selected = decision.reason
+    return outcome
+
+
+def _run_selected(stage: Stage, options: Options, machine: Machine) -> Outcome:
     start = time.monotonic()
     if options.profile and stage.dispatchable:
         steps = [_dispatch_command(stage, options)]
@@ -118,10 +153,15 @@ def run_gate(
 ) -> list[Outcome]:
     """The gate's own commands (env-check), then each included stage; prints the table."""
     gate = stages.get("gate")
+    chosen = [stages.get(name) for name in (include if include is not None else gate.includes)]
+    plan = _plan(options, chosen) if options.changed_since else None
+    if plan is not None:
+        print(plan.render(), file=sys.stderr, flush=True)
     outcomes = gate_checks(options)
     machine = machine or Machine()
-    for name in include if include is not None else gate.includes:
-        outcomes.append(run_stage(stages.get(name), options, machine))
+    for stage in chosen:
+        decision = plan.decision(stage.name) if plan is not None else None
+        outcomes.append(run_stage(stage, options, machine, decision))
     options.out_dir.mkdir(parents=True, exist_ok=True)
     (options.out_dir / "gate.json").write_text(
         json.dumps([o.to_json() for o in outcomes], indent=2) + "\n"
@@ -152,7 +192,11 @@ def verdict(outcomes: list[Outcome], *, allow_skipped: bool) -> list[str]:
     """
     blockers = [f"{o.stage} failed: {o.reason}" for o in outcomes if o.status == "failed"]
     if not allow_skipped:
-        blockers += [f"{o.stage} skipped: {o.reason}" for o in outcomes if o.status == "skipped"]
+        blockers += [
+            f"{o.stage} skipped: {o.reason}"
+            for o in outcomes
+            if o.status == "skipped" and not o.not_affected
+        ]
     return blockers
 
 
@@ -167,12 +211,22 @@ def summary_table(outcomes: list[Outcome]) -> str:
     ]
     for o in outcomes:
         shown = o.status if o.status == "passed" else o.status.upper()
-        lines.append(f"{o.stage:<{width}}  {shown:<7}  {o.seconds:6.1f}s  {o.reason}".rstrip())
+        note = o.reason
+        if o.selected and o.selected != o.reason:
+            note = "; ".join(filter(None, (o.reason, f"ran: {o.selected}")))
+        lines.append(f"{o.stage:<{width}}  {shown:<7}  {o.seconds:6.1f}s  {note}".rstrip())
     lines.append(
         f"gate — {counts['passed']} passed, {counts['failed']} failed, "
         f"{counts['skipped']} skipped (stages)"
     )
     return "\n".join(lines)
+
+
+def _plan(options: Options, chosen: list[Stage]) -> changes.Plan:
+    try:
+        return changes.plan(options.changed_since, options.repo, chosen)
+    except changes.ChangesError as exc:
+        raise SystemExit(f"rankgate: --changed-since: {exc}") from None
 
 
 def _dispatch_command(stage: Stage, options: Options) -> Command:
