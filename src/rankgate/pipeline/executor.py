@@ -19,7 +19,9 @@ from typing import Literal
 
 from rankgate.pipeline import changes, command, stages
 from rankgate.pipeline.probe import Machine, module_missing
+from rankgate.pipeline.progress import Progress
 from rankgate.pipeline.stages import Command, Stage
+from rankgate.report import tracing
 
 Status = Literal["passed", "failed", "skipped"]
 NO_TESTS = 5  # pytest's exit code when the marker expression selects nothing
@@ -102,19 +104,35 @@ def run_stage(
     if decision is None and options.changed_since:
         decision = _plan(options, [stage]).decision(stage.name)
     if decision is not None and not decision.run:
-        return _announce(
-            Outcome(
-                stage=stage.name, status="skipped", reason=decision.reason,
-                selected=decision.reason, not_affected=True,
-            )
-        )
-    outcome = _run_selected(stage, options, machine or Machine())
+        outcome = Outcome(
+            stage=stage.name, status="skipped", reason=decision.reason,
+            selected=decision.reason, not_affected=True,
+        )  # fmt: skip
+        record(outcome, options)
+        return _announce(outcome)
+    with tracing.span(f"stage {stage.name}", {"rankgate.stage": stage.name}) as trace_env:
+        outcome = _run_selected(stage, options, machine or Machine(), trace_env)
+        tracing.mark(outcome.status, **{"rankgate.reason": outcome.reason})
+    tracing.flush()
     if decision is not None:
         outcome.selected = decision.reason
+    record(outcome, options)
     return outcome
 
 
-def _run_selected(stage: Stage, options: Options, machine: Machine) -> Outcome:
+def record(outcome: Outcome, options: Options) -> None:
+    """Keep the outcome (stages/<name>.json) and refresh out/report.html and summary.md."""
+    from rankgate.report.cli import write_quietly
+
+    folder = options.out_dir / "stages"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{outcome.stage}.json").write_text(json.dumps(outcome.to_json(), indent=2) + "\n")
+    print(f"rankgate: {write_quietly(options.out_dir)}", file=sys.stderr, flush=True)
+
+
+def _run_selected(
+    stage: Stage, options: Options, machine: Machine, trace_env: dict[str, str]
+) -> Outcome:
     start = time.monotonic()
     if options.profile and stage.dispatchable:
         steps = [_dispatch_command(stage, options)]
@@ -127,7 +145,7 @@ def _run_selected(stage: Stage, options: Options, machine: Machine) -> Outcome:
         steps = list(stage.commands)
     status, notes, tool_absent = "skipped", [], False
     for step in steps:
-        step_status, note = _run_command(step, stage, options)
+        step_status, note = _run_command(step, stage, options, trace_env)
         if note:
             notes.append(note)
         if step_status == "failed":
@@ -152,16 +170,30 @@ def run_gate(
     options: Options, machine: Machine | None = None, include: tuple[str, ...] | None = None
 ) -> list[Outcome]:
     """The gate's own commands (env-check), then each included stage; prints the table."""
+    with tracing.span("gate", {"rankgate.stage": "gate"}):
+        outcomes = _run_gate(options, machine, include)
+        tracing.mark("failed" if any(o.status == "failed" for o in outcomes) else "passed")
+    tracing.flush()
+    return outcomes
+
+
+def _run_gate(
+    options: Options, machine: Machine | None, include: tuple[str, ...] | None
+) -> list[Outcome]:
     gate = stages.get("gate")
     chosen = [stages.get(name) for name in (include if include is not None else gate.includes)]
     plan = _plan(options, chosen) if options.changed_since else None
     if plan is not None:
         print(plan.render(), file=sys.stderr, flush=True)
-    outcomes = gate_checks(options)
+    progress = Progress(total=len(gate.commands) + len(chosen), what="gate")
+    outcomes = gate_checks(options, progress)
     machine = machine or Machine()
-    for stage in chosen:
+    for i, stage in enumerate(chosen, start=len(outcomes) + 1):
         decision = plan.decision(stage.name) if plan is not None else None
-        outcomes.append(run_stage(stage, options, machine, decision))
+        with progress.step(i, stage.name, decision.reason if decision else "", spinner=False):
+            outcome = run_stage(stage, options, machine, decision)
+        progress.done(i, outcome.status, outcome.seconds)
+        outcomes.append(outcome)
     options.out_dir.mkdir(parents=True, exist_ok=True)
     (options.out_dir / "gate.json").write_text(
         json.dumps([o.to_json() for o in outcomes], indent=2) + "\n"
@@ -170,17 +202,21 @@ def run_gate(
     return outcomes
 
 
-def gate_checks(options: Options) -> list[Outcome]:
+def gate_checks(options: Options, progress: Progress | None = None) -> list[Outcome]:
     """The gate's own commands (env-check), one outcome each."""
     gate = stages.get("gate")
+    progress = progress or Progress(total=len(gate.commands), what="gate")
     outcomes = []
-    for step in gate.commands:
+    for i, step in enumerate(gate.commands, start=1):
         start = time.monotonic()
-        status, note = _run_command(step, gate, options)
+        with progress.step(i, step.name, spinner=False), tracing.span(step.name) as trace_env:
+            status, note = _run_command(step, gate, options, trace_env)
+            tracing.mark(status)
         seconds = time.monotonic() - start
-        outcomes.append(
-            _announce(Outcome(stage=step.name, status=status, reason=note, seconds=seconds))
-        )
+        progress.done(i, status, seconds)
+        outcome = _announce(Outcome(stage=step.name, status=status, reason=note, seconds=seconds))
+        record(outcome, options)
+        outcomes.append(outcome)
     return outcomes
 
 
@@ -237,7 +273,9 @@ def _dispatch_command(stage: Stage, options: Options) -> Command:
     )
 
 
-def _run_command(step: Command, stage: Stage, options: Options) -> tuple[Status, str]:
+def _run_command(
+    step: Command, stage: Stage, options: Options, trace_env: dict[str, str] | None = None
+) -> tuple[Status, str]:
     """Run one command of ``stage``: (passed|failed|skipped, note for the table)."""
     if step.module and (why := module_missing(step.module)):
         return "skipped", f"{step.name}: {why}"
@@ -256,7 +294,7 @@ def _run_command(step: Command, stage: Stage, options: Options) -> tuple[Status,
         argv += [f"--junitxml={junit}", *options.pytest_args]
         ok_codes = (0, NO_TESTS)
     stdout = options.out_dir / step.stdout if step.stdout else None
-    env = {"RANKGATE_OUT": str(options.out_dir.resolve()), **dict(step.env)}
+    env = {"RANKGATE_OUT": str(options.out_dir.resolve()), **(trace_env or {}), **dict(step.env)}
     try:
         code = command.run(argv, ok_codes=ok_codes, stdout_path=stdout, env=env)
     except command.CommandFailed as exc:

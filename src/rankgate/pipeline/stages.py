@@ -256,24 +256,39 @@ _STAGES: dict[str, Stage] = {
         ),
         Stage(
             name="bench",
-            description="Benchmarks (marker: perf) and a harness benchmark smoke run (JSON).",
+            description=(
+                "Benchmarks (marker: perf), the harness benchmark, and a comparison with "
+                "this machine kind's baselines."
+            ),
             markers="perf",
             where=("local", "container"),
-            products=("junit/bench.xml", "bench/harness.json"),
+            products=(
+                "junit/bench.xml", "bench/harness.json", "bench/compare.json", "bench/compare.png",
+            ),
             commands=(
                 _PYTEST,
                 Command(
-                    argv=("rankgate", "bench", "harness", "--json", "--k", "10"),
+                    # 3 repetitions: compare takes the best of them (load only slows a run)
+                    argv=(
+                        "rankgate", "bench", "--repeat", "3", "harness", "--json",
+                        "--k", "20", "--spawn-k", "1",
+                    ),
                     label="bench harness",
                     module="rankgate.bench.harness",
                     stdout="bench/harness.json",
+                ),
+                Command(
+                    argv=("rankgate", "bench", "compare", "--kind", "auto"),
+                    label="bench compare",
+                    module="rankgate.bench.compare",
                 ),
             ),
             dagger="bench",
             workflow="release.yml:bench",
             paths=(
                 *_PYTEST_RUN, "src/rankgate/bench/**", "src/rankgate/workloads/**",
-                "src/rankgate/cli.py", "tests/bench/**", "benchmarks/baselines/**",
+                "src/rankgate/cli.py", "src/rankgate/pipeline/progress.py", "tests/bench/**",
+                "benchmarks/baselines/**",
             ),
         ),
         Stage(
