@@ -160,6 +160,16 @@ _INTERLINK_E2E = (
     "src/rankgate/dispatch/watch.py",
 )
 _JUNIT_MERGE = ("src/rankgate/report/junit.py", "src/rankgate/report/junitfile.py")
+# The report's tests run real ranks (a failing world test) and the executor, then open
+# the page in Chromium; the traces' tests run a traced stage: both are dist tests.
+_REPORT_TESTS = (
+    "src/rankgate/report/**",
+    "src/rankgate/pipeline/**",
+    "src/rankgate/bench/**",
+    "src/rankgate/cli.py",
+    "tests/report/**",
+    "benchmarks/baselines/**",
+)
 
 _PYTEST = Command(argv=("pytest",))
 # The container stage's tests fail, never skip, without an engine or the image it built.
@@ -214,7 +224,7 @@ _STAGES: dict[str, Stage] = {
             dagger="test-cpu",
             workflow="ci.yml:dist",
             paths=(
-                *_PYTEST_RUN, *_WORKLOAD_SUITES, *_INTERLINK_E2E, *_JUNIT_MERGE,
+                *_PYTEST_RUN, *_WORKLOAD_SUITES, *_INTERLINK_E2E, *_JUNIT_MERGE, *_REPORT_TESTS,
                 "suites/harness/**", "suites/pipeline/test_dist_smoke.py",
             ),
         ),
