@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from rankgate.bench import compare, results
+from rankgate.bench.kind import machine_description
 
 pytestmark = pytest.mark.unit
 
@@ -47,7 +49,8 @@ def planted(path: Path, out: Path, factor: float) -> Path:
     doc = json.loads(path.read_text())
     doc["samples"] = {m: {s: [v * factor for v in vals] for s, vals in sizes.items()}
                       for m, sizes in doc["samples"].items()}  # fmt: skip
-    doc["machine"]["cpus"] = os.cpu_count()
+    here = machine_description()  # recorded "here", so --kind compares it on any machine
+    doc["machine"].update(cpus=here["cpus"], cpu=here["cpu"])
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc))
     return out
@@ -73,23 +76,65 @@ def test_the_cpu_baseline_is_committed_with_its_thresholds_and_machine():
         assert len(base["samples"]["pool_median_ms"][size]) >= 10  # repetitions, not one run
 
 
-def test_a_planted_20_percent_regression_in_the_cpu_baseline_fails_the_bench_stage_compare(tmp_path):
+def test_a_planted_regression_past_the_cpu_threshold_fails_the_bench_stage_compare(tmp_path):
     """The bench stage's own command, on a run exactly as fast as the committed baseline,
-    against a copy of that baseline made 20% faster (a 20% regression, planted)."""
+    against a copy of that baseline made 40% faster (past its 30% thresholds)."""
     out = tmp_path / "out"
     (out / "bench").mkdir(parents=True)
     (out / "bench" / "harness.json").write_text(harness_run(best_of_baseline(BASELINES / "cpu" / "harness.json")))
     baselines = tmp_path / "baselines"
-    planted(BASELINES / "cpu" / "harness.json", baselines / "cpu" / "harness.json", 1 / 1.2)
+    planted(BASELINES / "cpu" / "harness.json", baselines / "cpu" / "harness.json", 1 / 1.4)
     done = run_compare("--kind", "cpu", "--baselines", str(baselines), env={"RANKGATE_OUT": str(out)})
     assert done.returncode == 1, done.stdout + done.stderr
     regressions = [line for line in done.stderr.splitlines() if "REGRESSION" in line]
     assert len(regressions) == 4  # 2 gated metrics x 2 worlds
-    assert any(line.startswith("rankgate bench compare: REGRESSION pool_median_ms at world 2 gloo: 20% slower (")
-               for line in regressions), regressions  # fmt: skip
+    assert any(line.startswith("rankgate bench compare: REGRESSION pool_median_ms at world 2 gloo: 40% slower (")
+               and line.endswith("ms; threshold 30%)") for line in regressions), regressions  # fmt: skip
     written = json.loads((out / "bench" / "compare.json").read_text())
     assert written["ok"] is False and len(written["comparisons"][0]["regressions"]) == 4
     assert (out / "bench" / "compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_regression_within_the_cpu_threshold_passes(tmp_path):
+    base_path = planted(BASELINES / "cpu" / "harness.json", tmp_path / "base.json", 1 / 1.2)
+    new = tmp_path / "harness.json"
+    new.write_text(harness_run(best_of_baseline(BASELINES / "cpu" / "harness.json")))
+    rows = compare.compare(results.load(base_path), results.load(new)).rows
+    gated = {round(r.change, 3) for r in rows if r.threshold is not None}
+    assert gated == {0.2} and {r.verdict for r in rows if r.threshold} == {"same"}
+
+
+def committed_copy(tmp_path: Path, factor: float, size: str = "") -> Path:
+    """benchmarks/ as committed, the comm baseline's graph_us (of one size) times ``factor``."""
+    root = tmp_path / "repo"
+    base = json.loads((BASELINES / "nvidia-h200-x2" / "comm.json").read_text())
+    for s, values in base["samples"]["graph_us"].items():
+        if not size or s == size:
+            base["samples"]["graph_us"][s] = [v * factor for v in values]
+    for source in base["sources"]:
+        (root / source).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / source, root / source)
+    (root / "benchmarks/baselines/nvidia-h200-x2").mkdir(parents=True)
+    (root / "benchmarks/baselines/nvidia-h200-x2/comm.json").write_text(json.dumps(base))
+    return root
+
+
+def test_committed_baselines_agree_with_their_runs():
+    done = run_compare("--committed", env={"RANKGATE_OUT": "/nonexistent-out"}, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr
+    assert "no regression in 2 comparisons" in done.stderr
+
+
+def test_a_planted_20_percent_regression_in_a_committed_baseline_fails_the_committed_check(tmp_path):
+    root = committed_copy(tmp_path, 1 / 1.2, size="all_reduce nccl fp32 65536")
+    out = tmp_path / "out"
+    done = run_compare("--committed", "--baselines", str(root / "benchmarks/baselines"),
+                       env={"RANKGATE_OUT": str(out)})  # fmt: skip
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr
+    (line,) = [line for line in done.stderr.splitlines() if "REGRESSION" in line]
+    assert line.startswith("rankgate bench compare: REGRESSION graph_us at all_reduce nccl fp32 65536: 20% slower (")
+    written = json.loads((out / "bench" / "compare-committed.json").read_text())
+    assert written["ok"] is False
 
 
 def test_the_same_run_against_the_real_baseline_passes(tmp_path):
@@ -191,7 +236,9 @@ def test_a_cpu_baseline_from_another_core_count_is_not_compared(tmp_path):
     new.write_text(harness_run(best_of_baseline(BASELINES / "cpu" / "harness.json")))
     done = run_compare("--kind", "cpu", "--baselines", str(baselines), str(new))
     assert done.returncode == 0
-    assert f"recorded on {(os.cpu_count() or 1) + 6} CPUs, this machine has {os.cpu_count()}: not comparable" in done.stderr
+    here = machine_description()
+    assert (f"recorded on {(os.cpu_count() or 1) + 6} CPUs ({here['cpu']}), this machine has "
+            f"{here['cpus']} ({here['cpu']}): not comparable, not compared") in done.stderr  # fmt: skip
 
 
 def test_write_baseline_records_every_run_and_the_thresholds(tmp_path):

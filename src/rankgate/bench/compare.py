@@ -12,9 +12,14 @@ Usage::
 
     rankgate bench compare BASE NEW             # two files (results or baselines)
     rankgate bench compare --kind auto [NEW...] # each NEW against benchmarks/baselines/<kind>/
+    rankgate bench compare --committed          # each baseline against its committed runs
     rankgate bench compare --write-baseline benchmarks/baselines/cpu/harness.json RUN...
 
-Without NEW files, ``--kind`` compares every ``*.json`` under ``$RANKGATE_OUT/bench``
+``--committed`` compares each baseline under ``--baselines`` with the committed result
+files it names (``sources``, under benchmarks/results/<kind>/): a baseline edited
+away from its results, or results replaced by a slower run, fail wherever the gate
+runs, GPU kinds included. Without NEW files, ``--kind`` compares every ``*.json`` under
+``$RANKGATE_OUT/bench``
 (``out/bench``) and writes compare.json and compare.png there, as the bench stage does.
 Exit 0: no regression; 1: a regression; 2: bad input. ``--json FILE`` writes the
 comparison for ``rankgate report``.
@@ -211,6 +216,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--baselines", type=Path, default=DEFAULT_BASELINES, metavar="DIR",
         help=f"where baselines live, one folder per kind (default {DEFAULT_BASELINES})",
     )
+    parser.add_argument(
+        "--committed", action="store_true",
+        help="compare every baseline with the committed results it was recorded from",
+    )  # fmt: skip
     parser.add_argument("--json", dest="json_out", metavar="FILE", help="write the comparison")
     parser.add_argument("--plot", metavar="PNG", help="plot NEW/BASE per size (needs matplotlib)")
     parser.add_argument(
@@ -225,11 +234,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    folder = Path(os.environ.get("RANKGATE_OUT", "out")) / "bench"
     if args.kind and not args.files and not args.write_baseline:
         # The bench stage's call: its results in, its comparison and plot out.
-        folder = Path(os.environ.get("RANKGATE_OUT", "out")) / "bench"
         args.json_out = args.json_out or str(folder / "compare.json")
         args.plot = args.plot or str(folder / "compare.png")
+    if args.committed:
+        args.json_out = args.json_out or str(folder / "compare-committed.json")
     try:
         if args.write_baseline:
             return _write_baseline(args)
@@ -260,6 +271,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _comparisons(args: argparse.Namespace) -> tuple[list[Comparison], list[str]]:
+    if args.committed:
+        return _committed(args.baselines)
     if not args.kind:
         if len(args.files) != 2:
             raise ResultsError("give BASE and NEW, or --kind KIND and the NEW files")
@@ -276,15 +289,44 @@ def _comparisons(args: argparse.Namespace) -> tuple[list[Comparison], list[str]]
                          "record one with --write-baseline")  # fmt: skip
             continue
         base = load(base_path)
-        recorded_cpus = base.machine.get("cpus")
-        # CPU figures depend on the core count; a GPU kind already names its GPUs.
-        if kind == "cpu" and recorded_cpus and recorded_cpus != here.get("cpus"):
+        # CPU figures depend on the cores and their model; a GPU kind names its GPUs.
+        recorded = (base.machine.get("cpus"), base.machine.get("cpu"))
+        if kind == "cpu" and recorded[0] and recorded != (here.get("cpus"), here.get("cpu")):
             notes.append(
-                f"{path}: the {kind} baseline was recorded on {recorded_cpus} CPUs, this "
-                f"machine has {here.get('cpus')}: not comparable, not compared"
+                f"{path}: the {kind} baseline was recorded on {recorded[0]} CPUs ({recorded[1]}), "
+                f"this machine has {here.get('cpus')} ({here.get('cpu')}): not comparable, "
+                "not compared"
             )
             continue
         comparisons.append(compare(base, new))
+    return comparisons, notes
+
+
+def _committed(baselines: Path) -> tuple[list[Comparison], list[str]]:
+    """Each baseline against the committed results it names (paths from the repository)."""
+    comparisons, notes = [], []
+    root = baselines.resolve().parents[1]  # benchmarks/baselines -> the repository
+    for path in sorted(baselines.glob("*/*.json")):
+        base = load(path)
+        if not base.sources:
+            notes.append(f"{path}: names no committed results (sources); not checked")
+            continue
+        missing = [s for s in base.sources if not (root / s).is_file()]
+        if missing:
+            raise ResultsError(
+                f"{path}: its sources {', '.join(missing)} are not in the repository; "
+                "record the baseline again from committed runs"
+            )
+        runs = [load(root / s) for s in base.sources]
+        new = runs[0]
+        for more in runs[1:]:
+            new = new.merged(more)
+        new.source = f"{len(runs)} committed runs of {path.parent.name}"
+        # Data against data: how busy the machine was is already in the baseline's figures.
+        new.probes = []
+        comparisons.append(compare(base, new))
+    if not comparisons and not notes:
+        raise ResultsError(f"no baselines under {baselines}")
     return comparisons, notes
 
 
@@ -331,7 +373,7 @@ def _write_baseline(args: argparse.Namespace) -> int:
         samples.machine = {**here, **samples.machine}
     command = "rankgate bench compare --write-baseline " + shlex.join(
         [args.write_baseline, *args.files])
-    doc = baseline_json(samples, command=command, note=args.note)
+    doc = baseline_json(samples, command=command, note=args.note, sources=list(args.files))
     Path(args.write_baseline).parent.mkdir(parents=True, exist_ok=True)
     Path(args.write_baseline).write_text(json.dumps(doc, indent=1) + "\n")
     n = sum(len(v) for v in samples.values.values())

@@ -113,6 +113,8 @@ class Samples:
     """Where it ran (kind, cpus, gpu): a baseline records it; results may not know."""
     probes: list[dict] = field(default_factory=list)
     """Contention probes taken around each run (rankgate.bench.contention)."""
+    sources: list[str] = field(default_factory=list)
+    """A baseline's committed result files (paths from the repository root)."""
     source: str = ""
 
     def add(self, metric: str, size: str, value: float | None) -> None:
@@ -153,8 +155,11 @@ def load(path: str | Path) -> Samples:
     )
 
 
-def baseline_json(samples: Samples, *, command: str, note: str = "") -> dict:
-    """A baseline file's content: the samples, the metrics' settings, the machine."""
+def baseline_json(
+    samples: Samples, *, command: str, note: str = "", sources: list[str] | None = None
+) -> dict:
+    """A baseline file's content: the samples, the metrics' settings, the machine, and
+    the committed result files it was recorded from (``sources``)."""
     by_metric: dict[str, dict[str, list[float]]] = {}
     for (metric, size), vals in sorted(samples.values.items()):
         by_metric.setdefault(metric, {})[size] = [round(v, 6) for v in vals]
@@ -164,6 +169,7 @@ def baseline_json(samples: Samples, *, command: str, note: str = "") -> dict:
         "machine": samples.machine,
         "command": command,
         "note": note,
+        "sources": list(sources or []),
         "metrics": {name: m.to_json() for name, m in samples.metrics.items()},
         "probes": samples.probes,
         "samples": by_metric,
@@ -181,7 +187,8 @@ def _from_baseline(path: Path, doc: dict) -> Samples:
         except (TypeError, ValueError) as exc:
             raise ResultsError(f"{path}: metric {name}: {exc}") from None
     samples = Samples(benchmark=benchmark, metrics=metrics, machine=doc.get("machine") or {},
-                      probes=list(doc.get("probes") or []), source=str(path))  # fmt: skip
+                      probes=list(doc.get("probes") or []), source=str(path),
+                      sources=list(doc.get("sources") or []))  # fmt: skip
     for metric, sizes in (doc.get("samples") or {}).items():
         for size, vals in sizes.items():
             for v in vals:

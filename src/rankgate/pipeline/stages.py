@@ -267,13 +267,14 @@ _STAGES: dict[str, Stage] = {
         Stage(
             name="bench",
             description=(
-                "Benchmarks (marker: perf), the harness benchmark, and a comparison with "
-                "this machine kind's baselines."
+                "Benchmarks (marker: perf), the harness benchmark, and comparisons with the "
+                "baselines (this machine's kind; every kind's committed runs)."
             ),
             markers="perf",
             where=("local", "container"),
             products=(
                 "junit/bench.xml", "bench/harness.json", "bench/compare.json", "bench/compare.png",
+                "bench/compare-committed.json",
             ),
             commands=(
                 _PYTEST,
@@ -290,6 +291,11 @@ _STAGES: dict[str, Stage] = {
                 Command(
                     argv=("rankgate", "bench", "compare", "--kind", "auto"),
                     label="bench compare",
+                    module="rankgate.bench.compare",
+                ),
+                Command(
+                    argv=("rankgate", "bench", "compare", "--committed"),
+                    label="bench baselines",
                     module="rankgate.bench.compare",
                 ),
             ),

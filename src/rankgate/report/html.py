@@ -160,7 +160,7 @@ def _details(title: str, traceback: str, logs: dict[str, str], rank: int | None 
     if not body:
         body.append('<p class="note">no output</p>')
     return (
-        f'<details class="rank"{attr}><summary>{escape(title)}</summary>{"".join(body)}</details>'
+        f'<details class="rank-log"{attr}><summary>{escape(title)}</summary>{"".join(body)}</details>'
     )
 
 
@@ -198,12 +198,21 @@ def _bench_table(table: BenchTable) -> str:
     for i, row in enumerate(table.rows):
         verdict = table.verdicts[i] if i < len(table.verdicts) else ""
         cells = "".join(
-            f'<td class="{escape(cell) if c == "verdict" else "num"}">{escape(cell)}</td>'
+            f'<td class="{escape(cell) if c == "verdict" else _align(cell)}">{escape(cell)}</td>'
             for c, cell in zip(table.columns, row)
         )
         rows.append(f'<tr class="{escape(verdict)}">{cells}</tr>')
     notes = "".join(f'<p class="note">{escape(n)}</p>' for n in table.notes)
     return f"<h3>{escape(table.title)}</h3>{notes}<table><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+def _align(cell: str) -> str:
+    """Numbers right-aligned, words left."""
+    try:
+        float(cell.rstrip("%"))
+    except ValueError:
+        return "text"
+    return "num"
 
 
 def _plots(data: ReportData) -> str:
