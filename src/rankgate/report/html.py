@@ -159,9 +159,8 @@ def _details(title: str, traceback: str, logs: dict[str, str], rank: int | None 
             )
     if not body:
         body.append('<p class="note">no output</p>')
-    return (
-        f'<details class="rank-log"{attr}><summary>{escape(title)}</summary>{"".join(body)}</details>'
-    )
+    summary = f"<summary>{escape(title)}</summary>"
+    return f'<details class="rank-log"{attr}>{summary}{"".join(body)}</details>'
 
 
 def _groups(groups: list[dict]) -> str:
