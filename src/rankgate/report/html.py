@@ -27,7 +27,8 @@ main{padding:8px 28px 40px;max-width:1200px}
 h2{margin:26px 0 10px;font-size:18px;border-bottom:1px solid #d0d4d9;padding-bottom:4px}
 table{border-collapse:collapse;background:#fff;margin:6px 0 12px}
 th,td{border:1px solid #d0d4d9;padding:4px 8px;text-align:left;vertical-align:top}
-th{background:#eef0f3} td.num{text-align:right;font-variant-numeric:tabular-nums}
+th{background:#eef0f3} td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+#stages td:first-child{white-space:nowrap}
 .passed{color:#1e7e34;font-weight:600} .failed,.error,.regressed{color:#b02a37;font-weight:600}
 .skipped,.noisy{color:#8a6d00;font-weight:600} .improved{color:#1e7e34}
 tr.regressed td{background:#fbe9eb}
