@@ -2,7 +2,10 @@
 
 ``rankgate bench --repeat N NAME ...`` runs a benchmark N times in a row (each run
 prints its own output, so a ``--json`` run ends up with N JSON lines, which
-``rankgate bench compare`` reads as repetitions). Progress goes to stderr: a spinner
+``rankgate bench compare`` reads as repetitions), each followed by one line
+``{"rankgate_contention": [...]}``: how much of the machine other work took during
+that run (:mod:`rankgate.bench.contention`). Without ``--repeat`` a benchmark's output
+is its own, its last line its JSON result. Progress goes to stderr: a spinner
 on a terminal, one plain line per start and end in CI logs.
 """
 
@@ -50,8 +53,9 @@ def run(args: argparse.Namespace) -> int:
         window = contention.Window()
         with progress.step(i, "run"):
             code = int(module.run(args) or 0)
-        if getattr(args, "json", False):
+        if args.repeat > 1 and getattr(args, "json", False):
             # How busy the machine was during this run: compare judges CPU timings by it.
+            # Only with --repeat: a single run's last line stays its result.
             print(json.dumps({contention.PROBE_KEY: [window.close()]}), flush=True)
         progress.done(i, "failed" if code else "passed", time.monotonic() - start)
         if code:
