@@ -3,10 +3,12 @@
 Sessions run in the current environment (no virtualenv): rankgate tests the
 torch/CUDA stack that is installed, and must never swap it for another build.
 
-Arguments after ``--``: ``[--profile SITE.toml] [--out DIR] [--strict] [pytest args]``,
-e.g. ``nox -s unit -- -x -k world``, ``nox -s gpu -- --profile site.toml``,
-``nox -s gate -- --strict`` (a skipped stage fails the gate too; with ``--strict`` a
-skipped single stage fails its session as well).
+Arguments after ``--``: ``[--profile SITE.toml] [--out DIR] [--strict]
+[--changed-since REF] [pytest args]``, e.g. ``nox -s unit -- -x -k world``,
+``nox -s gpu -- --profile site.toml``, ``nox -s gate -- --strict`` (a skipped stage fails
+the gate too; with ``--strict`` a skipped single stage fails its session as well),
+``nox -s gate -- --changed-since origin/main`` (only the stages the change touches; the
+others are skipped, saying why, and never fail the gate).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ def _session_for(stage: stages.Stage):
         outcome = executor.run_stage(stage, options)
         if outcome.status == "failed":
             session.error(f"{stage.name} failed: {outcome.reason}")
-        if outcome.status == "skipped" and options.strict:
+        if outcome.status == "skipped" and options.strict and not outcome.not_affected:
             session.error(f"{stage.name} skipped under --strict: {outcome.reason}")
         if outcome.status == "skipped":
             session.skip(outcome.reason)

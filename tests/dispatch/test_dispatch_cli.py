@@ -144,7 +144,7 @@ def test_the_gpu_stage_sends_nccl_world_tests_but_not_the_xdist_split(collected)
     from rankgate.pipeline import stages
 
     selected = _selected(collected, stages.get("gpu").dispatch_markers)
-    assert "suites/harness/test_gpu.py::test_nccl_all_reduce_on_each_rank_gpu" in selected
+    assert "suites/harness/test_gpu.py::test_nccl_all_reduce_on_each_rank_gpu[world2]" in selected
     assert "suites/harness/test_gpu.py::test_xdist_workers_get_disjoint_gpus" not in selected
     assert "suites/harness/test_gpu.py::test_xdist_workers_get_disjoint_gpus" in _selected(
         collected, "gpu"

@@ -61,3 +61,13 @@ def test_a_skipped_stage_under_strict_fails_the_session(noxfile, skipped):
         "error",
         "lint skipped under --strict: actionlint not on PATH, not run",
     )
+
+
+def test_a_stage_the_change_does_not_touch_skips_even_under_strict(noxfile, monkeypatch):
+    why = "not affected: none of the 1 changed file is under its paths"
+    monkeypatch.setattr(
+        executor,
+        "run_stage",
+        lambda *a, **k: Outcome(stage="lint", status="skipped", reason=why, not_affected=True),
+    )
+    assert end(noxfile, "--strict", "--changed-since", "main") == ("skip", why)

@@ -69,11 +69,16 @@ def test_gate_includes_every_other_stage_after_env_check():
     assert [c.name for c in gate.commands] == ["env-check"]
 
 
-def test_bench_smoke_run_is_small_and_writes_json():
-    (bench_cmd,) = [c for c in stages.get("bench").commands if c.argv[0] == "rankgate"]
-    assert bench_cmd.argv[:4] == ("rankgate", "bench", "harness", "--json")
+def test_bench_runs_the_harness_benchmark_small_and_repeated_then_compares():
+    bench_cmd, compare_cmd, committed_cmd = [
+        c for c in stages.get("bench").commands if c.argv[0] == "rankgate"
+    ]
+    assert bench_cmd.argv[:6] == ("rankgate", "bench", "--repeat", "3", "harness", "--json")
     assert int(bench_cmd.argv[bench_cmd.argv.index("--k") + 1]) <= 20
     assert bench_cmd.stdout == "bench/harness.json"
+    # against benchmarks/baselines/<this machine's kind>/ (test_bench_compare.py)
+    assert compare_cmd.argv == ("rankgate", "bench", "compare", "--kind", "auto")
+    assert committed_cmd.argv == ("rankgate", "bench", "compare", "--committed")
 
 
 @pytest.mark.parametrize(

@@ -122,6 +122,7 @@ def test_command(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setattr(sys, "argv", ["rankgate"])  # cli.main rewrites sys.argv
+    monkeypatch.chdir(tmp_path)  # report.html and summary.md go to ./out
     bench = tmp_path / "harness.json"
     bench.write_text(json.dumps(HARNESS_BENCH))
     out = tmp_path / "summary.json"
@@ -131,8 +132,10 @@ def test_command(
     assert json.loads(captured.out) == json.loads(out.read_text())
     assert json.loads(captured.out)["totals"]["tests"] == 10
     assert captured.err == (
-        "rankgate report: 10 tests: 3 passed, 2 failed, 3 error, 2 skipped; 1 benchmark files\n"
+        "rankgate report: 10 tests: 3 passed, 2 failed, 3 error, 2 skipped; 1 benchmark files; "
+        "wrote out/report.html and out/summary.md\n"
     )
+    assert (tmp_path / "out" / "report.html").read_text().startswith("<!DOCTYPE html>")
     assert cli.main(["report", *map(str, clean_junit)]) == 0
     capsys.readouterr()
     assert cli.main(["report", str(tmp_path / "missing.xml")]) == 2

@@ -1,18 +1,36 @@
-"""``rankgate bench NAME``: each benchmark is a module with ``add_arguments`` and ``run``."""
+"""``rankgate bench NAME``: each benchmark is a module with ``add_arguments`` and ``run``.
+
+``rankgate bench --repeat N NAME ...`` runs a benchmark N times in a row (each run
+prints its own output, so a ``--json`` run ends up with N JSON lines, which
+``rankgate bench compare`` reads as repetitions), each followed by one line
+``{"rankgate_contention": [...]}``: how much of the machine other work took during
+that run (:mod:`rankgate.bench.contention`). Without ``--repeat`` a benchmark's output
+is its own, its last line its JSON result. Progress goes to stderr: a spinner
+on a terminal, one plain line per start and end in CI logs.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import sys
+import time
+
+from rankgate.bench import contention
+from rankgate.pipeline.progress import Progress
 
 _BENCHMARKS: dict[str, tuple[str, str]] = {
     "harness": ("rankgate.bench.pool_overhead", "per-test overhead: worker pool vs spawn per test"),
     "comm": ("rankgate.bench.comm", "collective bandwidth and latency, nccl-tests method"),
+    "compare": ("rankgate.bench.compare", "compare results with a baseline: ratios and a verdict"),
 }
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--repeat", type=int, default=1, metavar="N", help="run the benchmark N times (default 1)"
+    )
     sub = parser.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
     for name, (module_name, help_text) in _BENCHMARKS.items():
         bench_parser = sub.add_parser(name, help=help_text, description=help_text)
@@ -23,4 +41,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return int(importlib.import_module(args._bench_module).run(args) or 0)
+    if args.repeat < 1:
+        raise SystemExit("--repeat must be >= 1")
+    module = importlib.import_module(args._bench_module)
+    if args.benchmark == "compare":  # not a measurement: no progress, no repetitions
+        return int(module.run(args) or 0)
+    progress = Progress(total=args.repeat, what=f"bench {args.benchmark}")
+    code = 0
+    for i in range(1, args.repeat + 1):
+        start = time.monotonic()
+        window = contention.Window()
+        with progress.step(i, "run"):
+            code = int(module.run(args) or 0)
+        if args.repeat > 1 and getattr(args, "json", False):
+            # How busy the machine was during this run: compare judges CPU timings by it.
+            # Only with --repeat: a single run's last line stays its result.
+            print(json.dumps({contention.PROBE_KEY: [window.close()]}), flush=True)
+        progress.done(i, "failed" if code else "passed", time.monotonic() - start)
+        if code:
+            break
+    return code

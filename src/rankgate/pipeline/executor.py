@@ -17,9 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from rankgate.pipeline import process, stages
+from rankgate.pipeline import changes, process, stages
 from rankgate.pipeline.probe import Machine, module_missing
+from rankgate.pipeline.progress import Progress
 from rankgate.pipeline.stages import Command, Stage
+from rankgate.report import tracing
 
 Status = Literal["passed", "failed", "skipped"]
 NO_TESTS = 5  # pytest's exit code when the marker expression selects nothing
@@ -37,13 +39,18 @@ class Options:
     """Extra pytest arguments (paths, -k, -x, -n ...), given to every pytest command."""
     strict: bool = False
     """The gate fails on a skipped stage too, as the release gate does; a stage whose
-    optional tool (actionlint) is absent is skipped, not passed."""
+    optional tool (actionlint) is absent is skipped, not passed. A stage the change does
+    not affect (``changed_since``) is never a failure."""
+    changed_since: str = ""
+    """Run only the stages a change since this git ref touches (rankgate.pipeline.changes)."""
+    repo: Path = Path(".")
+    """The repository ``changed_since`` is computed in."""
 
     @classmethod
     def from_args(cls, args: list[str]) -> Options:
-        """``[--profile P] [--out DIR] [--strict] [pytest args...]`` (nox's posargs)."""
+        """``[--profile P] [--out DIR] [--strict] [--changed-since REF] [pytest args...]``."""
         options, rest = cls(), list(args)
-        while rest and rest[0] in ("--profile", "--out", "--strict"):
+        while rest and rest[0] in ("--profile", "--out", "--strict", "--changed-since"):
             flag = rest.pop(0)
             if flag == "--strict":
                 options.strict = True
@@ -53,6 +60,8 @@ class Options:
             value = rest.pop(0)
             if flag == "--profile":
                 options.profile = value
+            elif flag == "--changed-since":
+                options.changed_since = value
             else:
                 options.out_dir = Path(value)
         options.pytest_args = tuple(rest)
@@ -70,16 +79,60 @@ class Outcome:
     seconds: float = 0.0
     products: tuple[str, ...] = ()
     """Product files that exist after the run."""
+    selected: str = ""
+    """With ``--changed-since``: why the change made it run (or, skipped, why not)."""
+    not_affected: bool = False
+    """Skipped because the change does not touch it: never blocks a gate."""
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
 
 
-def run_stage(stage: Stage, options: Options, machine: Machine | None = None) -> Outcome:
-    """Run one stage here or dispatch it; a stage the machine cannot run is skipped, loudly."""
+def run_stage(
+    stage: Stage,
+    options: Options,
+    machine: Machine | None = None,
+    decision: changes.Decision | None = None,
+) -> Outcome:
+    """Run one stage here or dispatch it; a stage the machine cannot run is skipped, loudly.
+
+    With ``options.changed_since`` (or a ``decision`` already made) a stage the change
+    does not touch is skipped, saying why.
+    """
     if stage.includes:
         raise ValueError(f"{stage.name} runs other stages: use run_gate()")
-    machine = machine or Machine()
+    if decision is None and options.changed_since:
+        decision = _plan(options, [stage]).decision(stage.name)
+    if decision is not None and not decision.run:
+        outcome = Outcome(
+            stage=stage.name, status="skipped", reason=decision.reason,
+            selected=decision.reason, not_affected=True,
+        )  # fmt: skip
+        record(outcome, options)
+        return _announce(outcome)
+    with tracing.span(f"stage {stage.name}", {"rankgate.stage": stage.name}) as trace_env:
+        outcome = _run_selected(stage, options, machine or Machine(), trace_env)
+        tracing.mark(outcome.status, **{"rankgate.reason": outcome.reason})
+    tracing.flush()
+    if decision is not None:
+        outcome.selected = decision.reason
+    record(outcome, options)
+    return outcome
+
+
+def record(outcome: Outcome, options: Options) -> None:
+    """Keep the outcome (stages/<name>.json) and refresh out/report.html and summary.md."""
+    from rankgate.report.cli import write_quietly
+
+    folder = options.out_dir / "stages"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{outcome.stage}.json").write_text(json.dumps(outcome.to_json(), indent=2) + "\n")
+    print(f"rankgate: {write_quietly(options.out_dir)}", file=sys.stderr, flush=True)
+
+
+def _run_selected(
+    stage: Stage, options: Options, machine: Machine, trace_env: dict[str, str]
+) -> Outcome:
     start = time.monotonic()
     if options.profile and stage.dispatchable:
         steps = [_dispatch_command(stage, options)]
@@ -92,7 +145,7 @@ def run_stage(stage: Stage, options: Options, machine: Machine | None = None) ->
         steps = list(stage.commands)
     status, notes, tool_absent = "skipped", [], False
     for step in steps:
-        step_status, note = _run_command(step, stage, options)
+        step_status, note = _run_command(step, stage, options, trace_env)
         if note:
             notes.append(note)
         if step_status == "failed":
@@ -117,11 +170,30 @@ def run_gate(
     options: Options, machine: Machine | None = None, include: tuple[str, ...] | None = None
 ) -> list[Outcome]:
     """The gate's own commands (env-check), then each included stage; prints the table."""
+    with tracing.span("gate", {"rankgate.stage": "gate"}):
+        outcomes = _run_gate(options, machine, include)
+        tracing.mark("failed" if any(o.status == "failed" for o in outcomes) else "passed")
+    tracing.flush()
+    return outcomes
+
+
+def _run_gate(
+    options: Options, machine: Machine | None, include: tuple[str, ...] | None
+) -> list[Outcome]:
     gate = stages.get("gate")
-    outcomes = gate_checks(options)
+    chosen = [stages.get(name) for name in (include if include is not None else gate.includes)]
+    plan = _plan(options, chosen) if options.changed_since else None
+    if plan is not None:
+        print(plan.render(), file=sys.stderr, flush=True)
+    progress = Progress(total=len(gate.commands) + len(chosen), what="gate")
+    outcomes = gate_checks(options, progress)
     machine = machine or Machine()
-    for name in include if include is not None else gate.includes:
-        outcomes.append(run_stage(stages.get(name), options, machine))
+    for i, stage in enumerate(chosen, start=len(outcomes) + 1):
+        decision = plan.decision(stage.name) if plan is not None else None
+        with progress.step(i, stage.name, decision.reason if decision else "", spinner=False):
+            outcome = run_stage(stage, options, machine, decision)
+        progress.done(i, outcome.status, outcome.seconds)
+        outcomes.append(outcome)
     options.out_dir.mkdir(parents=True, exist_ok=True)
     (options.out_dir / "gate.json").write_text(
         json.dumps([o.to_json() for o in outcomes], indent=2) + "\n"
@@ -130,17 +202,21 @@ def run_gate(
     return outcomes
 
 
-def gate_checks(options: Options) -> list[Outcome]:
+def gate_checks(options: Options, progress: Progress | None = None) -> list[Outcome]:
     """The gate's own commands (env-check), one outcome each."""
     gate = stages.get("gate")
+    progress = progress or Progress(total=len(gate.commands), what="gate")
     outcomes = []
-    for step in gate.commands:
+    for i, step in enumerate(gate.commands, start=1):
         start = time.monotonic()
-        status, note = _run_command(step, gate, options)
+        with progress.step(i, step.name, spinner=False), tracing.span(step.name) as trace_env:
+            status, note = _run_command(step, gate, options, trace_env)
+            tracing.mark(status)
         seconds = time.monotonic() - start
-        outcomes.append(
-            _announce(Outcome(stage=step.name, status=status, reason=note, seconds=seconds))
-        )
+        progress.done(i, status, seconds)
+        outcome = _announce(Outcome(stage=step.name, status=status, reason=note, seconds=seconds))
+        record(outcome, options)
+        outcomes.append(outcome)
     return outcomes
 
 
@@ -152,7 +228,11 @@ def verdict(outcomes: list[Outcome], *, allow_skipped: bool) -> list[str]:
     """
     blockers = [f"{o.stage} failed: {o.reason}" for o in outcomes if o.status == "failed"]
     if not allow_skipped:
-        blockers += [f"{o.stage} skipped: {o.reason}" for o in outcomes if o.status == "skipped"]
+        blockers += [
+            f"{o.stage} skipped: {o.reason}"
+            for o in outcomes
+            if o.status == "skipped" and not o.not_affected
+        ]
     return blockers
 
 
@@ -167,12 +247,22 @@ def summary_table(outcomes: list[Outcome]) -> str:
     ]
     for o in outcomes:
         shown = o.status if o.status == "passed" else o.status.upper()
-        lines.append(f"{o.stage:<{width}}  {shown:<7}  {o.seconds:6.1f}s  {o.reason}".rstrip())
+        note = o.reason
+        if o.selected and o.selected != o.reason:
+            note = "; ".join(filter(None, (o.reason, f"ran: {o.selected}")))
+        lines.append(f"{o.stage:<{width}}  {shown:<7}  {o.seconds:6.1f}s  {note}".rstrip())
     lines.append(
         f"gate — {counts['passed']} passed, {counts['failed']} failed, "
         f"{counts['skipped']} skipped (stages)"
     )
     return "\n".join(lines)
+
+
+def _plan(options: Options, chosen: list[Stage]) -> changes.Plan:
+    try:
+        return changes.plan(options.changed_since, options.repo, chosen)
+    except changes.ChangesError as exc:
+        raise SystemExit(f"rankgate: --changed-since: {exc}") from None
 
 
 def _dispatch_command(stage: Stage, options: Options) -> Command:
@@ -183,7 +273,9 @@ def _dispatch_command(stage: Stage, options: Options) -> Command:
     )
 
 
-def _run_command(step: Command, stage: Stage, options: Options) -> tuple[Status, str]:
+def _run_command(
+    step: Command, stage: Stage, options: Options, trace_env: dict[str, str] | None = None
+) -> tuple[Status, str]:
     """Run one command of ``stage``: (passed|failed|skipped, note for the table)."""
     if step.module and (why := module_missing(step.module)):
         return "skipped", f"{step.name}: {why}"
@@ -202,7 +294,7 @@ def _run_command(step: Command, stage: Stage, options: Options) -> tuple[Status,
         argv += [f"--junitxml={junit}", *options.pytest_args]
         ok_codes = (0, NO_TESTS)
     stdout = options.out_dir / step.stdout if step.stdout else None
-    env = {"RANKGATE_OUT": str(options.out_dir.resolve()), **dict(step.env)}
+    env = {"RANKGATE_OUT": str(options.out_dir.resolve()), **(trace_env or {}), **dict(step.env)}
     try:
         code = process.run(argv, ok_codes=ok_codes, stdout_path=stdout, env=env)
     except process.CommandFailed as exc:

@@ -88,6 +88,25 @@ def _kill_tree(proc: subprocess.Popen) -> None:
             continue
 
 
+def output(argv: list[str], *, cwd: Path | None = None, timeout: float = 60.0) -> str:
+    """Run a quiet query (git, ...) and return its stdout; its stderr names the failure.
+
+    Raises :class:`CommandFailed` for a missing program, a non-zero exit or a timeout.
+    """
+    if shutil.which(argv[0]) is None:
+        raise CommandFailed(argv, 127, f"{argv[0]} not found on PATH")
+    try:
+        proc = subprocess.run(
+            argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, start_new_session=True
+        )
+    except subprocess.TimeoutExpired:
+        raise CommandFailed(argv, 124, f"timed out after {timeout:.0f} s") from None
+    if proc.returncode != 0:
+        last = proc.stderr.strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
+        raise CommandFailed(argv, proc.returncode, last[0])
+    return proc.stdout
+
+
 def capture(argv: list[str], *, timeout: float = 30.0) -> tuple[int, str]:
     """Run a quick probe quietly; return (exit code, stdout+stderr). Never raises."""
     if shutil.which(argv[0]) is None:

@@ -78,6 +78,12 @@ class Stage:
     """What it runs locally, in order."""
     includes: tuple[str, ...] = ()
     """Stages it runs after its own commands (only the gate has any)."""
+    paths: tuple[str, ...] = ()
+    """Files the stage depends on, as globs relative to the repository root (``*`` stays
+    within a folder, ``**`` crosses folders, ``dir/**`` is everything under dir). With
+    ``--changed-since REF`` the stage runs only when a changed file matches one of them
+    (:mod:`rankgate.pipeline.changes`); tests/pipeline checks that they cover every file
+    the stage's tests import."""
     dagger: str
     """The Dagger function (ci/) that runs the stage in CI."""
     workflow: str
@@ -92,6 +98,11 @@ class Stage:
                 raise ValueError(f"stage {self.name}: need {need!r}; use one of {NEEDS}")
         if "dispatch" in self.where and not self.dispatch_markers:
             raise ValueError(f"stage {self.name}: a dispatched stage needs a marker expression")
+        if not self.includes and not self.paths:
+            raise ValueError(
+                f"stage {self.name}: no paths; name the files it depends on, so that "
+                "--changed-since can tell when it must run"
+            )
 
     @property
     def dispatchable(self) -> bool:
@@ -102,6 +113,63 @@ class Stage:
         """The marker expression ``rankgate dispatch --stage NAME`` runs on the target."""
         return self.remote_markers or self.markers
 
+
+RUN_EVERYTHING_PATHS: tuple[str, ...] = (
+    "src/rankgate/pipeline/stages.py",
+    "src/rankgate/pipeline/changes.py",
+    "pyproject.toml",
+    ".ci/**",
+)
+"""A change to one of these runs every stage: the stage list and the selection logic
+themselves, the project's dependencies and tool configuration, and the CI entry point."""
+
+# Every pytest run loads the harness plugin and the tracing plugin (pytest11 entry
+# points) and the project-wide conftest, whatever the stage selects.
+_PYTEST_RUN = (
+    "conftest.py",
+    "src/rankgate/__init__.py",
+    "src/rankgate/harness/**",
+    "src/rankgate/launch/**",
+    "src/rankgate/report/__init__.py",
+    "src/rankgate/report/tracing*.py",
+)
+# The new suites (parallelism, training, data) and the workloads they exercise.
+_WORKLOAD_SUITES = (
+    "src/rankgate/workloads/**",
+    "src/rankgate/parity.py",
+    "suites/comm/**",
+    "suites/parallel/**",
+    "suites/trainer/**",
+    "suites/data/**",
+)
+# The interLink end-to-end test is a dist test (ranks on this machine behind a fake
+# interLink server): it needs these dispatch modules, not the SLURM target (slurm.py,
+# command.py) nor the command line, which only the hpc stage depends on.
+_INTERLINK_E2E = (
+    "tests/dispatch/test_dispatch_interlink_e2e.py",
+    "tests/dispatch/conftest.py",
+    "tests/dispatch/fake_interlink.py",
+    "tests/dispatch/specs/**",
+    "src/rankgate/dispatch/__init__.py",
+    "src/rankgate/dispatch/interlink/**",
+    "src/rankgate/dispatch/archive.py",
+    "src/rankgate/dispatch/outcome.py",
+    "src/rankgate/dispatch/profile.py",
+    "src/rankgate/dispatch/results.py",
+    "src/rankgate/dispatch/sbatch.py",
+    "src/rankgate/dispatch/watch.py",
+)
+_JUNIT_MERGE = ("src/rankgate/report/junit.py", "src/rankgate/report/junitfile.py")
+# The report's tests run real ranks (a failing world test) and the executor, then open
+# the page in Chromium; the traces' tests run a traced stage: both are dist tests.
+_REPORT_TESTS = (
+    "src/rankgate/report/**",
+    "src/rankgate/pipeline/**",
+    "src/rankgate/bench/**",
+    "src/rankgate/cli.py",
+    "tests/report/**",
+    "benchmarks/baselines/**",
+)
 
 _PYTEST = Command(argv=("pytest",))
 # The container stage's tests fail, never skip, without an engine or the image it built.
@@ -127,6 +195,7 @@ _STAGES: dict[str, Stage] = {
             ),
             dagger="lint",
             workflow="ci.yml:lint",
+            paths=("**/*.py", ".github/workflows/**", ".github/actionlint.yaml"),
         ),
         Stage(
             name="unit",
@@ -137,6 +206,13 @@ _STAGES: dict[str, Stage] = {
             commands=(_PYTEST,),
             dagger="test-cpu",
             workflow="ci.yml:unit",
+            # Unit tests read almost everything: code, workflows, the Dagger module, the
+            # README's commands, the container matrix and the committed benchmark files.
+            paths=(
+                "src/**", "tests/**", "suites/**", "ci/**", "conftest.py", "noxfile.py",
+                ".github/**", "README.md", "docs/**", "containers/**", "scripts/**",
+                "benchmarks/**", "dagger.json",
+            ),
         ),
         Stage(
             name="dist",
@@ -147,6 +223,10 @@ _STAGES: dict[str, Stage] = {
             commands=(_PYTEST,),
             dagger="test-cpu",
             workflow="ci.yml:dist",
+            paths=(
+                *_PYTEST_RUN, *_WORKLOAD_SUITES, *_INTERLINK_E2E, *_JUNIT_MERGE, *_REPORT_TESTS,
+                "suites/harness/**", "suites/pipeline/test_dist_smoke.py",
+            ),
         ),
         Stage(
             name="gpu",
@@ -159,6 +239,9 @@ _STAGES: dict[str, Stage] = {
             commands=(_PYTEST,),
             dagger="test-gpu",
             workflow="release.yml:test-gpu",
+            # Dispatched with a profile it also goes through rankgate.dispatch; the hpc
+            # stage is the one that proves dispatch works (on a real SLURM).
+            paths=(*_PYTEST_RUN, *_WORKLOAD_SUITES, "suites/harness/**", "tests/**"),
         ),
         Stage(
             name="hpc",
@@ -177,24 +260,53 @@ _STAGES: dict[str, Stage] = {
             commands=(_PYTEST,),
             dagger="test-hpc",
             workflow="release.yml:test-hpc",
+            paths=(
+                *_PYTEST_RUN, *_JUNIT_MERGE, "src/rankgate/dispatch/**", "src/rankgate/cli.py",
+                "suites/dispatch/**", "scripts/slurm/**",
+            ),
         ),
         Stage(
             name="bench",
-            description="Benchmarks (marker: perf) and a harness benchmark smoke run (JSON).",
+            description=(
+                "Benchmarks (marker: perf), the harness benchmark, and comparisons with the "
+                "baselines (this machine's kind; every kind's committed runs)."
+            ),
             markers="perf",
             where=("local", "container"),
-            products=("junit/bench.xml", "bench/harness.json"),
+            products=(
+                "junit/bench.xml", "bench/harness.json", "bench/compare.json", "bench/compare.png",
+                "bench/compare-committed.json",
+            ),
             commands=(
                 _PYTEST,
                 Command(
-                    argv=("rankgate", "bench", "harness", "--json", "--k", "10"),
+                    # 3 repetitions: compare takes the best of them (load only slows a run)
+                    argv=(
+                        "rankgate", "bench", "--repeat", "3", "harness", "--json",
+                        "--k", "20", "--spawn-k", "1",
+                    ),
                     label="bench harness",
                     module="rankgate.bench.pool_overhead",
                     stdout="bench/harness.json",
                 ),
+                Command(
+                    argv=("rankgate", "bench", "compare", "--kind", "auto"),
+                    label="bench compare",
+                    module="rankgate.bench.compare",
+                ),
+                Command(
+                    argv=("rankgate", "bench", "compare", "--committed"),
+                    label="bench baselines",
+                    module="rankgate.bench.compare",
+                ),
             ),
             dagger="bench",
             workflow="release.yml:bench",
+            paths=(
+                *_PYTEST_RUN, "src/rankgate/bench/**", "src/rankgate/workloads/**",
+                "src/rankgate/cli.py", "src/rankgate/pipeline/progress.py", "tests/bench/**",
+                "benchmarks/baselines/**",
+            ),
         ),
         Stage(
             name="container",
@@ -219,6 +331,16 @@ _STAGES: dict[str, Stage] = {
             ),
             dagger="build-container",
             workflow="ci.yml:container",
+            # What only an image can break: its build, and the multi-rank suites in a
+            # container's environment (shared memory, pids, users). The code itself is
+            # tested by unit and dist, which run the same tests outside the image.
+            paths=(
+                *_PYTEST_RUN, "containers/**", "scripts/container/**",
+                "src/rankgate/pipeline/__init__.py", "src/rankgate/pipeline/container.py",
+                "src/rankgate/pipeline/command.py",
+                "src/rankgate/pipeline/probe.py", "src/rankgate/workloads/comm/**",
+                "suites/pipeline/test_container.py", "suites/comm/**", "suites/harness/**",
+            ),
         ),
         Stage(
             name="gate",

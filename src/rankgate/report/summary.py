@@ -22,6 +22,7 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
+from rankgate.report.failures import split_by_rank
 from rankgate.report.junit import merge_files
 from rankgate.report.junitfile import (
     OUTCOMES,
@@ -44,13 +45,9 @@ def summarize(
     bench = [{"file": str(p), "data": read_bench(p)} for p in bench_paths]
     if not junit_files and not bench:
         raise ReportInputError("no JUnit or benchmark files given")
-    per_rank: dict[str, list[JUnitFile]] = {}
-    groups, failing = [], []
-    for f in junit_files:
-        if f.rank is not None or (f.cases and all(c.rank is not None for c in f.cases)):
-            per_rank.setdefault(str(Path(f.path).parent), []).append(f)
-        else:
-            groups.append(_plain_group(f, failing))
+    plain, per_rank = split_by_rank(junit_files)
+    failing: list[dict] = []
+    groups = [_plain_group(f, failing) for f in plain]
     for directory, files in per_rank.items():
         groups.append(_rank_group(directory, files, failing))
     totals = {"tests": 0, **dict.fromkeys(OUTCOMES, 0)}

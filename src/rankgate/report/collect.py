@@ -1,0 +1,201 @@
+"""Everything one report shows, gathered from a run's output folder (``out/``).
+
+:func:`collect` reads, under the output folder unless given explicitly:
+
+- ``junit/*.xml`` and per-rank ``junit.rank<r>.xml`` files (the test results),
+- ``stages/*.json`` (each stage's outcome, written by the executor) or ``gate.json``,
+- ``bench/*.json`` (benchmark results, ``bench compare`` comparisons),
+- ``bench/**/*.png`` (plots, embedded in the HTML).
+
+The HTML and Markdown renderers take the :class:`ReportData` it returns.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from rankgate.bench.contention import PROBE_KEY
+from rankgate.report.failures import FailedTest, failed_tests
+from rankgate.report.junitfile import ReportInputError
+from rankgate.report.summary import summarize
+
+STAGE_ORDER = ("env-check", "lint", "unit", "dist", "gpu", "hpc", "bench", "container")
+
+
+@dataclass(frozen=True, slots=True)
+class BenchTable:
+    """One benchmark file as a table."""
+
+    title: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    verdicts: tuple[str, ...] = ()
+    """Per row, for comparisons: regressed, improved, same, noisy ... ("" otherwise)."""
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Plot:
+    name: str
+    png: bytes
+
+
+@dataclass(slots=True)
+class ReportData:
+    summary: dict
+    """:func:`rankgate.report.summary.summarize`'s result (totals, groups, failing)."""
+    stages: list[dict] = field(default_factory=list)
+    failures: list[FailedTest] = field(default_factory=list)
+    bench: list[BenchTable] = field(default_factory=list)
+    plots: list[Plot] = field(default_factory=list)
+    generated: str = ""
+
+    @property
+    def ok(self) -> bool:
+        stage_failed = any(s.get("status") == "failed" for s in self.stages)
+        bench_failed = any("regressed" in t.verdicts for t in self.bench)
+        return bool(self.summary.get("ok", True)) and not stage_failed and not bench_failed
+
+
+def collect(
+    out_dir: Path,
+    junit: Iterable[str | Path] = (),
+    bench: Iterable[str | Path] = (),
+    plots: Iterable[str | Path] = (),
+) -> ReportData:
+    """Gather a report; explicit files win over what ``out_dir`` holds."""
+    junit = [str(p) for p in junit] or _junit_files(out_dir)
+    bench = [str(p) for p in bench] or sorted(str(p) for p in (out_dir / "bench").glob("*.json"))
+    plots = [Path(p) for p in plots] or sorted((out_dir / "bench").rglob("*.png"))
+    stages = _stages(out_dir)
+    if not junit and not bench and not stages:
+        raise ReportInputError(
+            f"nothing to report in {out_dir}: no junit/*.xml, stages/*.json, gate.json or "
+            "bench/*.json (run a stage first, e.g. nox -s unit, or name the files)"
+        )
+    summary = summarize(junit, bench) if junit or bench else {"ok": True, "totals": {}}
+    tables = [
+        table
+        for item in summary.get("bench", [])
+        for table in bench_tables(item["file"], item["data"], Path(item["file"]))
+    ]
+    return ReportData(
+        summary=summary,
+        stages=stages,
+        failures=failed_tests(junit) if junit else [],
+        bench=tables,
+        plots=[Plot(name=_plot_name(p, out_dir), png=p.read_bytes()) for p in plots],
+        generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    )
+
+
+def _plot_name(path: Path, out_dir: Path) -> str:
+    return str(path.relative_to(out_dir)) if path.is_relative_to(out_dir) else path.name
+
+
+def _junit_files(out_dir: Path) -> list[str]:
+    folder = out_dir / "junit"
+    return sorted(str(p) for p in folder.rglob("*.xml")) if folder.is_dir() else []
+
+
+def _stages(out_dir: Path) -> list[dict]:
+    """Each stage's latest outcome: stages/*.json, else the gate's table."""
+    found: dict[str, dict] = {}
+    gate = out_dir / "gate.json"
+    if gate.is_file():
+        for row in json.loads(gate.read_text()):
+            found[row["stage"]] = row
+    for path in sorted((out_dir / "stages").glob("*.json")):
+        row = json.loads(path.read_text())
+        found[row["stage"]] = row
+    order = {name: i for i, name in enumerate(STAGE_ORDER)}
+    return sorted(found.values(), key=lambda r: order.get(r["stage"], len(order)))
+
+
+def bench_tables(title: str, data: object, path: Path) -> list[BenchTable]:
+    """A benchmark file's tables: comparisons, harness rows, comm results, else nothing."""
+    if isinstance(data, dict) and data.get("format") == "rankgate.compare/1":
+        return [_comparison_table(c, data.get("notes", [])) for c in data.get("comparisons", [])]
+    runs = [doc for doc in _all_json_lines(path) if _is_harness(doc)]
+    if runs:  # a saved bench harness --json run, one JSON line per repetition
+        rows = [dict(r, run=i + 1) for i, doc in enumerate(runs) for r in doc]
+        probes = [p for doc in _all_json_lines(path) if isinstance(doc, dict)
+                  for p in doc.get(PROBE_KEY, [])]  # fmt: skip
+        notes = ()
+        if probes:
+            others = max(p.get("others_share", 0.0) for p in probes)
+            notes = (f"other work on the machine took up to {100 * others:.0f}% of its CPUs "
+                     "during these runs",)  # fmt: skip
+        table = _table(title, rows)
+        return [BenchTable(title=table.title, columns=table.columns, rows=table.rows, notes=notes)]
+    if isinstance(data, dict) and isinstance(data.get("results"), list):
+        keep = ("collective", "backend", "dtype", "bytes", "eager_us", "graph_us", "eager_busbw")
+        rows = [{k: r.get(k) for k in keep} for r in data["results"]]
+        return [_table(title, rows)]
+    if isinstance(data, list) and data and all(isinstance(r, dict) for r in data):
+        return [_table(title, data)]
+    return []
+
+
+def _is_harness(data: object) -> bool:
+    rows = data if isinstance(data, list) else []
+    return bool(rows) and all(isinstance(r, dict) and "pool_ms_per_test" in r for r in rows)
+
+
+def _all_json_lines(path: Path) -> list:
+    """Every JSON line of a saved --json run with repetitions (bench --repeat)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    docs = []
+    for line in lines:
+        if line.startswith(("[", "{")):
+            try:
+                docs.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return docs
+
+
+def _table(title: str, rows: list[dict]) -> BenchTable:
+    columns = tuple(dict.fromkeys(k for r in rows for k in r))
+    return BenchTable(
+        title=title,
+        columns=columns,
+        rows=tuple(tuple(_cell(r.get(c)) for c in columns) for r in rows),
+    )
+
+
+def _comparison_table(c: dict, notes: list[str]) -> BenchTable:
+    columns = ("metric", "size", "base", "new", "ratio", "change", "threshold", "verdict")
+    rows, verdicts = [], []
+    for r in c.get("rows", []):
+        if r["verdict"] in ("missing", "new"):
+            continue
+        rows.append((
+            r["metric"], r["size"], _cell(r["base"]), _cell(r["new"]), _cell(r["ratio"]),
+            _pct(r["change"]), _pct(r["threshold"]), r["verdict"],
+        ))  # fmt: skip
+        verdicts.append(r["verdict"])
+    title = f"{c['benchmark']}: {c['new']} against {c['base']}"
+    notes = [*c.get("regressions", []), *c.get("notes", []), *notes]
+    return BenchTable(
+        title=title, columns=columns, rows=tuple(rows), verdicts=tuple(verdicts), notes=tuple(notes)
+    )
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:+.1f}%"

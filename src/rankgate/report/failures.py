@@ -1,0 +1,177 @@
+"""Each failed test with its ranks' own tracebacks and logs, for the HTML and Markdown reports.
+
+:func:`failed_tests` reads the same JUnit files as :func:`rankgate.report.summary.summarize`
+and returns one :class:`FailedTest` per failed or errored test. Where a test's ranks come
+from:
+
+- per-rank files (the harness's in-place mode, dispatched jobs): merged with the rules of
+  :mod:`rankgate.report.junit`; each rank's case gives its traceback and output;
+- one file from a pool run: the harness's ``rankgate.rank<r>.*`` properties give each
+  rank's outcome and output, and its failure text holds one ``--- rank r: failed ---``
+  section per failing rank;
+- a file written by ``rankgate merge-junit``: its ``rank_outcomes`` property;
+- an ordinary test: no ranks, the failure text as it is.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from rankgate.report.junit import MergedTest, merge_files
+from rankgate.report.junitfile import CaseResult, JUnitFile, expand_paths, read_junit
+
+_RANK_SECTION = re.compile(r"^-{3,} rank (\d+): (\w+) -{3,}$", re.MULTILINE)
+"""The harness's heading of one failing rank's section in a failure text."""
+_REPRODUCE = re.compile(r"^reproduce: .*$", re.MULTILINE)
+_RANK_PROP = re.compile(r"^rankgate\.rank(\d+)\.(outcome|stdout|stderr)$")
+
+
+@dataclass(frozen=True, slots=True)
+class RankDetail:
+    """What one rank did in one test."""
+
+    rank: int
+    outcome: str
+    traceback: str = ""
+    stdout: str = ""
+    stderr: str = ""
+
+    @property
+    def bad(self) -> bool:
+        return self.outcome not in ("passed", "skipped")
+
+
+@dataclass(frozen=True, slots=True)
+class FailedTest:
+    """One failed or errored test, with everything a reader needs to act on it."""
+
+    id: str
+    outcome: str
+    """failed or error."""
+    source: str
+    """The JUnit file, or the directory of per-rank files, it came from."""
+    message: str
+    """First line of the failure message."""
+    ranks: tuple[RankDetail, ...] = ()
+    """Every rank's outcome and texts; empty for a test that ran without ranks."""
+    text: str = ""
+    """The whole failure text (for a test without ranks, the traceback)."""
+    reproduce: str = ""
+    """The harness's reproduction line, when the report carries one."""
+    stdout: str = ""
+    stderr: str = ""
+
+    @property
+    def failing_ranks(self) -> tuple[int, ...]:
+        return tuple(r.rank for r in self.ranks if r.bad)
+
+
+def failed_tests(junit_paths: Iterable[str | Path]) -> list[FailedTest]:
+    """Every failed or errored test of these JUnit files, in file order."""
+    plain, per_rank = split_by_rank(read_junit(p) for p in expand_paths(junit_paths))
+    found: list[FailedTest] = []
+    for f in plain:
+        by_id: dict[str, CaseResult] = {}
+        for case in f.cases:
+            prev = by_id.get(case.test_id)
+            by_id[case.test_id] = case if prev is None else prev.combine(case)
+        found += [_from_case(f.path, c) for c in by_id.values() if c.outcome in ("failed", "error")]
+    for directory, files in per_rank.items():
+        bad = [t for t in merge_files(files).tests if t.verdict in ("failed", "error")]
+        found += [_from_merged(directory, t) for t in bad]
+    return found
+
+
+def split_by_rank(files: Iterable[JUnitFile]) -> tuple[list[JUnitFile], dict[str, list[JUnitFile]]]:
+    """Ordinary files, and per-rank files grouped by directory (one run per directory)."""
+    plain: list[JUnitFile] = []
+    per_rank: dict[str, list[JUnitFile]] = {}
+    for f in files:
+        if f.rank is not None or (f.cases and all(c.rank is not None for c in f.cases)):
+            per_rank.setdefault(str(Path(f.path).parent), []).append(f)
+        else:
+            plain.append(f)
+    return plain, per_rank
+
+
+def _from_merged(directory: str, test: MergedTest) -> FailedTest:
+    ranks = tuple(
+        RankDetail(
+            rank=rank,
+            outcome=res.outcome,
+            traceback=res.text,
+            stdout=res.system_out,
+            stderr=res.system_err,
+        )
+        for rank, res in sorted(test.results.items())
+    ) + tuple(RankDetail(rank=r, outcome="missing", traceback="no result") for r in test.missing)
+    texts = [test.details, *(r.traceback for r in ranks), *(r.stdout for r in ranks)]
+    return FailedTest(
+        id=test.test_id,
+        outcome=test.verdict,
+        source=directory,
+        message=_first_line(test.message),
+        ranks=tuple(sorted(ranks, key=lambda r: r.rank)),
+        text=test.details,
+        reproduce=_reproduce(*texts),
+    )
+
+
+def _from_case(source: str, case: CaseResult) -> FailedTest:
+    props = dict(case.properties)
+    per_rank: dict[int, dict[str, str]] = {}
+    for name, value in case.properties:
+        if match := _RANK_PROP.match(name):
+            per_rank.setdefault(int(match.group(1)), {})[match.group(2)] = value
+    if not per_rank and props.get("rank_outcomes"):  # written by merge-junit
+        for pair in props["rank_outcomes"].split(","):
+            rank, _, outcome = pair.partition("=")
+            per_rank[int(rank)] = {"outcome": outcome}
+    sections = _rank_sections(case.text)
+    ranks = tuple(
+        RankDetail(
+            rank=rank,
+            outcome=fields.get("outcome", "unknown"),
+            traceback=sections.get(rank, ""),
+            stdout=fields.get("stdout", ""),
+            stderr=fields.get("stderr", ""),
+        )
+        for rank, fields in sorted(per_rank.items())
+    )
+    return FailedTest(
+        id=case.test_id,
+        outcome=case.outcome,
+        source=source,
+        message=_first_line(case.message),
+        ranks=ranks,
+        text=case.text,
+        reproduce=_reproduce(case.text, case.system_out),
+        stdout=case.system_out,
+        stderr=case.system_err,
+    )
+
+
+def _rank_sections(text: str) -> dict[int, str]:
+    """The harness's per-rank sections of a failure text: rank -> its traceback."""
+    heads = list(_RANK_SECTION.finditer(text))
+    sections = {}
+    for head, nxt in zip(heads, [*heads[1:], None]):
+        body = text[head.end() : nxt.start() if nxt else len(text)]
+        body = _REPRODUCE.sub("", body)
+        sections[int(head.group(1))] = body.strip("\n")
+    return sections
+
+
+def _reproduce(*texts: str) -> str:
+    for text in texts:
+        if match := _REPRODUCE.search(text or ""):
+            return match.group(0)
+    return ""
+
+
+def _first_line(message: str) -> str:
+    lines = message.strip().splitlines()
+    return lines[0] if lines else ""
