@@ -246,15 +246,17 @@ def compare(
     rows = []
     for name in expected:
         if name in missing:
-            rows.append(TensorParity(name=name, shape=tuple(expected[name].shape), dtype="-",
-                                     ok=False, problem="missing from the degree-N run"))  # fmt: skip
+            shape = tuple(expected[name].shape)
+            problem = "missing from the degree-N run"
+            rows.append(TensorParity(name=name, shape=shape, dtype="-", ok=False, problem=problem))
             continue
         tol = tolerance.get(name) if isinstance(tolerance, Mapping) else tolerance
         rows.append(compare_tensor(name, actual[name], expected[name], tolerance=tol,
                                    min_fraction=min_fraction))  # fmt: skip
     for name in extra:
-        rows.append(TensorParity(name=name, shape=tuple(actual[name].shape), dtype="-", ok=False,
-                                 problem="not in the baseline"))  # fmt: skip
+        shape = tuple(actual[name].shape)
+        problem = "not in the baseline"
+        rows.append(TensorParity(name=name, shape=shape, dtype="-", ok=False, problem=problem))
     if rank is None:
         rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
     return ParityReport(rank=rank, tensors=tuple(rows))
