@@ -195,3 +195,14 @@ def test_dilated_config_validation():
         DilatedConfig(segment_lengths=(6,), dilation_rates=(4,))
     with pytest.raises(ValueError, match="equal length"):
         DilatedConfig(segment_lengths=(4, 8), dilation_rates=(1,))
+
+
+def test_auto_head_chunks_keeps_groups_whole():
+    from rankgate.workloads.ring_attention.ring import auto_head_chunks
+
+    assert auto_head_chunks(32, 8) == 4  # 8 query heads, 2 key/value heads per call
+    assert auto_head_chunks(32, 32) == 4
+    assert auto_head_chunks(4, 2) == 1
+    assert auto_head_chunks(48, 6) == 6
+    assert auto_head_chunks(40, 5) == 5
+    assert auto_head_chunks(24, 2) == 2

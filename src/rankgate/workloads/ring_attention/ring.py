@@ -9,9 +9,13 @@ merged by the log-sum-exp rule (``out = out + (block - out)·sigmoid(lse_block -
 key exactly.
 
 The backward pass is its own: key/value shards go around the ring again, and the
-gradient of each key/value shard travels with it (an accumulator in float32, sent on
-after each rank adds its part), arriving at its owner after the last step. Query
-gradients stay local.
+gradient of each key/value shard travels with it (an accumulator, sent on after each
+rank adds its part), arriving at its owner after the last step. Query gradients stay
+local. Gradients of fp32/fp64 inputs are summed in that precision; for bf16/fp16
+inputs the accumulators keep the input dtype and every addition is done in fp32 and
+rounded once (the per-block gradients are already rounded to it by the kernel; at
+cp=2 this is exactly an fp32 sum rounded once), which keeps the extra memory at a few
+shard-sized buffers: the longest sequence that fits grows with the number of ranks.
 
 Which rows meet which at each step is a plan (:mod:`.plans`); per block the kernel is
 PyTorch's fused flash attention on GPUs or exact math elsewhere (:mod:`.kernels`).
@@ -115,8 +119,21 @@ def _contiguous(t: torch.Tensor) -> torch.Tensor:
     return t if t.is_contiguous() else t.contiguous()
 
 
-def _head_slices(heads: int, kv_heads: int, chunks: int):
+def auto_head_chunks(heads: int, kv_heads: int) -> int:
+    """Chunks of at most 8 query heads per kernel call where the heads split evenly.
+
+    A fused backward call holds float32 and expanded-head temporaries for the heads it
+    covers; a few heads per call bound them while keeping each call large.
+    """
+    chunks = max(1, heads // 8)
+    while kv_heads % chunks:
+        chunks -= 1
+    return chunks
+
+
+def _head_slices(heads: int, kv_heads: int, chunks: int | None):
     """(query heads, key/value heads) per chunk: whole grouped-query groups together."""
+    chunks = auto_head_chunks(heads, kv_heads) if chunks is None else chunks
     if chunks < 1 or kv_heads % chunks:
         raise ValueError(
             f"head_chunks={chunks} must be >= 1 and divide kv_heads={kv_heads} "
@@ -163,8 +180,13 @@ def _forward(q, k, v, plan, ring: Ring, kernel: BlockKernel, scale, head_chunks,
     return out.to(q.dtype), lse
 
 
+def _grad_dtype(dtype: torch.dtype) -> torch.dtype:
+    half = (torch.bfloat16, torch.float16)
+    return dtype if dtype in half else accumulate_dtype(dtype)
+
+
 def _backward(dout, q, k, v, out, lse, plan, ring: Ring, kernel, scale, head_chunks, timer):
-    acc = accumulate_dtype(q.dtype)
+    acc = _grad_dtype(q.dtype)
     dq = torch.zeros_like(q, dtype=acc)
     heads = _head_slices(q.shape[1], k.shape[1], head_chunks)
     kv = (_contiguous(k), _contiguous(v))
@@ -183,7 +205,7 @@ def _backward(dout, q, k, v, out, lse, plan, ring: Ring, kernel, scale, head_chu
                     dout[:, hq, qs], q[:, hq, qs], kk[:, hk, ks], vv[:, hk, ks],
                     out[:, hq, qs], lse[:, hq, qs], block.causal, scale,
                 )  # fmt: skip
-                dq[:, hq, qs] += dq_b
+                dq[:, hq, qs].add_(dq_b)  # in fp32, rounded once to dq's dtype
                 parts.append((hk, ks, dk_b, dv_b))
         # The gradient of the visiting shard: start it here, or add to what the ranks
         # before us accumulated, then pass it on (after the last step: to its owner).
@@ -192,8 +214,8 @@ def _backward(dout, q, k, v, out, lse, plan, ring: Ring, kernel, scale, head_chu
         else:
             ring.wait(dkv_pending, q.device, timer)
         for hk, ks, dk_b, dv_b in parts:
-            dkv[0][:, hk, ks] += dk_b
-            dkv[1][:, hk, ks] += dv_b
+            dkv[0][:, hk, ks].add_(dk_b)
+            dkv[1][:, hk, ks].add_(dv_b)
         if ring.size > 1:
             dkv, dkv_pending = ring.exchange(dkv, timer)
         if kv_pending is not None:
@@ -232,7 +254,7 @@ def ring_attention(
     group: dist.ProcessGroup | None = None,
     scale: float | None = None,
     kernel: str | BlockKernel = "auto",
-    head_chunks: int = 1,
+    head_chunks: int | None = None,
     timer: CommTimer | None = None,
 ) -> torch.Tensor:
     """Attention of this rank's queries over every rank's keys and values.
@@ -242,7 +264,8 @@ def ring_attention(
     every rank). BSHD: any batch; THD: batch 1 and ``local_cu_seqlens`` (the
     sharding's), so no token attends across a sequence boundary. ``plan`` replaces
     the dual-chunk plan (see :mod:`.plans`). ``head_chunks`` splits each block's
-    kernel calls into that many groups of heads (less temporary memory, same result).
+    kernel calls into that many groups of heads (less temporary memory, same result;
+    default :func:`auto_head_chunks`).
     Returns (batch, heads, n, head_dim) in ``q``'s dtype; differentiable.
     """
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
