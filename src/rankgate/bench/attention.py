@@ -63,6 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--seq-lens", default=None, help="comma list, K = 1024 (default 16K,32K,64K,128K on "
         "GPUs, 256,512 on CPU)")  # fmt: skip
     add("--methods", default=",".join(METHODS), help=f"comma list of {', '.join(METHODS)}")
+    add("--skip", default="", help="comma list of METHOD@WORLD not to run (e.g. ring@1)")
+    add("--ring-kernel", default="auto", choices=("auto", "cudnn", "flash", "math"),
+        help="ring's per-block kernel (default auto: cuDNN, else flash, on GPUs)")
     add("--batch", type=int, default=1)
     add("--heads", type=int, default=None, help="query heads (default 32; 4 on CPU)")
     add("--kv-heads", type=int, default=None, help="key/value heads (default 8; 2 on CPU)")
@@ -113,7 +116,14 @@ def _options(args: argparse.Namespace) -> dict:
     kv_heads = args.kv_heads or (8 if on_gpu else 2)
     if heads % kv_heads:
         raise SystemExit(f"--heads {heads} must be a multiple of --kv-heads {kv_heads}")
+    skip = [s for s in args.skip.split(",") if s]
+    for s in skip:
+        method, _, world = s.partition("@")
+        if method not in METHODS or not world.isdigit():
+            raise SystemExit(f"--skip {s!r}: expected METHOD@WORLD, e.g. ring@1")
     return {
+        "skip": skip,
+        "ring_kernel": args.ring_kernel,
         "world": max(worlds),
         "worlds": worlds,
         "on_gpu": on_gpu,
@@ -218,6 +228,8 @@ def _rank_main(rank: int, world: int, opts: dict, store_path: str) -> dict | Non
 
 def _applies(method: str, w: int, opts: dict) -> str:
     """'' when ``method`` runs at world ``w``, else why not."""
+    if f"{method}@{w}" in opts.get("skip", ()):
+        return "--skip"
     if method == "single" and w != 1:
         return "single runs at world 1"
     if method == "torch-cp":
@@ -253,7 +265,9 @@ def _sweep(w: int, group, sync_group, opts: dict, device) -> list[dict]:
             if row.get("error"):
                 failed_at = seq
             if rank == 0:
-                print(f"# {method} world {w} seq {seq}: " + json.dumps(row)[:300], flush=True)
+                stamp = time.strftime("%H:%M:%S")
+                print(f"# {stamp} {method} world {w} seq {seq}: " + json.dumps(row)[:300],
+                      flush=True)  # fmt: skip
         if opts["fit_cap_gib"] and failed_at is None:
             rows += _fit_check(method, w, group, sync_group, opts, device, rows)
     return rows
@@ -337,7 +351,7 @@ def _stepper(method: str, w: int, group, opts: dict, leaves, dout, timer, stack)
 
     def ring_step():
         clear()
-        out = ring_attention(*leaves, causal=causal, group=group,
+        out = ring_attention(*leaves, causal=causal, group=group, kernel=opts["ring_kernel"],
                              head_chunks=opts["head_chunks"], timer=timer)  # fmt: skip
         out.backward(dout)
 
@@ -396,7 +410,7 @@ def _measure(method, w, seq, group, sync_group, opts, device) -> dict:
             row["exposed_comm_s"] = timer.exposed_seconds() / count
             row["bytes_sent"] = timer.bytes_sent / count
         row["peak_bytes"] = torch.cuda.max_memory_allocated(device) if cuda else None
-        if opts["profile"]:
+        if opts["profile"] and w > 1:  # communication only; one GPU has none
             sync()
             row |= _profile(step, device)
         sync()
@@ -513,6 +527,14 @@ def _meta(opts: dict, device) -> dict:
     meta["ring_head_chunks"] = opts["head_chunks"] or auto_head_chunks(
         opts["heads"], opts["kv_heads"]
     )
+    if device.type == "cuda":
+        from rankgate.workloads.ring_attention.kernels import FUSED_FALLBACKS
+
+        kernel = opts["ring_kernel"]
+        if kernel == "auto":
+            kernel = "flash (cuDNN refused: " + "; ".join(FUSED_FALLBACKS.values()) + ")" \
+                if FUSED_FALLBACKS else "cudnn"
+        meta["ring_kernel"] = kernel
     return meta
 
 

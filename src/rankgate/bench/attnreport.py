@@ -108,7 +108,8 @@ def table(result: dict) -> str:
         f"  nccl {meta.get('nccl', '-')}  {meta['time']}",
         f"# {'causal' if o['causal'] else 'full'} attention, fwd+bwd, {o['dtype']}, batch "
         f"{o['batch']}, heads {o['heads']}/{o['kv_heads']} (q/kv), head_dim {o['head_dim']}; "
-        f"ring head chunks {meta.get('ring_head_chunks', o['head_chunks'])}",
+        f"ring head chunks {meta.get('ring_head_chunks', o['head_chunks'])}, ring kernel "
+        f"{meta.get('ring_kernel', 'math')}",
         "# time: median over repetitions of the slowest rank; speedup over `single` at the "
         "same length; comm: NCCL kernel time (profiler) and exposed wait (CUDA events), per rank",
         f"{'method':>9} {'world':>5} {'seq':>8} {'ms/iter':>10} {'tokens/s':>11} {'speedup':>7} "

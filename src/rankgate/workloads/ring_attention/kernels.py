@@ -12,8 +12,13 @@ key ``j`` for query ``i`` when ``j > i + k_len - q_len`` (bottom-right aligned, 
 the fused kernels do; the ring only asks for it on square blocks).
 
 Kernels: :class:`MathKernel` (any device; float32 arithmetic, float64 for float64
-inputs) and :class:`FlashKernel` (CUDA, fp16/bf16: PyTorch's fused flash attention,
-``aten._scaled_dot_product_flash_attention`` and its backward).
+inputs), :class:`FlashKernel` (CUDA, fp16/bf16: PyTorch's fused flash attention,
+``aten._scaled_dot_product_flash_attention`` and its backward) and
+:class:`CudnnKernel` (CUDA, fp16/bf16: cuDNN's fused attention through
+``aten._scaled_dot_product_cudnn_attention``; on Hopper it is the kernel PyTorch's
+``scaled_dot_product_attention`` picks, about 1.8x FlashAttention-2's rate there).
+:class:`FusedKernel` (``kernel="auto"`` on GPUs) uses cuDNN and falls back to flash,
+once per process and device, naming the error, where cuDNN refuses a call.
 """
 
 from __future__ import annotations
@@ -103,7 +108,7 @@ class FlashKernel:
     name = "flash"
 
     def __init__(self) -> None:
-        self._rest: tuple | None = None  # forward's bookkeeping outputs, reused by backward
+        self._rest: tuple | None = None  # a forward's bookkeeping outputs, for backward
         self._native_gqa: bool | None = None
 
     def forward(self, q, k, v, causal, scale):
@@ -112,15 +117,16 @@ class FlashKernel:
             q, k, v, 0.0, causal, False, scale=scale
         )
         if self._rest is None:
-            # cum_seq_q, cum_seq_k, max_q, max_k, philox seed/offset: for dense inputs
-            # without dropout the backward ignores their values (as PyTorch's own
-            # context parallel does, passing one forward's to every block).
+            # cum_seq_q, cum_seq_k, philox seed/offset: for dense inputs without dropout
+            # the backward ignores their values (as PyTorch's own context parallel does,
+            # passing one forward's to every block).
             self._rest = (rest[0], rest[1], rest[4], rest[5])
         return out, lse
 
     def backward(self, dout, q, k, v, out, lse, causal, scale):
-        if self._rest is None:
-            raise RuntimeError("FlashKernel.backward before any forward on this kernel")
+        if self._rest is None:  # forwards ran elsewhere (a fallback): make the bookkeeping
+            tiny = torch.zeros(1, 1, 8, q.shape[-1], device=q.device, dtype=q.dtype)
+            self.forward(tiny, tiny, tiny, False, 1.0)
         cum_q, cum_k, seed, offset = self._rest
         hk = k.shape[1]
         k, v = self._heads(q, k), self._heads(q, v)
@@ -142,6 +148,66 @@ class FlashKernel:
         return kv if self._native_gqa else kv.repeat_interleave(q.shape[1] // kv.shape[1], dim=1)
 
 
+class CudnnKernel:
+    """cuDNN's fused attention (CUDA, fp16/bf16), which returns the log-sum-exp."""
+
+    name = "cudnn"
+
+    def __init__(self) -> None:
+        self._rest: tuple | None = None
+
+    def forward(self, q, k, v, causal, scale):
+        out, lse, cum_q, cum_k, _, _, seed, offset, _ = (
+            torch.ops.aten._scaled_dot_product_cudnn_attention(
+                q, k, v, None, True, 0.0, causal, False, scale=scale
+            )
+        )
+        if self._rest is None:
+            self._rest = (cum_q, cum_k, seed, offset)
+        return out, lse.reshape(lse.shape[:3])  # cuDNN keeps a trailing dimension of 1
+
+    def backward(self, dout, q, k, v, out, lse, causal, scale):
+        if self._rest is None:
+            tiny = torch.zeros(1, 1, 8, q.shape[-1], device=q.device, dtype=q.dtype)
+            self.forward(tiny, tiny, tiny, False, 1.0)
+        cum_q, cum_k, seed, offset = self._rest
+        dq, dk, dv = torch.ops.aten._scaled_dot_product_cudnn_attention_backward(
+            dout, q, k, v, out, lse.contiguous().unsqueeze(-1), seed, offset, None,
+            cum_q, cum_k, q.shape[2], k.shape[2], 0.0, causal, scale=scale,
+        )  # fmt: skip
+        return dq, dk, dv
+
+
+FUSED_FALLBACKS: dict[tuple[str, str], str] = {}
+"""(device, dtype) -> why cuDNN was given up for flash in this process."""
+
+
+class FusedKernel:
+    """cuDNN first; flash from the first call cuDNN refuses on this device and dtype."""
+
+    def __init__(self) -> None:
+        self._cudnn, self._flash = CudnnKernel(), FlashKernel()
+
+    @property
+    def name(self) -> str:
+        return "cudnn" if not FUSED_FALLBACKS else "flash"
+
+    def forward(self, q, k, v, causal, scale):
+        return self._call("forward", q, q, k, v, causal, scale)
+
+    def backward(self, dout, q, k, v, out, lse, causal, scale):
+        return self._call("backward", q, dout, q, k, v, out, lse, causal, scale)
+
+    def _call(self, what, q, *args):
+        key = (str(q.device), str(q.dtype))
+        if key not in FUSED_FALLBACKS:
+            try:
+                return getattr(self._cudnn, what)(*args)
+            except (RuntimeError, NotImplementedError) as exc:
+                FUSED_FALLBACKS[key] = f"cuDNN {what}: {str(exc).splitlines()[0][:200]}"
+        return getattr(self._flash, what)(*args)
+
+
 def _flash_takes_gqa(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether this build's flash kernel accepts fewer key/value heads than query heads."""
     q = torch.zeros(1, 4, 8, 64, device=device, dtype=dtype)
@@ -153,18 +219,22 @@ def _flash_takes_gqa(device: torch.device, dtype: torch.dtype) -> bool:
     return True
 
 
+KERNELS = {"flash": FlashKernel, "cudnn": CudnnKernel}
+
+
 def choose_kernel(q: torch.Tensor, name: str = "auto") -> BlockKernel:
-    """``auto``: flash on CUDA for fp16/bf16 and head_dim <= 256, else math."""
+    """``auto``: cuDNN (falling back to flash) on CUDA for fp16/bf16 and head_dim <= 128,
+    else math. ``flash``, ``cudnn`` and ``math`` force one."""
     if name == "math":
         return MathKernel()
-    flash_ok = q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and q.shape[-1] <= 256
-    if name == "flash":
-        if not flash_ok:
+    fused_ok = q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and q.shape[-1] <= 128
+    if name in KERNELS:
+        if not fused_ok:
             raise ValueError(
-                f"kernel='flash' needs CUDA tensors in fp16/bf16 with head_dim <= 256, got "
+                f"kernel={name!r} needs CUDA tensors in fp16/bf16 with head_dim <= 128, got "
                 f"{q.device} {q.dtype} head_dim={q.shape[-1]}: use kernel='math' or 'auto'"
             )
-        return FlashKernel()
+        return KERNELS[name]()
     if name != "auto":
-        raise ValueError(f"unknown kernel {name!r}: use 'auto', 'flash' or 'math'")
-    return FlashKernel() if flash_ok else MathKernel()
+        raise ValueError(f"unknown kernel {name!r}: use 'auto', 'cudnn', 'flash' or 'math'")
+    return FusedKernel() if fused_ok else MathKernel()
