@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from parallelcase import CPU_MULTI, GPU_WORLDS
 
-from rankgate.parity import assert_parity
+from rankgate.parity import DEFAULT_TOLERANCES, assert_parity
 from rankgate.workloads.cp import DualChunkSharding, next_token_labels, pack_sequences
 from rankgate.workloads.model import build_model, token_loss_sum
 from rankgate.workloads.ring_attention import RingAttention
@@ -71,7 +71,11 @@ def _check_cp_model(rank, world_size, device, layout, dtype):
     for name, p in model.named_parameters():
         dist.all_reduce(p.grad)
         actual[f"grad.{name}"] = p.grad
-    assert_parity(actual, expected, what=f"model {layout} CP=1 vs CP={world_size} ({dtype})")
+    # the loss is an fp32 sum of bf16 logits' cross-entropies: judged as bf16 in a bf16 model
+    # (5.5e-5 relative on 2xH200, THD), exactly as fp32 in an fp32 one
+    tolerance = {"loss": DEFAULT_TOLERANCES[dtype]}
+    assert_parity(actual, expected, what=f"model {layout} CP=1 vs CP={world_size} ({dtype})",
+                  tolerance=tolerance)  # fmt: skip
 
 
 @pytest.mark.parametrize("layout", ["bshd", "thd"])

@@ -28,6 +28,12 @@ from rankgate.workloads.ring_attention.reference import (
 )
 
 NAMES = ("out", "dq", "dk", "dv")
+BF16_MIN_FRACTION = 0.9999
+"""Per-block gradients come out of the fused kernels rounded to bf16 and are then summed
+over blocks (ranks); where partials of opposite sign cancel, the sum keeps their rounding
+error (up to an ulp of the larger partial), so a few elements miss atol + rtol*|want|
+(1 of 131072 in dv on 2xH200, run 2) while the relative L2 error stays near 3e-3. Up to
+one element in 10^4 may miss; the relative L2 bound (1e-2) still holds for every tensor."""
 
 
 def _baseline(q, k, v, dout, fn):
@@ -43,7 +49,8 @@ def _run(fn, shards, dout_shard):
     return (out, *torch.autograd.grad(out, leaves, dout_shard))
 
 
-def _check_dual_chunk(rank, world_size, device, *, cu, causal, h, hk, d, dtype, what, seed):
+def _check_dual_chunk(rank, world_size, device, *, cu, causal, h, hk, d, dtype, what, seed,
+                      kernel="auto"):  # fmt: skip
     batch = 1 if len(cu) > 2 else 2
     q, k, v, dout = qkv(batch, h, hk, cu[-1], d, seed=seed, dtype=dtype, device=device)
     if len(cu) > 2:
@@ -56,13 +63,19 @@ def _check_dual_chunk(rank, world_size, device, *, cu, causal, h, hk, d, dtype, 
     mine = [sharding.shard(t, rank, dim=2) for t in (q, k, v)]
     timer = CommTimer()
     bounds = sharding.local_cu_seqlens
+    def ring(*t):
+        return ring_attention(*t, causal=causal, local_cu_seqlens=bounds, timer=timer,
+                              kernel=kernel)  # fmt: skip
+
     got = _run(
-        lambda *t: ring_attention(*t, causal=causal, local_cu_seqlens=bounds, timer=timer),
+        ring,
         mine,
         sharding.shard(dout, rank, dim=2),
     )
     expected = {n: sharding.shard(t, rank, dim=2) for n, t in zip(NAMES, want)}
-    assert_parity(dict(zip(NAMES, got)), expected, what=f"{what}, world {world_size}")
+    share = BF16_MIN_FRACTION if dtype == torch.bfloat16 else 1.0
+    assert_parity(dict(zip(NAMES, got)), expected, what=f"{what}, world {world_size}",
+                  min_fraction=share)  # fmt: skip
     # forward: k/v sent cp-1 times; backward: k/v cp-1 times and their gradients
     # (accumulated in fp32 for fp32 inputs, in bf16 for bf16 ones) cp times
     kv_bytes = 2 * mine[1].numel() * mine[1].element_size()
@@ -114,12 +127,14 @@ def test_dilated_ring_matches_single_process_cpu(world, config, rank, world_size
     assert_parity(dict(zip(NAMES, got)), expected, what=f"dilated {config}, world {world_size}")
 
 
+@pytest.mark.parametrize("kernel", ["cudnn", "flash"])
 @pytest.mark.parametrize("cu", [pytest.param((0, 2048), id="bshd"),
                                 pytest.param((0, 512, 1536, 2048), id="thd")])  # fmt: skip
 @pytest.mark.parametrize("world", GPU_WORLDS)
-def test_ring_flash_bf16_matches_fp32_baseline_gpu(world, cu, rank, world_size, device):
+def test_ring_fused_bf16_matches_fp32_baseline_gpu(world, cu, kernel, rank, world_size, device):
     _check_dual_chunk(rank, world_size, device, cu=cu, causal=True, h=8, hk=2, d=64,
-                      dtype=torch.bfloat16, what="ring flash bf16 gqa 8/2", seed=40)  # fmt: skip
+                      dtype=torch.bfloat16, what=f"ring {kernel} bf16 gqa 8/2", seed=40,
+                      kernel=kernel)  # fmt: skip
 
 
 @pytest.mark.parametrize("world", GPU_WORLDS)
@@ -139,7 +154,8 @@ def test_dilated_ring_bf16_gpu(world, rank, world_size, device):
     got = _run(lambda *t: dilated_attention(*t, config), [t[:, :, mine] for t in (q, k, v)],
                dout[:, :, mine])  # fmt: skip
     expected = {name: t[:, :, mine] for name, t in zip(NAMES, want)}
-    assert_parity(dict(zip(NAMES, got)), expected, what=f"dilated bf16, world {world_size}")
+    assert_parity(dict(zip(NAMES, got)), expected, what=f"dilated bf16, world {world_size}",
+                  min_fraction=BF16_MIN_FRACTION)  # fmt: skip
 
 
 @pytest.mark.parametrize("world", CPU_WORLDS[1:])

@@ -27,9 +27,11 @@ longest sequence that fits in C GiB per GPU and in the whole GPU; one iteration 
 (``set_per_process_memory_fraction``) to confirm it fits; at world 1, 105% is run too
 and must not fit.
 
-Ranks: started here (one process per GPU, FileStore rendezvous); smaller worlds run
-on the first ranks while the others wait. Output: a table, ``--json`` (last line),
-``--out DIR`` (attention.json, attention.txt, PNG plots).
+Ranks: started here (one process per GPU, FileStore rendezvous). A smaller world w
+runs on every rank at once, as world/w independent groups of w consecutive ranks doing
+the same work (no rank idles through another's sweep); group 0's figures are
+reported. Output: a table, ``--json`` (last line), ``--out DIR`` (attention.json,
+attention.txt, PNG plots).
 """
 
 from __future__ import annotations
@@ -102,6 +104,10 @@ def _options(args: argparse.Namespace) -> dict:
         worlds = [w for w in (1, 2, 4, 8) if w <= gpus] if on_gpu else [1, 2]
     if on_gpu and max(worlds) > gpus:
         raise SystemExit(f"--worlds asks for {max(worlds)} ranks but {gpus} GPUs are visible")
+    for w in worlds:
+        if w < 1 or max(worlds) % w:
+            raise SystemExit(f"--worlds {worlds}: each must divide the largest ({max(worlds)}), "
+                             "which runs the smaller ones as groups side by side")  # fmt: skip
     methods = args.methods.split(",")
     for m in methods:
         if m not in METHODS:
@@ -207,13 +213,17 @@ def _rank_main(rank: int, world: int, opts: dict, store_path: str) -> dict | Non
     rows: list[dict] = []
     try:
         for w in opts["worlds"]:
-            ranks = list(range(w))
-            group = dist.group.WORLD if w == world else dist.new_group(ranks)
-            sync_group = cpu_group if w == world else dist.new_group(ranks, backend="gloo")
-            if rank < w:
-                rows += _sweep(w, group, sync_group, opts, device)
-            # the ranks outside world w wait for its whole sweep here
-            dist.monitored_barrier(group=cpu_group, timeout=timedelta(hours=1))
+            # world/w groups of w ranks run the same sweep side by side, so every rank is
+            # busy for the same time and meets the others at the barrier below
+            blocks = [list(range(g * w, (g + 1) * w)) for g in range(world // w)]
+            whole = w == world
+            groups = [dist.group.WORLD if whole else dist.new_group(b) for b in blocks]
+            syncs = [cpu_group if whole else dist.new_group(b, backend="gloo") for b in blocks]
+            mine = rank // w
+            measured = _sweep(w, groups[mine], syncs[mine], opts, device, report=mine == 0)
+            if mine == 0:
+                rows += measured
+            dist.barrier(group=cpu_group)
             if rank == 0:
                 print(f"# world {w} done", flush=True)
         every: list = [None] * world
@@ -242,15 +252,16 @@ def _applies(method: str, w: int, opts: dict) -> str:
     return ""
 
 
-def _sweep(w: int, group, sync_group, opts: dict, device) -> list[dict]:
+def _sweep(w: int, group, sync_group, opts: dict, device, report: bool) -> list[dict]:
     import torch.distributed as dist
 
     rank = dist.get_rank(group)
+    report = report and rank == 0  # the one rank that prints progress
     rows = []
     for method in opts["methods"]:
         reason = _applies(method, w, opts)
         if reason:
-            if rank == 0 and w > 1 and method == "torch-cp":
+            if report and w > 1 and method == "torch-cp":
                 rows.append({"method": method, "world": w, "seq": None, "rank": 0,
                              "skipped": reason})  # fmt: skip
             continue
@@ -264,12 +275,12 @@ def _sweep(w: int, group, sync_group, opts: dict, device) -> list[dict]:
             rows.append(base | row)
             if row.get("error"):
                 failed_at = seq
-            if rank == 0:
+            if report:
                 stamp = time.strftime("%H:%M:%S")
                 print(f"# {stamp} {method} world {w} seq {seq}: " + json.dumps(row)[:300],
                       flush=True)  # fmt: skip
         if opts["fit_cap_gib"] and failed_at is None:
-            rows += _fit_check(method, w, group, sync_group, opts, device, rows)
+            rows += _fit_check(method, w, group, sync_group, opts, device, rows, report)
     return rows
 
 
@@ -459,7 +470,7 @@ def _profile(step, device) -> dict:
         return {"profile_error": f"{type(exc).__name__}: {exc}"[:200]}
 
 
-def _fit_check(method, w, group, sync_group, opts, device, rows) -> list[dict]:
+def _fit_check(method, w, group, sync_group, opts, device, rows, report) -> list[dict]:
     """Project the longest sequence under the cap from measured peaks, and confirm it."""
     import torch
     import torch.distributed as dist
@@ -497,7 +508,7 @@ def _fit_check(method, w, group, sync_group, opts, device, rows) -> list[dict]:
                                   "error": got.get("error", "")})  # fmt: skip
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0, device)
-    if rank == 0:
+    if report:
         print(f"# fit {method} world {w}: " + json.dumps(out), flush=True)
     return [out]
 
