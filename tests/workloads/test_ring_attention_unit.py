@@ -206,3 +206,26 @@ def test_auto_head_chunks_keeps_groups_whole():
     assert auto_head_chunks(48, 6) == 6
     assert auto_head_chunks(40, 5) == 5
     assert auto_head_chunks(24, 2) == 2
+
+
+def test_fused_kernel_records_why_it_left_cudnn_and_tries_flash():
+    from rankgate.workloads.ring_attention import kernels
+
+    q = torch.zeros(1, 2, 8, 16, dtype=torch.bfloat16)  # on the CPU both fused ops refuse
+    kernels.FUSED_FALLBACKS.clear()
+    try:
+        with pytest.raises((RuntimeError, NotImplementedError)):
+            kernels.FusedKernel().forward(q, q, q, True, 0.25)
+        reason = kernels.FUSED_FALLBACKS[("cpu", "torch.bfloat16")]
+        assert reason.startswith("cuDNN forward: ")
+    finally:
+        kernels.FUSED_FALLBACKS.clear()
+
+
+def test_forced_fused_kernels_need_cuda_half_precision():
+    q = torch.zeros(1, 2, 8, 16)
+    for name in ("cudnn", "flash"):
+        with pytest.raises(ValueError, match=f"kernel='{name}' needs CUDA tensors in fp16/bf16"):
+            ring_attention(q, q, q, kernel=name)
+    with pytest.raises(ValueError, match="unknown kernel 'fa3'"):
+        ring_attention(q, q, q, kernel="fa3")

@@ -10,22 +10,30 @@ Main API:
   rates) over the same ring.
 - :class:`CommTimer`: exposed communication time, measured on the compute stream.
 - :mod:`.reference`: single-process baselines; :mod:`.kernels`: per-block attention
-  (PyTorch's fused flash kernel on GPUs, exact math elsewhere); :mod:`.plans`.
+  (cuDNN's or flash's fused kernel on GPUs, exact math elsewhere); :mod:`.plans`.
 
 Shards come from :mod:`rankgate.workloads.cp`.
 """
 
 from rankgate.workloads.ring_attention.dilated import DilatedConfig, dilated_attention
-from rankgate.workloads.ring_attention.kernels import FlashKernel, MathKernel, choose_kernel
+from rankgate.workloads.ring_attention.kernels import (
+    CudnnKernel,
+    FlashKernel,
+    FusedKernel,
+    MathKernel,
+    choose_kernel,
+)
 from rankgate.workloads.ring_attention.plans import Block, DualChunkPlan, SegmentPlan
 from rankgate.workloads.ring_attention.ring import CommTimer, Ring, RingAttention, ring_attention
 
 __all__ = [
     "Block",
     "CommTimer",
+    "CudnnKernel",
     "DilatedConfig",
     "DualChunkPlan",
     "FlashKernel",
+    "FusedKernel",
     "MathKernel",
     "Ring",
     "RingAttention",

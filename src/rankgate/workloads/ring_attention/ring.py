@@ -18,7 +18,7 @@ cp=2 this is exactly an fp32 sum rounded once), which keeps the extra memory at 
 shard-sized buffers: the longest sequence that fits grows with the number of ranks.
 
 Which rows meet which at each step is a plan (:mod:`.plans`); per block the kernel is
-PyTorch's fused flash attention on GPUs or exact math elsewhere (:mod:`.kernels`).
+a fused one on GPUs (cuDNN's, else flash) or exact math elsewhere (:mod:`.kernels`).
 """
 
 from __future__ import annotations
