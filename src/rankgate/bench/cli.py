@@ -24,6 +24,7 @@ _BENCHMARKS: dict[str, tuple[str, str]] = {
     "harness": ("rankgate.bench.pool_overhead", "per-test overhead: worker pool vs spawn per test"),
     "comm": ("rankgate.bench.comm", "collective bandwidth and latency, nccl-tests method"),
     "compare": ("rankgate.bench.compare", "compare results with a baseline: ratios and a verdict"),
+    "attention": ("rankgate.bench.attention", "ring attention vs one GPU and PyTorch's CP"),
 }
 
 

@@ -1,0 +1,560 @@
+"""``rankgate bench attention``: ring attention against one GPU and PyTorch's context parallel.
+
+One forward and backward of attention over one sequence (``--batch`` of them) per
+iteration, causal by default, bf16 on GPUs. Methods, in one run:
+
+- ``single``: ``scaled_dot_product_attention`` on one device over the whole sequence
+  (world 1 only): the baseline every speedup is measured against.
+- ``ring``: :func:`rankgate.workloads.ring_attention.ring_attention` on load-balanced
+  dual-chunk shards (also at world 1, which shows its own overhead).
+- ``torch-cp``: PyTorch's ``context_parallel`` (its ring, its head-tail shards; GPUs,
+  world > 1): the same shapes, timed the same way.
+
+Per (method, world, sequence length): ``--warmup`` iterations, then ``--reps``
+repetitions of as many iterations as take ``--min-rep-seconds``, each timed with
+device events (the host clock on CPUs) after a barrier; an iteration takes as long as
+its slowest rank, and the figure is the median over repetitions. Tokens/s is
+batch·seq over that time; speedup is over ``single`` at the same length; efficiency is
+speedup over world. Peak memory per GPU is the allocator's peak (inputs included).
+Communication is measured on every rank, never derived: NCCL kernel time in one
+profiled iteration (torch.profiler), and for ``ring`` the time the compute stream
+waited for transfers (CUDA events around each wait: the part not hidden by compute).
+
+``--fit-cap-gib C``: for each method and world, the peak memory measured at the timed
+lengths is fitted as ``a + b·seq`` (it is linear for these kernels), which gives the
+longest sequence that fits in C GiB per GPU and in the whole GPU; one iteration at
+97% of the C-GiB length is then run under a C-GiB allocator cap
+(``set_per_process_memory_fraction``) to confirm it fits; at world 1, 105% is run too
+and must not fit.
+
+Ranks: started here (one process per GPU, FileStore rendezvous). A smaller world w
+runs on every rank at once, as world/w independent groups of w consecutive ranks doing
+the same work (no rank idles through another's sweep); group 0's figures are
+reported. Output: a table, ``--json`` (last line), ``--out DIR`` (attention.json,
+attention.txt, PNG plots).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import socket
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+SAFE_ENV = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+    # fewer fragments between lengths, so the memory cap measures what is allocated
+    "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+}
+METHODS = ("single", "ring", "torch-cp")
+DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--worlds", default=None, help="comma list of world sizes (default: 1 and powers of "
+        "two up to the visible GPUs; 1,2 on CPU)")  # fmt: skip
+    add("--seq-lens", default=None, help="comma list, K = 1024 (default 16K,32K,64K,128K on "
+        "GPUs, 256,512 on CPU)")  # fmt: skip
+    add("--methods", default=",".join(METHODS), help=f"comma list of {', '.join(METHODS)}")
+    add("--skip", default="", help="comma list of METHOD@WORLD not to run (e.g. ring@1)")
+    add("--ring-kernel", default="auto", choices=("auto", "cudnn", "flash", "math"),
+        help="ring's per-block kernel (default auto: cuDNN, else flash, on GPUs)")
+    add("--batch", type=int, default=1)
+    add("--heads", type=int, default=None, help="query heads (default 32; 4 on CPU)")
+    add("--kv-heads", type=int, default=None, help="key/value heads (default 8; 2 on CPU)")
+    add("--head-dim", type=int, default=None, help="default 128 (16 on CPU)")
+    add("--dtype", choices=DTYPES, default=None, help="default bf16 on GPUs, fp32 on CPU")
+    add("--full", action="store_true", help="full attention instead of causal")
+    add("--head-chunks", type=int, default=None, help="ring's heads per kernel call "
+        "(default: auto, <= 8 query heads)")  # fmt: skip
+    add("--warmup", type=int, default=1)
+    add("--reps", type=int, default=5)
+    add("--min-rep-seconds", type=float, default=0.2, help="iterations per repetition: enough "
+        "for this long (default 0.2)")  # fmt: skip
+    add("--no-profile", action="store_true", help="skip the profiled iteration (comm kernels)")
+    add("--fit-cap-gib", type=float, default=0.0, help="memory cap for the longest-sequence "
+        "check (0: off)")  # fmt: skip
+    add("--cpu", action="store_true", help="stay on the CPU even where GPUs are visible")
+    add("--out", default=None, help="folder for attention.json, attention.txt and PNG plots")
+    add("--json", action="store_true", help="end with the results as one JSON line")
+
+
+def parse_length(text: str) -> int:
+    text = text.strip().upper()
+    return int(text[:-1]) * 1024 if text.endswith("K") else int(text)
+
+
+def _options(args: argparse.Namespace) -> dict:
+    import torch
+
+    gpus = 0 if args.cpu or not torch.cuda.is_available() else torch.cuda.device_count()
+    on_gpu = gpus >= 1
+    if args.worlds:
+        worlds = [int(w) for w in args.worlds.split(",")]
+    else:
+        worlds = [w for w in (1, 2, 4, 8) if w <= gpus] if on_gpu else [1, 2]
+    if on_gpu and max(worlds) > gpus:
+        raise SystemExit(f"--worlds asks for {max(worlds)} ranks but {gpus} GPUs are visible")
+    for w in worlds:
+        if w < 1 or max(worlds) % w:
+            raise SystemExit(f"--worlds {worlds}: each must divide the largest ({max(worlds)}), "
+                             "which runs the smaller ones as groups side by side")  # fmt: skip
+    methods = args.methods.split(",")
+    for m in methods:
+        if m not in METHODS:
+            raise SystemExit(f"unknown method {m!r}; valid: {', '.join(METHODS)}")
+    default_lens = "16K,32K,64K,128K" if on_gpu else "256,512"
+    seqs = [parse_length(s) for s in (args.seq_lens or default_lens).split(",")]
+    for s in seqs:
+        for w in worlds:
+            if s % (2 * w):
+                raise SystemExit(f"sequence length {s} is not a multiple of 2*world={2 * w}")
+    heads = args.heads or (32 if on_gpu else 4)
+    kv_heads = args.kv_heads or (8 if on_gpu else 2)
+    if heads % kv_heads:
+        raise SystemExit(f"--heads {heads} must be a multiple of --kv-heads {kv_heads}")
+    skip = [s for s in args.skip.split(",") if s]
+    for s in skip:
+        method, _, world = s.partition("@")
+        if method not in METHODS or not world.isdigit():
+            raise SystemExit(f"--skip {s!r}: expected METHOD@WORLD, e.g. ring@1")
+    return {
+        "skip": skip,
+        "ring_kernel": args.ring_kernel,
+        "world": max(worlds),
+        "worlds": worlds,
+        "on_gpu": on_gpu,
+        "methods": methods,
+        "seq_lens": seqs,
+        "batch": args.batch,
+        "heads": heads,
+        "kv_heads": kv_heads,
+        "head_dim": args.head_dim or (128 if on_gpu else 16),
+        "dtype": args.dtype or ("bf16" if on_gpu else "fp32"),
+        "causal": not args.full,
+        "head_chunks": args.head_chunks,
+        "warmup": args.warmup,
+        "reps": args.reps,
+        "min_rep_seconds": args.min_rep_seconds,
+        "profile": on_gpu and not args.no_profile,
+        "fit_cap_gib": args.fit_cap_gib if on_gpu else 0.0,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    from rankgate.bench import attnreport
+
+    for key, value in SAFE_ENV.items():
+        os.environ.setdefault(key, value)
+    opts = _options(args)
+    result = _spawn(opts)
+    text = attnreport.table(result)
+    print(text)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "attention.json").write_text(json.dumps(result, indent=1) + "\n")
+        (out / "attention.txt").write_text(text + "\n")
+        for path in attnreport.plots(result, out):
+            print(f"# plot: {path}")
+    if args.json:
+        print(json.dumps(result))
+    return 0
+
+
+def _spawn(opts: dict) -> dict:
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory(prefix="rankgate-bench-attention-") as tmp:
+        store = os.path.join(tmp, "store")
+        result_path = os.path.join(tmp, "result.json")
+        mp.start_processes(_spawned_rank, args=(opts["world"], opts, store, result_path),
+                           nprocs=opts["world"], start_method="spawn")  # fmt: skip
+        with open(result_path) as f:
+            return json.load(f)
+
+
+def _spawned_rank(rank: int, world: int, opts: dict, store: str, result_path: str) -> None:
+    result = _rank_main(rank, world, opts, store)
+    if result is not None:
+        with open(result_path, "w") as f:
+            json.dump(result, f)
+
+
+# --- inside each rank ------------------------------------------------------------------
+
+
+def _rank_main(rank: int, world: int, opts: dict, store_path: str) -> dict | None:
+    import torch
+    import torch.distributed as dist
+
+    from rankgate.bench import attnreport
+
+    # a collective stuck for 5 minutes is a hang (the slowest iteration takes seconds)
+    kwargs = {"rank": rank, "world_size": world, "store": dist.FileStore(store_path, world),
+              "timeout": timedelta(seconds=300)}  # fmt: skip
+    if opts["on_gpu"]:
+        torch.cuda.set_device(rank)
+        device = torch.device("cuda", rank)
+        dist.init_process_group("cpu:gloo,cuda:nccl", device_id=device, **kwargs)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo", **kwargs)
+    cpu_group = dist.new_group(backend="gloo")
+    rows: list[dict] = []
+    try:
+        for w in opts["worlds"]:
+            # world/w groups of w ranks run the same sweep side by side, so every rank is
+            # busy for the same time and meets the others at the barrier below
+            blocks = [list(range(g * w, (g + 1) * w)) for g in range(world // w)]
+            whole = w == world
+            groups = [dist.group.WORLD if whole else dist.new_group(b) for b in blocks]
+            syncs = [cpu_group if whole else dist.new_group(b, backend="gloo") for b in blocks]
+            mine = rank // w
+            measured = _sweep(w, groups[mine], syncs[mine], opts, device, report=mine == 0)
+            if mine == 0:
+                rows += measured
+            dist.barrier(group=cpu_group)
+            if rank == 0:
+                print(f"# world {w} done", flush=True)
+        every: list = [None] * world
+        dist.all_gather_object(every, rows, group=cpu_group)
+    finally:
+        dist.destroy_process_group()
+    if rank != 0:
+        return None
+    combined = attnreport.combine([r for rs in every for r in rs], opts)
+    return {"meta": _meta(opts, device), "results": combined["results"], "fit": combined["fit"]}
+
+
+def _applies(method: str, w: int, opts: dict) -> str:
+    """'' when ``method`` runs at world ``w``, else why not."""
+    if f"{method}@{w}" in opts.get("skip", ()):
+        return "--skip"
+    if method == "single" and w != 1:
+        return "single runs at world 1"
+    if method == "torch-cp":
+        if w == 1:
+            return "torch-cp needs world > 1"
+        if not opts["on_gpu"]:
+            return "PyTorch's context_parallel has no sharding rule for the CPU attention kernel"
+        if not opts["causal"]:
+            return "PyTorch's context_parallel load-balances causal attention only"
+    return ""
+
+
+def _sweep(w: int, group, sync_group, opts: dict, device, report: bool) -> list[dict]:
+    import torch.distributed as dist
+
+    rank = dist.get_rank(group)
+    report = report and rank == 0  # the one rank that prints progress
+    rows = []
+    for method in opts["methods"]:
+        reason = _applies(method, w, opts)
+        if reason:
+            if report and w > 1 and method == "torch-cp":
+                rows.append({"method": method, "world": w, "seq": None, "rank": 0,
+                             "skipped": reason})  # fmt: skip
+            continue
+        failed_at = None
+        for seq in opts["seq_lens"]:
+            base = {"method": method, "world": w, "seq": seq, "rank": rank}
+            if failed_at is not None:
+                rows.append(base | {"error": f"skipped: failed at {failed_at}"})
+                continue
+            row = _measure_agreed(method, w, seq, group, sync_group, opts, device)
+            rows.append(base | row)
+            if row.get("error"):
+                failed_at = seq
+            if report:
+                stamp = time.strftime("%H:%M:%S")
+                print(f"# {stamp} {method} world {w} seq {seq}: " + json.dumps(row)[:300],
+                      flush=True)  # fmt: skip
+        if opts["fit_cap_gib"] and failed_at is None:
+            rows += _fit_check(method, w, group, sync_group, opts, device, rows, report)
+    return rows
+
+
+def _measure_agreed(method, w, seq, group, sync_group, opts, device) -> dict:
+    """One measurement; every rank of the world records an error if any rank had one.
+
+    PyTorch's context parallel is retried once with key/value heads repeated to the
+    query heads when it refuses grouped-query attention (the note says so).
+    """
+    row = _attempt(method, w, seq, group, sync_group, opts, device)
+    gqa = opts["heads"] != opts["kv_heads"]
+    if method == "torch-cp" and gqa and row.get("error") and "out of memory" not in row["error"]:
+        first = row["error"]
+        row = _attempt(method, w, seq, group, sync_group, dict(opts, repeat_kv=True), device)
+        row["note"] = f"key/value heads repeated to {opts['heads']} (with enable_gqa: {first})"
+    return row
+
+
+def _attempt(method, w, seq, group, sync_group, opts, device) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    try:
+        row = _measure(method, w, seq, group, sync_group, opts, device)
+    except Exception as exc:  # OOM, an unsupported case of a peer: recorded, not fatal
+        row = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
+    _release(device)
+    flag = torch.tensor([1 if row.get("error") else 0])
+    dist.all_reduce(flag, group=sync_group)
+    if flag.item() and not row.get("error"):
+        row = {"error": "failed on another rank"}
+    return row
+
+
+def _release(device) -> None:
+    import gc
+
+    import torch
+
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _inputs(w: int, seq: int, opts: dict, device, seed: int):
+    import torch
+
+    dtype = getattr(torch, DTYPES[opts["dtype"]])
+    b, h, hk, d = opts["batch"], opts["heads"], opts["kv_heads"], opts["head_dim"]
+    n = seq // w
+    g = torch.Generator(device=device).manual_seed(seed)
+
+    def rand(heads):
+        return torch.randn(b, heads, n, d, generator=g, device=device, dtype=dtype)
+
+    q, k, v = (rand(x).requires_grad_() for x in (h, hk, hk))
+    if opts.get("repeat_kv"):
+        k, v = (t.detach().repeat_interleave(h // hk, dim=1).requires_grad_() for t in (k, v))
+    return q, k, v, rand(h)
+
+
+def _stepper(method: str, w: int, group, opts: dict, leaves, dout, timer, stack):
+    """The iteration to time: forward and backward of ``method``."""
+    import torch.nn.functional as F
+
+    from rankgate.workloads.ring_attention import ring_attention
+
+    causal = opts["causal"]
+    gqa = leaves[0].shape[1] != leaves[1].shape[1]
+
+    def clear():
+        for t in leaves:
+            t.grad = None
+
+    def sdpa_step():
+        clear()
+        out = F.scaled_dot_product_attention(*leaves, is_causal=causal, enable_gqa=gqa)
+        out.backward(dout)
+
+    def ring_step():
+        clear()
+        out = ring_attention(*leaves, causal=causal, group=group, kernel=opts["ring_kernel"],
+                             head_chunks=opts["head_chunks"], timer=timer)  # fmt: skip
+        out.backward(dout)
+
+    if method == "single":
+        return sdpa_step
+    if method == "ring":
+        return ring_step
+
+    # torch-cp: open PyTorch's context once; its SDPA treats the local tensors as this
+    # rank's head-tail shards (a dummy buffer switches its load balancing on).
+    import torch
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor.experimental import context_parallel
+
+    mesh = DeviceMesh.from_group(group, leaves[0].device.type)
+    dummy = torch.zeros(1, 1, 2 * w, 1, device=leaves[0].device)
+    stack.enter_context(context_parallel(mesh, buffers=[dummy], buffer_seq_dims=[2]))
+    return sdpa_step
+
+
+def _measure(method, w, seq, group, sync_group, opts, device) -> dict:
+    import contextlib
+
+    import torch
+    import torch.distributed as dist
+
+    from rankgate.workloads.ring_attention import CommTimer
+
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+    rank = dist.get_rank(group)
+    q, k, v, dout = _inputs(w, seq, opts, device, seed=1000 * seq + rank)
+    timer = CommTimer() if method == "ring" else None
+    note = "kv heads repeated" if opts.get("repeat_kv") else ""
+    with contextlib.ExitStack() as stack:
+        step = _stepper(method, w, group, opts, [q, k, v], dout, timer, stack)
+
+        def sync():
+            if cuda:
+                torch.cuda.synchronize(device)
+            dist.barrier(group=sync_group)
+
+        for _ in range(opts["warmup"]):
+            step()
+        one = _timed(step, 1, device, sync)
+        iters = torch.tensor([max(1, min(50, math.ceil(opts["min_rep_seconds"] / max(one, 1e-6))))])
+        dist.all_reduce(iters, op=dist.ReduceOp.MAX, group=sync_group)
+        iters = int(iters.item())
+        if timer is not None:
+            timer.reset()
+        reps = [_timed(step, iters, device, sync) for _ in range(opts["reps"])]
+        row = {"rep_s": reps, "iters": iters, "note": note}
+        if timer is not None:
+            count = iters * opts["reps"]
+            row["exposed_comm_s"] = timer.exposed_seconds() / count
+            row["bytes_sent"] = timer.bytes_sent / count
+        row["peak_bytes"] = torch.cuda.max_memory_allocated(device) if cuda else None
+        if opts["profile"] and w > 1:  # communication only; one GPU has none
+            sync()
+            row |= _profile(step, device)
+        sync()
+    return row
+
+
+def _timed(step, iters: int, device, sync) -> float:
+    import torch
+
+    sync()
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            step()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3 / iters
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        step()
+    return (time.perf_counter() - t0) / iters
+
+
+def _profile(step, device) -> dict:
+    """NCCL and other kernel time on this rank's GPU during one iteration."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    try:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            step()
+            torch.cuda.synchronize(device)
+        comm = compute = 0.0
+        for event in prof.events():
+            if event.device_type != DeviceType.CUDA:
+                continue
+            us = event.time_range.elapsed_us()
+            if "nccl" in event.name.lower():
+                comm += us
+            else:
+                compute += us
+        return {"comm_kernel_s": comm / 1e6, "compute_kernel_s": compute / 1e6}
+    except Exception as exc:
+        return {"profile_error": f"{type(exc).__name__}: {exc}"[:200]}
+
+
+def _fit_check(method, w, group, sync_group, opts, device, rows, report) -> list[dict]:
+    """Project the longest sequence under the cap from measured peaks, and confirm it."""
+    import torch
+    import torch.distributed as dist
+
+    from rankgate.bench.attnreport import linear_fit
+
+    rank = dist.get_rank(group)
+    mine = [r for r in rows if r["method"] == method and r["world"] == w and r.get("peak_bytes")]
+    if len(mine) < 2:
+        return []
+    peaks = torch.tensor([[r["seq"], r["peak_bytes"]] for r in mine], dtype=torch.float64)
+    dist.all_reduce(peaks, op=dist.ReduceOp.MAX, group=sync_group)  # the fullest rank
+    intercept, slope = linear_fit(peaks[:, 0].tolist(), peaks[:, 1].tolist())
+    cap = opts["fit_cap_gib"] * 2**30
+    total = torch.cuda.get_device_properties(device).total_memory
+    grain = 2 * w * 1024
+    fits_cap = int((cap - intercept) / slope // grain * grain) if slope > 0 else 0
+    fits_device = int((total - intercept) / slope // grain * grain) if slope > 0 else 0
+    out = {"method": method, "world": w, "rank": rank, "fit": True, "cap_bytes": cap,
+           "device_bytes": total, "intercept_bytes": intercept, "bytes_per_token": slope,
+           "projected_seq_cap": fits_cap, "projected_seq_device": fits_device,
+           "checks": []}  # fmt: skip
+    probes = [("fits", int(0.97 * fits_cap) // grain * grain)]
+    if w == 1:  # no peer to leave waiting: an out-of-memory error is safe to provoke
+        probes.append(("too_long", math.ceil(1.05 * fits_cap / grain) * grain))
+    torch.cuda.set_per_process_memory_fraction(min(1.0, cap / total), device)
+    try:
+        for label, seq in probes:
+            if seq <= 0:
+                continue
+            probe = dict(opts, warmup=0, reps=1, min_rep_seconds=0.0, profile=False)
+            got = _measure_agreed(method, w, seq, group, sync_group, probe, device)
+            out["checks"].append({"probe": label, "seq": seq, "ran": not got.get("error"),
+                                  "peak_bytes": got.get("peak_bytes"),
+                                  "error": got.get("error", "")})  # fmt: skip
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0, device)
+    if report:
+        print(f"# fit {method} world {w}: " + json.dumps(out), flush=True)
+    return [out]
+
+
+def _meta(opts: dict, device) -> dict:
+    import torch
+
+    meta = {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "host": socket.gethostname(),
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "device": str(device),
+        "options": opts,
+        "env": {k: os.environ.get(k) for k in SAFE_ENV},
+    }
+    if device.type == "cuda":
+        meta["gpu"] = torch.cuda.get_device_name(device)
+        meta["gpu_memory_bytes"] = torch.cuda.get_device_properties(device).total_memory
+        meta["cuda"] = torch.version.cuda
+        try:
+            meta["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+        except Exception as exc:
+            meta["nccl"] = f"unknown ({exc})"
+    from rankgate.workloads.ring_attention.ring import auto_head_chunks
+
+    meta["ring_head_chunks"] = opts["head_chunks"] or auto_head_chunks(
+        opts["heads"], opts["kv_heads"]
+    )
+    if device.type == "cuda":
+        from rankgate.workloads.ring_attention.kernels import FUSED_FALLBACKS
+
+        kernel = opts["ring_kernel"]
+        if kernel == "auto":
+            kernel = "flash (cuDNN refused: " + "; ".join(FUSED_FALLBACKS.values()) + ")" \
+                if FUSED_FALLBACKS else "cudnn"
+        meta["ring_kernel"] = kernel
+    return meta
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rankgate bench attention",
+                                     description=__doc__.splitlines()[0])  # fmt: skip
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
