@@ -9,6 +9,7 @@ import sys
 _BENCHMARKS: dict[str, tuple[str, str]] = {
     "harness": ("rankgate.bench.harness", "per-test overhead: worker pool vs spawn per test"),
     "comm": ("rankgate.bench.comm", "collective bandwidth and latency, nccl-tests method"),
+    "packing": ("rankgate.bench.packing", "greedy vs LPT packing of sequences onto ranks"),
 }
 
 
