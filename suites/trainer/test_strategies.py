@@ -1,0 +1,162 @@
+"""One contract, every strategy: local, DDP, FSDP2, DeepSpeed ZeRO 1-3 and Ray Train.
+
+The checks live in rankgate.workloads.trainer.strategies.contract; each runs on every
+rank of the strategy's job. The torch and DeepSpeed classes are world(2) tests (the
+harness's pool, or in place under torchrun, srun and mpirun); the Ray class starts a
+local Ray cluster and runs every check on two Ray Train workers.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import types
+
+import pytest
+
+from rankgate.launch.env import detect_launch
+from rankgate.workloads.trainer.strategies import contract, create_strategy, unavailable_reason
+
+
+class StrategyContract:
+    """Every strategy passes these. Subclasses name the strategy and its options."""
+
+    strategy = ""
+    kwargs: dict = {}
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        # Give each subclass its own copy of the inherited tests: the harness finds a
+        # world test's body in the ranks by the function's __qualname__, which for an
+        # inherited method names this base class (whose strategy is "").
+        super().__init_subclass__(**kwargs)
+        for name, base in vars(StrategyContract).items():
+            if name.startswith("test_") and name not in cls.__dict__:
+                copy = types.FunctionType(base.__code__, base.__globals__, name)
+                copy.__qualname__ = f"{cls.__qualname__}.{name}"
+                setattr(cls, name, copy)
+
+    def factory(self):
+        return functools.partial(create_strategy, self.strategy, **self.kwargs)
+
+    def run_check(self, name: str) -> None:
+        contract.CHECKS[name](self.factory())
+
+    def test_identity(self):
+        self.run_check("identity")
+
+    def test_errors_before_init_and_on_second_init(self):
+        self.run_check("errors")
+
+    def test_gather_object(self):
+        self.run_check("gather_object")
+
+    def test_dataloader_shards(self):
+        self.run_check("dataloader_shards")
+
+    def test_training_steps(self):
+        self.run_check("training_steps")
+
+    def test_shutdown(self):
+        self.run_check("shutdown")
+
+
+class TestLocal(StrategyContract):
+    strategy = "local"
+
+
+@pytest.mark.torch_dist
+@pytest.mark.world(2)
+class TestDDP(StrategyContract):
+    strategy = "ddp"
+
+
+@pytest.mark.torch_dist
+@pytest.mark.world(2)
+class TestFSDP2(StrategyContract):
+    strategy = "fsdp2"
+
+
+_NO_DEEPSPEED = unavailable_reason("deepspeed")
+
+
+@pytest.mark.deepspeed_dist
+@pytest.mark.world(2)
+@pytest.mark.skipif(_NO_DEEPSPEED is not None, reason=str(_NO_DEEPSPEED))
+class TestDeepSpeedZero1(StrategyContract):
+    strategy = "deepspeed"
+    kwargs = {"zero_stage": 1}
+
+
+@pytest.mark.deepspeed_dist
+@pytest.mark.world(2)
+@pytest.mark.skipif(_NO_DEEPSPEED is not None, reason=str(_NO_DEEPSPEED))
+class TestDeepSpeedZero2(StrategyContract):
+    strategy = "deepspeed"
+    kwargs = {"zero_stage": 2}
+
+
+@pytest.mark.deepspeed_dist
+@pytest.mark.world(2)
+@pytest.mark.skipif(_NO_DEEPSPEED is not None, reason=str(_NO_DEEPSPEED))
+class TestDeepSpeedZero3(StrategyContract):
+    strategy = "deepspeed"
+    kwargs = {"zero_stage": 3}
+
+
+_NO_RAY = unavailable_reason("ray")
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    from rankgate.workloads.trainer.strategies.ray import local_ray
+
+    with local_ray(num_cpus=2) as root:
+        yield root
+
+
+@pytest.mark.dist
+@pytest.mark.ray_dist
+@pytest.mark.skipif(_NO_RAY is not None, reason=str(_NO_RAY))
+class TestRay(StrategyContract):
+    """Ray Train starts the ranks once: every check runs on both workers in one fit."""
+
+    strategy = "ray"
+    outcomes: dict = {}  # filled once per class by the fixture below
+    ray_root = None
+
+    @pytest.fixture(autouse=True, scope="class")
+    def _run_on_ray(self, ray_cluster):
+        from rankgate.workloads.trainer.strategies.ray import run_on_ray
+
+        results = run_on_ray(contract.run_all, self.factory(), ray_root=ray_cluster, timeout=300)
+        type(self).outcomes = {r.rank: r for r in results}
+        type(self).ray_root = ray_cluster
+        yield
+        type(self).outcomes, type(self).ray_root = {}, None
+
+    def run_check(self, name: str) -> None:
+        from rankgate.workloads.trainer.strategies.ray import worker_logs
+
+        for rank, result in sorted(self.outcomes.items()):
+            assert result.error is None, f"worker {rank} failed outside the checks:\n{result.error}"
+            if name not in result.value:
+                pytest.fail(f"worker {rank} did not reach {name!r}: an earlier check failed")
+            error = result.value[name]
+            if error is not None:
+                logs = worker_logs(self.ray_root)
+                pytest.fail(f"{name} failed on Ray worker {rank}:\n{error}\n{logs}")
+
+
+@pytest.mark.mpi_dist
+@pytest.mark.world(2)
+def test_mpirun_rank_variables_are_mapped_for_torchrun_readers(rank, world_size):
+    """Under mpirun the strategy's ranks come from OMPI_* and are exported under torchrun's
+    names (RANK, WORLD_SIZE, LOCAL_RANK), which DeepSpeed and most scripts read."""
+    launch = detect_launch()
+    assert launch is not None and launch.launcher in ("mpi", "pmi")
+    strategy = create_strategy("ddp").init()
+    assert strategy.rank == int(os.environ["OMPI_COMM_WORLD_RANK"]) == rank
+    assert strategy.local_rank == int(os.environ["OMPI_COMM_WORLD_LOCAL_RANK"])
+    assert os.environ["RANK"] == str(rank)
+    assert os.environ["WORLD_SIZE"] == str(world_size) == os.environ["OMPI_COMM_WORLD_SIZE"]
+    assert os.environ["LOCAL_RANK"] == os.environ["OMPI_COMM_WORLD_LOCAL_RANK"]
