@@ -152,11 +152,17 @@ class TestRay(StrategyContract):
 def test_mpirun_rank_variables_are_mapped_for_torchrun_readers(rank, world_size):
     """Under mpirun the strategy's ranks come from OMPI_* and are exported under torchrun's
     names (RANK, WORLD_SIZE, LOCAL_RANK), which DeepSpeed and most scripts read."""
-    launch = detect_launch()
-    assert launch is not None and launch.launcher in ("mpi", "pmi")
-    strategy = create_strategy("ddp").init()
-    assert strategy.rank == int(os.environ["OMPI_COMM_WORLD_RANK"]) == rank
-    assert strategy.local_rank == int(os.environ["OMPI_COMM_WORLD_LOCAL_RANK"])
-    assert os.environ["RANK"] == str(rank)
-    assert os.environ["WORLD_SIZE"] == str(world_size) == os.environ["OMPI_COMM_WORLD_SIZE"]
-    assert os.environ["LOCAL_RANK"] == os.environ["OMPI_COMM_WORLD_LOCAL_RANK"]
+    names = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+    # Earlier strategies of this run exported them already: start from mpirun's own set.
+    saved = {name: os.environ.pop(name) for name in names if name in os.environ}
+    try:
+        assert detect_launch().launcher == "mpi"
+        strategy = create_strategy("ddp").init()
+        assert strategy.rank == int(os.environ["OMPI_COMM_WORLD_RANK"]) == rank
+        assert strategy.local_rank == int(os.environ["OMPI_COMM_WORLD_LOCAL_RANK"])
+        assert os.environ["RANK"] == str(rank)
+        assert os.environ["WORLD_SIZE"] == str(world_size) == os.environ["OMPI_COMM_WORLD_SIZE"]
+        assert os.environ["LOCAL_RANK"] == os.environ["OMPI_COMM_WORLD_LOCAL_RANK"]
+        assert os.environ["LOCAL_WORLD_SIZE"] == os.environ["OMPI_COMM_WORLD_LOCAL_SIZE"]
+    finally:
+        os.environ.update(saved)
