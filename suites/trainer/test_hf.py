@@ -17,6 +17,7 @@ HF_STEPS = 40
 HF_LOSS = 0.1
 
 
+@pytest.mark.unit
 def test_packed_rows_compute_what_the_samples_compute_alone():
     model = build_hf_model(seed=0)
     (packed,) = MaxTokensPerRankCollator(96, rank=0, world_size=1)(HANDFUL).minibatches
@@ -35,6 +36,7 @@ def overfit_hf(strategy_name: str) -> list[float]:
     return [r.loss for r in trainer.train(HF_STEPS)]
 
 
+@pytest.mark.unit
 def test_hf_model_overfits_in_one_process():
     losses = overfit_hf("local")
     assert losses[0] > 5.0 and losses[-1] < HF_LOSS, losses

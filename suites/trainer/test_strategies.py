@@ -60,6 +60,7 @@ class StrategyContract:
         self.run_check("shutdown")
 
 
+@pytest.mark.unit
 class TestLocal(StrategyContract):
     strategy = "local"
 
@@ -79,10 +80,24 @@ class TestFSDP2(StrategyContract):
 _NO_DEEPSPEED = unavailable_reason("deepspeed")
 
 
+@pytest.fixture(scope="session")
+def deepspeed_ops() -> None:
+    """DeepSpeed's CPU op compiled once here, not in each rank inside a test's timeout."""
+    from rankgate.workloads.trainer.strategies.deepspeed import build_ops
+
+    build_ops()
+
+
+class DeepSpeedContract(StrategyContract):
+    @pytest.fixture(autouse=True)
+    def _ops(self, deepspeed_ops):
+        pass
+
+
 @pytest.mark.deepspeed_dist
 @pytest.mark.world(2)
 @pytest.mark.skipif(_NO_DEEPSPEED is not None, reason=str(_NO_DEEPSPEED))
-class TestDeepSpeedZero1(StrategyContract):
+class TestDeepSpeedZero1(DeepSpeedContract):
     strategy = "deepspeed"
     kwargs = {"zero_stage": 1}
 
@@ -90,7 +105,7 @@ class TestDeepSpeedZero1(StrategyContract):
 @pytest.mark.deepspeed_dist
 @pytest.mark.world(2)
 @pytest.mark.skipif(_NO_DEEPSPEED is not None, reason=str(_NO_DEEPSPEED))
-class TestDeepSpeedZero2(StrategyContract):
+class TestDeepSpeedZero2(DeepSpeedContract):
     strategy = "deepspeed"
     kwargs = {"zero_stage": 2}
 
@@ -98,7 +113,7 @@ class TestDeepSpeedZero2(StrategyContract):
 @pytest.mark.deepspeed_dist
 @pytest.mark.world(2)
 @pytest.mark.skipif(_NO_DEEPSPEED is not None, reason=str(_NO_DEEPSPEED))
-class TestDeepSpeedZero3(StrategyContract):
+class TestDeepSpeedZero3(DeepSpeedContract):
     strategy = "deepspeed"
     kwargs = {"zero_stage": 3}
 

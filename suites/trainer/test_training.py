@@ -31,6 +31,7 @@ def full_state(model) -> dict[str, torch.Tensor]:
 # --- overfitting ---------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_overfit_one_process():
     losses = overfit("local")
     assert losses[0] > 5.0
@@ -75,6 +76,7 @@ def _assert_same_update(state, reference, rtol=1e-5, atol=1e-6):
         torch.testing.assert_close(state[name], tensor, rtol=rtol, atol=atol, msg=name)
 
 
+@pytest.mark.unit
 def test_accumulating_minibatches_equals_one_big_batch():
     reference, norm = _reference()
     state, minibatches, accumulated_norm = sgd_step("local", cap=32)
@@ -151,6 +153,7 @@ def resume_is_bit_identical(strategy_name: str, path) -> None:
     assert not different, f"parameters differ after resume: {different}"
 
 
+@pytest.mark.unit
 def test_resume_one_process_is_bit_identical(tmp_path):
     resume_is_bit_identical("local", tmp_path / "ckpt")
 
@@ -162,12 +165,14 @@ def test_resume_two_ranks_is_bit_identical(strategy, dist_tmp_path):
     resume_is_bit_identical(strategy, dist_tmp_path / "ckpt")
 
 
+@pytest.mark.unit
 def test_loading_a_missing_checkpoint_names_it(tmp_path):
     trainer = Trainer(create_strategy("local").init(), build_model(), HANDFUL, TrainConfig())
     with pytest.raises(FileNotFoundError, match=r"no checkpoint at .*nowhere"):
         trainer.load(tmp_path / "nowhere")
 
 
+@pytest.mark.unit
 def test_a_batch_without_targets_is_refused():
     strategy = create_strategy("local").init()
     strategy.prepare(build_model(), lambda p: torch.optim.SGD(p, lr=1.0))

@@ -40,6 +40,26 @@ def unavailable_reason() -> str | None:
     return None
 
 
+def build_ops() -> str:
+    """Compile (or load from the cache) the ops an engine needs here, once, up front.
+
+    On the CPU DeepSpeed builds its shared-memory collective op with g++ the first time
+    it wraps a process group (1-2 minutes on two busy cores), in every process that
+    starts first; building it once before the ranks start keeps that out of the tests.
+    Returns what was done, for a log line.
+    """
+    from deepspeed.accelerator import get_accelerator
+
+    accelerator = get_accelerator()
+    if accelerator.device_name() != "cpu":
+        return f"{accelerator.device_name()}: nothing to build ahead (ops build at first use)"
+    builder = accelerator.create_op_builder("ShareMemCommBuilder")
+    if builder is None or not builder.is_compatible():
+        return "cpu: the shared-memory op is not used here"
+    builder.load()
+    return f"cpu: {builder.absolute_name()} built (cached under TORCH_EXTENSIONS_DIR)"
+
+
 class DeepSpeedStrategy(Strategy):
     """ZeRO ``zero_stage`` 1, 2 or 3 through deepspeed.initialize on the existing group."""
 
