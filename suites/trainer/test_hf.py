@@ -48,3 +48,11 @@ def test_hf_model_overfits_in_one_process():
 def test_hf_model_overfits_on_two_ranks(strategy):
     losses = overfit_hf(strategy)
     assert losses[0] > 5.0 and losses[-1] < HF_LOSS, losses
+
+
+@pytest.mark.gpu
+@pytest.mark.world(1, backend="nccl")
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_hf_model_overfits_on_a_gpu(strategy):
+    losses = overfit_hf(strategy)
+    assert losses[0] > 5.0 and losses[-1] < HF_LOSS, losses

@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 import torch
+import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from trainset import HANDFUL, OVERFIT_LOSS, UNEVEN, overfit
 
@@ -71,9 +72,20 @@ def _reference():
     return state, norm
 
 
-def _assert_same_update(state, reference, rtol=1e-5, atol=1e-6):
+# The reference runs on the CPU; on GPUs the same float32 arithmetic goes through other
+# kernels (summation orders), which differ in the last bits, never by 1e-4.
+SAME_DEVICE = {"rtol": 1e-5, "atol": 1e-6}
+CROSS_DEVICE = {"rtol": 1e-4, "atol": 1e-5}
+
+
+def _tolerance() -> dict:
+    on_gpu = dist.is_initialized() and "nccl" in str(dist.get_backend())
+    return CROSS_DEVICE if on_gpu else SAME_DEVICE
+
+
+def _assert_same_update(state, reference):
     for name, tensor in reference.items():
-        torch.testing.assert_close(state[name], tensor, rtol=rtol, atol=atol, msg=name)
+        torch.testing.assert_close(state[name], tensor, msg=name, **_tolerance())
 
 
 @pytest.mark.unit
@@ -93,7 +105,7 @@ def test_two_ranks_with_accumulation_equal_one_process(strategy):
     state, minibatches, two_rank_norm = sgd_step(strategy, cap=32)
     assert minibatches >= 3
     _assert_same_update(state, reference)
-    assert two_rank_norm == pytest.approx(norm, rel=1e-5)
+    assert two_rank_norm == pytest.approx(norm, rel=_tolerance()["rtol"])
 
 
 @pytest.mark.world(2)
@@ -121,7 +133,8 @@ def test_clipping_bounds_the_global_norm(strategy):
     batch = MaxTokensPerRankCollator(32, rank=s.rank, world_size=s.world_size)(UNEVEN)
     result = train_step(s, batch, tiny_forward)
     assert unclipped_norm > 0.3
-    assert result.grad_norm == pytest.approx(unclipped_norm, rel=1e-5)  # reported before clipping
+    # Reported before clipping.
+    assert result.grad_norm == pytest.approx(unclipped_norm, rel=_tolerance()["rtol"])
     after = full_state(s.model)
     update = torch.cat([(after[k] - before[k]).flatten() for k in before])
     assert update.norm().item() == pytest.approx(0.1, rel=1e-4)  # the global norm, all shards
