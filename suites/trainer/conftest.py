@@ -67,3 +67,12 @@ def local_slurm_conf() -> Path:
         patch.undo()
         if not was_running:
             script("stop")
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Path:
+    """A private local Ray (2 CPUs, no dashboard) for the session's ray_dist tests."""
+    from rankgate.workloads.trainer.strategies.ray import local_ray
+
+    with local_ray(num_cpus=2) as root:
+        yield root

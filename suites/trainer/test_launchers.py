@@ -6,8 +6,9 @@ mpirun-only check passes under mpirun, and each test whose markers do not allow 
 launcher is skipped with the launchers that work -- Ray's, which would start a Ray
 cluster on every rank, among them. The Ray column is test_strategies.py::TestRay in this
 very run (plain pytest starts the Ray cluster). These tests start launchers themselves,
-so they carry no strategy markers (which would gate them to a launcher).
-Failures carry every rank's log, as do failures inside the launched runs.
+so they carry no strategy markers (which would gate them to a launcher), except the Ray
+test, which starts Ray Train's workers itself as TestRay does. Failures carry every
+rank's log, as do failures inside the launched runs.
 """
 
 from __future__ import annotations
@@ -115,3 +116,30 @@ def test_every_rank_log_reaches_the_report(launcher, tmp_path):
 @pytest.mark.hpc
 def test_every_rank_log_reaches_the_report_under_srun(tmp_path, local_slurm_conf):
     _assert_every_rank_log_is_in_the_report(*_failing_run("srun", tmp_path))
+
+
+def _fails_on_rank_1(token: str) -> int:
+    """Runs on each Ray Train worker."""
+    import ray.train
+
+    rank = ray.train.get_context().get_world_rank()
+    print(f"only in the log of Ray worker {rank}: {token}", flush=True)
+    if rank == 1:
+        raise RuntimeError("worker 1 disagrees")
+    return rank
+
+
+@pytest.mark.dist
+@pytest.mark.ray_dist
+@pytest.mark.skipif(unavailable_reason("ray") is not None, reason=str(unavailable_reason("ray")))
+def test_every_ray_worker_log_reaches_the_report(ray_cluster, tmp_path):
+    from rankgate.workloads.trainer.strategies.ray import run_on_ray, worker_logs
+
+    token = f"token-ray-{tmp_path.name}"
+    results = run_on_ray(_fails_on_rank_1, token, ray_root=ray_cluster, timeout=300)
+    assert [(r.rank, r.value) for r in results] == [(0, 0), (1, None)]
+    assert results[0].error is None
+    assert "RuntimeError: worker 1 disagrees" in results[1].error
+    logs = worker_logs(ray_cluster)  # what TestRay puts in a failing check's report
+    for rank in (0, 1):
+        assert f"only in the log of Ray worker {rank}: {token}" in logs

@@ -121,14 +121,6 @@ class TestDeepSpeedZero3(DeepSpeedContract):
 _NO_RAY = unavailable_reason("ray")
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    from rankgate.workloads.trainer.strategies.ray import local_ray
-
-    with local_ray(num_cpus=2) as root:
-        yield root
-
-
 @pytest.mark.dist
 @pytest.mark.ray_dist
 @pytest.mark.skipif(_NO_RAY is not None, reason=str(_NO_RAY))
