@@ -48,7 +48,9 @@ def run_strategy_suite(launcher: str, tmp_path: Path):
                            timeout=480)  # fmt: skip
     report = run.report()
     assert not run.timed_out, report
-    assert run.verdicts() == expected_verdicts(launcher), report
+    verdicts = run.verdicts()
+    assert verdicts.items() >= expected_verdicts(launcher).items(), report
+    assert not {t: v for t, v in verdicts.items() if v not in ("passed", "skipped")}, report
     assert run.returncode == 0, report
     reasons = run.skip_reasons()
     shown = SHOWN[launcher]

@@ -10,12 +10,20 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import types
 
 import pytest
+import torch.distributed
 
 from rankgate.launch.env import detect_launch
-from rankgate.workloads.trainer.strategies import contract, create_strategy, unavailable_reason
+from rankgate.workloads.trainer.strategies import (
+    StrategyError,
+    StrategyOptions,
+    contract,
+    create_strategy,
+    unavailable_reason,
+)
 
 
 class StrategyContract:
@@ -173,3 +181,34 @@ def test_mpirun_rank_variables_are_mapped_for_torchrun_readers(rank, world_size)
         assert os.environ["LOCAL_WORLD_SIZE"] == os.environ["OMPI_COMM_WORLD_LOCAL_SIZE"]
     finally:
         os.environ.update(saved)
+
+
+@pytest.mark.unit
+def test_an_unknown_strategy_names_the_known_ones():
+    with pytest.raises(ValueError, match="unknown strategy 'horovod'; use one of local, ddp, fsdp2, deepspeed, ray"):
+        create_strategy("horovod")
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: StrategyOptions(max_grad_norm=0), "max_grad_norm must be > 0 or None, got 0"),
+        (lambda: StrategyOptions(mixed_precision="fp16"), "mixed_precision must be None or 'bf16', got 'fp16'"),
+        (lambda: create_strategy("deepspeed", zero_stage=4), "zero_stage must be 1, 2 or 3, got 4"),
+    ],
+)
+def test_bad_options_are_refused(build, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        build()
+
+
+@pytest.mark.unit
+def test_ddp_without_a_group_or_launcher_says_what_to_do(monkeypatch):
+    if torch.distributed.is_initialized():
+        pytest.skip("a process group exists here (in place under a launcher)")
+    for name in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK",
+                 "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE"):  # fmt: skip
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(StrategyError, match="no process group and no launcher: start the ranks with torchrun"):
+        create_strategy("ddp").init()
