@@ -25,6 +25,7 @@ _BENCHMARKS: dict[str, tuple[str, str]] = {
     "comm": ("rankgate.bench.comm", "collective bandwidth and latency, nccl-tests method"),
     "compare": ("rankgate.bench.compare", "compare results with a baseline: ratios and a verdict"),
     "attention": ("rankgate.bench.attention", "ring attention vs one GPU and PyTorch's CP"),
+    "packing": ("rankgate.bench.packing", "greedy vs LPT packing of sequences onto ranks"),
 }
 
 

@@ -1,0 +1,201 @@
+"""Ray Train: the training loop on the workers of a TorchTrainer, and a local Ray to run it.
+
+:class:`RayStrategy` runs inside a Ray Train worker: rank, world and local rank come
+from Ray Train's context, the gloo/NCCL group is the one Ray Train set up, and the
+model is wrapped by ``ray.train.torch.prepare_model`` (DDP). :func:`run_on_ray` starts
+a TorchTrainer that calls a function on every worker and returns each worker's result;
+:func:`local_ray` starts (and stops) a private local Ray instance for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import pickle
+import shutil
+import sys
+import tempfile
+import threading
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+from torch import nn
+
+from rankgate.workloads.trainer.strategies.base import (
+    OptimizerFactory,
+    StrategyError,
+    device_for,
+)
+from rankgate.workloads.trainer.strategies.torch_native import DDPStrategy
+
+
+def unavailable_reason() -> str | None:
+    """Why Ray Train cannot run here, or None."""
+    for module, install in (("ray", "ray[train]"), ("pandas", "ray[train]")):
+        if importlib.util.find_spec(module) is None:
+            return f"Ray Train is not installed: pip install '{install}'"
+    return None
+
+
+class RayStrategy(DDPStrategy):
+    """DDP on the workers of a Ray Train TorchTrainer."""
+
+    name = "ray"
+
+    def _setup(self):
+        import ray.train
+
+        try:
+            context = ray.train.get_context()
+            rank, world = context.get_world_rank(), context.get_world_size()
+            local = context.get_local_rank()
+        except Exception as exc:  # outside a worker Ray raises its own errors
+            raise StrategyError(
+                "ray: init() must run inside a Ray Train worker (a TorchTrainer's "
+                f"train_loop_per_worker, e.g. through run_on_ray): {exc}"
+            ) from None
+        if not dist.is_initialized():
+            raise StrategyError(
+                "ray: Ray Train set up no process group; use TorchTrainer (not DataParallelTrainer)"
+            )
+        return rank, world, local, device_for(local)
+
+    def _prepare(self, model: nn.Module, make_optimizer: OptimizerFactory):
+        import ray.train.torch
+
+        wrapped = ray.train.torch.prepare_model(model)
+        return wrapped, make_optimizer(wrapped.parameters())
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerResult:
+    """One Ray Train worker's return value, or the traceback it failed with."""
+
+    rank: int
+    value: Any = None
+    error: str | None = None
+
+
+class RayRunError(RuntimeError):
+    """The TorchTrainer failed or did not finish; the message carries every worker's log."""
+
+
+@contextlib.contextmanager
+def local_ray(num_cpus: int = 2) -> Iterator[Path]:
+    """A private local Ray instance (never one that others started); yields its temp dir.
+
+    ``address="local"`` always starts a new instance; its session files live in a
+    fresh short temp dir (Ray's socket paths must stay under 107 bytes), removed after.
+    """
+    import ray
+
+    if ray.is_initialized():
+        raise RayRunError("ray is already initialised in this process; shut it down first")
+    root = Path(tempfile.mkdtemp(prefix="rg-ray-", dir="/tmp" if os.name == "posix" else None))
+    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_TRAIN_V2_ENABLED")}
+    # No auth token written to the home directory; Train v2 (v1 needs a CPU for its
+    # trainer actor and waits forever on a 2-CPU instance).
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    os.environ["RAY_TRAIN_V2_ENABLED"] = "1"
+    try:
+        ray.init(
+            address="local",
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            log_to_driver=True,
+            _temp_dir=str(root / "ray"),
+            # Workers import the caller's modules (test files too) by the same paths.
+            runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(_import_paths())}},
+        )
+        yield root
+    finally:
+        ray.shutdown()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _import_paths() -> list[str]:
+    return [p for p in sys.path if p and Path(p).is_dir()]
+
+
+def _worker_loop(config: dict[str, Any]) -> None:
+    """train_loop_per_worker: call the function, write its result or traceback."""
+    import ray.train
+
+    rank = ray.train.get_context().get_world_rank()
+    try:
+        result = WorkerResult(rank, value=config["function"](*config["args"]))
+    except BaseException:
+        result = WorkerResult(rank, error=traceback.format_exc())
+    with open(Path(config["out"]) / f"worker{rank}.pkl", "wb") as f:
+        pickle.dump(result, f)
+
+
+def run_on_ray(
+    function: Callable[..., Any],
+    *args: Any,
+    ray_root: Path,
+    num_workers: int = 2,
+    timeout: float = 300.0,
+) -> list[WorkerResult]:
+    """Call ``function(*args)`` on ``num_workers`` Ray Train workers (CPU, gloo).
+
+    Returns one :class:`WorkerResult` per rank. A failed fit, a missing result or a
+    run past ``timeout`` raises :class:`RayRunError` with every worker's log.
+    """
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    out = Path(tempfile.mkdtemp(prefix="results-", dir=ray_root))
+    trainer = TorchTrainer(
+        _worker_loop,
+        train_loop_config={"function": function, "args": args, "out": str(out)},
+        scaling_config=ScalingConfig(
+            num_workers=num_workers, use_gpu=False, resources_per_worker={"CPU": 1}
+        ),
+        torch_config=TorchConfig(backend="gloo", timeout_s=int(timeout)),
+        run_config=RunConfig(storage_path=str(ray_root / "storage"), name=out.name),
+    )
+    outcome: dict[str, BaseException | None] = {"error": None}
+
+    def fit() -> None:
+        try:
+            trainer.fit()
+        except BaseException as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=fit, name="rankgate-ray-fit", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise RayRunError(f"Ray Train did not finish within {timeout:g} s\n{worker_logs(ray_root)}")
+    if outcome["error"] is not None:
+        raise RayRunError(f"Ray Train failed: {outcome['error']}\n{worker_logs(ray_root)}")
+    results = []
+    for rank in range(num_workers):
+        path = out / f"worker{rank}.pkl"
+        if not path.exists():
+            raise RayRunError(f"worker {rank} left no result\n{worker_logs(ray_root)}")
+        results.append(pickle.loads(path.read_bytes()))
+    return results
+
+
+def worker_logs(ray_root: Path, limit: int = 20_000) -> str:
+    """Every Ray worker's stdout/stderr file of this instance, for a failure report."""
+    sections = []
+    for path in sorted((ray_root / "ray").glob("session_*/logs/worker-*")):
+        if path.suffix not in (".out", ".err"):
+            continue
+        text = path.read_text(errors="replace").strip()
+        if text:
+            sections.append(f"--- {path.name} ---\n{text[-limit:]}")
+    return "\n".join(sections) or "(no Ray worker wrote a log)"

@@ -1,0 +1,214 @@
+"""One contract, every strategy: local, DDP, FSDP2, DeepSpeed ZeRO 1-3 and Ray Train.
+
+The checks live in rankgate.workloads.trainer.strategies.contract; each runs on every
+rank of the strategy's job. The torch and DeepSpeed classes are world(2) tests (the
+harness's pool, or in place under torchrun, srun and mpirun); the Ray class starts a
+local Ray cluster and runs every check on two Ray Train workers.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import types
+
+import pytest
+import torch.distributed
+
+from rankgate.launch.env import detect_launch
+from rankgate.workloads.trainer.strategies import (
+    StrategyError,
+    StrategyOptions,
+    contract,
+    create_strategy,
+    unavailable_reason,
+)
+
+
+class StrategyContract:
+    """Every strategy passes these. Subclasses name the strategy and its options."""
+
+    strategy = ""
+    kwargs: dict = {}
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        # Give each subclass its own copy of the inherited tests: the harness finds a
+        # world test's body in the ranks by the function's __qualname__, which for an
+        # inherited method names this base class (whose strategy is "").
+        super().__init_subclass__(**kwargs)
+        for name, base in vars(StrategyContract).items():
+            if name.startswith("test_") and name not in cls.__dict__:
+                copy = types.FunctionType(base.__code__, base.__globals__, name)
+                copy.__qualname__ = f"{cls.__qualname__}.{name}"
+                setattr(cls, name, copy)
+
+    def factory(self):
+        return functools.partial(create_strategy, self.strategy, **self.kwargs)
+
+    def run_check(self, name: str) -> None:
+        contract.CHECKS[name](self.factory())
+
+    def test_identity(self):
+        self.run_check("identity")
+
+    def test_errors_before_init_and_on_second_init(self):
+        self.run_check("errors")
+
+    def test_gather_object(self):
+        self.run_check("gather_object")
+
+    def test_dataloader_shards(self):
+        self.run_check("dataloader_shards")
+
+    def test_training_steps(self):
+        self.run_check("training_steps")
+
+    def test_shutdown(self):
+        self.run_check("shutdown")
+
+
+@pytest.mark.unit
+class TestLocal(StrategyContract):
+    strategy = "local"
+
+
+@pytest.mark.torch_dist
+@pytest.mark.world(2)
+class TestDDP(StrategyContract):
+    strategy = "ddp"
+
+
+@pytest.mark.torch_dist
+@pytest.mark.world(2)
+class TestFSDP2(StrategyContract):
+    strategy = "fsdp2"
+
+
+_NO_DEEPSPEED = unavailable_reason("deepspeed")
+
+
+@pytest.fixture(scope="session")
+def deepspeed_ops() -> None:
+    """DeepSpeed's CPU op compiled once here, not in each rank inside a test's timeout."""
+    from rankgate.workloads.trainer.strategies.deepspeed import build_ops
+
+    build_ops()
+
+
+class DeepSpeedContract(StrategyContract):
+    @pytest.fixture(autouse=True)
+    def _ops(self, deepspeed_ops):
+        pass
+
+
+@pytest.mark.deepspeed_dist
+@pytest.mark.world(2)
+@pytest.mark.skipif(_NO_DEEPSPEED is not None, reason=str(_NO_DEEPSPEED))
+class TestDeepSpeedZero1(DeepSpeedContract):
+    strategy = "deepspeed"
+    kwargs = {"zero_stage": 1}
+
+
+@pytest.mark.deepspeed_dist
+@pytest.mark.world(2)
+@pytest.mark.skipif(_NO_DEEPSPEED is not None, reason=str(_NO_DEEPSPEED))
+class TestDeepSpeedZero2(DeepSpeedContract):
+    strategy = "deepspeed"
+    kwargs = {"zero_stage": 2}
+
+
+@pytest.mark.deepspeed_dist
+@pytest.mark.world(2)
+@pytest.mark.skipif(_NO_DEEPSPEED is not None, reason=str(_NO_DEEPSPEED))
+class TestDeepSpeedZero3(DeepSpeedContract):
+    strategy = "deepspeed"
+    kwargs = {"zero_stage": 3}
+
+
+_NO_RAY = unavailable_reason("ray")
+
+
+@pytest.mark.dist
+@pytest.mark.ray_dist
+@pytest.mark.skipif(_NO_RAY is not None, reason=str(_NO_RAY))
+class TestRay(StrategyContract):
+    """Ray Train starts the ranks once: every check runs on both workers in one fit."""
+
+    strategy = "ray"
+    outcomes: dict = {}  # filled once per class by the fixture below
+    ray_root = None
+
+    @pytest.fixture(autouse=True, scope="class")
+    def _run_on_ray(self, ray_cluster):
+        from rankgate.workloads.trainer.strategies.ray import run_on_ray
+
+        results = run_on_ray(contract.run_all, self.factory(), ray_root=ray_cluster, timeout=300)
+        type(self).outcomes = {r.rank: r for r in results}
+        type(self).ray_root = ray_cluster
+        yield
+        type(self).outcomes, type(self).ray_root = {}, None
+
+    def run_check(self, name: str) -> None:
+        from rankgate.workloads.trainer.strategies.ray import worker_logs
+
+        for rank, result in sorted(self.outcomes.items()):
+            assert result.error is None, f"worker {rank} failed outside the checks:\n{result.error}"
+            if name not in result.value:
+                pytest.fail(f"worker {rank} did not reach {name!r}: an earlier check failed")
+            error = result.value[name]
+            if error is not None:
+                logs = worker_logs(self.ray_root)
+                pytest.fail(f"{name} failed on Ray worker {rank}:\n{error}\n{logs}")
+
+
+@pytest.mark.mpi_dist
+@pytest.mark.world(2)
+def test_mpirun_rank_variables_are_mapped_for_torchrun_readers(rank, world_size):
+    """Under mpirun the strategy's ranks come from OMPI_* and are exported under torchrun's
+    names (RANK, WORLD_SIZE, LOCAL_RANK), which DeepSpeed and most scripts read."""
+    names = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+    # Earlier strategies of this run exported them already: start from mpirun's own set.
+    saved = {name: os.environ.pop(name) for name in names if name in os.environ}
+    try:
+        assert detect_launch().launcher == "mpi"
+        strategy = create_strategy("ddp").init()
+        assert strategy.rank == int(os.environ["OMPI_COMM_WORLD_RANK"]) == rank
+        assert strategy.local_rank == int(os.environ["OMPI_COMM_WORLD_LOCAL_RANK"])
+        assert os.environ["RANK"] == str(rank)
+        assert os.environ["WORLD_SIZE"] == str(world_size) == os.environ["OMPI_COMM_WORLD_SIZE"]
+        assert os.environ["LOCAL_RANK"] == os.environ["OMPI_COMM_WORLD_LOCAL_RANK"]
+        assert os.environ["LOCAL_WORLD_SIZE"] == os.environ["OMPI_COMM_WORLD_LOCAL_SIZE"]
+    finally:
+        os.environ.update(saved)
+
+
+@pytest.mark.unit
+def test_an_unknown_strategy_names_the_known_ones():
+    with pytest.raises(ValueError, match="unknown strategy 'horovod'; use one of local, ddp, fsdp2, deepspeed, ray"):
+        create_strategy("horovod")
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: StrategyOptions(max_grad_norm=0), "max_grad_norm must be > 0 or None, got 0"),
+        (lambda: StrategyOptions(mixed_precision="fp16"), "mixed_precision must be None or 'bf16', got 'fp16'"),
+        (lambda: create_strategy("deepspeed", zero_stage=4), "zero_stage must be 1, 2 or 3, got 4"),
+    ],
+)
+def test_bad_options_are_refused(build, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        build()
+
+
+@pytest.mark.unit
+def test_ddp_without_a_group_or_launcher_says_what_to_do(monkeypatch):
+    if torch.distributed.is_initialized():
+        pytest.skip("a process group exists here (in place under a launcher)")
+    for name in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK",
+                 "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE"):  # fmt: skip
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(StrategyError, match="no process group and no launcher: start the ranks with torchrun"):
+        create_strategy("ddp").init()
