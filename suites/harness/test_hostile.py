@@ -224,3 +224,32 @@ def test_fault(rank):
     frames = [line for line in result.stdout.lines if line.endswith(" in test_fault") and "test_inner.py\", line" in line]
     assert len(frames) == 2, frames  # one per rank: in the verdict, not again in captured stderr
 
+
+
+INHERITED = """
+class Base:
+    name = "base"
+
+    @pytest.mark.world(2)
+    def test_names_its_class(self, rank):
+        print(f"ran as {self.name} on {rank}")
+        assert self.name != "base", "the base class ran"
+
+
+class TestChild(Base):
+    name = "child"
+
+
+class TestOther(Base):
+    name = "other"
+"""
+
+
+def test_an_inherited_world_test_runs_on_the_class_it_was_collected_on(inner):
+    # The ranks found the body by the function's __qualname__ ("Base.test_..."), so
+    # every subclass ran the base class's attributes and failed with them.
+    result = inner(HEADER + INHERITED, "-s")
+    result.assert_outcomes(passed=2)
+    out = result.stdout.str()
+    assert "ran as child on 1" in out
+    assert "ran as other on 1" in out

@@ -443,6 +443,28 @@ def test_mismatched_collection_shows_the_cause_from_the_rank_log(tmp_path, launc
 @pytest.mark.skipif(
     shutil.which("mpirun") is None, reason="mpirun is not installed (apt-get install openmpi-bin)"
 )
+def test_torchrun_runs_an_inherited_world_test_on_its_own_class(tmp_path):
+    _write(
+        tmp_path,
+        """
+        import pytest
+
+        class Base:
+            name = "base"
+
+            @pytest.mark.world(2)
+            def test_names_its_class(self, rank):
+                assert self.name != "base", "the base class ran"
+
+        class TestChild(Base):
+            name = "child"
+        """,
+    )
+    proc = _torchrun(tmp_path, "test_suite.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 passed" in proc.stdout
+
+
 def test_a_stale_file_store_cannot_hang_the_next_run(tmp_path):
     # A run killed mid-way leaves its FileStore; the next run with the same store path
     # (the same job and step ids, or RANKGATE_STORE) must not read what it left.

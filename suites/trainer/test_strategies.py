@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import os
 import re
-import types
 
 import pytest
 import torch.distributed
@@ -31,17 +30,6 @@ class StrategyContract:
 
     strategy = ""
     kwargs: dict = {}
-
-    def __init_subclass__(cls, **kwargs) -> None:
-        # Give each subclass its own copy of the inherited tests: the harness finds a
-        # world test's body in the ranks by the function's __qualname__, which for an
-        # inherited method names this base class (whose strategy is "").
-        super().__init_subclass__(**kwargs)
-        for name, base in vars(StrategyContract).items():
-            if name.startswith("test_") and name not in cls.__dict__:
-                copy = types.FunctionType(base.__code__, base.__globals__, name)
-                copy.__qualname__ = f"{cls.__qualname__}.{name}"
-                setattr(cls, name, copy)
 
     def factory(self):
         return functools.partial(create_strategy, self.strategy, **self.kwargs)

@@ -210,10 +210,21 @@ def build_task(item: pytest.Function, seed: int) -> TestTask:
         module=module.__name__,
         module_file=module.__file__,
         rewrite="@py_builtins" in vars(module),
-        qualname=item.function.__qualname__,
+        qualname=_qualname_in_module(item),
         sys_path=tuple(sys.path),
         seed=seed,
     )
+
+
+def _qualname_in_module(item: pytest.Item) -> str:
+    """The path from the module to the test, through the class pytest collected it on.
+
+    An inherited method's own ``__qualname__`` names the base class, whose attributes
+    are not the subclass's: the ranks would run the test on the wrong class.
+    """
+    if item.cls is None:
+        return item.originalname
+    return f"{item.cls.__qualname__}.{item.originalname}"
 
 
 def attach_rank_output(item: pytest.Item, report: pytest.TestReport, run: WorldRun) -> None:
