@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# One lease, the whole merged tree on a GPU host: the parallelism suite, the attention
+# benchmark at worlds 1 and 2, then every other GPU test in the pool.
+# Usage: scripts/gpu/merged-tree.sh OUT  (writes env.txt, parallel_gpu.txt, attention/,
+# attention.txt, gpu_suites.txt and JUnit files into OUT). Each step has its own time
+# limit so a slow step still leaves the others' results.
+set -uo pipefail
+out=$1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-deps --no-build-isolation -e . >"$out/pip.txt" 2>&1 || export PYTHONPATH=$PWD/src
+{
+  date -u; nvidia-smi -L; nvidia-smi topo -m
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version())'
+} >"$out/env.txt" 2>&1
+step() { echo "=== $1 $(date -u +%T)"; }
+
+step parallel
+timeout 90 python3 -m pytest -p rankgate.harness.plugin -p no:cacheprovider -m gpu \
+  suites/parallel -rA -q --junitxml="$out/parallel_junit.xml" >"$out/parallel_gpu.txt" 2>&1
+echo "rc $?"; tail -3 "$out/parallel_gpu.txt"
+
+step attention
+timeout 150 python3 -m rankgate.cli bench attention --worlds 1,2 --seq-lens 16K,32K,64K,128K \
+  --reps 3 --skip ring@1 --fit-cap-gib 8 --out "$out/attention" >"$out/attention.txt" 2>&1
+echo "rc $?"; tail -25 "$out/attention.txt"
+
+step gpu-suites
+timeout "${GPU_SUITES_LIMIT:-120}" python3 -m pytest -p rankgate.harness.plugin -p no:cacheprovider \
+  -m gpu suites --ignore=suites/parallel -q -rfEs --junitxml="$out/gpu_junit.xml" \
+  >"$out/gpu_suites.txt" 2>&1
+echo "rc $?"; tail -5 "$out/gpu_suites.txt"
+step finished
