@@ -13,8 +13,14 @@ pytestmark = pytest.mark.unit
     ("env", "launcher"),
     [
         ({}, "pytest"),
-        ({"RANK": "0", "WORLD_SIZE": "2"}, "torchrun"),
-        ({"SLURM_PROCID": "1", "SLURM_NTASKS": "2"}, "slurm"),
+        # what the launchers set: torchrun its rendezvous, srun a job step
+        (
+            {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1",
+             "TORCHELASTIC_RUN_ID": "x"},
+            "torchrun",
+        ),
+        ({"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_STEP_ID": "0"}, "slurm"),
+        ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2"}, "pytest"),  # an sbatch script, no srun
         ({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"}, "mpi"),
     ],
 )

@@ -24,7 +24,10 @@ def test_mpirun_variables_are_exported_under_torchruns_names():
 
 def test_variables_already_set_are_kept():
     # torchrun inside an srun allocation: torchrun's numbering is the group's.
-    env = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "LOCAL_RANK": "0"}
+    env = {
+        "SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "SLURM_STEP_ID": "0",
+        "LOCAL_RANK": "0",
+    }  # fmt: skip
     added = export_torchrun_names(detect_launch(env), env)
     assert "LOCAL_RANK" not in added and env["LOCAL_RANK"] == "0"
     assert env["RANK"] == "5" and env["WORLD_SIZE"] == "8"

@@ -22,7 +22,7 @@ _FILES = (
     "noxfile.py",
     "src/rankgate/__init__.py",
     "src/rankgate/pipeline/stages.py",
-    "src/rankgate/dispatch/slurm.py",
+    "src/rankgate/dispatch/cli.py",
     "src/rankgate/dispatch/outcome.py",
     "src/rankgate/harness/pool.py",
     "src/rankgate/workloads/comm/p2p.py",
@@ -74,27 +74,27 @@ def plan(repo: Path, since: str = "main", env=None) -> changes.Plan:
 
 
 def test_a_dispatch_only_change_runs_lint_unit_and_hpc_and_says_why(repo):
-    edit(repo, "src/rankgate/dispatch/slurm.py", "suites/dispatch/test_local_slurm.py",
+    edit(repo, "src/rankgate/dispatch/cli.py", "suites/dispatch/test_local_slurm.py",
          commit="dispatch: a fix")  # fmt: skip
     result = plan(repo)
-    assert result.files == ("src/rankgate/dispatch/slurm.py", "suites/dispatch/test_local_slurm.py")
+    assert result.files == ("src/rankgate/dispatch/cli.py", "suites/dispatch/test_local_slurm.py")
     assert result.to_run == ("lint", "unit", "hpc")
     reasons = {d.stage: d.reason for d in result.decisions}
-    assert reasons["lint"] == "src/rankgate/dispatch/slurm.py matches **/*.py (+1 more)"
-    assert reasons["unit"] == "src/rankgate/dispatch/slurm.py matches src/** (+1 more)"
-    assert reasons["hpc"] == "src/rankgate/dispatch/slurm.py matches src/rankgate/dispatch/** (+1 more)"
+    assert reasons["lint"] == "src/rankgate/dispatch/cli.py matches **/*.py (+1 more)"
+    assert reasons["unit"] == "src/rankgate/dispatch/cli.py matches src/** (+1 more)"
+    assert reasons["hpc"] == "src/rankgate/dispatch/cli.py matches src/rankgate/dispatch/** (+1 more)"
     for skipped in ("dist", "gpu", "bench", "container"):
         assert reasons[skipped] == "not affected: none of the 2 changed files is under its paths"
-    assert "hpc        run   src/rankgate/dispatch/slurm.py matches" in result.render()
+    assert "hpc        run   src/rankgate/dispatch/cli.py matches" in result.render()
     assert "| dist | no | not affected" in result.markdown()
 
 
 def test_only_the_branch_counts_not_what_main_did_since(repo):
-    edit(repo, "src/rankgate/dispatch/slurm.py", commit="dispatch")
+    edit(repo, "src/rankgate/dispatch/cli.py", commit="dispatch")
     git(repo, "checkout", "-q", "main")
     edit(repo, "src/rankgate/harness/pool.py", commit="harness, on main after the branch")
     git(repo, "checkout", "-q", "feature")
-    assert plan(repo).files == ("src/rankgate/dispatch/slurm.py",)
+    assert plan(repo).files == ("src/rankgate/dispatch/cli.py",)
 
 
 def test_uncommitted_and_untracked_files_count(repo):
@@ -126,14 +126,14 @@ def test_a_workload_change_skips_dispatch_and_says_so(repo):
     "path", ["pyproject.toml", ".ci/run", "src/rankgate/pipeline/stages.py"]
 )
 def test_the_stage_list_pyproject_and_ci_run_everything(repo, path):
-    edit(repo, "src/rankgate/dispatch/slurm.py", path, commit="mixed")
+    edit(repo, "src/rankgate/dispatch/cli.py", path, commit="mixed")
     result = plan(repo)
     assert result.to_run == tuple(s.name for s in stages.all_stages() if not s.includes)
     assert {d.reason for d in result.decisions} == {f"{path} changed: it runs every stage"}
 
 
 def test_a_file_no_stage_claims_runs_everything_and_names_the_fix(repo):
-    edit(repo, "LICENSE", "src/rankgate/dispatch/slurm.py", commit="license")
+    edit(repo, "LICENSE", "src/rankgate/dispatch/cli.py", commit="license")
     result = plan(repo)
     assert len(result.to_run) == 7
     assert result.decisions[0].reason == (
@@ -143,7 +143,7 @@ def test_a_file_no_stage_claims_runs_everything_and_names_the_fix(repo):
 
 
 def test_a_tagged_head_runs_everything(repo):
-    edit(repo, "src/rankgate/dispatch/slurm.py", commit="release fix")
+    edit(repo, "src/rankgate/dispatch/cli.py", commit="release fix")
     git(repo, "tag", "v1.0")
     result = plan(repo)
     assert len(result.to_run) == 7
@@ -159,7 +159,7 @@ def test_a_tagged_head_runs_everything(repo):
     ],
 )
 def test_a_tag_or_release_in_ci_runs_everything(repo, env, reason):
-    edit(repo, "src/rankgate/dispatch/slurm.py", commit="dispatch")
+    edit(repo, "src/rankgate/dispatch/cli.py", commit="dispatch")
     result = plan(repo, env=env)
     assert len(result.to_run) == 7 and {d.reason for d in result.decisions} == {reason}
 
@@ -218,7 +218,7 @@ def ran(monkeypatch):
 
 
 def test_the_gate_runs_only_the_touched_stages_and_its_table_says_why(repo, ran, tmp_path, capsys):
-    edit(repo, "src/rankgate/dispatch/slurm.py", commit="dispatch")
+    edit(repo, "src/rankgate/dispatch/cli.py", commit="dispatch")
     options = Options(out_dir=tmp_path / "out", changed_since="main", repo=repo)
     outcomes = executor.run_gate(options, FakeMachine())
     markers = [argv[argv.index("-m") + 1] for argv in ran if argv[0] == "pytest"]
@@ -235,15 +235,15 @@ def test_the_gate_runs_only_the_touched_stages_and_its_table_says_why(repo, ran,
     assert executor.verdict(outcomes, allow_skipped=False) == []
     selected = {row["stage"]: row["selected"] for row in json.loads((options.out_dir / "gate.json").read_text())}
     assert selected["dist"] == "not affected: none of the 1 changed file is under its paths"
-    assert selected["hpc"] == "src/rankgate/dispatch/slurm.py matches src/rankgate/dispatch/**"
+    assert selected["hpc"] == "src/rankgate/dispatch/cli.py matches src/rankgate/dispatch/**"
     captured = capsys.readouterr()
     assert "rankgate: 1 files changed since main" in captured.err
     assert "dist       SKIPPED     0.0s  not affected: none of the 1 changed file" in captured.out
-    assert "ran: src/rankgate/dispatch/slurm.py matches src/rankgate/dispatch/**" in captured.out
+    assert "ran: src/rankgate/dispatch/cli.py matches src/rankgate/dispatch/**" in captured.out
 
 
 def test_a_single_stage_the_change_misses_is_skipped_not_failed(repo, ran, tmp_path):
-    edit(repo, "src/rankgate/dispatch/slurm.py", commit="dispatch")
+    edit(repo, "src/rankgate/dispatch/cli.py", commit="dispatch")
     options = Options(out_dir=tmp_path / "out", changed_since="main", repo=repo, strict=True)
     outcome = executor.run_stage(stages.get("dist"), options, FakeMachine())
     assert (outcome.status, outcome.not_affected, ran) == ("skipped", True, [])
@@ -257,7 +257,7 @@ def test_changed_since_from_nox_posargs():
 
 
 def test_the_ci_command_writes_the_stages_for_github(repo, tmp_path):
-    edit(repo, "src/rankgate/dispatch/slurm.py", commit="dispatch")
+    edit(repo, "src/rankgate/dispatch/cli.py", commit="dispatch")
     output, summary = tmp_path / "output", tmp_path / "summary.md"
     env = {"PATH": "/usr/bin:/bin", "GITHUB_OUTPUT": str(output), "GITHUB_STEP_SUMMARY": str(summary),
            "PYTHONPATH": str(Path(changes.__file__).parents[2])}  # fmt: skip
@@ -267,7 +267,7 @@ def test_the_ci_command_writes_the_stages_for_github(repo, tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert output.read_text() == 'stages=["lint", "unit", "hpc"]\n'
-    assert "| hpc | yes | src/rankgate/dispatch/slurm.py matches src/rankgate/dispatch/** |" in summary.read_text()
+    assert "| hpc | yes | src/rankgate/dispatch/cli.py matches src/rankgate/dispatch/** |" in summary.read_text()
 
 
 def test_ci_runs_each_stage_job_only_when_the_change_plan_names_it():

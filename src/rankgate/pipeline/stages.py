@@ -142,22 +142,31 @@ _WORKLOAD_SUITES = (
     "suites/trainer/**",
     "suites/data/**",
 )
+# The training suite's launcher matrix runs its strategies under srun (an hpc test).
+_TRAINING_LAUNCH = (
+    "src/rankgate/workloads/__init__.py",
+    "src/rankgate/workloads/model.py",
+    "src/rankgate/workloads/data/**",
+    "src/rankgate/workloads/packing/**",
+    "src/rankgate/workloads/trainer/**",
+    "suites/trainer/**",
+)
 # The interLink end-to-end test is a dist test (ranks on this machine behind a fake
-# interLink server): it needs these dispatch modules, not the SLURM target (slurm.py,
-# command.py) nor the command line, which only the hpc stage depends on.
+# interLink server): it goes through the round trip both targets share, so it needs
+# every dispatch module but the command line, which only the hpc stage depends on.
 _INTERLINK_E2E = (
     "tests/dispatch/test_dispatch_interlink_e2e.py",
     "tests/dispatch/conftest.py",
     "tests/dispatch/fake_interlink.py",
     "tests/dispatch/specs/**",
-    "src/rankgate/dispatch/__init__.py",
     "src/rankgate/dispatch/interlink/**",
-    "src/rankgate/dispatch/archive.py",
-    "src/rankgate/dispatch/outcome.py",
-    "src/rankgate/dispatch/profile.py",
-    "src/rankgate/dispatch/results.py",
-    "src/rankgate/dispatch/sbatch.py",
-    "src/rankgate/dispatch/watch.py",
+    *(
+        f"src/rankgate/dispatch/{name}.py"
+        for name in (
+            "__init__", "archive", "interrupts", "job", "outcome", "profile", "results",
+            "run", "sbatch", "shell", "slurm", "slurm_query", "target", "watch",
+        )
+    ),
 )
 _JUNIT_MERGE = ("src/rankgate/report/junit.py", "src/rankgate/report/junitfile.py")
 # The report's tests run real ranks (a failing world test) and the executor, then open
@@ -225,7 +234,7 @@ _STAGES: dict[str, Stage] = {
             workflow="ci.yml:dist",
             paths=(
                 *_PYTEST_RUN, *_WORKLOAD_SUITES, *_INTERLINK_E2E, *_JUNIT_MERGE, *_REPORT_TESTS,
-                "suites/harness/**", "suites/pipeline/test_dist_smoke.py",
+                "suites/harness/**", "suites/pipeline/test_dist_smoke.py", "tests/bench/**",
             ),
         ),
         Stage(
@@ -263,6 +272,7 @@ _STAGES: dict[str, Stage] = {
             paths=(
                 *_PYTEST_RUN, *_JUNIT_MERGE, "src/rankgate/dispatch/**", "src/rankgate/cli.py",
                 "suites/dispatch/**", "scripts/slurm/**",
+                *_TRAINING_LAUNCH,
             ),
         ),
         Stage(
@@ -337,7 +347,7 @@ _STAGES: dict[str, Stage] = {
             paths=(
                 *_PYTEST_RUN, "containers/**", "scripts/container/**",
                 "src/rankgate/pipeline/__init__.py", "src/rankgate/pipeline/container.py",
-                "src/rankgate/pipeline/command.py",
+                "src/rankgate/pipeline/process.py",
                 "src/rankgate/pipeline/probe.py", "src/rankgate/workloads/comm/**",
                 "suites/pipeline/test_container.py", "suites/comm/**", "suites/harness/**",
             ),
