@@ -73,22 +73,15 @@ def inner(pytester: pytest.Pytester) -> InnerRun:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In place, skip the tests that start pytest sessions or launchers of their own.
+    """Mark the tests that start pytest sessions or launchers of their own.
 
     Every test here that is not itself a world test checks the harness by running it
-    (pytester, torchrun, mpirun); under a launcher each rank would run it once more,
-    on the same GPUs and files. They run where pytest was not launched as ranks.
+    (pytester, torchrun, mpirun); under a launcher each rank would run it once more, on
+    the same GPUs and files, so in place the harness skips them (marker ``launches``).
     """
-    from rankgate.harness.plugin import INPLACE_PLUGIN
     from rankgate.harness.testitem import SPEC_KEY
 
-    if config.pluginmanager.get_plugin(INPLACE_PLUGIN) is None:
-        return
-    skip = pytest.mark.skip(
-        reason="starts pytest sessions or launchers of its own: run it without a launcher "
-        "(in place every rank would run it)"
-    )
     here = Path(__file__).parent
     for item in items:
         if item.path.parent == here and item.stash.get(SPEC_KEY, None) is None:
-            item.add_marker(skip)
+            item.add_marker(pytest.mark.launches)

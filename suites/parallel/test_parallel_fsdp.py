@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 from parallelcase import CPU_MULTI, GPU_WORLDS
 from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
@@ -81,7 +82,10 @@ def _train(model, rank, world, device, make_optimizer=_sgd) -> torch.optim.Optim
 
 def _fsdp(policy: MixedPrecisionPolicy | None = None, device="cpu") -> nn.Module:
     model = build_model(seed=0).to(device)
-    kwargs = {"mp_policy": policy} if policy else {}
+    # On the device's own mesh: fully_shard's default mesh takes the machine's
+    # accelerator, which moved a gloo test's CPU shards to a GPU on GPU hosts.
+    mesh = init_device_mesh(torch.device(device).type, (dist.get_world_size(),))
+    kwargs = {"mesh": mesh, "mp_policy": policy} if policy else {"mesh": mesh}
     for block in model.blocks:
         fully_shard(block, **kwargs)
     fully_shard(model, **kwargs)

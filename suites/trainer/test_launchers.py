@@ -21,6 +21,9 @@ import pytest
 from rankgate.launch.runner import run_pytest_under
 from rankgate.workloads.trainer.strategies import unavailable_reason
 
+# Each test starts launchers (or Ray's workers) itself: not once per rank in place.
+pytestmark = pytest.mark.launches
+
 REPO = Path(__file__).resolve().parents[2]
 SUITE = "suites/trainer/test_strategies.py"
 SHOWN = {"torchrun": "torchrun", "srun": "srun", "mpirun": "mpirun"}

@@ -224,6 +224,11 @@ class InPlaceSession:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        if item.get_closest_marker("launches") is not None:
+            skip_at_test(
+                "starts pytest sessions or launchers of its own: run it without a launcher "
+                f"(in place each of the {self.launch.world_size} ranks would start them)"
+            )
         spec = world_spec(item)
         if spec is None:
             return

@@ -24,6 +24,10 @@ MARKERS = {
     "container": "needs podman or docker",
     "perf": "benchmarks: produce numbers, never assert wall time",
     "slow": "long-running",
+    "launches": (
+        "starts pytest sessions or launchers of its own; skipped where pytest was itself "
+        "launched as ranks (in place every rank would start them)"
+    ),
     "torch_dist": "exercises torch.distributed launch paths (torchrun)",
     "mpi_dist": "exercises MPI launch paths (mpirun)",
     "ray_dist": "exercises Ray launch paths",

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
@@ -100,10 +101,13 @@ class FSDP2Strategy(_ProcessGroupStrategy):
 
     def _prepare(self, model: nn.Module, make_optimizer: OptimizerFactory):
         model = model.to(self.device)
+        # The mesh names the device: fully_shard's default mesh takes the machine's
+        # accelerator, so CPU ranks on a GPU host would have their shards moved to a GPU.
+        mesh = init_device_mesh(torch.device(self.device).type, (dist.get_world_size(),))
         policy = self.mp_policy
         for block in _blocks(model):
-            fully_shard(block, mp_policy=policy)
-        fully_shard(model, mp_policy=policy)
+            fully_shard(block, mesh=mesh, mp_policy=policy)
+        fully_shard(model, mesh=mesh, mp_policy=policy)
         return model, make_optimizer(model.parameters())
 
     @contextlib.contextmanager
