@@ -5,4 +5,9 @@
   nccl-tests' formulas and parser; ``timing`` the device-event and CUDA-graph timers.
 - ``pool_overhead`` (``rankgate bench harness``): the harness's per-test overhead, pool
   against spawning ranks per test.
+- ``attention`` (``rankgate bench attention``): ring attention against one GPU and
+  PyTorch's context parallel; ``attnreport`` writes its table, fits and plots.
+- ``packing`` (``rankgate bench packing``): greedy against LPT packing.
+- ``compare`` (``rankgate bench compare``): results against committed baselines.
+- ``ranks``: spawning a benchmark's ranks and their process group (comm, attention).
 """

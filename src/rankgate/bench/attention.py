@@ -42,10 +42,10 @@ import math
 import os
 import socket
 import sys
-import tempfile
 import time
-from datetime import timedelta
 from pathlib import Path
+
+from rankgate.bench.ranks import init_bench_group, run_ranks
 
 SAFE_ENV = {
     "NCCL_NVLS_ENABLE": "0",
@@ -156,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
     for key, value in SAFE_ENV.items():
         os.environ.setdefault(key, value)
     opts = _options(args)
-    result = _spawn(opts)
+    result = run_ranks(_rank_main, opts["world"], opts, name="attention")
     text = attnreport.table(result)
     print(text)
     if args.out:
@@ -171,44 +171,18 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _spawn(opts: dict) -> dict:
-    import torch.multiprocessing as mp
-
-    with tempfile.TemporaryDirectory(prefix="rankgate-bench-attention-") as tmp:
-        store = os.path.join(tmp, "store")
-        result_path = os.path.join(tmp, "result.json")
-        mp.start_processes(_spawned_rank, args=(opts["world"], opts, store, result_path),
-                           nprocs=opts["world"], start_method="spawn")  # fmt: skip
-        with open(result_path) as f:
-            return json.load(f)
-
-
-def _spawned_rank(rank: int, world: int, opts: dict, store: str, result_path: str) -> None:
-    result = _rank_main(rank, world, opts, store)
-    if result is not None:
-        with open(result_path, "w") as f:
-            json.dump(result, f)
-
 
 # --- inside each rank ------------------------------------------------------------------
 
 
 def _rank_main(rank: int, world: int, opts: dict, store_path: str) -> dict | None:
-    import torch
     import torch.distributed as dist
 
     from rankgate.bench import attnreport
 
     # a collective stuck for 5 minutes is a hang (the slowest iteration takes seconds)
-    kwargs = {"rank": rank, "world_size": world, "store": dist.FileStore(store_path, world),
-              "timeout": timedelta(seconds=300)}  # fmt: skip
-    if opts["on_gpu"]:
-        torch.cuda.set_device(rank)
-        device = torch.device("cuda", rank)
-        dist.init_process_group("cpu:gloo,cuda:nccl", device_id=device, **kwargs)
-    else:
-        device = torch.device("cpu")
-        dist.init_process_group("gloo", **kwargs)
+    device = init_bench_group(rank, world, on_gpu=opts["on_gpu"], store_path=store_path,
+                              timeout_s=300)  # fmt: skip
     cpu_group = dist.new_group(backend="gloo")
     rows: list[dict] = []
     try:
@@ -284,6 +258,8 @@ def _sweep(w: int, group, sync_group, opts: dict, device, report: bool) -> list[
     return rows
 
 
+# seven parameters: one cell of the sweep (method, world, length) and where it runs
+# (its group, the lockstep group, options, device); the GPU runs measured this signature
 def _measure_agreed(method, w, seq, group, sync_group, opts, device) -> dict:
     """One measurement; every rank of the world records an error if any rank had one.
 
@@ -299,7 +275,7 @@ def _measure_agreed(method, w, seq, group, sync_group, opts, device) -> dict:
     return row
 
 
-def _attempt(method, w, seq, group, sync_group, opts, device) -> dict:
+def _attempt(method, w, seq, group, sync_group, opts, device) -> dict:  # as _measure_agreed
     import torch
     import torch.distributed as dist
 
@@ -342,6 +318,7 @@ def _inputs(w: int, seq: int, opts: dict, device, seed: int):
     return q, k, v, rand(h)
 
 
+# eight parameters: the cell's method and group, plus the tensors and timers it closes over
 def _stepper(method: str, w: int, group, opts: dict, leaves, dout, timer, stack):
     """The iteration to time: forward and backward of ``method``."""
     import torch.nn.functional as F
@@ -383,7 +360,7 @@ def _stepper(method: str, w: int, group, opts: dict, leaves, dout, timer, stack)
     return sdpa_step
 
 
-def _measure(method, w, seq, group, sync_group, opts, device) -> dict:
+def _measure(method, w, seq, group, sync_group, opts, device) -> dict:  # as _measure_agreed
     import contextlib
 
     import torch
@@ -470,6 +447,7 @@ def _profile(step, device) -> dict:
         return {"profile_error": f"{type(exc).__name__}: {exc}"[:200]}
 
 
+# eight parameters: a cell's placement (as _measure_agreed) and the rows it fits to
 def _fit_check(method, w, group, sync_group, opts, device, rows, report) -> list[dict]:
     """Project the longest sequence under the cap from measured peaks, and confirm it."""
     import torch

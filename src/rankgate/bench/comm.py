@@ -27,11 +27,11 @@ import json
 import os
 import socket
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from rankgate.bench.commoptions import FORCED, CommOptions, add_arguments
+from rankgate.bench.ranks import init_bench_group, run_ranks
 
 __all__ = ["add_arguments", "main", "run"]
 
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         if result is None:  # not rank 0
             return 0
     else:
-        result = _spawn(opts)
+        result = run_ranks(_rank_main, opts.world, opts, name="comm")
     references = commreport.load_references(args.reference)
     result["crossovers"] = commreport.crossovers(result["results"])
     result["reference_files"] = sorted(references)
@@ -87,49 +87,15 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _spawn(opts: CommOptions) -> dict:
-    import torch.multiprocessing as mp
-
-    with tempfile.TemporaryDirectory(prefix="rankgate-bench-comm-") as tmp:
-        store = os.path.join(tmp, "store")
-        result_path = os.path.join(tmp, "result.json")
-        mp.start_processes(
-            _spawned_rank,
-            args=(opts.world, opts, store, result_path),
-            nprocs=opts.world,
-            start_method="spawn",
-        )
-        with open(result_path) as f:
-            return json.load(f)
-
-
-def _spawned_rank(rank: int, world: int, opts: CommOptions, store: str, result_path: str) -> None:
-    result = _rank_main(rank, world, opts, store)
-    if result is not None:
-        with open(result_path, "w") as f:
-            json.dump(result, f)
-
-
 # --- inside each rank ------------------------------------------------------------------
 
 
 def _rank_main(rank: int, world: int, opts: CommOptions, store_path: str | None) -> dict | None:
     for key, value in SAFE_ENV.items():
         os.environ.setdefault(key, value)
-    import torch
     import torch.distributed as dist
 
-    kwargs: dict = {"rank": rank, "world_size": world}
-    if store_path is not None:
-        kwargs["store"] = dist.FileStore(store_path, world)
-    if opts.on_gpu:
-        local = int(os.environ.get("LOCAL_RANK", rank))
-        torch.cuda.set_device(local)
-        device = torch.device("cuda", local)
-        dist.init_process_group("cpu:gloo,cuda:nccl", device_id=device, **kwargs)
-    else:
-        device = torch.device("cpu")
-        dist.init_process_group("gloo", **kwargs)
+    device = init_bench_group(rank, world, on_gpu=opts.on_gpu, store_path=store_path)
     try:
         rows, auto_config = _measure_all(opts, device)
         cpu = dist.new_group(backend="gloo")

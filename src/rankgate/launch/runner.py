@@ -110,7 +110,7 @@ class LaunchedRun:
         return "\n".join(parts)
 
 
-def run_pytest_under(
+def run_pytest_under(  # launcher, ranks, pytest's arguments, then keyword-only settings
     launcher: str,
     nprocs: int,
     pytest_args: Sequence[str],

@@ -66,7 +66,7 @@ class DilatedConfig:
                 )
 
 
-def dilated_attention(
+def dilated_attention(  # q, k, v, then keyword options with defaults (a public entry)
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,

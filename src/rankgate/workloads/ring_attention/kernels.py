@@ -37,7 +37,7 @@ class BlockKernel(Protocol):
         """(out, lse) of the block; ``out`` in ``q``'s dtype or wider."""
         ...
 
-    def backward(
+    def backward(  # the tensors a fused attention backward takes, as PyTorch's ops do
         self,
         dout: torch.Tensor,
         q: torch.Tensor,
@@ -81,7 +81,7 @@ class MathKernel:
         out = torch.einsum("bkgqs,bksd->bkgqd", p, v.to(s.dtype))
         return out.reshape(b, h, sq, d), lse.reshape(b, h, sq)
 
-    def backward(self, dout, q, k, v, out, lse, causal, scale):
+    def backward(self, dout, q, k, v, out, lse, causal, scale):  # as BlockKernel's
         b, h, sq, d = q.shape
         hk = k.shape[1]
         qg, s = self._scores(q, k, causal, scale)
@@ -123,7 +123,7 @@ class FlashKernel:
             self._rest = (rest[0], rest[1], rest[4], rest[5])
         return out, lse
 
-    def backward(self, dout, q, k, v, out, lse, causal, scale):
+    def backward(self, dout, q, k, v, out, lse, causal, scale):  # as BlockKernel's
         if self._rest is None:  # forwards ran elsewhere (a fallback): make the bookkeeping
             tiny = torch.zeros(1, 1, 8, q.shape[-1], device=q.device, dtype=q.dtype)
             self.forward(tiny, tiny, tiny, False, 1.0)
@@ -166,7 +166,7 @@ class CudnnKernel:
             self._rest = (cum_q, cum_k, seed, offset)
         return out, lse.reshape(lse.shape[:3])  # cuDNN keeps a trailing dimension of 1
 
-    def backward(self, dout, q, k, v, out, lse, causal, scale):
+    def backward(self, dout, q, k, v, out, lse, causal, scale):  # as BlockKernel's
         if self._rest is None:
             tiny = torch.zeros(1, 1, 8, q.shape[-1], device=q.device, dtype=q.dtype)
             self.forward(tiny, tiny, tiny, False, 1.0)
@@ -195,7 +195,7 @@ class FusedKernel:
     def forward(self, q, k, v, causal, scale):
         return self._call("forward", q, q, k, v, causal, scale)
 
-    def backward(self, dout, q, k, v, out, lse, causal, scale):
+    def backward(self, dout, q, k, v, out, lse, causal, scale):  # as BlockKernel's
         return self._call("backward", q, dout, q, k, v, out, lse, causal, scale)
 
     def _call(self, what, q, *args):

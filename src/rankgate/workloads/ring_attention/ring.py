@@ -154,6 +154,7 @@ def _merge(out, lse, block_out, block_lse, fresh: bool) -> None:
     lse.copy_(torch.logaddexp(lse, block_lse))
 
 
+# the autograd function's saved arguments, passed through unchanged to both passes
 def _forward(q, k, v, plan, ring: Ring, kernel: BlockKernel, scale, head_chunks, timer):
     b, h, n, d = q.shape
     acc = accumulate_dtype(q.dtype)
@@ -185,6 +186,7 @@ def _grad_dtype(dtype: torch.dtype) -> torch.dtype:
     return dtype if dtype in half else accumulate_dtype(dtype)
 
 
+# as _forward, with the forward's results
 def _backward(dout, q, k, v, out, lse, plan, ring: Ring, kernel, scale, head_chunks, timer):
     acc = _grad_dtype(q.dtype)
     dq = torch.zeros_like(q, dtype=acc)
@@ -228,7 +230,7 @@ def _backward(dout, q, k, v, out, lse, plan, ring: Ring, kernel, scale, head_chu
 
 class _RingAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, plan, ring, kernel, scale, head_chunks, timer):
+    def forward(ctx, q, k, v, plan, ring, kernel, scale, head_chunks, timer):  # as _forward
         out, lse = _forward(q, k, v, plan, ring, kernel, scale, head_chunks, timer)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.args = (plan, ring, kernel, scale, head_chunks, timer)
@@ -243,7 +245,7 @@ class _RingAttention(torch.autograd.Function):
         return (*grads, None, None, None, None, None, None)
 
 
-def ring_attention(
+def ring_attention(  # q, k, v, the group, then keyword options with defaults (public)
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,

@@ -1,0 +1,64 @@
+"""Start a benchmark's ranks and bring rank 0's result back (bench comm, bench attention).
+
+Each benchmark supplies ``rank_main(rank, world, opts, store_path) -> dict | None``, a
+module-level function (spawned processes import it by name); rank 0 returns the result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+RankMain = Callable[[int, int, Any, "str | None"], "dict | None"]
+
+
+def run_ranks(rank_main: RankMain, world: int, opts: Any, *, name: str) -> dict:
+    """Spawn ``world`` ranks that meet in a FileStore; rank 0's result."""
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory(prefix=f"rankgate-bench-{name}-") as tmp:
+        store = os.path.join(tmp, "store")
+        result_path = os.path.join(tmp, "result.json")
+        mp.start_processes(_spawned_rank, args=(rank_main, world, opts, store, result_path),
+                           nprocs=world, start_method="spawn")  # fmt: skip
+        with open(result_path) as f:
+            return json.load(f)
+
+
+def _spawned_rank(
+    rank: int, rank_main: RankMain, world: int, opts: Any, store: str, result_path: str
+) -> None:
+    result = rank_main(rank, world, opts, store)
+    if result is not None:
+        with open(result_path, "w") as f:
+            json.dump(result, f)
+
+
+def init_bench_group(
+    rank: int, world: int, *, on_gpu: bool, store_path: str | None, timeout_s: float | None = None
+):
+    """The default group and this rank's device: ``cpu:gloo,cuda:nccl`` on GPUs, else gloo.
+
+    Without ``store_path`` the ranks meet through the launcher's variables (torchrun).
+    """
+    import torch
+    import torch.distributed as dist
+
+    kwargs: dict = {"rank": rank, "world_size": world}
+    if store_path is not None:
+        kwargs["store"] = dist.FileStore(store_path, world)
+    if timeout_s is not None:
+        kwargs["timeout"] = timedelta(seconds=timeout_s)
+    if not on_gpu:
+        dist.init_process_group("gloo", **kwargs)
+        return torch.device("cpu")
+    # spawned ranks are all on this host; a launcher's say where each rank is
+    local = rank if store_path is not None else int(os.environ.get("LOCAL_RANK", rank))
+    torch.cuda.set_device(local)
+    device = torch.device("cuda", local)
+    dist.init_process_group("cpu:gloo,cuda:nccl", device_id=device, **kwargs)
+    return device
