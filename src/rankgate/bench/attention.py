@@ -40,12 +40,10 @@ import argparse
 import json
 import math
 import os
-import socket
-import sys
 import time
 from pathlib import Path
 
-from rankgate.bench.ranks import init_bench_group, run_ranks
+from rankgate.bench.ranks import init_bench_group, run_meta, run_ranks
 
 SAFE_ENV = {
     "NCCL_NVLS_ENABLE": "0",
@@ -492,25 +490,7 @@ def _fit_check(method, w, group, sync_group, opts, device, rows, report) -> list
 
 
 def _meta(opts: dict, device) -> dict:
-    import torch
-
-    meta = {
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "host": socket.gethostname(),
-        "python": sys.version.split()[0],
-        "torch": torch.__version__,
-        "device": str(device),
-        "options": opts,
-        "env": {k: os.environ.get(k) for k in SAFE_ENV},
-    }
-    if device.type == "cuda":
-        meta["gpu"] = torch.cuda.get_device_name(device)
-        meta["gpu_memory_bytes"] = torch.cuda.get_device_properties(device).total_memory
-        meta["cuda"] = torch.version.cuda
-        try:
-            meta["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
-        except Exception as exc:
-            meta["nccl"] = f"unknown ({exc})"
+    meta = run_meta(device, opts, SAFE_ENV)
     from rankgate.workloads.ring_attention.ring import auto_head_chunks
 
     meta["ring_head_chunks"] = opts["head_chunks"] or auto_head_chunks(

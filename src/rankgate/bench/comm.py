@@ -25,13 +25,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import sys
-import time
 from pathlib import Path
 
 from rankgate.bench.commoptions import FORCED, CommOptions, add_arguments
-from rankgate.bench.ranks import init_bench_group, run_ranks
+from rankgate.bench.ranks import init_bench_group, run_meta, run_ranks
 
 __all__ = ["add_arguments", "main", "run"]
 
@@ -376,25 +373,8 @@ def _combine(every: list[list[dict]]) -> list[dict]:
 
 
 def _meta(opts: CommOptions, device) -> dict:
-    import torch
-
-    meta = {
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "host": socket.gethostname(),
-        "python": sys.version.split()[0],
-        "torch": torch.__version__,
-        "world": opts.world,
-        "device": str(device),
-        "options": opts.as_meta(),
-        "env": {k: os.environ.get(k) for k in SAFE_ENV},
-    }
+    meta = {"world": opts.world, **run_meta(device, opts.as_meta(), SAFE_ENV)}
     if device.type == "cuda":
-        meta["gpu"] = torch.cuda.get_device_name(device)
-        meta["cuda"] = torch.version.cuda
-        try:
-            meta["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
-        except Exception as exc:
-            meta["nccl"] = f"unknown ({exc})"
         from rankgate.workloads.comm.detect import detect_topology
 
         meta["topology"] = detect_topology(opts.world).as_dict()

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import sys
 import tempfile
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -62,3 +65,27 @@ def init_bench_group(
     device = torch.device("cuda", local)
     dist.init_process_group("cpu:gloo,cuda:nccl", device_id=device, **kwargs)
     return device
+
+
+def run_meta(device, options: dict, env_keys) -> dict:
+    """What a result records of its run: time, host, versions, the device, the options."""
+    import torch
+
+    meta = {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "host": socket.gethostname(),
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "device": str(device),
+        "options": options,
+        "env": {k: os.environ.get(k) for k in env_keys},
+    }
+    if device.type == "cuda":
+        meta["gpu"] = torch.cuda.get_device_name(device)
+        meta["gpu_memory_bytes"] = torch.cuda.get_device_properties(device).total_memory
+        meta["cuda"] = torch.version.cuda
+        try:
+            meta["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+        except Exception as exc:
+            meta["nccl"] = f"unknown ({exc})"
+    return meta
