@@ -465,6 +465,30 @@ def test_torchrun_runs_an_inherited_world_test_on_its_own_class(tmp_path):
     assert "1 passed" in proc.stdout
 
 
+def test_torchrun_skips_tests_that_launch_runs_of_their_own(tmp_path):
+    _write(
+        tmp_path,
+        """
+        import pytest
+
+        @pytest.mark.launches
+        def test_starts_torchrun_itself():
+            raise AssertionError("ran once per rank")
+
+        @pytest.mark.world(2)
+        def test_ranks(rank):
+            pass
+        """,
+    )
+    proc = _torchrun(tmp_path, "-rs", "test_suite.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 passed, 1 skipped" in proc.stdout
+    assert (
+        "starts pytest sessions or launchers of its own: run it without a launcher "
+        "(in place each of the 2 ranks would start them)"
+    ) in proc.stdout
+
+
 def test_a_stale_file_store_cannot_hang_the_next_run(tmp_path):
     # A run killed mid-way leaves its FileStore; the next run with the same store path
     # (the same job and step ids, or RANKGATE_STORE) must not read what it left.
