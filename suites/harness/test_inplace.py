@@ -489,6 +489,9 @@ def test_torchrun_skips_tests_that_launch_runs_of_their_own(tmp_path):
     ) in proc.stdout
 
 
+@pytest.mark.skipif(
+    shutil.which("mpirun") is None, reason="mpirun is not installed (apt-get install openmpi-bin)"
+)
 def test_a_stale_file_store_cannot_hang_the_next_run(tmp_path):
     # A run killed mid-way leaves its FileStore; the next run with the same store path
     # (the same job and step ids, or RANKGATE_STORE) must not read what it left.

@@ -13,6 +13,7 @@ rank's log, as do failures inside the launched runs.
 
 from __future__ import annotations
 
+import shutil
 import textwrap
 from pathlib import Path
 
@@ -24,6 +25,9 @@ from rankgate.workloads.trainer.strategies import unavailable_reason
 # Each test starts launchers (or Ray's workers) itself: not once per rank in place.
 pytestmark = pytest.mark.launches
 
+NEEDS_MPIRUN = pytest.mark.skipif(
+    shutil.which("mpirun") is None, reason="mpirun is not installed (apt-get install openmpi-bin)"
+)
 REPO = Path(__file__).resolve().parents[2]
 SUITE = "suites/trainer/test_strategies.py"
 SHOWN = {"torchrun": "torchrun", "srun": "srun", "mpirun": "mpirun"}
@@ -71,6 +75,7 @@ def test_strategy_suite_under_torchrun(tmp_path):
 
 
 @pytest.mark.dist
+@NEEDS_MPIRUN
 def test_strategy_suite_under_mpirun(tmp_path):
     run_strategy_suite("mpirun", tmp_path)
 
@@ -113,7 +118,7 @@ def _assert_every_rank_log_is_in_the_report(run, token: str) -> None:
 
 
 @pytest.mark.dist
-@pytest.mark.parametrize("launcher", ["torchrun", "mpirun"])
+@pytest.mark.parametrize("launcher", ["torchrun", pytest.param("mpirun", marks=NEEDS_MPIRUN)])
 def test_every_rank_log_reaches_the_report(launcher, tmp_path):
     _assert_every_rank_log_is_in_the_report(*_failing_run(launcher, tmp_path))
 

@@ -119,10 +119,11 @@ def committed_copy(tmp_path: Path, factor: float, size: str = "") -> Path:
     return root
 
 
-def test_committed_baselines_agree_with_their_runs():
-    done = run_compare("--committed", env={"RANKGATE_OUT": "/nonexistent-out"}, cwd=ROOT)
+def test_committed_baselines_agree_with_their_runs(tmp_path):
+    done = run_compare("--committed", env={"RANKGATE_OUT": str(tmp_path)}, cwd=ROOT)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr
     assert "no regression in 2 comparisons" in done.stderr
+    assert (tmp_path / "bench" / "compare-committed.json").is_file()
 
 
 def test_a_planted_20_percent_regression_in_a_committed_baseline_fails_the_committed_check(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,11 @@ import pytest
 from rankgate.pipeline import changes, executor, process, stages
 from rankgate.pipeline.executor import Options
 
-pytestmark = pytest.mark.unit
+pytestmark = [
+    pytest.mark.unit,
+    # every test here makes a real repository (images built for the suites have no git)
+    pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed"),
+]
 
 # A small tree with the project's layout: one file under each stage's paths.
 _FILES = (
