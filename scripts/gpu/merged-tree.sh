@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One lease, the whole merged tree on a GPU host: the parallelism suite, the attention
 # benchmark at worlds 1 and 2, then every other GPU test in the pool.
-# Usage: scripts/gpu/merged-tree.sh OUT  (writes env.txt, parallel_gpu.txt, attention/,
-# attention.txt, gpu_suites.txt and JUnit files into OUT). Each step has its own time
+# Usage: [INPLACE_LIMIT=600] scripts/gpu/merged-tree.sh OUT  (writes env.txt,
+# parallel_gpu.txt, attention/, attention.txt, gpu_suites.txt, inplace/ and JUnit files). Each step has its own time
 # limit so a slow step still leaves the others' results.
 set -uo pipefail
 out=$1
@@ -14,9 +14,13 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . >"$out/pip.txt" 2>
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version())'
 } >"$out/env.txt" 2>&1
 step() { echo "=== $1 $(date -u +%T)"; }
+# Load the plugin by name only where the install did not register its entry point
+# (pytest refuses a second registration).
+plugin=(-p rankgate.harness.plugin)
+python3 -c 'import importlib.metadata as m, sys; sys.exit(not any(e.name == "rankgate" for e in m.entry_points(group="pytest11")))' && plugin=()
 
 step parallel
-timeout 90 python3 -m pytest -p rankgate.harness.plugin -p no:cacheprovider -m gpu \
+timeout 90 python3 -m pytest "${plugin[@]}" -p no:cacheprovider -m gpu \
   suites/parallel -rA -q --junitxml="$out/parallel_junit.xml" >"$out/parallel_gpu.txt" 2>&1
 echo "rc $?"; tail -3 "$out/parallel_gpu.txt"
 
@@ -26,8 +30,18 @@ timeout 150 python3 -m rankgate.cli bench attention --worlds 1,2 --seq-lens 16K,
 echo "rc $?"; tail -25 "$out/attention.txt"
 
 step gpu-suites
-timeout "${GPU_SUITES_LIMIT:-120}" python3 -m pytest -p rankgate.harness.plugin -p no:cacheprovider \
+timeout "${GPU_SUITES_LIMIT:-120}" python3 -m pytest "${plugin[@]}" -p no:cacheprovider \
   -m gpu suites --ignore=suites/parallel -q -rfEs --junitxml="$out/gpu_junit.xml" \
   >"$out/gpu_suites.txt" 2>&1
 echo "rc $?"; tail -5 "$out/gpu_suites.txt"
+# The whole dist and gpu selections in place on every GPU (INPLACE_LIMIT seconds; it
+# needs about 10 minutes on 2xH200, so it runs only when asked for).
+if [ "${INPLACE_LIMIT:-0}" -gt 0 ]; then
+  step inplace
+  mkdir -p "$out/inplace"
+  timeout "$INPLACE_LIMIT" torchrun --standalone --nproc-per-node="$(nvidia-smi -L | wc -l)" \
+    -m pytest -p no:cacheprovider -m "dist or gpu" suites -q -rfEs \
+    --junitxml="$out/inplace/junit.xml" >"$out/inplace/torchrun.txt" 2>&1
+  echo "rc $?"; tail -5 "$out/inplace/torchrun.txt"
+fi
 step finished
