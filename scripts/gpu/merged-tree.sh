@@ -2,8 +2,8 @@
 # One lease, the whole merged tree on a GPU host: the parallelism suite, the attention
 # benchmark at worlds 1 and 2, then every other GPU test in the pool.
 # Usage: [INPLACE_LIMIT=600] scripts/gpu/merged-tree.sh OUT  (writes env.txt,
-# parallel_gpu.txt, attention/, attention.txt, gpu_suites.txt, inplace/ and JUnit files). Each step has its own time
-# limit so a slow step still leaves the others' results.
+# parallel_gpu.txt, attention/, attention.txt, gpu_suites.txt, inplace/ and JUnit
+# files). Each step has its own time limit so a slow step leaves the others' results.
 set -uo pipefail
 out=$1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
