@@ -41,9 +41,9 @@ import json
 import math
 import os
 import time
-from pathlib import Path
 
 from rankgate.bench.ranks import init_bench_group, run_meta, run_ranks
+from rankgate.bench.results import save_run
 
 SAFE_ENV = {
     "NCCL_NVLS_ENABLE": "0",
@@ -158,10 +158,7 @@ def run(args: argparse.Namespace) -> int:
     text = attnreport.table(result)
     print(text)
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "attention.json").write_text(json.dumps(result, indent=1) + "\n")
-        (out / "attention.txt").write_text(text + "\n")
+        out = save_run(args.out, "attention", result, text)
         for path in attnreport.plots(result, out):
             print(f"# plot: {path}")
     if args.json:

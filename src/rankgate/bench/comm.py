@@ -25,10 +25,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from pathlib import Path
 
 from rankgate.bench.commoptions import FORCED, CommOptions, add_arguments
 from rankgate.bench.ranks import init_bench_group, run_meta, run_ranks
+from rankgate.bench.results import save_run
 
 __all__ = ["add_arguments", "main", "run"]
 
@@ -72,10 +72,7 @@ def run(args: argparse.Namespace) -> int:
     text = commreport.table(result, references)
     print(text)
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "comm.json").write_text(json.dumps(result, indent=1) + "\n")
-        (out / "comm.txt").write_text(text + "\n")
+        out = save_run(args.out, "comm", result, text)
         for path in commreport.plots(result, references, out):
             print(f"# plot: {path}")
     if args.json:

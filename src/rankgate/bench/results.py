@@ -132,6 +132,15 @@ class Samples:
         return replace(self, values=values, probes=[*self.probes, *other.probes])
 
 
+def save_run(out: str | Path, name: str, result: dict, table: str) -> Path:
+    """Write a run as OUT/NAME.json and its table as OUT/NAME.txt; the folder, for plots."""
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
+    (folder / f"{name}.txt").write_text(table + "\n")
+    return folder
+
+
 def load(path: str | Path) -> Samples:
     """Read a benchmark result or a baseline file (see the module docstring)."""
     path = Path(path)

@@ -145,12 +145,9 @@ class TinyTransformer(nn.Module):
 
 def build_model(config: ModelConfig | None = None, *, seed: int = 0) -> TinyTransformer:
     """A model whose initial weights depend only on ``seed`` (same on every rank)."""
-    generator_state = torch.random.get_rng_state()
-    torch.manual_seed(seed)
-    try:
+    with torch.random.fork_rng(devices=[]):  # the caller's CPU generator is left as it was
+        torch.manual_seed(seed)
         return TinyTransformer(config)
-    finally:
-        torch.random.set_rng_state(generator_state)
 
 
 def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100):

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from rankgate.workloads.data.jsonl import IGNORE_INDEX, Sample
+from rankgate.workloads.data.sampler import check_rank
 from rankgate.workloads.packing import PADDING, pack
 
 
@@ -90,10 +91,7 @@ class MaxTokensPerRankCollator:
     ) -> None:
         if max_tokens_per_rank < 1:
             raise ValueError(f"max_tokens_per_rank must be >= 1, got {max_tokens_per_rank}")
-        if world_size < 1 or not 0 <= rank < world_size:
-            raise ValueError(
-                f"rank {rank} is outside 0..{world_size - 1} (world_size {world_size})"
-            )
+        check_rank(rank, world_size)
         self.max_tokens_per_rank = max_tokens_per_rank
         self.rank = rank
         self.world_size = world_size

@@ -15,16 +15,19 @@ import random
 from collections.abc import Iterator
 
 
+def check_rank(rank: int, world_size: int) -> None:
+    """A ValueError naming both unless ``rank`` is one of ``world_size`` ranks."""
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is outside 0..{world_size - 1} (world_size {world_size})")
+
+
 class InfiniteSampler:
     """Yields this rank's sample indices forever; ``state_dict`` resumes where it stopped."""
 
     def __init__(self, num_samples: int, *, seed: int = 0, rank: int = 0, world_size: int = 1):
         if num_samples < 1:
             raise ValueError(f"num_samples must be >= 1, got {num_samples}")
-        if world_size < 1 or not 0 <= rank < world_size:
-            raise ValueError(
-                f"rank {rank} is outside 0..{world_size - 1} (world_size {world_size})"
-            )
+        check_rank(rank, world_size)
         self.num_samples = num_samples
         self.seed = seed
         self.rank = rank

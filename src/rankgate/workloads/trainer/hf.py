@@ -29,9 +29,6 @@ def build_hf_model(*, seed: int = 0, vocab_size: int = 256) -> nn.Module:
         max_position_embeddings=512,
         attn_implementation="sdpa",
     )
-    state = torch.random.get_rng_state()
-    torch.manual_seed(seed)
-    try:
+    with torch.random.fork_rng(devices=[]):  # as build_model: the caller's generator stays
+        torch.manual_seed(seed)
         return LlamaForCausalLM(config)
-    finally:
-        torch.random.set_rng_state(state)
