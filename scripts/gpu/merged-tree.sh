@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One lease, the whole merged tree on a GPU host: the parallelism suite, the attention
-# benchmark at worlds 1 and 2, then every other GPU test in the pool.
-# Usage: [INPLACE_LIMIT=600] scripts/gpu/merged-tree.sh OUT  (writes env.txt,
-# parallel_gpu.txt, attention/, attention.txt, gpu_suites.txt, inplace/ and JUnit
-# files). Each step has its own time limit so a slow step leaves the others' results.
+# benchmark at worlds 1 and 2 (1 alone on one GPU), then every other GPU test in the pool.
+# Usage: [INPLACE_LIMIT=600] [ATTENTION_SEQ_LENS=16K,...] scripts/gpu/merged-tree.sh OUT
+# (writes env.txt, parallel_gpu.txt, attention/, attention.txt, gpu_suites.txt, inplace/
+# and JUnit files). Each step has its own time limit so a slow step leaves the others' results.
 set -uo pipefail
 out=$1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
@@ -25,7 +25,10 @@ timeout 90 python3 -m pytest "${plugin[@]}" -p no:cacheprovider -m gpu \
 echo "rc $?"; tail -3 "$out/parallel_gpu.txt"
 
 step attention
-timeout 150 python3 -m rankgate.cli bench attention --worlds 1,2 --seq-lens 16K,32K,64K,128K \
+gpus=$(nvidia-smi -L | wc -l)
+worlds=1; [ "$gpus" -ge 2 ] && worlds=1,2
+timeout 150 python3 -m rankgate.cli bench attention --worlds "$worlds" \
+  --seq-lens "${ATTENTION_SEQ_LENS:-16K,32K,64K,128K}" \
   --reps 3 --skip ring@1 --fit-cap-gib 8 --out "$out/attention" >"$out/attention.txt" 2>&1
 echo "rc $?"; tail -25 "$out/attention.txt"
 
@@ -39,8 +42,8 @@ echo "rc $?"; tail -5 "$out/gpu_suites.txt"
 if [ "${INPLACE_LIMIT:-0}" -gt 0 ]; then
   step inplace
   mkdir -p "$out/inplace"
-  timeout "$INPLACE_LIMIT" torchrun --standalone --nproc-per-node="$(nvidia-smi -L | wc -l)" \
-    -m pytest -p no:cacheprovider -m "dist or gpu" suites -q -rfEs \
+  timeout "$INPLACE_LIMIT" torchrun --standalone --nproc-per-node="$gpus" \
+    -m pytest "${plugin[@]}" -p no:cacheprovider -m "dist or gpu" suites -q -rfEs \
     --junitxml="$out/inplace/junit.xml" >"$out/inplace/torchrun.txt" 2>&1
   echo "rc $?"; tail -5 "$out/inplace/torchrun.txt"
 fi
