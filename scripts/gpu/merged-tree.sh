@@ -3,7 +3,9 @@
 # benchmark at worlds 1 and 2 (1 alone on one GPU), then every other GPU test in the pool.
 # Usage: [INPLACE_LIMIT=600] [ATTENTION_SEQ_LENS=16K,...] scripts/gpu/merged-tree.sh OUT
 # (writes env.txt, parallel_gpu.txt, attention/, attention.txt, gpu_suites.txt, inplace/
-# and JUnit files). Each step has its own time limit so a slow step leaves the others' results.
+# and JUnit files). Each step has its own time limit so a slow step leaves the others'
+# results. The device tool brings back 8 files, so the end packs everything into
+# results.tgz and keeps only the step logs beside it.
 set -uo pipefail
 out=$1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
@@ -48,3 +50,6 @@ if [ "${INPLACE_LIMIT:-0}" -gt 0 ]; then
   echo "rc $?"; tail -5 "$out/inplace/torchrun.txt"
 fi
 step finished
+tar -czf /tmp/results.tgz -C "$out" . && mv /tmp/results.tgz "$out/"
+find "$out" -type f ! -name results.tgz ! -name env.txt ! -name parallel_gpu.txt \
+  ! -name attention.txt ! -name gpu_suites.txt ! -name torchrun.txt -delete

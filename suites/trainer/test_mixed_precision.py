@@ -108,7 +108,7 @@ def test_ddp_bf16_autocast_trains_fp32_weights():
 @pytest.mark.world(1, backend="nccl")
 def test_fsdp2_bf16_on_one_gpu():
     strategy = create_strategy("fsdp2", StrategyOptions(mixed_precision="bf16")).init()
-    assert strategy.device.type == "cuda" and dist.get_backend() == "nccl"
+    assert strategy.device.type == "cuda" and "cuda:nccl" in dist.get_backend_config()
     check_fsdp2_bf16_dtypes(strategy)
 
 

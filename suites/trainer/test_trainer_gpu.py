@@ -44,7 +44,7 @@ def test_overfit_on_one_gpu_without_a_process_group():
 
 
 def _overfit_on_gpus(name: str, kwargs: dict, precision: str | None) -> None:
-    assert dist.get_backend() == "nccl"
+    assert "cuda:nccl" in dist.get_backend_config()  # in place the group also serves CPU tensors
     losses = overfit(name, StrategyOptions(mixed_precision=precision), **kwargs)
     assert losses[0] > 5.0
     # bf16 rounds the loss's last digits; the memorisation is as fast.
