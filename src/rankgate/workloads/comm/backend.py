@@ -58,6 +58,11 @@ _DTYPES = (
 _MAX_DIMS = 8
 _SIG_LEN = 6 + _MAX_DIMS
 
+# torch 2.13 renamed the tensor forms of all_gather and reduce_scatter (the old names
+# warn there); older releases have only the old names.
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
 
 class CommError(RuntimeError):
     """Base class of the communication layer's errors."""
@@ -225,7 +230,7 @@ class CommBackend:
         mine = torch.tensor(_signature(op, tensor, extra), dtype=torch.int64)
         every = torch.empty(self.world_size * _SIG_LEN, dtype=torch.int64)
         try:
-            dist.all_gather_into_tensor(every, mine, group=self._ctrl)
+            _all_gather_single(every, mine, group=self._ctrl)
         except RuntimeError as exc:
             raise CollectiveTimeoutError(
                 f"{self.name}.{op} on rank {self.rank}: not every rank reached this "
@@ -297,7 +302,7 @@ class CommBackend:
         )
         self._check("all_gather", tensor)
         with _Timeouts(self, "all_gather"):
-            dist.all_gather_into_tensor(output, tensor, group=self.group)
+            _all_gather_single(output, tensor, group=self.group)
         return output
 
     def reduce_scatter(
@@ -312,7 +317,7 @@ class CommBackend:
         )
         self._check("reduce_scatter", input)
         with _Timeouts(self, "reduce_scatter"):
-            dist.reduce_scatter_tensor(output, input, op=red, group=self.group)
+            _reduce_scatter_single(output, input, op=red, group=self.group)
         return output
 
     def gather(self, tensor: torch.Tensor, dst: int = 0) -> list[torch.Tensor] | None:
