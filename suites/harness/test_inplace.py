@@ -331,6 +331,21 @@ def test_f_next_is_healthy(rank):
     t = torch.tensor([rank])
     dist.broadcast(t, src=1)
     assert t.item() == 1
+
+@pytest.mark.world(2)
+def test_g_changes_the_process(rank, dist_tmp_path):
+    os.environ["LEAKED"] = "1"
+    del os.environ["CHILD_DIR"]
+    os.chdir(dist_tmp_path)
+    torch.set_default_dtype(torch.float64)
+    torch.set_grad_enabled(False)
+
+@pytest.mark.world(2)
+def test_h_finds_the_process_as_before(rank):
+    assert "LEAKED" not in os.environ
+    assert os.path.samefile(os.getcwd(), os.environ["CHILD_DIR"])
+    assert torch.get_default_dtype() == torch.float32
+    assert torch.is_grad_enabled()
 """
 
 NO_NUMPY = "raise ModuleNotFoundError('numpy is hidden: in-place mode must not need it', name='numpy')\n"
@@ -367,6 +382,8 @@ def test_hostile_tests_fail_alone_without_numpy(tmp_path, launcher):
         "test_d_no_subgroup_left": "passed",
         "test_e_leaves_a_child": "failed",
         "test_f_next_is_healthy": "passed",
+        "test_g_changes_the_process": "passed",
+        "test_h_finds_the_process_as_before": "passed",
     }, both
     assert "rankgate: the test destroyed the default process group" in proc.stdout
     pids = [int(p.read_text()) for p in tmp_path.glob("child*")]

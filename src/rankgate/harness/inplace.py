@@ -38,6 +38,7 @@ from rankgate.harness.rankstate import (
     after_test_problems,
     breaks_process_group,
     destroy_subgroups,
+    reset_state,
     seed_everything,
     set_collective_timeout,
 )
@@ -254,13 +255,19 @@ class InPlaceSession:
             peer_failed=None if index is None else lambda: self._peer_failed(index),
         )
         children = set(leaks.children())
+        saved_env, saved_cwd = dict(os.environ), os.getcwd()
         try:
             return (yield)
         finally:
             self._hang_watch.disarm()
             problems = after_test_problems(children)
             self._group_trouble |= not self._group_alive()
-            destroy_subgroups()  # a pool's rank does this after every test too
+            # What a pool's rank undoes after every test (environment, cwd, default dtype,
+            # subgroups): a world test must find the same process here as there.
+            if world_spec(item) is not None:
+                reset_state(saved_env, saved_cwd)
+            else:
+                destroy_subgroups()
             if problems:
                 raise AfterTestProblem("\n".join(problems))
 
