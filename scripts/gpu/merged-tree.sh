@@ -16,6 +16,7 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . >"$out/pip.txt" 2>
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version())'
 } >"$out/env.txt" 2>&1
 step() { echo "=== $1 $(date -u +%T)"; }
+gpus=$(nvidia-smi -L | wc -l)  # the attention worlds and the in-place ranks
 # Load the plugin by name only where the install did not register its entry point
 # (pytest refuses a second registration).
 plugin=(-p rankgate.harness.plugin)
@@ -27,7 +28,6 @@ timeout 90 python3 -m pytest "${plugin[@]}" -p no:cacheprovider -m gpu \
 echo "rc $?"; tail -3 "$out/parallel_gpu.txt"
 
 step attention
-gpus=$(nvidia-smi -L | wc -l)
 worlds=1; [ "$gpus" -ge 2 ] && worlds=1,2
 timeout 150 python3 -m rankgate.cli bench attention --worlds "$worlds" \
   --seq-lens "${ATTENTION_SEQ_LENS:-16K,32K,64K,128K}" \
