@@ -89,12 +89,35 @@ def test_subgroup_of_even_ranks(n, rank, world_size):
         assert dist.get_world_size(group) == len(evens)
 
 
-@pytest.mark.world(2, backend="gloo")
-def test_gloo_requested_runs_on_cpu_everywhere(rank, device):
-    assert device == CPU
+@pytest.mark.parametrize("n", WORLDS)
+@pytest.mark.parametrize("turn", ["first", "again"])
+def test_mesh_on_a_group_of_its_own(turn, n, rank, world_size):
+    """A DeviceMesh over a group made for it, as init_device_mesh makes on a GPU host
+    whose default group is gloo. The harness destroys that group after the test; the
+    second turn's mesh is equal to the first's, and DTensor must not hand back the
+    first one from its caches (its group is gone)."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import DTensor, Shard
+
+    mesh = DeviceMesh.from_group(dist.new_group(list(range(world_size))), "cpu")
+    local = torch.full((2,), float(rank))
+    full = DTensor.from_local(local, mesh, [Shard(0)]).detach().full_tensor()
+    assert full.tolist() == [float(r) for r in range(world_size) for _ in range(2)]
+
+
+GLOO_WORLDS = [
+    pytest.param(n, marks=pytest.mark.world(n, backend="gloo"), id=f"world{n}") for n in (1, 2)
+]
+
+
+@pytest.mark.parametrize("n", GLOO_WORLDS)
+def test_gloo_requested_runs_on_cpu_everywhere(n, rank, world_size, device):
+    # In place on GPU ranks the session's group is cpu:gloo,cuda:nccl; a gloo test's body
+    # still sees a gloo group, as in a gloo pool.
+    assert device == CPU and dist.get_backend() == "gloo"
     t = torch.tensor([float(rank)])
     dist.all_reduce(t)
-    assert t.item() == 1.0
+    assert t.item() == world_size * (world_size - 1) / 2
 
 
 @pytest.mark.world(2)

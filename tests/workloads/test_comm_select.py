@@ -54,6 +54,19 @@ def test_auto_prefers_p2p_when_every_pair_has_access():
     assert sel.name == "p2p" and sel.passed_over == {}
 
 
+def test_auto_keeps_to_a_group_without_nccl_on_gpu_ranks():
+    gloo = "the process group is gloo, without NCCL"
+    facts = [gpu_rank(0, group=gloo), gpu_rank(1, group=gloo)]
+    sel = decide("auto", facts)
+    assert sel.name == "gloo"
+    assert sel.passed_over == {
+        "p2p": f"needs nccl for fallback, which cannot run (rank 0: {gloo})",
+        "nccl": f"rank 0: {gloo}",
+    }
+    # Named, nccl still gets a dedicated group of its own on these GPUs.
+    assert decide("nccl", facts).name == "nccl"
+
+
 def test_auto_on_cpu_falls_to_gloo_with_reasons():
     sel = decide("auto", [cpu_rank(), cpu_rank()])
     assert sel.name == "gloo"

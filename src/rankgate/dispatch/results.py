@@ -22,8 +22,8 @@ from rankgate.report.junit import MergedReport, merge_files
 from rankgate.report.junitfile import ReportInputError, read_junit
 
 if TYPE_CHECKING:
+    from rankgate.dispatch.ended import Ended
     from rankgate.dispatch.profile import Profile
-    from rankgate.dispatch.target import Ended
 
 LOG_TAIL_LINES = 40
 DETAIL_LINES = 30

@@ -16,16 +16,17 @@ half alone (the interLink canary needs no results).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from rankgate.dispatch.ended import Ended
 from rankgate.dispatch.interrupts import caught_interrupts
 from rankgate.dispatch.job import JobSpec
 from rankgate.dispatch.outcome import JobOutcome
 from rankgate.dispatch.profile import Profile
 from rankgate.dispatch.results import DispatchResult
-from rankgate.dispatch.watch import Observation, Progress, WaitPolicy, Watchable, Watched, watch
+from rankgate.dispatch.watch import Progress, WaitPolicy, Watchable, Watched, watch
 
 
 class TargetError(RuntimeError):
@@ -85,23 +86,6 @@ class Target(Watchable, Protocol):
 
     def explain(self, job_id: str, watched: Watched) -> list[str]:
         """Lines for the report about how the job ended (why it could never start ...)."""
-
-
-@dataclass(slots=True)
-class Ended:
-    """How a dispatched job ended, before its results are fetched."""
-
-    job_id: str
-    """The target's id of the job; empty when it was never accepted."""
-    watched: Watched | None
-    """The wait; None when the job was never accepted."""
-    outcome: JobOutcome
-    notes: list[str] = field(default_factory=list)
-    """Lines for the report: the submit error, the target's explanation, cleanup trouble."""
-
-    @property
-    def last(self) -> Observation | None:
-        return self.watched.last if self.watched else None
 
 
 def wait_for_job(target: Target, job: JobSpec, policy: WaitPolicy, *, say: Progress) -> Ended:

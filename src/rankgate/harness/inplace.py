@@ -256,18 +256,22 @@ class InPlaceSession:
         )
         children = set(leaks.children())
         saved_env, saved_cwd = dict(os.environ), os.getcwd()
+        spec = world_spec(item)
+        backend = spec.backend if spec is not None else self.backend
         try:
-            return (yield)
+            with self.group.default_group_for(backend, collective_timeout(timeout)):
+                return (yield)
         finally:
             self._hang_watch.disarm()
             problems = after_test_problems(children)
             self._group_trouble |= not self._group_alive()
             # What a pool's rank undoes after every test (environment, cwd, default dtype,
             # subgroups): a world test must find the same process here as there.
-            if world_spec(item) is not None:
-                reset_state(saved_env, saved_cwd)
+            kept = self.group.kept_groups()
+            if spec is not None:
+                reset_state(saved_env, saved_cwd, kept)
             else:
-                destroy_subgroups()
+                destroy_subgroups(kept)
             if problems:
                 raise AfterTestProblem("\n".join(problems))
 

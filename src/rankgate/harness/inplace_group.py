@@ -6,7 +6,8 @@ temp dir, keyed by the job id. A store can outlive a run (a FileStore a killed j
 left, an elastic agent's store across restarts): each run counts its ranks in and
 uses only its own generation of keys, so nothing an earlier run left is read. The
 default group is ``cpu:gloo,cuda:nccl`` when every local rank has a GPU (torch's own
-default), else gloo; it can be renewed on every rank after a test lost it.
+default), else gloo; it can be renewed on every rank after a test lost it. A test marked
+``backend="gloo"`` sees a gloo-only default group there, as in a gloo pool.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import hashlib
 import os
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
@@ -49,6 +52,8 @@ class InPlaceGroup:
             self.where,
         )
         self._groups_made = 0
+        self._gloo_world: dist.ProcessGroup | None = None
+        """Every rank in a gloo-only group, made at the first gloo test on a mixed group."""
         if self.has_gpus:
             torch.cuda.set_device(self.device)
         if not dist.is_initialized():
@@ -129,8 +134,39 @@ class InPlaceGroup:
                 f"through {self.where}: {exc}"
             ) from None
 
+    def kept_groups(self) -> tuple:
+        """Groups of the session's own that the cleanup after a test must not destroy."""
+        return () if self._gloo_world is None else (self._gloo_world,)
+
+    @contextmanager
+    def default_group_for(self, backend: str, collective_s: float) -> Iterator[None]:
+        """The default group a world test's body sees.
+
+        A test marked ``backend="gloo"`` promises a CPU world; where the session's group
+        also has NCCL (every rank has a GPU) it gets a gloo-only group over the same
+        ranks for its body, so ``dist.get_backend()``, DeviceMesh and the comm layer's
+        ``auto`` see what a gloo pool shows them.
+        """
+        if backend != "gloo" or self.backend == "gloo" or not dist.is_initialized():
+            yield
+            return
+        from torch.distributed.distributed_c10d import _set_pg_timeout, _world
+
+        session_group = dist.GroupMember.WORLD
+        if self._gloo_world not in _world.pg_map:
+            self._gloo_world = dist.new_group(backend="gloo")  # every rank runs this test
+        _set_pg_timeout(timedelta(seconds=collective_s), self._gloo_world)
+        dist.GroupMember.WORLD = self._gloo_world
+        try:
+            yield
+        finally:
+            # Else the test destroyed every group; renew() starts them again.
+            if dist.GroupMember.WORLD is self._gloo_world:
+                dist.GroupMember.WORLD = session_group
+
     def renew(self) -> None:
         """Leave what is left of the default group and join a new one (every rank)."""
+        self._gloo_world = None
         if dist.is_initialized():
             try:
                 dist.destroy_process_group()

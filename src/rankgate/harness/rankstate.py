@@ -83,8 +83,9 @@ def seed_everything(seed: int) -> None:
         numpy.random.seed(seed % 2**32)
 
 
-def reset_state(saved_env: dict[str, str], saved_cwd: str) -> None:
-    """Undo what a test body may leak into the next one on this rank."""
+def reset_state(saved_env: dict[str, str], saved_cwd: str, keep: tuple = ()) -> None:
+    """Undo what a test body may leak into the next one on this rank (``keep``: groups
+    of the harness's own that stay)."""
     if os.environ != saved_env:
         os.environ.clear()
         os.environ.update(saved_env)
@@ -94,18 +95,43 @@ def reset_state(saved_env: dict[str, str], saved_cwd: str) -> None:
     if hasattr(torch, "get_default_device") and torch.get_default_device().type != "cpu":
         torch.set_default_device(None)
     torch.set_grad_enabled(True)
-    destroy_subgroups()
+    destroy_subgroups(keep)
     if torch.cuda.is_initialized():
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
 
 
-def destroy_subgroups() -> None:
+def destroy_subgroups(keep: tuple = ()) -> None:
+    """Destroy every group but the default one (and ``keep``) that a test left."""
     if not dist.is_initialized():
         return
     from torch.distributed.distributed_c10d import _world
 
     default = dist.GroupMember.WORLD
-    for group in list(_world.pg_map):
-        if group is not default:
-            dist.destroy_process_group(group)
+    doomed = [g for g in list(_world.pg_map) if g is not default and g not in keep]
+    if doomed:
+        forget_dtensor_meshes()
+    for group in doomed:
+        dist.destroy_process_group(group)
+
+
+def forget_dtensor_meshes() -> None:
+    """Empty DTensor's sharding-propagation caches before a test's groups go.
+
+    Those caches key on DeviceMesh equality, which compares ranks, device type and dim
+    names but not process groups. Where a mesh gets a group of its own (init_device_mesh
+    on a GPU host whose default group is gloo makes a new one), the next test's equal
+    mesh hits the cache and its DTensors come back on the old mesh, whose group is
+    destroyed: "Could not resolve the process group registered under the name N".
+    """
+    if "torch.distributed.tensor" not in sys.modules:
+        return  # nothing was cached: DTensor was never imported
+    try:
+        from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+    except ImportError:  # older torch: the Python cache only
+        from torch.distributed.tensor import DTensor
+
+        propagator = DTensor._op_dispatcher.sharding_propagator
+        propagator.propagate_op_sharding.cache_clear()
+        return
+    _clear_sharding_prop_cache()

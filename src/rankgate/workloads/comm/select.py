@@ -84,8 +84,14 @@ class Selection:
     """Backend -> reason it cannot run here (None: it can)."""
 
 
-def local_facts(device: torch.device | None) -> dict:
-    """What this rank contributes to the decision (JSON-serialisable)."""
+def local_facts(device: torch.device | None, group_backend: str | None = None) -> dict:
+    """What this rank contributes to the decision (JSON-serialisable).
+
+    ``group_backend``: the backend of the group ``auto`` selects for. A group without
+    NCCL (a gloo world, e.g. a test marked ``backend="gloo"`` on a GPU host) keeps
+    ``auto`` on gloo: it honours the group it is given. Naming nccl or p2p still makes
+    a dedicated NCCL group where the GPUs allow it.
+    """
     facts = local_member(device)
     facts["nccl"] = None
     if device is None or device.type != "cuda":
@@ -93,6 +99,9 @@ def local_facts(device: torch.device | None) -> dict:
     elif not dist.is_nccl_available():
         facts["nccl"] = "this torch build has no NCCL"
     facts["p2p"] = disabled_by_env() or symm_mem_problem()
+    facts["group"] = None
+    if group_backend is not None and "nccl" not in group_backend:
+        facts["group"] = f"the process group is {group_backend}, without NCCL"
     return facts
 
 
@@ -103,7 +112,7 @@ def _first(facts: list[dict], key: str) -> str | None:
     return None
 
 
-def problems_of(facts: list[dict]) -> dict[str, str | None]:
+def problems_of(facts: list[dict], requested: str = "auto") -> dict[str, str | None]:
     """Backend -> why it cannot run on these ranks (None: it can)."""
     nccl = _first(facts, "nccl")
     if nccl is None:
@@ -114,6 +123,8 @@ def problems_of(facts: list[dict]) -> dict[str, str | None]:
                 nccl = f"ranks {seen[key]} and {r} share GPU{f['device']} on {f['host']}"
                 break
             seen[key] = r
+    if nccl is None and requested == "auto":
+        nccl = _first(facts, "group")
     p2p = _first(facts, "p2p")
     if p2p is None:
         p2p = f"needs nccl for fallback, which cannot run ({nccl})" if nccl else peer_problem(facts)
@@ -123,7 +134,7 @@ def problems_of(facts: list[dict]) -> dict[str, str | None]:
 def decide(requested: str, facts: list[dict]) -> Selection:
     """The pure decision every rank runs on the same facts."""
     requested = validate_name(requested)
-    problems = problems_of(facts)
+    problems = problems_of(facts, requested)
     if requested != "auto":
         if problems[requested]:
             raise BackendUnavailableError(
@@ -183,7 +194,7 @@ def select_backend(
     name = group.group_name
     _rounds[name] = _rounds.get(name, 0) + 1
     facts = exchange_facts(
-        local_facts(dev),
+        local_facts(dev, dist.get_backend(group)),
         store=store,
         rank=dist.get_rank(group),
         world_size=dist.get_world_size(group),
