@@ -8,8 +8,8 @@
 # results.tgz and keeps only the step logs beside it.
 set -uo pipefail
 out=$1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-deps --no-build-isolation -e . >"$out/pip.txt" 2>&1 || export PYTHONPATH=$PWD/src
+export NVSHMEM_DISABLE_NVLS=1
+. scripts/gpu/install.sh "$out/pip.txt" || exit $?
 {
   date -u; nvidia-smi -L; nvidia-smi topo -m
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
@@ -17,13 +17,9 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . >"$out/pip.txt" 2>
 } >"$out/env.txt" 2>&1
 step() { echo "=== $1 $(date -u +%T)"; }
 gpus=$(nvidia-smi -L | wc -l)  # the attention worlds and the in-place ranks
-# Load the plugin by name only where the install did not register its entry point
-# (pytest refuses a second registration).
-plugin=(-p rankgate.harness.plugin)
-python3 -c 'import importlib.metadata as m, sys; sys.exit(not any(e.name == "rankgate" for e in m.entry_points(group="pytest11")))' && plugin=()
 
 step parallel
-timeout 90 python3 -m pytest "${plugin[@]}" -p no:cacheprovider -m gpu \
+timeout 90 python3 -m pytest -p no:cacheprovider -m gpu \
   suites/parallel -rA -q --junitxml="$out/parallel_junit.xml" >"$out/parallel_gpu.txt" 2>&1
 echo "rc $?"; tail -3 "$out/parallel_gpu.txt"
 
@@ -35,7 +31,7 @@ timeout 150 python3 -m rankgate.cli bench attention --worlds "$worlds" \
 echo "rc $?"; tail -25 "$out/attention.txt"
 
 step gpu-suites
-timeout "${GPU_SUITES_LIMIT:-120}" python3 -m pytest "${plugin[@]}" -p no:cacheprovider \
+timeout "${GPU_SUITES_LIMIT:-120}" python3 -m pytest -p no:cacheprovider \
   -m gpu suites --ignore=suites/parallel -q -rfEs --junitxml="$out/gpu_junit.xml" \
   >"$out/gpu_suites.txt" 2>&1
 echo "rc $?"; tail -5 "$out/gpu_suites.txt"
@@ -45,7 +41,7 @@ if [ "${INPLACE_LIMIT:-0}" -gt 0 ]; then
   step inplace
   mkdir -p "$out/inplace"
   timeout "$INPLACE_LIMIT" torchrun --standalone --nproc-per-node="$gpus" \
-    -m pytest "${plugin[@]}" -p no:cacheprovider -m "dist or gpu" suites -q -rfEs \
+    -m pytest -p no:cacheprovider -m "dist or gpu" suites -q -rfEs \
     --junitxml="$out/inplace/junit.xml" >"$out/inplace/torchrun.txt" 2>&1
   echo "rc $?"; tail -5 "$out/inplace/torchrun.txt"
 fi
