@@ -11,7 +11,9 @@ if ! python3 -m pip install -q --no-deps --no-build-isolation -e . >"$log" 2>&1;
     tail -5 "$log" >&2
     exit 3
 fi
-if ! python3 -m pytest -p no:cacheprovider --markers 2>/dev/null | grep -q "^@pytest.mark.world"; then
+# Read the whole list first: grep -q stopping early would fail the pipe under pipefail.
+markers=$(python3 -m pytest -p no:cacheprovider --markers 2>&1)
+if ! grep -q "^@pytest.mark.world" <<<"$markers"; then
     echo "rankgate's pytest plugin does not load in $(command -v python3): 'python3 -m pytest" \
         "--markers' lists no world marker" >&2
     exit 3

@@ -366,15 +366,24 @@ def test_hostile_tests_fail_alone_without_numpy(tmp_path, launcher):
     shim.mkdir(parents=True)
     (shim / "__init__.py").write_text(NO_NUMPY)
     pythonpath = os.pathsep.join([str(tmp_path / "shim"), os.environ.get("PYTHONPATH", "")])
+    # Only rankgate's plugin: other plugins a host has installed may import numpy
+    # themselves (a GPU host's jaxtyping does), which is not what this test is about.
     proc = _launch(
         launcher,
         tmp_path,
+        "-p",
+        "rankgate.harness.plugin",
         "--junitxml=out/junit.xml",
         "test_suite.py",
-        env={"PYTHONPATH": pythonpath, "CHILD_DIR": str(tmp_path)},
+        env={
+            "PYTHONPATH": pythonpath,
+            "CHILD_DIR": str(tmp_path),
+            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        },
     )
     both = proc.stdout + proc.stderr
     assert "Numpy is not available" not in both
+    assert list((tmp_path / "out").glob("junit.rank*.xml")), both
     assert _verdicts(tmp_path / "out") == {
         "test_a_destroys_the_group": "failed",
         "test_b_group_is_back": "passed",
