@@ -1,0 +1,135 @@
+"""PyTorch's context_parallel on each SDPA path: which kernel ran, and how far off it is.
+
+Standalone (torch only), for a bug report anyone can rerun:
+
+    torchrun --standalone --nproc-per-node=2 scripts/cp/pytorch_cp_sdpa_kernels.py
+
+On every rank, for each SDPA path (the default choice, then flash, efficient and cuDNN
+forced), it runs causal attention under
+``torch.distributed.tensor.experimental.context_parallel`` on bf16 inputs, records the
+attention operators that ran forward and backward (torch.profiler), and compares the
+rank's shards of out, dq, dk and dv with an fp32 attention computed on one device from
+the same global inputs. The baseline is sharded by context_parallel itself (it is
+passed as extra buffers), so both sides use the same layout. One JSON line per rank and
+path: {"rank", "path", "forward", "backward", "rel_l2": {...}, "max_abs": {...}}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.experimental import context_parallel
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+PATHS = {
+    "default": None,
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+}
+NAMES = ("out", "dq", "dk", "dv")
+
+
+def global_inputs(args, device):
+    """q, k, v, dout (batch, heads, seq, dim) in bf16, the same on every rank."""
+    g = torch.Generator().manual_seed(args.seed)
+    shape = (args.batch, args.heads, args.seq, args.dim)
+    return [torch.randn(shape, generator=g).to(device, torch.bfloat16) for _ in range(4)]
+
+
+def fp32_baseline(q, k, v, dout):
+    """Causal softmax attention in fp32 with plain matmuls, and its gradients."""
+    leaves = [t.float().requires_grad_() for t in (q, k, v)]
+    scores = leaves[0] @ leaves[1].transpose(-2, -1) / math.sqrt(q.shape[-1])
+    seq = q.shape[-2]
+    mask = torch.ones(seq, seq, dtype=torch.bool, device=q.device).tril()
+    out = scores.masked_fill(~mask, float("-inf")).softmax(-1) @ leaves[2]
+    grads = torch.autograd.grad(out, leaves, dout.float())
+    return [out.detach(), *grads]
+
+
+def attention_ops(prof) -> tuple[list[str], list[str]]:
+    """The attention operators the profiler saw: (forward, backward)."""
+    names = sorted({e.key for e in prof.key_averages() if "attention" in e.key.lower()})
+    backward = [n for n in names if "backward" in n]
+    forward = [n for n in names if n not in backward and "scaled_dot_product" in n]
+    return forward, backward
+
+
+def run_path(path, forced, q, k, v, dout, baseline, mesh):
+    buffers = [t.clone() for t in (q, k, v, dout, *baseline)]
+    chosen = sdpa_kernel([forced]) if forced is not None else contextlib.nullcontext()
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    with (
+        chosen,
+        context_parallel(
+            mesh,
+            buffers=buffers,
+            buffer_seq_dims=[2] * len(buffers),
+            no_restore_buffers=set(buffers),
+        ),
+        torch.profiler.profile(activities=activities) as prof,
+    ):
+        leaves = [t.detach().clone().requires_grad_() for t in buffers[:3]]
+        out = F.scaled_dot_product_attention(*leaves, is_causal=True)
+        grads = torch.autograd.grad(out, leaves, buffers[3])
+        torch.cuda.synchronize()
+    forward, backward = attention_ops(prof)
+    rel_l2, max_abs = {}, {}
+    for name, got, want in zip(NAMES, (out, *grads), buffers[4:]):
+        diff = got.detach().float() - want.float()
+        rel_l2[name] = round((diff.norm() / want.float().norm()).item(), 6)
+        max_abs[name] = round(diff.abs().max().item(), 6)
+    return {
+        "path": path,
+        "forward": forward,
+        "backward": backward,
+        "rel_l2": rel_l2,
+        "max_abs": max_abs,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seq", type=int, default=4096)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--dim", type=int, default=64)
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=70)
+    parser.add_argument("--paths", default=",".join(PATHS))
+    args = parser.parse_args()
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local_rank)
+    device = torch.device("cuda", local_rank)
+    dist.init_process_group("nccl", device_id=device)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    mesh = init_device_mesh("cuda", (world,))
+    q, k, v, dout = global_inputs(args, device)
+    baseline = fp32_baseline(q, k, v, dout)
+    for path in args.paths.split(","):
+        try:
+            row = run_path(path, PATHS[path], q, k, v, dout, baseline, mesh)
+        except Exception as exc:  # a path this GPU or build cannot run
+            row = {"path": path, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+        row = {
+            "rank": rank,
+            "world": world,
+            "torch": torch.__version__,
+            "gpu": torch.cuda.get_device_name(device),
+            **row,
+        }
+        print(json.dumps(row), flush=True)
+        dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
