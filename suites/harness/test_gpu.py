@@ -94,3 +94,69 @@ def test_xdist_workers_get_disjoint_gpus(inner):
     seen = inner.env_seen_per_xdist_worker("world(1, backend='nccl')", "CUDA_VISIBLE_DEVICES")
     assert sorted(seen) == ["gw0", "gw1"]
     assert seen["gw0"].isdisjoint(seen["gw1"]), seen
+
+
+GLOO_BESIDE_NCCL = """
+import pytest
+import torch
+import torch.distributed as dist
+
+from rankgate.workloads.comm import create_backend
+
+N = {n}
+
+@pytest.mark.world(N, backend="gloo")
+def test_a_gloo_body_sees_gloo(rank, device):
+    assert dist.get_backend() == "gloo" and device == torch.device("cpu")
+    with create_backend("auto") as backend:
+        assert backend.name == "gloo"
+
+@pytest.mark.world(N, backend="gloo")
+def test_b_destroys_every_group(rank):
+    dist.destroy_process_group()
+
+@pytest.mark.world(N)
+def test_c_the_session_group_is_back(rank, device):
+    assert "cuda:nccl" in dist.get_backend_config() and device.type == "cuda"
+    t = torch.ones(1, device=device)
+    dist.all_reduce(t)
+    assert t.item() == N
+
+@pytest.mark.world(N, backend="gloo")
+def test_d_gloo_again(rank):
+    assert dist.get_backend() == "gloo"
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    assert t.item() == N
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_in_place_gloo_tests_on_gpu_ranks_see_a_gloo_group(tmp_path):
+    """In place with a GPU per rank the session's group is cpu:gloo,cuda:nccl; a gloo
+    test's body still sees gloo, and one that destroys every group leaves the next tests
+    (NCCL and gloo) as they were."""
+    import subprocess
+    import sys
+
+    from rankgate.report.junit import merge_junit
+
+    n = torch.cuda.device_count()
+    (tmp_path / "test_suite.py").write_text(GLOO_BESIDE_NCCL.format(n=n))
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+         str(n), "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_suite.py",
+         "--junitxml=out/junit.xml"],  # fmt: skip
+        cwd=tmp_path, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    both = proc.stdout + proc.stderr
+    files = sorted((tmp_path / "out").glob("junit.rank*.xml"))
+    assert len(files) == n, both
+    verdicts = {t.name: t.verdict for t in merge_junit(files, world_size=n).tests}
+    assert verdicts == {
+        "test_a_gloo_body_sees_gloo": "passed",
+        "test_b_destroys_every_group": "failed",
+        "test_c_the_session_group_is_back": "passed",
+        "test_d_gloo_again": "passed",
+    }, both
