@@ -144,12 +144,15 @@ def test_in_place_gloo_tests_on_gpu_ranks_see_a_gloo_group(tmp_path):
 
     n = torch.cuda.device_count()
     (tmp_path / "test_suite.py").write_text(GLOO_BESIDE_NCCL.format(n=n))
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    pytest_args = ["-p", "no:cacheprovider", "-q", "test_suite.py", "--junitxml=out/junit.xml"]
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-         str(n), "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_suite.py",
-         "--junitxml=out/junit.xml"],  # fmt: skip
-        cwd=tmp_path, capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
+        [*torchrun, "--nproc-per-node", str(n), "-m", "pytest", *pytest_args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     both = proc.stdout + proc.stderr
     files = sorted((tmp_path / "out").glob("junit.rank*.xml"))
     assert len(files) == n, both
