@@ -8,6 +8,7 @@ the collective was given, its time and busbw at the same size and our ratio to i
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -66,7 +67,8 @@ def crossovers(results: list[dict]) -> dict:
                 table[mode][r["bytes"]][r["backend"]] = r[f"{mode}_us"]
             if r["backend"] == "auto":
                 path = r.get("path") if mode == "eager" else r.get("graph_path")
-                chosen[mode][r["bytes"]] = KERNEL_BACKEND.get(path or "nccl", "")
+                if path is not None:  # None: not known (a table read back shows no graph path)
+                    chosen[mode][r["bytes"]] = KERNEL_BACKEND.get(path or "nccl", "")
     out: dict = {}
     for mode, by_size in table.items():
         best, ratio, choice, ranges = {}, {}, {}, []
@@ -269,3 +271,45 @@ def plots(result: dict, references: dict, out: Path) -> list[Path]:
         plt.close(fig)
         paths.append(path)
     return paths
+
+
+def parse_table(text: str) -> dict:
+    """A ``comm.txt`` read back: ``{"meta", "results"}`` with each row's figures as printed.
+
+    For runs whose JSON was not kept: times and bandwidths carry the table's two
+    decimals, ``meta`` holds only what the header and the summary lines say, and
+    ``graph_path`` is None (the table does not print it).
+    """
+    meta: dict = {"parsed_from_table": True}
+    head = re.match(r"# rankgate bench comm: world (\d+), (.*?), torch (\S+), NCCL (\S+)", text)
+    if head:
+        meta.update(world=int(head.group(1)), gpu=head.group(2), torch=head.group(3),
+                    nccl=head.group(4))  # fmt: skip
+    printed = re.findall(r"# auto's choice / fastest \((\w+),.*?: ([\d.]+)", text)
+    meta["printed_choice_worst_1K_1G"] = {mode: float(value) for mode, value in printed}
+    rounds = re.search(r"# median over (\d+) rounds", text)
+    meta["options"] = {"rounds": int(rounds.group(1)) if rounds else 1}
+    types = {v: k for k, v in _TYPES.items()}
+    results, collective, backend = [], None, None
+    for line in text.splitlines():
+        block = re.match(r"# (\w+)  backend (\S+)", line)
+        if block:
+            collective, backend = block.groups()
+            continue
+        cells = line.replace("|", " ").split()
+        if line.startswith("#") or len(cells) < 13 or not cells[0].isdigit():
+            continue
+
+        def num(cell):
+            return None if cell == "-" else float(cell)
+
+        results.append({
+            "collective": collective, "backend": backend, "bytes": int(cells[0]),
+            "count": int(cells[1]), "dtype": types.get(cells[2], cells[2]),
+            "path": "" if cells[5] == "-" else cells[5], "graph_path": None,
+            "eager_us": num(cells[6]), "eager_algbw": num(cells[7]), "eager_busbw": num(cells[8]),
+            "wrong": None if cells[9] == "-" else int(cells[9]),
+            "graph_us": num(cells[10]), "graph_algbw": num(cells[11]),
+            "graph_busbw": num(cells[12]),
+        })  # fmt: skip
+    return {"meta": meta, "results": results}
