@@ -93,3 +93,22 @@ def test_table_has_nccl_tests_columns_and_reference(tmp_path):
         line for line in text.splitlines() if line.strip().startswith("1024") and "20.00" in line
     )
     assert nccl_1k.rstrip().endswith("1.25")  # 20 us against the reference's 16 us
+
+
+def test_a_table_read_back_gives_the_crossovers_it_printed():
+    """The committed 2 x H200 rerun's comm.txt: its summary lines and its rows agree."""
+    from pathlib import Path
+
+    from rankgate.bench.commreport import parse_table
+
+    text = (Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "nvidia-h200-x2"
+            / "rerun-graph-fp32" / "comm.txt").read_text()  # fmt: skip
+    result = parse_table(text)
+    assert result["meta"]["world"] == 2 and result["meta"]["options"]["rounds"] == 3
+    assert len(result["results"]) == 75
+    cross = crossovers(result["results"])
+    assert round(cross["graph"]["auto_worst_1K_1G"], 3) == 1.212  # printed: 1.212
+    assert round(cross["eager"]["auto_worst_1K_1G"], 3) == 1.417  # printed: 1.417
+    assert cross["eager"]["choice_worst_1K_1G"] == 1.0
+    assert cross["graph"]["choice_worst_1K_1G"] is None  # the table has no graph paths
+    assert result["meta"]["printed_choice_worst_1K_1G"] == {"eager": 1.0, "graph": 1.0}

@@ -9,6 +9,9 @@ time with the calls captured in a CUDA graph. algbw and busbw follow nccl-tests
 (``rankgate.bench.busbw``). Output: an nccl-tests-style table, ``--json`` (the last
 line printed), and with ``--out DIR`` the JSON, the table and a PNG per collective
 (busbw and latency against size, with the ``--reference`` nccl-tests curve).
+``--nccl-tests DIR`` runs the nccl-tests binaries built there right after the ranks, in
+this process tree, and puts their figures beside every backend's
+(``rankgate.bench.nccltests``).
 
 Backends: the names of ``rankgate.workloads.comm`` (auto, p2p, nccl, gloo) and
 ``p2p-push`` / ``p2p-oneshot`` / ``p2p-twoshot``, the p2p all-reduce forced onto one
@@ -25,6 +28,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
+import time
 
 from rankgate.bench.commoptions import FORCED, CommOptions, add_arguments
 from rankgate.bench.ranks import init_bench_group, run_meta, run_ranks
@@ -49,8 +54,9 @@ def options_from(args: argparse.Namespace) -> CommOptions:
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     try:
         return CommOptions.from_args(args, gpus)
-    except ValueError as exc:
-        raise SystemExit(f"rankgate bench comm: {exc}") from None
+    except ValueError as exc:  # bad input: one line naming it, exit 2
+        print(f"rankgate bench comm: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -60,12 +66,24 @@ def run(args: argparse.Namespace) -> int:
         os.environ.setdefault(key, value)
     opts = options_from(args)
     launched = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    started = time.time()
     if launched:
         result = _rank_main(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), opts, None)
         if result is None:  # not rank 0
             return 0
     else:
         result = run_ranks(_rank_main, opts.world, opts, name="comm")
+    result["meta"]["window"] = {"ranks_started": started, "ranks_finished": time.time()}
+    nccl_errors = 0
+    if opts.nccl_tests:
+        from rankgate.bench import nccltests
+
+        found = nccltests.run_all(opts.nccl_tests, opts)
+        nccltests.attach(result["results"], found)
+        result["nccl_tests"] = found
+        for error in found["errors"]:
+            print(f"rankgate bench comm: nccl-tests: {error}", file=sys.stderr)
+        nccl_errors = len(found["errors"])
     references = commreport.load_references(args.reference)
     result["crossovers"] = commreport.crossovers(result["results"])
     result["reference_files"] = sorted(references)
@@ -78,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result))
     failed = sum(r["wrong"] or 0 for r in result["results"])
-    return 1 if failed else 0
+    return 1 if failed or nccl_errors else 0
 
 
 # --- inside each rank ------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 from dataclasses import dataclass
 
 FORCED = {"p2p-push": "push", "p2p-oneshot": "oneshot", "p2p-twoshot": "twoshot"}
@@ -47,6 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--world", type=int, default=None, help="ranks (default: visible GPUs, or 2 on CPU)")
     add("--cpu", action="store_true", help="stay on the CPU even where GPUs are visible")
     add("--reference", action="append", default=[], help="nccl-tests output file or folder")
+    add("--nccl-tests", default=None, metavar="DIR", help="folder of nccl-tests binaries "
+        "(all_reduce_perf, ...): run them after the ranks, eagerly and in a CUDA graph, and "
+        "put their time beside every backend's")  # fmt: skip
     add("--out", default=None, help="folder for comm.json, comm.txt and the PNG plots")
     add("--json", action="store_true", help="end with the results as one JSON line")
 
@@ -84,6 +88,8 @@ class CommOptions:
     auto_thresholds: str = "measured"
     """``measured``: auto's sizes from a calibrating sweep of the single backends;
     ``defaults``: P2PConfig's shipped sizes."""
+    nccl_tests: str | None = None
+    """Folder of the user's nccl-tests binaries, run beside the bench (None: not run)."""
 
     def __post_init__(self) -> None:
         for name in ("world", "iters", "reps", "rounds"):
@@ -103,6 +109,11 @@ class CommOptions:
             raise ValueError(f"--auto-thresholds is one of {', '.join(AUTO_THRESHOLDS)}")
         if not self.sizes:
             raise ValueError("no message sizes: check -b, -e and -f")
+        if self.nccl_tests is not None and not os.path.isdir(self.nccl_tests):
+            raise ValueError(
+                f"--nccl-tests {self.nccl_tests}: not a folder (give the one holding "
+                "all_reduce_perf and the other nccl-tests binaries)"
+            )
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, gpus: int) -> CommOptions:
@@ -130,6 +141,7 @@ class CommOptions:
             check_max=parse_size(args.check_max_bytes),
             buffer_bytes=parse_size(args.buffer_bytes) if args.buffer_bytes else None,
             auto_thresholds=args.auto_thresholds,
+            nccl_tests=getattr(args, "nccl_tests", None),
         )
 
     def p2p_config(self, **sizes):

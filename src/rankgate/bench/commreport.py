@@ -8,10 +8,11 @@ the collective was given, its time and busbw at the same size and our ratio to i
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from pathlib import Path
 
-from rankgate.bench.busbw import parse_nccl_tests
+from rankgate.bench.nccltests import IN_PLACE, parse_sections
 
 _TYPES = {"fp32": "float", "bf16": "bfloat16", "fp16": "half", "int32": "int32"}
 _REDOP = {"all_reduce": "sum", "reduce_scatter": "sum"}
@@ -23,7 +24,11 @@ KERNEL_BACKEND = {"nccl": "nccl", "push": "p2p-push", "oneshot": "p2p-oneshot",
 
 
 def load_references(paths: list[str]) -> dict[str, dict[int, dict]]:
-    """{collective: {bytes: nccl-tests row}} from files or folders of nccl-tests output."""
+    """{collective: {bytes: nccl-tests row}} from files or folders of nccl-tests output.
+
+    Only eager sections measured on the GPU count (a ``-G`` section is a CUDA graph's
+    time, a ``cputime`` one the host's); a row's ``time_us`` is the out-of-place time.
+    """
     found: dict[str, dict[int, dict]] = {}
     for entry in paths:
         path = Path(entry)
@@ -32,10 +37,11 @@ def load_references(paths: list[str]) -> dict[str, dict[int, dict]]:
             continue
         files = sorted(path.glob("*.txt")) if path.is_dir() else [path]
         for file in files:
-            parsed = parse_nccl_tests(file.read_text(errors="replace"))
-            if parsed["collective"] and parsed["rows"]:
-                rows = {row["bytes"]: dict(row, file=str(file)) for row in parsed["rows"]}
-                found.setdefault(parsed["collective"], {}).update(rows)
+            for section in parse_sections(file.read_text(errors="replace")):
+                if section["graph"] or section["time_column"] != "time":
+                    continue
+                rows = {row["bytes"]: dict(row, file=str(file)) for row in section["rows"]}
+                found.setdefault(section["collective"], {}).update(rows)
     return found
 
 
@@ -61,7 +67,8 @@ def crossovers(results: list[dict]) -> dict:
                 table[mode][r["bytes"]][r["backend"]] = r[f"{mode}_us"]
             if r["backend"] == "auto":
                 path = r.get("path") if mode == "eager" else r.get("graph_path")
-                chosen[mode][r["bytes"]] = KERNEL_BACKEND.get(path or "nccl", "")
+                if path is not None:  # None: not known (a table read back shows no graph path)
+                    chosen[mode][r["bytes"]] = KERNEL_BACKEND.get(path or "nccl", "")
     out: dict = {}
     for mode, by_size in table.items():
         best, ratio, choice, ranges = {}, {}, {}, []
@@ -112,22 +119,28 @@ def table(result: dict, references: dict) -> str:
     rounds = meta["options"].get("rounds", 1)
     if rounds > 1:
         lines.append(f"# median over {rounds} rounds, every other one in reverse backend order")
+    live = result.get("nccl_tests")
+    if live:
+        lines += nccl_tests_header(live)
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in result["results"]:
         groups[(r["collective"], r["backend"])].append(r)
     for (collective, backend), rows in groups.items():
         ref = references.get(collective, {})
+        beside = any("nccl_tests" in r for r in rows)
         lines += [
             "#",
             f"# {collective}  backend {backend}",
             f"#{'size':>11} {'count':>12} {'type':>9} {'redop':>6} {'root':>5}"
             f" {'path':>8} | {'time':>9} {'algbw':>7} {'busbw':>7} {'#wrong':>6}"
             f" | {'graph':>9} {'algbw':>7} {'busbw':>7}"
-            + (f" | {'ref time':>9} {'ref bus':>7} {'t/ref':>6}" if ref else ""),
+            + (f" | {'ref time':>9} {'ref bus':>7} {'t/ref':>6}" if ref else "")
+            + (f" | {'nt time':>9} {'t/nt':>6} {'nt graph':>9} {'g/nt':>6}" if beside else ""),
             f"#{'(B)':>11} {'(elements)':>12} {'':>9} {'':>6} {'':>5} {'':>8}"
             f" | {'(us)':>9} {'(GB/s)':>7} {'(GB/s)':>7} {'':>6}"
             f" | {'(us)':>9} {'(GB/s)':>7} {'(GB/s)':>7}"
-            + (f" | {'(us)':>9} {'(GB/s)':>7} {'':>6}" if ref else ""),
+            + (f" | {'(us)':>9} {'(GB/s)':>7} {'':>6}" if ref else "")
+            + (f" | {'(us)':>9} {'':>6} {'(us)':>9} {'':>6}" if beside else ""),
         ]
         for r in rows:
             line = (
@@ -145,6 +158,8 @@ def table(result: dict, references: dict) -> str:
                     f" | {_cell(row and row['time_us'], 9, '.2f')}"
                     f" {_cell(row and row['busbw'], 7, '.2f')} {_cell(ratio, 6, '.2f')}"
                 )
+            if beside:
+                line += " |" + nccl_tests_cells(r)
             lines.append(line)
     cross = result.get("crossovers") or {}
     for mode, info in cross.items():
@@ -165,6 +180,33 @@ def table(result: dict, references: dict) -> str:
                 f"1 KiB..1 GiB: {info['choice_worst_1K_1G']:.3f}"
             )
     return "\n".join(lines)
+
+
+def nccl_tests_header(live: dict) -> list[str]:
+    """The table's lines on the nccl-tests run beside the bench: where, which column, errors."""
+    lines = [
+        f"# nccl-tests from {live['dir']}, run by this command after the ranks: 'nt time' and "
+        "'nt graph' are its time per call",
+        "# (in place for all_reduce and broadcast, out of place otherwise; graph: -G 1), "
+        "'t/nt' and 'g/nt' rankgate's time over it",
+    ]
+    for run in live["runs"]:
+        if run["time_column"] != "time":
+            lines.append(f"# nccl-tests {run['collective']} {run['mode']}: the "
+                         f"{run['time_column']} column (host time, not GPU time)")  # fmt: skip
+    lines += [f"# nccl-tests ERROR: {error}" for error in live["errors"]]
+    return lines
+
+
+def nccl_tests_cells(r: dict) -> str:
+    """nccl-tests' eager and graph time beside one row, and rankgate's ratio to each."""
+    cells = []
+    for mode in ("eager", "graph"):
+        theirs = (r.get("nccl_tests") or {}).get(mode, {}).get("us")
+        ours = r[f"{mode}_us"]
+        ratio = ours / theirs if ours is not None and theirs else None
+        cells.append(f" {_cell(theirs, 9, '.2f')} {_cell(ratio, 6, '.2f')}")
+    return "".join(cells)
 
 
 def plots(result: dict, references: dict, out: Path) -> list[Path]:
@@ -193,6 +235,18 @@ def plots(result: dict, references: dict, out: Path) -> list[Path]:
             style = "--" if label.endswith("graph") else "-"
             bw.plot(xs, bus, style, marker=".", label=label)
             lat.plot(xs, us, style, marker=".", label=label)
+        for run in (result.get("nccl_tests") or {}).get("runs", []):
+            if run["collective"] != collective:
+                continue
+            prefix = "in_place_" if collective in IN_PLACE else ""
+            points = sorted((p["bytes"], p[f"{prefix}busbw"], p[f"{prefix}time_us"])
+                            for p in run["rows"] if p[f"{prefix}time_us"])  # fmt: skip
+            if points:
+                xs, bus, us = zip(*points)
+                style = "k--" if run["mode"] == "graph" else "k-"
+                label = f"nccl-tests {run['mode']} (this run)"
+                bw.plot(xs, bus, style, lw=1.5, alpha=0.7, label=label)
+                lat.plot(xs, us, style, lw=1.5, alpha=0.7, label=label)
         ref = references.get(collective)
         if ref:
             xs = sorted(ref)
@@ -217,3 +271,45 @@ def plots(result: dict, references: dict, out: Path) -> list[Path]:
         plt.close(fig)
         paths.append(path)
     return paths
+
+
+def parse_table(text: str) -> dict:
+    """A ``comm.txt`` read back: ``{"meta", "results"}`` with each row's figures as printed.
+
+    For runs whose JSON was not kept: times and bandwidths carry the table's two
+    decimals, ``meta`` holds only what the header and the summary lines say, and
+    ``graph_path`` is None (the table does not print it).
+    """
+    meta: dict = {"parsed_from_table": True}
+    head = re.match(r"# rankgate bench comm: world (\d+), (.*?), torch (\S+), NCCL (\S+)", text)
+    if head:
+        meta.update(world=int(head.group(1)), gpu=head.group(2), torch=head.group(3),
+                    nccl=head.group(4))  # fmt: skip
+    printed = re.findall(r"# auto's choice / fastest \((\w+),.*?: ([\d.]+)", text)
+    meta["printed_choice_worst_1K_1G"] = {mode: float(value) for mode, value in printed}
+    rounds = re.search(r"# median over (\d+) rounds", text)
+    meta["options"] = {"rounds": int(rounds.group(1)) if rounds else 1}
+    types = {v: k for k, v in _TYPES.items()}
+    results, collective, backend = [], None, None
+    for line in text.splitlines():
+        block = re.match(r"# (\w+)  backend (\S+)", line)
+        if block:
+            collective, backend = block.groups()
+            continue
+        cells = line.replace("|", " ").split()
+        if line.startswith("#") or len(cells) < 13 or not cells[0].isdigit():
+            continue
+
+        def num(cell):
+            return None if cell == "-" else float(cell)
+
+        results.append({
+            "collective": collective, "backend": backend, "bytes": int(cells[0]),
+            "count": int(cells[1]), "dtype": types.get(cells[2], cells[2]),
+            "path": "" if cells[5] == "-" else cells[5], "graph_path": None,
+            "eager_us": num(cells[6]), "eager_algbw": num(cells[7]), "eager_busbw": num(cells[8]),
+            "wrong": None if cells[9] == "-" else int(cells[9]),
+            "graph_us": num(cells[10]), "graph_algbw": num(cells[11]),
+            "graph_busbw": num(cells[12]),
+        })  # fmt: skip
+    return {"meta": meta, "results": results}

@@ -30,7 +30,6 @@ import os
 import socket
 import warnings
 from collections import Counter
-from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -39,160 +38,23 @@ import torch.distributed as dist
 from . import push_kernel
 from .backend import BackendUnavailableError, NcclBackend, log
 from .detect import detect_topology
+from .dispatch import AllReduceDispatch, direct_all_reduce
+from .p2p_route import (  # noqa: F401 (the config and routing are this module's API too)
+    ALGORITHMS,
+    P2P_DTYPES,
+    TWOSHOT_DTYPES,
+    P2PConfig,
+    route_all_reduce,
+)
 
 DISABLE_ENV = "RANKGATE_DISABLE_P2P"
 """Set to 1 (or true/yes) to keep ``auto`` away from p2p and refuse ``p2p``."""
-
-# float16 goes to NCCL: torch has no float16 two-shot kernel, and the forced one-shot
-# float16 case failed once on 2 x H200 (run 2, cause not yet found; see the results).
-P2P_DTYPES = (torch.float32, torch.bfloat16)
-TWOSHOT_DTYPES = (torch.float32, torch.bfloat16)
 _ALIGN = 16
 
 # One symmetric buffer per (group, device, size) for the life of the process: every
 # rendezvous leaves device memory in torch's own cache, so backends created and
 # destroyed again and again share one instead of each making its own.
 _BUFFERS: dict[tuple[str, int, int], tuple[torch.Tensor, object]] = {}
-ALGORITHMS = ("auto", "push", "oneshot", "twoshot")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class P2PConfig:
-    """Sizes that decide which path a payload takes."""
-
-    buffer_bytes: int = 32 << 20
-    """Symmetric buffer per rank; payloads up to half of it can take a p2p path."""
-    push_max_bytes: int = 0
-    """Largest all-reduce served by the push kernel in eager calls; with
-    graph_push_max_bytes it sets the size of its slots (a second symmetric buffer of
-    2 x world slots). 0: eager calls never push. 2 x H200, eager: a small all-reduce is
-    bound by the host's launch, and the push kernel's (through ctypes) took 13-25 us
-    against one-shot's 9.5-16 us in the runs with repeated rounds (runs 5-8), so
-    pushing pays only in CUDA graphs."""
-    graph_push_max_bytes: int | None = 256 << 10
-    """As push_max_bytes, while a CUDA graph is being captured (None: the same); 256 KiB
-    is the kernel's largest slot. 2 x H200, graph: push the fastest single backend at
-    every size from 1 KiB to 256 KiB, fp32 and bf16 (runs 7 and 8: 4.9-7.2 us; one-shot
-    10-11 us at 256 KiB)."""
-    oneshot_max_bytes: int = 2 << 20
-    """Largest all-reduce served by the one-shot kernel (2 x H200, eager: one-shot was
-    the fastest single backend up to 2 MiB in both runs)."""
-    twoshot_max_bytes: int = 8 << 20
-    """Largest all-reduce served by the two-shot kernel, beyond which NCCL (2 x H200,
-    eager: at 8 MiB two-shot and NCCL were within 6% of each other, either way)."""
-    graph_oneshot_max_bytes: int | None = 1 << 20
-    """As oneshot_max_bytes, while a CUDA graph is being captured (None: the same).
-    2 x H200, graph: one-shot the fastest at 512 KiB and 1 MiB (15.5-16.1 us against
-    two-shot's 16.7-17.0 at 1 MiB, runs 7 and 8), two-shot from 2 MiB."""
-    graph_twoshot_max_bytes: int | None = 16 << 20
-    """As twoshot_max_bytes, during capture (2 x H200, graph: two-shot the fastest from
-    2 to 32 MiB; 16 MiB is the default buffer's limit, and at 32 MiB NCCL took
-    1.00-1.04x two-shot's time in runs 7 and 8)."""
-    broadcast_max_bytes: int = 0
-    """Largest broadcast served through peer memory (beyond: NCCL). 0: every broadcast
-    goes to NCCL, which measured faster at every size on 2 x H200."""
-    algorithm: str = "auto"
-    """auto: by size as above; oneshot / twoshot: force one kernel (benchmarks)."""
-
-    def __post_init__(self) -> None:
-        if self.buffer_bytes <= 0 or self.buffer_bytes % 16:
-            raise ValueError(
-                f"buffer_bytes must be a positive multiple of 16, got {self.buffer_bytes}"
-            )
-        if self.algorithm not in ALGORITHMS:
-            raise ValueError(
-                f"unknown algorithm {self.algorithm!r}; valid: {', '.join(ALGORITHMS)}"
-            )
-        for name in ("oneshot_max_bytes", "twoshot_max_bytes", "broadcast_max_bytes",
-                     "push_max_bytes", "graph_push_max_bytes",
-                     "graph_oneshot_max_bytes", "graph_twoshot_max_bytes"):  # fmt: skip
-            value = getattr(self, name)
-            if value is not None and value < 0:
-                raise ValueError(f"{name} must be >= 0")
-        if self.push_max_bytes % 16:
-            raise ValueError(f"push_max_bytes must be a multiple of 16, got {self.push_max_bytes}")
-        if self.push_slot_bytes > push_kernel.MAX_SLOT_BYTES:
-            raise ValueError(
-                f"push_max_bytes and graph_push_max_bytes must be at most "
-                f"{push_kernel.MAX_SLOT_BYTES}, got {self.push_slot_bytes}"
-            )
-
-    def thresholds(self, capturing: bool) -> tuple[int, int, int]:
-        """(push max, one-shot max, two-shot max) for eager calls or calls being captured."""
-        push, one, two = self.push_max_bytes, self.oneshot_max_bytes, self.twoshot_max_bytes
-        if capturing:
-            push = push if self.graph_push_max_bytes is None else self.graph_push_max_bytes
-            one = one if self.graph_oneshot_max_bytes is None else self.graph_oneshot_max_bytes
-            two = two if self.graph_twoshot_max_bytes is None else self.graph_twoshot_max_bytes
-        return push, one, two
-
-    def limits(self, capturing: bool) -> tuple[int, int, int, int]:
-        """``thresholds(capturing)`` and the largest of them (what ``auto`` routes by)."""
-        push, one, two = self.thresholds(capturing)
-        return push, one, two, max(push, one, two)
-
-    @property
-    def payload_max_bytes(self) -> int:
-        """Largest payload one-shot and two-shot take: half the buffer (the other half
-        takes the output of a misaligned tensor)."""
-        return self.buffer_bytes // 2
-
-    @property
-    def push_slot_bytes(self) -> int:
-        """The largest payload the push kernel may get, in either mode (rounded up to 16)."""
-        most = max(self.push_max_bytes, self.graph_push_max_bytes or 0)
-        return -(-most // 16) * 16
-
-    @property
-    def graph_differs(self) -> bool:
-        return self.thresholds(True) != self.thresholds(False)
-
-
-def route_all_reduce(  # pure and keyword-only: every input of the decision is visible
-    cfg: P2PConfig,
-    *,
-    op: str,
-    dtype: torch.dtype,
-    nbytes: int,
-    problem: str | None,
-    capturing: bool = False,
-    has_twoshot: bool = True,
-    has_push: bool = True,
-    limits: tuple[int, int, int, int] | None = None,
-) -> tuple[str, str]:
-    """(path, reason) for one all-reduce: push, oneshot, twoshot or nccl.
-
-    ``problem`` is what stops any p2p path for this tensor (device, layout, size over
-    half the buffer), or None. ``limits`` is ``cfg.limits(capturing)`` worked out
-    beforehand (the backend keeps both modes': on 2 x H200 working them out on every
-    eager call cost auto ~0.3 us, 3% of a small all-reduce). Everything here is shared
-    by all ranks once shapes agree, and never a pointer, so every rank takes the same
-    path.
-    """
-    if op != "sum":
-        return "nccl", f"reduce op {op}"
-    if dtype not in P2P_DTYPES:
-        return "nccl", f"dtype {dtype}"
-    if nbytes % 4:
-        return "nccl", "size not a multiple of 4 bytes"
-    if problem:
-        return "nccl", problem
-    if cfg.algorithm == "auto":
-        push, one, _two, top = limits or cfg.limits(capturing)
-        if nbytes > top:
-            return "nccl", f"payload over {top} bytes"
-        path = "oneshot" if nbytes <= one else "twoshot"
-        if nbytes <= push and has_push:
-            path = "push"
-    else:
-        path = cfg.algorithm
-    if path == "push" and not has_push:
-        return "nccl", "no push kernel here"
-    if path == "push" and nbytes > cfg.push_slot_bytes:
-        return "nccl", f"payload over the push slot of {cfg.push_slot_bytes} bytes"
-    if path == "twoshot" and (not has_twoshot or dtype not in TWOSHOT_DTYPES):
-        return "nccl", f"no two-shot kernel for {dtype}"
-    return path, ""
 
 
 def disabled_by_env(environ: dict[str, str] | os._Environ | None = None) -> str | None:
@@ -264,17 +126,12 @@ class P2PBackend(NcclBackend):
 
     def __init__(self, *, config: P2PConfig | None = None, verified: bool = False, **kwargs):
         """``verified``: the ranks already agreed p2p can run (``create_backend`` did)."""
-        self.config = cfg = config or P2PConfig()
-        # Fixed per backend, so not worked out again on every call (the eager hot path).
-        self._graph_differs = cfg.graph_differs
-        self._limits = {mode: cfg.limits(mode) for mode in (False, True)}
-        self._p2p_limit = cfg.buffer_bytes  # forced kernels: up to the buffer's limit
-        if cfg.algorithm == "auto":  # the larger set of thresholds bounds both modes
-            self._p2p_limit = max(self._limits[False][3], self._limits[True][3])
+        self.config = config or P2PConfig()
+        self._dispatch: AllReduceDispatch | None = None
         # Never map NVLink multicast, whatever else the process does.
         os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
         super().__init__(**kwargs)
-        self.fallbacks: Counter[str] = Counter()
+        self._fallbacks: dict[str, list[int]] = {}
         self._views: dict[tuple, torch.Tensor] = {}
         self._peer_bufs: dict[int, torch.Tensor] = {}
         self._buf = self._handle = self._push = None
@@ -284,6 +141,14 @@ class P2PBackend(NcclBackend):
             if not verified:
                 self._verify_peers()
             self._setup_buffer()
+            self._dispatch = AllReduceDispatch(
+                self.config,
+                device=self.device,
+                prepare=self._prepare,
+                capturing=_capture_query(),
+                has_push=self._push is not None,
+                has_twoshot=self._twoshot_op is not None,
+            )
         except BaseException:
             super().destroy()
             raise
@@ -382,11 +247,21 @@ class P2PBackend(NcclBackend):
             return f"payload over {limit} bytes"
         return None
 
-    def _fallback(self, op: str, reason: str) -> None:
+    def _fallback_count(self, op: str, reason: str) -> list[int]:
+        """The counter of one fallback reason; the first time a reason occurs it is logged."""
         key = f"{op}: {reason}"
-        if key not in self.fallbacks:
+        if key not in self._fallbacks:
             log.info("p2p %s falls back to nccl: %s", op, reason)
-        self.fallbacks[key] += 1
+            self._fallbacks[key] = [0]
+        return self._fallbacks[key]
+
+    def _fallback(self, op: str, reason: str) -> None:
+        self._fallback_count(op, reason)[0] += 1
+
+    @property
+    def fallbacks(self) -> Counter[str]:
+        """Calls handed to NCCL, by "op: reason" (reasons that occurred at least once)."""
+        return Counter({key: n[0] for key, n in self._fallbacks.items() if n[0]})
 
     def all_reduce_path(
         self, tensor: torch.Tensor, op: str = "sum", capturing: bool | None = None
@@ -396,20 +271,10 @@ class P2PBackend(NcclBackend):
         ``capturing``: route as for a call captured in a CUDA graph (True) or an eager
         one (False); None: as the current stream is.
         """
-        cfg = self.config
+        self._live()
         if capturing is None:
-            capturing = self._graph_differs and torch.cuda.is_current_stream_capturing()
-        return route_all_reduce(
-            cfg,
-            op=op,
-            dtype=tensor.dtype,
-            nbytes=tensor.nbytes,
-            problem=self._payload_problem(tensor, self._p2p_limit),
-            capturing=capturing,
-            has_twoshot=self._twoshot_op is not None,
-            has_push=self._push is not None,
-            limits=self._limits[capturing],
-        )
+            capturing = self._dispatch.is_capturing()
+        return self._dispatch.route(tensor, op, capturing)
 
     def _staging(self, tensor: torch.Tensor) -> torch.Tensor:
         key = (tensor.dtype, tensor.shape)
@@ -424,37 +289,93 @@ class P2PBackend(NcclBackend):
     # -- operations it serves -----------------------------------------------------
 
     def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
-        path, reason = self.all_reduce_path(tensor, op)
+        """Reduce ``tensor`` over all ranks, in place, by the path its kind was routed to."""
+        if self._dispatch is None:
+            self._live()
+        return self._dispatch(tensor, op)
+
+    def _prepare(self, path: str, reason: str, tensor: torch.Tensor, op: str):
+        """The call that runs ``path`` for payloads like ``tensor`` (``AllReduceDispatch``).
+
+        Staging views, names and kernels are bound here, once per kind of payload, so a
+        call does only what depends on the tensor itself: its alignment and the launch.
+        """
+        self._live()
         if path == "nccl":
-            self._fallback("all_reduce", reason)
-            return super().all_reduce(tensor, op)
-        self._check("all_reduce", tensor)
-        aligned = tensor.data_ptr() % _ALIGN == 0
-        if path == "push":
-            if aligned:
-                return self._push(tensor, tensor)
-            out = self._upper(tensor)
-            return tensor.copy_(self._push(out.copy_(tensor), out))
-        staging = self._staging(tensor)
-        # A misaligned tensor gets its result in the buffer's upper half, then a copy:
-        # kernels then see the same alignment on every rank, so launch alike.
-        out = tensor if aligned else self._upper(tensor)
-        ops = torch.ops.symm_mem
-        if path == "oneshot" and aligned and self._copy_op is not None:
-            try:  # one kernel: copy in, barrier, read every peer, write out in place
-                self._copy_op(staging, tensor, "sum", self._gname, tensor)
-                return tensor
-            except RuntimeError as exc:  # raised before launch, alike on every rank
-                log.info("p2p: fused one-shot copy unavailable (%s); copying first", exc)
-                self._copy_op = None
-        staging.copy_(tensor)
-        if path == "oneshot":
-            ops.one_shot_all_reduce_out(staging, "sum", self._gname, out)
+            contiguous = tensor.is_contiguous()
+            run = self._prepare_nccl(reason, op, contiguous)
+            if not contiguous:  # NcclBackend.all_reduce checks the shapes itself
+                return run
         else:
-            self._twoshot_op(staging, "sum", self._gname, out)
-        if out is not tensor:
-            tensor.copy_(out)
-        return tensor
+            run = {"push": self._prepare_push, "oneshot": self._prepare_oneshot,
+                   "twoshot": self._prepare_twoshot}[path](tensor)  # fmt: skip
+        if self._ctrl is None:
+            return run
+        check = self._check
+
+        def checked(t: torch.Tensor) -> torch.Tensor:
+            check("all_reduce", t)
+            return run(t)
+
+        return checked
+
+    def _prepare_nccl(self, reason: str, op: str, contiguous: bool):
+        count = self._fallback_count("all_reduce", reason)
+        if contiguous:  # straight to the process group, options bound once
+            return direct_all_reduce(self, op, count)
+        nccl = super().all_reduce  # copies a non-contiguous tensor in and out
+
+        def run(t: torch.Tensor) -> torch.Tensor:
+            count[0] += 1
+            return nccl(t, op)
+
+        return run
+
+    def _prepare_push(self, tensor: torch.Tensor):
+        push, upper = self._push, self._upper(tensor)
+
+        def run(t: torch.Tensor) -> torch.Tensor:
+            if t.data_ptr() % _ALIGN == 0:
+                return push(t, t)
+            # Misaligned: through the buffer's upper half, so every rank launches alike.
+            return t.copy_(push(upper.copy_(t), upper))
+
+        return run
+
+    def _prepare_oneshot(self, tensor: torch.Tensor):
+        staging, upper, gname = self._staging(tensor), self._upper(tensor), self._gname
+        unfused = torch.ops.symm_mem.one_shot_all_reduce_out
+
+        def run(t: torch.Tensor) -> torch.Tensor:
+            aligned = t.data_ptr() % _ALIGN == 0
+            if aligned and self._copy_op is not None:
+                try:  # one kernel: copy in, barrier, read every peer, write out in place
+                    self._copy_op(staging, t, "sum", gname, t)
+                    return t
+                except RuntimeError as exc:  # raised before launch, alike on every rank
+                    log.info("p2p: fused one-shot copy unavailable (%s); copying first", exc)
+                    self._copy_op = None
+            staging.copy_(t)
+            # A misaligned tensor gets its result in the buffer's upper half, then a
+            # copy: kernels then see the same alignment on every rank, so launch alike.
+            out = t if aligned else upper
+            unfused(staging, "sum", gname, out)
+            return t if aligned else t.copy_(out)
+
+        return run
+
+    def _prepare_twoshot(self, tensor: torch.Tensor):
+        staging, upper = self._staging(tensor), self._upper(tensor)
+        gname, twoshot = self._gname, self._twoshot_op
+
+        def run(t: torch.Tensor) -> torch.Tensor:
+            aligned = t.data_ptr() % _ALIGN == 0
+            staging.copy_(t)
+            out = t if aligned else upper
+            twoshot(staging, "sum", gname, out)
+            return t if aligned else t.copy_(out)
+
+        return run
 
     def _upper(self, tensor: torch.Tensor) -> torch.Tensor:
         half = self.config.buffer_bytes // 2
@@ -486,6 +407,8 @@ class P2PBackend(NcclBackend):
         """Release the group; the symmetric buffer stays cached for the next p2p backend."""
         if self._destroyed:
             return
+        if self._dispatch is not None:
+            self._dispatch.clear()
         self._views.clear()
         self._peer_bufs.clear()
         self._handle = self._push = None
@@ -504,3 +427,9 @@ class P2PBackend(NcclBackend):
             algorithm=cfg.algorithm,
         )
         return info
+
+
+def _capture_query():
+    """CUDA's own "is the current stream capturing" (the C function torch.cuda wraps)."""
+    query = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
+    return query if query is not None else torch.cuda.is_current_stream_capturing

@@ -218,7 +218,7 @@ class PushAllReduce:
         self.buffer, self.rank, self.world, self.slot_bytes = buffer, rank, world, slot_bytes
         self.timeout_ms = max(1, int(timeout_s * 1000))
         self._ptrs = torch.tensor(peer_ptrs, dtype=torch.int64, device=buffer.device)
-        self._args: dict[tuple, tuple] = {}
+        self._launches: dict[tuple, tuple] = {}
 
     def reset(self) -> None:
         """Zero this rank's flags and counters (the buffer may come from an earlier backend)."""
@@ -226,19 +226,29 @@ class PushAllReduce:
 
     def __call__(self, tensor: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """Sum ``tensor`` over all ranks into ``out`` (16-byte aligned, contiguous, same size)."""
+        key = (tensor.data_ptr(), out.data_ptr(), tensor.nbytes, tensor.dtype)
+        launch = self._launches.get(key)
+        if launch is None:
+            launch = self._prepare(tensor, out, key)
+        func, blocks, args, _values = launch
+        stream = ctypes.c_void_p(_current_raw_stream(tensor.get_device()))
+        result = _libcuda().cuLaunchKernel(func, blocks, 1, 1, THREADS, 1, 1, 0, stream, args, None)
+        if result != 0:
+            raise RuntimeError(f"push all_reduce: cuLaunchKernel failed with CUDA error {result}")
+        return out
+
+    def _prepare(self, tensor: torch.Tensor, out: torch.Tensor, key: tuple) -> tuple:
+        """(kernel, blocks, argument array, its C values) for these pointers and size."""
         nbytes = tensor.nbytes
         if nbytes > self.slot_bytes:
             raise ValueError(f"push all_reduce: {nbytes} bytes over the slot of {self.slot_bytes}")
         kernel = _kernel(DTYPE_KERNELS[tensor.dtype], tensor.device.index)
-        key = (tensor.dtype, tensor.data_ptr(), out.data_ptr(), nbytes)
-        args = self._args.get(key)
-        if args is None:
-            if len(self._args) > 256:
-                self._args.clear()
-            args = self._args[key] = self._pack(tensor, out, nbytes)
         blocks = max(1, -(-nbytes // BLOCK_BYTES))  # <= MAX_BLOCKS: nbytes <= MAX_SLOT_BYTES
-        _launch(kernel, blocks, args[0])
-        return out
+        if len(self._launches) > 256:
+            self._launches.clear()
+        array, values = self._pack(tensor, out, nbytes)  # values: what the array points at
+        self._launches[key] = launch = (kernel.func, blocks, array, values)
+        return launch
 
     def _pack(self, tensor: torch.Tensor, out: torch.Tensor, nbytes: int) -> tuple:
         """The kernel's argument array, kept so each call does no ctypes work but the launch."""
@@ -258,10 +268,11 @@ class PushAllReduce:
         return array, values  # values keep the referenced C objects alive
 
 
-def _launch(kernel, blocks: int, args) -> None:
-    stream = torch.cuda.current_stream()
-    result = _libcuda().cuLaunchKernel(
-        kernel.func, blocks, 1, 1, THREADS, 1, 1, 0, stream._as_parameter_, args, None
-    )
-    if result != 0:
-        raise RuntimeError(f"push all_reduce: cuLaunchKernel failed with CUDA error {result}")
+_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # CUDA builds only
+
+
+def _current_raw_stream(device_index: int) -> int:
+    """The current CUDA stream's handle, without building a ``torch.cuda.Stream`` object."""
+    if _RAW_STREAM is not None:
+        return _RAW_STREAM(device_index)
+    return torch.cuda.current_stream(device_index).cuda_stream

@@ -1,0 +1,161 @@
+"""The p2p backend's configuration and its pure routing decision.
+
+``P2PConfig`` holds the sizes that decide which kernel serves an all-reduce, eagerly
+and while a CUDA graph is captured; ``route_all_reduce`` is the decision itself, a pure
+function of what every rank shares once shapes agree (never a pointer), so every rank
+takes the same path. Kept apart from the backend so the dispatch and its tests need no
+process group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from . import push_kernel
+
+# float16 goes to NCCL: torch has no float16 two-shot kernel, and the forced one-shot
+# float16 case failed once on 2 x H200 (run 2, cause not yet found; see the results).
+P2P_DTYPES = (torch.float32, torch.bfloat16)
+TWOSHOT_DTYPES = (torch.float32, torch.bfloat16)
+ALGORITHMS = ("auto", "push", "oneshot", "twoshot")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class P2PConfig:
+    """Sizes that decide which path a payload takes."""
+
+    buffer_bytes: int = 32 << 20
+    """Symmetric buffer per rank; payloads up to half of it can take a p2p path."""
+    push_max_bytes: int = 0
+    """Largest all-reduce served by the push kernel in eager calls; with
+    graph_push_max_bytes it sets the size of its slots (a second symmetric buffer of
+    2 x world slots). 0: eager calls never push. 2 x H200, eager: a small all-reduce is
+    bound by the host's launch, and the push kernel's (through ctypes) took 13-25 us
+    against one-shot's 9.5-16 us in the runs with repeated rounds (runs 5-8), so
+    pushing pays only in CUDA graphs."""
+    graph_push_max_bytes: int | None = 256 << 10
+    """As push_max_bytes, while a CUDA graph is being captured (None: the same); 256 KiB
+    is the kernel's largest slot. 2 x H200, graph: push the fastest single backend at
+    every size from 1 KiB to 256 KiB, fp32 and bf16 (runs 7 and 8: 4.9-7.2 us; one-shot
+    10-11 us at 256 KiB)."""
+    oneshot_max_bytes: int = 2 << 20
+    """Largest all-reduce served by the one-shot kernel (2 x H200, eager: one-shot was
+    the fastest single backend up to 2 MiB in both runs)."""
+    twoshot_max_bytes: int = 8 << 20
+    """Largest all-reduce served by the two-shot kernel, beyond which NCCL (2 x H200,
+    eager: at 8 MiB two-shot and NCCL were within 6% of each other, either way)."""
+    graph_oneshot_max_bytes: int | None = 1 << 20
+    """As oneshot_max_bytes, while a CUDA graph is being captured (None: the same).
+    2 x H200, graph: one-shot the fastest at 512 KiB and 1 MiB (15.5-16.1 us against
+    two-shot's 16.7-17.0 at 1 MiB, runs 7 and 8), two-shot from 2 MiB."""
+    graph_twoshot_max_bytes: int | None = 16 << 20
+    """As twoshot_max_bytes, during capture (2 x H200, graph: two-shot the fastest from
+    2 to 32 MiB; 16 MiB is the default buffer's limit, and at 32 MiB NCCL took
+    1.00-1.04x two-shot's time in runs 7 and 8)."""
+    broadcast_max_bytes: int = 0
+    """Largest broadcast served through peer memory (beyond: NCCL). 0: every broadcast
+    goes to NCCL, which measured faster at every size on 2 x H200."""
+    algorithm: str = "auto"
+    """auto: by size as above; oneshot / twoshot: force one kernel (benchmarks)."""
+
+    def __post_init__(self) -> None:
+        if self.buffer_bytes <= 0 or self.buffer_bytes % 16:
+            raise ValueError(
+                f"buffer_bytes must be a positive multiple of 16, got {self.buffer_bytes}"
+            )
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(
+                f"unknown algorithm {self.algorithm!r}; valid: {', '.join(ALGORITHMS)}"
+            )
+        for name in ("oneshot_max_bytes", "twoshot_max_bytes", "broadcast_max_bytes",
+                     "push_max_bytes", "graph_push_max_bytes",
+                     "graph_oneshot_max_bytes", "graph_twoshot_max_bytes"):  # fmt: skip
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"{name} must be >= 0")
+        if self.push_max_bytes % 16:
+            raise ValueError(f"push_max_bytes must be a multiple of 16, got {self.push_max_bytes}")
+        if self.push_slot_bytes > push_kernel.MAX_SLOT_BYTES:
+            raise ValueError(
+                f"push_max_bytes and graph_push_max_bytes must be at most "
+                f"{push_kernel.MAX_SLOT_BYTES}, got {self.push_slot_bytes}"
+            )
+
+    def thresholds(self, capturing: bool) -> tuple[int, int, int]:
+        """(push max, one-shot max, two-shot max) for eager calls or calls being captured."""
+        push, one, two = self.push_max_bytes, self.oneshot_max_bytes, self.twoshot_max_bytes
+        if capturing:
+            push = push if self.graph_push_max_bytes is None else self.graph_push_max_bytes
+            one = one if self.graph_oneshot_max_bytes is None else self.graph_oneshot_max_bytes
+            two = two if self.graph_twoshot_max_bytes is None else self.graph_twoshot_max_bytes
+        return push, one, two
+
+    def limits(self, capturing: bool) -> tuple[int, int, int, int]:
+        """``thresholds(capturing)`` and the largest of them (what ``auto`` routes by)."""
+        push, one, two = self.thresholds(capturing)
+        return push, one, two, max(push, one, two)
+
+    @property
+    def payload_max_bytes(self) -> int:
+        """Largest payload one-shot and two-shot take: half the buffer (the other half
+        takes the output of a misaligned tensor)."""
+        return self.buffer_bytes // 2
+
+    @property
+    def push_slot_bytes(self) -> int:
+        """The largest payload the push kernel may get, in either mode (rounded up to 16)."""
+        most = max(self.push_max_bytes, self.graph_push_max_bytes or 0)
+        return -(-most // 16) * 16
+
+    @property
+    def graph_differs(self) -> bool:
+        return self.thresholds(True) != self.thresholds(False)
+
+
+def route_all_reduce(  # pure and keyword-only: every input of the decision is visible
+    cfg: P2PConfig,
+    *,
+    op: str,
+    dtype: torch.dtype,
+    nbytes: int,
+    problem: str | None,
+    capturing: bool = False,
+    has_twoshot: bool = True,
+    has_push: bool = True,
+    limits: tuple[int, int, int, int] | None = None,
+) -> tuple[str, str]:
+    """(path, reason) for one all-reduce: push, oneshot, twoshot or nccl.
+
+    ``problem`` is what stops any p2p path for this tensor (device, layout, size over
+    half the buffer), or None. ``limits`` is ``cfg.limits(capturing)`` worked out
+    beforehand (the backend keeps both modes': on 2 x H200 working them out on every
+    eager call cost auto ~0.3 us, 3% of a small all-reduce). Everything here is shared
+    by all ranks once shapes agree, and never a pointer, so every rank takes the same
+    path.
+    """
+    if op != "sum":
+        return "nccl", f"reduce op {op}"
+    if dtype not in P2P_DTYPES:
+        return "nccl", f"dtype {dtype}"
+    if nbytes % 4:
+        return "nccl", "size not a multiple of 4 bytes"
+    if problem:
+        return "nccl", problem
+    if cfg.algorithm == "auto":
+        push, one, _two, top = limits or cfg.limits(capturing)
+        if nbytes > top:
+            return "nccl", f"payload over {top} bytes"
+        path = "oneshot" if nbytes <= one else "twoshot"
+        if nbytes <= push and has_push:
+            path = "push"
+    else:
+        path = cfg.algorithm
+    if path == "push" and not has_push:
+        return "nccl", "no push kernel here"
+    if path == "push" and nbytes > cfg.push_slot_bytes:
+        return "nccl", f"payload over the push slot of {cfg.push_slot_bytes} bytes"
+    if path == "twoshot" and (not has_twoshot or dtype not in TWOSHOT_DTYPES):
+        return "nccl", f"no two-shot kernel for {dtype}"
+    return path, ""
