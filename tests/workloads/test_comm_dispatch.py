@@ -156,6 +156,20 @@ def added_ns(call, baseline, tensor: torch.Tensor, rounds: int = 41, calls: int 
             gc.enable()
 
 
+def least_added_ns(call, baseline, tensor: torch.Tensor, attempts: int = 3) -> float:
+    """The least of up to ``attempts`` medians, stopping at the first under the bound.
+
+    An overhead that is really there shows in every attempt; a burst of load on a shared
+    2-core machine (seen once at load 7.5) rarely lands on three in a row.
+    """
+    best = float("inf")
+    for _ in range(attempts):
+        best = min(best, added_ns(call, baseline, tensor))
+        if best < OVERHEAD_BOUND_NS:
+            break
+    return best
+
+
 def _kernel(t: torch.Tensor) -> torch.Tensor:
     """The stand-in kernel: the call itself, nothing else."""
     return t
@@ -208,7 +222,7 @@ def test_auto_adds_under_half_a_microsecond_to_the_kernel_it_runs(numel, path):
     auto = dispatch(AUTO, prepare=_prepare_kernel, capturing=bool)
     assert auto.route(tensor)[0] == path
     alone = dispatch(forced(path), prepare=_prepare_kernel, capturing=bool)
-    extra = added_ns(auto, alone, tensor)
+    extra = least_added_ns(auto, alone, tensor)
     assert extra < OVERHEAD_BOUND_NS, f"auto adds {extra:.0f} ns per call over forced {path}"
 
 
@@ -222,7 +236,7 @@ def test_auto_on_nccl_sizes_adds_under_half_a_microsecond_to_the_nccl_backend(gl
         return direct_all_reduce(gloo_backend, op)  # what P2PBackend prepares for NCCL kinds
 
     auto = dispatch(AUTO, prepare=prepare, capturing=bool)
-    extra = added_ns(auto, gloo_backend.all_reduce, tensor)
+    extra = least_added_ns(auto, gloo_backend.all_reduce, tensor)
     assert extra < OVERHEAD_BOUND_NS, f"auto adds {extra:.0f} ns per call over the NCCL backend"
 
 
@@ -239,3 +253,4 @@ def test_the_measurement_sees_an_overhead_of_a_microsecond():
     slow = dispatch(AUTO, prepare=_prepare_kernel, capturing=slow_query)
     alone = dispatch(forced("oneshot"), prepare=_prepare_kernel, capturing=bool)
     assert added_ns(slow, alone, tensor, rounds=15, calls=500) > OVERHEAD_BOUND_NS
+    assert least_added_ns(slow, alone, tensor) > OVERHEAD_BOUND_NS
