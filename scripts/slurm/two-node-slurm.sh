@@ -79,6 +79,7 @@ in_ns() { # host command...: run it on that host (its network, hostname and /etc
     # Not `ip netns exec`: it mounts a fresh /sys, which hides /sys/fs/cgroup, and slurmd
     # will not start without it. A private mount namespace carries the host's /etc/hosts;
     # its own UTS namespace its name, which slurmctld and torchrun read.
+    # shellcheck disable=SC2016 # the inner shell expands these, not this one
     nsenter --net="/run/netns/$ns" unshare --mount --uts --propagation private -- \
         sh -c 'mount --bind "$0" /etc/hosts && hostname "$1" && shift && exec "$@"' \
         "/etc/netns/$ns/hosts" "$host" "$@"
@@ -189,6 +190,14 @@ wait_ready() {
     die "the nodes did not come up within 30 s (logs above, in $dir)"
 }
 
+keep_last_logs() { # the previous run's logs become *.log.old: a new run's are its own
+    local log
+    for log in "$dir/slurmctld.log" "$dir"/node*/slurmd.log; do
+        [[ -e $log ]] && mv -f "$log" "$log.old"
+    done
+    return 0
+}
+
 start() {
     [[ $(id -u) == 0 ]] || die "needs root to make network namespaces (ip netns add); run it as root"
     local tool
@@ -202,6 +211,7 @@ start() {
     fi
     sweep >/dev/null
     mkdir -p "$dir"
+    keep_last_logs
     choose_net
     write_conf
     write_hosts
@@ -292,7 +302,9 @@ live_leases() {
 }
 
 acquire() {
-    [[ ${1:-} =~ ^[0-9]+$ ]] && [[ -n $(proc_start "$1") ]] || die "acquire needs the PID of a running process"
+    if ! [[ ${1:-} =~ ^[0-9]+$ ]] || [[ -z $(proc_start "$1") ]]; then
+        die "acquire needs the PID of a running process"
+    fi
     if ! running; then
         start >/dev/null
         touch "$started_mark"
