@@ -48,6 +48,7 @@ hosts=(ctl node1 node2)
 partition=debug
 
 die() { echo "two-node-slurm: $*" >&2; exit 1; }
+bad_input() { echo "two-node-slurm: $*" >&2; exit 2; }
 
 ns_of() { echo "$prefix-$1"; }                                       # host -> namespace
 veth_of() { case $1 in ctl) echo "rg${tag}c" ;; *) echo "rg${tag}${1#node}" ;; esac; }
@@ -255,7 +256,7 @@ sweep() { # remove everything under this tag, whoever left it
 }
 
 kill_node() { # node: the link first (no FIN or RST reaches the peers), then every process
-    [[ ${1:-} == node1 || ${1:-} == node2 ]] || die "kill-node needs node1 or node2"
+    [[ ${1:-} == node1 || ${1:-} == node2 ]] || bad_input "kill-node needs node1 or node2, got '${1:-}'"
     ip netns list | grep -q "^$(ns_of "$1")\b" || die "$1 is not running (start first)"
     ip link set "$(veth_of "$1")" down
     local pids
@@ -266,7 +267,7 @@ kill_node() { # node: the link first (no FIN or RST reaches the peers), then eve
 }
 
 revive_node() { # node
-    [[ ${1:-} == node1 || ${1:-} == node2 ]] || die "revive-node needs node1 or node2"
+    [[ ${1:-} == node1 || ${1:-} == node2 ]] || bad_input "revive-node needs node1 or node2, got '${1:-}'"
     ip link set "$(veth_of "$1")" up
     kill_ns_processes "$(ns_of "$1")"
     start_slurmd "$1"
@@ -303,7 +304,7 @@ live_leases() {
 
 acquire() {
     if ! [[ ${1:-} =~ ^[0-9]+$ ]] || [[ -z $(proc_start "$1") ]]; then
-        die "acquire needs the PID of a running process"
+        bad_input "acquire needs the PID of a running process, got '${1:-}'"
     fi
     if ! running; then
         start >/dev/null
@@ -315,7 +316,7 @@ acquire() {
 }
 
 release() {
-    [[ ${1:-} =~ ^[0-9]+$ ]] || die "release needs a PID"
+    [[ ${1:-} =~ ^[0-9]+$ ]] || bad_input "release needs a PID, got '${1:-}'"
     rm -f "$dir/leases/$1"
     if [[ -e $started_mark ]] && [[ $(live_leases) == 0 ]]; then
         sweep
@@ -342,5 +343,5 @@ case ${1:-} in
     revive-node) locked revive_node "${2:-}" ;;
     acquire) locked acquire "${2:-}" ;;
     release) locked release "${2:-}" ;;
-    *) die "usage: $0 start|stop|status|env|paths|kill-node N|revive-node N|acquire PID|release PID" ;;
+    *) bad_input "usage: $0 start|stop|status|env|paths|kill-node N|revive-node N|acquire PID|release PID" ;;
 esac
