@@ -6,6 +6,9 @@ end it gives the lease back (``release``), which stops the cluster only when an
 ``acquire`` started it and no other live process holds a lease: a cluster started by
 hand or used by another session is never stopped. The cluster's folder and port are
 this checkout's and this user's own (RANKGATE_SLURM_DIR/PORT override them).
+
+``two_node_cluster`` does the same with scripts/slurm/two-node-slurm.sh (two nodes, each
+a network namespace; root only), and ``two_nodes`` points SLURM_CONF at it for one test.
 """
 
 from __future__ import annotations
