@@ -42,6 +42,40 @@ def test_slurm_with_heterogeneous_tasks_per_node():
     )
 
 
+@pytest.mark.parametrize(
+    ("layout", "node", "local"),
+    [("2(x2)", "1", 2), ("2,1", "1", 1), ("3(x2),1", "2", 1), ("3(x2),1", "1", 3)],
+)
+def test_slurm_local_world_is_the_steps_count_on_this_node(layout, node, local):
+    """``srun -N 2 -n 4`` sets no SLURM_NTASKS_PER_NODE; the step's per-node layout, as
+    this SLURM (22.05) writes it on the two-node cluster, gives each node its count."""
+    env = {
+        "SLURM_PROCID": "3",
+        "SLURM_NTASKS": "7",
+        "SLURM_LOCALID": "0",
+        "SLURM_NODEID": node,
+        "SLURM_STEP_TASKS_PER_NODE": layout,
+        "SLURM_NTASKS_PER_NODE": "9",  # the job's request; the step's layout wins
+        "SLURM_STEP_ID": "0",
+    }
+    assert detect_launch(env).local_world_size == local
+
+
+def test_slurm_step_layout_without_this_node_is_an_error():
+    env = {
+        "SLURM_PROCID": "0",
+        "SLURM_NTASKS": "2",
+        "SLURM_NODEID": "2",
+        "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
+        "SLURM_STEP_ID": "0",
+    }
+    with pytest.raises(LaunchEnvError) as info:
+        detect_launch(env)
+    assert str(info.value) == (
+        "slurm: SLURM_STEP_TASKS_PER_NODE='1(x2)' has no task count for SLURM_NODEID='2'"
+    )
+
+
 def test_open_mpi():
     env = {
         "OMPI_COMM_WORLD_RANK": "1",

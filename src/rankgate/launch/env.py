@@ -83,6 +83,24 @@ def _first_int(value: str) -> str:
     return value.split("(")[0].split(",")[0]
 
 
+def _slurm_step_tasks_here(env: Mapping[str, str]) -> int:
+    """Tasks of this srun step on this node. SLURM_NTASKS_PER_NODE is only set when the
+    job asked for --ntasks-per-node (``srun -N 2 -n 4`` leaves it out) and is the job's
+    request, not the step's layout; SLURM_STEP_TASKS_PER_NODE ("2(x2)", "2,1") always is."""
+    value = env["SLURM_STEP_TASKS_PER_NODE"]
+    try:
+        counts = []
+        for part in value.split(","):
+            count, _, repeat = part.partition("(x")
+            counts += [int(count)] * (int(repeat.removesuffix(")")) if repeat else 1)
+        return counts[int(env["SLURM_NODEID"])]
+    except (ValueError, IndexError):
+        raise LaunchEnvError(
+            f"slurm: SLURM_STEP_TASKS_PER_NODE={value!r} has no task count for "
+            f"SLURM_NODEID={env['SLURM_NODEID']!r}"
+        ) from None
+
+
 def _job_id(launcher: str, env: Mapping[str, str]) -> str:
     if launcher == "torchrun":
         return env.get("TORCHELASTIC_RUN_ID", "") or env.get("MASTER_PORT", "torchrun")
@@ -186,7 +204,9 @@ def _launch_env(launcher: str, env: Mapping[str, str]) -> LaunchEnv:
     rank = _int(env, rank_var, launcher)
     world_size = _int(env, size_var, launcher)
     local_rank = _int(env, local_var, launcher) if local_var in env else rank
-    if local_size_var in env:
+    if launcher == "slurm" and "SLURM_STEP_TASKS_PER_NODE" in env and "SLURM_NODEID" in env:
+        local_world_size = _slurm_step_tasks_here(env)
+    elif local_size_var in env:
         local_world_size = _int(env, local_size_var, launcher, first=True)
     else:
         local_world_size = world_size
