@@ -168,21 +168,26 @@ def _from_case(source: str, case: CaseResult) -> FailedTest:
 
 
 _SEVERITY = ("crashed", "failed", "error", "hung", "missing")
+_IN_COLLECTIVE = "torch/distributed/"
+"""A hung rank whose stack passes through torch.distributed waits for its peers."""
 
 
 def _root_cause_first(
     ranks: tuple[RankDetail, ...], order: tuple[int, ...]
 ) -> tuple[RankDetail, ...]:
     """Bad ranks in ``order`` (the harness's sections: root cause first), else by severity;
-    the other ranks after them, by rank."""
+    the other ranks after them, by rank. Among hung ranks, one that is not waiting in a
+    collective comes first: its peers are waiting for it."""
 
     def key(r: RankDetail) -> tuple:
         if not r.bad:
-            return (2, 0, r.rank)
+            return (2, 0, 0, r.rank)
+        waiting = r.outcome == "hung" and _IN_COLLECTIVE in r.traceback
         if r.rank in order:
-            return (0, order.index(r.rank), r.rank)
+            severity = _SEVERITY.index(r.outcome) if r.outcome in _SEVERITY else 0
+            return (0, severity, waiting, order.index(r.rank))
         severity = _SEVERITY.index(r.outcome) if r.outcome in _SEVERITY else len(_SEVERITY)
-        return (1, severity, r.rank)
+        return (1, severity, waiting, r.rank)
 
     return tuple(sorted(ranks, key=key))
 

@@ -28,8 +28,8 @@ _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color:#1d2327;
  background:#f6f7f9}
 header{padding:18px 28px;color:#fff}
-header.passed{background:#1e7e34} header.failed{background:#b02a37}
-header.incomplete{background:#6f42c1}
+header.v-passed{background:#1e7e34} header.v-failed{background:#b02a37}
+header.v-incomplete{background:#6f42c1}
 header h1{margin:0;font-size:22px} header p{margin:4px 0 0;opacity:.95}
 main{padding:8px 28px 40px;max-width:1200px}
 h2{margin:26px 0 10px;font-size:18px;border-bottom:1px solid #d0d4d9;padding-bottom:4px}
@@ -78,7 +78,7 @@ def render_html(data: ReportData) -> str:
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>rankgate report — {title}</title><style>{_CSS}</style></head><body>",
-        f'<header class="{data.verdict}" id="verdict"><h1>rankgate: {title}</h1>',
+        f'<header class="v-{data.verdict}" id="verdict"><h1>rankgate: {title}</h1>',
         f"<p>{escape(counts)} · {len(data.stages)} stages · generated {escape(data.generated)}"
         "</p></header><main>",
         _incomplete(data.incomplete),

@@ -55,7 +55,8 @@ def render_markdown(data: ReportData) -> str:
         if table.verdicts:
             lines += _comparison(table)
     lines += _trend(data)
-    lines.append("The full report, with every rank's log and the plots: `out/report.html`.")
+    plots = " and the plots" if data.plots else ""
+    lines.append(f"The full report, with every rank's log{plots}: `out/report.html`.")
     return "\n".join(lines) + "\n"
 
 

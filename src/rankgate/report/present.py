@@ -32,7 +32,7 @@ def incomplete_text(incomplete: dict[str, list[str]]) -> str:
 def machine_rows(run: dict | None) -> list[tuple[str, str]]:
     """(name, value) rows of the machine, commit and command; one row saying none without."""
     if not run:
-        return [("machine", "not recorded (no run.json: results given by hand or copied)")]
+        return [("recorded", "no (no run.json: results given by hand, or copied without it)")]
     m = run.get("machine") or {}
     versions = " · ".join(
         f"{name} {m[key]}"

@@ -37,9 +37,7 @@ def begin(
 ) -> Path:
     """Start a run: write run.json; a gate's run also drops the last gate's table."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    argv = list(sys.argv if argv is None else argv)
-    if argv:
-        argv[0] = Path(argv[0]).name  # nox, rankgate: not the virtualenv's full path
+    argv = command_line() if argv is None else list(argv)
     doc = {
         "format": RUN_FORMAT,
         "started": now(),
@@ -64,6 +62,17 @@ def stage_started(out_dir: Path, stage: str, products: tuple[str, ...] = ()) -> 
     folder.mkdir(parents=True, exist_ok=True)
     marker = {"stage": stage, "status": RUNNING, "started": now()}
     (folder / f"{stage}.json").write_text(json.dumps(marker, indent=2) + "\n")
+
+
+def command_line() -> list[str]:
+    """The command that started this process, as a user typed it (programs by name)."""
+    orig = list(getattr(sys, "orig_argv", []))
+    if len(orig) > 2 and orig[1] == "-m":  # python -m rankgate.cli ...
+        return ["python", *orig[1:]]
+    argv = list(sys.argv)
+    if argv:
+        argv[0] = Path(argv[0]).name  # nox, rankgate: not the virtualenv's full path
+    return argv
 
 
 def now() -> str:
