@@ -75,7 +75,7 @@ class ReportData:
         """failed, incomplete or passed: a run that did not finish never reads passed."""
         stage_failed = any(s.get("status") == "failed" for s in self.stages)
         bench_failed = any("regressed" in t.verdicts for t in self.bench)
-        if not self.summary.get("ok", True) or stage_failed or bench_failed:
+        if self.summary.get("failing") or stage_failed or bench_failed:
             return "failed"
         if any(self.incomplete.values()):
             return "incomplete"

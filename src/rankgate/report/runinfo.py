@@ -69,6 +69,8 @@ def command_line() -> list[str]:
     orig = list(getattr(sys, "orig_argv", []))
     if len(orig) > 2 and orig[1] == "-m":  # python -m rankgate.cli ...
         return ["python", *orig[1:]]
+    if len(orig) > 2 and orig[1] == "-c":
+        return ["python", "-c", "…"]
     argv = list(sys.argv)
     if argv:
         argv[0] = Path(argv[0]).name  # nox, rankgate: not the virtualenv's full path
@@ -153,7 +155,9 @@ def summarize_topology(matrix: str) -> str | None:
     (``NV18: GPU0-GPU1; SYS: GPU0-GPU2 ...``) when they differ.
     """
     rows = [line.split() for line in matrix.splitlines()]
-    gpu_rows = [r for r in rows if r and re.fullmatch(r"GPU\d+", r[0])]
+    gpu = re.compile(r"GPU\d+")
+    # A GPU's row starts with its name and holds an X (itself); the header has no X.
+    gpu_rows = [r for r in rows if r and gpu.fullmatch(r[0]) and "X" in r]
     if len(gpu_rows) < 2:
         return "one GPU" if gpu_rows else None
     n = len(gpu_rows)

@@ -100,21 +100,23 @@ def read_bench(path: str | Path) -> object:
     except (OSError, UnicodeDecodeError) as exc:
         raise ReportInputError(f"{path}: cannot read ({exc})") from None
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        lines = [line for line in text.splitlines() if line.strip()]
-        try:
-            data = json.loads(lines[-1]) if lines else json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ReportInputError(
-                f"{path}: not JSON, and its last line is not JSON either ({exc})"
-            ) from None
-    if not _known_bench(data):
-        raise ReportInputError(
-            f"{path}: not a benchmark result (expected a bench compare --json file, a "
-            "baseline, an object with a 'results' list, or a list of row objects)"
-        )
-    return data
+        docs = [json.loads(text)]
+    except json.JSONDecodeError as exc:
+        docs, error = [], exc
+        for line in reversed([line for line in text.splitlines() if line.strip()]):
+            try:
+                docs.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                error = exc
+        if not docs:
+            raise ReportInputError(f"{path}: not JSON, nor any line of it ({error})") from None
+    for data in docs:  # a saved run: its last result line (probe lines may follow it)
+        if _known_bench(data):
+            return data
+    raise ReportInputError(
+        f"{path}: not a benchmark result (expected a bench compare --json file, a "
+        "baseline, an object with a 'results' list, or a list of row objects)"
+    )
 
 
 def _known_bench(data: object) -> bool:
