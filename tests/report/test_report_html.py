@@ -16,6 +16,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import gfm
 import pytest
 from chromium import Browser, find_chromium
 
@@ -190,6 +191,7 @@ def test_benchmark_tables_mark_the_regression_and_the_plot_is_an_embedded_png(pa
 
 def test_summary_md_for_the_job_summary(written):
     md = (written / "summary.md").read_text()
+    gfm.parse(md)  # renders as meant: folds, fences and tables where they belong
     assert md.startswith(
         "## rankgate: FAILED\n\n3 tests: 1 passed, 2 failed, 0 error, 0 skipped, 0 xfailed, "
         "0 xpassed\n"
@@ -199,6 +201,6 @@ def test_summary_md_for_the_job_summary(written):
         "(pytest -m 'dist and not gpu') |" in md
     )
     assert "#### `test_failing::test_rank1_fails` failed on rank 1\n" in md
-    assert "  `reproduce: pytest 'test_failing.py::test_rank1_fails' --rankgate-seed=" in md
+    assert "\n`reproduce: pytest 'test_failing.py::test_rank1_fails' --rankgate-seed=" in md
     assert "<details><summary>rank 1: failed</summary>" in md
     assert "- pool_median_ms at world 2 gloo: 200% slower (" in md
