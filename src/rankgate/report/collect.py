@@ -108,7 +108,7 @@ def collect(
     tables = [
         table
         for item in summary.get("bench", [])
-        for table in bench_tables(item["file"], item["data"], Path(item["file"]))
+        for table in bench_tables(short_path(item["file"]), item["data"], Path(item["file"]))
     ]
     data = ReportData(
         summary=summary,
@@ -150,6 +150,18 @@ def incomplete(run: dict | None, stages: list[dict]) -> dict[str, list[str]]:
         "interrupted": [s["stage"] for s in stages if s["status"] == runinfo.RUNNING],
         "never ran": [name for name in planned if name not in seen],
     }
+
+
+def short_path(path: str) -> str:
+    """A path as a reader needs it: from the repository's benchmarks/ or out/ folder on,
+    else relative to here; never a temporary folder's full path."""
+    for anchor in ("/benchmarks/", "/out/"):
+        if anchor in path:
+            return anchor[1:] + path.split(anchor, 1)[1]
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return path
 
 
 def _plot_name(path: Path, out_dir: Path) -> str:
@@ -298,7 +310,7 @@ def _comparison_table(c: dict, notes: list[str]) -> BenchTable:
             _pct(r["change"]), _pct(r["threshold"]), r["verdict"],
         ))  # fmt: skip
         verdicts.append(r["verdict"])
-    title = f"{c['benchmark']}: {c['new']} against {c['base']}"
+    title = f"{c['benchmark']}: {short_path(c['new'])} against {short_path(c['base'])}"
     notes = [*c.get("regressions", []), *c.get("notes", []), *notes]
     return BenchTable(
         title=title, columns=columns, rows=tuple(rows), verdicts=tuple(verdicts), notes=tuple(notes)

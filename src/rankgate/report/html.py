@@ -356,7 +356,12 @@ def _trend(data: ReportData) -> str:
             + (f"<ul>{items}</ul>" if tests else '<p class="note">none</p>')
             + "</div>"
         )
-    lines = "".join(svg.trend_line(k, v, trend.runs) for k, v in trend.series.items())
+    # A metric this run alone has (a new benchmark) has no trend yet.
+    lines = "".join(
+        svg.trend_line(k, v, trend.runs)
+        for k, v in trend.series.items()
+        if sum(x is not None for x in v) >= 2
+    )
     return (
         f'<section id="trend"><h2>Trend over {len(trend.runs)} runs</h2>'
         f'<p class="note">since the last run ({escape(trend.runs[-2])}):</p>{"".join(lists)}'
