@@ -16,6 +16,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import gfm
 import pytest
 from chromium import Browser, find_chromium
 
@@ -133,7 +134,7 @@ def test_stages_show_their_result_and_reason(page):
         "[...document.querySelectorAll('#stages tr[data-stage]')]"
         ".map(r => [...r.cells].map(c => c.innerText))"
     )
-    assert [(r[0], r[1], r[3]) for r in rows] == [
+    assert [(r[0], r[1], r[4]) for r in rows] == [
         ("lint", "passed", ""),
         ("dist", "failed", "pytest: exit code 1 (pytest -m 'dist and not gpu')"),
         ("hpc", "skipped", "not affected: none of the 2 changed files is under its paths"),
@@ -148,7 +149,7 @@ def test_each_failed_test_shows_its_failing_ranks_message_and_reproduction_line(
     art = "document.querySelector('article[data-test=\"test_failing::test_rank1_fails\"]')"
     assert page.evaluate(f"{art}.querySelector('.ranks').innerText").startswith("failing ranks: 1")
     badges = page.evaluate(f"[...{art}.querySelectorAll('.rank')].map(b => b.innerText)")
-    assert badges == ["rank 0: passed", "rank 1: failed"]
+    assert badges == ["rank 1: failed", "rank 0: passed"]  # the root cause first
     assert page.evaluate(f"{art}.querySelector('.message').innerText") == (
         "rank 1 failed (world 2, backend gloo)"
     )
@@ -160,7 +161,7 @@ def test_each_failed_test_shows_its_failing_ranks_message_and_reproduction_line(
 def test_tracebacks_and_logs_are_folded_until_opened(page):
     art = "document.querySelector('article[data-test=\"test_failing::test_rank1_fails\"]')"
     folded = page.evaluate(f"[...{art}.querySelectorAll('details')].map(d => [d.dataset.rank, d.open])")
-    assert folded == [["0", False], ["1", False]]
+    assert folded == [["1", False], ["0", False]]
     body = "document.body.innerText"
     assert page.evaluate(f"{body}.includes('AssertionError: rank 1 disagrees')") is False
     assert page.evaluate(f"{art}.querySelector('details[data-rank=\"1\"] pre').checkVisibility()") is False
@@ -190,9 +191,16 @@ def test_benchmark_tables_mark_the_regression_and_the_plot_is_an_embedded_png(pa
 
 def test_summary_md_for_the_job_summary(written):
     md = (written / "summary.md").read_text()
-    assert md.startswith("## rankgate: FAILED\n\n3 tests: 1 passed, 2 failed, 0 error, 0 skipped\n")
-    assert "| dist | **FAILED** | 14.0 s | pytest: exit code 1 (pytest -m 'dist and not gpu') |" in md
-    assert "- **`test_failing::test_rank1_fails`** failed on rank 1\n" in md
-    assert "  `reproduce: pytest 'test_failing.py::test_rank1_fails' --rankgate-seed=" in md
-    assert "<details><summary>rank 1 traceback</summary>" in md
+    gfm.parse(md)  # renders as meant: folds, fences and tables where they belong
+    assert md.startswith(
+        "## rankgate: FAILED\n\n3 tests: 1 passed, 2 failed, 0 error, 0 skipped, 0 xfailed, "
+        "0 xpassed\n"
+    )
+    assert (
+        "| dist | **FAILED** | 1 passed, 2 failed | 14.0 s | pytest: exit code 1 "
+        "(pytest -m 'dist and not gpu') |" in md
+    )
+    assert "#### `test_failing::test_rank1_fails` failed on rank 1\n" in md
+    assert "\n`reproduce: pytest 'test_failing.py::test_rank1_fails' --rankgate-seed=" in md
+    assert "<details><summary>rank 1: failed</summary>" in md
     assert "- pool_median_ms at world 2 gloo: 200% slower (" in md

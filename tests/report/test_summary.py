@@ -47,7 +47,13 @@ def test_rank_files_and_plain_file_and_bench(
     bench.write_text(json.dumps(HARNESS_BENCH))
     got = summarize([*ranked_junit, plain_junit], [bench])
     assert got["ok"] is False
-    assert got["totals"] == {"tests": 13, "passed": 4, "failed": 3, "error": 3, "skipped": 3}
+    assert got["totals"] == {
+        "tests": 13, "passed": 4, "failed": 3, "error": 3, "skipped": 2, "xfailed": 1, "xpassed": 0,
+    }  # fmt: skip
+    assert got["xfails"] == [
+        {"reason": "known bug", "count": 1, "examples": ["test_ranked::test_xfail"]}
+    ]
+    assert [(g["reason"], g["count"]) for g in got["skips"]] == [("later", 1), ("no GPU here", 1)]
     ranked_dir = str(ranked_junit[0].parent)
     assert [(g["source"], g["ranks"], g["totals"]["tests"]) for g in got["groups"]] == [
         (str(plain_junit), None, 3),
@@ -96,7 +102,9 @@ def test_clean_runs_are_ok(clean_junit: list[Path]) -> None:
     got = summarize(clean_junit)
     assert got["ok"] is True
     assert got["failing"] == []
-    assert got["totals"] == {"tests": 3, "passed": 3, "failed": 0, "error": 0, "skipped": 0}
+    assert got["totals"] == {
+        "tests": 3, "passed": 3, "failed": 0, "error": 0, "skipped": 0, "xfailed": 0, "xpassed": 0,
+    }  # fmt: skip
 
 
 def test_bench_file_with_log_lines_before_the_json(tmp_path: Path) -> None:
@@ -132,8 +140,8 @@ def test_command(
     assert json.loads(captured.out) == json.loads(out.read_text())
     assert json.loads(captured.out)["totals"]["tests"] == 10
     assert captured.err == (
-        "rankgate report: 10 tests: 3 passed, 2 failed, 3 error, 2 skipped; 1 benchmark files; "
-        "wrote out/report.html and out/summary.md\n"
+        "rankgate report: FAILED: 10 tests: 3 passed, 2 failed, 3 error, 1 skipped, 1 xfailed, "
+        "0 xpassed; 1 benchmark files; wrote out/report.html and out/summary.md\n"
     )
     assert (tmp_path / "out" / "report.html").read_text().startswith("<!DOCTYPE html>")
     assert cli.main(["report", *map(str, clean_junit)]) == 0

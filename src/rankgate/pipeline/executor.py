@@ -13,7 +13,7 @@ import shlex
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -21,7 +21,7 @@ from rankgate.pipeline import changes, process, stages
 from rankgate.pipeline.probe import Machine, module_missing
 from rankgate.pipeline.progress import Progress
 from rankgate.pipeline.stages import Command, Stage
-from rankgate.report import tracing
+from rankgate.report import runinfo, tracing
 
 Status = Literal["passed", "failed", "skipped"]
 NO_TESTS = 5  # pytest's exit code when the marker expression selects nothing
@@ -83,6 +83,8 @@ class Outcome:
     """With ``--changed-since``: why the change made it run (or, skipped, why not)."""
     not_affected: bool = False
     """Skipped because the change does not touch it: never blocks a gate."""
+    tests: dict[str, int] = field(default_factory=dict)
+    """Its tests by outcome (passed ... xfailed, xpassed), from its JUnit; {} without one."""
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -93,11 +95,14 @@ def run_stage(
     options: Options,
     machine: Machine | None = None,
     decision: changes.Decision | None = None,
+    *,
+    in_gate: bool = False,
 ) -> Outcome:
     """Run one stage here or dispatch it; a stage the machine cannot run is skipped, loudly.
 
     With ``options.changed_since`` (or a ``decision`` already made) a stage the change
-    does not touch is skipped, saying why.
+    does not touch is skipped, saying why. Outside a gate (``in_gate``) it is a run of
+    its own: out/run.json describes it (:mod:`rankgate.report.runinfo`).
     """
     if stage.includes:
         raise ValueError(f"{stage.name} runs other stages: use run_gate()")
@@ -110,6 +115,10 @@ def run_stage(
         )  # fmt: skip
         record(outcome, options)
         return _announce(outcome)
+    if not in_gate:
+        runinfo.begin(options.out_dir, planned=[stage.name])
+    # Marked running until its outcome replaces the mark: a killed run reads incomplete.
+    runinfo.stage_started(options.out_dir, stage.name, stage.products)
     with tracing.span(f"stage {stage.name}", {"rankgate.stage": stage.name}) as trace_env:
         outcome = _run_selected(stage, options, machine or Machine(), trace_env)
         tracing.mark(outcome.status, **{"rankgate.reason": outcome.reason})
@@ -123,7 +132,10 @@ def run_stage(
 def record(outcome: Outcome, options: Options) -> None:
     """Keep the outcome (stages/<name>.json) and refresh out/report.html and summary.md."""
     from rankgate.report.cli import write_quietly
+    from rankgate.report.summary import stage_counts
 
+    junit = options.out_dir / "junit" / f"{outcome.stage}.xml"
+    outcome.tests = outcome.tests or stage_counts(junit)
     folder = options.out_dir / "stages"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{outcome.stage}.json").write_text(json.dumps(outcome.to_json(), indent=2) + "\n")
@@ -185,13 +197,15 @@ def _run_gate(
     plan = _plan(options, chosen) if options.changed_since else None
     if plan is not None:
         print(plan.render(), file=sys.stderr, flush=True)
+    planned = [step.name for step in gate.commands] + [stage.name for stage in chosen]
+    runinfo.begin(options.out_dir, planned=planned, gate=True)
     progress = Progress(total=len(gate.commands) + len(chosen), what="gate")
     outcomes = gate_checks(options, progress)
     machine = machine or Machine()
     for i, stage in enumerate(chosen, start=len(outcomes) + 1):
         decision = plan.decision(stage.name) if plan is not None else None
         with progress.step(i, stage.name, decision.reason if decision else "", spinner=False):
-            outcome = run_stage(stage, options, machine, decision)
+            outcome = run_stage(stage, options, machine, decision, in_gate=True)
         progress.done(i, outcome.status, outcome.seconds)
         outcomes.append(outcome)
     options.out_dir.mkdir(parents=True, exist_ok=True)
@@ -209,6 +223,7 @@ def gate_checks(options: Options, progress: Progress | None = None) -> list[Outc
     outcomes = []
     for i, step in enumerate(gate.commands, start=1):
         start = time.monotonic()
+        runinfo.stage_started(options.out_dir, step.name)
         with progress.step(i, step.name, spinner=False), tracing.span(step.name) as trace_env:
             status, note = _run_command(step, gate, options, trace_env)
             tracing.mark(status)

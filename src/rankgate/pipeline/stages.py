@@ -132,6 +132,7 @@ _PYTEST_RUN = (
     "src/rankgate/launch/**",
     "src/rankgate/report/__init__.py",
     "src/rankgate/report/tracing*.py",
+    "src/rankgate/report/outcome_plugin.py",
 )
 # The new suites (parallelism, training, data) and the workloads they exercise.
 _WORKLOAD_SUITES = (
@@ -176,6 +177,7 @@ _REPORT_TESTS = (
     "src/rankgate/pipeline/**",
     "src/rankgate/bench/**",
     "src/rankgate/cli.py",
+    "src/rankgate/envcheck.py",
     "tests/report/**",
     "benchmarks/baselines/**",
 )

@@ -1,26 +1,30 @@
 """``rankgate report``: the run's results as out/report.html, out/summary.md and JSON.
 
-With no files it reads the output folder (``--out``, default ``out/``): JUnit under
-junit/, each stage's outcome under stages/ (or gate.json), benchmark JSON and plots
-under bench/ (:mod:`rankgate.report.collect`). It writes ``report.html`` (one
-self-contained page, :mod:`rankgate.report.html`) and ``summary.md`` (for
-``$GITHUB_STEP_SUMMARY``, :mod:`rankgate.report.markdown`) into that folder, and prints
-the JSON summary of :func:`rankgate.report.summary.summarize` on stdout (also to
-``-o``), with one human line on stderr. Exit 0 when nothing failed, 1 otherwise,
-2 on bad input, as ``merge-junit`` does.
+With no files it reads the output folder (``--out``, default ``out/``): run.json, JUnit
+under junit/, each stage's outcome under stages/ (or gate.json), benchmark JSON and
+plots under bench/ (:mod:`rankgate.report.collect`); ``--history DIR`` (default
+OUT/history/ when it exists) adds the trend over earlier runs' report.json. It writes
+``report.html`` (one self-contained page, :mod:`rankgate.report.html`), ``summary.md``
+(GitHub-flavoured Markdown, :mod:`rankgate.report.markdown`) and ``report.json`` into
+that folder, appends summary.md to ``$GITHUB_STEP_SUMMARY`` when that is set, and
+prints the JSON on stdout (also to ``-o``), with one human line on stderr. Exit 0 when
+the run passed, 1 when something failed or the run is incomplete, 2 on bad input (a
+one-line error).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
-from rankgate.report.collect import collect
+from rankgate.report.collect import ReportData, collect
 from rankgate.report.html import render_html
 from rankgate.report.junitfile import ReportInputError
 from rankgate.report.markdown import render_markdown
+from rankgate.report.results import OUTCOMES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,45 +46,63 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the run's output folder; report.html and summary.md are written there (default out)",
     )  # fmt: skip
     parser.add_argument(
+        "--history", type=Path, metavar="DIR",
+        help="a folder of earlier runs' report.json: a trend per metric, and the tests "
+        "whose outcome changed since the last of them",
+    )  # fmt: skip
+    parser.add_argument(
         "-o", "--output", metavar="OUT.json", help="also write the JSON summary here"
     )
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        data = collect(args.out, args.junit, args.bench, args.plot)
+        history = args.history or default_history(args.out)
+        data = collect(args.out, args.junit, args.bench, args.plot, history)
         write(data, args.out)
         text = json.dumps(data.summary, indent=2)
         if args.output:
             Path(args.output).write_text(text + "\n", encoding="utf-8")
+        if step_summary := os.environ.get("GITHUB_STEP_SUMMARY"):
+            with open(step_summary, "a", encoding="utf-8") as f:
+                f.write(render_markdown(data))
     except (ReportInputError, OSError) as exc:
         print(f"rankgate report: error: {exc}", file=sys.stderr)
         return 2
     print(text)
-    t = data.summary.get("totals") or {}
-    counts = ", ".join(f"{t.get(k, 0)} {k}" for k in ("passed", "failed", "error", "skipped"))
-    print(
-        f"rankgate report: {t.get('tests', 0)} tests: {counts}; "
-        f"{len(data.summary.get('bench', []))} benchmark files; wrote {args.out / 'report.html'} "
-        f"and {args.out / 'summary.md'}",
-        file=sys.stderr,
-    )
+    print(f"rankgate report: {headline(data)}; wrote {args.out / 'report.html'} and "
+          f"{args.out / 'summary.md'}", file=sys.stderr)  # fmt: skip
     return 0 if data.ok else 1
 
 
-def write(data, out_dir: Path) -> tuple[Path, Path]:
-    """Write report.html and summary.md into ``out_dir``."""
+def headline(data: ReportData) -> str:
+    """``FAILED: 12 tests: 9 passed, 2 failed, ...; 3 benchmark files``."""
+    t = data.summary.get("totals") or {}
+    counts = ", ".join(f"{t.get(k, 0)} {k}" for k in OUTCOMES)
+    line = f"{data.verdict.upper()}: {t.get('tests', 0)} tests: {counts}"
+    return line + f"; {len(data.summary.get('bench', []))} benchmark files"
+
+
+def default_history(out_dir: Path) -> Path | None:
+    """OUT/history/, when it exists: earlier runs' report.json kept beside this run's."""
+    folder = out_dir / "history"
+    return folder if folder.is_dir() else None
+
+
+def write(data: ReportData, out_dir: Path) -> tuple[Path, Path]:
+    """Write report.html, summary.md and report.json into ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     html, md = out_dir / "report.html", out_dir / "summary.md"
     html.write_text(render_html(data), encoding="utf-8")
     md.write_text(render_markdown(data), encoding="utf-8")
+    (out_dir / "report.json").write_text(json.dumps(data.summary, indent=2) + "\n")
     return html, md
 
 
 def write_quietly(out_dir: Path) -> str:
     """After a stage: refresh the report from ``out_dir``; a note on failure, never an error."""
     try:
-        html, _ = write(collect(out_dir), out_dir)
+        html, _ = write(collect(out_dir, history_dir=default_history(out_dir)), out_dir)
     except Exception as exc:  # the stage's verdict stands whatever the report does
         return f"report not written: {type(exc).__name__}: {exc}"
     return f"report: {html}"

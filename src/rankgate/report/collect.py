@@ -2,12 +2,17 @@
 
 :func:`collect` reads, under the output folder unless given explicitly:
 
+- ``run.json`` (the machine, commit, command and planned stages, :mod:`rankgate.report.runinfo`),
 - ``junit/*.xml`` and per-rank ``junit.rank<r>.xml`` files (the test results),
 - ``stages/*.json`` (each stage's outcome, written by the executor) or ``gate.json``,
 - ``bench/*.json`` (benchmark results, ``bench compare`` comparisons),
-- ``bench/**/*.png`` (plots, embedded in the HTML).
+- ``bench/**/*.png`` (plots, embedded in the HTML),
+- earlier runs' report JSON (``--history DIR``) for the trend.
 
-The HTML and Markdown renderers take the :class:`ReportData` it returns.
+A stage file or gate table that is not what the executor writes, or a status outside
+:data:`STATUSES`, is a :class:`ReportInputError` naming the file. The HTML and Markdown
+renderers take the :class:`ReportData` it returns; its ``summary`` is the JSON
+``rankgate report`` prints and writes to ``out/report.json``.
 """
 
 from __future__ import annotations
@@ -15,15 +20,18 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
 from rankgate.bench.contention import PROBE_KEY
+from rankgate.report import history, runinfo
 from rankgate.report.failures import FailedTest, failed_tests
 from rankgate.report.junitfile import ReportInputError
+from rankgate.report.results import count
 from rankgate.report.summary import summarize
 
 STAGE_ORDER = ("env-check", "lint", "unit", "dist", "gpu", "hpc", "bench", "container")
+STATUSES = ("passed", "failed", "skipped", runinfo.RUNNING)
+"""A stage file's statuses; ``running`` is the marker of a stage that has not ended."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +44,8 @@ class BenchTable:
     verdicts: tuple[str, ...] = ()
     """Per row, for comparisons: regressed, improved, same, noisy ... ("" otherwise)."""
     notes: tuple[str, ...] = ()
+    source: str = ""
+    """The file it came from (a plot with the same stem is shown beside it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,18 +57,33 @@ class Plot:
 @dataclass(slots=True)
 class ReportData:
     summary: dict
-    """:func:`rankgate.report.summary.summarize`'s result (totals, groups, failing)."""
+    """The report's JSON: :func:`rankgate.report.summary.summarize`'s result with the
+    verdict, the run, the stages, what is incomplete and the trend added."""
     stages: list[dict] = field(default_factory=list)
     failures: list[FailedTest] = field(default_factory=list)
     bench: list[BenchTable] = field(default_factory=list)
     plots: list[Plot] = field(default_factory=list)
     generated: str = ""
+    run: dict | None = None
+    """run.json: started, command, commit, machine, planned; None when absent."""
+    incomplete: dict[str, list[str]] = field(default_factory=dict)
+    """``interrupted`` (stages still marked running) and ``never ran`` (planned, no result)."""
+    trend: history.Trend | None = None
+
+    @property
+    def verdict(self) -> str:
+        """failed, incomplete or passed: a run that did not finish never reads passed."""
+        stage_failed = any(s.get("status") == "failed" for s in self.stages)
+        bench_failed = any("regressed" in t.verdicts for t in self.bench)
+        if self.summary.get("failing") or stage_failed or bench_failed:
+            return "failed"
+        if any(self.incomplete.values()):
+            return "incomplete"
+        return "passed"
 
     @property
     def ok(self) -> bool:
-        stage_failed = any(s.get("status") == "failed" for s in self.stages)
-        bench_failed = any("regressed" in t.verdicts for t in self.bench)
-        return bool(self.summary.get("ok", True)) and not stage_failed and not bench_failed
+        return self.verdict == "passed"
 
 
 def collect(
@@ -66,31 +91,77 @@ def collect(
     junit: Iterable[str | Path] = (),
     bench: Iterable[str | Path] = (),
     plots: Iterable[str | Path] = (),
+    history_dir: Path | None = None,
 ) -> ReportData:
     """Gather a report; explicit files win over what ``out_dir`` holds."""
     junit = [str(p) for p in junit] or _junit_files(out_dir)
     bench = [str(p) for p in bench] or sorted(str(p) for p in (out_dir / "bench").glob("*.json"))
     plots = [Path(p) for p in plots] or sorted((out_dir / "bench").rglob("*.png"))
-    stages = _stages(out_dir)
+    stages = read_stages(out_dir)
+    run = read_run(out_dir)
     if not junit and not bench and not stages:
         raise ReportInputError(
             f"nothing to report in {out_dir}: no junit/*.xml, stages/*.json, gate.json or "
             "bench/*.json (run a stage first, e.g. nox -s unit, or name the files)"
         )
-    summary = summarize(junit, bench) if junit or bench else {"ok": True, "totals": {}}
+    summary = summarize(junit, bench) if junit or bench else summarize_nothing()
     tables = [
         table
         for item in summary.get("bench", [])
-        for table in bench_tables(item["file"], item["data"], Path(item["file"]))
+        for table in bench_tables(short_path(item["file"]), item["data"], Path(item["file"]))
     ]
-    return ReportData(
+    data = ReportData(
         summary=summary,
         stages=stages,
         failures=failed_tests(junit) if junit else [],
         bench=tables,
         plots=[Plot(name=_plot_name(p, out_dir), png=p.read_bytes()) for p in plots],
-        generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        generated=runinfo.now(),
+        run=run,
+        incomplete=incomplete(run, stages),
     )
+    summary.update(
+        format=history.REPORT_FORMAT,
+        verdict=data.verdict,
+        generated=data.generated,
+        run=run,
+        incomplete=data.incomplete,
+        stages=stages,
+    )
+    summary["ok"] = data.ok
+    if history_dir is not None:
+        data.trend = history.trend(history.read_history(history_dir), summary)
+        summary["trend"] = data.trend.to_json() if data.trend else None
+    return data
+
+
+def summarize_nothing() -> dict:
+    """The summary of a run that produced no test results yet (only stage outcomes)."""
+    return {"ok": True, "totals": count(()), "groups": [], "failing": [], "skips": [],
+            "xfails": [], "xpassed": [], "slowest": [], "tests": {}, "bench": [],
+            "metrics": {}}  # fmt: skip
+
+
+def incomplete(run: dict | None, stages: list[dict]) -> dict[str, list[str]]:
+    """Stages still marked running (interrupted) and planned stages with no result."""
+    seen = {s["stage"] for s in stages}
+    planned = (run or {}).get("planned") or []
+    return {
+        "interrupted": [s["stage"] for s in stages if s["status"] == runinfo.RUNNING],
+        "never ran": [name for name in planned if name not in seen],
+    }
+
+
+def short_path(path: str) -> str:
+    """A path as a reader needs it: from the repository's benchmarks/ or out/ folder on,
+    else relative to here; never a temporary folder's full path."""
+    for anchor in ("/benchmarks/", "/out/"):
+        if anchor in path:
+            return anchor[1:] + path.split(anchor, 1)[1]
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return path
 
 
 def _plot_name(path: Path, out_dir: Path) -> str:
@@ -102,22 +173,79 @@ def _junit_files(out_dir: Path) -> list[str]:
     return sorted(str(p) for p in folder.rglob("*.xml")) if folder.is_dir() else []
 
 
-def _stages(out_dir: Path) -> list[dict]:
-    """Each stage's latest outcome: stages/*.json, else the gate's table."""
+def read_stages(out_dir: Path) -> list[dict]:
+    """Each stage's latest outcome: stages/*.json over the gate's table (gate.json)."""
     found: dict[str, dict] = {}
     gate = out_dir / "gate.json"
     if gate.is_file():
-        for row in json.loads(gate.read_text()):
+        rows = _json_file(gate)
+        if not isinstance(rows, list):
+            raise ReportInputError(
+                f"{gate}: not the gate's table (a JSON list of stage outcomes, as the gate "
+                f"writes), but a {type(rows).__name__}"
+            )
+        for row in rows:
+            row = _stage_row(gate, row)
             found[row["stage"]] = row
     for path in sorted((out_dir / "stages").glob("*.json")):
-        row = json.loads(path.read_text())
+        row = _stage_row(path, _json_file(path))
         found[row["stage"]] = row
     order = {name: i for i, name in enumerate(STAGE_ORDER)}
     return sorted(found.values(), key=lambda r: order.get(r["stage"], len(order)))
 
 
+def read_run(out_dir: Path) -> dict | None:
+    """run.json, checked; None when the run did not write one."""
+    path = out_dir / "run.json"
+    if not path.is_file():
+        return None
+    doc = _json_file(path)
+    if not isinstance(doc, dict) or doc.get("format") != runinfo.RUN_FORMAT:
+        raise ReportInputError(f"{path}: not a run description (format {runinfo.RUN_FORMAT!r})")
+    if not isinstance(doc.get("planned", []), list) or not isinstance(doc.get("machine", {}), dict):
+        raise ReportInputError(f"{path}: 'planned' must be a list and 'machine' an object")
+    return doc
+
+
+def _json_file(path: Path) -> object:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ReportInputError(f"{path}: cannot read ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise ReportInputError(f"{path}: not JSON ({exc})") from None
+
+
+def _stage_row(path: Path, row: object) -> dict:
+    """One stage outcome, checked: a stage name, a known status, a number of seconds."""
+    if not isinstance(row, dict) or not isinstance(row.get("stage"), str) or not row["stage"]:
+        raise ReportInputError(
+            f"{path}: not a stage outcome (an object with 'stage' and 'status', as the "
+            f"executor writes), got {json.dumps(row)[:80]}"
+        )
+    status = row.get("status")
+    if status not in STATUSES:
+        raise ReportInputError(
+            f"{path}: stage {row['stage']!r} has status {status!r}; "
+            f"known: {', '.join(STATUSES)}"
+        )
+    seconds = row.get("seconds", 0)
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
+        raise ReportInputError(f"{path}: stage {row['stage']!r} has seconds {seconds!r}")
+    return row
+
+
 def bench_tables(title: str, data: object, path: Path) -> list[BenchTable]:
     """A benchmark file's tables: comparisons, harness rows, comm results, else nothing."""
+    tables = _bench_tables(title, data, path)
+    return [
+        BenchTable(title=t.title, columns=t.columns, rows=t.rows, verdicts=t.verdicts,
+                   notes=t.notes, source=str(path))
+        for t in tables
+    ]  # fmt: skip
+
+
+def _bench_tables(title: str, data: object, path: Path) -> list[BenchTable]:
     if isinstance(data, dict) and data.get("format") == "rankgate.compare/1":
         return [_comparison_table(c, data.get("notes", [])) for c in data.get("comparisons", [])]
     runs = [doc for doc in _all_json_lines(path) if _is_harness(doc)]
@@ -182,7 +310,7 @@ def _comparison_table(c: dict, notes: list[str]) -> BenchTable:
             _pct(r["change"]), _pct(r["threshold"]), r["verdict"],
         ))  # fmt: skip
         verdicts.append(r["verdict"])
-    title = f"{c['benchmark']}: {c['new']} against {c['base']}"
+    title = f"{c['benchmark']}: {short_path(c['new'])} against {short_path(c['base'])}"
     notes = [*c.get("regressions", []), *c.get("notes", []), *notes]
     return BenchTable(
         title=title, columns=columns, rows=tuple(rows), verdicts=tuple(verdicts), notes=tuple(notes)

@@ -41,7 +41,7 @@ class RankDetail:
 
     @property
     def bad(self) -> bool:
-        return self.outcome not in ("passed", "skipped")
+        return self.outcome not in ("passed", "skipped", "xfailed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +56,9 @@ class FailedTest:
     message: str
     """First line of the failure message."""
     ranks: tuple[RankDetail, ...] = ()
-    """Every rank's outcome and texts; empty for a test that ran without ranks."""
+    """Every rank's outcome and texts, the likely root cause first (a crash, then a
+    failure, then a hang, as the harness orders them), then the other bad ranks, then
+    the rest by rank; empty for a test that ran without ranks."""
     text: str = ""
     """The whole failure text (for a test without ranks, the traceback)."""
     reproduce: str = ""
@@ -66,7 +68,17 @@ class FailedTest:
 
     @property
     def failing_ranks(self) -> tuple[int, ...]:
-        return tuple(r.rank for r in self.ranks if r.bad)
+        return tuple(sorted(r.rank for r in self.ranks if r.bad))
+
+    @property
+    def root_cause(self) -> RankDetail | None:
+        """The rank most likely to have caused the failure (the first bad rank)."""
+        return next((r for r in self.ranks if r.bad), None)
+
+    @property
+    def hung(self) -> tuple[int, ...]:
+        """Ranks that hung: their report carries their Python stacks."""
+        return tuple(r.rank for r in self.ranks if r.outcome == "hung")
 
 
 def failed_tests(junit_paths: Iterable[str | Path]) -> list[FailedTest]:
@@ -114,7 +126,7 @@ def _from_merged(directory: str, test: MergedTest) -> FailedTest:
         outcome=test.verdict,
         source=directory,
         message=_first_line(test.message),
-        ranks=tuple(sorted(ranks, key=lambda r: r.rank)),
+        ranks=_root_cause_first(ranks, ()),
         text=test.details,
         reproduce=_reproduce(*texts),
     )
@@ -141,6 +153,7 @@ def _from_case(source: str, case: CaseResult) -> FailedTest:
         )
         for rank, fields in sorted(per_rank.items())
     )
+    ranks = _root_cause_first(ranks, tuple(sections))
     return FailedTest(
         id=case.test_id,
         outcome=case.outcome,
@@ -152,6 +165,31 @@ def _from_case(source: str, case: CaseResult) -> FailedTest:
         stdout=case.system_out,
         stderr=case.system_err,
     )
+
+
+_SEVERITY = ("crashed", "failed", "error", "hung", "missing")
+_IN_COLLECTIVE = "torch/distributed/"
+"""A hung rank whose stack passes through torch.distributed waits for its peers."""
+
+
+def _root_cause_first(
+    ranks: tuple[RankDetail, ...], order: tuple[int, ...]
+) -> tuple[RankDetail, ...]:
+    """Bad ranks in ``order`` (the harness's sections: root cause first), else by severity;
+    the other ranks after them, by rank. Among hung ranks, one that is not waiting in a
+    collective comes first: its peers are waiting for it."""
+
+    def key(r: RankDetail) -> tuple:
+        if not r.bad:
+            return (2, 0, 0, r.rank)
+        waiting = r.outcome == "hung" and _IN_COLLECTIVE in r.traceback
+        if r.rank in order:
+            severity = _SEVERITY.index(r.outcome) if r.outcome in _SEVERITY else 0
+            return (0, severity, waiting, order.index(r.rank))
+        severity = _SEVERITY.index(r.outcome) if r.outcome in _SEVERITY else len(_SEVERITY)
+        return (1, severity, waiting, r.rank)
+
+    return tuple(sorted(ranks, key=key))
 
 
 def _rank_sections(text: str) -> dict[int, str]:

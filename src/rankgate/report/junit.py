@@ -286,7 +286,12 @@ def _write_case(suite: ET.Element, test: MergedTest) -> None:
     _add_properties(case, props)
     tag = {"failed": "failure", "error": "error", "skipped": "skipped"}.get(test.verdict)
     if tag:
-        result = ET.SubElement(case, tag, {"message": test.message})
+        attrs = {"message": test.message}
+        # The ranks' common result type (pytest.xfail for an expected failure) carries over.
+        kinds = {res.result_type for res in test.results.values()}
+        if len(kinds) == 1 and (kind := kinds.pop()):
+            attrs["type"] = kind
+        result = ET.SubElement(case, tag, attrs)
         result.text = test.details or None
     _add_text(case, "system-out", _prefixed((r, res.system_out) for r, res in test.results.items()))
     _add_text(case, "system-err", _prefixed((r, res.system_err) for r, res in test.results.items()))

@@ -48,6 +48,8 @@ class CaseResult:
     properties: tuple[tuple[str, str], ...] = ()
     source: str = ""
     """The JUnit file it was read from."""
+    result_type: str = ""
+    """The ``type`` of its result element: pytest writes pytest.xfail for an expected failure."""
 
     @property
     def test_id(self) -> str:
@@ -121,13 +123,13 @@ def read_junit(path: str | Path) -> JUnitFile:
 def _read_case(path: str, case: ET.Element, file_rank: int | None) -> CaseResult:
     props = _properties(case)
     rank = _int_prop(path, props, "rank")
-    outcome, messages, texts = "passed", [], []
+    outcome, messages, texts, result_type = "passed", [], [], ""
     for child in case:
         child_outcome = _RESULT_TAGS.get(child.tag)
         if child_outcome is None:
             continue
         if _SEVERITY[child_outcome] > _SEVERITY[outcome]:
-            outcome = child_outcome
+            outcome, result_type = child_outcome, child.get("type", "")
         messages.append(child.get("message", ""))
         texts.append(child.text or "")
     try:
@@ -146,6 +148,7 @@ def _read_case(path: str, case: ET.Element, file_rank: int | None) -> CaseResult
         system_err=join_texts(*(e.text or "" for e in case.findall("system-err"))),
         properties=tuple((k, v) for k, v in props if k != "rank"),
         source=path,
+        result_type=result_type,
     )
 
 

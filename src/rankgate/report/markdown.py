@@ -1,79 +1,170 @@
 """``out/summary.md``: the report for a CI job's summary page ($GITHUB_STEP_SUMMARY).
 
-The verdict, the stages, each failed test with its failing ranks, message, reproduction
-line and the failing ranks' tracebacks folded (cut to their last lines: a job summary
-holds at most 1 MiB), and each benchmark comparison's regressions.
+GitHub-flavoured Markdown that CommonMark renders as meant (tests/report renders it
+with markdown-it-py): the verdict and the counts of every outcome, the machine, the
+stages with their tests and times, each failed test (its ranks, the root-cause rank
+first, message, reproduction line, and the bad ranks' tracebacks and hang stacks
+folded, cut to their last lines: a job summary holds at most 1 MiB), skips and
+expected failures grouped by reason, the slowest tests, benchmark comparisons with
+their verdicts, and the trend. Folded blocks sit at the top level, never inside a list
+item, and every fence is longer than any run of backticks in its text.
 """
 
 from __future__ import annotations
 
-from rankgate.report.collect import ReportData
+import re
+from html import escape
+
+from rankgate.report import present
+from rankgate.report.collect import BenchTable, ReportData
 from rankgate.report.failures import FailedTest
 
 TRACEBACK_LINES = 40
 """A failing rank's traceback keeps its last lines, where the error is."""
+MAX_FAILURES = 30
+"""Failed tests shown in full; the rest are listed by name."""
+_BACKTICKS = re.compile(r"`+")
 
 
 def render_markdown(data: ReportData) -> str:
-    totals = data.summary.get("totals") or {}
-    verdict = "passed" if data.ok else "FAILED"
-    counts = ", ".join(
-        f"{totals[k]} {k}" for k in ("passed", "failed", "error", "skipped") if k in totals
-    )
-    lines = [f"## rankgate: {verdict}", ""]
-    if totals:
-        lines += [f"{totals.get('tests', 0)} tests: {counts}", ""]
-    if data.stages:
-        lines += ["| stage | result | time | reason / note |", "|---|---|---|---|"]
-        for s in data.stages:
-            status = s["status"] if s["status"] == "passed" else f"**{s['status'].upper()}**"
-            why = s.get("reason") or ""
-            if s.get("selected") and s["selected"] != why:
-                why = "; ".join(filter(None, (why, f"ran: {s['selected']}")))
-            lines.append(
-                f"| {s['stage']} | {status} | {float(s.get('seconds') or 0):.1f} s | {_cell(why)} |"
-            )
-        lines.append("")
-    if data.failures:
-        lines += [f"### Failed tests ({len(data.failures)})", ""]
-        for test in data.failures:
-            lines += _failure(test)
+    title = present.VERDICT_TITLES[data.verdict]
+    lines = [f"## rankgate: {title}", "", present.counts_text(data.summary.get("totals") or {}), ""]
+    if why := present.incomplete_text(data.incomplete):
+        lines += [f"**Incomplete run**: {_inline(why)}. Its results so far are below.", ""]
+    lines += _table(("machine", ""), present.machine_rows(data.run))
+    rows = present.stage_rows(data.stages, data.incomplete)
+    if rows:
+        lines += ["### Stages", ""]
+        lines += _table(
+            ("stage", "result", "tests", "time", "reason / note"),
+            [(s["stage"], _status(s["status"]), present.stage_tests(s),
+              f"{float(s.get('seconds') or 0):.1f} s", present.stage_note(s)) for s in rows],
+        )  # fmt: skip
+    lines += _failures(data.failures)
+    lines += _reasons("Skipped", data.summary.get("skips") or [])
+    lines += _reasons("Expected failures (xfailed)", data.summary.get("xfails") or [])
+    if data.summary.get("xpassed"):
+        lines += ["### Passed unexpectedly (xpassed)", ""]
+        lines += [f"- {_code(t)}" for t in data.summary["xpassed"]] + [""]
+    if slowest := data.summary.get("slowest"):
+        lines += [f"### Slowest tests ({len(slowest)})", ""]
+        lines += _table(("test", "stage", "time", "outcome"),
+                        [(_code(t["id"]), t["stage"], f"{t['seconds']:.2f} s", t["outcome"])
+                         for t in slowest])  # fmt: skip
     for table in data.bench:
         if table.verdicts:
-            bad = [n for n in table.notes if " at " in n and "%" in n] or ["no regression"]
-            lines += [f"### {table.title}", "", *(f"- {n}" for n in table.notes or bad), ""]
-    lines.append("The full report, with every rank's log and the plots: `out/report.html`.")
+            lines += _comparison(table)
+    lines += _trend(data)
+    plots = " and the plots" if data.plots else ""
+    lines.append(f"The full report, with every rank's log{plots}: `out/report.html`.")
     return "\n".join(lines) + "\n"
 
 
-def _failure(test: FailedTest) -> list[str]:
-    head = f"- **`{test.id}`** {test.outcome}"
-    if test.ranks:
-        head += f" on rank{'s' * (len(test.failing_ranks) != 1)} " + ", ".join(
-            map(str, test.failing_ranks)
-        )
-    lines = [head]
-    if test.message:
-        lines.append(f"  {_cell(test.message)}")
-    if test.reproduce:
-        lines.append(f"  `{test.reproduce}`")
-    shown = [r for r in test.ranks if r.bad and r.traceback]
-    texts = [(f"rank {r.rank} traceback", r.traceback) for r in shown]
-    if not test.ranks and test.text:
-        texts = [("traceback", test.text)]
-    for title, text in texts:
-        tail = "\n".join(text.strip().splitlines()[-TRACEBACK_LINES:]).replace("```", "'''")
-        lines += [
-            f"  <details><summary>{title}</summary>",
-            "",
-            "  ```",
-            tail,
-            "  ```",
-            "  </details>",
-        ]
-    lines.append("")
+def _status(status: str) -> str:
+    return status if status == "passed" else f"**{status.upper()}**"
+
+
+def _failures(failures: list[FailedTest]) -> list[str]:
+    if not failures:
+        return []
+    lines = [f"### Failed tests ({len(failures)})", ""]
+    for test in failures[:MAX_FAILURES]:
+        lines += _failure(test)
+    if len(failures) > MAX_FAILURES:
+        rest = failures[MAX_FAILURES:]
+        lines += [f"And {len(rest)} more (the HTML report has them all):", ""]
+        lines += [f"- {_code(t.id)} {t.outcome}" for t in rest] + [""]
     return lines
 
 
+def _failure(test: FailedTest) -> list[str]:
+    head = f"#### {_code(test.id)} {test.outcome}"
+    if test.ranks:
+        bad = test.failing_ranks
+        head += f" on rank{'s' * (len(bad) != 1)} {', '.join(map(str, bad))}"
+    lines = [head, ""]
+    if test.ranks and (root := test.root_cause) is not None:
+        each = ", ".join(f"rank {r.rank}: {r.outcome}" for r in test.ranks)
+        lines += [f"Root cause (likely): **rank {root.rank}** ({root.outcome}). {each}.", ""]
+    if test.message:
+        lines += [_inline(test.message), ""]
+    if test.reproduce:
+        lines += [_code(test.reproduce), ""]
+    texts = [(f"rank {r.rank}: {r.outcome}" + (" (Python stacks)" if r.outcome == "hung" else ""),
+              r.traceback) for r in test.ranks if r.bad and r.traceback]  # fmt: skip
+    if not test.ranks and test.text:
+        texts = [("traceback", test.text)]
+    for title, text in texts:
+        lines += _fold(title, "\n".join(text.strip().splitlines()[-TRACEBACK_LINES:]))
+    return lines
+
+
+def _fold(title: str, text: str) -> list[str]:
+    """A folded block: an HTML block, a blank line, a fence, a blank line, its end."""
+    longest = max((len(m) for m in _BACKTICKS.findall(text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [f"<details><summary>{escape(title)}</summary>", "", f"{fence}text", text,
+            fence, "", "</details>", ""]  # fmt: skip
+
+
+def _reasons(title: str, groups: list[dict]) -> list[str]:
+    if not groups:
+        return []
+    total = sum(g["count"] for g in groups)
+    lines = [f"### {title} ({total})", ""]
+    return lines + _table(
+        ("tests", "reason", "example"),
+        [(str(g["count"]), g["reason"], _code(g["examples"][0])) for g in groups],
+    )
+
+
+def _comparison(table: BenchTable) -> list[str]:
+    bad = [v for v in table.verdicts if v == "regressed"]
+    verdict = f"**{len(bad)} regressed**" if bad else "no regression"
+    lines = [f"### Benchmark: {_inline(table.title)}: {verdict}", ""]
+    lines += [f"- {_inline(n)}" for n in table.notes] + ([""] if table.notes else [])
+    cells = [tuple(f"**{c}**" if c == "regressed" else c for c in row) for row in table.rows]
+    return lines + _table(table.columns, cells)
+
+
+def _trend(data: ReportData) -> list[str]:
+    trend = data.trend
+    if trend is None:
+        return []
+    lines = [f"### Trend over {len(trend.runs)} runs", ""]
+    for name, tests in trend.changes.items():
+        if tests:
+            lines += [f"**{name}** ({len(tests)}): " + ", ".join(_code(t) for t in tests[:20]), ""]
+    if not any(trend.changes.values()):
+        lines += ["No test changed its outcome since the last run.", ""]
+    rows = []
+    for name, values in trend.series.items():
+        known = [v for v in values if v is not None]
+        if len(known) >= 2 and known[-1] != known[-2]:
+            rows.append((name, " → ".join(f"{v:g}" for v in known[-5:])))
+    if rows:
+        lines += _table(("metric that changed", "last runs"), rows)
+    return lines
+
+
+def _table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    lines = ["| " + " | ".join(_cell(h) for h in head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return [*lines, ""]
+
+
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return str(text).replace("\n", " ").replace("|", "\\|")
+
+
+def _inline(text: str) -> str:
+    """Plain text in a paragraph: no line breaks, no HTML."""
+    return escape(text.replace("\n", " "), quote=False)
+
+
+def _code(text: str) -> str:
+    """An inline code span that holds any backticks ``text`` has."""
+    longest = max((len(m) for m in _BACKTICKS.findall(text)), default=0)
+    ticks = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"

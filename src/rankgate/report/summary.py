@@ -1,17 +1,26 @@
-"""A small JSON summary of JUnit results and benchmark files (``rankgate report``).
+"""The JSON summary of JUnit results and benchmark files (``rankgate report``).
 
 :func:`summarize` takes JUnit files and benchmark JSON files. Per-rank JUnit files
 (those with a rank in their name or properties) are merged per directory, with the
 rules of :mod:`rankgate.report.junit`; any other JUnit file (an ordinary pytest
-report, or one written by ``merge-junit``) counts as it is. The result::
+report, a pool run's, or one written by ``merge-junit``) counts as it is. Each test
+has one of six outcomes (:mod:`rankgate.report.results`). The result::
 
     {"ok": false,
-     "totals": {"tests": 14, "passed": 11, "failed": 2, "error": 1, "skipped": 0},
-     "groups": [{"source": "out/dist", "files": [...], "ranks": [0, 1], "totals": {...}}],
-     "failing": [{"id": "...", "outcome": "failed", "source": "out/dist",
+     "totals": {"tests": 14, "passed": 9, "failed": 2, "error": 1, "skipped": 1,
+                "xfailed": 1, "xpassed": 0},
+     "groups": [{"source": "out/junit/dist.xml", "files": [...], "ranks": null, "totals": {...}}],
+     "failing": [{"id": "...", "outcome": "failed", "source": "out/junit/dist.xml",
                   "failing_ranks": [1], "ranks": {"0": "passed", "1": "failed"},
                   "message": "first line of the message"}],
-     "bench": [{"file": "bench.json", "data": [...]}]}
+     "skips": [{"reason": "world(4/8, ...) needs 4/8 GPUs; 2 visible ...", "count": 13,
+                "examples": ["..."]}],
+     "xfails": [{"reason": "...", "count": 1, "examples": ["..."]}],
+     "xpassed": ["test id", ...],
+     "slowest": [{"id": "...", "seconds": 12.5, "stage": "dist", "outcome": "passed"}],
+     "tests": {"test id": "passed", ...},
+     "bench": [{"file": "bench.json", "data": [...]}],
+     "metrics": {"pool_median_ms world 2 gloo": 4.1}}
 
 ``failing_ranks`` and ``ranks`` are null for a test of a run without ranks.
 """
@@ -22,125 +31,138 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from rankgate.report.failures import split_by_rank
-from rankgate.report.junit import merge_files
-from rankgate.report.junitfile import (
-    OUTCOMES,
-    CaseResult,
-    JUnitFile,
-    ReportInputError,
-    expand_paths,
-    read_junit,
-)
+from rankgate.report.junitfile import ReportInputError
+from rankgate.report.results import BAD_OUTCOMES, count, read_results
+from rankgate.report.skips import group_reasons
 
 MESSAGE_CHARS = 300
 """A failing test's message is cut to its first line, at most this long."""
+SLOWEST = 15
+"""How many of the slowest tests a report lists."""
+COMPARE_FORMAT = "rankgate.compare/1"
+BASELINE_FORMAT = "rankgate.baseline/1"
 
 
 def summarize(
     junit_paths: Iterable[str | Path] = (), bench_paths: Iterable[str | Path] = ()
 ) -> dict:
     """Summarise JUnit and benchmark files; raises :class:`ReportInputError` on bad input."""
-    junit_files = [read_junit(p) for p in expand_paths(junit_paths)]
+    junit_paths = list(junit_paths)
     bench = [{"file": str(p), "data": read_bench(p)} for p in bench_paths]
-    if not junit_files and not bench:
+    groups = read_results(junit_paths) if junit_paths else []
+    if not groups and not bench:
         raise ReportInputError("no JUnit or benchmark files given")
-    plain, per_rank = split_by_rank(junit_files)
-    failing: list[dict] = []
-    groups = [_plain_group(f, failing) for f in plain]
-    for directory, files in per_rank.items():
-        groups.append(_rank_group(directory, files, failing))
-    totals = {"tests": 0, **dict.fromkeys(OUTCOMES, 0)}
-    for group in groups:
-        for key, value in group["totals"].items():
-            totals[key] += value
+    results = [r for g in groups for r in g.results]
+    failing = [
+        {
+            "id": r.id,
+            "outcome": r.outcome,
+            "source": r.source,
+            "failing_ranks": None if r.failing_ranks is None else list(r.failing_ranks),
+            "ranks": None if r.ranks is None else {str(k): v for k, v in r.ranks.items()},
+            "message": _cut(r.reason),
+        }
+        for r in results
+        if r.outcome in BAD_OUTCOMES
+    ]
+    slowest = sorted(results, key=lambda r: -r.seconds)[:SLOWEST]
     return {
         "ok": not failing,
-        "totals": totals,
-        "groups": groups,
+        "totals": count(results),
+        "groups": [
+            {"source": g.source, "files": g.files, "ranks": g.ranks, "totals": g.totals}
+            for g in groups
+        ],
         "failing": failing,
+        "skips": [g.to_json() for g in group_reasons(results, "skipped")],
+        "xfails": [g.to_json() for g in group_reasons(results, "xfailed")],
+        "xpassed": [r.id for r in results if r.outcome == "xpassed"],
+        "slowest": [
+            {"id": r.id, "seconds": round(r.seconds, 3), "stage": r.stage, "outcome": r.outcome}
+            for r in slowest
+            if r.seconds > 0
+        ],
+        "tests": {r.id: r.outcome for r in results},
         "bench": bench,
+        "metrics": bench_metrics(bench),
     }
 
 
 def read_bench(path: str | Path) -> object:
-    """A benchmark's JSON: the whole file, or its last line (a saved ``--json`` run's output)."""
+    """A benchmark's JSON: the whole file, or its last line (a saved ``--json`` run's output).
+
+    Only shapes a report can show are accepted: a ``bench compare`` comparison, a
+    baseline, a benchmark's results (a dict with a ``results`` list), or rows (a list of
+    objects, as ``bench harness --json`` prints).
+    """
     try:
         text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ReportInputError(f"{path}: cannot read ({exc.strerror})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ReportInputError(f"{path}: cannot read ({exc})") from None
     try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        pass
-    lines = [line for line in text.splitlines() if line.strip()]
-    try:
-        return json.loads(lines[-1]) if lines else json.loads(text)
+        docs = [json.loads(text)]
     except json.JSONDecodeError as exc:
-        raise ReportInputError(
-            f"{path}: not JSON, and its last line is not JSON either ({exc})"
-        ) from None
+        docs, error = [], exc
+        for line in reversed([line for line in text.splitlines() if line.strip()]):
+            try:
+                docs.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                error = exc
+        if not docs:
+            raise ReportInputError(f"{path}: not JSON, nor any line of it ({error})") from None
+    for data in docs:  # a saved run: its last result line (probe lines may follow it)
+        if _known_bench(data):
+            return data
+    raise ReportInputError(
+        f"{path}: not a benchmark result (expected a bench compare --json file, a "
+        "baseline, an object with a 'results' list, or a list of row objects)"
+    )
 
 
-def _rank_group(directory: str, files: list[JUnitFile], failing: list[dict]) -> dict:
-    report = merge_files(files)
-    for test in report.tests:
-        if test.verdict in ("failed", "error"):
-            failing.append(
-                _failing(
-                    test.test_id, test.verdict, directory, test.message,
-                    list(test.failing_ranks), test.rank_outcomes,
-                )
-            )
-    return {
-        "source": directory,
-        "files": list(report.sources),
-        "ranks": list(report.ranks),
-        "totals": report.counts,
-    }
+def _known_bench(data: object) -> bool:
+    if isinstance(data, dict):
+        if data.get("format") == COMPARE_FORMAT:
+            return isinstance(data.get("comparisons"), list)
+        if data.get("format") == BASELINE_FORMAT:
+            return True
+        rows = data.get("results")
+        return isinstance(rows, list) and all(isinstance(r, dict) for r in rows)
+    if isinstance(data, list):
+        return bool(data) and all(isinstance(r, dict) for r in data)
+    return False
 
 
-def _plain_group(f: JUnitFile, failing: list[dict]) -> dict:
-    by_id: dict[str, CaseResult] = {}
-    for case in f.cases:
-        prev = by_id.get(case.test_id)
-        by_id[case.test_id] = case if prev is None else prev.combine(case)
-    totals = {"tests": len(by_id), **dict.fromkeys(OUTCOMES, 0)}
-    for test_id, case in by_id.items():
-        totals[case.outcome] += 1
-        if case.outcome in ("failed", "error"):
-            # A file written by merge-junit says which ranks did what.
-            props = dict(case.properties)
-            outcomes = {
-                int(r): o for r, o in (p.split("=", 1) for p in _split(props.get("rank_outcomes")))
-            }
-            bad = [int(r) for r in _split(props.get("failing_ranks"))]
-            failing.append(
-                _failing(
-                    test_id, case.outcome, f.path, case.message,
-                    bad if outcomes else None, outcomes or None,
-                )
-            )
-    return {"source": f.path, "files": [f.path], "ranks": None, "totals": totals}
+def bench_metrics(bench: list[dict]) -> dict[str, float]:
+    """Each comparison row's new figure, named ``metric size`` (for the trend)."""
+    found: dict[str, float] = {}
+    for item in bench:
+        data = item["data"]
+        if not (isinstance(data, dict) and data.get("format") == COMPARE_FORMAT):
+            continue
+        for c in data["comparisons"]:
+            for row in c.get("rows", []):
+                if isinstance(row.get("new"), (int, float)):
+                    found[f"{row.get('metric')} {row.get('size')}"] = row["new"]
+    return found
 
 
-def _failing(
-    test_id: str, outcome: str, source: str, message: str,
-    failing_ranks: list[int] | None, outcomes: dict[int, str] | None,
-) -> dict:
-    lines = message.strip().splitlines()
-    first = lines[0] if lines else ""
-    if len(first) > MESSAGE_CHARS:
-        first = first[: MESSAGE_CHARS - 1] + "…"
-    return {
-        "id": test_id,
-        "outcome": outcome,
-        "source": source,
-        "failing_ranks": failing_ranks,
-        "ranks": None if outcomes is None else {str(r): o for r, o in outcomes.items()},
-        "message": first,
-    }
+def stage_counts(junit: Path) -> dict[str, int]:
+    """A stage's test counts by outcome, from its JUnit file or folder of per-rank files.
+
+    {} when it wrote none or wrote one that cannot be read (pytest killed mid-write):
+    the executor records what it can, the report names the bad file.
+    """
+    if not junit.exists():
+        return {}
+    try:
+        groups = read_results([junit])
+    except ReportInputError:
+        return {}
+    return count(r for g in groups for r in g.results)
 
 
-def _split(value: str | None) -> list[str]:
-    return [v for v in (value or "").split(",") if v]
+def _cut(message: str) -> str:
+    if len(message) > MESSAGE_CHARS:
+        return message[: MESSAGE_CHARS - 1] + "…"
+    return message
+

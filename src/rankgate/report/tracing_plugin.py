@@ -1,6 +1,7 @@
 """pytest plugin: an OpenTelemetry span for the session, each test and each rank.
 
-Registered through its own pytest11 entry point (``rankgate-tracing``); does nothing
+Registered through its own pytest11 entry point (``rankgate-tracing``), which also
+registers :mod:`rankgate.report.outcome_plugin` (always on); the spans do nothing
 unless tracing is on (:mod:`rankgate.report.tracing`). It uses public hooks only:
 
 - the session span starts in ``pytest_sessionstart``, as a child of ``TRACEPARENT``
@@ -20,6 +21,7 @@ import time
 import pytest
 
 from rankgate.report import tracing
+from rankgate.report.outcome_plugin import OutcomeRecorder
 
 _RANK_OUTCOME = re.compile(r"^rankgate\.rank(\d+)\.outcome$")
 _SEVERITY = {"passed": 0, "skipped": 1, "failed": 2}
@@ -106,5 +108,6 @@ class TracingPlugin:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(OutcomeRecorder(), "rankgate-outcomes")
     if tracing.enabled():
         config.pluginmanager.register(TracingPlugin(), "rankgate-tracing-spans")
