@@ -164,7 +164,7 @@ _INTERLINK_E2E = (
     *(
         f"src/rankgate/dispatch/{name}.py"
         for name in (
-            "__init__", "archive", "interrupts", "job", "outcome", "profile", "results",
+            "__init__", "archive", "ended", "interrupts", "job", "outcome", "profile", "results",
             "run", "sbatch", "shell", "slurm", "slurm_query", "target", "watch",
         )
     ),
@@ -252,7 +252,9 @@ _STAGES: dict[str, Stage] = {
             workflow="release.yml:test-gpu",
             # Dispatched with a profile it also goes through rankgate.dispatch; the hpc
             # stage is the one that proves dispatch works (on a real SLURM).
-            paths=(*_PYTEST_RUN, *_WORKLOAD_SUITES, "suites/harness/**", "tests/**"),
+            paths=(
+                *_PYTEST_RUN, *_WORKLOAD_SUITES, *_JUNIT_MERGE, "suites/harness/**", "tests/**",
+            ),
         ),
         Stage(
             name="hpc",
