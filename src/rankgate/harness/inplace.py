@@ -403,8 +403,9 @@ class InPlaceSession:
         else:
             cause = f"rank {rank} received {name} (the launcher or the CI stopped the job)"
         where = f"while {item.nodeid} ran" if item is not None else "between tests"
-        self._stop(item, f"{cause} {where}", f"{cause} {where}", verdict="crashed")
-        os._exit(128 + signum)
+        if self._stop(item, f"{cause} {where}", f"{cause} {where}", verdict="crashed"):
+            os._exit(128 + signum)
+        # else the hang watch is stopping this rank already, and exits when done
 
     def _dead_peers(self) -> list[int]:
         """Peers that gave no sign after the stop signal and whose process is gone."""
@@ -435,7 +436,7 @@ class InPlaceSession:
         except (OSError, IndexError):
             return False
 
-    def _stop(self, item: pytest.Item | None, reason: str, text: str, *, verdict: str) -> None:
+    def _stop(self, item: pytest.Item | None, reason: str, text: str, *, verdict: str) -> bool:
         """Record ``item`` as failed with ``text``, the rest as not run, write the JUnit
         file, print the summary, end this rank's children, tell the others, wait for them.
 
@@ -444,7 +445,7 @@ class InPlaceSession:
         """
         with self._stop_lock:  # the hang watch and a signal may both come
             if self._stopping:
-                return
+                return False
             self._stopping = True
         rank = self.launch.rank
         capman = self.config.pluginmanager.get_plugin("capturemanager")
@@ -495,6 +496,7 @@ class InPlaceSession:
             self._wait_for_peers_to_exit()
         except Exception:
             pass
+        return True
 
     def _print_summary(self, reason: str) -> None:
         """What pytest prints at the end of a session, for a session that ends here."""
