@@ -43,14 +43,21 @@ SAFE_ENV = {
 
 
 def options_from(args: argparse.Namespace) -> CommOptions:
-    """The run's options; a bad value exits with the reason."""
+    """The run's options; a bad value or a run this machine cannot do is a UsageError."""
     import torch
+
+    from rankgate.cliargs import UsageError
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     try:
         return CommOptions.from_args(args, gpus)
     except ValueError as exc:
-        raise SystemExit(f"rankgate bench comm: {exc}") from None
+        raise UsageError(str(exc)) from None
+
+
+def validate(args: argparse.Namespace) -> None:
+    """Before the run starts (``rankgate bench`` calls it)."""
+    options_from(args)
 
 
 def run(args: argparse.Namespace) -> int:

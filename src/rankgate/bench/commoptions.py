@@ -11,6 +11,8 @@ import argparse
 import dataclasses
 from dataclasses import dataclass
 
+from rankgate.cliargs import byte_size, int_at_least, size_or_zero
+
 FORCED = {"p2p-push": "push", "p2p-oneshot": "oneshot", "p2p-twoshot": "twoshot"}
 """Backend names that force the p2p all-reduce onto one kernel (for the crossovers)."""
 BACKENDS = ("auto", "p2p", "nccl", "gloo", *FORCED)
@@ -28,23 +30,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--collectives", default=None, help="comma list (default: all_reduce on CPU; "
         f"{GPU_DEFAULT_COLLECTIVES} on GPUs)")  # fmt: skip
     add("--dtype", default="fp32", choices=DTYPES)
-    add("-b", "--min-bytes", default="8", help="smallest size (default 8)")
-    add("-e", "--max-bytes", default=None, help="largest size (default 2G on GPUs, 1M on CPU)")
-    add("-f", "--factor", type=int, default=4, help="size step factor (default 4)")
-    add("--iters", type=int, default=20, help="calls per timed repetition (default 20)")
-    add("--warmup", type=int, default=5, help="untimed calls first (default 5)")
-    add("--reps", type=int, default=5, help="timed repetitions; the median counts (default 5)")
-    add("--rounds", type=int, default=1, help="sweeps over every backend, in reverse order "
-        "every other one; each figure is the median over rounds (default 1)")  # fmt: skip
-    add("--graph-max-bytes", default="64M", help="also time in a CUDA graph up to this (0: off)")
-    add("--check-max-bytes", default="64M", help="check results on the host up to this size")
-    add("--buffer-bytes", default=None, help="p2p symmetric buffer per rank (default: "
-        "P2PConfig's, 32M)")  # fmt: skip
+    add("-b", "--min-bytes", type=byte_size, default="8", help="smallest size (default 8)")
+    add("-e", "--max-bytes", type=byte_size, default=None,
+        help="largest size (default 2G on GPUs, 1M on CPU)")  # fmt: skip
+    add("-f", "--factor", type=int_at_least(2), default=4, help="size step factor (default 4)")
+    add("--iters", type=int_at_least(1), default=20, help="calls per timed repetition (default 20)")
+    add("--warmup", type=int_at_least(0), default=5, help="untimed calls first (default 5)")
+    add("--reps", type=int_at_least(1), default=5,
+        help="timed repetitions; the median counts (default 5)")  # fmt: skip
+    add("--rounds", type=int_at_least(1), default=1, help="sweeps over every backend, in reverse "
+        "order every other one; each figure is the median over rounds (default 1)")  # fmt: skip
+    add("--graph-max-bytes", type=size_or_zero, default="64M",
+        help="also time in a CUDA graph up to this (0: off)")  # fmt: skip
+    add("--check-max-bytes", type=size_or_zero, default="64M",
+        help="check results on the host up to this size")  # fmt: skip
+    add("--buffer-bytes", type=byte_size, default=None, help="p2p symmetric buffer per rank "
+        "(default: P2PConfig's, 32M)")  # fmt: skip
     add("--auto-thresholds", choices=AUTO_THRESHOLDS, default="measured",
         help="p2p sizes for auto: the crossovers of a first sweep, in as many rounds, over "
         "the single backends listed (default; list nccl and p2p-push/-oneshot/-twoshot) or "
         "P2PConfig's defaults (what auto ships with)")  # fmt: skip
-    add("--world", type=int, default=None, help="ranks (default: visible GPUs, or 2 on CPU)")
+    add("--world", type=int_at_least(2), default=None,
+        help="ranks (default: visible GPUs, or 2 on CPU)")  # fmt: skip
     add("--cpu", action="store_true", help="stay on the CPU even where GPUs are visible")
     add("--reference", action="append", default=[], help="nccl-tests output file or folder")
     add("--out", default=None, help="folder for comm.json, comm.txt and the PNG plots")
@@ -103,6 +110,13 @@ class CommOptions:
             raise ValueError(f"--auto-thresholds is one of {', '.join(AUTO_THRESHOLDS)}")
         if not self.sizes:
             raise ValueError("no message sizes: check -b, -e and -f")
+        gpu_only = [b for b in self.backends if b not in ("gloo", "auto")]  # auto: gloo on CPU
+        if gpu_only and not self.on_gpu:
+            raise ValueError(
+                f"--backends {','.join(gpu_only)} needs one GPU per rank and this run is on the "
+                f"CPU ({self.world} ranks); use --backends gloo, or run where "
+                f"{self.world} GPUs are visible without --cpu"
+            )
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, gpus: int) -> CommOptions:

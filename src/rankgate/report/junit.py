@@ -35,6 +35,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from rankgate.cliargs import int_at_least
 from rankgate.report.junitfile import (
     OUTCOMES,
     CaseResult,
@@ -342,7 +343,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("-o", "--output", metavar="OUT.xml", help="write the merged JUnit here")
     parser.add_argument(
-        "--world", type=int, metavar="N",
+        "--world", type=int_at_least(1), metavar="N",
         help="expected number of ranks; a rank without a file is an error",
     )
     parser.add_argument(
