@@ -2,7 +2,7 @@
 what it accepts, exit 2, before any work starts.
 
 Option values are checked by argparse types from here (``int_at_least(1)``, ``seconds``,
-``byte_size``, ``existing_file``), so a bad value never reaches a benchmark or a
+``existing_file``), so a bad value never reaches a benchmark or a
 submission. Checks that need several options or the machine ("nccl needs GPUs") raise
 :class:`UsageError` from a subcommand's ``validate(args)``, which runs before ``run``.
 """
@@ -52,24 +52,6 @@ def seconds(text: str) -> float:
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text}")
     return value
-
-
-def byte_size(text: str) -> str:
-    """A size such as 8, 64K or 2G, at least 1 byte (kept as text: the caller parses it)."""
-    from rankgate.bench.busbw import parse_size
-
-    try:
-        value = parse_size(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 8, 64K, 2G)") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a size >= 1 byte (e.g. 8, 64K, 2G), got {text}")
-    return text
-
-
-def size_or_zero(text: str) -> str:
-    """A size, or 0 for off."""
-    return text if text.strip() == "0" else byte_size(text)
 
 
 def existing_file(text: str) -> str:

@@ -11,7 +11,8 @@ import argparse
 import dataclasses
 from dataclasses import dataclass
 
-from rankgate.cliargs import byte_size, int_at_least, size_or_zero
+from rankgate.bench.busbw import parse_size
+from rankgate.cliargs import int_at_least
 
 FORCED = {"p2p-push": "push", "p2p-oneshot": "oneshot", "p2p-twoshot": "twoshot"}
 """Backend names that force the p2p all-reduce onto one kernel (for the crossovers)."""
@@ -21,6 +22,22 @@ GPU_DEFAULT_COLLECTIVES = "all_reduce,broadcast,all_gather,reduce_scatter,send_r
 COLLECTIVES = ("all_reduce", "broadcast", "all_gather", "reduce_scatter", "gather", "send_recv")
 DTYPES = ("fp32", "bf16", "fp16", "int32")
 AUTO_THRESHOLDS = ("measured", "defaults")
+
+
+def byte_size(text: str) -> str:
+    """A size such as 8, 64K or 2G, at least 1 byte (kept as text: the caller parses it)."""
+    try:
+        value = parse_size(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 8, 64K, 2G)") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a size >= 1 byte (e.g. 8, 64K, 2G), got {text}")
+    return text
+
+
+def size_or_zero(text: str) -> str:
+    """A size, or 0 for off."""
+    return text if text.strip() == "0" else byte_size(text)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -121,7 +138,7 @@ class CommOptions:
     @classmethod
     def from_args(cls, args: argparse.Namespace, gpus: int) -> CommOptions:
         """The record for ``args`` on a machine with ``gpus`` visible GPUs."""
-        from rankgate.bench.busbw import message_sizes, parse_size
+        from rankgate.bench.busbw import message_sizes
 
         gpus = 0 if args.cpu else gpus
         world = args.world or (gpus if gpus >= 2 else 2)
