@@ -3,6 +3,8 @@
 Each subcommand lives in its own module exposing ``add_arguments(parser)`` and
 ``run(args) -> int``; this file only wires names to modules, importing a module
 when its subcommand is used so ``rankgate --help`` stays fast (no torch import).
+A module may also expose ``validate(args)``, run before ``run``: bad input, from
+argparse or from there, is one line and exit 2 before any work (``rankgate.cliargs``).
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+
+from rankgate.cliargs import USAGE_EXIT, OneLineParser, UsageError
 
 # name -> (module, one-line help)
 _SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -23,7 +27,7 @@ _SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rankgate", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="rankgate", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     chosen = sys.argv[1] if len(sys.argv) > 1 else None
     for name, (module_name, help_text) in _SUBCOMMANDS.items():
@@ -32,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         if name == chosen:
             module = importlib.import_module(module_name)
             module.add_arguments(sub_parser)
-            sub_parser.set_defaults(_run=module.run)
+            sub_parser.set_defaults(_run=module.run, _validate=getattr(module, "validate", None))
     return parser
 
 
@@ -44,7 +48,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    return int(args._run(args) or 0)
+    try:
+        if args._validate is not None:
+            args._validate(args)
+        return int(args._run(args) or 0)
+    except UsageError as exc:
+        print(f"rankgate {args.command}: error: {exc}", file=sys.stderr)
+        return USAGE_EXIT
 
 
 if __name__ == "__main__":

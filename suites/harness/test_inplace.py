@@ -82,7 +82,8 @@ def test_torchrun_runs_tests_on_every_rank_and_rank_0_reports_all(tmp_path):
     for name in ("test_fails_on_rank_1", "test_fails_on_every_rank"):
         nodeid = f"test_suite.py::{name}"
         assert (
-            f"reproduce: torchrun --standalone --nproc-per-node=2 -m pytest '{nodeid}' "
+            "reproduce: torchrun --standalone --nproc-per-node=2 -m pytest -p no:cacheprovider "
+            f"'{nodeid}' "
             f"--rankgate-seed=0  # world=2 backend=gloo seed={seed_for_test(0, nodeid)}"
         ) in out
     assert (
@@ -241,7 +242,8 @@ def test_mpirun_runs_the_same_file(tmp_path):
     assert "FAILED test_suite.py::test_fails_on_rank_1 - failed on rank(s) [1]" in proc.stdout
     assert "2 failed, 2 passed, 1 skipped" in proc.stdout
     assert (
-        "reproduce: mpirun -np 2 python -m pytest 'test_suite.py::test_fails_on_every_rank' "
+        "reproduce: mpirun -np 2 python -m pytest -p no:cacheprovider "
+        "'test_suite.py::test_fails_on_every_rank' "
         "--rankgate-seed=0  # world=2 backend=gloo seed="
     ) in proc.stdout
     merged = merge_junit(sorted((tmp_path / "out").glob("junit.rank*.xml")))

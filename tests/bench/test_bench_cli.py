@@ -40,7 +40,10 @@ def test_bench_harness_json_with_small_k():
 def test_bench_harness_refuses_bad_counts():
     cmd = [sys.executable, "-m", "rankgate.cli", "bench", "harness", "--k", "0"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode != 0 and "--k must be >= 1" in done.stderr, done.stderr
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (
+        "rankgate bench harness: error: argument --k: must be an integer >= 1, got 0\n"
+    )
 
 
 def test_bench_comm_on_gloo_small_sizes(tmp_path):

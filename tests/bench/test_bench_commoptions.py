@@ -49,9 +49,9 @@ def test_buffer_defaults_to_what_auto_ships_with():
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (("--iters", "0"), "--iters must be >= 1"),
-        (("--rounds", "0"), "--rounds must be >= 1"),
-        (("--warmup", "-1"), "--warmup must be >= 0"),
+        (("--cpu", "--backends", "gloo,nccl"), "--backends nccl needs one GPU per rank and this "
+         "run is on the CPU (2 ranks); use --backends gloo, or run where 2 GPUs are visible "
+         "without --cpu"),
         (("--backends", "nccl,mpi"), "unknown backend 'mpi'; valid: auto, p2p, nccl, gloo, "
          "p2p-push, p2p-oneshot, p2p-twoshot"),
         (("--collectives", "alltoall"), "unknown collective 'alltoall'; valid: all_reduce, "

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -13,6 +16,7 @@ from rankgate.pipeline import process
 pytestmark = pytest.mark.unit
 
 PY = sys.executable
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_ok_codes_and_failure_carry_the_command():
@@ -75,3 +79,47 @@ def test_timeout_applies_while_stdout_is_copied(tmp_path):
     with pytest.raises(process.CommandFailed, match="timed out after 1 s"):
         process.run([PY, "-c", script], timeout=1, stdout_path=tmp_path / "log", echo=False)
     assert (tmp_path / "log").read_text() == "started\n"
+
+
+SLEEPY_TEST = """
+import os, subprocess, sys, time
+import pytest
+
+@pytest.mark.unit
+def test_sleeps():
+    helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    with open(os.environ["PIDS"], "w") as f:
+        f.write(f"{os.getpid()} {helper.pid}")
+    time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=str)
+def test_a_signal_to_nox_ends_the_sessions_whole_tree(tmp_path, sig):
+    """`timeout 25 nox -s unit`, a CI cancel or a closed terminal signal nox alone: the
+    session's pytest (in a session of its own) and its children must end with it."""
+    (tmp_path / "test_sleepy.py").write_text(SLEEPY_TEST)
+    pids = tmp_path / "pids"
+    nox = subprocess.Popen(
+        [PY, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "unit", "--",
+         "--out", str(tmp_path / "out"), "-p", "no:cacheprovider", str(tmp_path / "test_sleepy.py")],
+        cwd=ROOT, env={**os.environ, "PIDS": str(pids)}, start_new_session=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not (pids.exists() and len(pids.read_text().split()) == 2):
+            assert nox.poll() is None and time.monotonic() < deadline, nox.communicate()[0]
+            time.sleep(0.1)
+        tree = [int(p) for p in pids.read_text().split()]
+        nox.send_signal(sig)  # to nox alone, as `timeout` and a CI runner do
+        output = nox.communicate(timeout=30)[0]
+        assert nox.returncode != 0
+        for _ in range(50):  # no orphan 5 s after nox ended
+            if not any(running(pid) for pid in tree):
+                break
+            time.sleep(0.1)
+        assert [pid for pid in tree if running(pid)] == [], output
+    finally:
+        if nox.poll() is None:
+            os.killpg(nox.pid, signal.SIGKILL)

@@ -18,6 +18,7 @@ import sys
 import time
 
 from rankgate.bench import contention
+from rankgate.cliargs import int_at_least
 from rankgate.pipeline.progress import Progress
 
 _BENCHMARKS: dict[str, tuple[str, str]] = {
@@ -31,7 +32,8 @@ _BENCHMARKS: dict[str, tuple[str, str]] = {
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--repeat", type=int, default=1, metavar="N", help="run the benchmark N times (default 1)"
+        "--repeat", type=int_at_least(1), default=1, metavar="N",
+        help="run the benchmark N times (default 1)",
     )
     sub = parser.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
     for name, (module_name, help_text) in _BENCHMARKS.items():
@@ -42,9 +44,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             importlib.import_module(module_name).add_arguments(bench_parser)
 
 
+def validate(args: argparse.Namespace) -> None:
+    """The chosen benchmark's own checks (UsageError), before any run starts."""
+    check = getattr(importlib.import_module(args._bench_module), "validate", None)
+    if check is not None:
+        check(args)
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.repeat < 1:
-        raise SystemExit("--repeat must be >= 1")
     module = importlib.import_module(args._bench_module)
     if args.benchmark == "compare":  # not a measurement: no progress, no repetitions
         return int(module.run(args) or 0)

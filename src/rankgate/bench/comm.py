@@ -48,15 +48,21 @@ SAFE_ENV = {
 
 
 def options_from(args: argparse.Namespace) -> CommOptions:
-    """The run's options; a bad value exits with the reason."""
+    """The run's options; a bad value or a run this machine cannot do is a UsageError."""
     import torch
+
+    from rankgate.cliargs import UsageError
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     try:
         return CommOptions.from_args(args, gpus)
-    except ValueError as exc:  # bad input: one line naming it, exit 2
-        print(f"rankgate bench comm: error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def validate(args: argparse.Namespace) -> None:
+    """Before the run starts (``rankgate bench`` calls it)."""
+    options_from(args)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,6 +12,9 @@ import dataclasses
 import os
 from dataclasses import dataclass
 
+from rankgate.bench.busbw import parse_size
+from rankgate.cliargs import int_at_least
+
 FORCED = {"p2p-push": "push", "p2p-oneshot": "oneshot", "p2p-twoshot": "twoshot"}
 """Backend names that force the p2p all-reduce onto one kernel (for the crossovers)."""
 BACKENDS = ("auto", "p2p", "nccl", "gloo", *FORCED)
@@ -22,6 +25,22 @@ DTYPES = ("fp32", "bf16", "fp16", "int32")
 AUTO_THRESHOLDS = ("measured", "defaults")
 
 
+def byte_size(text: str) -> str:
+    """A size such as 8, 64K or 2G, at least 1 byte (kept as text: the caller parses it)."""
+    try:
+        value = parse_size(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 8, 64K, 2G)") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a size >= 1 byte (e.g. 8, 64K, 2G), got {text}")
+    return text
+
+
+def size_or_zero(text: str) -> str:
+    """A size, or 0 for off."""
+    return text if text.strip() == "0" else byte_size(text)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("--backends", default=None, help=f"comma list of {', '.join(BACKENDS)} "
@@ -29,23 +48,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--collectives", default=None, help="comma list (default: all_reduce on CPU; "
         f"{GPU_DEFAULT_COLLECTIVES} on GPUs)")  # fmt: skip
     add("--dtype", default="fp32", choices=DTYPES)
-    add("-b", "--min-bytes", default="8", help="smallest size (default 8)")
-    add("-e", "--max-bytes", default=None, help="largest size (default 2G on GPUs, 1M on CPU)")
-    add("-f", "--factor", type=int, default=4, help="size step factor (default 4)")
-    add("--iters", type=int, default=20, help="calls per timed repetition (default 20)")
-    add("--warmup", type=int, default=5, help="untimed calls first (default 5)")
-    add("--reps", type=int, default=5, help="timed repetitions; the median counts (default 5)")
-    add("--rounds", type=int, default=1, help="sweeps over every backend, in reverse order "
-        "every other one; each figure is the median over rounds (default 1)")  # fmt: skip
-    add("--graph-max-bytes", default="64M", help="also time in a CUDA graph up to this (0: off)")
-    add("--check-max-bytes", default="64M", help="check results on the host up to this size")
-    add("--buffer-bytes", default=None, help="p2p symmetric buffer per rank (default: "
-        "P2PConfig's, 32M)")  # fmt: skip
+    add("-b", "--min-bytes", type=byte_size, default="8", help="smallest size (default 8)")
+    add("-e", "--max-bytes", type=byte_size, default=None,
+        help="largest size (default 2G on GPUs, 1M on CPU)")  # fmt: skip
+    add("-f", "--factor", type=int_at_least(2), default=4, help="size step factor (default 4)")
+    add("--iters", type=int_at_least(1), default=20, help="calls per timed repetition (default 20)")
+    add("--warmup", type=int_at_least(0), default=5, help="untimed calls first (default 5)")
+    add("--reps", type=int_at_least(1), default=5,
+        help="timed repetitions; the median counts (default 5)")  # fmt: skip
+    add("--rounds", type=int_at_least(1), default=1, help="sweeps over every backend, in reverse "
+        "order every other one; each figure is the median over rounds (default 1)")  # fmt: skip
+    add("--graph-max-bytes", type=size_or_zero, default="64M",
+        help="also time in a CUDA graph up to this (0: off)")  # fmt: skip
+    add("--check-max-bytes", type=size_or_zero, default="64M",
+        help="check results on the host up to this size")  # fmt: skip
+    add("--buffer-bytes", type=byte_size, default=None, help="p2p symmetric buffer per rank "
+        "(default: P2PConfig's, 32M)")  # fmt: skip
     add("--auto-thresholds", choices=AUTO_THRESHOLDS, default="measured",
         help="p2p sizes for auto: the crossovers of a first sweep, in as many rounds, over "
         "the single backends listed (default; list nccl and p2p-push/-oneshot/-twoshot) or "
         "P2PConfig's defaults (what auto ships with)")  # fmt: skip
-    add("--world", type=int, default=None, help="ranks (default: visible GPUs, or 2 on CPU)")
+    add("--world", type=int_at_least(2), default=None,
+        help="ranks (default: visible GPUs, or 2 on CPU)")  # fmt: skip
     add("--cpu", action="store_true", help="stay on the CPU even where GPUs are visible")
     add("--reference", action="append", default=[], help="nccl-tests output file or folder")
     add("--nccl-tests", default=None, metavar="DIR", help="folder of nccl-tests binaries "
@@ -114,11 +138,18 @@ class CommOptions:
                 f"--nccl-tests {self.nccl_tests}: not a folder (give the one holding "
                 "all_reduce_perf and the other nccl-tests binaries)"
             )
+        gpu_only = [b for b in self.backends if b not in ("gloo", "auto")]  # auto: gloo on CPU
+        if gpu_only and not self.on_gpu:
+            raise ValueError(
+                f"--backends {','.join(gpu_only)} needs one GPU per rank and this run is on the "
+                f"CPU ({self.world} ranks); use --backends gloo, or run where "
+                f"{self.world} GPUs are visible without --cpu"
+            )
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, gpus: int) -> CommOptions:
         """The record for ``args`` on a machine with ``gpus`` visible GPUs."""
-        from rankgate.bench.busbw import message_sizes, parse_size
+        from rankgate.bench.busbw import message_sizes
 
         gpus = 0 if args.cpu else gpus
         world = args.world or (gpus if gpus >= 2 else 2)

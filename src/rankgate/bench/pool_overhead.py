@@ -24,6 +24,8 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+from rankgate.cliargs import UsageError, int_at_least
+
 _TEST_FILE = """
 import pytest
 import torch
@@ -59,24 +61,37 @@ def pytest_sessionfinish(session):
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
-    parser.add_argument("--k", type=int, default=50, help="pool tests per world (default 50)")
     parser.add_argument(
-        "--spawn-k", type=int, default=5, help="spawn-per-test runs per world (default 5)"
+        "--k", type=int_at_least(1), default=50, help="pool tests per world (default 50)"
     )
     parser.add_argument(
-        "--worlds", type=int, nargs="+", default=[2, 4], help="world sizes (default 2 4)"
-    )
+        "--spawn-k", type=int_at_least(1), default=5,
+        help="spawn-per-test runs per world (default 5)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--worlds", type=int_at_least(1), nargs="+", default=[2, 4],
+        help="world sizes (default 2 4)",
+    )  # fmt: skip
     parser.add_argument(
         "--backend", choices=("gloo", "nccl"), default="gloo", help="process-group backend"
     )
 
 
+def validate(args: argparse.Namespace) -> None:
+    """nccl needs one GPU per rank of the largest world (before any pool starts)."""
+    if args.backend != "nccl":
+        return
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus < max(args.worlds):
+        raise UsageError(
+            f"--backend nccl needs {max(args.worlds)} GPUs for --worlds "
+            f"{' '.join(map(str, args.worlds))}; {gpus} visible. Use --backend gloo"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
-    for name in ("k", "spawn_k"):
-        if getattr(args, name) < 1:
-            raise SystemExit(f"--{name.replace('_', '-')} must be >= 1")
-    if any(w < 1 for w in args.worlds):
-        raise SystemExit("--worlds must be positive integers")
     pool = measure_pool(args.worlds, args.backend, args.k)
     rows = []
     for world in args.worlds:

@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from rankgate.cliargs import seconds
 from rankgate.dispatch.profile import Profile, ProfileError, find_profile, load_profile
 from rankgate.dispatch.results import MERGED_NAME, DispatchResult, render_report
 from rankgate.dispatch.run import describe_stage, run_stage, wait_policy
@@ -66,14 +67,14 @@ def _add_wait_arguments(parser: argparse.ArgumentParser) -> None:
     """How long to wait and how often to look (rankgate.dispatch.run.wait_policy)."""
     parser.add_argument(
         "--deadline",
-        type=float,
+        type=seconds,
         default=None,
         metavar="SECONDS",
         help="cancel the job when it has not ended after this long",
     )
     parser.add_argument(
         "--queue-timeout",
-        type=float,
+        type=seconds,
         default=None,
         metavar="SECONDS",
         help="cancel the job when it has waited in the queue this long "
@@ -81,14 +82,14 @@ def _add_wait_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--run-timeout",
-        type=float,
+        type=seconds,
         default=None,
         metavar="SECONDS",
         help="cancel the job when it has run this long (interLink: default from the profile)",
     )
     parser.add_argument(
         "--poll",
-        type=float,
+        type=seconds,
         default=None,
         metavar="SECONDS",
         help="seconds between status checks (default: 2 for SLURM, the "

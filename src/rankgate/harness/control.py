@@ -107,3 +107,8 @@ def failed_key(test_index: int, rank: int) -> str:
 
 def exited_key(rank: int) -> str:
     return f"exited/{rank}"
+
+
+def stopped_key(rank: int) -> str:
+    """Set by a rank that received a stop signal (its value: the signal's name)."""
+    return f"stopped/{rank}"

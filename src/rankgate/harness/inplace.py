@@ -9,30 +9,53 @@ failure on any rank. world(n) with n different from the launched world is skippe
 with a reason: in-place mode never runs a test on a subgroup, because a subgroup's
 idle ranks would report a pass they did not earn.
 
+Every rank shows and counts each test's cross-rank verdict (``inplace_verdict``), so
+``-x``/``--maxfail`` stop every rank after the same test. Beside its JUnit file each
+rank appends each test's outcome to its results file as the test ends
+(``rankgate.report.rankresults``): a rank killed outright loses at most the test it
+was in, and merge-junit reads the rest from that file.
+
 A test that loses the group (destroys it, or breaks it with a backend error) fails,
 and every rank joins a new group before the next test. A rank whose test hangs, or
-outlives a failed peer by PEER_GRACE_S, prints its stacks, records that test and
-every test not yet run (as errors) in its JUnit file, tells the other ranks, and
-exits: a process stuck in a collective cannot be freed any other way.
+outlives a failed peer by PEER_GRACE_S, and a rank that receives SIGTERM or SIGHUP (a
+launcher stopping the survivors of a dead rank), prints its stacks or names the dead
+ranks, records that test and every test not yet run (as errors) in its JUnit file,
+prints its summary, ends its child processes, tells the other ranks, and exits: a
+process stuck in a collective cannot be freed any other way.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import shutil
+import signal
+import socket
 import sys
 import tempfile
+import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+from _pytest.runner import runtestprotocol
 
 from rankgate.harness import control, leaks, options
 from rankgate.harness.control import RunAborted
+from rankgate.harness.failure_repr import failure_repr
 from rankgate.harness.hangwatch import HangWatch
 from rankgate.harness.inplace_group import InPlaceGroup
+from rankgate.harness.inplace_verdict import (
+    RankResult,
+    cross_rank_problem,
+    own_result,
+    plain_report,
+    report_text,
+    verdict_reports,
+)
 from rankgate.harness.pool import collective_timeout
 from rankgate.harness.rankstate import (
     after_test_problems,
@@ -42,24 +65,29 @@ from rankgate.harness.rankstate import (
     seed_everything,
     set_collective_timeout,
 )
+from rankgate.harness.signalwatch import SignalWatch
 from rankgate.harness.spec import WorldSpec
 from rankgate.harness.testitem import seed_for_test, skip_at_test, test_timeout, world_spec
 from rankgate.harness.verdict import reproduction_line
 from rankgate.launch.env import LaunchEnv
+from rankgate.report.rankresults import ResultsWriter, results_path
 
 EXIT_WAIT_S = 5.0
 """A rank that stops the run waits this long for the others to write their JUnit files."""
-
-WORST_FIRST = ("error", "failed", "skipped", "passed")
+SIGNAL_PEER_WAIT_S = 1.0
+"""After a stop signal, how long a rank waits to hear that each peer got it too; a peer
+that says nothing (and whose process is gone, where it runs on this host) is dead."""
+STORE_TIMEOUT_WHEN_STOPPING = timedelta(seconds=2)
+"""The store may be gone with the launcher: a stopping rank never waits long on it."""
+KEPT_OPTIONS = ("-p", "-o", "-c", "--override-ini", "--config-file", "--rootdir")
+"""Options of the run that the reproduction line repeats (they change what runs)."""
 
 
 class Problem(NamedTuple):
-    """A test that failed (or whose ranks disagreed) on ranks other than rank 0."""
+    """A test that failed (or whose ranks disagreed) on another rank than this one."""
 
     nodeid: str
     text: str
-    counted: bool
-    """Rank 0 failed it too, so its own report already counts it."""
 
 
 def launcher_command(launch: LaunchEnv) -> str:
@@ -74,6 +102,31 @@ def launcher_command(launch: LaunchEnv) -> str:
     if launch.launcher == "mpi":
         return f"mpirun -np {n} python"
     return f"mpiexec -n {n} python"
+
+
+def run_options(args: list[str]) -> list[str]:
+    """The KEPT_OPTIONS (with their values) among pytest's command-line ``args``."""
+    kept, take_next = [], False
+    for arg in args:
+        if take_next:
+            kept.append(arg)
+            take_next = False
+        elif arg in KEPT_OPTIONS:
+            kept.append(arg)
+            take_next = True
+        elif arg.startswith(tuple(o + "=" for o in KEPT_OPTIONS if o.startswith("--"))) or (
+            len(arg) > 2 and arg[:2] in ("-p", "-o", "-c")
+        ):
+            kept.append(arg)
+    return kept
+
+
+def junit_names(nodeid: str) -> tuple[str, str]:
+    """The classname and name pytest's JUnit writer gives this test."""
+    from _pytest.junitxml import mangle_test_address
+
+    names = mangle_test_address(nodeid)
+    return ".".join(names[:-1]), names[-1]
 
 
 def add_section(report: pytest.TestReport, title: str, text: str) -> None:
@@ -94,8 +147,16 @@ class InPlaceSession:
         self.launch = launch
         self.default_timeout = options.default_timeout(config)
         self.base_seed = config.getoption("rankgate_seed")
-        self._outcome: dict[str, tuple[str, str]] = {}
-        self.problems: list[Problem] = []  # on rank 0
+        self.problems: list[Problem] = []
+        self._current: pytest.Item | None = None
+        self._current_logged = False  # its own reports are in the JUnit file already
+        self._tests_failed = 0  # on any rank: what -x and --maxfail count, alike on every rank
+        self._results: ResultsWriter | None = None
+        self._log_shown = None  # pytest_runtest_logreport of every plugin but JUnit's
+        self._stop_lock = threading.Lock()
+        self._stopping = False
+        self._peers: list[tuple[str, int]] = []  # each rank's (host, pid)
+        self._signals = SignalWatch(self._on_signal)
         # The real stderr, before pytest's capture swaps fd 2 during tests: hang stacks
         # written to the capture file would vanish with the process.
         self._hang_watch = HangWatch(launch.rank, os.fdopen(os.dup(2), "w"))
@@ -171,22 +232,45 @@ class InPlaceSession:
 
     def reproduction_line(self, item: pytest.Item) -> str:
         seeded = world_spec(item) is not None  # plain tests are not seeded
+        options = run_options(list(self.config.invocation_params.args))
         return reproduction_line(
             item.nodeid,
             self.launch.world_size,
             self.backend,
             seed_for_test(self.base_seed, item.nodeid) if seeded else None,
             self.base_seed,
-            command=f"{launcher_command(self.launch)} -m pytest",
+            command=shlex.join([*launcher_command(self.launch).split(), "-m", "pytest", *options]),
         )
 
-    def pytest_sessionstart(self, session: pytest.Session) -> None:
+    def _xml(self):
         from _pytest.junitxml import xml_key
 
-        xml = self.config.stash.get(xml_key, None)
+        return self.config.stash.get(xml_key, None)
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        xml = self._xml()
+        others = [session]  # -x/--maxfail count the verdicts, alike on every rank (below)
         if xml is not None:  # merge-junit reads these: a missing rank is then a failure
             xml.add_global_property("rank", str(self.launch.rank))
             xml.add_global_property("world_size", str(self.launch.world_size))
+            if self._junit_logging_unset():
+                xml.logging = "out-err"  # every rank's output in its file, as pool mode does
+            self._results = ResultsWriter(
+                results_path(self.config.option.xmlpath),
+                self.launch.rank,
+                self.launch.world_size,
+            )
+            others.append(xml)
+        self._log_shown = self.config.pluginmanager.subset_hook_caller(
+            "pytest_runtest_logreport", remove_plugins=others
+        )
+        self._signals.start()
+
+    def _junit_logging_unset(self) -> bool:
+        overrides = getattr(self.config, "_override_ini", ()) or ()
+        return "junit_logging" not in self.config.inicfg and not any(
+            o.startswith("junit_logging=") for o in overrides
+        )
 
     # -- collection -------------------------------------------------------------------
 
@@ -198,9 +282,14 @@ class InPlaceSession:
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self._items = list(session.items)
         self._index = {item.nodeid: i for i, item in enumerate(self._items)}
-        mine = ([item.nodeid for item in self._items], self._collect_errors)
+        mine = (
+            [item.nodeid for item in self._items],
+            self._collect_errors,
+            (socket.gethostname(), os.getpid()),
+        )
         everyone = self.control.all_gather("collected", mine)
-        ids = [i for i, _ in everyone]
+        self._peers = [where for _, _, where in everyone]
+        ids = [i for i, _, _ in everyone]
         differing = [r for r in range(len(ids)) if ids[r] != ids[0]]
         if not differing:
             return
@@ -288,42 +377,167 @@ class InPlaceSession:
         return None
 
     def _stop_run(self, item: pytest.Item, stacks: str, why: str) -> None:
-        """From the hang watcher, just before this rank exits: record, tell, wait.
-
-        The main thread is stuck in the test, so nothing else touches pytest's state;
-        the rank's JUnit file is written now because the session will never finish.
-        """
-        from _pytest.junitxml import xml_key
-
-        from rankgate.harness.failure_repr import failure_repr
-
+        """From the hang watcher, just before this rank exits: record, tell, wait."""
         rank = self.launch.rank
-        reason = f"rank {rank} stopped the run: {item.nodeid} {why}"
-        self.control.set(control.ABORT_KEY, reason)
-        report = pytest.TestReport(
-            nodeid=item.nodeid,
-            location=item.location,
-            keywords=dict.fromkeys(item.keywords, 1),
-            outcome="failed",
-            longrepr=failure_repr(
-                item,
-                f"hung on rank {rank}: {why}; the rank exited\nPython stacks of every "
-                f"thread:\n{stacks}\n{self.reproduction_line(item)}",
-            ),
-            when="call",
-            user_properties=[("rankgate.verdict", "hung")],
+        self._stop(
+            item,
+            f"rank {rank} stopped the run: {item.nodeid} {why}",
+            f"hung on rank {rank}: {why}; the rank exited\nPython stacks of every "
+            f"thread:\n{stacks}",
+            verdict="hung",
         )
-        item.ihook.pytest_runtest_logreport(report=report)
-        self._last_index = self._index.get(item.nodeid, self._last_index)
+
+    def _on_signal(self, signum: int) -> None:
+        """From the signal watch: a launcher (or CI) stops this rank; record, tell, exit."""
+        name = signal.Signals(signum).name
+        rank = self.launch.rank
+        item = self._current
+        try:
+            self.control.store.set_timeout(STORE_TIMEOUT_WHEN_STOPPING)
+            self.control.set(control.stopped_key(rank), name)
+            dead = self._dead_peers()
+        except Exception:
+            dead = []  # the store went with the launcher: say only what this rank knows
+        if dead:
+            ranks = ", ".join(map(str, dead))
+            cause = (
+                f"rank(s) {ranks} crashed (ended without a result: os._exit, a signal or "
+                f"the OOM killer), and the launcher sent {name} to rank {rank}"
+            )
+        else:
+            cause = f"rank {rank} received {name} (the launcher or the CI stopped the job)"
+        where = f"while {item.nodeid} ran" if item is not None else "between tests"
+        if self._stop(item, f"{cause} {where}", f"{cause} {where}", verdict="crashed"):
+            os._exit(128 + signum)
+        # else the hang watch is stopping this rank already, and exits when done
+
+    def _dead_peers(self) -> list[int]:
+        """Peers that gave no sign after the stop signal and whose process is gone."""
+        others = [r for r in range(self.launch.world_size) if r != self.launch.rank]
+        deadline = time.monotonic() + SIGNAL_PEER_WAIT_S
+        while True:
+            silent = [
+                r
+                for r in others
+                if not self.control.store.check([control.stopped_key(r)])
+                and not self.control.store.check([control.exited_key(r)])
+            ]
+            gone = [r for r in silent if not self._may_be_running(r)]
+            if gone == silent or time.monotonic() > deadline:
+                return gone
+            time.sleep(0.05)
+
+    def _may_be_running(self, rank: int) -> bool:
+        """False when ``rank``'s process is known to be gone (it runs on this host)."""
+        if rank >= len(self._peers):
+            return False
+        host, pid = self._peers[rank]
+        if host != socket.gethostname():
+            return True  # cannot look; silence alone decides after SIGNAL_PEER_WAIT_S
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except (OSError, IndexError):
+            return False
+
+    def _stop(self, item: pytest.Item | None, reason: str, text: str, *, verdict: str) -> bool:
+        """Record ``item`` as failed with ``text``, the rest as not run, write the JUnit
+        file, print the summary, end this rank's children, tell the others, wait for them.
+
+        Runs in a watcher thread while the main thread is stuck (or about to be ended),
+        so nothing else touches pytest's state; the session will never finish.
+        """
+        with self._stop_lock:  # the hang watch and a signal may both come
+            if self._stopping:
+                return False
+            self._stopping = True
+        rank = self.launch.rank
+        capman = self.config.pluginmanager.get_plugin("capturemanager")
+        captured = ("", "")
+        if capman is not None:  # the test's output so far, and the terminal back for us
+            try:
+                capman.suspend_global_capture(in_=True)
+                captured = capman.read_global_capture()
+            except Exception:
+                pass
+        try:
+            self.control.store.set_timeout(STORE_TIMEOUT_WHEN_STOPPING)
+            self.control.set(control.ABORT_KEY, reason)
+        except Exception:
+            pass  # the store is gone; the others learn it from the launcher
+        if item is not None:
+            report = pytest.TestReport(
+                nodeid=item.nodeid,
+                location=item.location,
+                keywords=dict.fromkeys(item.keywords, 1),
+                outcome="failed",
+                longrepr=failure_repr(item, f"{text}\n{self.reproduction_line(item)}"),
+                when="call",
+                sections=[
+                    (f"Captured {name} call", out)
+                    for name, out in zip(("stdout", "stderr"), captured, strict=True)
+                    if out
+                ],
+                user_properties=[("rankgate.verdict", verdict)],
+            )
+            if self._current_logged:  # its own result is in the JUnit file already
+                self._log_shown(report=report)
+            else:
+                self._log_both(item, [report])
+            self._last_index = self._index.get(item.nodeid, self._last_index)
         not_run = self._report_not_run(reason)
-        xml = self.config.stash.get(xml_key, None)
+        xml = self._xml()
         if xml is not None:
             xml.pytest_sessionfinish()
+            self._close_results()
+        self._print_summary(reason)
+        self._end_children()
         self._hang_watch.write(
             f"[rank {rank}] rankgate: {reason}; {not_run} later test(s) not run, recorded as errors"
         )
-        self.control.set(control.exited_key(rank), True)
-        self._wait_for_peers_to_exit()
+        try:
+            self.control.set(control.exited_key(rank), True)
+            self._wait_for_peers_to_exit()
+        except Exception:
+            pass
+        return True
+
+    def _print_summary(self, reason: str) -> None:
+        """What pytest prints at the end of a session, for a session that ends here."""
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        if tr is None:
+            return
+        try:
+            tr.write_line("")
+            self.config.hook.pytest_terminal_summary(
+                terminalreporter=tr, exitstatus=pytest.ExitCode.TESTS_FAILED, config=self.config
+            )
+            tr.write_sep("!", f"rankgate: {reason}", red=True)
+            tr.summary_stats()
+            tr._tw.flush()
+        except Exception as exc:  # the process exits next: say why the summary is short
+            self._hang_watch.write(f"[rank {self.launch.rank}] rankgate: no summary: {exc!r}")
+
+    @staticmethod
+    def _end_children() -> None:
+        """End every process this rank started (forkservers, pool workers, helpers):
+        the rank exits now, and they would outlive it under PID 1."""
+        tree, todo = [], [os.getpid()]
+        while todo:
+            found = list(leaks.children(todo.pop()))
+            tree += found
+            todo += found
+        for sig, wait in ((signal.SIGTERM, 1.0), (signal.SIGKILL, 0.0)):
+            for pid in tree:
+                try:
+                    os.kill(pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in tree):
+                leaks.reap(tree)
+                time.sleep(0.05)
+            leaks.reap(tree)
 
     def _wait_for_peers_to_exit(self) -> None:
         others = [r for r in range(self.launch.world_size) if r != self.launch.rank]
@@ -344,7 +558,7 @@ class InPlaceSession:
                 longrepr=f"not run: {reason}",
                 when="setup",
             )
-            item.ihook.pytest_runtest_logreport(report=report)
+            self._log_both(item, [report])
         self._last_index = len(self._items) - 1
         return len(rest)
 
@@ -360,63 +574,109 @@ class InPlaceSession:
                 self.control.set(control.failed_key(index, self.launch.rank), True)
         return report
 
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.failed:
-            outcome = "failed" if report.when == "call" else "error"
-        else:
-            outcome = "skipped" if report.skipped else "passed"
-        text = str(report.longrepr) if report.longrepr is not None else ""
-        current = self._outcome.get(report.nodeid)
-        if current is None or WORST_FIRST.index(outcome) < WORST_FIRST.index(current[0]):
-            self._outcome[report.nodeid] = (outcome, text)
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_protocol(self, item: pytest.Item, nextitem):
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem) -> bool:
+        """Run the phases unlogged, exchange, then log own results and the verdict."""
         # Longer than the hang watch's timeout, which ends a hang with stacks.
         seconds = collective_timeout(self._timeout(item))
         if self._group_alive():
             set_collective_timeout(seconds)
         index = self._index.get(item.nodeid)
-        result = yield
+        item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+        self._current, self._current_logged = item, False
+        if self._results is not None:
+            self._results.begin(*junit_names(item.nodeid))
+        own = runtestprotocol(item, nextitem=nextitem, log=False)
+        if self._stopping:  # a watcher thread records this test and ends the process
+            threading.Event().wait()
+        self._log_own(item, own)
+        self._current_logged = True
+        everyone = None
         if index is not None and self._aborted is None:
             self._last_index = index
-            self._exchange(item, index, seconds)
-        return result
+            everyone = self._exchange(item, index, seconds, own)
+        shown = own if everyone is None else verdict_reports(item, own, everyone, self.launch.rank)
+        for report in shown:
+            self._log_shown(report=report)
+        self._count_failure(item, shown)
+        self._current = None
+        item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+        return True
 
-    def _exchange(self, item: pytest.Item, index: int, seconds: float) -> None:
-        """Every rank's outcome of this test; a new group where any rank lost its own."""
-        outcome, text = self._outcome.pop(item.nodeid, ("passed", ""))
-        mine = (outcome, text, self._group_trouble)
+    def _log_own(self, item: pytest.Item, reports: list[pytest.TestReport]) -> None:
+        """This rank's own reports: into its JUnit file and its results file."""
+        reports = [plain_report(item, r) for r in reports]
+        xml = self._xml()
+        if xml is not None:
+            for report in reports:
+                xml.pytest_runtest_logreport(report=report)
+        if self._results is not None:
+            mine = own_result(reports)
+            classname, name = junit_names(item.nodeid)
+            failed = [r for r in reports if r.failed or r.skipped]
+            message = ""
+            if failed and getattr(failed[0].longrepr, "reprcrash", None) is not None:
+                message = failed[0].longrepr.reprcrash.message
+            elif failed:
+                message = report_text(failed[0]).split("\n", 1)[0]
+            self._results.end(
+                {
+                    "classname": classname,
+                    "name": name,
+                    "outcome": mine.outcome,
+                    "message": message,
+                    "text": mine.text,
+                    "time": sum(r.duration for r in reports),
+                    # The last phase's report carries every phase's captured output.
+                    "stdout": reports[-1].capstdout if reports else "",
+                    "stderr": reports[-1].capstderr if reports else "",
+                }
+            )
+
+    def _log_both(self, item: pytest.Item, reports: list[pytest.TestReport]) -> None:
+        """A report this rank makes for itself (not run, hung): its files and terminal."""
+        self._log_own(item, reports)
+        for report in reports:
+            self._log_shown(report=report)
+        self._count_failure(item, reports)
+
+    def _count_failure(self, item: pytest.Item, shown: list[pytest.TestReport]) -> None:
+        """-x and --maxfail count tests failed on any rank, so every rank stops together."""
+        if not any(r.failed and not hasattr(r, "wasxfail") for r in shown):
+            return
+        self._tests_failed += 1
+        item.session.testsfailed += 1
+        maxfail = self.config.getoption("maxfail")
+        if maxfail and self._tests_failed >= maxfail:
+            item.session.shouldfail = (
+                f"stopping after {self._tests_failed} failures (counted on every rank)"
+            )
+
+    def _exchange(
+        self, item: pytest.Item, index: int, seconds: float, own: list[pytest.TestReport]
+    ) -> list[RankResult] | None:
+        """Every rank's result of this test; a new group where any rank lost its own."""
+        mine = own_result(own)._replace(group_trouble=self._group_trouble)
         self._group_trouble = False
         try:
-            everyone = self.control.all_gather(f"t{index}/outcome", mine, timeout=seconds)
+            gathered = self.control.all_gather(f"t{index}/outcome", tuple(mine), timeout=seconds)
         except (RunAborted, TimeoutError) as exc:
             self._stop_gracefully(item, str(exc))
-            return
-        if self.launch.rank == 0:
-            self._judge(item.nodeid, [(o, t) for o, t, _ in everyone])
-        if any(trouble for _, _, trouble in everyone):
+            return None
+        everyone = [RankResult(*result) for result in gathered]
+        problem = cross_rank_problem(everyone, self.launch.rank)
+        if problem is not None:
+            self.problems.append(Problem(item.nodeid, problem))
+        if any(result.group_trouble for result in everyone):
             self.group.renew()
+        return everyone
 
     def _stop_gracefully(self, item: pytest.Item, reason: str) -> None:
         """Another rank stopped the run: finish this session, the rest as not run."""
         self._aborted = reason
         self.control.set(control.ABORT_KEY, reason)  # a timeout here stops the others too
-        if self.launch.rank == 0:
-            self.problems.append(Problem(item.nodeid, reason, counted=False))
+        self.problems.append(Problem(item.nodeid, reason))
         item.session.shouldstop = f"rankgate: {reason}"
-
-    def _judge(self, nodeid: str, everyone: list) -> None:
-        outcomes = {r: o for r, (o, _) in enumerate(everyone)}
-        # A failure of rank 0's own is in its report and counted already.
-        counted = outcomes[0] in ("failed", "error")
-        bad = [r for r, o in outcomes.items() if o in ("failed", "error") and r != 0]
-        if bad:
-            text = "".join(f"\n--- rank {r}: {everyone[r][0]} ---\n{everyone[r][1]}" for r in bad)
-            self.problems.append(Problem(nodeid, f"failed on rank(s) {bad}{text}", counted))
-        elif len(set(outcomes.values())) > 1 and not counted:
-            detail = ", ".join(f"rank {r} {o}" for r, o in outcomes.items())
-            self.problems.append(Problem(nodeid, f"ranks disagree: {detail}", counted=False))
 
     # -- reporting --------------------------------------------------------------------
 
@@ -425,37 +685,30 @@ class InPlaceSession:
             return
         tr = terminalreporter
         tr.section("rankgate: failures on other ranks", sep="=", red=True, bold=True)
-        for nodeid, text, counted in self.problems:
-            tr.write_line(f"FAILED {nodeid}: {text}")
-            if counted:
-                continue
-            # Counted in the final line and the short summary, never in rank 0's JUnit file.
-            report = pytest.TestReport(
-                nodeid=nodeid,
-                location=(nodeid.split("::")[0], None, nodeid),
-                keywords={},
-                outcome="failed",
-                longrepr=text.splitlines()[0],
-                when="call",
-            )
-            tr.stats.setdefault("failed", []).append(report)
-            for outcome in ("passed", "skipped"):
-                if outcome in tr.stats:
-                    reports = tr.stats[outcome]
-                    tr.stats[outcome] = [r for r in reports if getattr(r, "nodeid", "") != nodeid]
+        for nodeid, text in self.problems:
+            tr.write_line(f"FAILED {nodeid}: {text.splitlines()[0]}")
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self._aborted is not None:
             self._report_not_run(self._aborted)  # before the JUnit file is written
 
+    def _close_results(self) -> None:
+        """The JUnit file holds everything now: the results file can go."""
+        if self._results is not None:
+            self._results.close(remove=True)
+            self._results = None
+
     @pytest.hookimpl(trylast=True, specname="pytest_sessionfinish")
-    def _count_other_ranks(self, session: pytest.Session) -> None:
+    def pytest_sessionfinish_last(self, session: pytest.Session) -> None:
+        self._close_results()  # junitxml has written this rank's file by now
         if (self.problems or self._aborted) and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_unconfigure(self) -> None:
         import torch.distributed as dist
+
+        self._signals.stop()
 
         if self._aborted is not None:
             self.control.set(control.exited_key(self.launch.rank), True)

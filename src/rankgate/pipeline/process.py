@@ -1,7 +1,15 @@
-"""Every subprocess the pipeline starts goes through :func:`run` (one place, one error type)."""
+"""Every subprocess the pipeline starts goes through :func:`run` (one place, one error type).
+
+A command runs in its own session (process group), so it can be ended as a whole:
+on a timeout, on Ctrl-C, and when this process gets SIGTERM or SIGHUP (a CI runner
+cancelling the job, ``timeout``, a closed terminal). Python's default for those two
+is to die at once, which would leave the command's tree running under PID 1; here
+the tree is ended first, then this process dies of the same signal.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -10,6 +18,39 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+
+END_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+class Ended(BaseException):
+    """This process received one of END_SIGNALS while a command ran (``args[0]``: it)."""
+
+
+@contextlib.contextmanager
+def _signals_end_the_command():
+    """While a command runs, END_SIGNALS raise Ended in the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread can take signals; its own run() handles them
+        return
+
+    def raise_ended(signum, frame):
+        raise Ended(signum)
+
+    previous = {sig: signal.signal(sig, raise_ended) for sig in END_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _die_of(signum: int) -> None:
+    """End this process by ``signum``, as it would have without the handler."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+    raise SystemExit(128 + signum)  # only if the signal is blocked
 
 
 class CommandFailed(Exception):
@@ -51,10 +92,16 @@ def run(
         if proc.stdout is not None:
             tee.start()
         try:
-            proc.wait(timeout=timeout)
+            with _signals_end_the_command():
+                proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             _kill_tree(proc)
             raise CommandFailed(argv, 124, f"timed out after {timeout:.0f} s") from None
+        except Ended as ended:
+            name = signal.Signals(ended.args[0]).name
+            print(f"rankgate: {name}: ending {shlex.join(argv)}", file=sys.stderr, flush=True)
+            _kill_tree(proc)
+            _die_of(ended.args[0])
         except BaseException:  # KeyboardInterrupt included: the whole tree goes with us
             _kill_tree(proc)
             raise

@@ -133,6 +133,9 @@ _PYTEST_RUN = (
     "src/rankgate/report/__init__.py",
     "src/rankgate/report/tracing*.py",
     "src/rankgate/report/outcome_plugin.py",
+    # in place, each rank's results file (and merge-junit's reading of it)
+    "src/rankgate/report/rankresults.py",
+    "src/rankgate/report/junitfile.py",
 )
 # The new suites (parallelism, training, data) and the workloads they exercise.
 _WORKLOAD_SUITES = (
@@ -169,7 +172,12 @@ _INTERLINK_E2E = (
         )
     ),
 )
-_JUNIT_MERGE = ("src/rankgate/report/junit.py", "src/rankgate/report/junitfile.py")
+_JUNIT_MERGE = (
+    "src/rankgate/report/junit.py",
+    "src/rankgate/report/junitfile.py",
+    "src/rankgate/report/rankresults.py",
+    "src/rankgate/cliargs.py",
+)
 # The report's tests run real ranks (a failing world test) and the executor, then open
 # the page in Chromium; the traces' tests run a traced stage: both are dist tests.
 _REPORT_TESTS = (

@@ -20,6 +20,7 @@ import os
 import sys
 from pathlib import Path
 
+from rankgate.cliargs import existing_file
 from rankgate.report.collect import ReportData, collect
 from rankgate.report.html import render_html
 from rankgate.report.junitfile import ReportInputError
@@ -34,11 +35,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: OUT/junit/)",
     )  # fmt: skip
     parser.add_argument(
-        "--bench", action="append", default=[], metavar="FILE",
+        "--bench", action="append", default=[], metavar="FILE", type=existing_file,
         help="a benchmark JSON file (or a saved --json run); repeatable (default: OUT/bench/)",
     )  # fmt: skip
     parser.add_argument(
-        "--plot", action="append", default=[], metavar="PNG",
+        "--plot", action="append", default=[], metavar="PNG", type=existing_file,
         help="a PNG to embed; repeatable (default: OUT/bench/**/*.png)",
     )  # fmt: skip
     parser.add_argument(

@@ -35,15 +35,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from rankgate.cliargs import int_at_least
 from rankgate.report.junitfile import (
     OUTCOMES,
     CaseResult,
     JUnitFile,
     ReportInputError,
-    expand_paths,
     join_texts,
-    read_junit,
+    read_junit,  # noqa: F401  (part of this module's API)
 )
+from rankgate.report.rankresults import expand, read_any
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,9 +165,11 @@ def merge_junit(paths: Iterable[str | Path], world_size: int | None = None) -> M
 
     ``world_size`` names the ranks expected (0..world_size-1); by default it comes from
     a ``world_size`` property of the files, else from the ranks seen. A rank with no
-    file at all becomes one errored test, ``rankgate.merge::missing_ranks``.
+    file at all becomes one errored test, ``rankgate.merge::missing_ranks``; a rank
+    that left only its results file (it died) is read from that file
+    (:mod:`rankgate.report.rankresults`), its last test crashed.
     """
-    files = [read_junit(p) for p in expand_paths(paths)]
+    files = [read_any(p) for p in expand(paths)]
     return merge_files(files, world_size)
 
 
@@ -345,7 +348,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("-o", "--output", metavar="OUT.xml", help="write the merged JUnit here")
     parser.add_argument(
-        "--world", type=int, metavar="N",
+        "--world", type=int_at_least(1), metavar="N",
         help="expected number of ranks; a rank without a file is an error",
     )
     parser.add_argument(
@@ -354,12 +357,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _refuse_output_among_inputs(output: str, inputs: Sequence[str]) -> None:
+    """Writing the merge over one of its inputs would lose that rank's results."""
+    target = Path(output).resolve()
+    for given in expand(inputs):
+        if Path(given).resolve() == target:
+            raise ReportInputError(
+                f"-o {output} is one of the inputs; write the merge to another file"
+            )
+
+
 def run(args: argparse.Namespace) -> int:
     """Exit 0 when nothing failed or errored, 1 otherwise, 2 on bad input."""
     if args.world is not None and args.world < 1:
         print(f"rankgate merge-junit: --world must be ≥ 1, got {args.world}", file=sys.stderr)
         return 2
     try:
+        if args.output:
+            _refuse_output_among_inputs(args.output, args.files)
         report = merge_junit(args.files, world_size=args.world)
         if args.output:
             report.write_xml(args.output)

@@ -1,0 +1,62 @@
+"""The ``rankgate`` command's one rule for bad input: one line naming the option and
+what it accepts, exit 2, before any work starts.
+
+Option values are checked by argparse types from here (``int_at_least(1)``, ``seconds``,
+``existing_file``), so a bad value never reaches a benchmark or a
+submission. Checks that need several options or the machine ("nccl needs GPUs") raise
+:class:`UsageError` from a subcommand's ``validate(args)``, which runs before ``run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+USAGE_EXIT = 2
+
+
+class UsageError(Exception):
+    """Input that this command cannot use, or a run that cannot happen here (one line)."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, with its errors as one line (no usage block) and exit 2."""
+
+    def error(self, message: str):
+        self.exit(USAGE_EXIT, f"{self.prog}: error: {message}\n")
+
+
+def int_at_least(low: int):
+    """An integer option of at least ``low``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+def seconds(text: str) -> float:
+    """A duration in seconds: a finite number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text}")
+    return value
+
+
+def existing_file(text: str) -> str:
+    """A file that exists and can be read."""
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{text}: no such file")
+    return text

@@ -1,0 +1,140 @@
+"""In-place mode's cross-rank verdict of one test, as every rank's terminal shows it.
+
+Each rank runs the test's phases without logging them, sends what it saw (its worst
+outcome, its failure text, its captured output) to the others, and then logs:
+
+- its own reports to its JUnit file and its results file (a rank's files say what
+  happened on that rank; merge-junit makes the verdict from them), and
+- the verdict reports to everything else (terminal, session's -x/--maxfail count,
+  last-failed cache): its own reports, with a failure on any other rank turned into a
+  failure here that carries that rank's text and output. Every rank then shows and
+  counts the same verdict for the test, once.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import NamedTuple
+
+import pytest
+from _pytest._code.code import ReprEntryNative, ReprExceptionInfo, ReprFileLocation, ReprTraceback
+
+from rankgate.harness.failure_repr import failure_repr
+from rankgate.report.rankresults import strip_ansi
+
+WORST_FIRST = ("error", "failed", "skipped", "passed")
+BAD = ("error", "failed")
+
+
+class RankResult(NamedTuple):
+    """What one rank saw of one test (sent to every other rank through the store)."""
+
+    outcome: str
+    """error (setup or teardown failed), failed, skipped or passed."""
+    text: str
+    """The failure's report text (no escape codes); the skip reason when skipped."""
+    output: tuple[tuple[str, str], ...]
+    """Captured sections (title, text) of the phases that failed."""
+    group_trouble: bool = False
+    """The test lost or broke this rank's process group."""
+
+
+def outcome_of(report: pytest.TestReport) -> str:
+    if report.failed:
+        return "failed" if report.when == "call" else "error"
+    return "skipped" if report.skipped else "passed"
+
+
+def report_text(report: pytest.TestReport) -> str:
+    if report.longrepr is None:
+        return ""
+    if isinstance(report.longrepr, tuple):  # a skip: (path, line, reason)
+        return str(report.longrepr[2])
+    return strip_ansi(str(report.longrepr))
+
+
+def own_result(reports: list[pytest.TestReport]) -> RankResult:
+    """This rank's result of one test from its phase reports."""
+    outcome, texts, output = "passed", [], []
+    for report in reports:
+        this = outcome_of(report)
+        if WORST_FIRST.index(this) < WORST_FIRST.index(outcome):
+            outcome = this
+        if this in BAD or (this == "skipped" and outcome == "skipped"):
+            texts.append(report_text(report))
+        if this in BAD:
+            output.extend((title, strip_ansi(text)) for title, text in report.sections)
+    return RankResult(outcome, "\n".join(t for t in texts if t), tuple(dict.fromkeys(output)))
+
+
+def cross_rank_problem(everyone: list[RankResult], rank: int) -> str | None:
+    """What the other ranks add to this rank's verdict, or None when they add nothing."""
+    others_bad = [r for r, res in enumerate(everyone) if res.outcome in BAD and r != rank]
+    if others_bad:
+        return f"failed on rank(s) {others_bad}" + "".join(
+            f"\n--- rank {r}: {everyone[r].outcome} ---\n{everyone[r].text}" for r in others_bad
+        )
+    outcomes = {res.outcome for res in everyone}
+    if len(outcomes) > 1 and everyone[rank].outcome not in BAD:
+        detail = ", ".join(f"rank {r} {res.outcome}" for r, res in enumerate(everyone))
+        return f"ranks disagree: {detail}"
+    return None
+
+
+def verdict_reports(
+    item: pytest.Item, own: list[pytest.TestReport], everyone: list[RankResult], rank: int
+) -> list[pytest.TestReport]:
+    """This rank's reports as the cross-rank verdict makes them (see the module doc)."""
+    problem = cross_rank_problem(everyone, rank)
+    if problem is None:
+        return own
+    others_output = [
+        (f"{title} (rank {r})", text)
+        for r, res in enumerate(everyone)
+        if r != rank
+        for title, text in res.output
+    ]
+    reports = [copy.copy(r) for r in own]
+    for report in reports:
+        report.sections = list(report.sections)
+    failed_here = [r for r in reports if r.failed]
+    if failed_here:  # already a failure here, counted once: it gains the others' texts
+        target = failed_here[0]
+        target.longrepr = copy.deepcopy(target.longrepr)  # the own report keeps its own
+        if hasattr(target.longrepr, "addsection"):
+            target.longrepr.addsection("rankgate: the other ranks", problem)
+        else:
+            target.longrepr = failure_repr(item, f"{report_text(target)}\n\n{problem}")
+    else:
+        # The call phase carries the verdict; a test skipped at setup has none.
+        target = next((r for r in reports if r.when == "call"), reports[0])
+        target.outcome = "failed"
+        target.longrepr = failure_repr(item, problem)
+        if hasattr(target, "wasxfail"):
+            del target.wasxfail
+    target.sections.extend(others_output)
+    return reports
+
+
+def plain_report(item: pytest.Item, report: pytest.TestReport) -> pytest.TestReport:
+    """``report`` without terminal escape codes (a suite that forces ``--color=yes``
+    colours assertion diffs), for files that are read outside a terminal."""
+    text = "" if report.longrepr is None else str(report.longrepr)
+    if "\x1b" not in text and not any("\x1b" in body for _, body in report.sections):
+        return report
+    plain = copy.copy(report)
+    plain.sections = [(title, strip_ansi(body)) for title, body in report.sections]
+    if "\x1b" in text and not isinstance(report.longrepr, tuple):
+        crash = getattr(report.longrepr, "reprcrash", None)
+        path, lineno, _ = item.location
+        plain.longrepr = ReprExceptionInfo(
+            reprtraceback=ReprTraceback(
+                [ReprEntryNative([strip_ansi(text) + "\n"])], None, "native"
+            ),
+            reprcrash=ReprFileLocation(
+                crash.path if crash else path,
+                crash.lineno if crash else (lineno or 0) + 1,
+                strip_ansi(crash.message if crash else text.split("\n", 1)[0]),
+            ),
+        )
+    return plain

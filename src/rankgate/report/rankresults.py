@@ -1,0 +1,158 @@
+"""Per-rank results files: each test's outcome on one rank, appended as the test ends.
+
+In-place mode writes ``<junit stem>.rank<r>.jsonl`` beside the rank's JUnit file (and
+removes it once that JUnit file is written). A rank that dies without writing its
+JUnit file (``os._exit``, a signal, the OOM killer) leaves this file instead, whose
+last ``begin`` without an ``end`` names the test it died in, so a crash loses at most
+that test's own result. ``rankgate merge-junit`` falls back to it for a rank that has
+no JUnit file.
+
+One JSON object per line: ``{"event": "rank", "rank", "world_size"}`` first, then
+``{"event": "begin", "classname", "name"}`` when a test starts and ``{"event": "end",
+"classname", "name", "outcome", "message", "text", "time", "stdout", "stderr"}`` when
+it ends. A torn last line (the rank died while writing it) is ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from rankgate.report.junitfile import (
+    CaseResult,
+    JUnitFile,
+    ReportInputError,
+    read_junit,
+)
+
+SUFFIX = ".jsonl"
+_RANK_IN_NAME = re.compile(r"rank[-_.]?(\d+)", re.IGNORECASE)
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without terminal escape codes (colour, cursor moves)."""
+    return _ANSI.sub("", text) if "\x1b" in text else text
+
+
+def results_path(junit_path: str | Path) -> Path:
+    """The results file that goes with a rank's JUnit file (``junit.rank1.xml``)."""
+    return Path(junit_path).with_suffix(SUFFIX)
+
+
+class ResultsWriter:
+    """Appends one rank's records, each line flushed to the OS as it is written."""
+
+    def __init__(self, path: Path, rank: int, world_size: int) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self._write({"event": "rank", "rank": rank, "world_size": world_size})
+
+    def begin(self, classname: str, name: str) -> None:
+        self._write({"event": "begin", "classname": classname, "name": name})
+
+    def end(self, case: dict) -> None:
+        """``case``: classname, name, outcome and optionally message, text, time, stdout, stderr."""
+        self._write({"event": "end", **case})
+
+    def _write(self, record: dict) -> None:
+        if self._fd is None:
+            return
+        # One write per record: a rank killed mid-test leaves whole lines behind.
+        os.write(self._fd, (json.dumps(record) + "\n").encode())
+
+    def close(self, *, remove: bool) -> None:
+        """Stop writing; ``remove`` once the rank's JUnit file holds everything."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if remove:
+            self.path.unlink(missing_ok=True)
+
+
+def read_results(path: str | Path) -> JUnitFile:
+    """One rank's results file as a JUnit file; the test it died in counts as crashed."""
+    path = str(path)
+    try:
+        lines = Path(path).read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        raise ReportInputError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise ReportInputError(f"{path}: cannot read ({exc.strerror})") from None
+    records = []
+    for number, line in enumerate(lines, 1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number == len(lines):
+                break  # the rank died while writing its last line
+            raise ReportInputError(f"{path}:{number}: not a results record") from None
+    if not records or records[0].get("event") != "rank":
+        raise ReportInputError(f"{path}: not a rankgate results file (no rank record first)")
+    rank, world = records[0].get("rank"), records[0].get("world_size")
+    cases: dict[tuple[str, str], CaseResult] = {}
+    for record in records[1:]:
+        key = (record.get("classname", ""), record.get("name", ""))
+        if record.get("event") == "begin":
+            cases[key] = _crashed(key, rank, path)
+        elif record.get("event") == "end":
+            cases[key] = CaseResult(
+                classname=key[0],
+                name=key[1],
+                rank=rank,
+                outcome=record.get("outcome", "error"),
+                message=record.get("message", ""),
+                text=record.get("text", ""),
+                time=float(record.get("time", 0.0)),
+                system_out=record.get("stdout", ""),
+                system_err=record.get("stderr", ""),
+                source=path,
+            )
+    return JUnitFile(
+        path=path, rank=rank, world_size=world, suite_names=(), cases=tuple(cases.values())
+    )
+
+
+def _crashed(key: tuple[str, str], rank: int, path: str) -> CaseResult:
+    message = f"crashed on rank {rank}: the rank ended while running this test"
+    text = (
+        f"{message} (os._exit, a signal or the OOM killer; it wrote no JUnit file). "
+        f"Its results file {path} stops at this test; its output is in its log."
+    )
+    return CaseResult(key[0], key[1], rank, "failed", message, text, source=path)
+
+
+def expand(paths) -> list[str]:
+    """Paths to read: each directory's per-rank JUnit files, and its results files of ranks
+    without one; a named JUnit file that is missing gives way to its results file.
+    """
+    out: list[str] = []
+    for p in paths:
+        path = Path(p)
+        if path.is_dir():
+            junit = sorted(str(f) for f in path.glob("*.xml") if _RANK_IN_NAME.search(f.name))
+            have = {Path(f).with_suffix("") for f in junit}
+            results = sorted(
+                str(f)
+                for f in path.glob(f"*{SUFFIX}")
+                if _RANK_IN_NAME.search(f.name) and f.with_suffix("") not in have
+            )
+            if not junit and not results:
+                raise ReportInputError(
+                    f"{path}: directory holds no per-rank JUnit files (*rank<r>*.xml) "
+                    f"and no results files (*rank<r>*{SUFFIX})"
+                )
+            out.extend(junit + results)
+        elif not path.exists() and results_path(path).is_file():
+            out.append(str(results_path(path)))
+        else:
+            out.append(str(path))
+    return out
+
+
+def read_any(path: str) -> JUnitFile:
+    """A JUnit file, or a results file (``.jsonl``)."""
+    return read_results(path) if path.endswith(SUFFIX) else read_junit(path)

@@ -1,0 +1,293 @@
+"""In place, no verdict is lost: a rank that dies, a launcher's SIGTERM, -x, a hang.
+
+Each test starts pytest on 2 gloo ranks with torchrun, for real, and checks what the
+terminal, each rank's JUnit file and merge-junit say.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from rankgate.report.junit import merge_junit
+
+pytestmark = [pytest.mark.dist, pytest.mark.torch_dist]
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+
+
+def _write(tmp_path: Path, source: str, ini: str = "") -> None:
+    (tmp_path / "test_suite.py").write_text(textwrap.dedent(source))
+    (tmp_path / "pytest.ini").write_text("[pytest]\n" + ini)
+
+
+def _torchrun(tmp_path: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    cmd = [*TORCHRUN, "-m", "pytest", "-p", "no:cacheprovider", *args]
+    return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=timeout)
+
+
+def _case(path: Path, name: str) -> ET.Element:
+    (case,) = [c for c in ET.parse(path).getroot().iter("testcase") if c.get("name") == name]
+    return case
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+CRASH = """
+import os
+import time
+import pytest
+
+@pytest.mark.world(2)
+def test_first(rank):
+    print(f"first on rank {rank}")
+
+@pytest.mark.world(2, timeout=60)
+def test_dies_on_rank_1(rank):
+    if rank == 1:
+        os._exit(7)
+    time.sleep(50)  # the launcher's SIGTERM comes long before
+
+@pytest.mark.world(2)
+def test_after(rank):
+    pass
+"""
+
+
+def test_os_exit_on_one_rank_the_survivor_writes_its_junit_naming_the_dead_rank(tmp_path):
+    _write(tmp_path, CRASH)
+    proc = _torchrun(tmp_path, "-q", "--color=no", "--junitxml=out/junit.xml", "test_suite.py")
+    out = proc.stdout
+    assert proc.returncode != 0
+    # Rank 0 (the survivor torchrun sent SIGTERM to) prints its summary, naming the cause.
+    cause = (
+        "rank(s) 1 crashed (ended without a result: os._exit, a signal or the OOM killer), "
+        "and the launcher sent SIGTERM to rank 0 while test_suite.py::test_dies_on_rank_1 ran"
+    )
+    assert "short test summary info" in out, proc.stderr
+    assert "FAILED test_suite.py::test_dies_on_rank_1 - rank(s) 1 crashed" in out
+    assert "ERROR test_suite.py::test_after - not run: rank(s) 1 crashed" in out
+    assert "1 failed, 1 passed, 1 error" in out
+    failure = _case(tmp_path / "out" / "junit.rank0.xml", "test_dies_on_rank_1").find("failure")
+    assert failure.get("message") == cause
+    # Rank 1 wrote no JUnit file; its results file holds what it finished and where it died.
+    assert not (tmp_path / "out" / "junit.rank1.xml").exists()
+    assert (tmp_path / "out" / "junit.rank1.jsonl").is_file()
+    assert not (tmp_path / "out" / "junit.rank0.jsonl").exists()  # its JUnit file holds it all
+    merged = merge_junit([tmp_path / "out"])
+    tests = {t.name: t for t in merged.tests}
+    assert {n: t.verdict for n, t in tests.items()} == {
+        "test_first": "passed", "test_dies_on_rank_1": "failed", "test_after": "error",
+    }  # fmt: skip
+    assert tests["test_dies_on_rank_1"].results[1].message == (
+        "crashed on rank 1: the rank ended while running this test"
+    )
+    assert tests["test_first"].results[1].system_out.strip() == "first on rank 1"
+    cli = subprocess.run(
+        [sys.executable, "-m", "rankgate.cli", "merge-junit", "out"],
+        cwd=tmp_path, capture_output=True, text=True,
+    )  # fmt: skip
+    assert cli.returncode == 1, cli.stderr
+    assert "FAILED test_suite::test_dies_on_rank_1: failed on ranks 0, 1" in cli.stdout
+
+
+SIGNALLED = """
+import os
+import time
+import pytest
+
+@pytest.mark.world(2, timeout=120)
+def test_waits(rank):
+    open(f"running{rank}", "w").close()
+    time.sleep(100)
+
+def test_never_reached():
+    pass
+"""
+
+
+def test_sigterm_to_the_job_leaves_every_rank_junit_naming_the_signal(tmp_path):
+    _write(tmp_path, SIGNALLED)
+    cmd = [*TORCHRUN, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--color=no",
+           "--junitxml=out/junit.xml", "test_suite.py"]  # fmt: skip
+    job = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 90
+    while not all((tmp_path / f"running{r}").exists() for r in (0, 1)):
+        assert time.monotonic() < deadline and job.poll() is None, job.communicate()
+        time.sleep(0.1)
+    job.send_signal(signal.SIGTERM)  # what a CI runner's cancel does to the job's launcher
+    out, err = (s.decode() for s in job.communicate(timeout=60))
+    assert job.returncode != 0
+    for rank in (0, 1):
+        path = tmp_path / "out" / f"junit.rank{rank}.xml"
+        assert path.is_file(), err
+        failure = _case(path, "test_waits").find("failure")
+        assert failure.get("message") == (
+            f"rank {rank} received SIGTERM (the launcher or the CI stopped the job) "
+            "while test_suite.py::test_waits ran"
+        )
+        error = _case(path, "test_never_reached").find("error")
+        assert f'"not run: rank {rank} received SIGTERM' in error.get("message")
+    assert "1 failed, 1 error" in out
+    assert merge_junit([tmp_path / "out"]).verdicts == {
+        "test_suite::test_waits": "failed", "test_suite::test_never_reached": "error",
+    }  # fmt: skip
+
+
+STOP_FIRST = """
+import pytest
+
+@pytest.mark.world(2)
+def test_fails_on_rank_1(rank):
+    assert rank == 0
+
+@pytest.mark.world(2)
+def test_second(rank):
+    open(f"second-ran-on-rank{rank}", "w").close()
+"""
+
+
+@pytest.mark.parametrize("stop", ["-x", "--maxfail=1"])
+def test_x_stops_every_rank_after_the_same_test(tmp_path, stop):
+    _write(tmp_path, STOP_FIRST)
+    proc = _torchrun(
+        tmp_path, "-q", "--color=no", stop, "--junitxml=out/junit.xml", "test_suite.py"
+    )
+    assert proc.returncode == 1
+    assert "stopping after 1 failures (counted on every rank)" in proc.stdout
+    assert "1 failed in" in proc.stdout
+    assert list(tmp_path.glob("second-ran-on-rank*")) == []
+    for rank in (0, 1):  # both wrote their JUnit file, holding the one test that ran
+        names = [
+            c.get("name")
+            for c in ET.parse(tmp_path / "out" / f"junit.rank{rank}.xml").iter("testcase")
+        ]
+        assert names == ["test_fails_on_rank_1"]
+    assert merge_junit([tmp_path / "out"]).verdicts == {
+        "test_suite::test_fails_on_rank_1": "failed"
+    }
+
+
+VERDICTS = """
+import pytest
+
+@pytest.mark.world(2)
+def test_wrong_on_rank_1(rank):
+    print(f"value seen on rank {rank}")
+    assert rank == 0, "a planted wrong value"
+
+@pytest.mark.world(2)
+def test_fails_on_both(rank):
+    assert rank < 0
+
+@pytest.mark.world(2)
+def test_fine(rank):
+    pass
+"""
+
+
+def test_terminal_shows_the_cross_rank_verdict_once_with_every_ranks_output(tmp_path):
+    _write(tmp_path, VERDICTS)
+    proc = _torchrun(
+        tmp_path, "-v", "--color=no", "-rf", "-c", "pytest.ini", "-o", "console_output_style=classic",
+        "--junitxml=out/junit.xml", "test_suite.py",
+    )  # fmt: skip
+    out = proc.stdout
+    assert proc.returncode == 1
+    # A failure on rank 1 is a failure on rank 0's terminal, not rank 0's own PASSED.
+    assert "test_suite.py::test_wrong_on_rank_1 FAILED" in out
+    assert "test_wrong_on_rank_1 PASSED" not in out
+    assert "test_suite.py::test_fine PASSED" in out
+    # Each test counts once, whatever the number of ranks it failed on.
+    assert "2 failed, 1 passed" in out
+    assert out.count("FAILED test_suite.py::test_fails_on_both - ") == 1
+    assert "FAILED test_suite.py::test_wrong_on_rank_1 - failed on rank(s) [1]" in out
+    # Rank 1's captured output reaches rank 0's report.
+    assert "Captured stdout call (rank 1)" in out
+    assert "value seen on rank 1" in out
+    # The reproduction line carries the run's -p, -c and -o options.
+    assert (
+        "reproduce: torchrun --standalone --nproc-per-node=2 -m pytest -p no:cacheprovider "
+        "-c pytest.ini -o console_output_style=classic 'test_suite.py::test_wrong_on_rank_1'"
+    ) in out
+    # Rank 1's own terminal (its log) shows the same verdicts.
+    log = (tmp_path / "out" / "pytest.rank1.log").read_text()
+    assert "test_suite.py::test_wrong_on_rank_1 FAILED" in log
+    assert "2 failed, 1 passed" in log
+    # Every rank's output is in its own JUnit file and in the merged verdict.
+    case = _case(tmp_path / "out" / "junit.rank1.xml", "test_wrong_on_rank_1")
+    assert "value seen on rank 1" in case.findtext("system-out")
+    merged = {t.name: t for t in merge_junit([tmp_path / "out"]).tests}
+    mine = merged["test_wrong_on_rank_1"]
+    assert mine.failing_ranks == (1,)
+    assert "value seen on rank 0" in mine.results[0].system_out
+    assert "value seen on rank 1" in mine.results[1].system_out
+
+
+COLOURED = """
+import pytest
+
+@pytest.mark.world(2)
+def test_diff(rank):
+    print("\\x1b[91mred output\\x1b[0m")
+    assert {"a": 1, "rank": rank} == {"a": 2, "rank": rank}
+"""
+
+
+def test_junit_files_carry_no_escape_codes_when_the_suite_forces_colour(tmp_path):
+    _write(tmp_path, COLOURED, ini="addopts = --color=yes\n")
+    proc = _torchrun(tmp_path, "-q", "--junitxml=out/junit.xml", "test_suite.py")
+    assert proc.returncode == 1
+    assert "\x1b[" in proc.stdout  # the terminal keeps its colours
+    for rank in (0, 1):
+        text = (tmp_path / "out" / f"junit.rank{rank}.xml").read_text()
+        assert "#x1B" not in text and "\x1b" not in text
+        assert "red output" in text
+        assert "AssertionError" in text
+    merge_junit([tmp_path / "out"]).write_xml(tmp_path / "merged.xml")
+    assert "#x1B" not in (tmp_path / "merged.xml").read_text()
+
+
+HANG = """
+import subprocess
+import time
+import pytest
+
+@pytest.mark.world(2, timeout=4)
+def test_hangs_with_a_helper(rank):
+    helper = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    open(f"helper{rank}", "w").write(str(helper.pid))
+    time.sleep(1000)
+
+def test_later():
+    pass
+"""
+
+
+def test_a_hang_stop_prints_the_summary_and_ends_the_tests_processes(tmp_path):
+    _write(tmp_path, HANG)
+    proc = _torchrun(tmp_path, "-q", "--color=no", "--junitxml=out/junit.xml", "test_suite.py")
+    assert proc.returncode != 0
+    out = proc.stdout
+    assert "short test summary info" in out, proc.stderr
+    assert "FAILED test_suite.py::test_hangs_with_a_helper - hung on rank 0" in out
+    assert "1 failed, 1 error" in out
+    pids = [int(p.read_text()) for p in tmp_path.glob("helper*")]
+    assert pids
+    deadline = time.monotonic() + 5
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [p for p in pids if _alive(p)] == []

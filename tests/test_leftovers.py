@@ -1,0 +1,48 @@
+"""The run's leftover check (tests/leftovers.py) fails a run that leaves rankgate-* folders."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+HERE = Path(__file__).resolve().parent
+
+LEAKY = """
+import tempfile
+
+def test_forgets_its_folder():
+    tempfile.mkdtemp(prefix="rankgate-hpc-")
+
+def test_cleans_up(tmp_path):
+    with tempfile.TemporaryDirectory(prefix="rankgate-gpu-"):
+        pass
+"""
+
+
+def _run(pytester: pytest.Pytester, source: str):
+    pytester.makepyfile(test_inner=source)
+    pytester.makeconftest('pytest_plugins = ["leftovers"]')
+    env_path = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
+    pytester._monkeypatch.setenv("PYTHONPATH", env_path)
+    return pytester.run(sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q")
+
+
+def test_a_folder_left_in_the_temp_dir_fails_the_run_naming_it(pytester):
+    result = _run(pytester, LEAKY)
+    assert result.ret == 1
+    result.stdout.fnmatch_lines([
+        "*= leftover temp folders =*",
+        "the run left 1 rankgate-* folder(s) in its temp dir */pytest-run-tmp-*: rankgate-hpc-*",
+        "2 passed in *",
+    ])  # fmt: skip
+
+
+def test_a_clean_run_passes(pytester):
+    result = _run(pytester, LEAKY.replace('tempfile.mkdtemp(prefix="rankgate-hpc-")', "pass"))
+    assert result.ret == 0
+    assert "leftover" not in result.stdout.str()
