@@ -213,7 +213,7 @@ def test_a_folder_that_is_not_there_is_bad_input(tmp_path):
     assert done.returncode == 2
     errors = [line for line in done.stderr.splitlines() if "error" in line.lower()]
     assert errors == [
-        f"rankgate bench comm: error: --nccl-tests {tmp_path / 'nowhere'}: not a folder (give "
+        f"rankgate bench: error: --nccl-tests {tmp_path / 'nowhere'}: not a folder (give "
         "the one holding all_reduce_perf and the other nccl-tests binaries)"
     ]
     assert "Traceback" not in done.stderr
