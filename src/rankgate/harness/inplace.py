@@ -497,7 +497,10 @@ class InPlaceSession:
         )
         try:
             self.control.set(control.exited_key(rank), True)
-            self._wait_for_peers_to_exit()
+            if self._wait_for_peers_to_exit() and self.group.store_path is not None:
+                # Each rank's last store operation was its "exited": nobody reads the
+                # FileStore again, and a killed run must not leave it in the temp dir.
+                self.group.store_path.unlink(missing_ok=True)
         except Exception:
             pass
         return True
@@ -539,12 +542,16 @@ class InPlaceSession:
                 time.sleep(0.05)
             leaks.reap(tree)
 
-    def _wait_for_peers_to_exit(self) -> None:
+    def _wait_for_peers_to_exit(self) -> bool:
+        """True when every other rank said it exited within EXIT_WAIT_S."""
         others = [r for r in range(self.launch.world_size) if r != self.launch.rank]
         keys = [control.exited_key(r) for r in others]
         deadline = time.monotonic() + EXIT_WAIT_S
-        while time.monotonic() < deadline and not self.control.store.check(keys):
+        while time.monotonic() < deadline:
+            if self.control.store.check(keys):
+                return True
             time.sleep(0.05)
+        return False
 
     def _report_not_run(self, reason: str) -> int:
         """Every test after the last one started: an error saying why it did not run."""
