@@ -56,4 +56,17 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
             + ", ".join(left)
         )
     else:
-        shutil.rmtree(private, ignore_errors=True)
+        remove_at_exit(private)
+
+
+def remove_at_exit(private: Path) -> None:
+    """Remove the run's temp dir once multiprocessing has removed its own dir in it.
+
+    multiprocessing keeps a ``pymp-*`` dir in the temp dir and removes it at interpreter
+    exit (finalizer priority -100); removing ours first made that finalizer fail with a
+    traceback. A finalizer of lower priority runs after it.
+    """
+    from multiprocessing import util
+
+    util.Finalize(None, shutil.rmtree, args=(str(private),), kwargs={"ignore_errors": True},
+                  exitpriority=-101)  # fmt: skip

@@ -46,3 +46,26 @@ def test_a_clean_run_passes(pytester):
     result = _run(pytester, LEAKY.replace('tempfile.mkdtemp(prefix="rankgate-hpc-")', "pass"))
     assert result.ret == 0
     assert "leftover" not in result.stdout.str()
+
+
+WORLD_TESTS = """
+import pytest
+import torch
+import torch.distributed as dist
+
+@pytest.mark.world(2)
+def test_all_reduce(rank):
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    assert t.item() == 2
+"""
+
+
+@pytest.mark.dist
+def test_the_pools_leave_nothing_behind(pytester):
+    """The pools' folders go with the session, before the check looks; and no error is
+    printed at exit (multiprocessing removes its own folder in the temp dir last)."""
+    result = _run(pytester, WORLD_TESTS)
+    assert result.ret == 0, result.stdout.str()
+    assert "leftover" not in result.stdout.str()
+    assert "Traceback" not in result.stderr.str(), result.stderr.str()

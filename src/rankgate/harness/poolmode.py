@@ -179,11 +179,22 @@ class PoolSession:
             return "error", "E", "ERROR"
         return None
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self) -> None:
+        # The pools end with the session, before any end-of-run check looks for what
+        # the run left behind (their folders among them).
+        self._shut_down()
+
     def pytest_unconfigure(self) -> None:
+        self._shut_down()  # a session that never finished (an internal error)
+
+    def _shut_down(self) -> None:
         if self._registry is not None:
             self._registry.shutdown_all()
+            self._registry = None
         if self._base_dir is not None:
             shutil.rmtree(self._base_dir, ignore_errors=True)
+            self._base_dir = None
 
 
 def build_task(item: pytest.Function, seed: int) -> TestTask:
