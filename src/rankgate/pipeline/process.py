@@ -30,10 +30,13 @@ def run(
     env: dict[str, str] | None = None,
     timeout: float | None = None,
     echo: bool = True,
+    log_path: Path | None = None,
 ) -> int:
     """Run ``argv`` with the terminal as its stdout/stderr and return its exit code.
 
     ``stdout_path``: also copy stdout into this file (the command's product).
+    ``log_path``: append stdout and stderr to this file instead of the terminal, so that
+    stages run side by side keep their outputs apart.
     Raises :class:`CommandFailed` for a code outside ``ok_codes``, a missing program
     or a timeout. The process gets its own session, so an interrupt reaches its tree.
     """
@@ -42,12 +45,17 @@ def run(
     if shutil.which(argv[0]) is None:
         raise CommandFailed(argv, 127, f"{argv[0]} not found on PATH")
     full_env = {**os.environ, **(env or {})}
-    if stdout_path is not None:
-        stdout_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(stdout_path or os.devnull, "w") as product:
-        pipe = subprocess.PIPE if stdout_path is not None else None
-        proc = subprocess.Popen(argv, env=full_env, stdout=pipe, text=True, start_new_session=True)
-        tee = threading.Thread(target=_tee, args=(proc.stdout, product), daemon=True)
+    for path in (stdout_path, log_path):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+    with open(stdout_path or os.devnull, "w") as product, open(log_path or os.devnull, "a") as log:
+        terminal = log if log_path is not None else sys.stdout
+        own = log if log_path is not None else None
+        pipe = subprocess.PIPE if stdout_path is not None else own
+        proc = subprocess.Popen(
+            argv, env=full_env, stdout=pipe, stderr=own, text=True, start_new_session=True
+        )
+        tee = threading.Thread(target=_tee, args=(proc.stdout, product, terminal), daemon=True)
         if proc.stdout is not None:
             tee.start()
         try:
@@ -66,12 +74,12 @@ def run(
     return proc.returncode
 
 
-def _tee(stream, product) -> None:
-    """Copy the command's stdout into its product file and the terminal, as it comes."""
+def _tee(stream, product, terminal) -> None:
+    """Copy the command's stdout into its product file and the terminal (or log), as it comes."""
     for line in stream:
         product.write(line)
-        sys.stdout.write(line)
-        sys.stdout.flush()
+        terminal.write(line)
+        terminal.flush()
 
 
 def _kill_tree(proc: subprocess.Popen) -> None:

@@ -78,6 +78,10 @@ class Stage:
     """What it runs locally, in order."""
     includes: tuple[str, ...] = ()
     """Stages it runs after its own commands (only the gate has any)."""
+    beside: bool = False
+    """The gate may run it at the same time as its other ``beside`` stages: it waits more
+    than it computes (on a scheduler, on an image build), so they share the cores well.
+    Each one's output then goes to ``logs/<name>.log`` and is shown when it ends."""
     paths: tuple[str, ...] = ()
     """Files the stage depends on, as globs relative to the repository root (``*`` stays
     within a folder, ``**`` crosses folders, ``dir/**`` is everything under dir). With
@@ -265,6 +269,7 @@ _STAGES: dict[str, Stage] = {
             remote_markers="world and not gpu and not hpc and not container",
             where=("local", "dispatch"),
             needs=("slurm",),
+            beside=True,  # its tests wait on slurmctld/slurmd for most of their time
             products=("junit/hpc.xml",),
             commands=(_PYTEST,),
             dagger="test-hpc",
@@ -324,6 +329,7 @@ _STAGES: dict[str, Stage] = {
             markers="container",
             where=("local",),
             needs=("container-engine",),
+            beside=True,  # mostly an image build: package downloads and layer writes
             products=("container/build.log", "junit/container.xml"),
             commands=(
                 Command(
