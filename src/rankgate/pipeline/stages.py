@@ -325,7 +325,10 @@ _STAGES: dict[str, Stage] = {
         ),
         Stage(
             name="container",
-            description="Build the CPU image from a local base and run the CPU suites in it.",
+            description=(
+                "Build the CPU image from a local base and prove it: plugin, a world(2) test, "
+                "torchrun and mpirun in place."
+            ),
             markers="container",
             where=("local",),
             needs=("container-engine",),
@@ -347,9 +350,9 @@ _STAGES: dict[str, Stage] = {
             ),
             dagger="build-container",
             workflow="ci.yml:container",
-            # What only an image can break: its build, and the multi-rank suites in a
-            # container's environment (shared memory, pids, users). The code itself is
-            # tested by unit and dist, which run the same tests outside the image.
+            # What only an image can break: its build, its environment (user, packages,
+            # shared memory, pids) and its launchers. The code itself is tested by unit
+            # and dist on the host, so the image does not run those suites again.
             paths=(
                 *_PYTEST_RUN, "containers/**", "scripts/container/**",
                 "src/rankgate/pipeline/__init__.py", "src/rankgate/pipeline/container.py",
