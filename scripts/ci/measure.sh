@@ -19,6 +19,7 @@ esac
 head -n -1 .ci/run >"$logs/setup.sh"
 export CI=true
 cat /proc/loadavg >"$logs/loadavg.start"
+cat /proc/loadavg >"$logs/loadavg.setup"
 start=$EPOCHREALTIME
 # The set-up exports (e.g. RANKGATE_CONTAINER_FRESH) must reach the stages: source it,
 # with $0 set to .ci/run, whose `cd "$(dirname "$0")/.."` it keeps.
@@ -29,10 +30,14 @@ BASH_XTRACEFD=7 7>"$logs/setup.trace" \
     >"$logs/setup.log" 2>&1
 echo "setup $(echo "$EPOCHREALTIME - $start" | bc)" >"$logs/times"
 source "$logs/setup.env"
+unset BASH_XTRACEFD
+cat /proc/loadavg >>"$logs/loadavg.setup"
 install=${last%% && nox -s *}
 sessions=${last##*nox -s }
 t=$EPOCHREALTIME
+cat /proc/loadavg >"$logs/loadavg.install"
 bash -c "$install" >"$logs/install.log" 2>&1
+cat /proc/loadavg >>"$logs/loadavg.install"
 echo "install $(echo "$EPOCHREALTIME - $t" | bc)" >>"$logs/times"
 status=0
 for session in $sessions; do
