@@ -77,6 +77,17 @@ def main(argv: list[str] | None = None) -> int:
         row = f"{name:<10} {float(seconds):8.1f}  {code:<5} load {load(name):<12} {extra}"
         out.append(row.rstrip())
     out.append(f"load at start {load('start')}, at end {load('end')}")
+    if (logs / "container.log").is_file():
+        text = (logs / "container.log").read_text()
+        tests = [m for line in text.splitlines() if (m := SUMMARY.match(line.strip()))]
+        bases = re.findall(r"base-image: \S+ ready in (\d+) s", text)
+        for line in (logs / "times").read_text().splitlines():
+            if line.startswith("container ") and tests:
+                build = float(line.split()[1]) - float(tests[-1][2])
+                base = f" (of which the debootstrap base {bases[-1]} s)" if bases else ""
+                out.append(
+                    f"container: image build and nox {build:.0f} s{base}, tests {tests[-1][2]} s"
+                )
     if (logs / "setup.trace").is_file():
         out.append("")
         out.append("## set-up commands taking 0.5 s or more")
