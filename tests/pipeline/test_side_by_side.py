@@ -4,11 +4,13 @@ shown in pipeline order with its verdict; the gate's table keeps pipeline order.
 from __future__ import annotations
 
 import json
+import signal
 import sys
+import time
 
 import pytest
 
-from rankgate.pipeline import executor, side_by_side, stages
+from rankgate.pipeline import executor, process, side_by_side, stages
 from rankgate.pipeline.executor import Options
 from rankgate.pipeline.progress import Progress
 from rankgate.pipeline.stages import Command, Stage
@@ -97,3 +99,40 @@ def test_the_gate_runs_hpc_and_container_together_and_keeps_pipeline_order(tmp_p
 
 def test_only_hpc_and_container_are_run_side_by_side():
     assert [s.name for s in stages.all_stages() if s.beside] == ["hpc", "container"]
+
+
+def _late(name: str, tmp_path) -> Stage:
+    """A stage that writes its file after 20 s."""
+    late = "import pathlib, sys, time; time.sleep(20); pathlib.Path(sys.argv[1]).touch()"
+    return Stage(
+        name=name, description=name, where=("local",), paths=("x",), beside=True,
+        commands=(Command(argv=(sys.executable, "-c", late, str(tmp_path / name))),),
+        dagger=name, workflow=f"ci.yml:{name}",
+    )  # fmt: skip
+
+
+def test_an_interrupt_stops_every_stage_running_side_by_side(tmp_path):
+    """Ctrl-C reaches only the main thread; the stages' commands must end with it."""
+    options = Options(out_dir=tmp_path / "out")
+    numbered = [(1, _late("alpha", tmp_path)), (2, _late("beta", tmp_path))]
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 1.5)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            side_by_side.run(
+                numbered,
+                lambda stage, log: executor.run_stage(stage, options, Machine(), None, log),
+                options.out_dir,
+                Progress(total=2, what="gate"),
+            )
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    # Had the commands lived on, each would write its file after 20 s.
+    time.sleep(0.5)
+    assert not (tmp_path / "alpha").exists() and not (tmp_path / "beta").exists()
+    assert not process._running

@@ -11,6 +11,16 @@ import sys
 import threading
 from pathlib import Path
 
+_running: set[subprocess.Popen] = set()
+"""Commands :func:`run` is waiting on, from any thread (stages run side by side)."""
+
+
+def stop_all() -> None:
+    """End every command :func:`run` is waiting on, in any thread (process group, TERM
+    then KILL): an interrupt reaches only the main thread, not the threads that wait."""
+    for proc in list(_running):
+        _kill_tree(proc)
+
 
 class CommandFailed(Exception):
     """A command exited non-zero (or could not start). Carries the command and its code."""
@@ -58,6 +68,7 @@ def run(
         tee = threading.Thread(target=_tee, args=(proc.stdout, product, terminal), daemon=True)
         if proc.stdout is not None:
             tee.start()
+        _running.add(proc)
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -67,6 +78,7 @@ def run(
             _kill_tree(proc)
             raise
         finally:
+            _running.discard(proc)
             if tee.is_alive():  # ends when the command's stdout closes
                 tee.join(timeout=10)
     if proc.returncode not in ok_codes:

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rankgate.pipeline import process
 from rankgate.pipeline.progress import Progress
 from rankgate.pipeline.stages import Stage
 
@@ -43,7 +44,11 @@ def run(
             )
             for _, stage in numbered
         }
-        outcomes = {name: future.result() for name, future in futures.items()}
+        try:
+            outcomes = {name: future.result() for name, future in futures.items()}
+        except BaseException:  # Ctrl-C lands here, in the main thread: stop every stage
+            process.stop_all()
+            raise
     for i, stage in numbered:
         outcome = outcomes[stage.name]
         with progress.step(i, stage.name, f"ran side by side; {logs[stage.name]}", spinner=False):
