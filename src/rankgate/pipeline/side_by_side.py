@@ -51,7 +51,9 @@ def run(
             raise
     for i, stage in numbered:
         outcome = outcomes[stage.name]
-        with progress.step(i, stage.name, f"ran side by side; {logs[stage.name]}", spinner=False):
+        with progress.step(
+            i, stage.name, f"ran side by side; its output, from {logs[stage.name]}:", spinner=False
+        ):
             sys.stdout.write(logs[stage.name].read_text())
             sys.stdout.flush()
         progress.done(i, outcome.status, outcome.seconds)
