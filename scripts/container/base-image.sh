@@ -4,8 +4,8 @@
 #
 #   scripts/container/base-image.sh [TAG]      (default localhost/rankgate-base:bookworm)
 #
-# The image has python3.11 (matches the cp311 CPU torch wheel), venv (with pip) and CA
-# certificates. Debian's mirror comes from MIRROR (default: deb.debian.org).
+# The image has python3.11 (matches the cp311 CPU torch wheel), venv (with pip), CA
+# certificates and Open MPI's mpirun (the container stage runs pytest in place under it). Debian's mirror comes from MIRROR (default: deb.debian.org).
 # Needs root, debootstrap and podman (apt-get install debootstrap podman runc).
 set -euo pipefail
 
@@ -29,7 +29,7 @@ trap 'rm -rf "$rootfs"' EXIT
 echo "base-image: debootstrap $suite from $mirror"
 start=$SECONDS
 debootstrap --variant=minbase \
-    --include=python3,python3-venv,ca-certificates \
+    --include=python3,python3-venv,ca-certificates,openmpi-bin \
     "$suite" "$rootfs" "$mirror" >"$rootfs.log" 2>&1 || { tail -n 30 "$rootfs.log" >&2; exit 1; }
 rm -f "$rootfs.log"
 # Keep the image small: no package lists or caches.

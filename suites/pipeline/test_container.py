@@ -1,10 +1,14 @@
-"""The image built by the container stage: non-root, the variant's torch, CPU suites pass
-(unit, and the comm and harness suites' multi-rank tests on gloo).
+"""The image built by the container stage proves itself: non-root, the variant's torch,
+rankgate and its pytest plugin importable, a world(2) test on gloo ranks, and torchrun
+and mpirun running the same tests in place inside it.
 
-The container stage (``nox -s container``) builds ``localhost/rankgate:cpu-local`` first
-(RANKGATE_IMAGE and RANKGATE_VARIANT pick another). Run alone, these tests skip with
-the command that builds the image; under the container stage (RANKGATE_REQUIRE_CONTAINER=1)
-or in CI, a missing engine or image fails them, so the stage cannot pass untested.
+The suites themselves (unit, dist) run on the host in their own stages; inside the image
+only what the image can break is checked: its environment (user, packages, shared memory,
+pids, launchers). The container stage (``nox -s container``) builds
+``localhost/rankgate:cpu-local`` first (RANKGATE_IMAGE and RANKGATE_VARIANT pick
+another). Run alone, these tests skip with the command that builds the image; under the
+container stage (RANKGATE_REQUIRE_CONTAINER=1) or in CI, a missing engine or image fails
+them, so the stage cannot pass untested.
 """
 
 from __future__ import annotations
@@ -67,12 +71,11 @@ def test_has_the_variants_torch_and_rankgate(engine):
     assert out.splitlines()[-1] == wanted
 
 
-def test_unit_suites_pass_inside(engine, tmp_path):
-    argv = ["pytest", "-m", "unit", "-q", "-p", "no:cacheprovider", "--junitxml=/results/unit.xml"]
-    code, out = in_image(engine, argv, tmp_path)
-    totals = junit_totals(tmp_path / "unit.xml")
-    assert code == 0, out[-4000:]
-    assert totals["tests"] > 0 and totals["failures"] == totals["errors"] == 0, totals
+def test_the_plugin_is_loaded_inside(engine):
+    """pytest in the image finds rankgate's plugin through its entry point (world marker)."""
+    code, out = in_image(engine, ["pytest", "--markers", "-p", "no:cacheprovider"])
+    assert code == 0, out
+    assert "@pytest.mark.world(" in out, out[-2000:]
 
 
 def test_a_distributed_test_passes_inside(engine, tmp_path):
@@ -92,16 +95,20 @@ def test_a_distributed_test_passes_inside(engine, tmp_path):
     assert totals == {"tests": 1, "failures": 0, "errors": 0, "skipped": 0}
 
 
-def test_distributed_cpu_suites_pass_inside(engine, tmp_path):
-    """The comm and harness suites' multi-rank CPU tests, on gloo ranks inside the image."""
+# In-place runs under each launcher: pytest started by torchrun and by mpirun on 2 ranks.
+IN_PLACE = (
+    "suites/harness/test_inplace.py::test_torchrun_runs_tests_on_every_rank_and_rank_0_reports_all",
+    "suites/harness/test_inplace.py::test_mpirun_runs_the_same_file",
+)
+
+
+def test_torchrun_and_mpirun_run_tests_in_place_inside(engine, tmp_path):
     argv = [
-        "pytest", "-m", "dist and not gpu and not slow", "suites/comm", "suites/harness",
-        "-q", "-p", "no:cacheprovider", "--junitxml=/results/dist-suites.xml",
+        "pytest", *IN_PLACE, "-q", "-p", "no:cacheprovider", "-rs",
+        "--junitxml=/results/in-place.xml",
     ]  # fmt: skip
     code, out = in_image(engine, argv, tmp_path)
-    totals = junit_totals(tmp_path / "dist-suites.xml")
+    totals = junit_totals(tmp_path / "in-place.xml")
     assert code == 0, out[-4000:]
-    assert totals["failures"] == totals["errors"] == 0, totals
-    # 292 ran on 2 cores here; the image has no mpirun, so its in-place test skips.
-    assert totals["tests"] - totals["skipped"] >= 250, totals
-
+    # Neither skips: the image has both launchers (mpirun from openmpi-bin in the base).
+    assert totals == {"tests": 2, "failures": 0, "errors": 0, "skipped": 0}, out[-4000:]

@@ -21,3 +21,11 @@ def registered() -> dict:
         check=True,
     ).stdout
     return json.loads(out)
+
+
+@pytest.fixture(scope="session")
+def collected_tree() -> dict[str, list[str]]:
+    """Every test of the tree (one collection, a subprocess): node ID -> marker names."""
+    from tree_collection import collect
+
+    return collect()

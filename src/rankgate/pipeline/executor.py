@@ -12,12 +12,13 @@ import json
 import shlex
 import shutil
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from rankgate.pipeline import changes, process, stages
+from rankgate.pipeline import changes, process, side_by_side, stages
 from rankgate.pipeline.probe import Machine, module_missing
 from rankgate.pipeline.progress import Progress
 from rankgate.pipeline.stages import Command, Stage
@@ -25,6 +26,7 @@ from rankgate.report import runinfo, tracing
 
 Status = Literal["passed", "failed", "skipped"]
 NO_TESTS = 5  # pytest's exit code when the marker expression selects nothing
+_REPORT_LOCK = threading.Lock()
 
 
 @dataclass(kw_only=True, slots=True)
@@ -95,6 +97,7 @@ def run_stage(
     options: Options,
     machine: Machine | None = None,
     decision: changes.Decision | None = None,
+    log: Path | None = None,
     *,
     in_gate: bool = False,
 ) -> Outcome:
@@ -102,7 +105,8 @@ def run_stage(
 
     With ``options.changed_since`` (or a ``decision`` already made) a stage the change
     does not touch is skipped, saying why. Outside a gate (``in_gate``) it is a run of
-    its own: out/run.json describes it (:mod:`rankgate.report.runinfo`).
+    its own: out/run.json describes it (:mod:`rankgate.report.runinfo`). ``log``: the
+    commands' output goes there, not to the terminal (a stage run beside another).
     """
     if stage.includes:
         raise ValueError(f"{stage.name} runs other stages: use run_gate()")
@@ -120,7 +124,7 @@ def run_stage(
     # Marked running until its outcome replaces the mark: a killed run reads incomplete.
     runinfo.stage_started(options.out_dir, stage.name, stage.products)
     with tracing.span(f"stage {stage.name}", {"rankgate.stage": stage.name}) as trace_env:
-        outcome = _run_selected(stage, options, machine or Machine(), trace_env)
+        outcome = _run_selected(stage, options, machine or Machine(), trace_env, log)
         tracing.mark(outcome.status, **{"rankgate.reason": outcome.reason})
     tracing.flush()
     if decision is not None:
@@ -139,11 +143,16 @@ def record(outcome: Outcome, options: Options) -> None:
     folder = options.out_dir / "stages"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{outcome.stage}.json").write_text(json.dumps(outcome.to_json(), indent=2) + "\n")
-    print(f"rankgate: {write_quietly(options.out_dir)}", file=sys.stderr, flush=True)
+    with _REPORT_LOCK:  # stages run side by side finish at any time
+        print(f"rankgate: {write_quietly(options.out_dir)}", file=sys.stderr, flush=True)
 
 
 def _run_selected(
-    stage: Stage, options: Options, machine: Machine, trace_env: dict[str, str]
+    stage: Stage,
+    options: Options,
+    machine: Machine,
+    trace_env: dict[str, str],
+    log: Path | None = None,
 ) -> Outcome:
     start = time.monotonic()
     if options.profile and stage.dispatchable:
@@ -157,7 +166,7 @@ def _run_selected(
         steps = list(stage.commands)
     status, notes, tool_absent = "skipped", [], False
     for step in steps:
-        step_status, note = _run_command(step, stage, options, trace_env)
+        step_status, note = _run_command(step, stage, options, trace_env, log)
         if note:
             notes.append(note)
         if step_status == "failed":
@@ -202,12 +211,33 @@ def _run_gate(
     progress = Progress(total=len(gate.commands) + len(chosen), what="gate")
     outcomes = gate_checks(options, progress)
     machine = machine or Machine()
-    for i, stage in enumerate(chosen, start=len(outcomes) + 1):
-        decision = plan.decision(stage.name) if plan is not None else None
+    numbered = list(enumerate(chosen, start=len(outcomes) + 1))
+
+    def decide(stage: Stage) -> changes.Decision | None:
+        return plan.decision(stage.name) if plan is not None else None
+
+    beside = [(i, stage) for i, stage in numbered if stage.beside]
+    by_name: dict[str, Outcome] = {}
+    for i, stage in numbered:
+        if stage.name in by_name:
+            continue
+        if stage.beside and len(beside) > 1:  # all of them at once, where the first stands
+            by_name.update(
+                side_by_side.run(
+                    beside,
+                    lambda stage, log: run_stage(
+                        stage, options, machine, decide(stage), log, in_gate=True
+                    ),
+                    options.out_dir,
+                    progress,
+                )
+            )
+            continue
+        decision = decide(stage)
         with progress.step(i, stage.name, decision.reason if decision else "", spinner=False):
-            outcome = run_stage(stage, options, machine, decision, in_gate=True)
-        progress.done(i, outcome.status, outcome.seconds)
-        outcomes.append(outcome)
+            by_name[stage.name] = run_stage(stage, options, machine, decision, in_gate=True)
+        progress.done(i, by_name[stage.name].status, by_name[stage.name].seconds)
+    outcomes += [by_name[stage.name] for stage in chosen]
     options.out_dir.mkdir(parents=True, exist_ok=True)
     (options.out_dir / "gate.json").write_text(
         json.dumps([o.to_json() for o in outcomes], indent=2) + "\n"
@@ -289,7 +319,11 @@ def _dispatch_command(stage: Stage, options: Options) -> Command:
 
 
 def _run_command(
-    step: Command, stage: Stage, options: Options, trace_env: dict[str, str] | None = None
+    step: Command,
+    stage: Stage,
+    options: Options,
+    trace_env: dict[str, str] | None = None,
+    log: Path | None = None,
 ) -> tuple[Status, str]:
     """Run one command of ``stage``: (passed|failed|skipped, note for the table)."""
     if step.module and (why := module_missing(step.module)):
@@ -311,7 +345,7 @@ def _run_command(
     stdout = options.out_dir / step.stdout if step.stdout else None
     env = {"RANKGATE_OUT": str(options.out_dir.resolve()), **(trace_env or {}), **dict(step.env)}
     try:
-        code = process.run(argv, ok_codes=ok_codes, stdout_path=stdout, env=env)
+        code = process.run(argv, ok_codes=ok_codes, stdout_path=stdout, env=env, log_path=log)
     except process.CommandFailed as exc:
         return "failed", f"{step.name}: {exc.reason} ({shlex.join(exc.argv)})"
     if argv[0] == "pytest" and code == NO_TESTS:

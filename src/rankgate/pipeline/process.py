@@ -27,7 +27,7 @@ class Ended(BaseException):
 
 
 @contextlib.contextmanager
-def _signals_end_the_command():
+def signals_raise_ended():
     """While a command runs, END_SIGNALS raise Ended in the main thread."""
     if threading.current_thread() is not threading.main_thread():
         yield  # only the main thread can take signals; its own run() handles them
@@ -44,13 +44,24 @@ def _signals_end_the_command():
             signal.signal(sig, handler)
 
 
-def _die_of(signum: int) -> None:
+def die_of(signum: int) -> None:
     """End this process by ``signum``, as it would have without the handler."""
     sys.stdout.flush()
     sys.stderr.flush()
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
     raise SystemExit(128 + signum)  # only if the signal is blocked
+
+
+_running: set[subprocess.Popen] = set()
+"""Commands :func:`run` is waiting on, from any thread (stages run side by side)."""
+
+
+def stop_all() -> None:
+    """End every command :func:`run` is waiting on, in any thread (process group, TERM
+    then KILL): an interrupt reaches only the main thread, not the threads that wait."""
+    for proc in list(_running):
+        _kill_tree(proc)
 
 
 class CommandFailed(Exception):
@@ -71,10 +82,13 @@ def run(
     env: dict[str, str] | None = None,
     timeout: float | None = None,
     echo: bool = True,
+    log_path: Path | None = None,
 ) -> int:
     """Run ``argv`` with the terminal as its stdout/stderr and return its exit code.
 
     ``stdout_path``: also copy stdout into this file (the command's product).
+    ``log_path``: append stdout and stderr to this file instead of the terminal, so that
+    stages run side by side keep their outputs apart.
     Raises :class:`CommandFailed` for a code outside ``ok_codes``, a missing program
     or a timeout. The process gets its own session, so an interrupt reaches its tree.
     """
@@ -83,16 +97,22 @@ def run(
     if shutil.which(argv[0]) is None:
         raise CommandFailed(argv, 127, f"{argv[0]} not found on PATH")
     full_env = {**os.environ, **(env or {})}
-    if stdout_path is not None:
-        stdout_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(stdout_path or os.devnull, "w") as product:
-        pipe = subprocess.PIPE if stdout_path is not None else None
-        proc = subprocess.Popen(argv, env=full_env, stdout=pipe, text=True, start_new_session=True)
-        tee = threading.Thread(target=_tee, args=(proc.stdout, product), daemon=True)
+    for path in (stdout_path, log_path):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+    with open(stdout_path or os.devnull, "w") as product, open(log_path or os.devnull, "a") as log:
+        terminal = log if log_path is not None else sys.stdout
+        own = log if log_path is not None else None
+        pipe = subprocess.PIPE if stdout_path is not None else own
+        proc = subprocess.Popen(
+            argv, env=full_env, stdout=pipe, stderr=own, text=True, start_new_session=True
+        )
+        tee = threading.Thread(target=_tee, args=(proc.stdout, product, terminal), daemon=True)
         if proc.stdout is not None:
             tee.start()
+        _running.add(proc)
         try:
-            with _signals_end_the_command():
+            with signals_raise_ended():
                 proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             _kill_tree(proc)
@@ -100,12 +120,13 @@ def run(
         except Ended as ended:
             name = signal.Signals(ended.args[0]).name
             print(f"rankgate: {name}: ending {shlex.join(argv)}", file=sys.stderr, flush=True)
-            _kill_tree(proc)
-            _die_of(ended.args[0])
+            stop_all()  # this command and any a stage beside it runs in another thread
+            die_of(ended.args[0])
         except BaseException:  # KeyboardInterrupt included: the whole tree goes with us
             _kill_tree(proc)
             raise
         finally:
+            _running.discard(proc)
             if tee.is_alive():  # ends when the command's stdout closes
                 tee.join(timeout=10)
     if proc.returncode not in ok_codes:
@@ -113,12 +134,12 @@ def run(
     return proc.returncode
 
 
-def _tee(stream, product) -> None:
-    """Copy the command's stdout into its product file and the terminal, as it comes."""
+def _tee(stream, product, terminal) -> None:
+    """Copy the command's stdout into its product file and the terminal (or log), as it comes."""
     for line in stream:
         product.write(line)
-        sys.stdout.write(line)
-        sys.stdout.flush()
+        terminal.write(line)
+        terminal.flush()
 
 
 def _kill_tree(proc: subprocess.Popen) -> None:

@@ -78,6 +78,10 @@ class Stage:
     """What it runs locally, in order."""
     includes: tuple[str, ...] = ()
     """Stages it runs after its own commands (only the gate has any)."""
+    beside: bool = False
+    """The gate may run it at the same time as its other ``beside`` stages: it waits more
+    than it computes (on a scheduler, on an image build), so they share the cores well.
+    Each one's output then goes to ``logs/<name>.log`` and is shown when it ends."""
     paths: tuple[str, ...] = ()
     """Files the stage depends on, as globs relative to the repository root (``*`` stays
     within a folder, ``**`` crosses folders, ``dir/**`` is everything under dir). With
@@ -277,6 +281,7 @@ _STAGES: dict[str, Stage] = {
             remote_markers="world and not gpu and not hpc and not container",
             where=("local", "dispatch"),
             needs=("slurm",),
+            beside=True,  # its tests wait on slurmctld/slurmd for most of their time
             products=("junit/hpc.xml",),
             commands=(_PYTEST,),
             dagger="test-hpc",
@@ -332,10 +337,14 @@ _STAGES: dict[str, Stage] = {
         ),
         Stage(
             name="container",
-            description="Build the CPU image from a local base and run the CPU suites in it.",
+            description=(
+                "Build the CPU image from a local base and prove it: plugin, a world(2) test, "
+                "torchrun and mpirun in place."
+            ),
             markers="container",
             where=("local",),
             needs=("container-engine",),
+            beside=True,  # mostly an image build: package downloads and layer writes
             products=("container/build.log", "junit/container.xml"),
             commands=(
                 Command(
@@ -353,9 +362,9 @@ _STAGES: dict[str, Stage] = {
             ),
             dagger="build-container",
             workflow="ci.yml:container",
-            # What only an image can break: its build, and the multi-rank suites in a
-            # container's environment (shared memory, pids, users). The code itself is
-            # tested by unit and dist, which run the same tests outside the image.
+            # What only an image can break: its build, its environment (user, packages,
+            # shared memory, pids) and its launchers. The code itself is tested by unit
+            # and dist on the host, so the image does not run those suites again.
             paths=(
                 *_PYTEST_RUN, "containers/**", "scripts/container/**",
                 "src/rankgate/pipeline/__init__.py", "src/rankgate/pipeline/container.py",

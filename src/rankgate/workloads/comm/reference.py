@@ -117,6 +117,8 @@ def mismatches(out: torch.Tensor, ref: torch.Tensor, bound: torch.Tensor | None 
     if out.shape != ref.shape or out.dtype != ref.dtype:
         return max(out.numel(), ref.numel())
     if bound is None:
+        if torch.equal(out, ref):  # the common case, 4x faster on 64 MiB of fp16: NaN != NaN
+            return 0
         if out.dtype.is_floating_point:
             # bitwise: NaN never passes, -0.0 and 0.0 are told apart only by value here
             return int((out != ref).sum()) + int(torch.isnan(out).sum())

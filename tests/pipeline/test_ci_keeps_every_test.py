@@ -1,0 +1,65 @@
+"""Every test that .ci/run's stages ran before the CI was made faster still runs in one
+of them: ci-tests-before.txt (the node IDs they collected, from tree_collection.py)
+against what they collect now. A test may move to another stage; none may vanish."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tree_collection import by_stage, ci_stages, lost, read_list
+
+from rankgate.pipeline import stages
+
+pytestmark = pytest.mark.unit
+
+BEFORE = Path(__file__).with_name("ci-tests-before.txt")
+
+# Tests that only re-ran other tests, and why what they ran still runs: each of these
+# must be gone from the tree (a stale entry fails test_retired_tests_were_run_before_and_are_gone).
+RETIRED = {
+    "suites/pipeline/test_container.py::test_unit_suites_pass_inside": (
+        "ran every unit test again inside the image; the unit stage runs them on the host"
+    ),
+    "suites/pipeline/test_container.py::test_distributed_cpu_suites_pass_inside": (
+        "ran the comm and harness dist tests again inside the image; the dist stage runs "
+        "them on the host, and the image's launchers are proven by "
+        "test_torchrun_and_mpirun_run_tests_in_place_inside"
+    ),
+}
+
+
+def test_no_test_that_ci_ran_before_is_lost(collected_tree):
+    now = by_stage(collected_tree, {name: stages.get(name).markers for name in ci_stages()})
+    missing = sorted(lost(read_list(BEFORE), now) - set(RETIRED))
+    assert not missing, (
+        f"{len(missing)} test(s) that .ci/run's stages ran before run in none of them now "
+        f"(stages: {', '.join(ci_stages())}); run them in a stage again, or, for a test "
+        f"deliberately renamed or removed, take its line out of {BEFORE.name}: "
+        + "; ".join(missing[:20])
+    )
+
+
+def test_a_test_moved_to_another_stage_is_not_lost():
+    before = {"unit": {"t.py::a", "t.py::b"}, "container": {"c.py::x"}}
+    after = {"unit": {"t.py::a"}, "dist": {"t.py::b", "c.py::x"}, "container": set()}
+    assert lost(before, after) == set()
+
+
+def test_a_test_no_stage_selects_any_more_is_lost():
+    before = {"unit": {"t.py::a", "t.py::b[1]", "t.py::b[2]"}, "hpc": {"h.py::h"}}
+    after = {"unit": {"t.py::a", "t.py::b[1]"}, "hpc": set(), "dist": {"h.py::h2"}}
+    assert lost(before, after) == {"t.py::b[2]", "h.py::h"}
+
+
+def test_the_before_list_names_only_ci_stages_and_is_not_empty():
+    before = read_list(BEFORE)
+    assert set(before) <= set(ci_stages())
+    assert all(before[stage] for stage in ("unit", "dist", "hpc", "container"))
+
+
+def test_retired_tests_were_run_before_and_are_gone(collected_tree):
+    before = set().union(*read_list(BEFORE).values())
+    for node in RETIRED:
+        assert node in before, f"{node} is not in {BEFORE.name}: nothing to retire"
+        assert node not in collected_tree, f"{node} still exists: take it out of RETIRED"

@@ -1,0 +1,113 @@
+"""The whole test tree, collected once in a subprocess: node ID -> marker names.
+
+tests/pipeline's session fixture ``collected_tree`` uses it (stage paths, lost tests).
+Run as a script, it prints the tests each stage of .ci/run selects, one
+``stage<TAB>node ID`` line each; that is how ci-tests-before.txt was made:
+
+    python tests/pipeline/tree_collection.py > tests/pipeline/ci-tests-before.txt
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+_DUMP_PLUGIN = """
+import json, os
+
+def pytest_collection_finish(session):
+    found = {item.nodeid: sorted({m.name for m in item.iter_markers()}) for item in session.items}
+    with open(os.environ["RANKGATE_MARKER_DUMP"], "w") as f:
+        json.dump(found, f)
+"""
+
+
+class _Markers(dict):
+    """Marker names as variables of a marker expression: an absent marker is False."""
+
+    def __missing__(self, key: str) -> bool:
+        return False
+
+
+def selects(expression: str, names: list[str]) -> bool:
+    """Does the marker expression select a test carrying ``names``?"""
+    # Marker expressions are and/or/not over names: Python evaluates them the same way.
+    return bool(eval(expression, {"__builtins__": {}}, _Markers.fromkeys(names, True)))
+
+
+def collect(root: Path = ROOT) -> dict[str, list[str]]:
+    """Every test pytest collects under ``root`` (no -m): node ID -> its marker names."""
+    with tempfile.TemporaryDirectory(prefix="rankgate-tree-") as tmp:
+        (Path(tmp) / "rankgate_marker_dump.py").write_text(_DUMP_PLUGIN)
+        dump = Path(tmp) / "markers.json"
+        env = {
+            **os.environ,
+            "RANKGATE_MARKER_DUMP": str(dump),
+            "PYTHONPATH": os.pathsep.join([tmp, os.environ.get("PYTHONPATH", "")]),
+        }
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "rankgate_marker_dump",
+             "-p", "no:cacheprovider"],
+            cwd=root, env=env, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        if not dump.is_file():
+            raise RuntimeError(
+                "collection wrote no dump:\n" + done.stdout[-3000:] + done.stderr[-3000:]
+            )
+        return json.loads(dump.read_text())
+
+
+def ci_stages(root: Path = ROOT) -> list[str]:
+    """The nox sessions .ci/run runs (its last ``nox -s`` line)."""
+    lines = [line for line in (root / ".ci" / "run").read_text().splitlines() if "nox -s " in line]
+    return lines[-1].split("nox -s ", 1)[1].split()
+
+
+def by_stage(collected: dict[str, list[str]], markers: dict[str, str]) -> dict[str, set[str]]:
+    """stage -> the node IDs its marker expression selects (stages without one select none)."""
+    return {
+        stage: {
+            node for node, names in collected.items() if expression and selects(expression, names)
+        }
+        for stage, expression in markers.items()
+    }
+
+
+def read_list(path: Path) -> dict[str, set[str]]:
+    """A ``stage<TAB>node ID`` file as stage -> node IDs."""
+    found: dict[str, set[str]] = {}
+    for line in path.read_text().splitlines():
+        if line and not line.startswith("#"):
+            stage, node = line.split("\t", 1)
+            found.setdefault(stage, set()).add(node)
+    return found
+
+
+def lost(before: dict[str, set[str]], after: dict[str, set[str]]) -> set[str]:
+    """Node IDs some stage ran before that no stage runs after (moving between stages is fine)."""
+    ran_after = set().union(*after.values()) if after else set()
+    return set().union(*before.values()) - ran_after if before else set()
+
+
+def main() -> int:
+    from rankgate.pipeline import stages
+
+    chosen = {name: stages.get(name).markers for name in ci_stages()}
+    selected = by_stage(collect(), chosen)
+    print(
+        "# stage<TAB>node ID: the tests .ci/run's stages collect (tests/pipeline/tree_collection.py)"
+    )
+    for stage, nodes in selected.items():
+        for node in sorted(nodes):
+            print(f"{stage}\t{node}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
