@@ -249,6 +249,7 @@ _STAGES: dict[str, Stage] = {
             paths=(
                 *_PYTEST_RUN, *_WORKLOAD_SUITES, *_INTERLINK_E2E, *_JUNIT_MERGE, *_REPORT_TESTS,
                 "suites/harness/**", "suites/pipeline/test_dist_smoke.py", "tests/bench/**",
+                "tests/test_leftovers.py", "tests/leftovers.py",
             ),
         ),
         Stage(
