@@ -203,7 +203,9 @@ release() { # pid
     rm -f "$dir/leases/$1"
     if [[ -e $started_mark ]] && [[ $(live_leases) == 0 ]]; then
         stop
-        rm -f "$started_mark"
+        # A session's own cluster goes whole: its state folder too (its tests collected
+        # what they needed from the logs), so a run leaves nothing in the temp dir.
+        rm -rf "$dir"
     fi
 }
 

@@ -320,7 +320,7 @@ release() {
     rm -f "$dir/leases/$1"
     if [[ -e $started_mark ]] && [[ $(live_leases) == 0 ]]; then
         sweep
-        rm -f "$started_mark"
+        rm -rf "$dir"  # a session's own cluster goes whole, its state folder too
     fi
 }
 

@@ -43,7 +43,7 @@ _SLURM_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "slurm" / "loc
 def local_slurm_conf() -> Path:
     """A running local SLURM (scripts/slurm/local-slurm.sh, honouring RANKGATE_SLURM_DIR and
     RANKGATE_SLURM_PORT); SLURM_CONF points at it for the session. Stopped afterwards
-    unless it was running before."""
+    unless someone else started it."""
     if shutil.which("slurmctld") is None or shutil.which("srun") is None:
         why = "needs SLURM: apt-get install slurm-wlm"
         if os.environ.get("CI"):
@@ -54,8 +54,9 @@ def local_slurm_conf() -> Path:
         return subprocess.run([str(_SLURM_SCRIPT), *args], capture_output=True, text=True,
                               timeout=120)  # fmt: skip
 
-    was_running = script("status").returncode == 0
-    started = script("start")
+    # A lease: the cluster starts if it is not running, and the last lease of a session
+    # that started it stops it and removes its folder.
+    started = script("acquire", str(os.getpid()))
     if started.returncode != 0:
         pytest.fail(f"local SLURM did not start:\n{started.stdout}{started.stderr}")
     conf = Path(started.stdout.strip().splitlines()[-1].removeprefix("export SLURM_CONF="))
@@ -65,8 +66,7 @@ def local_slurm_conf() -> Path:
         yield conf
     finally:
         patch.undo()
-        if not was_running:
-            script("stop")
+        script("release", str(os.getpid()))
 
 
 @pytest.fixture(scope="session")

@@ -80,7 +80,7 @@ def test_a_stage_run_alone_cannot_meet_its_partner(tmp_path):
 def test_the_gate_runs_hpc_and_container_together_and_keeps_pipeline_order(tmp_path, monkeypatch):
     started: list[str] = []
 
-    def fake_run_stage(stage, options, machine=None, decision=None, log=None):
+    def fake_run_stage(stage, options, machine=None, decision=None, log=None, *, in_gate=False):
         started.append(f"{stage.name} log={log.name if log else None}")
         return executor.Outcome(stage=stage.name, status="passed")
 

@@ -12,14 +12,21 @@ import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol, TypeVar
 
 from rankgate.pipeline import process
 from rankgate.pipeline.progress import Progress
 from rankgate.pipeline.stages import Stage
 
-if TYPE_CHECKING:
-    from rankgate.pipeline.executor import Outcome
+
+class Finished(Protocol):
+    """What this module reads of a stage's outcome (the executor's ``Outcome``)."""
+
+    status: str
+    seconds: float
+
+
+Outcome = TypeVar("Outcome", bound=Finished)
 
 
 def run(
