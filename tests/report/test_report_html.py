@@ -150,7 +150,7 @@ def test_each_failed_test_shows_its_failing_ranks_message_and_reproduction_line(
     badges = page.evaluate(f"[...{art}.querySelectorAll('.rank')].map(b => b.innerText)")
     assert badges == ["rank 0: passed", "rank 1: failed"]
     assert page.evaluate(f"{art}.querySelector('.message').innerText") == (
-        "rank 1 failed (world 2, backend gloo)"
+        "rank 1 failed; rank 0 passed (world 2, backend gloo)"
     )
     repro = page.evaluate(f"{art}.querySelector('pre.reproduce').innerText")
     assert repro.startswith("reproduce: pytest 'test_failing.py::test_rank1_fails' --rankgate-seed=")
@@ -192,7 +192,7 @@ def test_summary_md_for_the_job_summary(written):
     md = (written / "summary.md").read_text()
     assert md.startswith("## rankgate: FAILED\n\n3 tests: 1 passed, 2 failed, 0 error, 0 skipped\n")
     assert "| dist | **FAILED** | 14.0 s | pytest: exit code 1 (pytest -m 'dist and not gpu') |" in md
-    assert "- **`test_failing::test_rank1_fails`** failed on rank 1\n" in md
+    assert "- **`test_failing::test_rank1_fails`** rank 1 failed; rank 0 passed\n" in md
     assert "  `reproduce: pytest 'test_failing.py::test_rank1_fails' --rankgate-seed=" in md
     assert "<details><summary>rank 1 traceback</summary>" in md
     assert "- pool_median_ms at world 2 gloo: 200% slower (" in md

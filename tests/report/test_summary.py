@@ -47,7 +47,10 @@ def test_rank_files_and_plain_file_and_bench(
     bench.write_text(json.dumps(HARNESS_BENCH))
     got = summarize([*ranked_junit, plain_junit], [bench])
     assert got["ok"] is False
-    assert got["totals"] == {"tests": 13, "passed": 4, "failed": 3, "error": 3, "skipped": 3}
+    assert got["totals"] == {
+        "tests": 13, "passed": 4, "failed": 3, "error": 3, "skipped": 2, "xfailed": 1,
+        "xpassed": 0, "not run": 0,
+    }
     ranked_dir = str(ranked_junit[0].parent)
     assert [(g["source"], g["ranks"], g["totals"]["tests"]) for g in got["groups"]] == [
         (str(plain_junit), None, 3),
@@ -68,7 +71,7 @@ def test_rank_files_and_plain_file_and_bench(
         "source": ranked_dir,
         "failing_ranks": [1],
         "ranks": {"0": "passed", "1": "failed", "2": "passed"},
-        "message": "failed on rank 1; passed on ranks 0, 2",
+        "message": "rank 1 failed; ranks 0, 2 passed",
     }
     assert failing["test_ranked::test_only_on_rank0"]["failing_ranks"] == [1, 2]
     assert failing["test_plain::test_bad"] == {
@@ -96,7 +99,10 @@ def test_clean_runs_are_ok(clean_junit: list[Path]) -> None:
     got = summarize(clean_junit)
     assert got["ok"] is True
     assert got["failing"] == []
-    assert got["totals"] == {"tests": 3, "passed": 3, "failed": 0, "error": 0, "skipped": 0}
+    assert got["totals"] == {
+        "tests": 3, "passed": 3, "failed": 0, "error": 0, "skipped": 0, "xfailed": 0,
+        "xpassed": 0, "not run": 0,
+    }
 
 
 def test_bench_file_with_log_lines_before_the_json(tmp_path: Path) -> None:
@@ -132,7 +138,7 @@ def test_command(
     assert json.loads(captured.out) == json.loads(out.read_text())
     assert json.loads(captured.out)["totals"]["tests"] == 10
     assert captured.err == (
-        "rankgate report: 10 tests: 3 passed, 2 failed, 3 error, 2 skipped; 1 benchmark files; "
+        "rankgate report: 10 tests: 3 passed, 2 failed, 3 error, 1 skipped, 1 xfailed, 0 xpassed, 0 not run; 1 benchmark files; "
         "wrote out/report.html and out/summary.md\n"
     )
     assert (tmp_path / "out" / "report.html").read_text().startswith("<!DOCTYPE html>")

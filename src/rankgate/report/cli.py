@@ -19,7 +19,7 @@ from pathlib import Path
 
 from rankgate.report.collect import collect
 from rankgate.report.html import render_html
-from rankgate.report.junitfile import ReportInputError
+from rankgate.report.junitfile import OUTCOMES, ReportInputError
 from rankgate.report.markdown import render_markdown
 
 
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     print(text)
     t = data.summary.get("totals") or {}
-    counts = ", ".join(f"{t.get(k, 0)} {k}" for k in ("passed", "failed", "error", "skipped"))
+    counts = ", ".join(f"{t.get(k, 0)} {k}" for k in OUTCOMES)
     print(
         f"rankgate report: {t.get('tests', 0)} tests: {counts}; "
         f"{len(data.summary.get('bench', []))} benchmark files; wrote {args.out / 'report.html'} "

@@ -7,6 +7,7 @@ holds at most 1 MiB), and each benchmark comparison's regressions.
 
 from __future__ import annotations
 
+from rankgate.harness import rankwords
 from rankgate.report.collect import ReportData
 from rankgate.report.failures import FailedTest
 
@@ -47,11 +48,11 @@ def render_markdown(data: ReportData) -> str:
 
 
 def _failure(test: FailedTest) -> list[str]:
-    head = f"- **`{test.id}`** {test.outcome}"
+    head = f"- **`{test.id}`** "
     if test.ranks:
-        head += f" on rank{'s' * (len(test.failing_ranks) != 1)} " + ", ".join(
-            map(str, test.failing_ranks)
-        )
+        head += rankwords.outcomes_line({r.rank: r.outcome for r in test.ranks})
+    else:
+        head += test.outcome
     lines = [head]
     if test.message:
         lines.append(f"  {_cell(test.message)}")

@@ -85,7 +85,7 @@ def read_bench(path: str | Path) -> object:
 def _rank_group(directory: str, files: list[JUnitFile], failing: list[dict]) -> dict:
     report = merge_files(files)
     for test in report.tests:
-        if test.verdict in ("failed", "error"):
+        if test.verdict in ("failed", "error", "not run"):
             failing.append(
                 _failing(
                     test.test_id, test.verdict, directory, test.message,
@@ -108,7 +108,7 @@ def _plain_group(f: JUnitFile, failing: list[dict]) -> dict:
     totals = {"tests": len(by_id), **dict.fromkeys(OUTCOMES, 0)}
     for test_id, case in by_id.items():
         totals[case.outcome] += 1
-        if case.outcome in ("failed", "error"):
+        if case.outcome in ("failed", "error", "not run"):
             # A file written by merge-junit says which ranks did what.
             props = dict(case.properties)
             outcomes = {
