@@ -12,7 +12,8 @@ idle ranks would report a pass they did not earn.
 A test that loses the group (destroys it, or breaks it with a backend error) fails,
 and every rank joins a new group before the next test. A rank whose test hangs, or
 outlives a failed peer by PEER_GRACE_S, prints its stacks, records that test and
-every test not yet run (as errors) in its JUnit file, tells the other ranks, and
+every test not yet run (as "not run", red; one whose skip is known without running it
+keeps its skip) in its JUnit file, tells the other ranks, and
 exits: a process stuck in a collective cannot be freed any other way.
 """
 
@@ -29,7 +30,7 @@ from typing import NamedTuple
 
 import pytest
 
-from rankgate.harness import control, leaks, options
+from rankgate.harness import control, leaks, options, rankwords
 from rankgate.harness.control import RunAborted
 from rankgate.harness.hangwatch import HangWatch
 from rankgate.harness.inplace_group import InPlaceGroup
@@ -43,12 +44,16 @@ from rankgate.harness.rankstate import (
     set_collective_timeout,
 )
 from rankgate.harness.spec import WorldSpec
+from rankgate.harness.stackwhere import where as stack_where
 from rankgate.harness.testitem import seed_for_test, skip_at_test, test_timeout, world_spec
 from rankgate.harness.verdict import reproduction_line
 from rankgate.launch.env import LaunchEnv
 
 EXIT_WAIT_S = 5.0
 """A rank that stops the run waits this long for the others to write their JUnit files."""
+WHERE_WAIT_S = 2.0
+"""A hung rank waits this long for the other hung ranks to say where they wait (the
+ranks of one test time out together), to name the likely cause."""
 
 WORST_FIRST = ("error", "failed", "skipped", "passed")
 
@@ -102,6 +107,7 @@ class InPlaceSession:
         self.log_dir = self._per_rank_files()
         self._shared_root = Path(os.environ.get("RANKGATE_SHARED_TMP", self.log_dir))
         self._run_dir: Path | None = None  # made when a test first asks for dist_tmp_path
+        self._shared_dirs: dict[str, Path] = {}  # dist_tmp_path and tmp_path: one per test
         self._collect_errors: list[str] = []
         self._items: list[pytest.Item] = []
         self._index: dict[str, int] = {}
@@ -138,6 +144,8 @@ class InPlaceSession:
 
     def shared_dir(self, nodeid: str) -> Path:
         """An empty directory for this test, the same on every rank."""
+        if nodeid in self._shared_dirs:  # tmp_path and dist_tmp_path: one directory
+            return self._shared_dirs[nodeid]
         index = self._index.get(nodeid)
         if self._run_dir is None:
             self._run_dir = self._make_run_dir(index)
@@ -147,6 +155,7 @@ class InPlaceSession:
             path.mkdir()
         # Nobody looks before rank 0 made it.
         self.control.broadcast(f"t{index}/tmp", True, test_index=index)
+        self._shared_dirs[nodeid] = path
         return path
 
     def _make_run_dir(self, index: int | None) -> Path:
@@ -223,22 +232,30 @@ class InPlaceSession:
 
     # -- running ----------------------------------------------------------------------
 
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+    def skip_reason(self, item: pytest.Item) -> str | None:
+        """Why this run skips the test, known before it starts (None: it runs)."""
         if item.get_closest_marker("launches") is not None:
-            skip_at_test(
+            return (
                 "starts pytest sessions or launchers of its own: run it without a launcher "
                 f"(in place each of the {self.launch.world_size} ranks would start them)"
             )
         spec = world_spec(item)
         if spec is None:
-            return
+            return None
         launched = f"{self.launch.world_size} rank(s) launched by {self.launch.launcher}"
         if spec.size != self.launch.world_size:
-            skip_at_test(f"world({spec.size}) needs {spec.size} ranks; this run has {launched}")
+            return f"world({spec.size}) needs {spec.size} ranks; this run has {launched}"
         if spec.backend == "nccl" and not self.has_gpus:
-            skip_at_test(f"backend 'nccl' requested; this run's process group is {self.backend}")
-        seed_everything(seed_for_test(self.base_seed, item.nodeid))
+            return f"backend 'nccl' requested; this run's process group is {self.backend}"
+        return None
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        reason = self.skip_reason(item)
+        if reason is not None:
+            skip_at_test(reason)
+        if world_spec(item) is not None:
+            seed_everything(seed_for_test(self.base_seed, item.nodeid))
 
     def _timeout(self, item: pytest.Item) -> float:
         return test_timeout(item, self.default_timeout)
@@ -296,6 +313,10 @@ class InPlaceSession:
         rank = self.launch.rank
         reason = f"rank {rank} stopped the run: {item.nodeid} {why}"
         self.control.set(control.ABORT_KEY, reason)
+        headline = rankwords.with_cause(
+            rankwords.outcomes_line({rank: "hung"}, notes={"hung": f"{why}; the rank exited"}),
+            rankwords.hang_cause(self._where_hung_ranks_wait(item, stacks)),
+        )
         report = pytest.TestReport(
             nodeid=item.nodeid,
             location=item.location,
@@ -303,8 +324,8 @@ class InPlaceSession:
             outcome="failed",
             longrepr=failure_repr(
                 item,
-                f"hung on rank {rank}: {why}; the rank exited\nPython stacks of every "
-                f"thread:\n{stacks}\n{self.reproduction_line(item)}",
+                f"{headline}\nPython stacks of every thread:\n{stacks}\n"
+                f"{self.reproduction_line(item)}",
             ),
             when="call",
             user_properties=[("rankgate.verdict", "hung")],
@@ -316,10 +337,25 @@ class InPlaceSession:
         if xml is not None:
             xml.pytest_sessionfinish()
         self._hang_watch.write(
-            f"[rank {rank}] rankgate: {reason}; {not_run} later test(s) not run, recorded as errors"
+            f"[rank {rank}] rankgate: {reason}; {not_run} later test(s) not run"
         )
         self.control.set(control.exited_key(rank), True)
         self._wait_for_peers_to_exit()
+
+    def _where_hung_ranks_wait(self, item: pytest.Item, stacks: str) -> dict:
+        """Where this rank waits, and where the others that hung in this test say they do."""
+        key = f"where/{item.nodeid}/"
+        mine = stack_where(stacks, str(item.path))
+        self.control.set(key + str(self.launch.rank), mine)
+        others = [key + str(r) for r in range(self.launch.world_size) if r != self.launch.rank]
+        deadline = time.monotonic() + WHERE_WAIT_S
+        while time.monotonic() < deadline and not self.control.store.check(others):
+            time.sleep(0.05)
+        wheres = {self.launch.rank: mine}
+        for r in range(self.launch.world_size):
+            if r != self.launch.rank and self.control.store.check([key + str(r)]):
+                wheres[r] = self.control.peek(key + str(r))
+        return wheres
 
     def _wait_for_peers_to_exit(self) -> None:
         others = [r for r in range(self.launch.world_size) if r != self.launch.rank]
@@ -332,17 +368,31 @@ class InPlaceSession:
         """Every test after the last one started: an error saying why it did not run."""
         rest = self._items[self._last_index + 1 :]
         for item in rest:
+            skip = self._known_skip(item)
+            path, lineno, _ = item.location
             report = pytest.TestReport(
                 nodeid=item.nodeid,
                 location=item.location,
                 keywords=dict.fromkeys(item.keywords, 1),
-                outcome="failed",
-                longrepr=f"not run: {reason}",
+                outcome="failed" if skip is None else "skipped",
+                longrepr=f"{rankwords.NOT_RUN_PREFIX}{reason}"
+                if skip is None
+                else (path, (lineno or 0) + 1, f"Skipped: {skip}"),
                 when="setup",
             )
             item.ihook.pytest_runtest_logreport(report=report)
         self._last_index = len(self._items) - 1
         return len(rest)
+
+    def _known_skip(self, item: pytest.Item) -> str | None:
+        """The skip a test not run would have had, where it is known without running it."""
+        from _pytest.skipping import evaluate_skip_marks
+
+        try:
+            marked = evaluate_skip_marks(item)
+        except Exception:  # a skipif condition that raises: running it would say so
+            return None
+        return marked.reason if marked is not None else self.skip_reason(item)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call):
@@ -363,8 +413,11 @@ class InPlaceSession:
             outcome = "skipped" if report.skipped else "passed"
         text = str(report.longrepr) if report.longrepr is not None else ""
         current = self._outcome.get(report.nodeid)
+        spent = (current[2] if current else 0.0) + report.duration  # until it ended
         if current is None or WORST_FIRST.index(outcome) < WORST_FIRST.index(current[0]):
-            self._outcome[report.nodeid] = (outcome, text)
+            self._outcome[report.nodeid] = (outcome, text, spent)
+        else:
+            self._outcome[report.nodeid] = (*current[:2], spent)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem):
@@ -381,8 +434,8 @@ class InPlaceSession:
 
     def _exchange(self, item: pytest.Item, index: int, seconds: float) -> None:
         """Every rank's outcome of this test; a new group where any rank lost its own."""
-        outcome, text = self._outcome.pop(item.nodeid, ("passed", ""))
-        mine = (outcome, text, self._group_trouble)
+        outcome, text, spent = self._outcome.pop(item.nodeid, ("passed", "", 0.0))
+        mine = (outcome, text, self._group_trouble, spent)
         self._group_trouble = False
         try:
             everyone = self.control.all_gather(f"t{index}/outcome", mine, timeout=seconds)
@@ -390,8 +443,8 @@ class InPlaceSession:
             self._stop_gracefully(item, str(exc))
             return
         if self.launch.rank == 0:
-            self._judge(item.nodeid, [(o, t) for o, t, _ in everyone])
-        if any(trouble for _, _, trouble in everyone):
+            self._judge(item.nodeid, [(o, t, spent) for o, t, _, spent in everyone])
+        if any(trouble for _, _, trouble, _ in everyone):
             self.group.renew()
 
     def _stop_gracefully(self, item: pytest.Item, reason: str) -> None:
@@ -403,16 +456,17 @@ class InPlaceSession:
         item.session.shouldstop = f"rankgate: {reason}"
 
     def _judge(self, nodeid: str, everyone: list) -> None:
-        outcomes = {r: o for r, (o, _) in enumerate(everyone)}
+        outcomes = {r: o for r, (o, _, _) in enumerate(everyone)}
+        failed = {r: spent for r, (o, _, spent) in enumerate(everyone) if o == "failed"}
+        line = rankwords.outcomes_line(outcomes, first=rankwords.first_failed(failed))
         # A failure of rank 0's own is in its report and counted already.
         counted = outcomes[0] in ("failed", "error")
         bad = [r for r, o in outcomes.items() if o in ("failed", "error") and r != 0]
         if bad:
             text = "".join(f"\n--- rank {r}: {everyone[r][0]} ---\n{everyone[r][1]}" for r in bad)
-            self.problems.append(Problem(nodeid, f"failed on rank(s) {bad}{text}", counted))
+            self.problems.append(Problem(nodeid, f"{line}{text}", counted))
         elif len(set(outcomes.values())) > 1 and not counted:
-            detail = ", ".join(f"rank {r} {o}" for r, o in outcomes.items())
-            self.problems.append(Problem(nodeid, f"ranks disagree: {detail}", counted=False))
+            self.problems.append(Problem(nodeid, f"ranks disagree: {line}", counted=False))
 
     # -- reporting --------------------------------------------------------------------
 

@@ -253,3 +253,17 @@ def dist_tmp_path(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
     if session is not None:
         return session.shared_dir(request.node.nodeid)
     return tmp_path
+
+
+@pytest.fixture
+def tmp_path(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """pytest's tmp_path; for a world test run in place, one directory every rank sees.
+
+    In the pool a world test's fixtures are made once and sent to every rank, so its
+    ranks share one tmp_path; in place each rank's pytest would make its own, and a
+    test that saves on every rank and loads on every rank would wait for ever.
+    """
+    session = _inplace_session(request)
+    if session is not None and _world_spec(request) is not None:
+        return session.shared_dir(request.node.nodeid)
+    return tmp_path

@@ -31,6 +31,10 @@ ORDER = (
 )
 """Outcomes, likeliest root cause first; any other word sorts after them."""
 
+NOT_RUN_PREFIX = "not run: "
+"""How the report of a test a stopped in-place run never started begins (merge-junit
+reads it back as the outcome ``not run``)."""
+
 
 def ranks(numbers: Iterable[int]) -> str:
     """'rank 1' or 'ranks 0, 2'."""

@@ -41,9 +41,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rankgate.harness import rankwords
+from rankgate.harness.rankwords import NOT_RUN_PREFIX
 from rankgate.report.junitfile import (
     GREEN,
-    NOT_RUN_PREFIX,
     OUTCOMES,
     XPASS_MESSAGE,
     CaseResult,

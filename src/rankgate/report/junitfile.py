@@ -16,14 +16,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from rankgate.harness.rankwords import NOT_RUN_PREFIX
+
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed", "not run")
 """Outcomes of one case on one rank, and verdicts of a merged test. ``not run``: a test
 an in-place run never started because a rank stopped the run (still a red verdict)."""
 
 GREEN = frozenset({"passed", "skipped", "xfailed", "xpassed"})
 """Outcomes that leave a run green."""
-NOT_RUN_PREFIX = "not run: "
-"""How an in-place rank's error report for a test it never started begins."""
 XPASS_MESSAGE = "xfail-marked test passes unexpectedly"
 """pytest's JUnit message for a non-strict xfail test that passed."""
 
