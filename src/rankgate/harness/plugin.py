@@ -74,6 +74,11 @@ def pytest_configure(config: pytest.Config) -> None:
             "--rankgate-mode=inplace needs a launcher's variables (RANK/WORLD_SIZE, "
             "SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/SIZE or PMI_RANK/SIZE)"
         )
+    from rankgate.harness.adopt.hooks import ADOPT_PLUGIN, Adoption
+
+    adoption = Adoption.from_config(config)
+    if adoption is not None:
+        config.pluginmanager.register(adoption, ADOPT_PLUGIN)
     if launch is not None:
         from rankgate.harness.inplace import InPlaceSession
 
