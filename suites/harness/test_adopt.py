@@ -87,6 +87,11 @@ def test_wrong():
 def test_world_known_only_when_running():
     n = len("ab")
     run_distributed_test(all_reduce_sum, world_size=n)
+
+
+def test_reads_back_in_one_process(tmp_path):
+    run_distributed_test(save_then_load, func_args=(tmp_path,))
+    assert not dist.is_initialized()  # back in one process: cannot run on every rank
 '''
 
 HELPER_INI = (
@@ -223,11 +228,13 @@ def test_spawn_helper_tests_run_on_the_pool(pytester):
         "test_checkpoint": "passed",
         "test_wrong": "failed",
         "test_world_known_only_when_running": "passed",  # the helper's own way
+        "test_reads_back_in_one_process": "passed",  # the helper's own way
     }
     assert [_world(tests[n]) for n in ("test_sum[gloo]", "test_checkpoint", "test_wrong")] == [
         "2", "2", "2"
     ]
     assert _world(tests["test_world_known_only_when_running"]) is None
+    assert _world(tests["test_reads_back_in_one_process"]) is None
     assert tests["test_wrong"].message == "rank 1 failed; rank 0 passed (world 2, backend gloo)"
     assert "planted wrong value on rank 1" in tests["test_wrong"].text
     result.stdout.fnmatch_lines(
@@ -235,7 +242,10 @@ def test_spawn_helper_tests_run_on_the_pool(pytester):
             "*rankgate: test_planted.py::test_world_known_only_when_running runs its own way, "
             "not on rankgate's ranks (helperproj.testing:run_distributed_test): "
             "run_distributed_test(all_reduce_sum, world_size=n): world_size=n is known only "
-            "when the test runs"
+            "when the test runs",
+            "*rankgate: test_planted.py::test_reads_back_in_one_process runs its own way, not on "
+            "rankgate's ranks (helperproj.testing:run_distributed_test): line 4? runs after "
+            "the helper's ranks ended, in one process",
         ]
     )
 
@@ -279,6 +289,7 @@ def test_adopted_suites_run_in_place_under_torchrun(pytester, project):
             "test_checkpoint": "passed",  # tmp_path: one directory every rank sees
             "test_wrong": "failed",
             "test_world_known_only_when_running": "skipped",  # launches: not on every rank
+            "test_reads_back_in_one_process": "skipped",
         }
     else:
         assert verdicts == {

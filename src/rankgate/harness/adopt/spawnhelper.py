@@ -7,7 +7,8 @@ launcher's variables set; elsewhere the project's own helper runs as before. At
 collection, a test whose source calls the helper with a world size and backend that
 can be read there (literals, its parametrize arguments, module constants, the
 helper's defaults) is marked ``world(n, backend=...)``; one whose call cannot be read
-starts its own ranks: it is marked ``launches`` and the helper runs its own way.
+starts its own ranks: it is marked ``launches`` and the helper runs its own way. So
+is a test with code after its helper calls: that code expects one process again.
 """
 
 from __future__ import annotations
@@ -101,6 +102,9 @@ def world_of_test(item, helper: SpawnHelper) -> tuple[int, str] | str | None:
     calls = [c for c in _calls(item.function) if _called_name(c) in names]
     if not calls:
         return None
+    after = _code_after_the_calls(item.function, names)
+    if after:
+        return f"line {after} runs after the helper's ranks ended, in one process"
     signature = inspect.signature(original)
     found = set()
     for call in calls:
@@ -128,6 +132,32 @@ def _tree(code) -> ast.AST | None:
 def _calls(function) -> list[ast.Call]:
     tree = _tree(getattr(function, "__code__", None))
     return [] if tree is None else [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+
+
+def _code_after_the_calls(function, names: set[str]) -> int | None:
+    """The first line of the test body after its first helper call that is not itself a
+    helper call (None: the body ends with its helper calls).
+
+    On rankgate's ranks the whole body runs on every rank, so code that expects to be
+    back in one process after the helper returned (say, reading a checkpoint with a
+    function that refuses a distributed context) cannot be adopted.
+    """
+    tree = _tree(getattr(function, "__code__", None))
+    if tree is None or not tree.body or not hasattr(tree.body[0], "body"):
+        return None
+    body, first = tree.body[0].body, None
+    for index, statement in enumerate(body):
+        calls = [n for n in ast.walk(statement) if isinstance(n, ast.Call)]
+        if any(_called_name(c) in names for c in calls):
+            first = index
+            break
+    if first is None:
+        return None
+    for statement in body[first + 1 :]:
+        is_call = isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call)
+        if not (is_call and _called_name(statement.value) in names):
+            return statement.lineno + function.__code__.co_firstlineno - 1
+    return None
 
 
 def _called_name(call: ast.Call) -> str | None:
