@@ -599,6 +599,10 @@ def test_torchrun_tmp_path_shared_hang_cause_and_tests_not_run(tmp_path):
     }
     assert verdicts["test_d_skipped"].message == "known bug"
     assert verdicts["test_e_later"].message == "ranks 0, 1 not run"
+    assert verdicts["test_b_hangs"].message == (
+        "ranks 0, 1 hung; likely cause: rank 1 in user code at test_suite.py:16; "
+        "rank 0 waiting in barrier at test_suite.py:17"
+    )
     assert not merged.ok
     hung = verdicts["test_b_hangs"].results[0].message
     assert hung == (

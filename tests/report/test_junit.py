@@ -370,3 +370,12 @@ def test_merged_file_reads_back_with_the_same_outcomes(tmp_path: Path) -> None:
     assert (suite.get("errors"), suite.get("skipped")) == ("1", "2")
     again = {c.name: c.outcome for c in read_junit(out).cases}
     assert again == {"xf": "xfailed", "xp": "xpassed", "later": "not run"}
+
+
+def test_in_place_hang_is_worded_hung_with_its_likely_cause(tmp_path: Path) -> None:
+    cause = "likely cause: rank 1 in user code at u.py:418; rank 0 waiting in barrier at u.py:419"
+    for rank in (0, 1):
+        message = f"rank {rank} hung (did not finish within the test's timeout of 5 s); {cause}"
+        junit(tmp_path / f"junit.rank{rank}.xml", case("h", f'<failure message="{message}"/>'))
+    (test,) = merge_junit(sorted(tmp_path.glob("*.xml"))).tests
+    assert (test.verdict, test.message) == ("failed", f"ranks 0, 1 hung; {cause}")

@@ -13,6 +13,7 @@ are sorted. Standard library only.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 
 from rankgate.harness.stackwhere import Where
@@ -88,6 +89,22 @@ def hang_cause(wheres: Mapping[int, Where | None]) -> str:
     if outside:
         return f"likely cause: {described}"
     return f"every hung rank waits in a collective: {described}"
+
+
+_CAUSES = ("likely cause: ", "every hung rank waits in a collective: ")
+_HUNG_HEADLINE = re.compile(r"^rank \d+ hung( \(|;|$)")
+
+
+def hung_headline(message: str) -> bool:
+    """Whether a rank's failure message is an in-place hang's ("rank 1 hung (...)")."""
+    return bool(_HUNG_HEADLINE.match(message))
+
+
+def cause_in(message: str) -> str:
+    """The hang's likely cause a rank's message carries ('' when none)."""
+    first_line = message.split("\n", 1)[0]
+    starts = [first_line.find(c) for c in _CAUSES if c in first_line]
+    return first_line[min(starts) :] if starts else ""
 
 
 def with_cause(line: str, cause: str) -> str:

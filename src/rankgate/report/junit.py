@@ -244,7 +244,17 @@ def _merge_test(
     outcomes.update(dict.fromkeys(missing, "missing"))
     kinds = set(outcomes.values())
     failed = {r: res.time for r, res in results.items() if res.outcome == "failed"}
-    what = rankwords.outcomes_line(outcomes, first=rankwords.first_failed(failed))
+    # An in-place rank records its hang as a failure whose message says so.
+    worded = {
+        r: "hung" if o == "failed" and rankwords.hung_headline(results[r].message) else o
+        for r, o in outcomes.items()
+    }
+    hung = {r: res for r, res in results.items() if worded[r] == "hung"}
+    cause = next((c for res in hung.values() if (c := rankwords.cause_in(res.message))), "")
+    failed = {r: t for r, t in failed.items() if r not in hung}
+    what = rankwords.with_cause(
+        rankwords.outcomes_line(worded, first=rankwords.first_failed(failed)), cause
+    )
     if "failed" in kinds:
         verdict, message = "failed", what
     elif "error" in kinds or missing:
