@@ -101,6 +101,7 @@ HELPER_INI = (
 
 CLASS_PROJECT = '''
 import os
+import socket
 
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -129,16 +130,19 @@ def _run(rank, cls, name, world, port):
     getattr(cls(), name)()
 
 
-def launch(item, port):
-    """The project's way: new processes for every test."""
+def launch(item):
+    """The project's way: new processes for every test (and for every size in a list)."""
     marker = item.get_closest_marker("world_size")
     world = marker.args[0] if marker else item.cls.world_size
-    mp.start_processes(_run, args=(item.cls, item.originalname, world, port), nprocs=world,
-                       start_method="fork")
+    for size in world if isinstance(world, list) else [world]:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        mp.start_processes(_run, args=(item.cls, item.originalname, size, port), nprocs=size,
+                           start_method="fork")
 '''
 
 CLASS_CONFTEST = '''
-import socket
 import pytest
 
 
@@ -150,10 +154,7 @@ def pytest_configure(config):
 def pytest_runtest_call(item):
     if getattr(item.cls, "is_dist_test", False):
         from classproj.common import launch
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        launch(item, port)
+        launch(item)
         item.runtest = lambda: None
 '''
 
@@ -178,6 +179,13 @@ class TestComm(DistributedTest):
 
     def test_wrong(self):
         assert dist.get_rank() == 0, "planted wrong value on rank 1"
+
+
+class TestEachSize(DistributedTest):
+    world_size = [1, 2]  # one run per size: rankgate gives a test one world
+
+    def test_sizes(self):
+        assert dist.get_world_size() in (1, 2)
 
 
 class TestInit(DistributedTest):
@@ -259,6 +267,7 @@ def test_class_tests_run_on_the_pool_and_init_tests_keep_their_launcher(pytester
         "test_alone": "passed",
         "test_wrong": "failed",
         "test_starts_without_a_group": "passed",  # the project's own launcher
+        "test_sizes": "passed",  # the project's own launcher
     }
     assert [_world(tests[n]) for n in ("test_all_reduce", "test_alone", "test_wrong")] == [
         "2", "1", "2"
@@ -297,6 +306,7 @@ def test_adopted_suites_run_in_place_under_torchrun(pytester, project):
             "test_alone": "skipped",  # world(1) in a run of 2 ranks
             "test_wrong": "failed",
             "test_starts_without_a_group": "skipped",  # launches: not on every rank
+            "test_sizes": "skipped",
         }
     (wrong,) = [t for t in merged.tests if t.name == "test_wrong"]
     assert wrong.message == "rank 1 failed; rank 0 passed"

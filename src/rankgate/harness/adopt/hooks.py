@@ -67,6 +67,7 @@ class Adoption:
             found = worldclass.world_of_test(item, wc)
             if isinstance(found, str):
                 _not_adopted(item, wc.target, found)
+                item.add_marker(pytest.mark.launches)  # the project's launcher starts its ranks
                 return
             self._mark(item, found, worldclass.prelude(wc))
             if wc.launcher:
