@@ -276,7 +276,7 @@ def test_failing_summary_md(failing):
     tokens = gfm.parse(md)
     assert gfm.headings(tokens, 2) == ["rankgate: FAILED"]
     assert gfm.headings(tokens, 4) == [
-        "`test_failing::test_shards_agree` failed on rank 2",
+        "`test_failing::test_shards_agree` rank 2 failed; ranks 0, 1 passed",
         "`test_failing::test_plain_failure` failed",
     ]
     fences = [t.content for t in tokens if t.type == "fence"]

@@ -74,7 +74,7 @@ def test_rank_files_and_plain_file_and_bench(
         "source": ranked_dir,
         "failing_ranks": [1],
         "ranks": {"0": "passed", "1": "failed", "2": "passed"},
-        "message": "failed on rank 1; passed on ranks 0, 2",
+        "message": "rank 1 failed; ranks 0, 2 passed",
     }
     assert failing["test_ranked::test_only_on_rank0"]["failing_ranks"] == [1, 2]
     assert failing["test_plain::test_bad"] == {
