@@ -11,7 +11,8 @@ failed     some rank failed
 error      no rank failed, but some rank errored, or the test is missing on
            some ranks, or the ranks disagree (passed on some, skipped on others)
 not run    no rank failed or errored, but some rank never started it (a rank
-           stopped an in-place run first); red like failed and error
+           stopped an in-place run first; ranks without the test died before
+           that); red like failed and error
 skipped,   every rank skipped it, xfailed it, or xpassed it (non-strict)
 xfailed,
 xpassed
@@ -260,9 +261,9 @@ def _merge_test(
     )
     if "failed" in kinds:
         verdict, message = "failed", what
-    elif "error" in kinds or missing:
+    elif "error" in kinds or (missing and "not run" not in kinds):
         verdict, message = "error", what
-    elif "not run" in kinds:
+    elif "not run" in kinds:  # a rank without it died before the run was stopped
         verdict, message = "not run", what
     elif len(kinds) > 1:
         verdict, message = "error", f"ranks disagree: {what}"
