@@ -69,3 +69,50 @@ def test_the_pools_leave_nothing_behind(pytester):
     assert result.ret == 0, result.stdout.str()
     assert "leftover" not in result.stdout.str()
     assert "Traceback" not in result.stderr.str(), result.stderr.str()
+
+
+SLEEPY_WORLD = """
+import time
+import pytest
+
+@pytest.mark.world(2)
+def test_sleeps(rank, dist_tmp_path):
+    (dist_tmp_path.parent / f"started{rank}").write_text("")
+    time.sleep(120)
+"""
+
+
+@pytest.mark.dist
+def test_sigterm_ends_the_session_and_its_pools(tmp_path):
+    """A CI cancel or a gate stopping its stage sends SIGTERM: the session ends as Ctrl-C
+    ends it, and its pools' folder goes with it."""
+    import shutil
+    import signal
+    import subprocess
+    import tempfile
+    import time
+
+    (tmp_path / "test_inner.py").write_text(SLEEPY_WORLD)
+    temp = Path(tempfile.mkdtemp(prefix="sig-"))  # short: forkserver's socket lives there
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_inner.py",
+         f"--basetemp={tmp_path / 'base'}"],
+        cwd=tmp_path, env={**os.environ, "TMPDIR": str(temp)},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.glob("base/**/started*"))) < 2:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+            time.sleep(0.1)
+        assert list(temp.glob("rankgate-pools-*")), "the pools' folder is where it is looked for"
+        proc.send_signal(signal.SIGTERM)
+        output = proc.communicate(timeout=60)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        left = sorted(p.name for p in temp.iterdir())
+        shutil.rmtree(temp, ignore_errors=True)
+    assert proc.returncode == 128 + signal.SIGTERM, output
+    assert "rankgate: received SIGTERM" in output
+    assert not [name for name in left if name.startswith("rankgate-pools-")], output

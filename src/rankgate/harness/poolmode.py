@@ -14,8 +14,10 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,6 +81,7 @@ class PoolSession:
         self.default_timeout = options.default_timeout(config)
         self._registry: PoolRegistry | None = None
         self._base_dir: Path | None = None
+        self._previous_handlers = _end_the_session_on_stop_signals()
         self._gpus: tuple[str, ...] | None = None
 
     @property
@@ -195,12 +198,36 @@ class PoolSession:
         self._shut_down()  # a session that never finished (an internal error)
 
     def _shut_down(self) -> None:
+        for signum, handler in self._previous_handlers.items():
+            signal.signal(signum, handler)
+        self._previous_handlers = {}
         if self._registry is not None:
             self._registry.shutdown_all()
             self._registry = None
         if self._base_dir is not None:
             shutil.rmtree(self._base_dir, ignore_errors=True)
             self._base_dir = None
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def _end_the_session_on_stop_signals() -> dict:
+    """SIGTERM or SIGHUP (a CI cancel, a gate stopping its stage) end the session as
+    Ctrl-C does, so the pools end and their folder goes, instead of the process dying
+    with them left behind. Signals someone else handles are left to them."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous = {}
+    for signum in STOP_SIGNALS:
+        if signal.getsignal(signum) is signal.SIG_DFL:
+            previous[signum] = signal.signal(signum, _stop_the_session)
+    return previous
+
+
+def _stop_the_session(signum, frame) -> None:
+    signal.signal(signum, signal.SIG_DFL)  # a second one ends the process at once
+    pytest.exit(f"rankgate: received {signal.Signals(signum).name}", returncode=128 + signum)
 
 
 def build_task(item: pytest.Function, seed: int) -> TestTask:

@@ -13,7 +13,7 @@ from rankgate.harness.adopt.config import (
     parse_spawn_helper,
     parse_world_class,
 )
-from rankgate.harness.adopt.prelude import enter
+from rankgate.harness.adopt.rankentry import enter
 from rankgate.harness.testitem import PRELUDE_KEY
 
 ADOPT_PLUGIN = "rankgate-adopt"
@@ -86,7 +86,7 @@ class Adoption:
 
     @staticmethod
     def _mark(item: pytest.Item, found: tuple[int, str], prelude: dict) -> None:
-        from rankgate.harness.plugin import PER_PROCESS_FIXTURES
+        from rankgate.harness.pluginnames import PER_PROCESS_FIXTURES
 
         used = set(item._fixtureinfo.argnames) & set(PER_PROCESS_FIXTURES)
         if used:
@@ -98,7 +98,7 @@ class Adoption:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item):
-        from rankgate.harness.plugin import INPLACE_PLUGIN
+        from rankgate.harness.pluginnames import INPLACE_PLUGIN
 
         attr = item.stash.get(LAUNCHER_KEY, None)
         cls = getattr(item, "cls", None)

@@ -78,23 +78,3 @@ def call_target(target: str):
     for part in name.split("."):
         obj = getattr(obj, part)
     return obj
-
-
-def enter(prelude: Mapping) -> None:
-    """Before an adopted test on this rank: install spawn helpers, set variables, set up.
-
-    ``prelude``: {"helpers": [adoption lines], "env": {NAME: template}, "setup": target}.
-    The variables stay for the test; the rank restores its environment after it.
-    """
-    if prelude.get("helpers"):
-        from rankgate.harness.adopt.spawnhelper import install_lines
-
-        install_lines(prelude["helpers"])
-    if prelude.get("env") is not None or prelude.get("setup"):
-        values = rank_values()
-        for name in LAUNCHER_VARIABLES:
-            os.environ[name] = values[name.lower()]
-        for name, template in (prelude.get("env") or {}).items():
-            os.environ[name] = template.format(**values)
-    if prelude.get("setup"):
-        call_target(prelude["setup"])()
