@@ -66,8 +66,7 @@ class JobResults:
 
     @property
     def failing_ranks(self) -> list[int]:
-        red = ("failed", "error", "not run")
-        bad = {r for t in self.tests if t.verdict in red for r in t.failing_ranks}
+        bad = {r for t in self.tests if t.verdict in ("failed", "error") for r in t.failing_ranks}
         return sorted(bad | set(self.missing_ranks))
 
     @property
@@ -228,7 +227,7 @@ def render_report(result: DispatchResult) -> str:
             lines.append("no test passed on the target (all skipped, or none collected)")
         lines += merged.unreadable
         for test in merged.tests:
-            if test.verdict in ("failed", "error", "not run"):
+            if test.verdict in ("failed", "error"):
                 lines += ["", f"{test.verdict.upper()} {test.test_id}: {test.message}"]
                 lines += _head(test.details, DETAIL_LINES)
         if result.job_dir is not None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import re
 from html import escape
 
-from rankgate.harness import rankwords
 from rankgate.report import present
 from rankgate.report.collect import BenchTable, ReportData
 from rankgate.report.failures import FailedTest
@@ -80,18 +79,18 @@ def _failures(failures: list[FailedTest]) -> list[str]:
 
 def _failure(test: FailedTest) -> list[str]:
     head = f"#### {_code(test.id)} {test.outcome}"
-    if test.ranks:  # the one rank wording: "rank 1 failed; rank 0 passed"
-        head = f"#### {_code(test.id)} " + rankwords.outcomes_line(
-            {r.rank: r.outcome for r in test.ranks}
-        )
+    if test.ranks:
+        bad = test.failing_ranks
+        head += f" on rank{'s' * (len(bad) != 1)} {', '.join(map(str, bad))}"
     lines = [head, ""]
     if test.ranks and (root := test.root_cause) is not None:
-        lines += [f"Root cause (likely): **rank {root.rank}** ({root.outcome}).", ""]
+        each = ", ".join(f"rank {r.rank}: {r.outcome}" for r in test.ranks)
+        lines += [f"Root cause (likely): **rank {root.rank}** ({root.outcome}). {each}.", ""]
     if test.message:
         lines += [_inline(test.message), ""]
     if test.reproduce:
         lines += [_code(test.reproduce), ""]
-    texts = [(f"rank {r.rank} {r.outcome}" + (" (Python stacks)" if r.outcome == "hung" else ""),
+    texts = [(f"rank {r.rank}: {r.outcome}" + (" (Python stacks)" if r.outcome == "hung" else ""),
               r.traceback) for r in test.ranks if r.bad and r.traceback]  # fmt: skip
     if not test.ranks and test.text:
         texts = [("traceback", test.text)]
