@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -186,7 +189,7 @@ def test_rank_killed_between_tests_gets_a_fresh_pool(inner):
     )
 
 
-def test_ranks_exit_when_the_controller_is_killed(pytester):
+def test_ranks_exit_when_the_controller_is_killed(pytester, request):
     import signal
     import subprocess
     import sys
@@ -204,12 +207,17 @@ def test_ranks_exit_when_the_controller_is_killed(pytester):
     )
     pytester.makeini("[pytest]\n")
     base = pytester.path / "bt"
+    # The killed controller cannot remove its pools' folder: it gets a temp dir of its
+    # own, removed below (short: the pool's forkserver socket lives there).
+    temp = Path(tempfile.mkdtemp(prefix="ctl-"))
     controller = subprocess.Popen(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--basetemp={base}"],
         cwd=pytester.path,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env={**os.environ, "TMPDIR": str(temp)},
     )
+    request.addfinalizer(lambda: shutil.rmtree(temp, ignore_errors=True))
     deadline = time.monotonic() + 60
     while len(list(base.glob("pid-*"))) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
