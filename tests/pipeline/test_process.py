@@ -105,6 +105,9 @@ def test_a_signal_to_nox_ends_the_sessions_whole_tree(tmp_path, sig):
          "--out", str(tmp_path / "out"), "-p", "no:cacheprovider", str(tmp_path / "test_sleepy.py")],
         cwd=ROOT, env={**os.environ, "PIDS": str(pids)}, start_new_session=True,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        # Whatever this run inherited (CI may ignore SIGINT, and Python then keeps it
+        # ignored), nox starts with the default disposition of the signal under test.
+        preexec_fn=lambda: signal.signal(sig, signal.SIG_DFL),
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 120
