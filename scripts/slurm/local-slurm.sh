@@ -223,6 +223,7 @@ case ${1:-} in
     env) running || die "not running (start it first)"; echo "export SLURM_CONF=$conf" ;;
     paths) echo "dir=$dir"; echo "port=$port" ;;
     acquire) locked acquire "${2:-}" ;;
-    release) locked release "${2:-}" ;;
+    # A second lease of the same session may come after the first one removed the folder.
+    release) [[ -d $dir ]] || exit 0; locked release "${2:-}" ;;
     *) die "usage: $0 start|stop|status|env|paths|acquire PID|release PID" ;;
 esac

@@ -342,6 +342,7 @@ case ${1:-} in
     kill-node) locked kill_node "${2:-}" ;;
     revive-node) locked revive_node "${2:-}" ;;
     acquire) locked acquire "${2:-}" ;;
-    release) locked release "${2:-}" ;;
+    # A second lease of the same session may come after the first one removed the folder.
+    release) [[ -d $dir ]] || exit 0; locked release "${2:-}" ;;
     *) bad_input "usage: $0 start|stop|status|env|paths|kill-node N|revive-node N|acquire PID|release PID" ;;
 esac
