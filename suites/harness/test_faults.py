@@ -48,7 +48,7 @@ def test_fault(rank):
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(
         [
-            "rank 1 failed (world 2, backend gloo)",
+            "rank 1 failed; rank 0 passed (world 2, backend gloo)",
             "*rank 1: failed*",
             '*raise RuntimeError("boom on one rank")',
             "RuntimeError: boom on one rank",
@@ -75,7 +75,10 @@ def test_fault(rank):
     )
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(
-        ["rank 1 failed (world 2, backend gloo)", "AssertionError: assert [1, 2, 4] == [1, 2, 3]"]
+        [
+            "rank 1 failed; rank 0 passed (world 2, backend gloo)",
+            "AssertionError: assert [1, 2, 4] == [1, 2, 3]",
+        ]
     )
 
 
@@ -94,7 +97,8 @@ def test_fault(rank):
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(
         [
-            "rank 1 failed; rank 0 hung (world 2, backend gloo)",
+            "rank 1 failed; rank 0 hung; every hung rank waits in a collective: rank 0 waiting "
+            "in barrier at test_inner.py:* (world 2, backend gloo)",
             "*rank 1: failed*",
             "AssertionError: rank 1 refuses*",
             "*rank 0: hung*",
@@ -187,7 +191,9 @@ def test_fault(rank):
     out = result.stdout.str()
     result.stdout.fnmatch_lines(
         [
-            "ranks 0, 1 hung (world 2, backend gloo)",
+            "ranks 0, 1 hung; every hung rank waits in a collective: rank 0 waiting in "
+            "all_reduce at test_inner.py:*; rank 1 waiting in recv at test_inner.py:* "
+            "(world 2, backend gloo)",
             "*rank 0: hung*",
             "did not finish within the test's timeout of 4 s",
             "*in all_reduce",
@@ -211,7 +217,8 @@ def test_fault(rank):
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(
         [
-            "ranks 0, 1 hung (world 2, backend gloo)",
+            "ranks 0, 1 hung; likely cause: rank 0 in user code at test_inner.py:*; "
+            "rank 1 in user code at test_inner.py:* (world 2, backend gloo)",
             "*rank 0: hung*",
             "did not finish within the test's timeout of 3 s",
             '*File "*test_inner.py", line * in test_fault',
@@ -293,7 +300,7 @@ def test_fault(rank):
     result.stdout.fnmatch_lines(
         [
             "*ERROR at call of test_fault*",
-            "ranks disagree (world 2, backend gloo): rank 0 skipped, rank 1 passed",
+            "ranks disagree (world 2, backend gloo): rank 0 skipped; rank 1 passed",
             "*rank 0: skipped*",
             "only rank 0 skips",
             "ERROR test_inner.py::test_fault - ranks disagree*",
@@ -336,7 +343,7 @@ def test_fault(rank):
     assert props["rankgate.rank0.stdout"] == "out 0\n"
     assert props["rankgate.rank1.stderr"] == "err 1\n"
     failure = cases["test_fault"].find("failure")
-    assert failure.get("message") == "rank 1 failed (world 2, backend gloo)"
+    assert failure.get("message") == "rank 1 failed; rank 0 passed (world 2, backend gloo)"
     assert "assert rank == 0" in failure.text
     assert inner.properties(cases["test_next"])["rankgate.verdict"] == "passed"
 
@@ -354,7 +361,7 @@ def test_fault(rank):
 """,
     )
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["FAILED test_inner.py::test_fault - rank 1 failed (world 2, backend gloo)"])
+    result.stdout.fnmatch_lines(["FAILED test_inner.py::test_fault - rank 1 failed; rank 0 passed (world 2, backend gloo)"])
     assert result.stdout.str().count("AssertionError: rank-one-only-message") == 1
 
 
@@ -377,7 +384,9 @@ def test_fault(rank):
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(
         [
-            "ranks 0, 1 hung (world 2, backend gloo)",
+            # Root cause first: rank 1 sleeps outside any collective; rank 0 waits for it.
+            "ranks 0, 1 hung; likely cause: rank 1 in user code at test_inner.py:*; "
+            "rank 0 waiting in all_reduce at test_inner.py:* (world 2, backend gloo)",
             "*rank 0: hung*",
             "did not finish within the test's timeout of 6 s",
             "*in all_reduce",
@@ -416,7 +425,10 @@ def test_after(rank, dist_tmp_path):
     )
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(
-        ["rank 0 failed (world 2, backend gloo)", "RuntimeError: *gloo*Timed out waiting 1000ms*"]
+        [
+            "rank 0 failed; rank 1 passed (world 2, backend gloo)",
+            "RuntimeError: *gloo*Timed out waiting 1000ms*",
+        ]
     )
     base = inner.pytester.path / "bt"
     fault = {(base / f"fault{r}").read_text() for r in (0, 1)}

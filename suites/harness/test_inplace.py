@@ -72,11 +72,11 @@ def test_torchrun_runs_tests_on_every_rank_and_rank_0_reports_all(tmp_path):
     assert proc.returncode != 0
     # Only rank 0 writes to the terminal; it counts rank 1's failure.
     assert out.count("short test summary info") == 1
-    assert "FAILED test_suite.py::test_fails_on_rank_1 - failed on rank(s) [1]" in out
+    assert "FAILED test_suite.py::test_fails_on_rank_1 - rank 1 failed; rank 0 passed" in out
     assert "rank 1 disagrees" in out
     # A test that failed on every rank is one failure, reported with rank 0's own traceback.
     assert out.count("FAILED test_suite.py::test_fails_on_every_rank - ") == 1
-    assert "FAILED test_suite.py::test_fails_on_every_rank: failed on rank(s) [1]" in out
+    assert "FAILED test_suite.py::test_fails_on_every_rank: ranks 0, 1 failed" in out
     assert "2 failed, 2 passed, 1 skipped" in out
     # Every failure names the command that reproduces it, launcher included.
     for name in ("test_fails_on_rank_1", "test_fails_on_every_rank"):
@@ -176,8 +176,8 @@ def test_torchrun_hang_dumps_stacks_and_ends_at_the_timeout(tmp_path):
         (case,) = ET.parse(path).getroot().iter("testcase")
         failure = case.find("failure")
         assert case.get("name") == "test_hangs"
-        assert failure.get("message") == (
-            f"hung on rank {rank}: did not finish within the test's timeout of 3 s; the rank exited"
+        assert failure.get("message").startswith(
+            f"rank {rank} hung (did not finish within the test's timeout of 3 s; the rank exited)"
         )
         assert 'test_suite.py", line 7 in test_hangs' in failure.text
     # Ranks time out together; each line of a dump carries its rank and is never torn
@@ -221,8 +221,11 @@ def test_torchrun_hang_in_a_collective_outlives_the_rendezvous_timeout(tmp_path)
     for path in written:
         rank = path.name.split(".")[1].removeprefix("rank")
         (case,) = ET.parse(path).getroot().iter("testcase")
+        # Root cause first: rank 1 sleeps outside any collective, rank 0 waits for it.
         assert case.find("failure").get("message") == (
-            f"hung on rank {rank}: did not finish within the test's timeout of 6 s; the rank exited"
+            f"rank {rank} hung (did not finish within the test's timeout of 6 s; the rank "
+            "exited); likely cause: rank 1 in user code at test_suite.py:12; "
+            "rank 0 waiting in all_reduce at test_suite.py:10"
         )
 
 
@@ -239,7 +242,7 @@ def test_mpirun_runs_the_same_file(tmp_path):
     ]  # fmt: skip
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
-    assert "FAILED test_suite.py::test_fails_on_rank_1 - failed on rank(s) [1]" in proc.stdout
+    assert "FAILED test_suite.py::test_fails_on_rank_1 - rank 1 failed; rank 0 passed" in proc.stdout
     assert "2 failed, 2 passed, 1 skipped" in proc.stdout
     assert (
         "reproduce: mpirun -np 2 python -m pytest -p no:cacheprovider "
@@ -434,7 +437,7 @@ def test_sys_exit_on_one_rank_stops_the_peer_and_reports_the_rest(tmp_path, laun
     seconds = time.monotonic() - start
     assert proc.returncode != 0
     assert seconds < 45, f"rank 0 waited for its test's timeout: {seconds:.0f} s"
-    assert _verdicts(tmp_path / "out") == {"test_exit_on_rank_1": "failed", "test_next": "error"}
+    assert _verdicts(tmp_path / "out") == {"test_exit_on_rank_1": "failed", "test_next": "not run"}
     merged = merge_junit(sorted((tmp_path / "out").glob("junit.rank*.xml")))
     (next_test,) = [t for t in merged.tests if t.name == "test_next"]
     assert (
@@ -558,3 +561,63 @@ def test_a_stale_file_store_cannot_hang_the_next_run(tmp_path):
         f"rankgate in-place: cannot open the FileStore at {bad}: {bad.parent} is not a "
         "writable directory"
     ) in proc.stdout + proc.stderr
+
+
+TMP_AND_STOP = """
+import time
+import pytest
+import torch.distributed as dist
+
+@pytest.mark.world(2)
+def test_a_tmp_path_is_one_directory(rank, tmp_path, dist_tmp_path):
+    (tmp_path / f"from{rank}").write_text("saved")
+    dist.barrier()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["from0", "from1"]
+    assert tmp_path == dist_tmp_path
+
+@pytest.mark.world(2, timeout=4)
+def test_b_hangs(rank):
+    if rank == 1:
+        time.sleep(1000)
+    dist.barrier()
+
+@pytest.mark.world(2, backend="nccl")
+def test_c_nccl_variant():
+    pass
+
+@pytest.mark.skip(reason="known bug")
+def test_d_skipped():
+    pass
+
+@pytest.mark.world(2)
+def test_e_later(rank):
+    pass
+"""
+
+
+def test_torchrun_tmp_path_shared_hang_cause_and_tests_not_run(tmp_path):
+    _write(tmp_path, TMP_AND_STOP)
+    proc = _torchrun(tmp_path, "test_suite.py", "--junitxml=out/junit.xml")
+    assert proc.returncode != 0
+    merged = merge_junit(sorted((tmp_path / "out").glob("junit.rank*.xml")), world_size=2)
+    verdicts = {t.name: t for t in merged.tests}
+    assert {name: t.verdict for name, t in verdicts.items()} == {
+        "test_a_tmp_path_is_one_directory": "passed",
+        "test_b_hangs": "failed",
+        "test_c_nccl_variant": "skipped",  # known before running: keeps its skip
+        "test_d_skipped": "skipped",
+        "test_e_later": "not run",
+    }
+    assert verdicts["test_d_skipped"].message == "known bug"
+    assert verdicts["test_e_later"].message == "ranks 0, 1 not run"
+    assert verdicts["test_b_hangs"].message == (
+        "ranks 0, 1 hung; likely cause: rank 1 in user code at test_suite.py:16; "
+        "rank 0 waiting in barrier at test_suite.py:17"
+    )
+    assert not merged.ok
+    hung = verdicts["test_b_hangs"].results[0].message
+    assert hung == (
+        "rank 0 hung (did not finish within the test's timeout of 4 s; the rank exited); "
+        "likely cause: rank 1 in user code at test_suite.py:16; "
+        "rank 0 waiting in barrier at test_suite.py:17"
+    )

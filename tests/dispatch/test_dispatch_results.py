@@ -136,7 +136,7 @@ def test_report_shows_the_failing_ranks_logs(tmp_path):
         merged=merge_job_dir(tmp_path, 2),
     )
     report = render_report(result)
-    assert "FAILED test_x::a: failed on rank 1; passed on rank 0" in report
+    assert "FAILED test_x::a: rank 1 failed; rank 0 passed" in report
     assert "terminal of rank one" in report and "stderr of rank one" in report
     assert "rank zero is fine" not in report
     assert result.exit_status == 1

@@ -20,7 +20,7 @@ def test_all_passed():
 def test_one_failure_names_the_rank():
     v = judge(outcomes("passed", "failed", "passed"), 3, "gloo", test_id="t")
     assert (v.status, v.failing_ranks) == ("failed", (1,))
-    assert v.summary == "rank 1 failed (world 3, backend gloo)"
+    assert v.summary == "rank 1 failed; ranks 0, 2 passed (world 3, backend gloo)"
     assert "failed on 1" in v.text and "passed on 0" not in v.text
 
 
@@ -38,7 +38,8 @@ def test_crash_is_named_first_with_its_exit():
         test_id="t",
     )
     assert v.summary == (
-        "rank 2 crashed (killed by SIGSEGV (exit code -11)); rank 1 failed; rank 0 hung (world 3, backend gloo)"
+        "rank 2 crashed (killed by SIGSEGV (exit code -11)); rank 1 failed; rank 0 hung "
+        "(world 3, backend gloo)"
     )
     assert v.failing_ranks == (0, 1, 2)
     assert (
@@ -51,7 +52,7 @@ def test_crash_is_named_first_with_its_exit():
 def test_disagreement():
     v = judge(outcomes("skipped", "passed", "skipped"), 3, "gloo", test_id="t")
     assert v.status == "disagreement"
-    assert v.summary == "ranks disagree (world 3, backend gloo): ranks 0, 2 skipped, rank 1 passed"
+    assert v.summary == "ranks disagree (world 3, backend gloo): ranks 0, 2 skipped; rank 1 passed"
 
 
 def test_unanimous_skip_keeps_the_reason():

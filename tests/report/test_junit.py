@@ -39,7 +39,10 @@ def main(monkeypatch: pytest.MonkeyPatch, *argv: str) -> int:
 def test_real_runs_exact_verdicts(ranked_junit: list[Path], expected_verdicts: dict) -> None:
     report = merge_junit(ranked_junit)
     assert report.verdicts == expected_verdicts
-    assert report.counts == {"tests": 10, "passed": 3, "failed": 2, "error": 3, "skipped": 2}
+    assert report.counts == {
+        "tests": 10, "passed": 3, "failed": 2, "error": 3, "skipped": 1,
+        "xfailed": 1, "xpassed": 0, "not run": 0,
+    }
     assert report.ranks == (0, 1, 2)
     assert report.world_size == 3
     assert not report.ok
@@ -49,14 +52,14 @@ def test_real_runs_messages_name_the_ranks(ranked_junit: list[Path]) -> None:
     tests = {t.test_id: t for t in merge_junit(ranked_junit).tests}
     messages = {i: t.message for i, t in tests.items() if t.verdict != "passed"}
     assert messages == {
-        "test_ranked::test_fail_on_rank1": "failed on rank 1; passed on ranks 0, 2",
-        "test_ranked::test_error_on_rank2": "error on rank 2; passed on ranks 0, 1",
+        "test_ranked::test_fail_on_rank1": "rank 1 failed; ranks 0, 2 passed",
+        "test_ranked::test_error_on_rank2": "rank 2 error; ranks 0, 1 passed",
         "test_ranked::test_skip_everywhere": "no GPU here",
         "test_ranked::test_skip_on_rank1": (
-            "ranks disagree: skipped on rank 1; passed on ranks 0, 2"
+            "ranks disagree: rank 1 skipped; ranks 0, 2 passed"
         ),
-        "test_ranked::test_only_on_rank0": "missing on ranks 1, 2; passed on rank 0",
-        "test_ranked::test_fail_everywhere": "failed on ranks 0, 1, 2",
+        "test_ranked::test_only_on_rank0": "ranks 1, 2 missing; rank 0 passed",
+        "test_ranked::test_fail_everywhere": "ranks 0, 1, 2 failed",
         "test_ranked::test_xfail": "known bug",
     }
     everywhere = tests["test_ranked::test_fail_everywhere"]
@@ -87,7 +90,7 @@ def test_real_runs_written_xml(
     }
     cases = {c.get("name"): c for c in suite.iter("testcase")}
     failure = cases["test_fail_on_rank1"].find("failure")
-    assert failure.get("message") == "failed on rank 1; passed on ranks 0, 2"
+    assert failure.get("message") == "rank 1 failed; ranks 0, 2 passed"
     assert "AssertionError: rank 1 is broken" in failure.text
     assert cases["test_skip_on_rank1"].find("error") is not None
     assert cases["test_xfail"].find("skipped").get("message") == "known bug"
@@ -114,10 +117,10 @@ def test_command_on_failing_runs(
     lines = capsys.readouterr().out.splitlines()
     assert lines[-1] == (
         "rankgate merge-junit: 10 tests on ranks 0, 1, 2 of world 3: "
-        f"3 passed, 2 failed, 3 error, 2 skipped -> {out}"
+        f"3 passed, 2 failed, 3 error, 1 skipped, 1 xfailed, 0 xpassed, 0 not run -> {out}"
     )
-    assert "FAILED test_ranked::test_fail_on_rank1: failed on rank 1; passed on ranks 0, 2" in lines
-    assert "ERROR test_ranked::test_only_on_rank0: missing on ranks 1, 2; passed on rank 0" in lines
+    assert "FAILED test_ranked::test_fail_on_rank1: rank 1 failed; ranks 0, 2 passed" in lines
+    assert "ERROR test_ranked::test_only_on_rank0: ranks 1, 2 missing; rank 0 passed" in lines
     assert out.is_file()
 
 
@@ -128,7 +131,10 @@ def test_command_json(
     assert main(monkeypatch, "merge-junit", "--json", *map(str, ranked_junit)) == 1
     captured = capsys.readouterr()
     got = json.loads(captured.out)
-    assert got["counts"] == {"tests": 10, "passed": 3, "failed": 2, "error": 3, "skipped": 2}
+    assert got["counts"] == {
+        "tests": 10, "passed": 3, "failed": 2, "error": 3, "skipped": 1,
+        "xfailed": 1, "xpassed": 0, "not run": 0,
+    }
     assert {t["id"]: t["verdict"] for t in got["tests"]} == expected_verdicts
     by_id = {t["id"]: t for t in got["tests"]}
     assert by_id["test_ranked::test_error_on_rank2"]["ranks"] == {
@@ -144,7 +150,7 @@ def test_command_on_clean_runs_exits_0(
     assert main(monkeypatch, "merge-junit", str(clean_junit[0].parent)) == 0
     assert capsys.readouterr().out == (
         "rankgate merge-junit: 3 tests on ranks 0, 1 of world 2: "
-        "3 passed, 0 failed, 0 error, 0 skipped\n"
+        "3 passed, 0 failed, 0 error, 0 skipped, 0 xfailed, 0 xpassed, 0 not run\n"
     )
 
 
@@ -173,7 +179,7 @@ def test_disagreement_names_what_each_rank_did(tmp_path: Path) -> None:
     ]
     (test,) = merge_junit(files).tests
     assert (test.verdict, test.message) == (
-        "error", "ranks disagree: skipped on rank 1; passed on ranks 0, 2",
+        "error", "ranks disagree: rank 1 skipped; ranks 0, 2 passed",
     )
     assert "----- rank 1: skipped: no data" in test.details
 
@@ -187,7 +193,7 @@ def test_failure_wins_over_disagreement_and_missing(tmp_path: Path) -> None:
     ]
     a = merge_junit(files).tests[0]
     assert a.verdict == "failed"
-    assert a.message == "failed on rank 0; error on rank 3; missing on rank 2; skipped on rank 1"
+    assert a.message == "rank 0 failed; rank 3 error; rank 2 missing; rank 1 skipped"
     assert a.failing_ranks == (0, 2, 3)
     assert a.details == (
         "----- rank 0: failed: bad\ntb0\n\n----- rank 3: error: setup\ntb3\n"
@@ -212,7 +218,7 @@ def test_call_failure_and_teardown_error_on_one_rank(tmp_path: Path) -> None:
     files = [junit(tmp_path / "junit.rank0.xml", cases), junit(tmp_path / "junit.rank1.xml",
                                                               case("a"))]
     (test,) = merge_junit(files).tests
-    assert (test.verdict, test.message) == ("failed", "failed on rank 0; passed on rank 1")
+    assert (test.verdict, test.message) == ("failed", "rank 0 failed; rank 1 passed")
     assert test.details == "----- rank 0: failed: call; teardown\nc\nt"
 
 
@@ -224,7 +230,7 @@ def test_rank_from_properties(tmp_path: Path) -> None:
     ]
     report = merge_junit(files)
     assert report.ranks == (0, 1)
-    assert report.tests[0].message == "failed on rank 0; passed on rank 1"
+    assert report.tests[0].message == "rank 0 failed; rank 1 passed"
 
 
 def test_bare_testsuite_root_and_other_rank_names(tmp_path: Path) -> None:
@@ -243,7 +249,7 @@ def test_missing_rank_file_is_an_error(
     report = merge_junit(files, world_size=4)
     assert report.verdicts == {"rankgate.merge::missing_ranks": "error", "t::x": "error"}
     assert report.tests[0].message == "no JUnit file for ranks 1, 3 of world 4"
-    assert report.tests[1].message == "missing on ranks 1, 3; passed on ranks 0, 2"
+    assert report.tests[1].message == "ranks 1, 3 missing; ranks 0, 2 passed"
     assert main(monkeypatch, "merge-junit", "--world", "4", *map(str, files)) == 1
     assert "ERROR rankgate.merge::missing_ranks: no JUnit file for ranks 1, 3 of world 4" in (
         capsys.readouterr().out
@@ -315,3 +321,61 @@ def test_rank_beyond_world(tmp_path: Path) -> None:
 def _write(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
+
+
+# ------------------------------------------------ outcomes counted apart, not run
+
+
+XFAILED = '<skipped type="pytest.xfail" message="known bug"/>'
+XPASSED = '<skipped message="xfail-marked test passes unexpectedly"/>'
+NOT_RUN = (
+    '<error message="failed on setup with &quot;not run: rank 1 stopped the run: '
+    't::hangs did not finish within the test\'s timeout of 5 s&quot;">not run</error>'
+)
+
+
+def test_xfailed_xpassed_and_not_run_are_counted_apart(tmp_path: Path) -> None:
+    for rank, last in ((0, NOT_RUN), (1, "")):
+        junit(
+            tmp_path / f"junit.rank{rank}.xml",
+            case("xf", XFAILED) + case("xp", XPASSED) + case("later", last)
+            + case("skip", '<skipped message="no GPU"/>') + case("ok"),
+        )
+    report = merge_junit(sorted(tmp_path.glob("*.xml")))
+    assert report.verdicts == {
+        "t::xf": "xfailed", "t::xp": "xpassed", "t::later": "not run", "t::skip": "skipped",
+        "t::ok": "passed",
+    }
+    assert report.counts == {
+        "tests": 5, "passed": 1, "failed": 0, "error": 0, "skipped": 1, "xfailed": 1,
+        "xpassed": 1, "not run": 1,
+    }
+    later = report.tests[2]
+    assert later.message == "rank 0 not run; rank 1 passed"
+    assert later.failing_ranks == (0,)
+    assert not report.ok  # a test that never ran is red
+
+
+def test_merged_file_reads_back_with_the_same_outcomes(tmp_path: Path) -> None:
+    for rank in (0, 1):
+        junit(
+            tmp_path / f"junit.rank{rank}.xml",
+            case("xf", XFAILED) + case("xp", XPASSED) + case("later", NOT_RUN if rank else ""),
+        )
+    merged = merge_junit(sorted(tmp_path.glob("*.xml")))
+    out = tmp_path / "merged" / "all.rank0.xml"
+    out.parent.mkdir()
+    merged.write_xml(out)
+    suite = ET.parse(out).getroot()
+    assert (suite.get("errors"), suite.get("skipped")) == ("1", "2")
+    again = {c.name: c.outcome for c in read_junit(out).cases}
+    assert again == {"xf": "xfailed", "xp": "xpassed", "later": "not run"}
+
+
+def test_in_place_hang_is_worded_hung_with_its_likely_cause(tmp_path: Path) -> None:
+    cause = "likely cause: rank 1 in user code at u.py:418; rank 0 waiting in barrier at u.py:419"
+    for rank in (0, 1):
+        message = f"rank {rank} hung (did not finish within the test's timeout of 5 s); {cause}"
+        junit(tmp_path / f"junit.rank{rank}.xml", case("h", f'<failure message="{message}"/>'))
+    (test,) = merge_junit(sorted(tmp_path.glob("*.xml"))).tests
+    assert (test.verdict, test.message) == ("failed", f"ranks 0, 1 hung; {cause}")

@@ -151,7 +151,7 @@ def test_each_failed_test_shows_its_failing_ranks_message_and_reproduction_line(
     badges = page.evaluate(f"[...{art}.querySelectorAll('.rank')].map(b => b.innerText)")
     assert badges == ["rank 1: failed", "rank 0: passed"]  # the root cause first
     assert page.evaluate(f"{art}.querySelector('.message').innerText") == (
-        "rank 1 failed (world 2, backend gloo)"
+        "rank 1 failed; rank 0 passed (world 2, backend gloo)"
     )
     repro = page.evaluate(f"{art}.querySelector('pre.reproduce').innerText")
     assert repro.startswith("reproduce: pytest 'test_failing.py::test_rank1_fails' --rankgate-seed=")
@@ -200,7 +200,7 @@ def test_summary_md_for_the_job_summary(written):
         "| dist | **FAILED** | 1 passed, 2 failed | 14.0 s | pytest: exit code 1 "
         "(pytest -m 'dist and not gpu') |" in md
     )
-    assert "#### `test_failing::test_rank1_fails` failed on rank 1\n" in md
+    assert "#### `test_failing::test_rank1_fails` rank 1 failed; rank 0 passed\n" in md
     assert "\n`reproduce: pytest 'test_failing.py::test_rank1_fails' --rankgate-seed=" in md
-    assert "<details><summary>rank 1: failed</summary>" in md
+    assert "<details><summary>rank 1 failed</summary>" in md
     assert "- pool_median_ms at world 2 gloo: 200% slower (" in md

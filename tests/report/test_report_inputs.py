@@ -166,4 +166,4 @@ def test_a_traceback_with_backticks_stays_inside_its_fold():
     tokens = gfm.parse(render_markdown(data))
     (fence,) = [t for t in tokens if t.type == "fence"]
     assert fence.content == text + "\n"
-    assert gfm.headings(tokens, 4) == ["``t::weird`id`` failed on rank 1"]
+    assert gfm.headings(tokens, 4) == ["``t::weird`id`` rank 1 failed; rank 0 passed"]

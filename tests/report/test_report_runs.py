@@ -265,7 +265,7 @@ def test_a_failing_rank_is_named_in_the_json(failing):
         "id": "test_failing::test_shards_agree", "outcome": "failed",
         "source": by_id["test_failing::test_shards_agree"]["source"],
         "failing_ranks": [2], "ranks": {"0": "passed", "1": "passed", "2": "failed"},
-        "message": "rank 2 failed (world 3, backend gloo)",
+        "message": "rank 2 failed; ranks 0, 1 passed (world 3, backend gloo)",
     }  # fmt: skip
     assert by_id["test_failing::test_plain_failure"]["failing_ranks"] is None
 
@@ -276,7 +276,7 @@ def test_failing_summary_md(failing):
     tokens = gfm.parse(md)
     assert gfm.headings(tokens, 2) == ["rankgate: FAILED"]
     assert gfm.headings(tokens, 4) == [
-        "`test_failing::test_shards_agree` failed on rank 2",
+        "`test_failing::test_shards_agree` rank 2 failed; ranks 0, 1 passed",
         "`test_failing::test_plain_failure` failed",
     ]
     fences = [t.content for t in tokens if t.type == "fence"]
@@ -322,8 +322,8 @@ def test_a_hang_names_the_rank_that_never_joined_and_keeps_every_stack(hang):
     assert bad["ranks"] == {"0": "hung", "1": "hung"} and bad["failing_ranks"] == [0, 1]
     tokens = gfm.parse((work / "out" / "summary.md").read_text())
     folds = [t.content for t in tokens if t.type == "html_block" and "<summary>" in t.content]
-    assert folds[:2] == ["<details><summary>rank 1: hung (Python stacks)</summary>\n",
-                         "<details><summary>rank 0: hung (Python stacks)</summary>\n"]  # fmt: skip
+    assert folds[:2] == ["<details><summary>rank 1 hung (Python stacks)</summary>\n",
+                         "<details><summary>rank 0 hung (Python stacks)</summary>\n"]  # fmt: skip
 
 
 def test_hang_page(hang, chromium, tmp_path):

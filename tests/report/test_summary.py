@@ -12,6 +12,7 @@ import pytest
 
 from rankgate import cli
 from rankgate.report.junit import ReportInputError, merge_junit
+from rankgate.report.results import read_results
 from rankgate.report.summary import summarize
 
 pytestmark = pytest.mark.unit
@@ -74,7 +75,7 @@ def test_rank_files_and_plain_file_and_bench(
         "source": ranked_dir,
         "failing_ranks": [1],
         "ranks": {"0": "passed", "1": "failed", "2": "passed"},
-        "message": "failed on rank 1; passed on ranks 0, 2",
+        "message": "rank 1 failed; ranks 0, 2 passed",
     }
     assert failing["test_ranked::test_only_on_rank0"]["failing_ranks"] == [1, 2]
     assert failing["test_plain::test_bad"] == {
@@ -150,3 +151,34 @@ def test_command(
     assert capsys.readouterr().err == (
         f"rankgate report: error: {tmp_path / 'missing.xml'}: no such file\n"
     )
+
+
+def test_a_test_a_stopped_run_never_ran_is_red_in_the_report(tmp_path: Path) -> None:
+    # The report's six outcomes count merge-junit's "not run" as an error, never as passed.
+    case = (
+        '<testcase classname="t" name="test_later" time="0">'
+        '<error message="failed on setup with &quot;not run: rank 0 stopped the run: t::a'
+        ' hung&quot;" /></testcase>'
+    )
+    for rank in (0, 1):
+        (tmp_path / f"junit.rank{rank}.xml").write_text(
+            f'<testsuites><testsuite name="pytest" tests="1"><properties>'
+            f'<property name="rank" value="{rank}"/><property name="world_size" value="2"/>'
+            f"</properties>{case}</testsuite></testsuites>"
+        )
+    (group,) = read_results([tmp_path])
+    (result,) = group.results
+    assert (result.outcome, result.failing_ranks) == ("error", (0, 1))
+    assert result.reason == "ranks 0, 1 not run"
+    assert group.totals == {
+        "tests": 1, "passed": 0, "failed": 0, "error": 1, "skipped": 0, "xfailed": 0,
+        "xpassed": 0,
+    }  # fmt: skip
+    # A file written by merge-junit (or any file without ranks) is read case by case.
+    plain = tmp_path / "plain" / "merged.xml"
+    plain.parent.mkdir()
+    plain.write_text(f'<testsuites><testsuite name="pytest" tests="1">{case}</testsuite></testsuites>')
+    (group,) = read_results([plain])
+    assert [(r.outcome, r.reason) for r in group.results] == [
+        ("error", 'failed on setup with "not run: rank 0 stopped the run: t::a hung"')
+    ]

@@ -66,7 +66,8 @@ class JobResults:
 
     @property
     def failing_ranks(self) -> list[int]:
-        bad = {r for t in self.tests if t.verdict in ("failed", "error") for r in t.failing_ranks}
+        red = ("failed", "error", "not run")
+        bad = {r for t in self.tests if t.verdict in red for r in t.failing_ranks}
         return sorted(bad | set(self.missing_ranks))
 
     @property
@@ -227,7 +228,7 @@ def render_report(result: DispatchResult) -> str:
             lines.append("no test passed on the target (all skipped, or none collected)")
         lines += merged.unreadable
         for test in merged.tests:
-            if test.verdict in ("failed", "error"):
+            if test.verdict in ("failed", "error", "not run"):
                 lines += ["", f"{test.verdict.upper()} {test.test_id}: {test.message}"]
                 lines += _head(test.details, DETAIL_LINES)
         if result.job_dir is not None:

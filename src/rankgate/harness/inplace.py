@@ -19,9 +19,10 @@ A test that loses the group (destroys it, or breaks it with a backend error) fai
 and every rank joins a new group before the next test. A rank whose test hangs, or
 outlives a failed peer by PEER_GRACE_S, and a rank that receives SIGTERM or SIGHUP (a
 launcher stopping the survivors of a dead rank), prints its stacks or names the dead
-ranks, records that test and every test not yet run (as errors) in its JUnit file,
-prints its summary, ends its child processes, tells the other ranks, and exits: a
-process stuck in a collective cannot be freed any other way.
+ranks, records that test and every test not yet run (as "not run", red; one whose skip
+is known without running it keeps its skip) in its JUnit file, prints its summary, ends
+its child processes, tells the other ranks, and exits: a process stuck in a collective
+cannot be freed any other way.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from typing import NamedTuple
 import pytest
 from _pytest.runner import runtestprotocol
 
-from rankgate.harness import control, leaks, options
+from rankgate.harness import control, leaks, options, rankwords
 from rankgate.harness.control import RunAborted
 from rankgate.harness.failure_repr import failure_repr
 from rankgate.harness.hangwatch import HangWatch
@@ -67,6 +68,7 @@ from rankgate.harness.rankstate import (
 )
 from rankgate.harness.signalwatch import SignalWatch
 from rankgate.harness.spec import WorldSpec
+from rankgate.harness.stackwhere import where as stack_where
 from rankgate.harness.testitem import seed_for_test, skip_at_test, test_timeout, world_spec
 from rankgate.harness.verdict import reproduction_line
 from rankgate.launch.env import LaunchEnv
@@ -81,6 +83,10 @@ STORE_TIMEOUT_WHEN_STOPPING = timedelta(seconds=2)
 """The store may be gone with the launcher: a stopping rank never waits long on it."""
 KEPT_OPTIONS = ("-p", "-o", "-c", "--override-ini", "--config-file", "--rootdir")
 """Options of the run that the reproduction line repeats (they change what runs)."""
+WHERE_WAIT_S = 2.0
+"""A hung rank waits this long for the other hung ranks to say where they wait (the
+ranks of one test time out together), to name the likely cause."""
+
 
 
 class Problem(NamedTuple):
@@ -163,6 +169,7 @@ class InPlaceSession:
         self.log_dir = self._per_rank_files()
         self._shared_root = Path(os.environ.get("RANKGATE_SHARED_TMP", self.log_dir))
         self._run_dir: Path | None = None  # made when a test first asks for dist_tmp_path
+        self._shared_dirs: dict[str, Path] = {}  # dist_tmp_path and tmp_path: one per test
         self._collect_errors: list[str] = []
         self._items: list[pytest.Item] = []
         self._index: dict[str, int] = {}
@@ -199,6 +206,8 @@ class InPlaceSession:
 
     def shared_dir(self, nodeid: str) -> Path:
         """An empty directory for this test, the same on every rank."""
+        if nodeid in self._shared_dirs:  # tmp_path and dist_tmp_path: one directory
+            return self._shared_dirs[nodeid]
         index = self._index.get(nodeid)
         if self._run_dir is None:
             self._run_dir = self._make_run_dir(index)
@@ -208,6 +217,7 @@ class InPlaceSession:
             path.mkdir()
         # Nobody looks before rank 0 made it.
         self.control.broadcast(f"t{index}/tmp", True, test_index=index)
+        self._shared_dirs[nodeid] = path
         return path
 
     def _make_run_dir(self, index: int | None) -> Path:
@@ -312,22 +322,30 @@ class InPlaceSession:
 
     # -- running ----------------------------------------------------------------------
 
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+    def skip_reason(self, item: pytest.Item) -> str | None:
+        """Why this run skips the test, known before it starts (None: it runs)."""
         if item.get_closest_marker("launches") is not None:
-            skip_at_test(
+            return (
                 "starts pytest sessions or launchers of its own: run it without a launcher "
                 f"(in place each of the {self.launch.world_size} ranks would start them)"
             )
         spec = world_spec(item)
         if spec is None:
-            return
+            return None
         launched = f"{self.launch.world_size} rank(s) launched by {self.launch.launcher}"
         if spec.size != self.launch.world_size:
-            skip_at_test(f"world({spec.size}) needs {spec.size} ranks; this run has {launched}")
+            return f"world({spec.size}) needs {spec.size} ranks; this run has {launched}"
         if spec.backend == "nccl" and not self.has_gpus:
-            skip_at_test(f"backend 'nccl' requested; this run's process group is {self.backend}")
-        seed_everything(seed_for_test(self.base_seed, item.nodeid))
+            return f"backend 'nccl' requested; this run's process group is {self.backend}"
+        return None
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        reason = self.skip_reason(item)
+        if reason is not None:
+            skip_at_test(reason)
+        if world_spec(item) is not None:
+            seed_everything(seed_for_test(self.base_seed, item.nodeid))
 
     def _timeout(self, item: pytest.Item) -> float:
         return test_timeout(item, self.default_timeout)
@@ -379,11 +397,20 @@ class InPlaceSession:
     def _stop_run(self, item: pytest.Item, stacks: str, why: str) -> None:
         """From the hang watcher, just before this rank exits: record, tell, wait."""
         rank = self.launch.rank
+        reason = f"rank {rank} stopped the run: {item.nodeid} {why}"
+        try:
+            self.control.set(control.ABORT_KEY, reason)
+            wheres = self._where_hung_ranks_wait(item, stacks)
+        except Exception:  # the store is gone: name where this rank waits only
+            wheres = {rank: stack_where(stacks, str(item.path))}
+        headline = rankwords.with_cause(
+            rankwords.outcomes_line({rank: "hung"}, notes={"hung": f"{why}; the rank exited"}),
+            rankwords.hang_cause(wheres),
+        )
         self._stop(
             item,
-            f"rank {rank} stopped the run: {item.nodeid} {why}",
-            f"hung on rank {rank}: {why}; the rank exited\nPython stacks of every "
-            f"thread:\n{stacks}",
+            reason,
+            f"{headline}\nPython stacks of every thread:\n{stacks}",
             verdict="hung",
         )
 
@@ -399,10 +426,9 @@ class InPlaceSession:
         except Exception:
             dead = []  # the store went with the launcher: say only what this rank knows
         if dead:
-            ranks = ", ".join(map(str, dead))
             cause = (
-                f"rank(s) {ranks} crashed (ended without a result: os._exit, a signal or "
-                f"the OOM killer), and the launcher sent {name} to rank {rank}"
+                f"{rankwords.ranks(dead)} crashed (ended without a result: os._exit, a signal "
+                f"or the OOM killer), and the launcher sent {name} to rank {rank}"
             )
         else:
             cause = f"rank {rank} received {name} (the launcher or the CI stopped the job)"
@@ -493,7 +519,7 @@ class InPlaceSession:
         self._print_summary(reason)
         self._end_children()
         self._hang_watch.write(
-            f"[rank {rank}] rankgate: {reason}; {not_run} later test(s) not run, recorded as errors"
+            f"[rank {rank}] rankgate: {reason}; {not_run} later test(s) not run"
         )
         try:
             self.control.set(control.exited_key(rank), True)
@@ -542,6 +568,21 @@ class InPlaceSession:
                 time.sleep(0.05)
             leaks.reap(tree)
 
+    def _where_hung_ranks_wait(self, item: pytest.Item, stacks: str) -> dict:
+        """Where this rank waits, and where the others that hung in this test say they do."""
+        key = f"where/{item.nodeid}/"
+        mine = stack_where(stacks, str(item.path))
+        self.control.set(key + str(self.launch.rank), mine)
+        others = [key + str(r) for r in range(self.launch.world_size) if r != self.launch.rank]
+        deadline = time.monotonic() + WHERE_WAIT_S
+        while time.monotonic() < deadline and not self.control.store.check(others):
+            time.sleep(0.05)
+        wheres = {self.launch.rank: mine}
+        for r in range(self.launch.world_size):
+            if r != self.launch.rank and self.control.store.check([key + str(r)]):
+                wheres[r] = self.control.peek(key + str(r))
+        return wheres
+
     def _wait_for_peers_to_exit(self) -> bool:
         """True when every other rank said it exited within EXIT_WAIT_S."""
         others = [r for r in range(self.launch.world_size) if r != self.launch.rank]
@@ -554,20 +595,34 @@ class InPlaceSession:
         return False
 
     def _report_not_run(self, reason: str) -> int:
-        """Every test after the last one started: an error saying why it did not run."""
+        """Every test after the last one started: "not run" saying why (a known skip stays)."""
         rest = self._items[self._last_index + 1 :]
         for item in rest:
+            skip = self._known_skip(item)
+            path, lineno, _ = item.location
             report = pytest.TestReport(
                 nodeid=item.nodeid,
                 location=item.location,
                 keywords=dict.fromkeys(item.keywords, 1),
-                outcome="failed",
-                longrepr=f"not run: {reason}",
+                outcome="failed" if skip is None else "skipped",
+                longrepr=f"{rankwords.NOT_RUN_PREFIX}{reason}"
+                if skip is None
+                else (path, (lineno or 0) + 1, f"Skipped: {skip}"),
                 when="setup",
             )
             self._log_both(item, [report])
         self._last_index = len(self._items) - 1
         return len(rest)
+
+    def _known_skip(self, item: pytest.Item) -> str | None:
+        """The skip a test not run would have had, where it is known without running it."""
+        from _pytest.skipping import evaluate_skip_marks
+
+        try:
+            marked = evaluate_skip_marks(item)
+        except Exception:  # a skipif condition that raises: running it would say so
+            return None
+        return marked.reason if marked is not None else self.skip_reason(item)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call):

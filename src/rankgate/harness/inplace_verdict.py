@@ -19,6 +19,7 @@ from typing import NamedTuple
 import pytest
 from _pytest._code.code import ReprEntryNative, ReprExceptionInfo, ReprFileLocation, ReprTraceback
 
+from rankgate.harness import rankwords
 from rankgate.harness.failure_repr import failure_repr
 from rankgate.report.rankresults import strip_ansi
 
@@ -37,6 +38,8 @@ class RankResult(NamedTuple):
     """Captured sections (title, text) of the phases that failed."""
     group_trouble: bool = False
     """The test lost or broke this rank's process group."""
+    seconds: float = 0.0
+    """How long its phases took here (the rank that failed first is named first)."""
 
 
 def outcome_of(report: pytest.TestReport) -> str:
@@ -64,20 +67,26 @@ def own_result(reports: list[pytest.TestReport]) -> RankResult:
             texts.append(report_text(report))
         if this in BAD:
             output.extend((title, strip_ansi(text)) for title, text in report.sections)
-    return RankResult(outcome, "\n".join(t for t in texts if t), tuple(dict.fromkeys(output)))
+    return RankResult(
+        outcome,
+        "\n".join(t for t in texts if t),
+        tuple(dict.fromkeys(output)),
+        seconds=sum(report.duration for report in reports),
+    )
 
 
 def cross_rank_problem(everyone: list[RankResult], rank: int) -> str | None:
     """What the other ranks add to this rank's verdict, or None when they add nothing."""
+    outcomes = {r: res.outcome for r, res in enumerate(everyone)}
+    failed = {r: res.seconds for r, res in enumerate(everyone) if res.outcome == "failed"}
+    line = rankwords.outcomes_line(outcomes, first=rankwords.first_failed(failed))
     others_bad = [r for r, res in enumerate(everyone) if res.outcome in BAD and r != rank]
     if others_bad:
-        return f"failed on rank(s) {others_bad}" + "".join(
+        return line + "".join(
             f"\n--- rank {r}: {everyone[r].outcome} ---\n{everyone[r].text}" for r in others_bad
         )
-    outcomes = {res.outcome for res in everyone}
-    if len(outcomes) > 1 and everyone[rank].outcome not in BAD:
-        detail = ", ".join(f"rank {r} {res.outcome}" for r, res in enumerate(everyone))
-        return f"ranks disagree: {detail}"
+    if len(set(outcomes.values())) > 1 and everyone[rank].outcome not in BAD:
+        return f"ranks disagree: {line}"
     return None
 
 

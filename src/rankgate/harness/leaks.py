@@ -40,11 +40,33 @@ def children(pid: int | None = None) -> dict[int, str]:
     listed = _listed_children(pid)
     candidates = listed if listed is not None else _scan_for_children(pid)
     found = {}
+    helpers = _interpreter_helpers() if pid == os.getpid() else set()
     for child in candidates:
+        if child in helpers:
+            continue
         state_and_parent = _state_and_parent(child)
         if state_and_parent and state_and_parent[1] == pid and state_and_parent[0] != "Z":
             found[child] = state_and_parent[0]
     return found
+
+
+def _interpreter_helpers() -> set[int]:
+    """multiprocessing's resource tracker and fork server of this interpreter: started on
+    first use (a test writing a checkpoint with a process pool) and meant to live as long
+    as the interpreter, so not something a test left running."""
+    import sys
+
+    pids = set()
+    tracker = sys.modules.get("multiprocessing.resource_tracker")
+    forkserver = sys.modules.get("multiprocessing.forkserver")
+    for holder, attr in (
+        (getattr(tracker, "_resource_tracker", None), "_pid"),
+        (getattr(forkserver, "_forkserver", None), "_forkserver_pid"),
+    ):
+        pid = getattr(holder, attr, None)
+        if isinstance(pid, int):
+            pids.add(pid)
+    return pids
 
 
 def _listed_children(pid: int) -> list[int] | None:

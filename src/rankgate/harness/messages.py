@@ -68,6 +68,8 @@ class TestTask:
     seed: int
     collective_timeout: float = 0.0
     """The process group's operation timeout during this test (set by the pool)."""
+    prelude: dict | None = None
+    """An adopted test's set-up on each rank (``rankgate.harness.adopt.rankentry.enter``)."""
 
 
 class UnknownMessage(RuntimeError):

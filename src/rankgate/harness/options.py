@@ -71,6 +71,20 @@ def add_options(parser: pytest.Parser) -> None:
         "rankgate_worker_setup",
         "module:function called as function(rank) in every rank before rendezvous",
     )
+    parser.addini(
+        "rankgate_spawn_helpers",
+        "a suite's own spawn helpers to run on rankgate's ranks, one a line: module:function "
+        "world=PARAM backend=PARAM args=PARAM kwargs=PARAM env=NAME={local_rank},... "
+        "(docs/adopting.md)",
+        type="linelist",
+    )
+    parser.addini(
+        "rankgate_world_classes",
+        "a suite's own distributed test base classes, one a line: module:Class "
+        "world=ATTR marker=MARKER backend=ATTR launcher=ATTR launches=ATTR:VALUE "
+        "setup=module:function env=NAME={local_world_size},... (docs/adopting.md)",
+        type="linelist",
+    )
 
 
 def register_markers(config: pytest.Config) -> None:

@@ -15,37 +15,16 @@ import pytest
 
 from rankgate.harness import options
 from rankgate.harness.messages import RankValue
+from rankgate.harness.pluginnames import INPLACE_PLUGIN, PER_PROCESS_FIXTURES, POOL_PLUGIN
 from rankgate.harness.poolmode import PoolSession
 from rankgate.harness.spec import (
     WorldMarkerError,
     WorldSpec,
     parse_world_markers,
 )
-from rankgate.harness.testitem import SPEC_KEY
+from rankgate.harness.testitem import MARKERS_SEEN_KEY, SPEC_KEY
 from rankgate.launch.env import LaunchEnvError, inspect_launch
 
-INPLACE_PLUGIN = "rankgate-inplace"
-POOL_PLUGIN = "rankgate-pools"
-
-_CAPTURED = (
-    "print() in the test body: every rank's stdout and stderr are captured and shown per rank"
-)
-PER_PROCESS_FIXTURES = {
-    "capsys": _CAPTURED,
-    "capsysbinary": _CAPTURED,
-    "capfd": _CAPTURED,
-    "capfdbinary": _CAPTURED,
-    "caplog": "logging in the test body: each rank's log lines are in its captured stderr",
-    "recwarn": "warnings.catch_warnings(record=True) or pytest.warns() in the test body",
-    "monkeypatch": "unittest.mock.patch or os.environ in the test body (each rank restores "
-    "environment variables after the test)",
-    "request": "a fixture of your own that reads what the test needs from request and "
-    "returns it as a plain value",
-    "pytestconfig": "a fixture of your own that returns the option values the test needs",
-    "record_property": "a fixture of your own (fixtures run in the pytest process)",
-    "record_xml_attribute": "a fixture of your own (fixtures run in the pytest process)",
-    "record_testsuite_property": "a fixture of your own (fixtures run in the pytest process)",
-}
 """pytest's fixtures that belong to one process: a world test's body runs elsewhere."""
 
 
@@ -74,6 +53,11 @@ def pytest_configure(config: pytest.Config) -> None:
             "--rankgate-mode=inplace needs a launcher's variables (RANK/WORLD_SIZE, "
             "SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/SIZE or PMI_RANK/SIZE)"
         )
+    from rankgate.harness.adopt.hooks import ADOPT_PLUGIN, Adoption
+
+    adoption = Adoption.from_config(config)
+    if adoption is not None:
+        config.pluginmanager.register(adoption, ADOPT_PLUGIN)
     if launch is not None:
         from rankgate.harness.inplace import InPlaceSession
 
@@ -107,16 +91,30 @@ def pytest_pycollect_makeitem(collector, name, obj):
     for item in items:
         if isinstance(item, pytest.Function) and item.get_closest_marker("world"):
             try:
-                item.stash[SPEC_KEY] = parse_world_markers(list(item.iter_markers("world")))
-                _refuse_per_process_fixtures(item._fixtureinfo.argnames)
+                settle_world_spec(item)
             except WorldMarkerError as exc:
                 item = _InvalidWorldMarker.from_parent(collector, name=item.name, problem=str(exc))
         checked.append(item)
     return checked if isinstance(result, list) else checked[0]
 
 
-def _refuse_per_process_fixtures(argnames: tuple[str, ...]) -> None:
-    for name in argnames:
+def settle_world_spec(item: pytest.Item) -> None:
+    """Read the item's world markers into its spec (none: not a world test).
+
+    Raises WorldMarkerError for a marker that cannot describe a job.
+    """
+    markers = list(item.iter_markers("world"))
+    item.stash[MARKERS_SEEN_KEY] = markers
+    if not markers:
+        if SPEC_KEY in item.stash:
+            del item.stash[SPEC_KEY]
+        return
+    item.stash[SPEC_KEY] = parse_world_markers(markers)
+    _refuse_per_process_fixtures(getattr(item, "_fixtureinfo", None))
+
+
+def _refuse_per_process_fixtures(fixtureinfo) -> None:
+    for name in fixtureinfo.argnames if fixtureinfo is not None else ():
         if name in PER_PROCESS_FIXTURES:
             raise WorldMarkerError(
                 f"fixture {name!r} belongs to one process, and a world test's body runs on "
@@ -125,12 +123,67 @@ def _refuse_per_process_fixtures(argnames: tuple[str, ...]) -> None:
             )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(session, config, items: list[pytest.Item]):
+    # Around every other implementation, whatever its order: a conftest that marks
+    # tests in bulk here (or in pytest_itemcollected, earlier) is read after it ran.
+    result = yield
+    kept = []
+    for item in items:
+        try:
+            settle_world_spec(item)
+        except WorldMarkerError as exc:
+            _collection_error(config, item, f"invalid @pytest.mark.world: {exc}")
+            continue
+        kept.append(item)
+    items[:] = kept
     for item in items:
         spec = item.stash.get(SPEC_KEY, None)
-        if spec is None:
-            continue
-        item.add_marker(pytest.mark.gpu if spec.backend == "nccl" else pytest.mark.dist)
+        if spec is not None:
+            item.add_marker(pytest.mark.gpu if spec.backend == "nccl" else pytest.mark.dist)
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_finish(session: pytest.Session):
+    result = yield
+    for item in session.items:
+        late = late_world_marker(item)
+        if late:
+            _collection_error(session.config, item, late + " in pytest_collection_finish")
+    return result
+
+
+def late_world_marker(item: pytest.Item) -> str | None:
+    """Why the item's world markers changed after rankgate read them (None if they did not)."""
+    seen = item.stash.get(MARKERS_SEEN_KEY, [])
+    if list(item.iter_markers("world")) == seen:
+        return None
+    return (
+        "a world marker was added or changed too late to act on: rankgate reads world "
+        "markers at the end of pytest_collection_modifyitems, and this one arrived"
+    )
+
+
+def _collection_error(config: pytest.Config, item: pytest.Item, problem: str) -> None:
+    """Report a collection error for ``item``: pytest stops before running any test."""
+    report = pytest.CollectReport(
+        nodeid=item.nodeid, outcome="failed", longrepr=f"{item.nodeid}: {problem}", result=[]
+    )
+    config.hook.pytest_collectreport(report=report)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    # A marker added while running can no longer choose how the test runs.
+    late = late_world_marker(item)
+    if late:
+        raise WorldMarkerError(f"{item.nodeid}: {late} after collection")
+    result = yield
+    late = late_world_marker(item)
+    if late:
+        raise WorldMarkerError(f"{item.nodeid}: {late} in pytest_runtest_setup")
+    return result
 
 
 # --- fixtures ----------------------------------------------------------------------
@@ -182,5 +235,19 @@ def dist_tmp_path(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
     """One directory shared by every rank of this test."""
     session = _inplace_session(request)
     if session is not None:
+        return session.shared_dir(request.node.nodeid)
+    return tmp_path
+
+
+@pytest.fixture
+def tmp_path(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """pytest's tmp_path; for a world test run in place, one directory every rank sees.
+
+    In the pool a world test's fixtures are made once and sent to every rank, so its
+    ranks share one tmp_path; in place each rank's pytest would make its own, and a
+    test that saves on every rank and loads on every rank would wait for ever.
+    """
+    session = _inplace_session(request)
+    if session is not None and _world_spec(request) is not None:
         return session.shared_dir(request.node.nodeid)
     return tmp_path

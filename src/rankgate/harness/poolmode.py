@@ -32,7 +32,13 @@ from rankgate.harness.output import JUNIT_LIMIT, clip_text
 from rankgate.harness.pool import PoolKey, PoolProtocolError, PoolStartError
 from rankgate.harness.registry import PoolRegistry
 from rankgate.harness.spec import resolve_backend, uses_gpus
-from rankgate.harness.testitem import SPEC_KEY, seed_for_test, skip_at_test, test_timeout
+from rankgate.harness.testitem import (
+    PRELUDE_KEY,
+    SPEC_KEY,
+    seed_for_test,
+    skip_at_test,
+    test_timeout,
+)
 from rankgate.harness.verdict import StrayOutcome, Verdict, judge, reproduction_line
 
 RUN_KEY = pytest.StashKey["WorldRun"]()
@@ -251,6 +257,7 @@ def build_task(item: pytest.Function, seed: int) -> TestTask:
         qualname=_qualname_in_module(item),
         sys_path=tuple(sys.path),
         seed=seed,
+        prelude=item.stash.get(PRELUDE_KEY, None),
     )
 
 

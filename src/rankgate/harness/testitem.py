@@ -16,6 +16,12 @@ from rankgate.harness.spec import WorldSpec
 SPEC_KEY = pytest.StashKey[WorldSpec]()
 """The parsed world marker of a world test (absent on plain tests)."""
 
+PRELUDE_KEY = pytest.StashKey[dict]()
+"""What each rank does before an adopted test (``rankgate.harness.adopt.prelude``)."""
+
+MARKERS_SEEN_KEY = pytest.StashKey[list]()
+"""The world markers the spec was read from: a later change is reported, never ignored."""
+
 
 def world_spec(item: pytest.Item) -> WorldSpec | None:
     return item.stash.get(SPEC_KEY, None)

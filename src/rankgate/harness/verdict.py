@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rankgate.harness.outcome import BAD, RankOutcome
+from rankgate.harness import rankwords
+from rankgate.harness.outcome import BAD, RankOutcome, RankResult
+from rankgate.harness.stackwhere import where as stack_where
 
 
 class StrayOutcome(RuntimeError):
@@ -24,10 +26,6 @@ class Verdict:
     """The full report: each failing rank's traceback, stack or exit."""
 
 
-def _ranks(ranks: list[int]) -> str:
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
-
-
 def judge(outcomes: list[RankOutcome], world: int, backend: str, *, test_id: str) -> Verdict:
     """One verdict for ``test_id``; raises StrayOutcome for an outcome of another test."""
     strays = [o for o in outcomes if o.test_id != test_id]
@@ -38,7 +36,7 @@ def judge(outcomes: list[RankOutcome], world: int, backend: str, *, test_id: str
     where = f"(world {world}, backend {backend})"
     bad = _root_cause_first(outcomes)
     if bad:
-        summary = f"{_describe(bad)} {where}"
+        summary = f"{headline(outcomes, test_id)} {where}"
         return Verdict(
             test_id=test_id,
             status="failed",
@@ -48,10 +46,7 @@ def judge(outcomes: list[RankOutcome], world: int, backend: str, *, test_id: str
         )
     kinds = {o.outcome for o in outcomes}
     if len(kinds) > 1:
-        by_kind = ", ".join(
-            f"{_ranks([o.rank for o in outcomes if o.outcome == k])} {k}"
-            for k in sorted(kinds, key=lambda k: min(o.rank for o in outcomes if o.outcome == k))
-        )
+        by_kind = rankwords.outcomes_line({o.rank: str(o.outcome) for o in outcomes})
         summary = f"ranks disagree {where}: {by_kind}"
         details = "".join(_section(o) for o in outcomes if o.detail)
         return Verdict(
@@ -66,18 +61,22 @@ def judge(outcomes: list[RankOutcome], world: int, backend: str, *, test_id: str
     return Verdict(test_id=test_id, status=str(kind), summary=reason, failing_ranks=(), text=reason)
 
 
-def _describe(bad: list[RankOutcome]) -> str:
-    """'rank 1 crashed (killed by SIGSEGV (exit code -11)); rank 0 failed'."""
-    parts = []
-    for kind in BAD:
-        of_kind = [o for o in bad if o.outcome == kind]
-        if not of_kind:
-            continue
-        part = f"{_ranks([o.rank for o in of_kind])} {kind}"
-        if kind == "crashed":
-            part += " (" + "; ".join(o.detail for o in of_kind) + ")"
-        parts.append(part)
-    return "; ".join(parts)
+def headline(outcomes: list[RankOutcome], test_id: str) -> str:
+    """'rank 1 crashed (killed by SIGSEGV (exit code -11)); rank 0 failed', root cause first.
+
+    Several failed ranks name the one that failed first; hung ranks name the likely
+    cause from their stacks (the ranks outside every collective).
+    """
+    failed = {o.rank: o.duration for o in outcomes if o.outcome == RankResult.FAILED}
+    crashed = [o.detail for o in outcomes if o.outcome == RankResult.CRASHED and o.detail]
+    line = rankwords.outcomes_line(
+        {o.rank: str(o.outcome) for o in outcomes},
+        first=rankwords.first_failed(failed),
+        notes={"crashed": "; ".join(crashed)},
+    )
+    test_file = test_id.split("::", 1)[0]
+    hung = {o.rank: stack_where(o.stack, test_file) for o in outcomes if o.outcome == "hung"}
+    return rankwords.with_cause(line, rankwords.hang_cause(hung))
 
 
 def _root_cause_first(outcomes: list[RankOutcome]) -> list[RankOutcome]:

@@ -137,6 +137,8 @@ def _run_test(task: messages.TestTask, config: messages.RankConfig) -> dict[str,
         kwargs = _fill_rank_values(pickle.loads(task.kwargs), rank, config)
         seed_everything(task.seed)
         set_collective_timeout(task.collective_timeout)
+        if task.prelude:  # an adopted test: the project's variables and set-up
+            importlib.import_module("rankgate.harness.adopt.rankentry").enter(task.prelude)
         func(**kwargs)
     except BaseException as exc:
         outcome, detail = _classify(exc)

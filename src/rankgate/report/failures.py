@@ -90,9 +90,10 @@ def failed_tests(junit_paths: Iterable[str | Path]) -> list[FailedTest]:
         for case in f.cases:
             prev = by_id.get(case.test_id)
             by_id[case.test_id] = case if prev is None else prev.combine(case)
-        found += [_from_case(f.path, c) for c in by_id.values() if c.outcome in ("failed", "error")]
+        red = ("failed", "error", "not run")
+        found += [_from_case(f.path, c) for c in by_id.values() if c.outcome in red]
     for directory, files in per_rank.items():
-        bad = [t for t in merge_files(files).tests if t.verdict in ("failed", "error")]
+        bad = [t for t in merge_files(files).tests if t.verdict in ("failed", "error", "not run")]
         found += [_from_merged(directory, t) for t in bad]
     return found
 

@@ -10,12 +10,18 @@ verdict    when
 failed     some rank failed
 error      no rank failed, but some rank errored, or the test is missing on
            some ranks, or the ranks disagree (passed on some, skipped on others)
-skipped    every rank skipped it
+not run    no rank failed or errored, but some rank never started it (a rank
+           stopped an in-place run first; ranks without the test died before
+           that); red like failed and error
+skipped,   every rank skipped it, xfailed it, or xpassed it (non-strict)
+xfailed,
+xpassed
 passed     every rank passed it
 =========  ==================================================================
 
-A verdict other than passed carries a message naming what each rank did ("failed on
-rank 1; passed on ranks 0, 2") and the failing ranks' own texts. Each rank's
+Each verdict is counted apart. A verdict other than passed carries a message naming
+what each rank did in rankgate's one wording ("rank 1 failed; ranks 0, 2 passed",
+:mod:`rankgate.harness.rankwords`) and the failing ranks' own texts. Each rank's
 system-out and system-err are kept, every line prefixed with ``[rank r]``.
 
 Files are read by :mod:`rankgate.report.junitfile` (which says where a case's rank
@@ -36,8 +42,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rankgate.cliargs import int_at_least
+from rankgate.harness import rankwords
+from rankgate.harness.rankwords import NOT_RUN_PREFIX
 from rankgate.report.junitfile import (
+    GREEN,
     OUTCOMES,
+    XPASS_MESSAGE,
     CaseResult,
     JUnitFile,
     ReportInputError,
@@ -68,7 +78,9 @@ class MergedTest:
     @property
     def failing_ranks(self) -> tuple[int, ...]:
         """Ranks that failed, errored, or lack the test."""
-        bad = [r for r, res in self.results.items() if res.outcome in ("failed", "error")]
+        bad = [
+            r for r, res in self.results.items() if res.outcome in ("failed", "error", "not run")
+        ]
         return tuple(sorted([*bad, *self.missing]))
 
     @property
@@ -105,7 +117,7 @@ class MergedReport:
 
     @property
     def ok(self) -> bool:
-        return all(test.verdict in ("passed", "skipped") for test in self.tests)
+        return all(test.verdict in GREEN for test in self.tests)
 
     def summary_line(self) -> str:
         c = self.counts
@@ -138,8 +150,8 @@ class MergedReport:
         totals = {
             "tests": str(c["tests"]),
             "failures": str(c["failed"]),
-            "errors": str(c["error"]),
-            "skipped": str(c["skipped"]),
+            "errors": str(c["error"] + c["not run"]),
+            "skipped": str(c["skipped"] + c["xfailed"] + c["xpassed"]),
             "time": f"{sum(_test_time(t) for t in self.tests):.3f}",
         }
         root = ET.Element("testsuites", {"name": "rankgate merge-junit", **totals})
@@ -232,28 +244,38 @@ def _merge_test(
 ) -> MergedTest:
     results = dict(sorted(by_rank.items()))
     missing = tuple(r for r in expected if r not in results)
-    ranks_by: dict[str, list[int]] = {}
-    for r, res in results.items():
-        ranks_by.setdefault(res.outcome, []).append(r)
-    if missing:
-        ranks_by["missing"] = list(missing)
-    order = ("failed", "error", "missing", "skipped", "passed")
-    what = "; ".join(f"{o} on {_ranks_text(ranks_by[o])}" for o in order if o in ranks_by)
-    if "failed" in ranks_by:
+    outcomes = {r: res.outcome for r, res in results.items()}
+    outcomes.update(dict.fromkeys(missing, "missing"))
+    kinds = set(outcomes.values())
+    failed = {r: res.time for r, res in results.items() if res.outcome == "failed"}
+    # An in-place rank records its hang as a failure whose message says so.
+    worded = {
+        r: "hung" if o == "failed" and rankwords.hung_headline(results[r].message) else o
+        for r, o in outcomes.items()
+    }
+    hung = {r: res for r, res in results.items() if worded[r] == "hung"}
+    cause = next((c for res in hung.values() if (c := rankwords.cause_in(res.message))), "")
+    failed = {r: t for r, t in failed.items() if r not in hung}
+    what = rankwords.with_cause(
+        rankwords.outcomes_line(worded, first=rankwords.first_failed(failed)), cause
+    )
+    if "failed" in kinds:
         verdict, message = "failed", what
-    elif "error" in ranks_by or missing:
+    elif "error" in kinds or (missing and "not run" not in kinds):
         verdict, message = "error", what
-    elif len(ranks_by) > 1:
+    elif "not run" in kinds:  # a rank without it died before the run was stopped
+        verdict, message = "not run", what
+    elif len(kinds) > 1:
         verdict, message = "error", f"ranks disagree: {what}"
-    elif "skipped" in ranks_by:
+    elif kinds & {"skipped", "xfailed"}:
         reasons = list(dict.fromkeys(res.message for res in results.values()))
-        verdict = "skipped"
+        verdict = kinds.pop()
         message = reasons[0] if len(reasons) == 1 else "; ".join(
             f"rank {r}: {res.message}" for r, res in results.items()
         )
     else:
-        verdict, message = "passed", ""
-    bad = {r: res for r, res in results.items() if res.outcome in ("failed", "error")}
+        verdict, message = kinds.pop(), ""
+    bad = {r: res for r, res in results.items() if res.outcome in ("failed", "error", "not run")}
     disagree = verdict == "error" and not bad and not missing
     shown = results if disagree else bad  # a disagreement shows what every rank did
     details = "\n\n".join(
@@ -287,13 +309,16 @@ def _write_case(suite: ET.Element, test: MergedTest) -> None:
         props.append(("failing_ranks", _csv(test.failing_ranks)))
     props += [(f"rank{r}.{k}", v) for r, res in test.results.items() for k, v in res.properties]
     _add_properties(case, props)
-    tag = {"failed": "failure", "error": "error", "skipped": "skipped"}.get(test.verdict)
+    # The way pytest writes each outcome, so that merged files read back the same.
+    tag, attrs = {
+        "failed": ("failure", {"message": test.message}),
+        "error": ("error", {"message": test.message}),
+        "not run": ("error", {"message": NOT_RUN_PREFIX + test.message}),
+        "skipped": ("skipped", {"message": test.message}),
+        "xfailed": ("skipped", {"type": "pytest.xfail", "message": test.message}),
+        "xpassed": ("skipped", {"message": XPASS_MESSAGE}),
+    }.get(test.verdict, (None, {}))
     if tag:
-        attrs = {"message": test.message}
-        # The ranks' common result type (pytest.xfail for an expected failure) carries over.
-        kinds = {res.result_type for res in test.results.values()}
-        if len(kinds) == 1 and (kind := kinds.pop()):
-            attrs["type"] = kind
         result = ET.SubElement(case, tag, attrs)
         result.text = test.details or None
     _add_text(case, "system-out", _prefixed((r, res.system_out) for r, res in test.results.items()))
@@ -334,8 +359,7 @@ def _csv(ranks: Iterable[int]) -> str:
 
 
 def _ranks_text(ranks: Sequence[int]) -> str:
-    ranks = list(ranks)
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in ranks)
+    return rankwords.ranks(ranks)
 
 
 # --------------------------------------------------------------------------- command
@@ -389,7 +413,7 @@ def run(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr)
     else:
         for test in report.tests:
-            if test.verdict in ("failed", "error"):
+            if test.verdict not in GREEN:
                 print(f"{test.verdict.upper()} {test.test_id}: {test.message}")
         print(line)
     return 0 if report.ok else 1

@@ -16,15 +16,38 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-OUTCOMES = ("passed", "failed", "error", "skipped")
-"""Outcomes of one case on one rank, and verdicts of a merged test."""
+from rankgate.harness.rankwords import NOT_RUN_PREFIX
+
+OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed", "not run")
+"""Outcomes of one case on one rank, and verdicts of a merged test. ``not run``: a test
+an in-place run never started because a rank stopped the run (still a red verdict)."""
+
+GREEN = frozenset({"passed", "skipped", "xfailed", "xpassed"})
+"""Outcomes that leave a run green."""
+XPASS_MESSAGE = "xfail-marked test passes unexpectedly"
+"""pytest's JUnit message for a non-strict xfail test that passed."""
 
 _RANK_IN_NAME = re.compile(r"rank[-_.]?(\d+)", re.IGNORECASE)
 """A rank in a file name: junit.rank3.xml (in-place mode), junit-rank3.xml (dispatch)."""
 # When one rank reports a test twice (pytest does for a failure in call followed by
 # an error in teardown), the worse outcome stands for that rank.
-_SEVERITY = {"passed": 0, "skipped": 1, "error": 2, "failed": 3}
+_SEVERITY = {
+    "passed": 0, "xpassed": 1, "xfailed": 1, "skipped": 1, "not run": 2, "error": 3, "failed": 4
+}
 _RESULT_TAGS = {"failure": "failed", "error": "error", "skipped": "skipped"}
+
+
+def _child_outcome(child: ET.Element) -> str | None:
+    """The outcome one result element of a testcase stands for (None: not a result)."""
+    outcome = _RESULT_TAGS.get(child.tag)
+    message = child.get("message", "")
+    if outcome == "skipped" and child.get("type") == "pytest.xfail":
+        return "xfailed"
+    if outcome == "skipped" and message == XPASS_MESSAGE:
+        return "xpassed"
+    if outcome == "error" and NOT_RUN_PREFIX in message[: 40 + len(NOT_RUN_PREFIX)]:
+        return "not run"  # pytest's message: 'failed on setup with "not run: ..."'
+    return outcome
 
 
 class ReportInputError(Exception):
@@ -125,7 +148,7 @@ def _read_case(path: str, case: ET.Element, file_rank: int | None) -> CaseResult
     rank = _int_prop(path, props, "rank")
     outcome, messages, texts, result_type = "passed", [], [], ""
     for child in case:
-        child_outcome = _RESULT_TAGS.get(child.tag)
+        child_outcome = _child_outcome(child)
         if child_outcome is None:
             continue
         if _SEVERITY[child_outcome] > _SEVERITY[outcome]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from html import escape
 
+from rankgate.harness import rankwords
 from rankgate.report import present
 from rankgate.report.collect import BenchTable, ReportData
 from rankgate.report.failures import FailedTest
@@ -79,18 +80,18 @@ def _failures(failures: list[FailedTest]) -> list[str]:
 
 def _failure(test: FailedTest) -> list[str]:
     head = f"#### {_code(test.id)} {test.outcome}"
-    if test.ranks:
-        bad = test.failing_ranks
-        head += f" on rank{'s' * (len(bad) != 1)} {', '.join(map(str, bad))}"
+    if test.ranks:  # the one rank wording: "rank 1 failed; rank 0 passed"
+        head = f"#### {_code(test.id)} " + rankwords.outcomes_line(
+            {r.rank: r.outcome for r in test.ranks}
+        )
     lines = [head, ""]
     if test.ranks and (root := test.root_cause) is not None:
-        each = ", ".join(f"rank {r.rank}: {r.outcome}" for r in test.ranks)
-        lines += [f"Root cause (likely): **rank {root.rank}** ({root.outcome}). {each}.", ""]
+        lines += [f"Root cause (likely): **rank {root.rank}** ({root.outcome}).", ""]
     if test.message:
         lines += [_inline(test.message), ""]
     if test.reproduce:
         lines += [_code(test.reproduce), ""]
-    texts = [(f"rank {r.rank}: {r.outcome}" + (" (Python stacks)" if r.outcome == "hung" else ""),
+    texts = [(f"rank {r.rank} {r.outcome}" + (" (Python stacks)" if r.outcome == "hung" else ""),
               r.traceback) for r in test.ranks if r.bad and r.traceback]  # fmt: skip
     if not test.ranks and test.text:
         texts = [("traceback", test.text)]

@@ -8,7 +8,9 @@ files (in-place mode, dispatched jobs) merged per directory with the rules of
 - ``xfailed``: an expected failure (pytest writes ``<skipped type="pytest.xfail">``);
 - ``xpassed``: an xfail-marked test that passed (the ``rankgate.outcome`` property of
   :mod:`rankgate.report.outcome_plugin`; a strict one is already a failure);
-- ``skipped``, ``failed``, ``error``, ``passed`` as JUnit says.
+- ``skipped``, ``failed``, ``error``, ``passed`` as JUnit says; a test a stopped
+  in-place run never started (merge-junit's ``not run``) counts as ``error``: red, and
+  its message still begins with ``not run: ``.
 
 A pool run's JUnit carries each rank's outcome as ``rankgate.rank<r>.outcome``
 properties and the failing ranks as ``rankgate.failing_ranks``; a file written by
@@ -113,6 +115,8 @@ def case_outcome(case: CaseResult) -> str:
         return "xfailed"
     if case.outcome == "passed" and (OUTCOME_PROPERTY, "xpassed") in case.properties:
         return "xpassed"
+    if case.outcome not in OUTCOMES:  # "not run": never ran, so never green
+        return "error"
     return case.outcome
 
 
@@ -145,7 +149,7 @@ def _from_case(source: str, case: CaseResult) -> TestResult:
 
 def _from_merged(source: str, test: MergedTest) -> TestResult:
     results = list(test.results.values())
-    outcome = test.verdict if test.verdict in OUTCOMES else "error"
+    outcome = test.verdict if test.verdict in OUTCOMES else "error"  # "not run" is red
     if results and all(case_outcome(r) == "xfailed" for r in results) and outcome == "skipped":
         outcome = "xfailed"
     if results and all(case_outcome(r) == "xpassed" for r in results) and outcome == "passed":

@@ -1,0 +1,127 @@
+"""How every report words ranks: the pool, in place, merge-junit, the report and JUnit.
+
+One vocabulary, root cause first::
+
+    rank 1 failed; ranks 0, 2 passed
+    ranks 0, 1 failed (rank 1 first); rank 2 passed
+    ranks 0, 1 hung; likely cause: rank 1 in user code at utils.py:418; rank 0 waiting
+        in all_gather_object at utils.py:419   (one line)
+
+Outcome groups come in ORDER (the likeliest cause first); within a group the ranks
+are sorted. Standard library only.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+from rankgate.harness.stackwhere import Where
+
+ORDER = (
+    "crashed",
+    "failed",
+    "error",
+    "hung",
+    "missing",
+    "not run",
+    "xpassed",
+    "xfailed",
+    "skipped",
+    "passed",
+)
+"""Outcomes, likeliest root cause first; any other word sorts after them."""
+
+NOT_RUN_PREFIX = "not run: "
+"""How the report of a test a stopped in-place run never started begins (merge-junit
+reads it back as the outcome ``not run``)."""
+
+
+def ranks(numbers: Iterable[int]) -> str:
+    """'rank 1' or 'ranks 0, 2'."""
+    numbers = sorted(numbers)
+    return ("rank " if len(numbers) == 1 else "ranks ") + ", ".join(map(str, numbers))
+
+
+def _rank_of_outcome(outcome: str) -> tuple[int, str]:
+    return (ORDER.index(outcome) if outcome in ORDER else len(ORDER), outcome)
+
+
+def outcomes_line(
+    outcomes: Mapping[int, str],
+    *,
+    first: int | None = None,
+    notes: Mapping[str, str] | None = None,
+) -> str:
+    """'rank 1 failed; ranks 0, 2 passed' from {rank: outcome}.
+
+    ``first``: the rank that failed first, named when several failed. ``notes``: text
+    in brackets after an outcome's group (how a crashed rank died).
+    """
+    groups: dict[str, list[int]] = {}
+    for rank, outcome in outcomes.items():
+        groups.setdefault(str(outcome), []).append(rank)
+    parts = []
+    for outcome in sorted(groups, key=_rank_of_outcome):
+        members = groups[outcome]
+        extra = []
+        if first is not None and first in members and len(members) > 1:
+            extra.append(f"rank {first} first")
+        if notes and notes.get(outcome):
+            extra.append(notes[outcome])
+        part = f"{ranks(members)} {outcome}"
+        parts.append(part + (f" ({'; '.join(extra)})" if extra else ""))
+    return "; ".join(parts)
+
+
+def hang_cause(wheres: Mapping[int, Where | None]) -> str:
+    """'likely cause: rank 1 in user code at u.py:418; rank 0 waiting in barrier at u.py:419'.
+
+    Ranks outside every collective come first: one of them usually holds the others.
+    Empty when no rank's stack could be read.
+    """
+    known = {r: w for r, w in wheres.items() if w is not None}
+    if not known:
+        return ""
+    outside = sorted(r for r, w in known.items() if w.collective is None)
+    inside = sorted(r for r in known if r not in outside)
+    described = "; ".join(f"rank {r} {known[r]}" for r in outside + inside)
+    if outside:
+        return f"likely cause: {described}"
+    return f"every hung rank waits in a collective: {described}"
+
+
+_CAUSES = ("likely cause: ", "every hung rank waits in a collective: ")
+_HUNG_HEADLINE = re.compile(r"^rank \d+ hung( \(|;|$)")
+
+
+def hung_headline(message: str) -> bool:
+    """Whether a rank's failure message is an in-place hang's ("rank 1 hung (...)")."""
+    return bool(_HUNG_HEADLINE.match(message))
+
+
+def cause_in(message: str) -> str:
+    """The hang's likely cause a rank's message carries ('' when none)."""
+    first_line = message.split("\n", 1)[0]
+    starts = [first_line.find(c) for c in _CAUSES if c in first_line]
+    return first_line[min(starts) :] if starts else ""
+
+
+def with_cause(line: str, cause: str) -> str:
+    """The outcomes line followed by the hang's likely cause, when there is one."""
+    return f"{line}; {cause}" if cause else line
+
+
+FIRST_MARGIN_S = 0.05
+"""A failing rank counts as first only this much ahead of the next: closer is noise."""
+
+
+def first_failed(durations: Mapping[int, float]) -> int | None:
+    """The failing rank whose failure came clearly before the others' (None: no such rank).
+
+    ``durations``: seconds from the test's start to each failing rank's end.
+    """
+    if len(durations) < 2:
+        return None
+    first, second = sorted(durations.items(), key=lambda kv: (kv[1], kv[0]))[:2]
+    return first[0] if second[1] - first[1] >= FIRST_MARGIN_S else None

@@ -1,0 +1,340 @@
+"""Adoption of a suite's own spawn helper and of its own distributed test class, on
+planted projects that start their ranks their own way (as public projects do)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from rankgate.harness.adopt.config import AdoptConfigError, parse_spawn_helper, parse_world_class
+from rankgate.report.junit import merge_junit, read_junit
+
+pytestmark = pytest.mark.dist
+
+HELPER_PROJECT = '''
+import os
+import socket
+
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _init_process(rank, world_size, backend, func, func_args, port):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), NUM_NODES="1")
+    dist.init_process_group(backend, rank=rank, world_size=world_size)
+    try:
+        func(*(func_args or ()))
+    finally:
+        dist.destroy_process_group()
+
+
+def run_distributed_test(func, world_size=2, backend="gloo", func_args=None):
+    """The project's way: new processes for every test."""
+    mp.start_processes(_init_process, args=(world_size, backend, func, func_args, _free_port()),
+                       nprocs=world_size, start_method="fork")
+'''
+
+HELPER_TESTS = '''
+import os
+import pytest
+import torch
+import torch.distributed as dist
+from helperproj.testing import run_distributed_test
+
+BACKENDS = ["gloo", pytest.param("nccl", marks=pytest.mark.skipif(True, reason="needs GPUs"))]
+
+
+def all_reduce_sum():
+    t = torch.ones(1) * (dist.get_rank() + 1)
+    dist.all_reduce(t)
+    assert t.item() == 3
+    assert os.environ["LOCAL_RANK"] == str(dist.get_rank())
+    assert os.environ["NUM_NODES"] == "1"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sum(backend):
+    run_distributed_test(all_reduce_sum, backend=backend)
+
+
+def save_then_load(path):
+    (path / f"shard{dist.get_rank()}").write_text("saved")
+    dist.barrier()
+    assert sorted(p.name for p in path.iterdir()) == ["shard0", "shard1"]
+
+
+def test_checkpoint(tmp_path):
+    run_distributed_test(save_then_load, func_args=(tmp_path,))
+
+
+def wrong_on_rank_1():
+    assert dist.get_rank() == 0, "planted wrong value on rank 1"
+
+
+def test_wrong():
+    run_distributed_test(wrong_on_rank_1, world_size=2)
+
+
+def test_world_known_only_when_running():
+    n = len("ab")
+    run_distributed_test(all_reduce_sum, world_size=n)
+
+
+def test_reads_back_in_one_process(tmp_path):
+    run_distributed_test(save_then_load, func_args=(tmp_path,))
+    assert not dist.is_initialized()  # back in one process: cannot run on every rank
+'''
+
+HELPER_INI = (
+    "rankgate_spawn_helpers =\n"
+    "    helperproj.testing:run_distributed_test args=func_args env=NUM_NODES=1\n"
+)
+
+CLASS_PROJECT = '''
+import os
+import socket
+
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+SEEN = {}
+
+
+def init():
+    """The project's init code: reads the launcher's variables."""
+    SEEN.update(rank=os.environ["RANK"], local_size=os.environ["LOCAL_SIZE"])
+
+
+class DistributedTest:
+    world_size = 2
+    backend = "gloo"
+    is_dist_test = True
+    init_distributed = True
+
+
+def _run(rank, cls, name, world, port):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_SIZE=str(world))
+    if cls.init_distributed:
+        dist.init_process_group(cls.backend, rank=rank, world_size=world)
+        init()
+    getattr(cls(), name)()
+
+
+def launch(item):
+    """The project's way: new processes for every test (and for every size in a list)."""
+    marker = item.get_closest_marker("world_size")
+    world = marker.args[0] if marker else item.cls.world_size
+    for size in world if isinstance(world, list) else [world]:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        mp.start_processes(_run, args=(item.cls, item.originalname, size, port), nprocs=size,
+                           start_method="fork")
+'''
+
+CLASS_CONFTEST = '''
+import pytest
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "world_size(n): the project's own world marker")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item):
+    if getattr(item.cls, "is_dist_test", False):
+        from classproj.common import launch
+        launch(item)
+        item.runtest = lambda: None
+'''
+
+CLASS_TESTS = '''
+import os
+import pytest
+import torch
+import torch.distributed as dist
+from classproj.common import SEEN, DistributedTest
+
+
+class TestComm(DistributedTest):
+    def test_all_reduce(self):
+        t = torch.ones(1)
+        dist.all_reduce(t)
+        assert t.item() == 2
+        assert SEEN == {"rank": str(dist.get_rank()), "local_size": "2"}
+
+    @pytest.mark.world_size(1)
+    def test_alone(self):
+        assert dist.get_world_size() == 1
+
+    def test_wrong(self):
+        assert dist.get_rank() == 0, "planted wrong value on rank 1"
+
+
+class TestEachSize(DistributedTest):
+    world_size = [1, 2]  # one run per size: rankgate gives a test one world
+
+    def test_sizes(self):
+        assert dist.get_world_size() in (1, 2)
+
+
+class TestInit(DistributedTest):
+    init_distributed = False
+
+    def test_starts_without_a_group(self):
+        assert not dist.is_initialized()
+        assert os.environ["WORLD_SIZE"] == "2"
+'''
+
+CLASS_INI = (
+    "rankgate_world_classes =\n"
+    "    classproj.common:DistributedTest marker=world_size backend=backend "
+    "launcher=is_dist_test launches=init_distributed:False setup=classproj.common:init "
+    "env=LOCAL_SIZE={local_world_size}\n"
+)
+
+
+def _plant(pytester: pytest.Pytester, package: str, project: str, tests: str, ini: str,
+           conftest: str = "") -> None:
+    pkg = pytester.mkpydir(package)
+    (pkg / ("testing.py" if "helper" in package else "common.py")).write_text(project)
+    pytester.makepyfile(test_planted=tests)
+    pytester.makeini(f"[pytest]\n{ini}")
+    if conftest:
+        pytester.makeconftest(conftest)
+
+
+def _junit(pytester: pytest.Pytester, *args: str) -> tuple:
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-rA", "--junitxml=junit.xml", *args
+    )
+    cases = read_junit(pytester.path / "junit.xml").cases
+    return result, {case.name: case for case in cases}
+
+
+def _world(case) -> str | None:
+    return dict(case.properties).get("rankgate.world")
+
+
+def test_spawn_helper_tests_run_on_the_pool(pytester):
+    _plant(pytester, "helperproj", HELPER_PROJECT, HELPER_TESTS, HELPER_INI)
+    result, tests = _junit(pytester)
+    verdicts = {name: case.outcome for name, case in tests.items()}
+    assert verdicts == {
+        "test_sum[gloo]": "passed",
+        "test_sum[nccl]": "skipped",
+        "test_checkpoint": "passed",
+        "test_wrong": "failed",
+        "test_world_known_only_when_running": "passed",  # the helper's own way
+        "test_reads_back_in_one_process": "passed",  # the helper's own way
+    }
+    assert [_world(tests[n]) for n in ("test_sum[gloo]", "test_checkpoint", "test_wrong")] == [
+        "2", "2", "2"
+    ]
+    assert _world(tests["test_world_known_only_when_running"]) is None
+    assert _world(tests["test_reads_back_in_one_process"]) is None
+    assert tests["test_wrong"].message == "rank 1 failed; rank 0 passed (world 2, backend gloo)"
+    assert "planted wrong value on rank 1" in tests["test_wrong"].text
+    result.stdout.fnmatch_lines(
+        [
+            "*rankgate: test_planted.py::test_world_known_only_when_running runs its own way, "
+            "not on rankgate's ranks (helperproj.testing:run_distributed_test): "
+            "run_distributed_test(all_reduce_sum, world_size=n): world_size=n is known only "
+            "when the test runs",
+            "*rankgate: test_planted.py::test_reads_back_in_one_process runs its own way, not on "
+            "rankgate's ranks (helperproj.testing:run_distributed_test): line 4? runs after "
+            "the helper's ranks ended, in one process",
+        ]
+    )
+
+
+def test_class_tests_run_on_the_pool_and_init_tests_keep_their_launcher(pytester):
+    _plant(pytester, "classproj", CLASS_PROJECT, CLASS_TESTS, CLASS_INI, CLASS_CONFTEST)
+    _, tests = _junit(pytester)
+    verdicts = {name: case.outcome for name, case in tests.items()}
+    assert verdicts == {
+        "test_all_reduce": "passed",
+        "test_alone": "passed",
+        "test_wrong": "failed",
+        "test_starts_without_a_group": "passed",  # the project's own launcher
+        "test_sizes": "passed",  # the project's own launcher
+    }
+    assert [_world(tests[n]) for n in ("test_all_reduce", "test_alone", "test_wrong")] == [
+        "2", "1", "2"
+    ]
+    assert _world(tests["test_starts_without_a_group"]) is None
+    assert tests["test_wrong"].message == "rank 1 failed; rank 0 passed (world 2, backend gloo)"
+
+
+@pytest.mark.torch_dist
+@pytest.mark.parametrize("project", ["helper", "class"])
+def test_adopted_suites_run_in_place_under_torchrun(pytester, project):
+    if project == "helper":
+        _plant(pytester, "helperproj", HELPER_PROJECT, HELPER_TESTS, HELPER_INI)
+    else:
+        _plant(pytester, "classproj", CLASS_PROJECT, CLASS_TESTS, CLASS_INI, CLASS_CONFTEST)
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+        "-m", "pytest", "-p", "no:cacheprovider", "-q", "--junitxml=out/junit.xml",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=pytester.path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # the planted failure only
+    merged = merge_junit(sorted((pytester.path / "out").glob("junit.rank*.xml")), world_size=2)
+    verdicts = {t.name: t.verdict for t in merged.tests}
+    if project == "helper":
+        assert verdicts == {
+            "test_sum[gloo]": "passed",
+            "test_sum[nccl]": "skipped",
+            "test_checkpoint": "passed",  # tmp_path: one directory every rank sees
+            "test_wrong": "failed",
+            "test_world_known_only_when_running": "skipped",  # launches: not on every rank
+            "test_reads_back_in_one_process": "skipped",
+        }
+    else:
+        assert verdicts == {
+            "test_all_reduce": "passed",
+            "test_alone": "skipped",  # world(1) in a run of 2 ranks
+            "test_wrong": "failed",
+            "test_starts_without_a_group": "skipped",  # launches: not on every rank
+            "test_sizes": "skipped",
+        }
+    (wrong,) = [t for t in merged.tests if t.name == "test_wrong"]
+    assert wrong.message == "rank 1 failed; rank 0 passed"
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        ("nomodule", "'nomodule' is not module:name"),
+        ("a.b:f world", "unknown word 'world'; valid: args=..., backend=..., env=..., func=..."),
+        ("a.b:f env=X={rnk}", "env X='{rnk}' uses 'rnk'; valid fields: {rank}, {local_rank}"),
+    ],
+)
+def test_bad_spawn_helper_line_names_the_problem(line, problem):
+    with pytest.raises(AdoptConfigError, match=problem.replace("{", r"\{").replace("(", r"\(")):
+        parse_spawn_helper(line)
+
+
+def test_bad_world_class_line_names_the_problem():
+    with pytest.raises(AdoptConfigError, match="launches='x' is not attribute:value"):
+        parse_world_class("a.b:C launches=x")
+
+
+def test_a_bad_line_in_the_ini_is_a_usage_error(pytester):
+    pytester.makeini("[pytest]\nrankgate_spawn_helpers = a.b:f colour=red\n")
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*rankgate adoption: 'a.b:f colour=red': unknown word 'colour=red'*"])
+
+
