@@ -127,6 +127,9 @@ def _refuse_per_process_fixtures(fixtureinfo) -> None:
 def pytest_collection_modifyitems(session, config, items: list[pytest.Item]):
     # Around every other implementation, whatever its order: a conftest that marks
     # tests in bulk here (or in pytest_itemcollected, earlier) is read after it ran.
+    # The tier markers go on first, before `-m` deselects (pytest's own implementation
+    # runs inside this wrapper), for every world test known by now.
+    _add_tier_markers(items)
     result = yield
     kept = []
     for item in items:
@@ -137,11 +140,19 @@ def pytest_collection_modifyitems(session, config, items: list[pytest.Item]):
             continue
         kept.append(item)
     items[:] = kept
+    _add_tier_markers(items)
+    return result
+
+
+def _add_tier_markers(items: list[pytest.Item]) -> None:
+    """``dist`` on each world test, ``gpu`` on each one that asks for nccl (once)."""
     for item in items:
         spec = item.stash.get(SPEC_KEY, None)
-        if spec is not None:
-            item.add_marker(pytest.mark.gpu if spec.backend == "nccl" else pytest.mark.dist)
-    return result
+        if spec is None:
+            continue
+        tier = "gpu" if spec.backend == "nccl" else "dist"
+        if not any(m.name == tier for m in item.own_markers):
+            item.add_marker(tier)
 
 
 @pytest.hookimpl(wrapper=True)
