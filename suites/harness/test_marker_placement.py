@@ -87,6 +87,19 @@ def test_marker_added_by_a_conftest_hook_runs_on_two_ranks(inner, hook):
     assert "rankgate.world" not in inner.properties(cases["test_plain"])
 
 
+@pytest.mark.parametrize("hook", sorted(CONFTEST_HOOKS))
+def test_marker_added_by_a_conftest_hook_counts_for_dash_m(inner, hook):
+    """`-m dist` keeps the test a conftest made a world test, whichever order its hook runs in."""
+    _conftest(inner, hook)
+    source = BODY.format(decorator="")
+    result, cases = inner.junit("-m", "dist", source=source)
+    result.assert_outcomes(passed=1, deselected=1)
+    assert set(cases) == {"test_marked"}
+    result, cases = inner.junit("-m", "not dist", source=source)
+    result.assert_outcomes(passed=1, deselected=1)
+    assert set(cases) == {"test_plain"}
+
+
 def test_invalid_marker_from_a_conftest_hook_is_a_collection_error(inner):
     inner.pytester.makeconftest(
         """

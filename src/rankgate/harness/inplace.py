@@ -161,6 +161,11 @@ class InPlaceSession:
         self._log_shown = None  # pytest_runtest_logreport of every plugin but JUnit's
         self._stop_lock = threading.Lock()
         self._stopping = False
+        # Set when a watcher thread decides to stop the run, before it asks the store
+        # anything: the main thread then parks instead of going on (a new group's
+        # rendezvous with a peer that left blocks in C++ holding the GIL, which would
+        # freeze the watchers until the launcher's SIGKILL).
+        self._stop_begun = threading.Event()
         self._peers: list[tuple[str, int]] = []  # each rank's (host, pid)
         self._signals = SignalWatch(self._on_signal)
         # The real stderr, before pytest's capture swaps fd 2 during tests: hang stacks
@@ -396,6 +401,7 @@ class InPlaceSession:
 
     def _stop_run(self, item: pytest.Item, stacks: str, why: str) -> None:
         """From the hang watcher, just before this rank exits: record, tell, wait."""
+        self._stop_begun.set()
         rank = self.launch.rank
         reason = f"rank {rank} stopped the run: {item.nodeid} {why}"
         try:
@@ -416,6 +422,7 @@ class InPlaceSession:
 
     def _on_signal(self, signum: int) -> None:
         """From the signal watch: a launcher (or CI) stops this rank; record, tell, exit."""
+        self._stop_begun.set()
         name = signal.Signals(signum).name
         rank = self.launch.rank
         item = self._current
@@ -649,8 +656,7 @@ class InPlaceSession:
         if self._results is not None:
             self._results.begin(*junit_names(item.nodeid))
         own = runtestprotocol(item, nextitem=nextitem, log=False)
-        if self._stopping:  # a watcher thread records this test and ends the process
-            threading.Event().wait()
+        self._park_if_stopping()
         self._log_own(item, own)
         self._current_logged = True
         everyone = None
@@ -664,6 +670,11 @@ class InPlaceSession:
         self._current = None
         item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
         return True
+
+    def _park_if_stopping(self) -> None:
+        """A watcher thread records this test and ends the process: wait for that."""
+        if self._stop_begun.is_set():
+            threading.Event().wait()
 
     def _log_own(self, item: pytest.Item, reports: list[pytest.TestReport]) -> None:
         """This rank's own reports: into its JUnit file and its results file."""
@@ -730,6 +741,7 @@ class InPlaceSession:
         if problem is not None:
             self.problems.append(Problem(item.nodeid, problem))
         if any(result.group_trouble for result in everyone):
+            self._park_if_stopping()
             self.group.renew()
         return everyone
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from _pytest.mark import deselect_by_mark  # pytest's own `-m`, run once markers settle
 
 from rankgate.harness import options
 from rankgate.harness.messages import RankValue
@@ -127,10 +128,14 @@ def _refuse_per_process_fixtures(fixtureinfo) -> None:
 def pytest_collection_modifyitems(session, config, items: list[pytest.Item]):
     # Around every other implementation, whatever its order: a conftest that marks
     # tests in bulk here (or in pytest_itemcollected, earlier) is read after it ran.
-    # The tier markers go on first, before `-m` deselects (pytest's own implementation
-    # runs inside this wrapper), for every world test known by now.
-    _add_tier_markers(items)
-    result = yield
+    # pytest's own `-m` deselection would run inside, before some of those conftests
+    # and before the tier markers they imply, so it is held back and done here last.
+    markexpr = config.option.markexpr
+    config.option.markexpr = ""
+    try:
+        result = yield
+    finally:
+        config.option.markexpr = markexpr
     kept = []
     for item in items:
         try:
@@ -141,6 +146,7 @@ def pytest_collection_modifyitems(session, config, items: list[pytest.Item]):
         kept.append(item)
     items[:] = kept
     _add_tier_markers(items)
+    deselect_by_mark(items, config)
     return result
 
 
