@@ -74,12 +74,12 @@ def test_merge_of_a_directory_falls_back_to_the_dead_ranks_results(
     report = merge_junit([tmp_path])
     assert report.verdicts == {"t::test_a": "passed", "t::test_b": "failed", "t::test_c": "error"}
     tests = {t.name: t for t in report.tests}
-    assert tests["test_b"].message == "rank 1 failed; rank 0 passed"
+    assert tests["test_b"].message == "rank 1 crashed; rank 0 passed"
     assert "crashed on rank 1: the rank ended while running this test" in tests["test_b"].details
     assert tests["test_c"].message == "rank 1 missing; rank 0 passed"
     assert main(monkeypatch, "merge-junit", str(tmp_path)) == 1
     out = capsys.readouterr().out
-    assert "FAILED t::test_b: rank 1 failed; rank 0 passed" in out
+    assert "FAILED t::test_b: rank 1 crashed; rank 0 passed" in out
     assert "no per-rank JUnit files" not in out
 
 

@@ -54,7 +54,7 @@ from rankgate.report.junitfile import (
     join_texts,
     read_junit,  # noqa: F401  (part of this module's API)
 )
-from rankgate.report.rankresults import expand, read_any
+from rankgate.report.rankresults import crashed_in, expand, read_any
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +239,16 @@ def _world_from_files(files: Sequence[JUnitFile]) -> int | None:
     return worlds.pop() if worlds else None
 
 
+def _worded(outcome: str, result: CaseResult | None) -> str:
+    """A failure that is an in-place hang's record, or a rank's death inside the test
+    (its results file stops there), is worded as what it was."""
+    if outcome != "failed" or result is None:
+        return outcome
+    if rankwords.hung_headline(result.message):
+        return "hung"
+    return "crashed" if crashed_in(result.message) else outcome
+
+
 def _merge_test(
     classname: str, name: str, by_rank: dict[int, CaseResult], expected: Sequence[int]
 ) -> MergedTest:
@@ -248,14 +258,10 @@ def _merge_test(
     outcomes.update(dict.fromkeys(missing, "missing"))
     kinds = set(outcomes.values())
     failed = {r: res.time for r, res in results.items() if res.outcome == "failed"}
-    # An in-place rank records its hang as a failure whose message says so.
-    worded = {
-        r: "hung" if o == "failed" and rankwords.hung_headline(results[r].message) else o
-        for r, o in outcomes.items()
-    }
+    worded = {r: _worded(o, results.get(r)) for r, o in outcomes.items()}
     hung = {r: res for r, res in results.items() if worded[r] == "hung"}
     cause = next((c for res in hung.values() if (c := rankwords.cause_in(res.message))), "")
-    failed = {r: t for r, t in failed.items() if r not in hung}
+    failed = {r: t for r, t in failed.items() if worded[r] == "failed"}
     what = rankwords.with_cause(
         rankwords.outcomes_line(worded, first=rankwords.first_failed(failed)), cause
     )

@@ -116,8 +116,16 @@ def read_results(path: str | Path) -> JUnitFile:
     )
 
 
+CRASHED_PREFIX = "crashed on rank "
+
+
+def crashed_in(message: str) -> bool:
+    """Whether a rank's failure message is the record of its death inside the test."""
+    return message.startswith(CRASHED_PREFIX)
+
+
 def _crashed(key: tuple[str, str], rank: int, path: str) -> CaseResult:
-    message = f"crashed on rank {rank}: the rank ended while running this test"
+    message = f"{CRASHED_PREFIX}{rank}: the rank ended while running this test"
     text = (
         f"{message} (os._exit, a signal or the OOM killer; it wrote no JUnit file). "
         f"Its results file {path} stops at this test; its output is in its log."
