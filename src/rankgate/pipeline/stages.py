@@ -195,6 +195,10 @@ _REPORT_TESTS = (
 )
 
 _PYTEST = Command(argv=("pytest",))
+# Unit and dist tests wait more than they compute (launchers starting, timeouts, Ray), so
+# two xdist workers overlap them; on 2 cores dist took 372 s against 555 s in one process,
+# and 423 s with 4 workers (benchmarks/results/cpu/ci-durations.txt).
+_PYTEST_TWO_WORKERS = Command(argv=("pytest", "-n", "2"))
 # The container stage's tests fail, never skip, without an engine or the image it built.
 _CONTAINER_PYTEST = Command(argv=("pytest",), env=(("RANKGATE_REQUIRE_CONTAINER", "1"),))
 _WORKFLOWS = (".github/workflows/ci.yml", ".github/workflows/release.yml")
@@ -226,7 +230,7 @@ _STAGES: dict[str, Stage] = {
             markers="unit",
             where=("local", "container"),
             products=("junit/unit.xml",),
-            commands=(_PYTEST,),
+            commands=(_PYTEST_TWO_WORKERS,),
             dagger="test-cpu",
             workflow="ci.yml:unit",
             # Unit tests read almost everything: code, workflows, the Dagger module, the
@@ -243,7 +247,7 @@ _STAGES: dict[str, Stage] = {
             markers="dist and not gpu",
             where=("local", "container"),
             products=("junit/dist.xml",),
-            commands=(_PYTEST,),
+            commands=(_PYTEST_TWO_WORKERS,),
             dagger="test-cpu",
             workflow="ci.yml:dist",
             paths=(
