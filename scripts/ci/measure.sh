@@ -25,7 +25,7 @@ start=$EPOCHREALTIME
 # with $0 set to .ci/run, whose `cd "$(dirname "$0")/.."` it keeps.
 # (bash run as root ignores PS4 from the environment: set it inside.)
 BASH_XTRACEFD=7 7>"$logs/setup.trace" \
-    bash -c 'PS4="+ \${EPOCHREALTIME} "; set -x; source "$2"; export -p >"$1"' "$checkout/.ci/run" "$logs/setup.env" \
+    bash -c 'PS4="+ \${EPOCHREALTIME} "; set -x; source "$2"; export -p | grep -v " BASH_XTRACEFD=" >"$1"' "$checkout/.ci/run" "$logs/setup.env" \
     "$logs/setup.sh" \
     >"$logs/setup.log" 2>&1
 echo "setup $(echo "$EPOCHREALTIME - $start" | bc)" >"$logs/times"
