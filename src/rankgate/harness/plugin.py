@@ -130,6 +130,8 @@ def pytest_collection_modifyitems(session, config, items: list[pytest.Item]):
     # tests in bulk here (or in pytest_itemcollected, earlier) is read after it ran.
     # pytest's own `-m` deselection would run inside, before some of those conftests
     # and before the tier markers they imply, so it is held back and done here last.
+    # The hooks inside already see the tier markers of the world tests known now.
+    _add_tier_markers(items)
     markexpr = config.option.markexpr
     config.option.markexpr = ""
     try:
