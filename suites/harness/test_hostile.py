@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from rankgate.harness.leaks import running
 from rankgate.harness.output import JUNIT_LIMIT
 
 pytestmark = pytest.mark.dist
@@ -175,14 +176,6 @@ def test_fault(rank):
     )
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(") ", 1)[1][0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def test_child_in_its_own_session_is_named_and_ended(inner):
     result = inner(
         HEADER
@@ -205,9 +198,9 @@ def test_fault(rank, dist_tmp_path):
         ]
     )
     deadline = time.monotonic() + 5
-    while _alive(pid) and time.monotonic() < deadline:
+    while running(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _alive(pid)
+    assert not running(pid)
 
 
 def test_hung_rank_stack_is_printed_once(inner):

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from rankgate.harness.leaks import running
+
 pytestmark = pytest.mark.dist
 
 HELPERS = """
@@ -104,19 +106,6 @@ def test_rendezvous_that_times_out_is_an_error_naming_the_ranks(inner):
     assert time.monotonic() - start < 30
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie is dead for our purpose; /proc tells them apart.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ")[1][0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def test_no_rank_process_is_left_after_the_session(inner):
     # Pools of two sizes, one of them killed by a hang and respawned.
     result = inner(
@@ -148,9 +137,9 @@ def test_no_rank_process_is_left_after_the_session(inner):
     pids = [int(p.name[4:]) for p in (inner.pytester.path / "bt").glob("pid-*")]
     assert len(pids) == 2 + 3 + 3
     deadline = time.monotonic() + 10
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+    while any(running(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert [p for p in pids if _alive(p)] == []
+    assert [p for p in pids if running(p)] == []
 
 
 def test_xdist_workers_get_disjoint_pool_directories(inner):
@@ -226,6 +215,6 @@ def test_ranks_exit_when_the_controller_is_killed(pytester, request):
     controller.send_signal(signal.SIGKILL)
     controller.wait()
     deadline = time.monotonic() + 15
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+    while any(running(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert [p for p in pids if _alive(p)] == []
+    assert [p for p in pids if running(p)] == []

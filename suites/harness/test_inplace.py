@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from rankgate.harness.leaks import running
 from rankgate.harness.testitem import seed_for_test
 from rankgate.report.junit import merge_junit
 
@@ -356,14 +357,6 @@ def test_h_finds_the_process_as_before(rank):
 NO_NUMPY = "raise ModuleNotFoundError('numpy is hidden: in-place mode must not need it', name='numpy')\n"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(") ", 1)[1][0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_hostile_tests_fail_alone_without_numpy(tmp_path, launcher):
     _write(tmp_path, HOSTILE)
@@ -404,7 +397,7 @@ def test_hostile_tests_fail_alone_without_numpy(tmp_path, launcher):
     assert len(pids) == 2
     for pid in pids:
         assert f"they were ended: pid {pid} (sleep 1000), in its own session" in both
-        assert not _alive(pid)
+        assert not running(pid)
     # Each rank's file says which rank and world it holds: rank 0's alone is incomplete.
     alone = merge_junit([tmp_path / "out" / "junit.rank0.xml"])
     assert alone.world_size == 2 and not alone.ok

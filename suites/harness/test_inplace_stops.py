@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from rankgate.harness.leaks import running
 from rankgate.report.junit import merge_junit
 
 pytestmark = [pytest.mark.dist, pytest.mark.torch_dist]
@@ -38,12 +39,6 @@ def _case(path: Path, name: str) -> ET.Element:
     return case
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(") ", 1)[1][0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 CRASH = """
@@ -290,6 +285,6 @@ def test_a_hang_stop_prints_the_summary_and_ends_the_tests_processes(tmp_path):
     pids = [int(p.read_text()) for p in tmp_path.glob("helper*")]
     assert pids
     deadline = time.monotonic() + 5
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+    while any(running(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert [p for p in pids if _alive(p)] == []
+    assert [p for p in pids if running(p)] == []

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -24,3 +27,17 @@ def test_the_interpreters_resource_tracker_is_not_a_leftover_but_a_child_is():
     finally:
         child.kill()
         child.wait()
+
+
+def test_running_is_false_for_a_zombie_and_for_a_reaped_process():
+    reader = [sys.executable, "-c", "import sys; sys.stdin.read()"]
+    child = subprocess.Popen(reader, stdin=subprocess.PIPE)
+    assert leaks.running(child.pid)
+    child.stdin.close()
+    deadline = time.monotonic() + 10
+    while leaks.running(child.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not leaks.running(child.pid)  # exited, not yet reaped: a zombie
+    assert Path(f"/proc/{child.pid}").exists()
+    child.wait()
+    assert not leaks.running(child.pid)

@@ -467,11 +467,7 @@ class InPlaceSession:
         host, pid = self._peers[rank]
         if host != socket.gethostname():
             return True  # cannot look; silence alone decides after SIGNAL_PEER_WAIT_S
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-        except (OSError, IndexError):
-            return False
+        return leaks.running(pid)
 
     def _stop(self, item: pytest.Item | None, reason: str, text: str, *, verdict: str) -> bool:
         """Record ``item`` as failed with ``text``, the rest as not run, write the JUnit

@@ -100,6 +100,12 @@ def _state_and_parent(pid: int) -> tuple[str, int] | None:
     return fields[0], int(fields[1])
 
 
+def running(pid: int) -> bool:
+    """Whether ``pid`` runs: it exists and is not a zombie (dead, not yet reaped)."""
+    found = _state_and_parent(pid)
+    return found is not None and found[0] != "Z"
+
+
 def describe(pid: int) -> str:
     """'pid 123 (sleep 1000), in its own session' for a report."""
     try:
