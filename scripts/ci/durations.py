@@ -20,7 +20,6 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 TRACE = re.compile(r"^\++ (\d+\.\d+) (.*)$")
-STAGES = ("lint", "unit", "dist", "gpu", "hpc", "bench", "container")
 
 
 def setup_steps(trace: Path) -> list[tuple[float, str]]:
@@ -87,9 +86,9 @@ def main(argv: list[str] | None = None) -> int:
             if seconds >= 0.5:
                 out.append(f"{seconds:8.1f}  {command}")
     per_stage = {
-        stage: junit_times(logs / f"{stage}.xml")
-        for stage in STAGES
-        if (logs / f"{stage}.xml").is_file()
+        row["stage"]: junit_times(logs / f"{row['stage']}.xml")
+        for row in gate
+        if (logs / f"{row['stage']}.xml").is_file()
     }
     every = [(s, node, stage) for stage, rows in per_stage.items() for s, node in rows]
     out.append("")

@@ -68,9 +68,13 @@ def ci_stages(root: Path = ROOT) -> list[str]:
     ``--only`` list there."""
     lines = [line for line in (root / ".ci" / "run").read_text().splitlines() if "nox -s " in line]
     words = lines[-1].split("nox -s ", 1)[1].split()
-    if "--only" in words:
-        return words[words.index("--only") + 1].split(",")
-    return words
+    if words[0] != "gate":
+        return words
+    from rankgate.pipeline import stages
+    from rankgate.pipeline.executor import Options
+
+    posargs = words[words.index("--") + 1 :] if "--" in words else []
+    return list(Options.from_args(posargs).only or stages.get("gate").includes)
 
 
 def by_stage(collected: dict[str, list[str]], markers: dict[str, str]) -> dict[str, set[str]]:

@@ -82,8 +82,8 @@ def gate_stages(names: str) -> tuple[str, ...]:
     wanted = [name.strip() for name in names.split(",") if name.strip()]
     valid = stages.get("gate").includes
     unknown = [name for name in wanted if name not in valid]
-    problem = f"unknown stage {', '.join(unknown)}" if unknown else "" if wanted else "no stage"
-    if problem:
+    if unknown or not wanted:
+        problem = f"unknown stage {', '.join(unknown)}" if unknown else "no stage"
         raise SystemExit(f"--only {names!r}: {problem}; the gate's stages are {','.join(valid)}")
     return tuple(name for name in valid if name in wanted)
 
