@@ -9,8 +9,8 @@ Arguments after ``--``: ``[--profile SITE.toml] [--out DIR] [--strict]
 the gate too; with ``--strict`` a skipped single stage fails its session as well),
 ``nox -s gate -- --changed-since origin/main`` (only the stages the change touches; the
 others are skipped, saying why, and never fail the gate), ``nox -s gate -- --only
-lint,unit,dist,hpc,container`` (those stages only, hpc and container side by side: what
-CI runs).
+lint,unit,dist,hpc,container`` (those stages only, hpc and container in the background
+meanwhile: what CI runs).
 """
 
 from __future__ import annotations

@@ -28,5 +28,5 @@ def test_ci_runs_the_readme_test_command():
 
 
 def test_test_command_runs_every_stage_ci_can_run_here():
-    # Through the gate, which runs hpc and container side by side.
+    # Through the gate, which runs hpc and container in the background beside the others.
     assert readme_commands()[1].endswith("nox -s gate -- --only lint,unit,dist,hpc,container")

@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         name, seconds, *rest = line.split()
         out.append(f"{name:<10} {float(seconds):8.1f}  {' '.join(rest):<5} load {load(name)}")
     out.append("")
-    out.append("## the test command's stages (gate.json; hpc and container side by side)")
+    out.append("## the test command's stages (gate.json; hpc and container in the background)")
     gate = json.loads((logs / "gate.json").read_text())
     for row in gate:
         out.append(

@@ -1,8 +1,9 @@
-"""Stages the gate runs side by side: really at the same time, each with its own log,
-shown in pipeline order with its verdict; the gate's table keeps pipeline order."""
+"""Stages the gate runs in the background: really at the same time as the others, each
+with its own log, shown in pipeline order with its verdict; the table keeps that order."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import sys
@@ -77,7 +78,7 @@ def test_a_stage_run_alone_cannot_meet_its_partner(tmp_path):
     assert "alpha: beta never came" in (options.out_dir / "alpha.log").read_text()
 
 
-def test_the_gate_runs_hpc_and_container_together_and_keeps_pipeline_order(tmp_path, monkeypatch):
+def test_the_gate_starts_hpc_and_container_first_and_keeps_pipeline_order(tmp_path, monkeypatch):
     started: list[str] = []
 
     def fake_run_stage(stage, options, machine=None, decision=None, log=None, *, in_gate=False):
@@ -91,13 +92,35 @@ def test_the_gate_runs_hpc_and_container_together_and_keeps_pipeline_order(tmp_p
     assert [o.stage for o in outcomes] == ["unit", "hpc", "bench", "container"]
     saved = json.loads((options.out_dir / "gate.json").read_text())
     assert [row["stage"] for row in saved] == ["unit", "hpc", "bench", "container"]
-    # hpc and container together where hpc stands, each with a log; bench after them.
-    assert started[0] == "unit log=None"
-    assert sorted(started[1:3]) == ["container log=container.log", "hpc log=hpc.log"]
-    assert started[3] == "bench log=None"
+    # hpc and container in the background, each with a log; unit and bench in order.
+    assert sorted(started) == [
+        "bench log=None", "container log=container.log", "hpc log=hpc.log", "unit log=None"
+    ]
+    assert [s for s in started if "log=None" in s] == ["unit log=None", "bench log=None"]
 
 
-def test_only_hpc_and_container_are_run_side_by_side():
+def _registered(monkeypatch, *made: Stage) -> tuple[str, ...]:
+    for stage in made:
+        monkeypatch.setitem(stages._STAGES, stage.name, stage)
+    return tuple(stage.name for stage in made)
+
+
+def test_a_background_stage_runs_while_the_others_do(tmp_path, monkeypatch, capfd):
+    """alpha (beside) and beta (not) each wait for the other's file: the gate passes only
+    if alpha runs while beta does; alpha's log is shown after beta, under its own step."""
+    monkeypatch.setattr(executor, "gate_checks", lambda options, progress: [])
+    alpha = _stage("alpha", tmp_path, "beta")
+    beta = dataclasses.replace(_stage("beta", tmp_path, "alpha"), beside=False)
+    options = Options(out_dir=tmp_path / "out")
+    outcomes = executor.run_gate(options, Machine(), include=_registered(monkeypatch, alpha, beta))
+    assert [(o.stage, o.status) for o in outcomes] == [("alpha", "passed"), ("beta", "passed")]
+    shown = capfd.readouterr()
+    assert "out of alpha" in (options.out_dir / "logs" / "alpha.log").read_text()
+    assert shown.out.index("out of beta") < shown.out.index("out of alpha")
+    assert "gate runs alpha in the background" in shown.err
+
+
+def test_only_hpc_and_container_run_in_the_background():
     assert [s.name for s in stages.all_stages() if s.beside] == ["hpc", "container"]
 
 
@@ -133,6 +156,31 @@ def test_an_interrupt_stops_every_stage_running_side_by_side(tmp_path):
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     # Had the commands lived on, each would write its file after 20 s.
+    time.sleep(0.5)
+    assert not (tmp_path / "alpha").exists() and not (tmp_path / "beta").exists()
+    assert not process._running
+
+
+def test_an_interrupt_in_a_foreground_stage_stops_the_background_ones(tmp_path, monkeypatch):
+    monkeypatch.setattr(executor, "gate_checks", lambda options, progress: [])
+    background = _late("alpha", tmp_path)
+    foreground = dataclasses.replace(_late("beta", tmp_path), beside=False)
+    options = Options(out_dir=tmp_path / "out")
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 1.5)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            executor.run_gate(
+                options, Machine(), include=_registered(monkeypatch, background, foreground)
+            )
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    # Had either command lived on, it would write its file after 20 s.
     time.sleep(0.5)
     assert not (tmp_path / "alpha").exists() and not (tmp_path / "beta").exists()
     assert not process._running

@@ -161,7 +161,7 @@ def record(outcome: Outcome, options: Options) -> None:
     folder = options.out_dir / "stages"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{outcome.stage}.json").write_text(json.dumps(outcome.to_json(), indent=2) + "\n")
-    with _REPORT_LOCK:  # stages run side by side finish at any time
+    with _REPORT_LOCK:  # background stages finish at any time
         print(f"rankgate: {write_quietly(options.out_dir)}", file=sys.stderr, flush=True)
 
 
@@ -236,27 +236,38 @@ def _run_gate(
     def decide(stage: Stage) -> changes.Decision | None:
         return plan.decision(stage.name) if plan is not None else None
 
+    # Stages that mostly wait (on a scheduler, on an image build) start first, in the
+    # background, and the others run meanwhile: the gate takes the longer of the two.
     beside = [(i, stage) for i, stage in numbered if stage.beside]
+    background = None
+    if beside and len(chosen) > 1:
+        background = side_by_side.start(
+            beside,
+            lambda stage, log: run_stage(stage, options, machine, decide(stage), log, in_gate=True),
+            options.out_dir,
+        )
     by_name: dict[str, Outcome] = {}
-    for i, stage in numbered:
-        if stage.name in by_name:
-            continue
-        if stage.beside and len(beside) > 1:  # all of them at once, where the first stands
-            by_name.update(
-                side_by_side.run(
-                    beside,
-                    lambda stage, log: run_stage(
-                        stage, options, machine, decide(stage), log, in_gate=True
-                    ),
-                    options.out_dir,
-                    progress,
-                )
-            )
-            continue
-        decision = decide(stage)
-        with progress.step(i, stage.name, decision.reason if decision else "", spinner=False):
-            by_name[stage.name] = run_stage(stage, options, machine, decision, in_gate=True)
-        progress.done(i, by_name[stage.name].status, by_name[stage.name].seconds)
+    try:
+        with process.signals_raise_ended():
+            for i, stage in numbered:
+                if background is not None and stage.name in background.names:
+                    continue
+                decision = decide(stage)
+                detail = decision.reason if decision else ""
+                with progress.step(i, stage.name, detail, spinner=False):
+                    by_name[stage.name] = run_stage(stage, options, machine, decision, in_gate=True)
+                progress.done(i, by_name[stage.name].status, by_name[stage.name].seconds)
+            if background is not None:
+                by_name.update(background.wait(progress))
+    except process.Ended as ended:  # SIGTERM/SIGHUP between two commands
+        if background is not None:
+            background.stop()
+        process.die_of(ended.args[0])
+        raise
+    except BaseException:  # Ctrl-C, or the gate's own error: nothing runs on without it
+        if background is not None:
+            background.stop()
+        raise
     outcomes += [by_name[stage.name] for stage in chosen]
     options.out_dir.mkdir(parents=True, exist_ok=True)
     (options.out_dir / "gate.json").write_text(

@@ -54,7 +54,7 @@ def die_of(signum: int) -> None:
 
 
 _running: set[subprocess.Popen] = set()
-"""Commands :func:`run` is waiting on, from any thread (stages run side by side)."""
+"""Commands :func:`run` is waiting on, from any thread (background stages run in threads)."""
 
 
 def stop_all() -> None:
@@ -88,7 +88,7 @@ def run(
 
     ``stdout_path``: also copy stdout into this file (the command's product).
     ``log_path``: append stdout and stderr to this file instead of the terminal, so that
-    stages run side by side keep their outputs apart.
+    stages run in the background keep their outputs apart.
     Raises :class:`CommandFailed` for a code outside ``ok_codes``, a missing program
     or a timeout. The process gets its own session, so an interrupt reaches its tree.
     """

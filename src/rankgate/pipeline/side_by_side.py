@@ -1,8 +1,10 @@
-"""Stages the gate runs at the same time (``Stage.beside``), their outputs kept apart.
+"""Stages the gate runs in the background (``Stage.beside``), their outputs kept apart.
 
-Each stage runs in its own thread, its commands writing to ``logs/<stage>.log`` under
-the output dir instead of the terminal; when all have ended, each log is shown in turn,
-in pipeline order, under its own progress step, with its verdict.
+:func:`start` runs each stage in its own thread, its commands writing to
+``logs/<stage>.log`` under the output dir instead of the terminal, and returns at
+once: the gate runs its other stages meanwhile. :meth:`Running.wait` waits for them
+and shows each log in turn, in pipeline order, under its own progress step, with its
+verdict. :meth:`Running.stop` ends them (an interrupt, a failure of the gate itself).
 """
 
 from __future__ import annotations
@@ -10,9 +12,10 @@ from __future__ import annotations
 import contextvars
 import sys
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent import futures
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from rankgate.pipeline import process
 from rankgate.pipeline.progress import Progress
@@ -29,44 +32,90 @@ class Finished(Protocol):
 Outcome = TypeVar("Outcome", bound=Finished)
 
 
+class Running(Generic[Outcome]):
+    """Stages started by :func:`start`, running in their own threads."""
+
+    def __init__(
+        self,
+        numbered: list[tuple[int, Stage]],
+        run_stage: Callable[[Stage, Path], Outcome],
+        out_dir: Path,
+    ) -> None:
+        self.numbered = numbered
+        self.logs = {stage.name: out_dir / "logs" / f"{stage.name}.log" for _, stage in numbered}
+        for path in self.logs.values():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("")
+        self._pool = ThreadPoolExecutor(max_workers=max(len(numbered), 1))
+        self._futures: dict[str, Future] = {
+            # a copy of the context per thread: each stage's trace span stays under the gate's
+            stage.name: self._pool.submit(
+                contextvars.copy_context().run, run_stage, stage, self.logs[stage.name]
+            )
+            for _, stage in numbered
+        }
+
+    @property
+    def names(self) -> set[str]:
+        return set(self._futures)
+
+    def wait(self, progress: Progress) -> dict[str, Outcome]:
+        """Wait for every stage, then show each one's log and verdict; name -> outcome."""
+        try:
+            with process.signals_raise_ended():
+                outcomes = {name: future.result() for name, future in self._futures.items()}
+        except process.Ended as ended:  # SIGTERM/SIGHUP: every stage's tree goes, then us
+            self.stop()
+            process.die_of(ended.args[0])
+            raise
+        except BaseException:  # Ctrl-C lands here, in the main thread: stop every stage
+            self.stop()
+            raise
+        self._pool.shutdown()
+        for i, stage in self.numbered:
+            outcome = outcomes[stage.name]
+            log = self.logs[stage.name]
+            with progress.step(
+                i, stage.name, f"ran in the background; its output, from {log}:", spinner=False
+            ):
+                sys.stdout.write(log.read_text())
+                sys.stdout.flush()
+            progress.done(i, outcome.status, outcome.seconds)
+        return outcomes
+
+    def stop(self) -> None:
+        """End every stage's commands (TERM, then KILL) and wait for the threads to return."""
+        for future in self._futures.values():
+            future.cancel()  # a stage not started yet never starts
+        process.stop_all()
+        # again until they return: a stage between two commands may start the next one
+        while futures.wait(self._futures.values(), timeout=1.0).not_done:
+            process.stop_all()
+        self._pool.shutdown()
+
+
+def start(
+    numbered: list[tuple[int, Stage]],
+    run_stage: Callable[[Stage, Path], Outcome],
+    out_dir: Path,
+) -> Running[Outcome]:
+    """Start ``run_stage(stage, log)`` for each (step number, stage); returns at once."""
+    running = Running(numbered, run_stage, out_dir)
+    names = " and ".join(stage.name for _, stage in numbered)
+    where = ", ".join(str(path) for path in running.logs.values())
+    print(
+        f"rankgate: gate runs {names} in the background; output: {where}",
+        file=sys.stderr,
+        flush=True,
+    )
+    return running
+
+
 def run(
     numbered: list[tuple[int, Stage]],
     run_stage: Callable[[Stage, Path], Outcome],
     out_dir: Path,
     progress: Progress,
 ) -> dict[str, Outcome]:
-    """Run ``run_stage(stage, log)`` for each (step number, stage) at once; name -> outcome."""
-    logs = {stage.name: out_dir / "logs" / f"{stage.name}.log" for _, stage in numbered}
-    for path in logs.values():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("")
-    names = " and ".join(stage.name for _, stage in numbered)
-    where = ", ".join(str(path) for path in logs.values())
-    print(f"rankgate: gate runs {names} side by side; output: {where}", file=sys.stderr, flush=True)
-    with ThreadPoolExecutor(max_workers=len(numbered)) as pool:
-        futures = {
-            # a copy of the context per thread: each stage's trace span stays under the gate's
-            stage.name: pool.submit(
-                contextvars.copy_context().run, run_stage, stage, logs[stage.name]
-            )
-            for _, stage in numbered
-        }
-        try:
-            with process.signals_raise_ended():
-                outcomes = {name: future.result() for name, future in futures.items()}
-        except process.Ended as ended:  # SIGTERM/SIGHUP: every stage's tree goes, then us
-            process.stop_all()
-            process.die_of(ended.args[0])
-            raise
-        except BaseException:  # Ctrl-C lands here, in the main thread: stop every stage
-            process.stop_all()
-            raise
-    for i, stage in numbered:
-        outcome = outcomes[stage.name]
-        with progress.step(
-            i, stage.name, f"ran side by side; its output, from {logs[stage.name]}:", spinner=False
-        ):
-            sys.stdout.write(logs[stage.name].read_text())
-            sys.stdout.flush()
-        progress.done(i, outcome.status, outcome.seconds)
-    return outcomes
+    """Start the stages and wait for them: :func:`start`, then :meth:`Running.wait`."""
+    return start(numbered, run_stage, out_dir).wait(progress)

@@ -79,9 +79,9 @@ class Stage:
     includes: tuple[str, ...] = ()
     """Stages it runs after its own commands (only the gate has any)."""
     beside: bool = False
-    """The gate may run it at the same time as its other ``beside`` stages: it waits more
-    than it computes (on a scheduler, on an image build), so they share the cores well.
-    Each one's output then goes to ``logs/<name>.log`` and is shown when it ends."""
+    """The gate starts it first, in the background, and runs its other stages meanwhile:
+    it waits more than it computes (on a scheduler, on an image build), so it shares the
+    cores well. Its output then goes to ``logs/<name>.log``, shown once the others end."""
     paths: tuple[str, ...] = ()
     """Files the stage depends on, as globs relative to the repository root (``*`` stays
     within a folder, ``**`` crosses folders, ``dir/**`` is everything under dir). With
