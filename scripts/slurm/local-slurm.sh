@@ -14,7 +14,9 @@
 #   scripts/slurm/local-slurm.sh release PID  # PID is done; the last user of a cluster
 #                                             # an `acquire` started stops it
 # A cluster started by hand (`start`) is never stopped by `release`. PIDs whose process
-# has ended no longer count. Every command holds a lock on the state folder.
+# has ended no longer count; once none is live (a session killed before its release),
+# a reaper that `acquire` left behind stops the cluster within seconds. Every command
+# holds a lock on the state folder.
 #
 # Settings (environment):
 #   RANKGATE_SLURM_DIR   state, config and logs
@@ -192,6 +194,10 @@ acquire() { # pid
     if ! running; then
         start >/dev/null
         touch "$started_mark"
+        # A session killed before its release (SIGKILL, a CI timeout) would leave the
+        # cluster running and its port taken for the next one: a detached reaper stops
+        # it once no lease is live. 9>&-: the reaper must not hold our lock.
+        setsid "${BASH_SOURCE[0]}" reap </dev/null >/dev/null 2>&1 9>&- &
     fi
     mkdir -p "$dir/leases"
     proc_start "$1" >"$dir/leases/$1"
@@ -207,6 +213,20 @@ release() { # pid
         # what they needed from the logs), so a run leaves nothing in the temp dir.
         rm -rf "$dir"
     fi
+}
+
+reap() { # every 2 s: once no lease is live, stop the cluster an acquire started
+    while sleep 2; do
+        [[ -e $started_mark ]] || return 0 # released and removed, or taken over by hand
+        exec 9>"$dir/lock"
+        flock 9
+        if [[ -e $started_mark ]] && [[ $(live_leases) == 0 ]]; then
+            stop >/dev/null
+            rm -rf "$dir"
+            return 0
+        fi
+        exec 9>&-
+    done
 }
 
 locked() { # command...: run it holding the state folder's lock
@@ -225,5 +245,6 @@ case ${1:-} in
     acquire) locked acquire "${2:-}" ;;
     # A second lease of the same session may come after the first one removed the folder.
     release) [[ -d $dir ]] || exit 0; locked release "${2:-}" ;;
+    reap) reap ;; # started by acquire, detached
     *) die "usage: $0 start|stop|status|env|paths|acquire PID|release PID" ;;
 esac

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -106,3 +107,32 @@ def test_acquire_refuses_a_pid_that_is_not_running(private_cluster):
     assert done.returncode != 0
     assert "acquire needs the PID of a running process" in done.stderr
     assert not _up(private_cluster)
+
+
+def test_a_session_killed_before_its_release_leaves_no_cluster(private_cluster):
+    """The only session is SIGKILLed (a CI timeout): the reaper that acquire left stops
+    the daemons and removes the folder within seconds, so the port is free again."""
+    run = private_cluster
+    session = _holder()
+    try:
+        acquired = run("acquire", str(session.pid))
+        assert acquired.returncode == 0, acquired.stderr
+        conf = Path(acquired.stdout.strip().removeprefix("export SLURM_CONF="))
+        assert _up(run)
+    finally:
+        session.kill()
+        session.wait()
+    deadline = time.monotonic() + 30
+    while conf.parent.exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not conf.parent.exists(), "the cluster of a killed session is still there after 30 s"
+    daemons = subprocess.run(["pgrep", "-f", str(conf)], capture_output=True, text=True)
+    assert daemons.stdout == "", f"daemons left running: {daemons.stdout}"
+    successor = _holder()
+    try:  # the next session starts its cluster on the same port
+        assert run("acquire", str(successor.pid)).returncode == 0 and _up(run)
+        run("release", str(successor.pid))
+        assert not _up(run)
+    finally:
+        successor.kill()
+        successor.wait()
