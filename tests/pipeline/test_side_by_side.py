@@ -184,3 +184,28 @@ def test_an_interrupt_in_a_foreground_stage_stops_the_background_ones(tmp_path, 
     time.sleep(0.5)
     assert not (tmp_path / "alpha").exists() and not (tmp_path / "beta").exists()
     assert not process._running
+
+
+def test_a_failing_background_stage_fails_the_gate_and_the_others_still_run(
+    tmp_path, monkeypatch, capfd
+):
+    monkeypatch.setattr(executor, "gate_checks", lambda options, progress: [])
+    fails = "import sys; print('background says why'); sys.exit(3)"
+    background = Stage(
+        name="alpha", description="alpha", where=("local",), paths=("x",), beside=True,
+        commands=(Command(argv=(sys.executable, "-c", fails)),),
+        dagger="alpha", workflow="ci.yml:alpha",
+    )  # fmt: skip
+    foreground = dataclasses.replace(_stage("beta", tmp_path, "beta"), beside=False)
+    options = Options(out_dir=tmp_path / "out")
+    outcomes = executor.run_gate(
+        options, Machine(), include=_registered(monkeypatch, background, foreground)
+    )
+    assert [(o.stage, o.status) for o in outcomes] == [("alpha", "failed"), ("beta", "passed")]
+    assert outcomes[0].reason.startswith(f"{sys.executable}: exit code 3 ("), outcomes[0].reason
+    assert executor.verdict(outcomes, allow_skipped=True) == [f"alpha failed: {outcomes[0].reason}"]
+    saved = json.loads((options.out_dir / "gate.json").read_text())
+    assert [(row["stage"], row["status"]) for row in saved] == [
+        ("alpha", "failed"), ("beta", "passed")
+    ]
+    assert "background says why" in capfd.readouterr().out
