@@ -3,6 +3,7 @@ with its own log, shown in pipeline order with its verdict; the table keeps that
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import signal
@@ -134,27 +135,33 @@ def _late(name: str, tmp_path) -> Stage:
     )  # fmt: skip
 
 
-def test_an_interrupt_stops_every_stage_running_side_by_side(tmp_path):
-    """Ctrl-C reaches only the main thread; the stages' commands must end with it."""
-    options = Options(out_dir=tmp_path / "out")
-    numbered = [(1, _late("alpha", tmp_path)), (2, _late("beta", tmp_path))]
+@contextlib.contextmanager
+def ctrl_c_after(seconds: float):
+    """KeyboardInterrupt in the main thread after ``seconds``, as Ctrl-C raises it."""
 
     def interrupt(signum, frame):
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGALRM, interrupt)
-    signal.setitimer(signal.ITIMER_REAL, 1.5)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
-        with pytest.raises(KeyboardInterrupt):
-            side_by_side.run(
-                numbered,
-                lambda stage, log: executor.run_stage(stage, options, Machine(), None, log),
-                options.out_dir,
-                Progress(total=2, what="gate"),
-            )
+        yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def test_an_interrupt_stops_every_stage_running_side_by_side(tmp_path):
+    """Ctrl-C reaches only the main thread; the stages' commands must end with it."""
+    options = Options(out_dir=tmp_path / "out")
+    numbered = [(1, _late("alpha", tmp_path)), (2, _late("beta", tmp_path))]
+    with ctrl_c_after(1.5), pytest.raises(KeyboardInterrupt):
+        side_by_side.run(
+            numbered,
+            lambda stage, log: executor.run_stage(stage, options, Machine(), None, log),
+            options.out_dir,
+            Progress(total=2, what="gate"),
+        )
     # Had the commands lived on, each would write its file after 20 s.
     time.sleep(0.5)
     assert not (tmp_path / "alpha").exists() and not (tmp_path / "beta").exists()
@@ -166,20 +173,10 @@ def test_an_interrupt_in_a_foreground_stage_stops_the_background_ones(tmp_path, 
     background = _late("alpha", tmp_path)
     foreground = dataclasses.replace(_late("beta", tmp_path), beside=False)
     options = Options(out_dir=tmp_path / "out")
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGALRM, interrupt)
-    signal.setitimer(signal.ITIMER_REAL, 1.5)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            executor.run_gate(
-                options, Machine(), include=_registered(monkeypatch, background, foreground)
-            )
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+    with ctrl_c_after(1.5), pytest.raises(KeyboardInterrupt):
+        executor.run_gate(
+            options, Machine(), include=_registered(monkeypatch, background, foreground)
+        )
     # Had either command lived on, it would write its file after 20 s.
     time.sleep(0.5)
     assert not (tmp_path / "alpha").exists() and not (tmp_path / "beta").exists()

@@ -238,36 +238,25 @@ def _run_gate(
 
     # Stages that mostly wait (on a scheduler, on an image build) start first, in the
     # background, and the others run meanwhile: the gate takes the longer of the two.
-    beside = [(i, stage) for i, stage in numbered if stage.beside]
-    background = None
-    if beside and len(chosen) > 1:
-        background = side_by_side.start(
-            beside,
-            lambda stage, log: run_stage(stage, options, machine, decide(stage), log, in_gate=True),
-            options.out_dir,
-        )
+    beside = [(i, stage) for i, stage in numbered if stage.beside] if len(chosen) > 1 else []
+    background = side_by_side.start(
+        beside,
+        lambda stage, log: run_stage(stage, options, machine, decide(stage), log, in_gate=True),
+        options.out_dir,
+    )
     by_name: dict[str, Outcome] = {}
-    try:
-        with process.signals_raise_ended():
-            for i, stage in numbered:
-                if background is not None and stage.name in background.names:
-                    continue
-                decision = decide(stage)
-                detail = decision.reason if decision else ""
-                with progress.step(i, stage.name, detail, spinner=False):
-                    by_name[stage.name] = run_stage(stage, options, machine, decision, in_gate=True)
-                progress.done(i, by_name[stage.name].status, by_name[stage.name].seconds)
-            if background is not None:
-                by_name.update(background.wait(progress))
-    except process.Ended as ended:  # SIGTERM/SIGHUP between two commands
-        if background is not None:
-            background.stop()
-        process.die_of(ended.args[0])
-        raise
-    except BaseException:  # Ctrl-C, or the gate's own error: nothing runs on without it
-        if background is not None:
-            background.stop()
-        raise
+    # Leaving the block early (Ctrl-C, SIGTERM between two commands, the gate's own
+    # error) stops the background stages: nothing runs on without the gate.
+    with background, process.signals_raise_ended():
+        for i, stage in numbered:
+            if stage.name in background.names:
+                continue
+            decision = decide(stage)
+            detail = decision.reason if decision else ""
+            with progress.step(i, stage.name, detail, spinner=False):
+                by_name[stage.name] = run_stage(stage, options, machine, decision, in_gate=True)
+            progress.done(i, by_name[stage.name].status, by_name[stage.name].seconds)
+        by_name.update(background.wait(progress))
     outcomes += [by_name[stage.name] for stage in chosen]
     options.out_dir.mkdir(parents=True, exist_ok=True)
     (options.out_dir / "gate.json").write_text(

@@ -4,7 +4,8 @@
 ``logs/<stage>.log`` under the output dir instead of the terminal, and returns at
 once: the gate runs its other stages meanwhile. :meth:`Running.wait` waits for them
 and shows each log in turn, in pipeline order, under its own progress step, with its
-verdict. :meth:`Running.stop` ends them (an interrupt, a failure of the gate itself).
+verdict. Used as a context manager, a :class:`Running` ends them (:meth:`Running.stop`)
+when its block ends early: an interrupt, a signal, a failure of the gate itself.
 """
 
 from __future__ import annotations
@@ -59,18 +60,23 @@ class Running(Generic[Outcome]):
     def names(self) -> set[str]:
         return set(self._futures)
 
+    def __enter__(self) -> Running[Outcome]:
+        return self
+
+    def __exit__(self, kind, error, traceback) -> None:
+        """Whatever ends the block early (Ctrl-C lands in the main thread, not in the
+        stages' threads; SIGTERM/SIGHUP as :class:`process.Ended`): every stage's tree
+        goes, and on a signal this process dies of it."""
+        if error is None:
+            return
+        self.stop()
+        if isinstance(error, process.Ended):
+            process.die_of(error.args[0])
+
     def wait(self, progress: Progress) -> dict[str, Outcome]:
         """Wait for every stage, then show each one's log and verdict; name -> outcome."""
-        try:
-            with process.signals_raise_ended():
-                outcomes = {name: future.result() for name, future in self._futures.items()}
-        except process.Ended as ended:  # SIGTERM/SIGHUP: every stage's tree goes, then us
-            self.stop()
-            process.die_of(ended.args[0])
-            raise
-        except BaseException:  # Ctrl-C lands here, in the main thread: stop every stage
-            self.stop()
-            raise
+        with process.signals_raise_ended():
+            outcomes = {name: future.result() for name, future in self._futures.items()}
         self._pool.shutdown()
         for i, stage in self.numbered:
             outcome = outcomes[stage.name]
@@ -101,13 +107,14 @@ def start(
 ) -> Running[Outcome]:
     """Start ``run_stage(stage, log)`` for each (step number, stage); returns at once."""
     running = Running(numbered, run_stage, out_dir)
-    names = " and ".join(stage.name for _, stage in numbered)
-    where = ", ".join(str(path) for path in running.logs.values())
-    print(
-        f"rankgate: gate runs {names} in the background; output: {where}",
-        file=sys.stderr,
-        flush=True,
-    )
+    if numbered:
+        names = " and ".join(stage.name for _, stage in numbered)
+        where = ", ".join(str(path) for path in running.logs.values())
+        print(
+            f"rankgate: gate runs {names} in the background; output: {where}",
+            file=sys.stderr,
+            flush=True,
+        )
     return running
 
 
@@ -118,4 +125,5 @@ def run(
     progress: Progress,
 ) -> dict[str, Outcome]:
     """Start the stages and wait for them: :func:`start`, then :meth:`Running.wait`."""
-    return start(numbered, run_stage, out_dir).wait(progress)
+    with start(numbered, run_stage, out_dir) as running:
+        return running.wait(progress)
