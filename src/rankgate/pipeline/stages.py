@@ -197,7 +197,8 @@ _REPORT_TESTS = (
 _PYTEST = Command(argv=("pytest",))
 # Unit and dist tests wait more than they compute (launchers starting, timeouts, Ray), so
 # two xdist workers overlap them; on 2 cores dist took 372 s against 555 s in one process,
-# and 423 s with 4 workers (benchmarks/results/cpu/ci-durations.txt).
+# and 423 s with 4 workers (measured for 9a30008, whose message has them; the committed
+# benchmarks/results/cpu/ci-durations.txt has the 2-worker runs only).
 _PYTEST_TWO_WORKERS = Command(argv=("pytest", "-n", "2"))
 # The container stage's tests fail, never skip, without an engine or the image it built.
 _CONTAINER_PYTEST = Command(argv=("pytest",), env=(("RANKGATE_REQUIRE_CONTAINER", "1"),))
