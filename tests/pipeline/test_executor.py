@@ -192,6 +192,17 @@ def test_summary_table_shouts_failures_and_skips():
     assert rows[-2].split()[:2] == ["hpc", "SKIPPED"] and rows[-2].endswith("needs SLURM")
 
 
+def test_summary_table_names_failed_tests_up_to_a_limit():
+    failing = [f"t::test_{i} — AssertionError: {i}" for i in range(executor.FAILING_SHOWN + 3)]
+    table = executor.summary_table(
+        [Outcome(stage="dist", status="failed", reason="pytest: exit code 1", failing=failing)]
+    )
+    rows = table.splitlines()[3:-1]
+    assert rows[0].split()[:2] == ["dist", "FAILED"]
+    assert rows[1:-1] == [f"       ✗ {test}" for test in failing[: executor.FAILING_SHOWN]]
+    assert rows[-1] == "       ✗ and 3 more (out/report.html has them all)"
+
+
 @pytest.mark.parametrize(
     ("statuses", "allow_skipped", "blocked"),
     [
@@ -282,4 +293,15 @@ def test_only_with_a_stage_the_gate_does_not_run_names_it(value, problem):
     assert str(stopped.value) == (
         f"--only {value!r}: {problem}; the gate's stages are "
         "lint,unit,dist,gpu,hpc,bench,container"
+    )
+
+
+def test_summary_table_says_when_pytest_failed_with_no_failed_test():
+    counts = {"tests": 3, "passed": 2, "failed": 0, "skipped": 1}
+    table = executor.summary_table(
+        [Outcome(stage="dist", status="failed", reason="pytest: exit code 1", tests=counts)]
+    )
+    assert table.splitlines()[-2] == (
+        "       ✗ no test failed (2 passed, 1 skipped): the session itself failed, "
+        "its output's last lines say why"
     )

@@ -27,6 +27,8 @@ from rankgate.report import runinfo, tracing
 Status = Literal["passed", "failed", "skipped"]
 NO_TESTS = 5  # pytest's exit code when the marker expression selects nothing
 _REPORT_LOCK = threading.Lock()
+FAILING_SHOWN = 10
+"""The table names at most this many failed tests of a stage."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -105,6 +107,9 @@ class Outcome:
     """Skipped because the change does not touch it: never blocks a gate."""
     tests: dict[str, int] = field(default_factory=dict)
     """Its tests by outcome (passed ... xfailed, xpassed), from its JUnit; {} without one."""
+    failing: list[str] = field(default_factory=list)
+    """Its failed tests, ``id [ranks] — message``, from its JUnit: the table names them, so
+    the last lines of a long log say what failed."""
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -154,10 +159,12 @@ def run_stage(
 def record(outcome: Outcome, options: Options) -> None:
     """Keep the outcome (stages/<name>.json) and refresh out/report.html and summary.md."""
     from rankgate.report.cli import write_quietly
-    from rankgate.report.summary import stage_counts
+    from rankgate.report.summary import stage_counts, stage_failures
 
     junit = options.out_dir / "junit" / f"{outcome.stage}.xml"
     outcome.tests = outcome.tests or stage_counts(junit)
+    if outcome.status == "failed" and not outcome.failing:
+        outcome.failing = stage_failures(junit)
     folder = options.out_dir / "stages"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{outcome.stage}.json").write_text(json.dumps(outcome.to_json(), indent=2) + "\n")
@@ -316,11 +323,27 @@ def summary_table(outcomes: list[Outcome]) -> str:
         if o.selected and o.selected != o.reason:
             note = "; ".join(filter(None, (o.reason, f"ran: {o.selected}")))
         lines.append(f"{o.stage:<{width}}  {shown:<7}  {o.seconds:6.1f}s  {note}".rstrip())
+        if o.status == "failed" and o.tests and not o.failing:
+            # pytest failed after its tests passed: a session-level check (leftovers, a
+            # plugin's own verdict) or its exit; its output's last lines say which.
+            lines.append(
+                f"{'':<{width}}  ✗ no test failed ({_counted(o.tests)}): the "
+                "session itself failed, its output's last lines say why"
+            )
+        shown_tests = o.failing[:FAILING_SHOWN]
+        lines += [f"{'':<{width}}  ✗ {test}" for test in shown_tests]
+        if len(o.failing) > len(shown_tests):
+            more = len(o.failing) - len(shown_tests)
+            lines.append(f"{'':<{width}}  ✗ and {more} more (out/report.html has them all)")
     lines.append(
         f"gate — {counts['passed']} passed, {counts['failed']} failed, "
         f"{counts['skipped']} skipped (stages)"
     )
     return "\n".join(lines)
+
+
+def _counted(tests: dict[str, int]) -> str:
+    return ", ".join(f"{n} {outcome}" for outcome, n in tests.items() if n and outcome != "tests")
 
 
 def _plan(options: Options, chosen: list[Stage]) -> changes.Plan:

@@ -161,8 +161,38 @@ def stage_counts(junit: Path) -> dict[str, int]:
     return count(r for g in groups for r in g.results)
 
 
+def stage_failures(junit: Path) -> list[str]:
+    """A stage's failed tests, one line each: ``id — message``, and for a test on ranks
+    the likely root-cause rank's exception line (the message names the ranks).
+
+    [] when its JUnit is missing or unreadable (the stage's reason says what failed then).
+    """
+    from rankgate.report.failures import failed_tests
+
+    try:
+        found = failed_tests([junit]) if junit.exists() else []
+    except ReportInputError:
+        return []
+    lines = []
+    for test in found:
+        line = f"{test.id} — {test.message or test.outcome}"
+        if test.root_cause and (error := _exception_line(test.root_cause.traceback)):
+            line += f": {error}"
+        lines.append(_cut(line))
+    return lines
+
+
+def _exception_line(traceback: str) -> str:
+    """The exception line of a Python traceback (the first unindented line after its
+    last frame); "" when there is none (a hung rank's stacks, a crash's signal)."""
+    lines = traceback.splitlines()
+    frames = [i for i, line in enumerate(lines) if line.startswith('  File "')]
+    if not frames:
+        return ""
+    return next((line for line in lines[frames[-1] + 1 :] if line[:1].strip()), "")
+
+
 def _cut(message: str) -> str:
     if len(message) > MESSAGE_CHARS:
         return message[: MESSAGE_CHARS - 1] + "…"
     return message
-
