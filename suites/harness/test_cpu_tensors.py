@@ -89,6 +89,33 @@ def test_subgroup_of_even_ranks(n, rank, world_size):
         assert dist.get_world_size(group) == len(evens)
 
 
+@pytest.mark.world(2)
+def test_a_group_outlives_the_test_until_every_rank_has_finished(rank, dist_tmp_path):
+    """The harness destroys the groups a test made only once every rank has finished the
+    test: a rank that destroyed them at once could close its sockets while a slower peer
+    was still connecting (gloo's "connectFullMesh failed ... Connection closed by peer",
+    seen under load). Rank 1 ends at once and watches its group; rank 0 ends 1 s later."""
+    import threading
+    import time
+
+    from torch.distributed.distributed_c10d import _world
+
+    group = dist.new_group([0, 1])
+    gone = dist_tmp_path / "rank1-group-destroyed"
+    if rank == 1:
+
+        def watch() -> None:
+            deadline = time.monotonic() + 30
+            while group in _world.pg_map and time.monotonic() < deadline:
+                time.sleep(0.01)
+            gone.write_text(f"{time.monotonic() - deadline + 30:.2f}")
+
+        threading.Thread(target=watch, daemon=True).start()
+        return
+    time.sleep(1.0)
+    assert not gone.exists(), f"rank 1 destroyed the group {gone.read_text()} s into its wait"
+
+
 @pytest.mark.parametrize("n", WORLDS)
 @pytest.mark.parametrize("turn", ["first", "again"])
 def test_mesh_on_a_group_of_its_own(turn, n, rank, world_size):

@@ -377,13 +377,10 @@ class InPlaceSession:
             self._hang_watch.disarm()
             problems = after_test_problems(children)
             self._group_trouble |= not self._group_alive()
-            # What a pool's rank undoes after every test (environment, cwd, default dtype,
-            # subgroups): a world test must find the same process here as there.
-            kept = self.group.kept_groups()
+            # What a pool's rank undoes after every test (environment, cwd, default dtype;
+            # subgroups after the exchange): a world test finds the same process here.
             if spec is not None:
-                reset_state(saved_env, saved_cwd, kept)
-            else:
-                destroy_subgroups(kept)
+                reset_state(saved_env, saved_cwd)
             if problems:
                 raise AfterTestProblem("\n".join(problems))
 
@@ -659,6 +656,9 @@ class InPlaceSession:
         if index is not None and self._aborted is None:
             self._last_index = index
             everyone = self._exchange(item, index, seconds, own)
+        # After the exchange every rank has finished the test: none is still connecting
+        # to a group this one destroys (see reset_state).
+        destroy_subgroups(self.group.kept_groups())
         shown = own if everyone is None else verdict_reports(item, own, everyone, self.launch.rank)
         for report in shown:
             self._log_shown(report=report)

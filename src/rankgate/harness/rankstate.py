@@ -83,9 +83,14 @@ def seed_everything(seed: int) -> None:
         numpy.random.seed(seed % 2**32)
 
 
-def reset_state(saved_env: dict[str, str], saved_cwd: str, keep: tuple = ()) -> None:
-    """Undo what a test body may leak into the next one on this rank (``keep``: groups
-    of the harness's own that stay)."""
+def reset_state(saved_env: dict[str, str], saved_cwd: str) -> None:
+    """Undo what a test body may leak into the next one on this rank.
+
+    The groups it made go later, with :func:`destroy_subgroups`, once every rank has
+    finished the test: a rank that destroys a new group at once can close its sockets
+    while a slower peer is still connecting to it (gloo: "connectFullMesh failed ...
+    Connection closed by peer"; seen under load).
+    """
     if os.environ != saved_env:
         os.environ.clear()
         os.environ.update(saved_env)
@@ -95,14 +100,16 @@ def reset_state(saved_env: dict[str, str], saved_cwd: str, keep: tuple = ()) -> 
     if hasattr(torch, "get_default_device") and torch.get_default_device().type != "cpu":
         torch.set_default_device(None)
     torch.set_grad_enabled(True)
-    destroy_subgroups(keep)
     if torch.cuda.is_initialized():
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
 
 
 def destroy_subgroups(keep: tuple = ()) -> None:
-    """Destroy every group but the default one (and ``keep``) that a test left."""
+    """Destroy every group but the default one (and ``keep``) that a test left.
+
+    Call it only when every rank has finished that test (see :func:`reset_state`).
+    """
     if not dist.is_initialized():
         return
     from torch.distributed.distributed_c10d import _world

@@ -30,6 +30,7 @@ from rankgate.harness import leaks, messages
 from rankgate.harness.rankstate import (
     after_test_problems,
     breaks_process_group,
+    destroy_subgroups,
     reset_state,
     seed_everything,
     set_collective_timeout,
@@ -128,6 +129,9 @@ def _shutdown() -> None:
 
 def _run_test(task: messages.TestTask, config: messages.RankConfig) -> dict[str, Any]:
     rank = config.rank
+    # The last test's groups: every rank has finished it, since the controller sends a
+    # test only once all ranks have answered the one before.
+    destroy_subgroups()
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
     children_before = set(leaks.children())
     start = time.perf_counter()
