@@ -219,20 +219,6 @@ def report(out: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
-def gate(work: Path, *stages: str) -> subprocess.CompletedProcess:
-    """The gate (env-check, then ``stages``) run in ``work`` on its planted suite."""
-    code = (
-        "import sys\n"
-        "from pathlib import Path\n"
-        "from rankgate.pipeline import executor\n"
-        "executor.run_gate(executor.Options(out_dir=Path('out')), include=tuple(sys.argv[1:]))\n"
-    )
-    return subprocess.run(
-        [sys.executable, "-c", code, *stages], cwd=work, env=scenario_env(),
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-
-
 def interrupted_gate(work: Path) -> Path:
     """A gate (env-check, lint, unit, dist) killed with SIGTERM while unit runs, as
     ``timeout`` kills it: unit never records an outcome, dist never starts."""

@@ -24,6 +24,8 @@ import pytest
 import scenarios
 from chromium import Browser, find_chromium
 
+from rankgate.pipeline.executor import Outcome, summary_table
+
 pytestmark = pytest.mark.dist  # the planted runs start real ranks
 
 ROOT = scenarios.ROOT
@@ -35,7 +37,6 @@ def _run(tmp_path_factory, name: str, text: str, **env: str) -> Path:
     scenarios.plant(work, f"test_{name}.py", text)
     done = scenarios.rankgate_run(work, f"test_{name}.py", **env)
     assert done.returncode in (0, 1), done.stderr[-3000:]
-    (work / "run.stdout").write_text(done.stdout)
     return work
 
 
@@ -271,24 +272,18 @@ def test_a_failing_rank_is_named_in_the_json(failing):
     assert by_id["test_failing::test_plain_failure"]["failing_ranks"] is None
 
 
-def test_the_gate_table_names_each_failed_test_and_its_cause(tmp_path):
-    """The table is the last thing a long log shows: it says which tests failed, on which
-    rank, and why, without scrolling back to the stage's output."""
-    scenarios.plant(tmp_path, "test_failing.py", scenarios.FAILING)
-    done = scenarios.gate(tmp_path, "dist")
-    assert done.returncode == 0, done.stderr[-3000:]
-    tail = done.stdout.rstrip().splitlines()[-4:]
-    assert tail[0].split()[:2] == ["dist", "FAILED"]
-    named = [line.strip() for line in tail[1:3]]
-    assert named == [
-        "✗ test_failing::test_shards_agree — rank 2 failed; ranks 0, 1 passed (world 3, "
+def test_a_failed_stage_names_each_failed_test_and_its_cause(failing):
+    """The gate's table is the last thing a long log shows: under a failed stage it names
+    the tests that failed, on which rank, and why, without scrolling back."""
+    work, _ = failing
+    saved = json.loads((work / "out" / "stages" / "files.json").read_text())
+    assert saved["failing"] == [
+        "test_failing::test_shards_agree — rank 2 failed; ranks 0, 1 passed (world 3, "
         "backend gloo): AssertionError: rank 2 holds a stale shard: [2.0, 2.0]",
-        "✗ test_failing::test_plain_failure — AssertionError: one is not two",
+        "test_failing::test_plain_failure — AssertionError: one is not two",
     ]
-    assert all(line.startswith(" " * len("env-check") + "  ✗") for line in tail[1:3])
-    assert tail[3] == "gate — 1 passed, 1 failed, 0 skipped (stages)"
-    saved = json.loads((tmp_path / "out" / "gate.json").read_text())
-    assert saved[-1]["failing"] == [line.removeprefix("✗ ") for line in named]
+    table = summary_table([Outcome(**saved)]).splitlines()
+    assert table[-3:-1] == [f"       ✗ {line}" for line in saved["failing"]]
 
 
 def test_failing_summary_md(failing):
