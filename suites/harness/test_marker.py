@@ -44,11 +44,13 @@ def test_bad_marker_is_a_collection_error_naming_test_and_problem(inner, marker,
 
 
 def test_nccl_without_enough_gpus_is_a_skip_saying_how_many(inner):
-    import torch
+    from rankgate.harness.gpus import gpu_share, visible_gpu_count, xdist_slot
 
-    visible = torch.cuda.device_count()
-    if visible >= 2:
-        pytest.skip(f"{visible} GPUs: world(2, backend='nccl') runs here")
+    visible = visible_gpu_count()
+    slot, slots = xdist_slot()  # the inner session is one xdist worker's, as this one is
+    share = len(gpu_share(visible, slot, slots))
+    if share >= 2:
+        pytest.skip(f"{share} GPUs: world(2, backend='nccl') runs here")
     result = inner(
         """
         import pytest
@@ -59,9 +61,10 @@ def test_nccl_without_enough_gpus_is_a_skip_saying_how_many(inner):
         """
     )
     result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(
-        [f"SKIPPED*world(2, backend='nccl') needs 2 GPUs; {visible} visible to this process"]
-    )
+    why = f"world(2, backend='nccl') needs 2 GPUs; {share} visible to this process"
+    if share < visible:
+        why += f" (its share, as one of {slots} xdist workers, of the {visible} GPU(s) visible"
+    result.stdout.fnmatch_lines([f"SKIPPED*{why}*"])
 
 
 def test_fixtures_parametrize_and_rank_values(inner):

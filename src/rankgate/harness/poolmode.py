@@ -104,6 +104,18 @@ class PoolSession:
             self._gpus = tuple(ids[i].strip() for i in share)  # indices or GPU UUIDs
         return self._gpus
 
+    @staticmethod
+    def _share_note(share: int) -> str:
+        """Why this process has fewer GPUs than the machine shows: xdist split them."""
+        total = visible_gpu_count()
+        _, slots = xdist_slot()
+        if share == total:
+            return ""
+        return (
+            f" (its share, as one of {slots} xdist workers, of the {total} GPU(s) visible "
+            "here; fewer workers get more each)"
+        )
+
     def pytest_report_header(self) -> str | None:
         if self.ignored_launch is None:
             return None
@@ -122,7 +134,7 @@ class PoolSession:
         if uses_gpus(backend) and len(gpus) < spec.size:
             skip_at_test(
                 f"world({spec.size}, backend='nccl') needs {spec.size} GPUs; "
-                f"{len(gpus)} visible to this process"
+                f"{len(gpus)} visible to this process{self._share_note(len(gpus))}"
             )
         run = WorldRun(
             world=spec.size,
