@@ -108,8 +108,8 @@ class Outcome:
     tests: dict[str, int] = field(default_factory=dict)
     """Its tests by outcome (passed ... xfailed, xpassed), from its JUnit; {} without one."""
     failing: list[str] = field(default_factory=list)
-    """Its failed tests, ``id [ranks] — message``, from its JUnit: the table names them, so
-    the last lines of a long log say what failed."""
+    """Its failed tests, ``id — message[: root-cause rank's error]``, from its JUnit: the
+    table names them, so the last lines of a long log say what failed."""
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
