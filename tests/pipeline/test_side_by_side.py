@@ -116,9 +116,16 @@ def test_a_background_stage_runs_while_the_others_do(tmp_path, monkeypatch, capf
     outcomes = executor.run_gate(options, Machine(), include=_registered(monkeypatch, alpha, beta))
     assert [(o.stage, o.status) for o in outcomes] == [("alpha", "passed"), ("beta", "passed")]
     shown = capfd.readouterr()
-    assert "out of alpha" in (options.out_dir / "logs" / "alpha.log").read_text()
+    alpha_log = (options.out_dir / "logs" / "alpha.log").read_text()
+    assert "out of alpha" in alpha_log
     assert shown.out.index("out of beta") < shown.out.index("out of alpha")
     assert "gate runs alpha in the background" in shown.err
+    # alpha's command line, verdict and report line go to its log, shown after beta's
+    # output: never amid it.
+    for line in ("rankgate > ", "rankgate: stage alpha PASSED", "rankgate: report: "):
+        assert line in alpha_log
+    assert "stage alpha PASSED" not in shown.err and "stage beta PASSED" in shown.err
+    assert shown.out.index("out of beta") < shown.out.index("rankgate: stage alpha PASSED")
 
 
 def test_only_hpc_and_container_run_in_the_background():

@@ -140,8 +140,8 @@ def run_stage(
             stage=stage.name, status="skipped", reason=decision.reason,
             selected=decision.reason, not_affected=True,
         )  # fmt: skip
-        record(outcome, options)
-        return _announce(outcome)
+        record(outcome, options, log)
+        return _announce(outcome, log)
     if not in_gate:
         runinfo.begin(options.out_dir, planned=[stage.name])
     # Marked running until its outcome replaces the mark: a killed run reads incomplete.
@@ -152,12 +152,13 @@ def run_stage(
     tracing.flush()
     if decision is not None:
         outcome.selected = decision.reason
-    record(outcome, options)
+    record(outcome, options, log)
     return outcome
 
 
-def record(outcome: Outcome, options: Options) -> None:
-    """Keep the outcome (stages/<name>.json) and refresh out/report.html and summary.md."""
+def record(outcome: Outcome, options: Options, log: Path | None = None) -> None:
+    """Keep the outcome (stages/<name>.json) and refresh out/report.html and summary.md
+    (``log``: a background stage's, where the line saying so goes)."""
     from rankgate.report.cli import write_quietly
     from rankgate.report.summary import stage_counts, stage_failures
 
@@ -169,7 +170,7 @@ def record(outcome: Outcome, options: Options) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{outcome.stage}.json").write_text(json.dumps(outcome.to_json(), indent=2) + "\n")
     with _REPORT_LOCK:  # background stages finish at any time
-        print(f"rankgate: {write_quietly(options.out_dir)}", file=sys.stderr, flush=True)
+        process.say(f"rankgate: {write_quietly(options.out_dir)}", log)
 
 
 def _run_selected(
@@ -187,7 +188,8 @@ def _run_selected(
         if blocked:
             if stage.dispatchable:
                 blocked.append(f"or dispatch it: nox -s {stage.name} -- --profile SITE.toml")
-            return _announce(Outcome(stage=stage.name, status="skipped", reason="; ".join(blocked)))
+            skipped = Outcome(stage=stage.name, status="skipped", reason="; ".join(blocked))
+            return _announce(skipped, log)
         steps = list(stage.commands)
     status, notes, tool_absent = "skipped", [], False
     for step in steps:
@@ -209,7 +211,7 @@ def _run_selected(
     outcome = Outcome(
         stage=stage.name, status=status, reason="; ".join(notes), seconds=seconds, products=products
     )
-    return _announce(outcome)
+    return _announce(outcome, log)
 
 
 def run_gate(
@@ -396,10 +398,11 @@ def _run_command(
     return "passed", ""
 
 
-def _announce(outcome: Outcome) -> Outcome:
-    """Say each verdict as it happens; a skip is never silent."""
+def _announce(outcome: Outcome, log: Path | None = None) -> Outcome:
+    """Say each verdict as it happens (a background stage's, into its log); a skip is
+    never silent."""
     line = f"rankgate: stage {outcome.stage} {outcome.status.upper()}"
     if outcome.reason:
         line += f" — {outcome.reason}"
-    print(line, file=sys.stderr, flush=True)
+    process.say(line, log)
     return outcome

@@ -74,6 +74,17 @@ class CommandFailed(Exception):
         super().__init__(f"{shlex.join(argv)}: {self.reason}")
 
 
+def say(line: str, log_path: Path | None = None) -> None:
+    """A line for the reader: on stderr, or appended to the log of a stage run in the
+    background (its lines then show with its log, not amid another stage's output)."""
+    if log_path is None:
+        print(line, file=sys.stderr, flush=True)
+        return
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "a") as log:
+        log.write(line + "\n")
+
+
 def run(
     argv: list[str],
     *,
@@ -93,7 +104,7 @@ def run(
     or a timeout. The process gets its own session, so an interrupt reaches its tree.
     """
     if echo:
-        print(f"rankgate > {shlex.join(argv)}", file=sys.stderr, flush=True)
+        say(f"rankgate > {shlex.join(argv)}", log_path)
     if shutil.which(argv[0]) is None:
         raise CommandFailed(argv, 127, f"{argv[0]} not found on PATH")
     full_env = {**os.environ, **(env or {})}
