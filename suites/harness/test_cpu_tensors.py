@@ -95,6 +95,7 @@ def test_a_group_outlives_the_test_until_every_rank_has_finished(rank, dist_tmp_
     test: a rank that destroyed them at once could close its sockets while a slower peer
     was still connecting (gloo's "connectFullMesh failed ... Connection closed by peer",
     seen under load). Rank 1 ends at once and watches its group; rank 0 ends 1 s later."""
+    import contextlib
     import threading
     import time
 
@@ -105,10 +106,11 @@ def test_a_group_outlives_the_test_until_every_rank_has_finished(rank, dist_tmp_
     if rank == 1:
 
         def watch() -> None:
-            deadline = time.monotonic() + 30
-            while group in _world.pg_map and time.monotonic() < deadline:
+            start = time.monotonic()
+            while group in _world.pg_map and time.monotonic() < start + 10:
                 time.sleep(0.01)
-            gone.write_text(f"{time.monotonic() - deadline + 30:.2f}")
+            with contextlib.suppress(OSError):  # the run may have ended and taken the folder
+                gone.write_text(f"{time.monotonic() - start:.2f}")
 
         threading.Thread(target=watch, daemon=True).start()
         return
