@@ -45,6 +45,7 @@ partition=debug
 urgent=urgent
 
 die() { echo "local-slurm: $*" >&2; exit 1; }
+bad_input() { echo "local-slurm: $*" >&2; exit 2; }
 
 pid_alive() { # pidfile
     [[ -s $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null
@@ -166,75 +167,10 @@ stop() {
 }
 
 # --- leases: which processes use a cluster that a test session started -----------
-started_mark=$dir/started-by-acquire
-
-proc_start() { # pid: its start time (jiffies since boot), empty when it is gone
-    local stat
-    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
-    # shellcheck disable=SC2086 # split the fields after the command name on purpose
-    set -- ${stat##*) }
-    echo "${20}"
-}
-
-live_leases() { # prunes leases of ended processes; prints how many remain
-    local lease count=0
-    for lease in "$dir"/leases/*; do
-        [[ -e $lease ]] || continue
-        if [[ $(proc_start "${lease##*/}") == "$(cat "$lease")" ]]; then
-            count=$((count + 1))
-        else
-            rm -f "$lease"
-        fi
-    done
-    echo "$count"
-}
-
-acquire() { # pid
-    [[ ${1:-} =~ ^[0-9]+$ ]] && [[ -n $(proc_start "$1") ]] || die "acquire needs the PID of a running process"
-    if ! running; then
-        start >/dev/null
-        touch "$started_mark"
-        # A session killed before its release (SIGKILL, a CI timeout) would leave the
-        # cluster running and its port taken for the next one: a detached reaper stops
-        # it once no lease is live. 9>&-: the reaper must not hold our lock.
-        setsid "${BASH_SOURCE[0]}" reap </dev/null >/dev/null 2>&1 9>&- &
-    fi
-    mkdir -p "$dir/leases"
-    proc_start "$1" >"$dir/leases/$1"
-    echo "export SLURM_CONF=$conf"
-}
-
-release() { # pid
-    [[ ${1:-} =~ ^[0-9]+$ ]] || die "release needs a PID"
-    rm -f "$dir/leases/$1"
-    if [[ -e $started_mark ]] && [[ $(live_leases) == 0 ]]; then
-        stop
-        # A session's own cluster goes whole: its state folder too (its tests collected
-        # what they needed from the logs), so a run leaves nothing in the temp dir.
-        rm -rf "$dir"
-    fi
-}
-
-reap() { # every 2 s: once no lease is live, stop the cluster an acquire started
-    while sleep 2; do
-        [[ -e $started_mark ]] || return 0 # released and removed, or taken over by hand
-        exec 9>"$dir/lock"
-        flock 9
-        if [[ -e $started_mark ]] && [[ $(live_leases) == 0 ]]; then
-            stop >/dev/null
-            rm -rf "$dir"
-            return 0
-        fi
-        exec 9>&-
-    done
-}
-
-locked() { # command...: run it holding the state folder's lock
-    mkdir -p "$dir"
-    exec 9>"$dir/lock"
-    flock 9
-    "$@"
-}
+self=${BASH_SOURCE[0]}
+stop_cluster() { stop; }
+# shellcheck source=scripts/slurm/leases.sh
+. "$(dirname "${BASH_SOURCE[0]}")/leases.sh"
 
 case ${1:-} in
     start) locked start; rm -f "$started_mark" ;; # by hand: no release may stop it
@@ -246,5 +182,5 @@ case ${1:-} in
     # A second lease of the same session may come after the first one removed the folder.
     release) [[ -d $dir ]] || exit 0; locked release "${2:-}" ;;
     reap) reap ;; # started by acquire, detached
-    *) die "usage: $0 start|stop|status|env|paths|acquire PID|release PID" ;;
+    *) bad_input "usage: $0 start|stop|status|env|paths|acquire PID|release PID" ;;
 esac

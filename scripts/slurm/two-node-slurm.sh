@@ -278,58 +278,11 @@ revive_node() { # node
     echo "two-node-slurm: $1 back"
 }
 
-# --- leases (as in local-slurm.sh): test sessions share a cluster safely ------------
-started_mark=$dir/started-by-acquire
-
-proc_start() { # pid: its start time (jiffies since boot), empty when it is gone
-    local stat
-    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
-    # shellcheck disable=SC2086 # split the fields after the command name on purpose
-    set -- ${stat##*) }
-    echo "${20}"
-}
-
-live_leases() {
-    local lease count=0
-    for lease in "$dir"/leases/*; do
-        [[ -e $lease ]] || continue
-        if [[ $(proc_start "${lease##*/}") == "$(cat "$lease")" ]]; then
-            count=$((count + 1))
-        else
-            rm -f "$lease"
-        fi
-    done
-    echo "$count"
-}
-
-acquire() {
-    if ! [[ ${1:-} =~ ^[0-9]+$ ]] || [[ -z $(proc_start "$1") ]]; then
-        bad_input "acquire needs the PID of a running process, got '${1:-}'"
-    fi
-    if ! running; then
-        start >/dev/null
-        touch "$started_mark"
-    fi
-    mkdir -p "$dir/leases"
-    proc_start "$1" >"$dir/leases/$1"
-    echo "export SLURM_CONF=$conf"
-}
-
-release() {
-    [[ ${1:-} =~ ^[0-9]+$ ]] || bad_input "release needs a PID, got '${1:-}'"
-    rm -f "$dir/leases/$1"
-    if [[ -e $started_mark ]] && [[ $(live_leases) == 0 ]]; then
-        sweep
-        rm -rf "$dir"  # a session's own cluster goes whole, its state folder too
-    fi
-}
-
-locked() {
-    mkdir -p "$dir"
-    exec 9>"$dir/lock"
-    flock 9
-    "$@"
-}
+# --- leases (scripts/slurm/leases.sh): test sessions share a cluster safely --------
+self=${BASH_SOURCE[0]}
+stop_cluster() { sweep; }
+# shellcheck source=scripts/slurm/leases.sh
+. "$(dirname "${BASH_SOURCE[0]}")/leases.sh"
 
 case ${1:-} in
     start) locked start; rm -f "$started_mark" ;;
@@ -344,5 +297,6 @@ case ${1:-} in
     acquire) locked acquire "${2:-}" ;;
     # A second lease of the same session may come after the first one removed the folder.
     release) [[ -d $dir ]] || exit 0; locked release "${2:-}" ;;
+    reap) reap ;; # started by acquire, detached
     *) bad_input "usage: $0 start|stop|status|env|paths|kill-node N|revive-node N|acquire PID|release PID" ;;
 esac

@@ -39,6 +39,7 @@ def private_cluster(local_slurm, tmp_path) -> Script:
     script = tmp_path / "checkout" / "scripts" / "slurm" / "local-slurm.sh"
     script.parent.mkdir(parents=True)
     shutil.copy2(local_slurm.script, script)
+    shutil.copy2(Path(local_slurm.script).with_name("leases.sh"), script.parent)  # it sources it
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RANKGATE_SLURM_", "SLURM_"))}
     env["TMPDIR"] = str(tmp_path)
 

@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,6 +28,7 @@ def private_two_nodes(two_node_cluster, tmp_path) -> Script:
     script = tmp_path / "checkout" / "scripts" / "slurm" / "two-node-slurm.sh"
     script.parent.mkdir(parents=True)
     shutil.copy2(two_node_cluster.script, script)
+    shutil.copy2(Path(two_node_cluster.script).with_name("leases.sh"), script.parent)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RANKGATE_SLURM", "SLURM_"))}
     env["TMPDIR"] = str(tmp_path)
 
@@ -117,6 +119,26 @@ def test_start_sweeps_what_a_dead_run_left(private_two_nodes):
     assert again.returncode == 0, again.stderr
     _full(paths)
     assert not set(before) & set(_left(paths)["daemons"]), "the dead run's slurmd survived"
+
+
+def test_a_session_killed_before_its_release_leaves_nothing(private_two_nodes):
+    """The only session is SIGKILLed (a CI timeout): the reaper that acquire left removes
+    the daemons, namespaces, links and state folder within seconds."""
+    run = private_two_nodes
+    session = subprocess.Popen(["sleep", "600"])  # stands in for a test session
+    try:
+        acquired = run("acquire", str(session.pid))
+        assert acquired.returncode == 0, acquired.stderr
+        paths = _paths(run)
+        _full(paths)
+    finally:
+        session.kill()
+        session.wait()
+    deadline = time.monotonic() + 60
+    while Path(paths["dir"]).exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not Path(paths["dir"]).exists(), "the cluster of a killed session is still there"
+    assert _left(paths) == {"namespaces": [], "links": [], "hosts": [], "daemons": []}
 
 
 @pytest.mark.parametrize(
