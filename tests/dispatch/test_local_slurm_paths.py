@@ -21,10 +21,12 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "slurm" / "local-slur
 
 
 def _checkout(root: Path) -> Path:
-    """A copy of the script where a checkout at ``root`` would have it."""
+    """A copy of the script (and the lease file it sources) where a checkout at ``root``
+    would have them."""
     script = root / "scripts" / "slurm" / "local-slurm.sh"
     script.parent.mkdir(parents=True)
     shutil.copy2(SCRIPT, script)
+    shutil.copy2(SCRIPT.with_name("leases.sh"), script.parent)
     return script
 
 

@@ -25,6 +25,7 @@ def _paths(root: Path, **env: str) -> dict[str, str]:
     if not script.exists():
         script.parent.mkdir(parents=True)
         shutil.copy2(SCRIPT, script)
+        shutil.copy2(SCRIPT.with_name("leases.sh"), script.parent)  # it sources it
     clean = {k: v for k, v in os.environ.items() if not k.startswith("RANKGATE_SLURM")}
     done = subprocess.run(
         ["bash", str(script), "paths"],
