@@ -37,9 +37,8 @@ Script = Callable[..., subprocess.CompletedProcess]
 def private_cluster(local_slurm, tmp_path) -> Script:
     """Runs a copy of the script whose cluster is this test's own; stops it at the end."""
     script = tmp_path / "checkout" / "scripts" / "slurm" / "local-slurm.sh"
-    script.parent.mkdir(parents=True)
-    shutil.copy2(local_slurm.script, script)
-    shutil.copy2(Path(local_slurm.script).with_name("leases.sh"), script.parent)  # it sources it
+    # The whole folder: the script sources leases.sh beside it.
+    shutil.copytree(Path(local_slurm.script).parent, script.parent)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RANKGATE_SLURM_", "SLURM_"))}
     env["TMPDIR"] = str(tmp_path)
 

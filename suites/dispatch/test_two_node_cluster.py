@@ -26,9 +26,8 @@ Script = Callable[..., subprocess.CompletedProcess]
 @pytest.fixture
 def private_two_nodes(two_node_cluster, tmp_path) -> Script:
     script = tmp_path / "checkout" / "scripts" / "slurm" / "two-node-slurm.sh"
-    script.parent.mkdir(parents=True)
-    shutil.copy2(two_node_cluster.script, script)
-    shutil.copy2(Path(two_node_cluster.script).with_name("leases.sh"), script.parent)
+    # The whole folder: the script sources leases.sh beside it.
+    shutil.copytree(Path(two_node_cluster.script).parent, script.parent)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RANKGATE_SLURM", "SLURM_"))}
     env["TMPDIR"] = str(tmp_path)
 

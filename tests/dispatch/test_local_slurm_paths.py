@@ -21,13 +21,10 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "slurm" / "local-slur
 
 
 def _checkout(root: Path) -> Path:
-    """A copy of the script (and the lease file it sources) where a checkout at ``root``
-    would have them."""
-    script = root / "scripts" / "slurm" / "local-slurm.sh"
-    script.parent.mkdir(parents=True)
-    shutil.copy2(SCRIPT, script)
-    shutil.copy2(SCRIPT.with_name("leases.sh"), script.parent)
-    return script
+    """A copy of the scripts folder (the script sources leases.sh beside it) where a
+    checkout at ``root`` would have it; the script's path in it."""
+    shutil.copytree(SCRIPT.parent, root / "scripts" / "slurm")
+    return root / "scripts" / "slurm" / SCRIPT.name
 
 
 def _paths(script: Path, *, user: list[str] | None = None, **env: str) -> dict[str, str]:

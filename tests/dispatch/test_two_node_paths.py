@@ -22,10 +22,8 @@ IFNAMSIZ = 15
 
 def _paths(root: Path, **env: str) -> dict[str, str]:
     script = root / "scripts" / "slurm" / "two-node-slurm.sh"
-    if not script.exists():
-        script.parent.mkdir(parents=True)
-        shutil.copy2(SCRIPT, script)
-        shutil.copy2(SCRIPT.with_name("leases.sh"), script.parent)  # it sources it
+    if not script.exists():  # the whole folder: the script sources leases.sh beside it
+        shutil.copytree(SCRIPT.parent, script.parent)
     clean = {k: v for k, v in os.environ.items() if not k.startswith("RANKGATE_SLURM")}
     done = subprocess.run(
         ["bash", str(script), "paths"],
