@@ -128,6 +128,10 @@ def _run(rank, cls, name, world, port):
         dist.init_process_group(cls.backend, rank=rank, world_size=world)
         init()
     getattr(cls(), name)()
+    if dist.is_initialized():
+        # rank 0 hosts the store: it must outlast every rank's rendezvous
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def launch(item):
