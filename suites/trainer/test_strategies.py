@@ -150,6 +150,51 @@ class TestRay(StrategyContract):
                 pytest.fail(f"{name} failed on Ray worker {rank}:\n{error}\n{logs}")
 
 
+ANOTHER_RAY = """
+import sys
+from rankgate.workloads.trainer.strategies.ray import local_ray
+
+with local_ray(num_cpus=1):
+    print("ready", flush=True)
+    sys.stdin.read()  # until the test closes it
+"""
+
+
+def _address_ray_finds() -> tuple[str, str]:
+    """In a worker: the instance Ray's own lookups find, and the worker's own."""
+    import ray
+    from ray._private.services import canonicalize_bootstrap_address_or_die
+
+    try:
+        found = canonicalize_bootstrap_address_or_die(None)
+    except ConnectionError as exc:
+        found = str(exc)
+    return found, ray.get_runtime_context().gcs_address
+
+
+@pytest.mark.dist
+@pytest.mark.ray_dist
+@pytest.mark.skipif(_NO_RAY is not None, reason=str(_NO_RAY))
+def test_ray_workers_find_their_own_instance_beside_another(ray_cluster):
+    # Another Ray on the machine (two test runs side by side, or someone else's): Ray
+    # Train's state API calls in our workers must still find ours, not fail on
+    # "Found multiple active Ray instances" and leave the fit waiting.
+    import subprocess
+    import sys
+
+    import ray
+
+    other = subprocess.Popen([sys.executable, "-c", ANOTHER_RAY], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert other.stdout.readline().strip() == "ready", "the other Ray did not start"
+        found, own = ray.get(ray.remote(_address_ray_finds).remote(), timeout=120)
+        assert found == own
+    finally:
+        other.stdin.close()
+        other.wait(timeout=60)
+
+
 @pytest.mark.mpi_dist
 @pytest.mark.world(2)
 def test_mpirun_rank_variables_are_mapped_for_torchrun_readers(rank, world_size):

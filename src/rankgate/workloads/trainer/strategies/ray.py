@@ -109,8 +109,11 @@ def local_ray(num_cpus: int = 2) -> Iterator[Path]:
             include_dashboard=False,
             log_to_driver=True,
             _temp_dir=str(root / "ray"),
-            # Workers import the caller's modules (test files too) by the same paths.
-            runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(_import_paths())}},
+            runtime_env={
+                # Workers import the caller's modules (test files too) by the same paths.
+                "env_vars": {"PYTHONPATH": os.pathsep.join(_import_paths())},
+                "worker_process_setup_hook": f"{__name__}.{_pin_ray_address.__name__}",
+            },
         )
         yield root
     finally:
@@ -121,6 +124,15 @@ def local_ray(num_cpus: int = 2) -> Iterator[Path]:
             else:
                 os.environ[key] = value
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _pin_ray_address() -> None:
+    """In each worker: RAY_ADDRESS is this instance, so Ray's own lookups (Train's state
+    API calls) never find another instance on the machine and fail on "multiple active
+    Ray instances" (two test runs side by side, or someone else's Ray)."""
+    import ray
+
+    os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
 
 
 def _import_paths() -> list[str]:
