@@ -146,6 +146,81 @@ def test_interrupts_held_by_the_caller_reach_the_wait(sigint_found):
     assert signal.getsignal(signal.SIGINT) is sigint_found
 
 
+class TerminatedWhileQueued(Job):
+    def observe(self, job_id: str) -> Observation:
+        if not self.cancels:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return super().observe(job_id)
+
+
+class Stopped(Exception):
+    pass
+
+
+def test_a_handler_of_the_callers_own_gets_the_signal_once_the_job_is_cancelled():
+    # The guard holds SIGTERM back while the job is ours; a caller that ends on it (a
+    # pytest session) must then end, not go on to its next test.
+    job = TerminatedWhileQueued(QUEUED)
+    told = []
+
+    def stop(signum, frame):
+        told.append((signum, job.cancels))
+        raise Stopped
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        with pytest.raises(Stopped):
+            _watch(job)
+        assert signal.getsignal(signal.SIGTERM) is stop
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert told == [(signal.SIGTERM, 1)]  # once, and after the cancel
+
+
+PLANTED_SESSION = """
+import os
+import signal
+
+from rankgate.dispatch.outcome import JobOutcome, Phase
+from rankgate.dispatch.watch import Observation, WaitPolicy, watch
+
+
+class Job:
+    transient = ()
+    settles_after_cancel = True
+    cancels = 0
+
+    def label(self, job_id):
+        return f"job {job_id}"
+
+    def observe(self, job_id):
+        if self.cancels:
+            return Observation("CANCELLED", JobOutcome.CANCELLED)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return Observation("PENDING", Phase.QUEUED, reason="Priority")
+
+    def cancel(self, job_id):
+        self.cancels += 1
+        print("cancelled", job_id)
+
+
+def test_dispatches():
+    watch(Job(), "7", WaitPolicy(poll_s=0.01), say=print)
+
+
+def test_next():
+    print("the session went on")
+"""
+
+
+def test_sigterm_during_a_dispatch_ends_the_pytest_session_after_the_cancel(pytester):
+    pytester.makepyfile(test_planted=PLANTED_SESSION)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-s")
+    assert result.ret == 128 + signal.SIGTERM
+    result.stdout.fnmatch_lines(["*cancelled 7*", "*rankgate: received SIGTERM*"])
+    result.stdout.no_fnmatch_line("*the session went on*")
+
+
 def test_without_waiting_after_cancel_it_returns_at_once():
     job = Job(RUNNING, cancelled=None, settles=False)
     waited = _watch(job, run_timeout_s=0.02)

@@ -2,8 +2,9 @@
 
 :func:`caught_interrupts` is held from before a job is submitted until it is released
 (cancelled, its logs read, its pod deleted), so a Ctrl-C at any moment in between ends
-in a cancel instead of a job left running unseen. :meth:`Interrupts.sleep` is the
-wait's sleep, woken by a new signal.
+in a cancel instead of a job left running unseen. Then a handler of the caller's own
+gets the signal (a pytest session stops instead of running its next test).
+:meth:`Interrupts.sleep` is the wait's sleep, woken by a new signal.
 """
 
 from __future__ import annotations
@@ -62,3 +63,20 @@ def caught_interrupts() -> Iterator[Interrupts]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        _pass_on(interrupts, previous)
+
+
+def _pass_on(interrupts: Interrupts, previous: dict) -> None:
+    """Give the first signal to the handler it was held back from, once the job is gone.
+
+    Only a handler someone installed to be told (a pytest session that ends on SIGTERM,
+    an outer program's own): the guard holds a signal back, it must not swallow one
+    that a caller waits for. Python's own dispositions (die, KeyboardInterrupt) are what
+    the guard exists to turn into a cancel and a report, so they are not replayed.
+    """
+    if not interrupts:
+        return
+    signum = interrupts.received[0]
+    handler = previous[signum]
+    if callable(handler) and handler is not signal.default_int_handler:
+        signal.raise_signal(signum)
