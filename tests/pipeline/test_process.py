@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -128,3 +129,41 @@ def test_a_signal_to_nox_ends_the_sessions_whole_tree(tmp_path, sig):
     finally:
         if nox.poll() is None:
             os.killpg(nox.pid, signal.SIGKILL)
+
+
+TEARDOWN_ON_TERM = """
+import signal, sys, time
+
+def ending(signum, frame):
+    open(sys.argv[1] + ".term", "w").write(repr(time.time()))
+    time.sleep(float(sys.argv[2]))  # its own teardown: cancel a job, write its JUnit file
+    open(sys.argv[1] + ".done", "w").write("done")
+    sys.exit(0)
+
+signal.signal(signal.SIGTERM, ending)
+open(sys.argv[1] + ".ready", "w").write("")
+time.sleep(120)
+"""
+
+
+def test_stop_all_gives_every_command_its_teardown_at_once(tmp_path):
+    """Stages in the background: each gets SIGTERM at the same moment, and 8 s to end
+    (an hpc session took 11 s on busy cores), before SIGKILL."""
+    names = [str(tmp_path / "a"), str(tmp_path / "b")]
+    threads = [
+        threading.Thread(target=process.run, args=([PY, "-c", TEARDOWN_ON_TERM, name, "8"],),
+                         kwargs={"echo": False})
+        for name in names
+    ]  # fmt: skip
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 60
+    while not all(Path(name + ".ready").exists() for name in names):
+        assert time.monotonic() < deadline, "the commands never started"
+        time.sleep(0.05)
+    process.stop_all()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert [Path(name + ".done").exists() for name in names] == [True, True]
+    told = [float(Path(name + ".term").read_text()) for name in names]
+    assert abs(told[0] - told[1]) < 4  # one after the other, they would be 8 s apart

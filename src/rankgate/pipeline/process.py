@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 END_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
@@ -60,8 +61,7 @@ _running: set[subprocess.Popen] = set()
 def stop_all() -> None:
     """End every command :func:`run` is waiting on, in any thread (process group, TERM
     then KILL): an interrupt reaches only the main thread, not the threads that wait."""
-    for proc in list(_running):
-        _kill_tree(proc)
+    _end_trees(list(_running))
 
 
 class CommandFailed(Exception):
@@ -153,18 +153,35 @@ def _tee(stream, product, terminal) -> None:
         terminal.flush()
 
 
+TERM_GRACE_S = 30.0
+"""How long a command has between SIGTERM and SIGKILL: an hpc session cancels its
+SLURM job, writes its JUnit file and stops its cluster (11 s on 2 busy cores)."""
+
+
 def _kill_tree(proc: subprocess.Popen) -> None:
-    """SIGTERM the command's process group, then SIGKILL what is left after 5 s."""
-    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, None)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    _end_trees([proc])
+
+
+def _end_trees(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM every command's process group at once, then SIGKILL the groups whose
+    command is still running after TERM_GRACE_S (at once on a second Ctrl-C)."""
+    for proc in procs:
+        _signal_group(proc, signal.SIGTERM)
+    deadline = time.monotonic() + TERM_GRACE_S
+    try:
+        for proc in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                _signal_group(proc, signal.SIGKILL)
+                proc.wait()
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
 
 
 def output(argv: list[str], *, cwd: Path | None = None, timeout: float = 60.0) -> str:
