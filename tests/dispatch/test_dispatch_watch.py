@@ -109,9 +109,13 @@ def sigint_found():
 
 
 class InterruptedWhileQueued(Job):
+    """Sends itself ``signum`` (SIGINT unless told) at each look until it is cancelled."""
+
+    signum = signal.SIGINT
+
     def observe(self, job_id: str) -> Observation:
         if not self.cancels:
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), self.signum)
         return super().observe(job_id)
 
 
@@ -146,13 +150,6 @@ def test_interrupts_held_by_the_caller_reach_the_wait(sigint_found):
     assert signal.getsignal(signal.SIGINT) is sigint_found
 
 
-class TerminatedWhileQueued(Job):
-    def observe(self, job_id: str) -> Observation:
-        if not self.cancels:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return super().observe(job_id)
-
-
 class Stopped(Exception):
     pass
 
@@ -160,7 +157,8 @@ class Stopped(Exception):
 def test_a_handler_of_the_callers_own_gets_the_signal_once_the_job_is_cancelled():
     # The guard holds SIGTERM back while the job is ours; a caller that ends on it (a
     # pytest session) must then end, not go on to its next test.
-    job = TerminatedWhileQueued(QUEUED)
+    job = InterruptedWhileQueued(QUEUED)
+    job.signum = signal.SIGTERM
     told = []
 
     def stop(signum, frame):
