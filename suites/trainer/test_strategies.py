@@ -11,6 +11,8 @@ from __future__ import annotations
 import functools
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 import torch.distributed
@@ -176,12 +178,9 @@ def _address_ray_finds() -> tuple[str, str]:
 @pytest.mark.ray_dist
 @pytest.mark.skipif(_NO_RAY is not None, reason=str(_NO_RAY))
 def test_ray_workers_find_their_own_instance_beside_another(ray_cluster):
-    # Another Ray on the machine (two test runs side by side, or someone else's): Ray
-    # Train's state API calls in our workers must still find ours, not fail on
-    # "Found multiple active Ray instances" and leave the fit waiting.
-    import subprocess
-    import sys
-
+    # Another Ray on the machine (two test runs side by side, or someone else's): Ray's
+    # own lookups in our workers (Ray Train's state API calls) must still find ours, not
+    # fail on "Found multiple active Ray instances".
     import ray
 
     other = subprocess.Popen([sys.executable, "-c", ANOTHER_RAY], stdin=subprocess.PIPE,
