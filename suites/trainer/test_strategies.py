@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 import torch.distributed
@@ -192,6 +193,34 @@ def test_ray_workers_find_their_own_instance_beside_another(ray_cluster):
     finally:
         other.stdin.close()
         other.wait(timeout=60)
+
+
+def _sleeps_for_an_hour() -> None:
+    time.sleep(3600)
+
+
+@pytest.mark.dist
+@pytest.mark.ray_dist
+@pytest.mark.skipif(_NO_RAY is not None, reason=str(_NO_RAY))
+def test_a_fit_past_its_timeout_is_stopped_and_gives_back_its_cpus(ray_cluster):
+    # A fit given up on must not keep the instance's CPUs: the next fit of the session
+    # would wait for them until its own timeout.
+    import ray
+
+    from rankgate.workloads.trainer.strategies.ray import RayRunError, run_on_ray
+
+    with pytest.raises(RayRunError) as failure:
+        run_on_ray(_sleeps_for_an_hour, ray_root=ray_cluster, timeout=15)
+    # One group, or more when the controller retried a start its removal cut short.
+    assert re.match(
+        r"Ray Train did not finish within 15 s; stopped: its [1-9]\d* placement group\(s\) "
+        r"removed, their workers ended\n",
+        str(failure.value),
+    ), str(failure.value)
+    deadline = time.monotonic() + 60
+    while ray.available_resources().get("CPU") != 2.0 and time.monotonic() < deadline:
+        time.sleep(0.5)  # the resource view catches up with the removal
+    assert ray.available_resources().get("CPU") == 2.0
 
 
 @pytest.mark.mpi_dist

@@ -17,6 +17,7 @@ import shutil
 import sys
 import tempfile
 import threading
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -189,7 +190,10 @@ def run_on_ray(
     thread.start()
     thread.join(timeout)
     if thread.is_alive():
-        raise RayRunError(f"Ray Train did not finish within {timeout:g} s\n{worker_logs(ray_root)}")
+        stopped = _stop_abandoned_fit(thread)
+        raise RayRunError(
+            f"Ray Train did not finish within {timeout:g} s; {stopped}\n{worker_logs(ray_root)}"
+        )
     if outcome["error"] is not None:
         raise RayRunError(f"Ray Train failed: {outcome['error']}\n{worker_logs(ray_root)}")
     results = []
@@ -199,6 +203,39 @@ def run_on_ray(
             raise RayRunError(f"worker {rank} left no result\n{worker_logs(ray_root)}")
         results.append(pickle.loads(path.read_bytes()))
     return results
+
+
+STOP_GRACE_S = 60.0
+"""How long a fit that ran past its timeout gets to end once its workers are gone."""
+
+
+def _stop_abandoned_fit(thread: threading.Thread) -> str:
+    """End a fit that ran past its timeout, so that it frees the instance's CPUs.
+
+    Removing a placement group kills the workers placed in it, and Ray Train (no retries
+    configured) then fails the fit. Groups are removed until the fit's thread ends: the
+    controller may create one after the first pass. Only the fits of this process use
+    the instance (:func:`local_ray` starts a private one), so every group is the fit's.
+    Returns a clause for the error message.
+    """
+    import ray
+    from ray.util.placement_group import PlacementGroup
+
+    removed: set[str] = set()
+    deadline = time.monotonic() + STOP_GRACE_S
+    while thread.is_alive() and time.monotonic() < deadline:
+        for group_id, info in ray.util.placement_group_table().items():
+            if info["state"] != "REMOVED" and group_id not in removed:
+                group = PlacementGroup(ray.PlacementGroupID(bytes.fromhex(group_id)))
+                ray.util.remove_placement_group(group)
+                removed.add(group_id)
+        thread.join(1.0)
+    if thread.is_alive():
+        return (
+            f"it did not end within {STOP_GRACE_S:g} s of removing its {len(removed)} placement "
+            "group(s): its workers may still hold the instance's CPUs"
+        )
+    return f"stopped: its {len(removed)} placement group(s) removed, their workers ended"
 
 
 def worker_logs(ray_root: Path, limit: int = 20_000) -> str:
