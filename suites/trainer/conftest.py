@@ -4,8 +4,10 @@ allow is skipped with the launchers that work (rankgate.launch.markers), never r
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -76,3 +78,35 @@ def ray_cluster() -> Path:
 
     with local_ray(num_cpus=2) as root:
         yield root
+
+
+@pytest.fixture(scope="session")
+def once_per_run(request, tmp_path_factory) -> Callable[[str, Callable[[], object]], object]:
+    """``once_per_run(name, compute)``: compute() once for the whole test run.
+
+    xdist may hand the tests that share an expensive result (a class fixture's Ray fit)
+    to both workers, and each would compute it. The first to ask computes it, under a
+    lock in the run's shared temp dir, and pickles the value or the exception; the
+    others wait and read it.
+    """
+    if not hasattr(request.config, "workerinput"):  # one process: the caller's scope does it
+        return lambda name, compute: compute()
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp().parent  # pytest-N/, above each worker's popen-gwK
+
+    def once(name: str, compute: Callable[[], object]) -> object:
+        path = shared / f"once-{name}.pkl"
+        with FileLock(f"{path}.lock"):
+            if not path.exists():
+                try:
+                    outcome = ("value", compute())
+                except Exception as exc:
+                    outcome = ("error", exc)
+                path.write_bytes(pickle.dumps(outcome))
+            kind, payload = pickle.loads(path.read_bytes())
+        if kind == "error":
+            raise payload
+        return payload
+
+    return once

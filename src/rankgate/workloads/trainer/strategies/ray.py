@@ -165,7 +165,7 @@ def run_on_ray(
     Returns one :class:`WorkerResult` per rank. A failed fit, a missing result or a
     run past ``timeout`` raises :class:`RayRunError` with every worker's log.
     """
-    from ray.train import RunConfig, ScalingConfig
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
     out = Path(tempfile.mkdtemp(prefix="results-", dir=ray_root))
@@ -176,7 +176,13 @@ def run_on_ray(
             num_workers=num_workers, use_gpu=False, resources_per_worker={"CPU": 1}
         ),
         torch_config=TorchConfig(backend="gloo", timeout_s=int(timeout)),
-        run_config=RunConfig(storage_path=str(ray_root / "storage"), name=out.name),
+        run_config=RunConfig(
+            storage_path=str(ray_root / "storage"),
+            name=out.name,
+            # A failure ends the fit with its error: retried (a failed worker start is
+            # retried without limit by default) it would show only as a timeout here.
+            failure_config=FailureConfig(max_failures=0, controller_failure_limit=0),
+        ),
     )
     outcome: dict[str, BaseException | None] = {"error": None}
 
@@ -212,11 +218,11 @@ STOP_GRACE_S = 60.0
 def _stop_abandoned_fit(thread: threading.Thread) -> str:
     """End a fit that ran past its timeout, so that it frees the instance's CPUs.
 
-    Removing a placement group kills the workers placed in it, and Ray Train (no retries
-    configured) then fails the fit. Groups are removed until the fit's thread ends: the
-    controller may create one after the first pass. Only the fits of this process use
-    the instance (:func:`local_ray` starts a private one), so every group is the fit's.
-    Returns a clause for the error message.
+    Removing a placement group kills the workers placed in it, and Ray Train (no retries:
+    see run_on_ray) then fails the fit. Groups are removed until the fit's thread ends:
+    the controller may not have created its group at the first pass. Only the fits of
+    this process use the instance (:func:`local_ray` starts a private one), so every
+    group is the fit's. Returns a clause for the error message.
     """
     import ray
     from ray.util.placement_group import PlacementGroup
