@@ -218,9 +218,10 @@ STOP_GRACE_S = 60.0
 def _stop_abandoned_fit(thread: threading.Thread) -> str:
     """End a fit that ran past its timeout, so that it frees the instance's CPUs.
 
-    Removing a placement group kills the workers placed in it, and Ray Train (no retries:
-    see run_on_ray) then fails the fit. Groups are removed until the fit's thread ends:
-    the controller may not have created its group at the first pass. Only the fits of
+    Removing a placement group kills the workers placed in it, and Ray Train then fails
+    the fit (run_on_ray allows no retries, yet a start cut short was seen retried once).
+    Groups are removed until the fit's thread ends: the controller may not have created
+    its group at the first pass, or may create another on that retry. Only the fits of
     this process use the instance (:func:`local_ray` starts a private one), so every
     group is the fit's. Returns a clause for the error message.
     """
