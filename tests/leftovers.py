@@ -4,7 +4,9 @@ Loaded by the project's conftest. The run (and every process it starts: ranks,
 launchers, pytest runs of its own) gets a private temp dir through TMPDIR, so other
 runs on the same machine neither hide a leak nor cause one. At the end, anything in
 it named ``rankgate-*`` is a leftover: the run fails, naming each one, and the dir is
-kept for a look; a clean run's dir is removed.
+kept for a look; a clean run's dir is removed. A run killed before its end (SIGKILL, a
+CI timeout) cannot remove its dir: the next run on the machine does, once its owner is
+gone.
 """
 
 from __future__ import annotations
@@ -17,14 +19,20 @@ from pathlib import Path
 import pytest
 
 PATTERN = "rankgate-*"
+RUN_DIR_PREFIX = "pytest-run-tmp-"
+OWNER = "owner.pid"
+"""In each run's dir while the run lives: its pid, so that a later run can tell the dir
+of a killed run (owner gone) from a live run's. A dir kept for a look has none."""
 _KEY = pytest.StashKey[Path]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):  # an xdist worker: its controller owns the dir
         return
-    private = Path(tempfile.mkdtemp(prefix="pytest-run-tmp-"))
+    remove_dirs_of_killed_runs(Path(tempfile.gettempdir()))
+    private = Path(tempfile.mkdtemp(prefix=RUN_DIR_PREFIX))
     private.chmod(0o1777)  # as /tmp: some tests run commands as another user
+    (private / OWNER).write_text(str(os.getpid()))
     config.stash[_KEY] = private
     os.environ["TMPDIR"] = str(private)
     tempfile.tempdir = None  # gettempdir() reads TMPDIR again
@@ -50,6 +58,7 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     if private is None:
         return
     if left:
+        (private / OWNER).unlink(missing_ok=True)  # kept for a look, not for the next run
         terminalreporter.section("leftover temp folders", sep="=", red=True)
         terminalreporter.write_line(
             f"the run left {len(left)} {PATTERN} folder(s) in its temp dir {private}: "
@@ -57,6 +66,30 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
         )
     else:
         remove_at_exit(private)
+
+
+def remove_dirs_of_killed_runs(parent: Path) -> list[str]:
+    """Remove the run dirs in ``parent`` whose owner process is gone; return their names."""
+    removed = []
+    for run_dir in sorted(parent.glob(f"{RUN_DIR_PREFIX}*")):
+        try:
+            owner = int((run_dir / OWNER).read_text())
+        except (OSError, ValueError):
+            continue  # a dir kept for a look, or not one of ours
+        if not _alive(owner):
+            shutil.rmtree(run_dir, ignore_errors=True)
+            removed.append(run_dir.name)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 def remove_at_exit(private: Path) -> None:

@@ -48,6 +48,28 @@ def test_a_clean_run_passes(pytester):
     assert "leftover" not in result.stdout.str()
 
 
+def test_the_dir_of_a_killed_run_goes_at_the_next_start(pytester, tmp_path):
+    # A killed run (its owner file names a process that is gone) cannot remove its dir;
+    # the next run does. A live run's dir and one kept for a look (no owner file) stay.
+    import subprocess
+
+    parent = tmp_path / "temp"
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    for name, owner in (("killed", gone.stdout.strip()), ("live", str(os.getpid())),
+                        ("kept", None)):  # fmt: skip
+        run_dir = parent / f"pytest-run-tmp-{name}"
+        (run_dir / "rankgate-pools-x").mkdir(parents=True)
+        if owner is not None:
+            (run_dir / "owner.pid").write_text(owner)
+    pytester._monkeypatch.setenv("TMPDIR", str(parent))
+    result = _run(pytester, LEAKY.replace('tempfile.mkdtemp(prefix="rankgate-hpc-")', "pass"))
+    assert result.ret == 0, result.stdout.str()
+    assert sorted(p.name for p in parent.iterdir()) == [
+        "pytest-run-tmp-kept", "pytest-run-tmp-live",
+    ]  # fmt: skip
+
+
 WORLD_TESTS = """
 import pytest
 import torch
