@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from rankgate.harness.leaks import running
+
 PATTERN = "rankgate-*"
 RUN_DIR_PREFIX = "pytest-run-tmp-"
 OWNER = "owner.pid"
@@ -76,20 +78,10 @@ def remove_dirs_of_killed_runs(parent: Path) -> list[str]:
             owner = int((run_dir / OWNER).read_text())
         except (OSError, ValueError):
             continue  # a dir kept for a look, or not one of ours
-        if not _alive(owner):
+        if not running(owner):
             shutil.rmtree(run_dir, ignore_errors=True)
             removed.append(run_dir.name)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process
-    return True
 
 
 def remove_at_exit(private: Path) -> None:
