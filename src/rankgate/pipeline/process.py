@@ -126,7 +126,7 @@ def run(
             with signals_raise_ended():
                 proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _kill_tree(proc)
+            _end_trees([proc])
             raise CommandFailed(argv, 124, f"timed out after {timeout:.0f} s") from None
         except Ended as ended:
             name = signal.Signals(ended.args[0]).name
@@ -134,7 +134,7 @@ def run(
             stop_all()  # this command and any a stage beside it runs in another thread
             die_of(ended.args[0])
         except BaseException:  # KeyboardInterrupt included: the whole tree goes with us
-            _kill_tree(proc)
+            _end_trees([proc])
             raise
         finally:
             _running.discard(proc)
@@ -156,10 +156,6 @@ def _tee(stream, product, terminal) -> None:
 TERM_GRACE_S = 30.0
 """How long a command has between SIGTERM and SIGKILL: an hpc session cancels its
 SLURM job, writes its JUnit file and stops its cluster (11 s on 2 busy cores)."""
-
-
-def _kill_tree(proc: subprocess.Popen) -> None:
-    _end_trees([proc])
 
 
 def _end_trees(procs: list[subprocess.Popen]) -> None:
