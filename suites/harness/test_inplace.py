@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -438,6 +439,37 @@ def test_sys_exit_on_one_rank_stops_the_peer_and_reports_the_rest(tmp_path, laun
         "running 3 s after rank 1 failed"
     ) in next_test.details
     assert "SystemExit: 3" in proc.stdout + (tmp_path / "out" / "pytest.rank1.log").read_text()
+
+
+OS_EXIT_UNDER_A_COLLECTIVE = """
+import os
+import pytest
+import torch.distributed as dist
+
+@pytest.mark.world(2, timeout=60)
+def test_dies_on_rank_1(rank):
+    if rank == 1:
+        os._exit(7)
+    dist.barrier()  # fails at once on rank 0: its peer's connection is gone
+"""
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_a_crash_under_the_peers_collective_is_one_failure_on_the_terminal(tmp_path, launcher):
+    # Rank 0's own failure (connection reset) and the launcher's SIGTERM come together:
+    # the terminal shows one verdict for the test, the one that names the crash.
+    _write(tmp_path, OS_EXIT_UNDER_A_COLLECTIVE)
+    (tmp_path / "tmp").mkdir()
+    proc = _launch(launcher, tmp_path, "test_suite.py", env={"TMPDIR": str(tmp_path / "tmp")})
+    assert proc.returncode != 0
+    summary = proc.stdout.split("short test summary info")[-1]
+    lines = [line for line in summary.splitlines() if line.startswith(("FAILED", "ERROR"))]
+    assert len(lines) == 1, summary
+    assert lines[0].startswith("FAILED test_suite.py::test_dies_on_rank_1 - rank 1 crash"), summary
+    assert re.search(r"^1 failed in ", summary, re.MULTILINE), summary
+    # The survivor knows its peer is dead: it does not wait for it, nor leave mpirun's
+    # FileStore behind.
+    assert not list((tmp_path / "tmp").glob("rankgate-*.store"))
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)

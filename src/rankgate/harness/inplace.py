@@ -37,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import NamedTuple
@@ -166,6 +167,9 @@ class InPlaceSession:
         # rendezvous with a peer that left blocks in C++ holding the GIL, which would
         # freeze the watchers until the launcher's SIGKILL).
         self._stop_begun = threading.Event()
+        # Held while the main thread shows a test's verdict and while a watcher takes the
+        # current test over: one of them reports it, never both.
+        self._verdict_lock = threading.Lock()
         self._peers: list[tuple[str, int]] = []  # each rank's (host, pid)
         self._signals = SignalWatch(self._on_signal)
         # The real stderr, before pytest's capture swaps fd 2 during tests: hang stacks
@@ -419,10 +423,11 @@ class InPlaceSession:
 
     def _on_signal(self, signum: int) -> None:
         """From the signal watch: a launcher (or CI) stops this rank; record, tell, exit."""
-        self._stop_begun.set()
+        with self._verdict_lock:  # this test's verdict is shown by the main thread or here
+            self._stop_begun.set()
+            item = self._current
         name = signal.Signals(signum).name
         rank = self.launch.rank
-        item = self._current
         try:
             self.control.store.set_timeout(STORE_TIMEOUT_WHEN_STOPPING)
             self.control.set(control.stopped_key(rank), name)
@@ -437,7 +442,7 @@ class InPlaceSession:
         else:
             cause = f"rank {rank} received {name} (the launcher or the CI stopped the job)"
         where = f"while {item.nodeid} ran" if item is not None else "between tests"
-        if self._stop(item, f"{cause} {where}", f"{cause} {where}", verdict="crashed"):
+        if self._stop(item, f"{cause} {where}", f"{cause} {where}", verdict="crashed", gone=dead):
             os._exit(128 + signum)
         # else the hang watch is stopping this rank already, and exits when done
 
@@ -466,9 +471,18 @@ class InPlaceSession:
             return True  # cannot look; silence alone decides after SIGNAL_PEER_WAIT_S
         return leaks.running(pid)
 
-    def _stop(self, item: pytest.Item | None, reason: str, text: str, *, verdict: str) -> bool:
+    def _stop(
+        self,
+        item: pytest.Item | None,
+        reason: str,
+        text: str,
+        *,
+        verdict: str,
+        gone: Sequence[int] = (),
+    ) -> bool:
         """Record ``item`` as failed with ``text``, the rest as not run, write the JUnit
-        file, print the summary, end this rank's children, tell the others, wait for them.
+        file, print the summary, end this rank's children, tell the others, wait for them
+        (but not for the ranks in ``gone``, whose processes are known to have ended).
 
         Runs in a watcher thread while the main thread is stuck (or about to be ended),
         so nothing else touches pytest's state; the session will never finish.
@@ -523,9 +537,10 @@ class InPlaceSession:
         )
         try:
             self.control.set(control.exited_key(rank), True)
-            if self._wait_for_peers_to_exit() and self.group.store_path is not None:
-                # Each rank's last store operation was its "exited": nobody reads the
-                # FileStore again, and a killed run must not leave it in the temp dir.
+            if self._wait_for_peers_to_exit(gone) and self.group.store_path is not None:
+                # Each rank's last store operation was its "exited" (a dead one's was
+                # earlier): nobody reads the FileStore again, and a killed run must not
+                # leave it in the temp dir.
                 self.group.store_path.unlink(missing_ok=True)
         except Exception:
             pass
@@ -583,9 +598,9 @@ class InPlaceSession:
                 wheres[r] = self.control.peek(key + str(r))
         return wheres
 
-    def _wait_for_peers_to_exit(self) -> bool:
-        """True when every other rank said it exited within EXIT_WAIT_S."""
-        others = [r for r in range(self.launch.world_size) if r != self.launch.rank]
+    def _wait_for_peers_to_exit(self, gone: Sequence[int] = ()) -> bool:
+        """True when every other rank but those ``gone`` said it exited within EXIT_WAIT_S."""
+        others = [r for r in range(self.launch.world_size) if r not in (self.launch.rank, *gone)]
         keys = [control.exited_key(r) for r in others]
         deadline = time.monotonic() + EXIT_WAIT_S
         while time.monotonic() < deadline:
@@ -656,14 +671,21 @@ class InPlaceSession:
         if index is not None and self._aborted is None:
             self._last_index = index
             everyone = self._exchange(item, index, seconds, own)
+        # A launcher's signal during the exchange (a peer crashed): its watcher reports
+        # this test, naming the crash; a second verdict here would count it twice.
+        self._park_if_stopping()
         # After the exchange every rank has finished the test: none is still connecting
         # to a group this one destroys (see reset_state).
         destroy_subgroups(self.group.kept_groups())
         shown = own if everyone is None else verdict_reports(item, own, everyone, self.launch.rank)
-        for report in shown:
-            self._log_shown(report=report)
+        with self._verdict_lock:
+            stopping = self._stop_begun.is_set()
+            if not stopping:
+                for report in shown:
+                    self._log_shown(report=report)
+                self._current = None
+        self._park_if_stopping()
         self._count_failure(item, shown)
-        self._current = None
         item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
         return True
 
