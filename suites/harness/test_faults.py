@@ -278,8 +278,28 @@ def test_command_line(rank):
         (("--rankgate-timeout=nan",), "", "--rankgate-timeout must be > 0 seconds, got nan"),
         ((), "rankgate_timeout = 0", "ini option rankgate_timeout must be > 0, got 0"),
         ((), "rankgate_timeout = soon", "ini option rankgate_timeout = 'soon' is not a number"),
+        # Read when the first pool starts: still a usage error at the start, not an
+        # error of whichever test happens to start a pool.
+        (
+            (),
+            "rankgate_start_timeout = soon",
+            "ini option rankgate_start_timeout = 'soon' is not a number",
+        ),
+        (
+            (),
+            "rankgate_rendezvous_timeout = -5",
+            "ini option rankgate_rendezvous_timeout must be > 0, got -5",
+        ),
     ],
-    ids=["cli_zero", "cli_negative", "cli_nan", "ini_zero", "ini_not_a_number"],
+    ids=[
+        "cli_zero",
+        "cli_negative",
+        "cli_nan",
+        "ini_zero",
+        "ini_not_a_number",
+        "ini_start",
+        "ini_rendezvous",
+    ],
 )
 def test_bad_default_timeout_is_a_usage_error(inner, args, ini, message):
     result = inner(HEADER + NEXT, *args, ini=ini)
@@ -361,7 +381,9 @@ def test_fault(rank):
 """,
     )
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["FAILED test_inner.py::test_fault - rank 1 failed; rank 0 passed (world 2, backend gloo)"])
+    result.stdout.fnmatch_lines(
+        ["FAILED test_inner.py::test_fault - rank 1 failed; rank 0 passed (world 2, backend gloo)"]
+    )
     assert result.stdout.str().count("AssertionError: rank-one-only-message") == 1
 
 

@@ -129,6 +129,13 @@ def rendezvous_timeout(config: pytest.Config) -> float:
     return _positive_float(config, "rankgate_rendezvous_timeout", DEFAULT_RENDEZVOUS_TIMEOUT_S)
 
 
+def check(config: pytest.Config) -> None:
+    """Read every timeout option now: a bad value is a usage error at the start, in either
+    mode, rather than an error of the first test that would have read it."""
+    default_timeout(config)
+    pool_settings(config)
+
+
 def pool_settings(config: pytest.Config) -> PoolSettings:
     return PoolSettings(
         rendezvous_timeout=rendezvous_timeout(config),

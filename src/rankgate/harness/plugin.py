@@ -39,6 +39,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     options.register_markers(config)
+    options.check(config)
     mode = config.getoption("rankgate_mode")
     try:
         launch, ignored = (
