@@ -259,3 +259,31 @@ def test_inconsistent_launcher_variables_are_a_usage_error(inner, monkeypatch):
             "outside 0..1 (RANK='2', WORLD_SIZE='2'). Fix them, or pass --rankgate-mode=pool *"
         ]
     )
+
+
+@pytest.mark.parametrize("workers", ["2", "auto"])
+def test_xdist_workers_under_a_launcher_are_a_usage_error(inner, monkeypatch, workers):
+    # Each xdist worker would run a share of the tests on worker pools: the launch's
+    # ranks would not run the tests in place, and every launched rank would run them all.
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    result = inner(
+        """
+        def test_plain():
+            pass
+        """,
+        "--rankgate-mode=inplace",
+        "-n",
+        workers,
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "ERROR: rankgate: torchrun started this pytest as rank 1 of 2, and pytest-xdist "
+            f"was asked for {'*' if workers == 'auto' else workers} worker(s) (-n): in place, "
+            "every rank runs every test itself, in the same order. Pass -n 0 under the "
+            "launcher, or run pytest without the launcher to use worker pools (-n works there)"
+        ]
+    )

@@ -60,12 +60,30 @@ def pytest_configure(config: pytest.Config) -> None:
     adoption = Adoption.from_config(config)
     if adoption is not None:
         config.pluginmanager.register(adoption, ADOPT_PLUGIN)
+    workers = _xdist_workers(config)
+    if launch is not None and workers:
+        raise pytest.UsageError(
+            f"rankgate: {launch.launcher} started this pytest as rank {launch.rank} of "
+            f"{launch.world_size}, and pytest-xdist was asked for {workers} "
+            "worker(s) (-n): in place, every rank runs every test itself, in the same order. "
+            "Pass -n 0 under the launcher, or run pytest without the launcher to use worker "
+            "pools (-n works there)"
+        )
     if launch is not None:
         from rankgate.harness.inplace import InPlaceSession
 
         config.pluginmanager.register(InPlaceSession(config, launch), INPLACE_PLUGIN)
     else:
         config.pluginmanager.register(PoolSession(config, ignored), POOL_PLUGIN)
+
+
+def _xdist_workers(config: pytest.Config) -> str:
+    """How many workers pytest-xdist's -n asks for ("auto" is resolved by then); "" for
+    none: no xdist, -n 0, or an xdist worker itself."""
+    workers = getattr(config.option, "numprocesses", None)
+    if hasattr(config, "workerinput") or workers in (None, 0, "0"):
+        return ""
+    return str(workers)
 
 
 # --- collection --------------------------------------------------------------------
