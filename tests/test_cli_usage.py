@@ -46,6 +46,13 @@ CASES = [
      "rankgate bench harness: error: argument --spawn-k: must be an integer >= 1, got 0"),
     (["bench", "harness", "--worlds", "0"],
      "rankgate bench harness: error: argument --worlds: must be an integer >= 1, got 0"),
+    # bench: results that could not be saved (checked before the ranks start)
+    (["bench", "comm", "--out", "/dev/null"],
+     "rankgate bench: error: --out /dev/null: not a folder"),
+    (["bench", "comm", "--out", "/dev/null/comm"],
+     "rankgate bench: error: --out /dev/null/comm: cannot make the folder (Not a directory)"),
+    (["bench", "attention", "--out", "/dev/null"],
+     "rankgate bench: error: --out /dev/null: not a folder"),
     # bench: runs this machine cannot do (no GPU here)
     (["bench", "comm", "--cpu", "--backends", "nccl", "-b", "8", "-e", "8"],
      "rankgate bench: error: --backends nccl needs one GPU per rank and this run is on the CPU "

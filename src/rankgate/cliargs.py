@@ -4,13 +4,15 @@ what it accepts, exit 2, before any work starts.
 Option values are checked by argparse types from here (``int_at_least(1)``, ``seconds``,
 ``existing_file``), so a bad value never reaches a benchmark or a
 submission. Checks that need several options or the machine ("nccl needs GPUs") raise
-:class:`UsageError` from a subcommand's ``validate(args)``, which runs before ``run``.
+:class:`UsageError` from a subcommand's ``validate(args)``, which runs before ``run``;
+so does a results folder that cannot be made (``make_output_folder``).
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 from pathlib import Path
 
 USAGE_EXIT = 2
@@ -60,3 +62,20 @@ def existing_file(text: str) -> str:
     if not path.is_file():
         raise argparse.ArgumentTypeError(f"{text}: no such file")
     return text
+
+
+def make_output_folder(option: str, text: str | None) -> None:
+    """Make the folder a command's results go to, before any work starts: a run that could
+    not save them stops now instead of losing them at its end. Call it last among a
+    command's checks, so that bad input elsewhere leaves no folder behind."""
+    if text is None:
+        return
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{option} {text}: not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{option} {text}: cannot make the folder ({exc.strerror})") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UsageError(f"{option} {text}: cannot write in the folder")

@@ -44,6 +44,7 @@ import time
 
 from rankgate.bench.ranks import init_bench_group, run_meta, run_ranks
 from rankgate.bench.results import save_run
+from rankgate.cliargs import make_output_folder
 
 SAFE_ENV = {
     "NCCL_NVLS_ENABLE": "0",
@@ -146,6 +147,11 @@ def _options(args: argparse.Namespace) -> dict:
         "profile": on_gpu and not args.no_profile,
         "fit_cap_gib": args.fit_cap_gib if on_gpu else 0.0,
     }
+
+
+def validate(args: argparse.Namespace) -> None:
+    """Before the run starts (``rankgate bench`` calls it)."""
+    make_output_folder("--out", args.out)
 
 
 def run(args: argparse.Namespace) -> int:

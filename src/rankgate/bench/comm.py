@@ -34,6 +34,7 @@ import time
 from rankgate.bench.commoptions import FORCED, CommOptions, add_arguments
 from rankgate.bench.ranks import init_bench_group, run_meta, run_ranks
 from rankgate.bench.results import save_run
+from rankgate.cliargs import make_output_folder
 
 __all__ = ["add_arguments", "main", "run"]
 
@@ -63,6 +64,7 @@ def options_from(args: argparse.Namespace) -> CommOptions:
 def validate(args: argparse.Namespace) -> None:
     """Before the run starts (``rankgate bench`` calls it)."""
     options_from(args)
+    make_output_folder("--out", args.out)
 
 
 def run(args: argparse.Namespace) -> int:
