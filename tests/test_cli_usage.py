@@ -72,6 +72,10 @@ CASES = [
      "rankgate dispatch: error: argument --deadline: 'soon' is not a number of seconds"),
     (["dispatch", "--stage", "gpu"],
      "rankgate dispatch: error: the following arguments are required: --profile"),
+    # run: a profile the dispatched stages could not read, before the local stages
+    (["run", "--profile", "/nonexistent/site.toml", "--stage", "unit"],
+     "rankgate run: error: --profile /nonexistent/site.toml: /nonexistent/site.toml: "
+     "no such profile file"),
     # report
     (["report", "--plot", "/nonexistent.png"],
      "rankgate report: error: argument --plot: /nonexistent.png: no such file"),

@@ -227,7 +227,9 @@ def test_verdict(statuses, allow_skipped, blocked):
         (["--out", "o", "tests/x.py"], "", "o", False, ("tests/x.py",)),
     ],
 )
-def test_options_from_posargs(posargs, profile, out, strict, rest):
+def test_options_from_posargs(posargs, profile, out, strict, rest, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.toml").write_text("target = 'slurm'\n")
     options = Options.from_args(posargs)
     assert (options.profile, str(options.out_dir), options.strict) == (profile, out, strict)
     assert options.pytest_args == rest
@@ -238,6 +240,25 @@ def test_options_flag_without_value_names_the_fix():
         SystemExit, match=r"--profile needs a value, e\.g\. nox -s gpu -- --profile"
     ):
         Options.from_args(["--profile"])
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        ("nowhere.toml", "--profile nowhere.toml: nowhere.toml: no such profile file"),
+        ("bad.toml", "--profile bad.toml: bad.toml: not valid TOML"),
+        ("nosite", "--profile nosite: no profile 'nosite': looked for nosite.toml in profiles"),
+    ],
+)
+def test_a_profile_that_cannot_be_read_stops_before_any_stage(spec, problem, tmp_path, monkeypatch):
+    # The gate runs its local stages first: a typo found by the first dispatch would come
+    # after minutes of them.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("RANKGATE_PROFILES", raising=False)
+    (tmp_path / "bad.toml").write_text("target = \n")
+    with pytest.raises(SystemExit) as stopped:
+        Options.from_args(["--profile", spec, "-x"])
+    assert str(stopped.value.code).startswith(problem)
 
 
 def test_a_commands_env_reaches_it(options, monkeypatch):

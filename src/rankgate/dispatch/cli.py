@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from rankgate.cliargs import seconds
-from rankgate.dispatch.profile import Profile, ProfileError, find_profile, load_profile
+from rankgate.dispatch.profile import Profile, ProfileError, resolve_profile
 from rankgate.dispatch.results import MERGED_NAME, DispatchResult, render_report
 from rankgate.dispatch.run import describe_stage, run_stage, wait_policy
 from rankgate.dispatch.target import TargetError
@@ -109,11 +109,6 @@ def stage_selection(stage: str) -> tuple[str, bool]:
         able = [s.name for s in stages.all_stages() if s.dispatchable]
         raise ProfileError(f"stage {stage!r} runs only locally; dispatchable stages: {able}")
     return found.dispatch_markers, "gpus" in found.needs
-
-
-def resolve_profile(spec: str) -> Profile:
-    search = [Path(p) for p in os.environ.get("RANKGATE_PROFILES", "").split(":") if p]
-    return load_profile(find_profile(spec, [*search, Path("profiles")]))
 
 
 def _progress(line: str) -> None:

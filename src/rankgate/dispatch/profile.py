@@ -23,6 +23,7 @@ profile without GPUs is a :class:`ProfileError` naming the file, the key and the
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -332,3 +333,18 @@ def find_profile(spec: str, search: list[Path]) -> Path:
         f"no profile {spec!r}: looked for {spec}.toml in {looked}; "
         "pass a path to a .toml file or set RANKGATE_PROFILES to the folder holding it"
     )
+
+
+def resolve_profile(spec: str) -> Profile:
+    """``--profile SPEC``: a .toml path, or NAME.toml in $RANKGATE_PROFILES, then ./profiles."""
+    search = [Path(p) for p in os.environ.get("RANKGATE_PROFILES", "").split(":") if p]
+    return load_profile(find_profile(spec, [*search, Path("profiles")]))
+
+
+def profile_problem(spec: str) -> str | None:
+    """Why ``--profile SPEC`` cannot be used, in one line; None when it can."""
+    try:
+        resolve_profile(spec)
+    except ProfileError as exc:
+        return f"--profile {spec}: {exc}"
+    return None

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from rankgate.dispatch.profile import profile_problem
 from rankgate.pipeline import changes, process, side_by_side, stages
 from rankgate.pipeline.probe import Machine, module_missing
 from rankgate.pipeline.progress import Progress
@@ -67,7 +68,7 @@ class Options:
                 raise SystemExit(f"{flag} needs a value, e.g. nox -s gpu -- {flag} site.toml")
             value = rest.pop(0)
             if flag == "--profile":
-                options.profile = value
+                options.profile = _readable_profile(value)
             elif flag == "--changed-since":
                 options.changed_since = value
             elif flag == "--only":
@@ -76,6 +77,15 @@ class Options:
                 options.out_dir = Path(value)
         options.pytest_args = tuple(rest)
         return options
+
+
+def _readable_profile(spec: str) -> str:
+    """``spec`` when it names a valid site profile; a usage error now otherwise, not when
+    the first stage that dispatches starts (after the local ones, minutes later)."""
+    problem = profile_problem(spec)
+    if problem:
+        raise SystemExit(problem)
+    return spec
 
 
 def gate_stages(names: str) -> tuple[str, ...]:

@@ -30,6 +30,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from rankgate.cliargs import UsageError
+from rankgate.dispatch.profile import profile_problem
 from rankgate.pipeline import executor, stages
 from rankgate.pipeline.executor import Options, Outcome
 from rankgate.pipeline.probe import Machine
@@ -86,6 +88,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument("--out", default="out", type=Path, help="products go here (default out/)")
     how.add_argument("--strict", action="store_true", help="a skipped stage fails the run")
     how.add_argument("--list", action="store_true", help="list the stages and exit")
+
+
+def validate(args: argparse.Namespace) -> None:
+    """Before any stage runs (``rankgate`` calls it): a profile the dispatched stages could
+    not read would otherwise surface after the local stages."""
+    problem = profile_problem(args.profile) if args.profile else None
+    if problem:
+        raise UsageError(problem)
 
 
 def run(args: argparse.Namespace) -> int:
