@@ -123,3 +123,30 @@ def test_merge_refuses_to_write_over_an_input(
     )
     assert rank0.read_bytes() == before
     assert merge_junit([tmp_path]).verdicts == {"t::test_a": "passed"}
+
+
+def test_the_report_reads_a_dead_ranks_results_as_merge_junit_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # out/junit/ as an in-place run leaves it when rank 1 dies in test_b: rank 0's JUnit
+    # file, rank 1's results file. Without the results file the report counted every test
+    # as an error on a missing rank (3 tests for 2, 0 passed).
+    run = tmp_path / "out" / "junit" / "inplace"
+    run.mkdir(parents=True)
+    cases = (
+        '<testcase classname="t" name="test_a" time="0.1"/>'
+        '<testcase classname="t" name="test_b" time="0.1"><failure message="reset"/></testcase>'
+    )
+    props = '<properties><property name="world_size" value="2"/></properties>'
+    (run / "junit.rank0.xml").write_text(
+        f'<testsuites><testsuite name="pytest">{props}{cases}</testsuite></testsuites>'
+    )
+    died_in(run / "junit.rank1.jsonl", 1, ["test_a"], "test_b")
+    assert main(monkeypatch, "report", "--out", str(tmp_path / "out")) == 1
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["totals"] == {
+        "tests": 2, "passed": 1, "failed": 1, "error": 0, "skipped": 0, "xfailed": 0, "xpassed": 0,
+    }  # fmt: skip
+    assert [f["message"] for f in report["failing"]] == ["rank 1 crashed; rank 0 failed"]
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "#### `t::test_b` rank 1 crashed; rank 0 failed" in summary

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rankgate.bench.contention import PROBE_KEY
-from rankgate.report import history, runinfo
+from rankgate.report import history, rankresults, runinfo
 from rankgate.report.failures import FailedTest, failed_tests
 from rankgate.report.junitfile import ReportInputError
 from rankgate.report.results import count
@@ -169,8 +169,13 @@ def _plot_name(path: Path, out_dir: Path) -> str:
 
 
 def _junit_files(out_dir: Path) -> list[str]:
+    """junit/'s JUnit files, and the results files of ranks that died before writing one."""
     folder = out_dir / "junit"
-    return sorted(str(p) for p in folder.rglob("*.xml")) if folder.is_dir() else []
+    if not folder.is_dir():
+        return []
+    junit = sorted(str(p) for p in folder.rglob("*.xml"))
+    with_results = sorted({p.parent for p in folder.rglob(f"*{rankresults.SUFFIX}")})
+    return junit + [f for d in with_results for f in rankresults.results_without_junit(d)]
 
 
 def read_stages(out_dir: Path) -> list[dict]:

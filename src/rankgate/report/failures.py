@@ -20,8 +20,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from rankgate.report.junit import MergedTest, merge_files
-from rankgate.report.junitfile import CaseResult, JUnitFile, expand_paths, read_junit
+from rankgate.report.junit import MergedTest, merge_files, worded_outcome
+from rankgate.report.junitfile import CaseResult, JUnitFile
+from rankgate.report.rankresults import expand, read_any
 
 _RANK_SECTION = re.compile(r"^-{3,} rank (\d+): (\w+) -{3,}$", re.MULTILINE)
 """The harness's heading of one failing rank's section in a failure text."""
@@ -83,7 +84,7 @@ class FailedTest:
 
 def failed_tests(junit_paths: Iterable[str | Path]) -> list[FailedTest]:
     """Every failed or errored test of these JUnit files, in file order."""
-    plain, per_rank = split_by_rank(read_junit(p) for p in expand_paths(junit_paths))
+    plain, per_rank = split_by_rank(read_any(p) for p in expand(junit_paths))
     found: list[FailedTest] = []
     for f in plain:
         by_id: dict[str, CaseResult] = {}
@@ -114,7 +115,7 @@ def _from_merged(directory: str, test: MergedTest) -> FailedTest:
     ranks = tuple(
         RankDetail(
             rank=rank,
-            outcome=res.outcome,
+            outcome=worded_outcome(res.outcome, res),  # as merge-junit says: crashed, hung
             traceback=res.text,
             stdout=res.system_out,
             stderr=res.system_err,

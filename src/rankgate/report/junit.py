@@ -239,7 +239,7 @@ def _world_from_files(files: Sequence[JUnitFile]) -> int | None:
     return worlds.pop() if worlds else None
 
 
-def _worded(outcome: str, result: CaseResult | None) -> str:
+def worded_outcome(outcome: str, result: CaseResult | None) -> str:
     """A failure that is an in-place hang's record, or a rank's death inside the test
     (its results file stops there), is worded as what it was."""
     if outcome != "failed" or result is None:
@@ -258,7 +258,7 @@ def _merge_test(
     outcomes.update(dict.fromkeys(missing, "missing"))
     kinds = set(outcomes.values())
     failed = {r: res.time for r, res in results.items() if res.outcome == "failed"}
-    worded = {r: _worded(o, results.get(r)) for r, o in outcomes.items()}
+    worded = {r: worded_outcome(o, results.get(r)) for r, o in outcomes.items()}
     hung = {r: res for r, res in results.items() if worded[r] == "hung"}
     cause = next((c for res in hung.values() if (c := rankwords.cause_in(res.message))), "")
     failed = {r: t for r, t in failed.items() if worded[r] == "failed"}

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -208,23 +207,6 @@ def _file_rank(path: str, suite_props: list[tuple[str, str]]) -> int | None:
             f"{path}: its name says rank {from_name} but its 'rank' property says {from_prop}"
         )
     return from_prop if from_prop is not None else from_name
-
-
-def expand_paths(paths: Iterable[str | Path]) -> list[str]:
-    """Paths as given, each directory replaced by its ``*.xml`` files with a rank in the name."""
-    out: list[str] = []
-    for p in paths:
-        path = Path(p)
-        if path.is_dir():
-            found = sorted(str(f) for f in path.glob("*.xml") if _RANK_IN_NAME.search(f.name))
-            if not found:
-                raise ReportInputError(
-                    f"{path}: directory holds no per-rank JUnit files (*rank<r>*.xml)"
-                )
-            out.extend(found)
-        else:
-            out.append(str(path))
-    return out
 
 
 def join_texts(*parts: str, sep: str = "\n") -> str:

@@ -142,12 +142,7 @@ def expand(paths) -> list[str]:
         path = Path(p)
         if path.is_dir():
             junit = sorted(str(f) for f in path.glob("*.xml") if _RANK_IN_NAME.search(f.name))
-            have = {Path(f).with_suffix("") for f in junit}
-            results = sorted(
-                str(f)
-                for f in path.glob(f"*{SUFFIX}")
-                if _RANK_IN_NAME.search(f.name) and f.with_suffix("") not in have
-            )
+            results = results_without_junit(path)
             if not junit and not results:
                 raise ReportInputError(
                     f"{path}: directory holds no per-rank JUnit files (*rank<r>*.xml) "
@@ -159,6 +154,15 @@ def expand(paths) -> list[str]:
         else:
             out.append(str(path))
     return out
+
+
+def results_without_junit(directory: Path) -> list[str]:
+    """The results files in ``directory`` of ranks that wrote no JUnit file (they died)."""
+    return sorted(
+        str(f)
+        for f in directory.glob(f"*{SUFFIX}")
+        if _RANK_IN_NAME.search(f.name) and not f.with_suffix(".xml").is_file()
+    )
 
 
 def read_any(path: str) -> JUnitFile:
