@@ -70,9 +70,8 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
         remove_at_exit(private)
 
 
-def remove_dirs_of_killed_runs(parent: Path) -> list[str]:
-    """Remove the run dirs in ``parent`` whose owner process is gone; return their names."""
-    removed = []
+def remove_dirs_of_killed_runs(parent: Path) -> None:
+    """Remove the run dirs in ``parent`` whose owner process is gone."""
     for run_dir in sorted(parent.glob(f"{RUN_DIR_PREFIX}*")):
         try:
             owner = int((run_dir / OWNER).read_text())
@@ -80,8 +79,6 @@ def remove_dirs_of_killed_runs(parent: Path) -> list[str]:
             continue  # a dir kept for a look, or not one of ours
         if not running(owner):
             shutil.rmtree(run_dir, ignore_errors=True)
-            removed.append(run_dir.name)
-    return removed
 
 
 def remove_at_exit(private: Path) -> None:

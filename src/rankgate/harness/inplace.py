@@ -679,8 +679,7 @@ class InPlaceSession:
         destroy_subgroups(self.group.kept_groups())
         shown = own if everyone is None else verdict_reports(item, own, everyone, self.launch.rank)
         with self._verdict_lock:
-            stopping = self._stop_begun.is_set()
-            if not stopping:
+            if not self._stop_begun.is_set():
                 for report in shown:
                     self._log_shown(report=report)
                 self._current = None

@@ -55,11 +55,6 @@ def pytest_configure(config: pytest.Config) -> None:
             "--rankgate-mode=inplace needs a launcher's variables (RANK/WORLD_SIZE, "
             "SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/SIZE or PMI_RANK/SIZE)"
         )
-    from rankgate.harness.adopt.hooks import ADOPT_PLUGIN, Adoption
-
-    adoption = Adoption.from_config(config)
-    if adoption is not None:
-        config.pluginmanager.register(adoption, ADOPT_PLUGIN)
     workers = _xdist_workers(config)
     if launch is not None and workers:
         raise pytest.UsageError(
@@ -69,6 +64,11 @@ def pytest_configure(config: pytest.Config) -> None:
             "Pass -n 0 under the launcher, or run pytest without the launcher to use worker "
             "pools (-n works there)"
         )
+    from rankgate.harness.adopt.hooks import ADOPT_PLUGIN, Adoption
+
+    adoption = Adoption.from_config(config)
+    if adoption is not None:
+        config.pluginmanager.register(adoption, ADOPT_PLUGIN)
     if launch is not None:
         from rankgate.harness.inplace import InPlaceSession
 

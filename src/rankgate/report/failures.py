@@ -84,7 +84,7 @@ class FailedTest:
 
 def failed_tests(junit_paths: Iterable[str | Path]) -> list[FailedTest]:
     """Every failed or errored test of these JUnit files, in file order."""
-    plain, per_rank = split_by_rank(read_any(p) for p in expand(junit_paths))
+    plain, per_rank = read_by_rank(junit_paths)
     found: list[FailedTest] = []
     for f in plain:
         by_id: dict[str, CaseResult] = {}
@@ -99,11 +99,15 @@ def failed_tests(junit_paths: Iterable[str | Path]) -> list[FailedTest]:
     return found
 
 
-def split_by_rank(files: Iterable[JUnitFile]) -> tuple[list[JUnitFile], dict[str, list[JUnitFile]]]:
-    """Ordinary files, and per-rank files grouped by directory (one run per directory)."""
+def read_by_rank(
+    junit_paths: Iterable[str | Path],
+) -> tuple[list[JUnitFile], dict[str, list[JUnitFile]]]:
+    """The files behind these paths (a directory: its per-rank JUnit files, and the results
+    files of ranks that wrote none), as merge-junit reads them: ordinary files, and per-rank
+    files grouped by directory (one run per directory)."""
     plain: list[JUnitFile] = []
     per_rank: dict[str, list[JUnitFile]] = {}
-    for f in files:
+    for f in (read_any(p) for p in expand(junit_paths)):
         if f.rank is not None or (f.cases and all(c.rank is not None for c in f.cases)):
             per_rank.setdefault(str(Path(f.path).parent), []).append(f)
         else:

@@ -23,11 +23,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rankgate.report.failures import split_by_rank
+from rankgate.report.failures import read_by_rank
 from rankgate.report.junit import MergedTest, merge_files
 from rankgate.report.junitfile import CaseResult, JUnitFile
 from rankgate.report.outcome_plugin import OUTCOME_PROPERTY
-from rankgate.report.rankresults import expand, read_any
 
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
 """The outcomes a report counts apart, in the order it shows them."""
@@ -86,7 +85,7 @@ def count(results: Iterable[TestResult]) -> dict[str, int]:
 
 def read_results(junit_paths: Iterable[str | Path]) -> list[Group]:
     """One group per plain JUnit file and per directory of per-rank files."""
-    plain, per_rank = split_by_rank(read_any(p) for p in expand(junit_paths))
+    plain, per_rank = read_by_rank(junit_paths)
     groups = [_plain_group(f) for f in plain]
     for directory, files in per_rank.items():
         report = merge_files(files)
