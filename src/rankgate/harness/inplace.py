@@ -58,6 +58,7 @@ from rankgate.harness.inplace_verdict import (
     report_text,
     verdict_reports,
 )
+from rankgate.harness.output import JUNIT_LIMIT, clip_text
 from rankgate.harness.pool import collective_timeout
 from rankgate.harness.rankstate import (
     after_test_problems,
@@ -403,29 +404,56 @@ class InPlaceSession:
     def _stop_run(self, item: pytest.Item, stacks: str, why: str) -> None:
         """From the hang watcher, just before this rank exits: record, tell, wait."""
         self._stop_begun.set()
+        if not self._claim_stop():
+            threading.Event().wait()  # a signal is stopping this rank: it records and exits
         rank = self.launch.rank
         reason = f"rank {rank} stopped the run: {item.nodeid} {why}"
+        failed: dict[int, str] = {}
         try:
             self.control.set(control.ABORT_KEY, reason)
-            wheres = self._where_hung_ranks_wait(item, stacks)
+            failed = self._failed_peers(item)
+            wheres = self._where_hung_ranks_wait(item, stacks, failed)
         except Exception:  # the store is gone: name where this rank waits only
             wheres = {rank: stack_where(stacks, str(item.path))}
-        headline = rankwords.with_cause(
-            rankwords.outcomes_line({rank: "hung"}, notes={"hung": f"{why}; the rank exited"}),
-            rankwords.hang_cause(wheres),
-        )
-        self._stop(
-            item,
-            reason,
-            f"{headline}\nPython stacks of every thread:\n{stacks}",
-            verdict="hung",
-        )
+        notes = {"hung": f"{why}; the rank exited"}
+        cause = rankwords.hang_cause(wheres)
+        headline = rankwords.with_cause(rankwords.outcomes_line({rank: "hung"}, notes=notes), cause)
+        own_text = f"{headline}\nPython stacks of every thread:\n{stacks}"
+        shown_text = None
+        if failed:  # the terminal names the peers' failures first, with their texts
+            outcomes = {**dict.fromkeys(failed, "failed"), rank: "hung"}
+            sections = [f"--- rank {r}: failed ---\n{text}" for r, text in failed.items()]
+            sections.append(f"--- rank {rank}: hung ---\nPython stacks of every thread:\n{stacks}")
+            line = rankwords.with_cause(rankwords.outcomes_line(outcomes, notes=notes), cause)
+            shown_text = "\n".join([line, *sections])
+        self._stop(item, reason, own_text, verdict="hung", shown_text=shown_text)
+
+    def _failed_peers(self, item: pytest.Item) -> dict[int, str]:
+        """The other ranks that failed ``item``, with their failures' texts."""
+        index = self._index.get(item.nodeid)
+        if index is None:
+            return {}
+        return {
+            r: self.control.peek(control.failure_text_key(index, r)) or ""
+            for r in range(self.launch.world_size)
+            if r != self.launch.rank and self.control.peek(control.failed_key(index, r))
+        }
+
+    def _claim_stop(self) -> bool:
+        """True for the one watcher (hang or signal) that records this rank's stop."""
+        with self._stop_lock:
+            if self._stopping:
+                return False
+            self._stopping = True
+            return True
 
     def _on_signal(self, signum: int) -> None:
         """From the signal watch: a launcher (or CI) stops this rank; record, tell, exit."""
         with self._verdict_lock:  # this test's verdict is shown by the main thread or here
             self._stop_begun.set()
             item = self._current
+        if not self._claim_stop():
+            return  # the hang watch is stopping this rank already, and exits when done
         name = signal.Signals(signum).name
         rank = self.launch.rank
         try:
@@ -442,9 +470,8 @@ class InPlaceSession:
         else:
             cause = f"rank {rank} received {name} (the launcher or the CI stopped the job)"
         where = f"while {item.nodeid} ran" if item is not None else "between tests"
-        if self._stop(item, f"{cause} {where}", f"{cause} {where}", verdict="crashed", gone=dead):
-            os._exit(128 + signum)
-        # else the hang watch is stopping this rank already, and exits when done
+        self._stop(item, f"{cause} {where}", f"{cause} {where}", verdict="crashed", gone=dead)
+        os._exit(128 + signum)
 
     def _dead_peers(self) -> list[int]:
         """Peers that gave no sign after the stop signal and whose process is gone."""
@@ -479,18 +506,16 @@ class InPlaceSession:
         *,
         verdict: str,
         gone: Sequence[int] = (),
-    ) -> bool:
-        """Record ``item`` as failed with ``text``, the rest as not run, write the JUnit
-        file, print the summary, end this rank's children, tell the others, wait for them
-        (but not for the ranks in ``gone``, whose processes are known to have ended).
+        shown_text: str | None = None,
+    ) -> None:
+        """Record ``item`` as failed with ``text`` (the terminal shows ``shown_text``
+        when given), the rest as not run, write the JUnit file, print the summary, end
+        this rank's children, tell the others, wait for them (but not for the ranks in
+        ``gone``, whose processes are known to have ended).
 
-        Runs in a watcher thread while the main thread is stuck (or about to be ended),
-        so nothing else touches pytest's state; the session will never finish.
+        Runs in the watcher thread that claimed the stop while the main thread is stuck
+        (or parked), so nothing else touches pytest's state; the session never finishes.
         """
-        with self._stop_lock:  # the hang watch and a signal may both come
-            if self._stopping:
-                return False
-            self._stopping = True
         rank = self.launch.rank
         capman = self.config.pluginmanager.get_plugin("capturemanager")
         captured = ("", "")
@@ -506,24 +531,15 @@ class InPlaceSession:
         except Exception:
             pass  # the store is gone; the others learn it from the launcher
         if item is not None:
-            report = pytest.TestReport(
-                nodeid=item.nodeid,
-                location=item.location,
-                keywords=dict.fromkeys(item.keywords, 1),
-                outcome="failed",
-                longrepr=failure_repr(item, f"{text}\n{self.reproduction_line(item)}"),
-                when="call",
-                sections=[
-                    (f"Captured {name} call", out)
-                    for name, out in zip(("stdout", "stderr"), captured, strict=True)
-                    if out
-                ],
-                user_properties=[("rankgate.verdict", verdict)],
+            report = self._stop_report(item, text, captured, verdict)
+            shown = report if shown_text is None else self._stop_report(
+                item, shown_text, captured, verdict
             )
-            if self._current_logged:  # its own result is in the JUnit file already
-                self._log_shown(report=report)
-            else:
-                self._log_both(item, [report])
+            if not self._current_logged:  # else its own result is in the JUnit file already
+                self._log_own(item, [report])
+            self._log_shown(report=shown)
+            if not self._current_logged:
+                self._count_failure(item, [shown])
             self._last_index = self._index.get(item.nodeid, self._last_index)
         not_run = self._report_not_run(reason)
         xml = self._xml()
@@ -545,6 +561,25 @@ class InPlaceSession:
         except Exception:
             pass
         return True
+
+    def _stop_report(
+        self, item: pytest.Item, text: str, captured: tuple[str, str], verdict: str
+    ) -> pytest.TestReport:
+        """The failure a stopping rank records for the test it was in."""
+        return pytest.TestReport(
+            nodeid=item.nodeid,
+            location=item.location,
+            keywords=dict.fromkeys(item.keywords, 1),
+            outcome="failed",
+            longrepr=failure_repr(item, f"{text}\n{self.reproduction_line(item)}"),
+            when="call",
+            sections=[
+                (f"Captured {name} call", out)
+                for name, out in zip(("stdout", "stderr"), captured, strict=True)
+                if out
+            ],
+            user_properties=[("rankgate.verdict", verdict)],
+        )
 
     def _print_summary(self, reason: str) -> None:
         """What pytest prints at the end of a session, for a session that ends here."""
@@ -583,12 +618,19 @@ class InPlaceSession:
                 time.sleep(0.05)
             leaks.reap(tree)
 
-    def _where_hung_ranks_wait(self, item: pytest.Item, stacks: str) -> dict:
-        """Where this rank waits, and where the others that hung in this test say they do."""
+    def _where_hung_ranks_wait(
+        self, item: pytest.Item, stacks: str, failed: Sequence[int] = ()
+    ) -> dict:
+        """Where this rank waits, and where the others that hung in this test say they do
+        (the ranks that ``failed`` it are not waited for: they are not in it any more)."""
         key = f"where/{item.nodeid}/"
         mine = stack_where(stacks, str(item.path))
         self.control.set(key + str(self.launch.rank), mine)
-        others = [key + str(r) for r in range(self.launch.world_size) if r != self.launch.rank]
+        others = [
+            key + str(r)
+            for r in range(self.launch.world_size)
+            if r != self.launch.rank and r not in failed
+        ]
         deadline = time.monotonic() + WHERE_WAIT_S
         while time.monotonic() < deadline and not self.control.store.check(others):
             time.sleep(0.05)
@@ -645,10 +687,13 @@ class InPlaceSession:
         if call.excinfo is not None and breaks_process_group(call.excinfo.value):
             self._group_trouble = True
         if report.failed:
-            add_section(report, "rankgate reproduce", self.reproduction_line(item))
             index = self._index.get(item.nodeid)
             if index is not None and report.when in ("setup", "call"):
-                self.control.set(control.failed_key(index, self.launch.rank), True)
+                rank = self.launch.rank
+                text = clip_text(report_text(plain_report(item, report)), JUNIT_LIMIT)
+                self.control.set(control.failure_text_key(index, rank), text)
+                self.control.set(control.failed_key(index, rank), True)
+            add_section(report, "rankgate reproduce", self.reproduction_line(item))
         return report
 
     @pytest.hookimpl(tryfirst=True)
