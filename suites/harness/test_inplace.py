@@ -261,6 +261,54 @@ def test_mpirun_runs_the_same_file(tmp_path):
     }
 
 
+XFAIL_ON_ONE_RANK = """
+import pytest
+
+@pytest.mark.world(2)
+@pytest.mark.xfail(reason="rank 1 known bad", strict=True)
+def test_strict_fails_on_rank_1(rank):
+    assert rank == 0
+
+@pytest.mark.world(2)
+@pytest.mark.xfail(reason="rank 1 known bad")
+def test_fails_on_rank_1(rank):
+    assert rank == 0
+
+@pytest.mark.world(2)
+@pytest.mark.xfail(reason="fixed", strict=True)
+def test_strict_passes_everywhere(rank):
+    pass
+"""
+
+
+def test_an_xfail_test_failing_on_one_rank_is_xfailed_in_the_pool_and_in_place(tmp_path):
+    # The body ran on every rank and failed on one: the test failed as a whole, as
+    # expected. In place each rank's pytest judged its own run: rank 0 reported a strict
+    # unexpected pass, "rank 0 failed; rank 1 xfailed", where the pool said XFAIL.
+    _write(tmp_path, XFAIL_ON_ONE_RANK)
+    expected = [
+        "XFAIL test_suite.py::test_strict_fails_on_rank_1 - rank 1 known bad",
+        "XFAIL test_suite.py::test_fails_on_rank_1 - rank 1 known bad",
+        "FAILED test_suite.py::test_strict_passes_everywhere - [XPASS(strict)] fixed",
+    ]
+    pool = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfx", "test_suite.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    in_place = _torchrun(tmp_path, "--junitxml=out/junit.xml", "-rfx", "test_suite.py")
+    for proc in (pool, in_place):
+        summary = proc.stdout.split("short test summary info")[-1]
+        lines = [line for line in summary.splitlines() if line.startswith(("XFAIL", "FAILED"))]
+        assert sorted(lines) == sorted(expected), proc.stdout
+        assert "1 failed, 2 xfailed in " in summary, summary
+    merged = merge_junit(sorted((tmp_path / "out").glob("junit.rank*.xml")))
+    assert {t.name: (t.verdict, t.message) for t in merged.tests} == {
+        "test_strict_fails_on_rank_1": ("xfailed", "rank 1 known bad (rank 0 xpassed; rank 1 xfailed)"),
+        "test_fails_on_rank_1": ("xfailed", "rank 1 known bad (rank 0 xpassed; rank 1 xfailed)"),
+        "test_strict_passes_everywhere": ("failed", "ranks 0, 1 failed"),
+    }
+
+
 # --- what a hostile test does to an in-place run, under both launchers -----------------
 
 LAUNCHERS = [

@@ -356,6 +356,28 @@ def test_xfailed_xpassed_and_not_run_are_counted_apart(tmp_path: Path) -> None:
     assert not report.ok  # a test that never ran is red
 
 
+@pytest.mark.parametrize(
+    ("rank0", "verdict", "message"),
+    [
+        ("", "xfailed", "known bug (rank 0 xpassed; rank 1 xfailed)"),
+        (XPASSED, "xfailed", "known bug (rank 0 xpassed; rank 1 xfailed)"),
+        ('<failure message="[XPASS(strict)] known bug"/>', "xfailed",
+         "known bug (rank 0 xpassed; rank 1 xfailed)"),
+        ('<failure message="AssertionError: 2 != 3"/>', "failed", "rank 0 failed; rank 1 xfailed"),
+        ('<skipped message="no GPU"/>', "error", "ranks disagree: rank 1 xfailed; rank 0 skipped"),
+    ],
+    ids=["passed", "xpassed", "strict-xpass", "failed", "skipped"],
+)  # fmt: skip
+def test_an_xfail_test_that_failed_on_one_rank_and_passed_on_the_others_is_xfailed(
+    tmp_path: Path, rank0: str, verdict: str, message: str
+) -> None:
+    # One test, its body run on every rank: it failed as expected, as the pool counts it.
+    junit(tmp_path / "junit.rank0.xml", case("xf", rank0))
+    junit(tmp_path / "junit.rank1.xml", case("xf", XFAILED))
+    (test,) = merge_junit(sorted(tmp_path.glob("*.xml"))).tests
+    assert (test.verdict, test.message) == (verdict, message)
+
+
 def test_merged_file_reads_back_with_the_same_outcomes(tmp_path: Path) -> None:
     for rank in (0, 1):
         junit(

@@ -40,6 +40,9 @@ class RankResult(NamedTuple):
     """The test lost or broke this rank's process group."""
     seconds: float = 0.0
     """How long its phases took here (the rank that failed first is named first)."""
+    xfail: str = ""
+    """Under an xfail marker: "xfailed" (it failed here) or "xpassed" (it passed here,
+    strict or not); "" otherwise."""
 
 
 def outcome_of(report: pytest.TestReport) -> str:
@@ -54,6 +57,18 @@ def report_text(report: pytest.TestReport) -> str:
     if isinstance(report.longrepr, tuple):  # a skip: (path, line, reason)
         return str(report.longrepr[2])
     return strip_ansi(str(report.longrepr))
+
+
+def xfail_outcome(report: pytest.TestReport) -> str:
+    """"xfailed" or "xpassed" for a call that ran under an xfail marker, else ""."""
+    if report.when != "call":
+        return ""
+    if hasattr(report, "wasxfail"):
+        return "xfailed" if report.skipped else "xpassed"
+    strict_pass = isinstance(report.longrepr, str) and report.longrepr.startswith(
+        rankwords.XPASS_STRICT_PREFIX
+    )
+    return "xpassed" if report.failed and strict_pass else ""
 
 
 def own_result(reports: list[pytest.TestReport]) -> RankResult:
@@ -72,11 +87,18 @@ def own_result(reports: list[pytest.TestReport]) -> RankResult:
         "\n".join(t for t in texts if t),
         tuple(dict.fromkeys(output)),
         seconds=sum(report.duration for report in reports),
+        xfail=next((x for report in reports if (x := xfail_outcome(report))), ""),
     )
+
+
+def _xfailed_as_one(everyone: list[RankResult]) -> bool:
+    return rankwords.xfailed_as_one({r: res.xfail for r, res in enumerate(everyone)})
 
 
 def cross_rank_problem(everyone: list[RankResult], rank: int) -> str | None:
     """What the other ranks add to this rank's verdict, or None when they add nothing."""
+    if _xfailed_as_one(everyone):
+        return None
     outcomes = {r: res.outcome for r, res in enumerate(everyone)}
     failed = {r: res.seconds for r, res in enumerate(everyone) if res.outcome == "failed"}
     line = rankwords.outcomes_line(outcomes, first=rankwords.first_failed(failed))
@@ -94,6 +116,8 @@ def verdict_reports(
     item: pytest.Item, own: list[pytest.TestReport], everyone: list[RankResult], rank: int
 ) -> list[pytest.TestReport]:
     """This rank's reports as the cross-rank verdict makes them (see the module doc)."""
+    if _xfailed_as_one(everyone):
+        return [_as_xfailed(report) for report in own]
     problem = cross_rank_problem(everyone, rank)
     if problem is None:
         return own
@@ -123,6 +147,20 @@ def verdict_reports(
             del target.wasxfail
     target.sections.extend(others_output)
     return reports
+
+
+def _as_xfailed(report: pytest.TestReport) -> pytest.TestReport:
+    """A call that passed here under an xfail marker, as the expected failure it is on
+    the whole test (another rank failed it)."""
+    if xfail_outcome(report) != "xpassed":
+        return report
+    xfailed = copy.copy(report)
+    xfailed.outcome = "skipped"
+    xfailed.wasxfail = getattr(report, "wasxfail", None) or str(report.longrepr).removeprefix(
+        rankwords.XPASS_STRICT_PREFIX
+    )
+    xfailed.longrepr = None
+    return xfailed
 
 
 def plain_report(item: pytest.Item, report: pytest.TestReport) -> pytest.TestReport:

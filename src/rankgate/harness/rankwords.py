@@ -32,6 +32,9 @@ ORDER = (
 )
 """Outcomes, likeliest root cause first; any other word sorts after them."""
 
+XPASS_STRICT_PREFIX = "[XPASS(strict)] "
+"""How pytest's failure of a strict xfail test that passed begins."""
+
 NOT_RUN_PREFIX = "not run: "
 """How the report of a test a stopped in-place run never started begins (merge-junit
 reads it back as the outcome ``not run``)."""
@@ -125,3 +128,12 @@ def first_failed(durations: Mapping[int, float]) -> int | None:
         return None
     first, second = sorted(durations.items(), key=lambda kv: (kv[1], kv[0]))[:2]
     return first[0] if second[1] - first[1] >= FIRST_MARGIN_S else None
+
+
+def xfailed_as_one(outcomes: Mapping[int, str]) -> bool:
+    """Whether an xfail-marked test's rank outcomes make one expected failure: some rank
+    failed it (xfailed) and every other passed it (xpassed). Its body ran on every rank,
+    so it failed as a whole, as the pool counts it: a pass on one rank does not make it
+    an unexpected pass."""
+    kinds = set(outcomes.values())
+    return "xfailed" in kinds and kinds <= {"xfailed", "xpassed"}
