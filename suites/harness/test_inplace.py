@@ -261,7 +261,7 @@ def test_mpirun_runs_the_same_file(tmp_path):
     }
 
 
-XFAIL_ON_ONE_RANK = """
+ONE_RANK_DIFFERS = """
 import pytest
 
 @pytest.mark.world(2)
@@ -278,34 +278,46 @@ def test_fails_on_rank_1(rank):
 @pytest.mark.xfail(reason="fixed", strict=True)
 def test_strict_passes_everywhere(rank):
     pass
+
+@pytest.mark.world(2)
+def test_skips_on_rank_1(rank):
+    if rank == 1:
+        pytest.skip("only rank 1 skips")
 """
 
 
-def test_an_xfail_test_failing_on_one_rank_is_xfailed_in_the_pool_and_in_place(tmp_path):
-    # The body ran on every rank and failed on one: the test failed as a whole, as
-    # expected. In place each rank's pytest judged its own run: rank 0 reported a strict
-    # unexpected pass, "rank 0 failed; rank 1 xfailed", where the pool said XFAIL.
-    _write(tmp_path, XFAIL_ON_ONE_RANK)
+def test_a_test_that_one_rank_xfails_or_skips_has_the_pools_verdict_in_place(tmp_path):
+    # An xfail test whose body failed on one rank failed as a whole, as expected. In
+    # place each rank's pytest judged its own run: rank 0 reported a strict unexpected
+    # pass, "rank 0 failed; rank 1 xfailed", where the pool said XFAIL. A skip on one
+    # rank is an error in the pool (no rank failed); in place it was a failure.
+    _write(tmp_path, ONE_RANK_DIFFERS)
     expected = [
         "XFAIL test_suite.py::test_strict_fails_on_rank_1 - rank 1 known bad",
         "XFAIL test_suite.py::test_fails_on_rank_1 - rank 1 known bad",
         "FAILED test_suite.py::test_strict_passes_everywhere - [XPASS(strict)] fixed",
+        "ERROR test_suite.py::test_skips_on_rank_1 - ranks disagree",
     ]
     pool = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfx", "test_suite.py"],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfEx", "test_suite.py"],
         cwd=tmp_path, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    in_place = _torchrun(tmp_path, "--junitxml=out/junit.xml", "-rfx", "test_suite.py")
+    in_place = _torchrun(tmp_path, "--junitxml=out/junit.xml", "-rfEx", "test_suite.py")
     for proc in (pool, in_place):
         summary = proc.stdout.split("short test summary info")[-1]
-        lines = [line for line in summary.splitlines() if line.startswith(("XFAIL", "FAILED"))]
-        assert sorted(lines) == sorted(expected), proc.stdout
-        assert "1 failed, 2 xfailed in " in summary, summary
+        lines = [line for line in summary.splitlines() if line.startswith(("XF", "FA", "ER"))]
+        assert len(lines) == len(expected), proc.stdout
+        for start in expected:  # the disagreement's line goes on as each mode words it
+            assert [line for line in lines if line.startswith(start)], start
+        last = summary.strip().splitlines()[-1]
+        counts = {word: int(n) for n, word in re.findall(r"(\d+) (failed|error|xfailed|passed)", last)}
+        assert counts == {"failed": 1, "error": 1, "xfailed": 2}, summary
     merged = merge_junit(sorted((tmp_path / "out").glob("junit.rank*.xml")))
     assert {t.name: (t.verdict, t.message) for t in merged.tests} == {
         "test_strict_fails_on_rank_1": ("xfailed", "rank 1 known bad (rank 0 xpassed; rank 1 xfailed)"),
         "test_fails_on_rank_1": ("xfailed", "rank 1 known bad (rank 0 xpassed; rank 1 xfailed)"),
         "test_strict_passes_everywhere": ("failed", "ranks 0, 1 failed"),
+        "test_skips_on_rank_1": ("error", "ranks disagree: rank 1 skipped; rank 0 passed"),
     }
 
 

@@ -72,7 +72,7 @@ from rankgate.harness.signalwatch import SignalWatch
 from rankgate.harness.spec import WorldSpec
 from rankgate.harness.stackwhere import where as stack_where
 from rankgate.harness.testitem import seed_for_test, skip_at_test, test_timeout, world_spec
-from rankgate.harness.verdict import reproduction_line
+from rankgate.harness.verdict import disagreement_status, reproduction_line
 from rankgate.launch.env import LaunchEnv
 from rankgate.report.rankresults import ResultsWriter, results_path
 
@@ -815,6 +815,9 @@ class InPlaceSession:
         item.session.shouldstop = f"rankgate: {reason}"
 
     # -- reporting --------------------------------------------------------------------
+
+    def pytest_report_teststatus(self, report: pytest.TestReport):
+        return disagreement_status(report)
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if not self.problems:

@@ -21,6 +21,7 @@ from _pytest._code.code import ReprEntryNative, ReprExceptionInfo, ReprFileLocat
 
 from rankgate.harness import rankwords
 from rankgate.harness.failure_repr import failure_repr
+from rankgate.harness.verdict import DISAGREEMENT
 from rankgate.report.rankresults import strip_ansi
 
 WORST_FIRST = ("error", "failed", "skipped", "passed")
@@ -143,6 +144,8 @@ def verdict_reports(
         target = next((r for r in reports if r.when == "call"), reports[0])
         target.outcome = "failed"
         target.longrepr = failure_repr(item, problem)
+        if not any(res.outcome in BAD for res in everyone):  # an error, as in the pool
+            target.user_properties = [*target.user_properties, DISAGREEMENT]
         if hasattr(target, "wasxfail"):
             del target.wasxfail
     target.sections.extend(others_output)

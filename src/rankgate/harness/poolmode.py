@@ -39,7 +39,13 @@ from rankgate.harness.testitem import (
     skip_at_test,
     test_timeout,
 )
-from rankgate.harness.verdict import StrayOutcome, Verdict, judge, reproduction_line
+from rankgate.harness.verdict import (
+    StrayOutcome,
+    Verdict,
+    disagreement_status,
+    judge,
+    reproduction_line,
+)
 
 RUN_KEY = pytest.StashKey["WorldRun"]()
 
@@ -196,9 +202,7 @@ class PoolSession:
         return report
 
     def pytest_report_teststatus(self, report: pytest.TestReport):
-        if report.when == "call" and ("rankgate.verdict", "disagreement") in report.user_properties:
-            return "error", "E", "ERROR"
-        return None
+        return disagreement_status(report)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self) -> None:

@@ -8,6 +8,17 @@ from rankgate.harness import rankwords
 from rankgate.harness.outcome import BAD, RankOutcome, RankResult
 from rankgate.harness.stackwhere import where as stack_where
 
+DISAGREEMENT = ("rankgate.verdict", "disagreement")
+"""The user property of a test whose ranks ended differently (a skip on some)."""
+
+
+def disagreement_status(report) -> tuple[str, str, str] | None:
+    """pytest's status for a test whose ranks disagree: an error (no rank failed it),
+    the same in the pool and in place."""
+    if report.when == "call" and DISAGREEMENT in report.user_properties:
+        return "error", "E", "ERROR"
+    return None
+
 
 class StrayOutcome(RuntimeError):
     """An outcome of another test than the one being judged (a harness bug)."""
