@@ -129,6 +129,44 @@ def test_unpicklable_fixture_is_a_setup_error_naming_it(inner):
     )
 
 
+def test_what_the_controllers_set_up_gives_the_instance_reaches_every_rank(inner):
+    # setup_method and fixtures that set self.x run in the controller, as fixtures do;
+    # the ranks' own instances get those attributes (in place each rank runs them itself).
+    result = inner(
+        """
+        import threading
+        import pytest
+
+        @pytest.mark.world(2)
+        class TestState:
+            def setup_method(self):
+                self.base = 40
+
+            @pytest.fixture(autouse=True)
+            def _more(self):
+                self.more = 2
+
+            def test_sees_it(self, rank):
+                assert self.base + self.more == 42
+
+        @pytest.mark.world(2)
+        class TestLock:
+            def setup_method(self):
+                self.lock = threading.Lock()
+
+            def test_uses_lock(self, rank):
+                pass
+        """
+    )
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at setup of TestLock.test_uses_lock*",
+            "rankgate: self.lock (lock) cannot be sent into the ranks: TypeError: cannot pickle '_thread.lock' object.*create this object inside the test body*",
+        ]
+    )
+
+
 @pytest.mark.parametrize(
     "use", ["[10, 20][rank]", 'f"shard-{rank}.bin"'], ids=["index", "f_string"]
 )

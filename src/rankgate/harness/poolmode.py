@@ -249,24 +249,17 @@ def _stop_the_session(signum, frame) -> None:
 def build_task(item: pytest.Function, seed: int) -> TestTask:
     """What a rank needs to run this test: where the function is and its arguments."""
     kwargs = {name: item.funcargs[name] for name in item._fixtureinfo.argnames}
-    try:
-        blob = pickle.dumps(kwargs, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:
-        for name, value in kwargs.items():
-            try:
-                pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-            except Exception as exc:
-                raise FixtureCrossingError(
-                    f"fixture {name!r} ({type(value).__name__}) cannot be sent into the ranks: "
-                    f"{type(exc).__name__}: {exc}. Fixtures of world tests are created once in "
-                    "the controller and pickled into every rank; create this object inside the "
-                    "test body instead, or make it picklable."
-                ) from None
-        raise
+    blob = _pickled(
+        kwargs,
+        lambda name: f"fixture {name!r}",
+        "Fixtures of world tests are created once in the controller and pickled into "
+        "every rank",
+    )
     module = item.module
     return TestTask(
         test_id=item.nodeid,
         kwargs=blob,
+        instance_state=_instance_state(item),
         module=module.__name__,
         module_file=module.__file__,
         rewrite="@py_builtins" in vars(module),
@@ -275,6 +268,37 @@ def build_task(item: pytest.Function, seed: int) -> TestTask:
         seed=seed,
         prelude=item.stash.get(PRELUDE_KEY, None),
     )
+
+
+def _instance_state(item: pytest.Function) -> bytes:
+    """The attributes the controller's set-up gave the test's instance, pickled ("" when
+    none): the ranks run the method on instances of their own."""
+    state = vars(item.instance) if item.instance is not None else {}
+    if not state:
+        return b""
+    return _pickled(
+        state,
+        lambda name: f"self.{name}",
+        "setup_method and fixtures run once in the controller, and what they set on the "
+        "test's instance is pickled into every rank",
+    )
+
+
+def _pickled(values: dict, naming, why: str) -> bytes:
+    """``values`` pickled; else an error naming the first that cannot be, and what to do."""
+    try:
+        return pickle.dumps(values, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        for name, value in values.items():
+            try:
+                pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception as exc:
+                raise FixtureCrossingError(
+                    f"{naming(name)} ({type(value).__name__}) cannot be sent into the ranks: "
+                    f"{type(exc).__name__}: {exc}. {why}; create this object inside the test "
+                    "body instead, or make it picklable."
+                ) from None
+        raise
 
 
 def _qualname_in_module(item: pytest.Item) -> str:

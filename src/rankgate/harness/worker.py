@@ -221,6 +221,8 @@ def _load_test_function(task: messages.TestTask):
         owner = getattr(owner, part)
     if isinstance(owner, type):
         owner = owner()  # a fresh instance per test, as pytest does
+        if task.instance_state:  # with what the controller's set-up gave its instance
+            vars(owner).update(pickle.loads(task.instance_state))
     return getattr(owner, parts[-1])
 
 
