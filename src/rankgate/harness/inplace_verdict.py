@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 import pytest
 from _pytest._code.code import ReprEntryNative, ReprExceptionInfo, ReprFileLocation, ReprTraceback
+from _pytest.skipping import xfailed_key
 
 from rankgate.harness import rankwords
 from rankgate.harness.failure_repr import failure_repr
@@ -118,7 +119,7 @@ def verdict_reports(
 ) -> list[pytest.TestReport]:
     """This rank's reports as the cross-rank verdict makes them (see the module doc)."""
     if _xfailed_as_one(everyone):
-        return [_as_xfailed(report) for report in own]
+        return [_as_xfailed(item, report) for report in own]
     problem = cross_rank_problem(everyone, rank)
     if problem is None:
         return own
@@ -152,16 +153,16 @@ def verdict_reports(
     return reports
 
 
-def _as_xfailed(report: pytest.TestReport) -> pytest.TestReport:
+def _as_xfailed(item: pytest.Item, report: pytest.TestReport) -> pytest.TestReport:
     """A call that passed here under an xfail marker, as the expected failure it is on
     the whole test (another rank failed it)."""
     if xfail_outcome(report) != "xpassed":
         return report
     xfailed = copy.copy(report)
     xfailed.outcome = "skipped"
-    xfailed.wasxfail = getattr(report, "wasxfail", None) or str(report.longrepr).removeprefix(
-        rankwords.XPASS_STRICT_PREFIX
-    )
+    # The marker's reason: a strict pass's text carries the reproduction line too.
+    marked = item.stash.get(xfailed_key, None)
+    xfailed.wasxfail = marked.reason if marked is not None else getattr(report, "wasxfail", "")
     xfailed.longrepr = None
     return xfailed
 
