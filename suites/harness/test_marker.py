@@ -129,6 +129,48 @@ def test_unpicklable_fixture_is_a_setup_error_naming_it(inner):
     )
 
 
+def test_async_world_tests_run_on_every_rank_as_their_plugin_would(inner):
+    # A coroutine body was called and never awaited: a pass that ran nothing. Now it runs
+    # as anyio would run it in this process; with no async plugin it fails, as pytest's
+    # own check fails it (in place that check runs on each rank).
+    result = inner(
+        """
+        import pytest
+        import torch
+        import torch.distributed as dist
+
+        @pytest.fixture
+        def anyio_backend():
+            return "asyncio"
+
+        @pytest.mark.world(2)
+        @pytest.mark.anyio
+        async def test_all_reduce(rank):
+            t = torch.ones(1)
+            dist.all_reduce(t)
+            assert t.item() == 2
+
+        @pytest.mark.world(2)
+        @pytest.mark.anyio
+        async def test_fails_on_rank_1(rank):
+            assert rank == 0, "rank 1 ran the body"
+
+        @pytest.mark.world(2)
+        async def test_without_a_plugin(rank):
+            pass
+        """
+    )
+    result.assert_outcomes(passed=1, failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*rank 1 failed; rank 0 passed*",
+            "*AssertionError: rank 1 ran the body*",
+            "*ranks 0, 1 failed*",
+            "RuntimeError: async def test body, but no async plugin runs it*",
+        ]
+    )
+
+
 def test_what_the_controllers_set_up_gives_the_instance_reaches_every_rank(inner):
     # setup_method and fixtures that set self.x run in the controller, as fixtures do;
     # the ranks' own instances get those attributes (in place each rank runs them itself).

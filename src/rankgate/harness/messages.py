@@ -70,6 +70,9 @@ class TestTask:
     """The process group's operation timeout during this test (set by the pool)."""
     prelude: dict | None = None
     """An adopted test's set-up on each rank (``rankgate.harness.adopt.rankentry.enter``)."""
+    async_backend: tuple[str, dict] | None = None
+    """An ``async def`` test body: the backend (and its options) the controller's async
+    plugin would run it with; "" when no plugin took it. None: a plain function."""
     instance_state: bytes = b""
     """A test method's instance attributes as the controller left them (``setup_method``,
     a fixture that sets ``self.x``), pickled; each rank's fresh instance gets them."""

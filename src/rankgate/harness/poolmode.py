@@ -11,6 +11,7 @@ rank, and rank-dependent values belong in the test body.
 
 from __future__ import annotations
 
+import inspect
 import os
 import pickle
 import shutil
@@ -260,6 +261,7 @@ def build_task(item: pytest.Function, seed: int) -> TestTask:
         test_id=item.nodeid,
         kwargs=blob,
         instance_state=_instance_state(item),
+        async_backend=_async_backend(item),
         module=module.__name__,
         module_file=module.__file__,
         rewrite="@py_builtins" in vars(module),
@@ -268,6 +270,25 @@ def build_task(item: pytest.Function, seed: int) -> TestTask:
         seed=seed,
         prelude=item.stash.get(PRELUDE_KEY, None),
     )
+
+
+def _async_backend(item: pytest.Function) -> tuple[str, dict] | None:
+    """How an ``async def`` body runs on the ranks: with the backend the plugin that
+    would have run it in this process chose ("" when none would); None for a plain one."""
+    if not inspect.iscoroutinefunction(item.obj):
+        return None
+    chosen = item.funcargs.get("anyio_backend")  # anyio's plugin asks for it when it runs the test
+    if chosen:
+        from anyio.pytest_plugin import extract_backend_and_options
+
+        name, options = extract_backend_and_options(chosen)
+        return name, dict(options)
+    if item.config.pluginmanager.has_plugin("asyncio") and (
+        item.get_closest_marker("asyncio") is not None
+        or item.config.getini("asyncio_mode") == "auto"
+    ):
+        return "asyncio", {}
+    return "", {}
 
 
 def _instance_state(item: pytest.Function) -> bytes:

@@ -143,7 +143,9 @@ def _run_test(task: messages.TestTask, config: messages.RankConfig) -> dict[str,
         set_collective_timeout(task.collective_timeout)
         if task.prelude:  # an adopted test: the project's variables and set-up
             importlib.import_module("rankgate.harness.adopt.rankentry").enter(task.prelude)
-        func(**kwargs)
+        result = func(**kwargs)
+        if task.async_backend is not None:
+            _await_test_body(result, *task.async_backend)
     except BaseException as exc:
         outcome, detail = _classify(exc)
         broke_group = breaks_process_group(exc)
@@ -164,6 +166,30 @@ def _run_test(task: messages.TestTask, config: messages.RankConfig) -> dict[str,
         "duration": duration,
         "broke_group": broke_group,
     }
+
+
+NO_ASYNC_PLUGIN = (
+    "async def test body, but no async plugin runs it (@pytest.mark.anyio with anyio, or "
+    "pytest-asyncio): it did not run. pytest fails such a test too"
+)
+
+
+def _await_test_body(body, backend: str, options: dict) -> None:
+    """Run a coroutine test body to its end as the controller's async plugin would."""
+    if not backend:
+        body.close()
+        raise RuntimeError(NO_ASYNC_PLUGIN)
+    if backend == "asyncio" and not options:
+        import asyncio
+
+        asyncio.run(body)
+        return
+    import anyio
+
+    async def run() -> None:
+        await body
+
+    anyio.run(run, backend=backend, backend_options=options or None)
 
 
 def _classify(exc: BaseException) -> tuple[str, str]:
