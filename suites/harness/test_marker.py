@@ -171,6 +171,30 @@ def test_async_world_tests_run_on_every_rank_as_their_plugin_would(inner):
     )
 
 
+@pytest.mark.parametrize("as_error", [False, True], ids=["warning", "error"])
+def test_a_world_test_that_returns_a_value_gets_pytests_warning(inner, as_error):
+    # `return t.item() == 3` for `assert ...` passes whatever the value: pytest warns a
+    # plain test of it, and now a world test too (and fails it under -W error).
+    source = """
+        import pytest
+
+        @pytest.mark.world(2)
+        def test_returns(rank):
+            return rank == 5
+        """
+    args = ["-W", "error::pytest.PytestReturnNotNoneWarning"] if as_error else []
+    result = inner(source, *args)
+    message = (
+        "*PytestReturnNotNoneWarning: Test functions should return None, but "
+        "test_inner.py::test_returns returned bool on ranks 0, 1."
+    )
+    if as_error:
+        result.assert_outcomes(failed=1)
+    else:
+        result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines([message, "*Did you mean to use `assert` instead of `return`?"])
+
+
 def test_what_the_controllers_set_up_gives_the_instance_reaches_every_rank(inner):
     # setup_method and fixtures that set self.x run in the controller, as fixtures do;
     # the ranks' own instances get those attributes (in place each rank runs them itself).

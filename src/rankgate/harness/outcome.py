@@ -46,6 +46,8 @@ class RankOutcome:
     """The rank's Python stacks, dumped when the test timed out."""
     broke_group: bool = False
     """The rank failed with a process-group error: the group cannot be trusted again."""
+    returned: str = ""
+    """The type of what the test body returned, when not None (pytest warns of it)."""
 
     def __post_init__(self) -> None:
         self.outcome = RankResult(self.outcome)  # ValueError names an unknown word

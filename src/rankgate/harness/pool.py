@@ -311,6 +311,7 @@ class Pool:
                     detail=kwargs["detail"],
                     duration=kwargs["duration"],
                     broke_group=kwargs["broke_group"],
+                    returned=kwargs.get("returned", ""),
                 )
         if r.process.sentinel in ready or not r.process.is_alive():
             r.process.join(1)

@@ -19,12 +19,13 @@ import signal
 import sys
 import tempfile
 import threading
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from rankgate.harness import options
+from rankgate.harness import options, rankwords
 from rankgate.harness.failure_repr import failure_repr
 from rankgate.harness.gpus import gpu_share, visible_gpu_count, xdist_slot
 from rankgate.harness.messages import TestTask
@@ -171,6 +172,7 @@ class PoolSession:
         run.verdict = verdict = judge(
             run.outcomes, run.world, run.backend, test_id=pyfuncitem.nodeid
         )
+        _warn_of_returned_values(pyfuncitem.nodeid, run.outcomes)
         if verdict.status == "failed":
             raise RankFailure(verdict.summary)
         if verdict.status == "disagreement":
@@ -270,6 +272,21 @@ def build_task(item: pytest.Function, seed: int) -> TestTask:
         seed=seed,
         prelude=item.stash.get(PRELUDE_KEY, None),
     )
+
+
+def _warn_of_returned_values(nodeid: str, outcomes: list[RankOutcome]) -> None:
+    """pytest's warning for a test that returns a value, which it gives a plain test."""
+    returned = {o.rank: o.returned for o in outcomes if o.returned}
+    if returned:
+        kinds = ", ".join(sorted(set(returned.values())))
+        warnings.warn(
+            pytest.PytestReturnNotNoneWarning(
+                f"Test functions should return None, but {nodeid} returned {kinds} on "
+                f"{rankwords.ranks(sorted(returned))}.\n"
+                "Did you mean to use `assert` instead of `return`?"
+            ),
+            stacklevel=1,
+        )
 
 
 def _async_backend(item: pytest.Function) -> tuple[str, dict] | None:

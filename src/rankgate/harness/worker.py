@@ -135,7 +135,7 @@ def _run_test(task: messages.TestTask, config: messages.RankConfig) -> dict[str,
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
     children_before = set(leaks.children())
     start = time.perf_counter()
-    outcome, detail, broke_group = "passed", "", False
+    outcome, detail, broke_group, returned = "passed", "", False, ""
     try:
         func = _load_test_function(task)
         kwargs = _fill_rank_values(pickle.loads(task.kwargs), rank, config)
@@ -146,6 +146,8 @@ def _run_test(task: messages.TestTask, config: messages.RankConfig) -> dict[str,
         result = func(**kwargs)
         if task.async_backend is not None:
             _await_test_body(result, *task.async_backend)
+        elif result is not None:  # `return x == y` for `assert x == y`: pytest warns
+            returned = type(result).__name__
     except BaseException as exc:
         outcome, detail = _classify(exc)
         broke_group = breaks_process_group(exc)
@@ -165,6 +167,7 @@ def _run_test(task: messages.TestTask, config: messages.RankConfig) -> dict[str,
         "detail": detail,
         "duration": duration,
         "broke_group": broke_group,
+        "returned": returned,
     }
 
 
