@@ -105,11 +105,6 @@ def failed_key(test_index: int, rank: int) -> str:
     return f"t{test_index}/failed/{rank}"
 
 
-def failure_text_key(test_index: int, rank: int) -> str:
-    """Set (before ``failed_key``) to the failure's text, for a peer that stops the run."""
-    return f"t{test_index}/failure/{rank}"
-
-
 def exited_key(rank: int) -> str:
     return f"exited/{rank}"
 

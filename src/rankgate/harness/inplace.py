@@ -58,7 +58,6 @@ from rankgate.harness.inplace_verdict import (
     report_text,
     verdict_reports,
 )
-from rankgate.harness.output import JUNIT_LIMIT, clip_text
 from rankgate.harness.pool import collective_timeout
 from rankgate.harness.rankstate import (
     after_test_problems,
@@ -429,15 +428,17 @@ class InPlaceSession:
         self._stop(item, reason, own_text, verdict="hung", shown_text=shown_text)
 
     def _failed_peers(self, item: pytest.Item) -> dict[int, str]:
-        """The other ranks that failed ``item``, with their failures' texts."""
+        """The other ranks that failed ``item``, with their failures' texts: the results
+        they sent for the exchange, which they entered once the test ended there."""
         index = self._index.get(item.nodeid)
         if index is None:
             return {}
-        return {
-            r: self.control.peek(control.failure_text_key(index, r)) or ""
-            for r in range(self.launch.world_size)
-            if r != self.launch.rank and self.control.peek(control.failed_key(index, r))
-        }
+        failed = {}
+        for r in range(self.launch.world_size):
+            if r != self.launch.rank and self.control.peek(control.failed_key(index, r)):
+                sent = self.control.peek(control.outcome_key(index, r))
+                failed[r] = RankResult(*sent).text if sent is not None else ""
+        return failed
 
     def _claim_stop(self) -> bool:
         """True for the one watcher (hang or signal) that records this rank's stop."""
@@ -535,11 +536,10 @@ class InPlaceSession:
             shown = report if shown_text is None else self._stop_report(
                 item, shown_text, captured, verdict
             )
-            if not self._current_logged:  # else its own result is in the JUnit file already
-                self._log_own(item, [report])
-            self._log_shown(report=shown)
-            if not self._current_logged:
-                self._count_failure(item, [shown])
+            if self._current_logged:  # its own result is in the JUnit file already
+                self._log_shown(report=shown)
+            else:
+                self._log_both(item, [report], shown=[shown])
             self._last_index = self._index.get(item.nodeid, self._last_index)
         not_run = self._report_not_run(reason)
         xml = self._xml()
@@ -689,10 +689,7 @@ class InPlaceSession:
         if report.failed:
             index = self._index.get(item.nodeid)
             if index is not None and report.when in ("setup", "call"):
-                rank = self.launch.rank
-                text = clip_text(report_text(plain_report(item, report)), JUNIT_LIMIT)
-                self.control.set(control.failure_text_key(index, rank), text)
-                self.control.set(control.failed_key(index, rank), True)
+                self.control.set(control.failed_key(index, self.launch.rank), True)
             add_section(report, "rankgate reproduce", self.reproduction_line(item))
         return report
 
@@ -768,12 +765,19 @@ class InPlaceSession:
                 }
             )
 
-    def _log_both(self, item: pytest.Item, reports: list[pytest.TestReport]) -> None:
-        """A report this rank makes for itself (not run, hung): its files and terminal."""
+    def _log_both(
+        self,
+        item: pytest.Item,
+        reports: list[pytest.TestReport],
+        shown: list[pytest.TestReport] | None = None,
+    ) -> None:
+        """A report this rank makes for itself (not run, hung): its files, and its terminal
+        (``shown`` there instead, when given)."""
         self._log_own(item, reports)
-        for report in reports:
+        shown = reports if shown is None else shown
+        for report in shown:
             self._log_shown(report=report)
-        self._count_failure(item, reports)
+        self._count_failure(item, shown)
 
     def _count_failure(self, item: pytest.Item, shown: list[pytest.TestReport]) -> None:
         """-x and --maxfail count tests failed on any rank, so every rank stops together."""
@@ -794,6 +798,7 @@ class InPlaceSession:
         mine = own_result(own)._replace(group_trouble=self._group_trouble)
         self._group_trouble = False
         try:
+            # Each rank's value stays at control.outcome_key(index, rank): _failed_peers reads it.
             gathered = self.control.all_gather(f"t{index}/outcome", tuple(mine), timeout=seconds)
         except (RunAborted, TimeoutError) as exc:
             self._stop_gracefully(item, str(exc))
