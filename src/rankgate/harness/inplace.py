@@ -51,6 +51,7 @@ from rankgate.harness.failure_repr import failure_repr
 from rankgate.harness.hangwatch import HangWatch
 from rankgate.harness.inplace_group import InPlaceGroup
 from rankgate.harness.inplace_verdict import (
+    DISAGREE_PREFIX,
     RankResult,
     cross_rank_problem,
     own_result,
@@ -64,6 +65,7 @@ from rankgate.harness.rankstate import (
     breaks_process_group,
     destroy_subgroups,
     reset_state,
+    same_examples_on_every_rank,
     seed_everything,
     set_collective_timeout,
 )
@@ -354,7 +356,9 @@ class InPlaceSession:
         if reason is not None:
             skip_at_test(reason)
         if world_spec(item) is not None:
-            seed_everything(seed_for_test(self.base_seed, item.nodeid))
+            seed = seed_for_test(self.base_seed, item.nodeid)
+            seed_everything(seed)
+            same_examples_on_every_rank(getattr(item, "obj", None), seed)
 
     def _timeout(self, item: pytest.Item) -> float:
         return test_timeout(item, self.default_timeout)
@@ -830,7 +834,9 @@ class InPlaceSession:
         tr = terminalreporter
         tr.section("rankgate: failures on other ranks", sep="=", red=True, bold=True)
         for nodeid, text in self.problems:
-            tr.write_line(f"FAILED {nodeid}: {text.splitlines()[0]}")
+            # pytest's word for the test: no rank failed a test whose ranks disagree
+            word = "ERROR" if text.startswith(DISAGREE_PREFIX) else "FAILED"
+            tr.write_line(f"{word} {nodeid}: {text.splitlines()[0]}")
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:

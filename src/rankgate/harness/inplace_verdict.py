@@ -67,10 +67,8 @@ def xfail_outcome(report: pytest.TestReport) -> str:
         return ""
     if hasattr(report, "wasxfail"):
         return "xfailed" if report.skipped else "xpassed"
-    strict_pass = isinstance(report.longrepr, str) and report.longrepr.startswith(
-        rankwords.XPASS_STRICT_PREFIX
-    )
-    return "xpassed" if report.failed and strict_pass else ""
+    strict_pass = report.failed and rankwords.is_strict_xpass(report_text(report))
+    return "xpassed" if strict_pass else ""
 
 
 def own_result(reports: list[pytest.TestReport]) -> RankResult:
@@ -97,6 +95,10 @@ def _xfailed_as_one(everyone: list[RankResult]) -> bool:
     return rankwords.xfailed_as_one({r: res.xfail for r, res in enumerate(everyone)})
 
 
+DISAGREE_PREFIX = "ranks disagree: "
+"""How a test's problem begins when no rank failed it but their outcomes differ."""
+
+
 def cross_rank_problem(everyone: list[RankResult], rank: int) -> str | None:
     """What the other ranks add to this rank's verdict, or None when they add nothing."""
     if _xfailed_as_one(everyone):
@@ -110,7 +112,7 @@ def cross_rank_problem(everyone: list[RankResult], rank: int) -> str | None:
             f"\n--- rank {r}: {everyone[r].outcome} ---\n{everyone[r].text}" for r in others_bad
         )
     if len(set(outcomes.values())) > 1 and everyone[rank].outcome not in BAD:
-        return f"ranks disagree: {line}"
+        return f"{DISAGREE_PREFIX}{line}"
     return None
 
 

@@ -76,6 +76,9 @@ class TestTask:
     instance_state: bytes = b""
     """A test method's instance attributes as the controller left them (``setup_method``,
     a fixture that sets ``self.x``), pickled; each rank's fresh instance gets them."""
+    class_state: bytes = b""
+    """What the controller's class set-up (``setup_class``, ``setUpClass``, a class-scoped
+    fixture) set on the test's class, pickled; each rank sets it on its own class."""
 
 
 class UnknownMessage(RuntimeError):

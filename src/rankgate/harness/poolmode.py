@@ -11,12 +11,10 @@ rank, and rank-dependent values belong in the test body.
 
 from __future__ import annotations
 
-import inspect
+import functools
 import os
-import pickle
 import shutil
 import signal
-import sys
 import tempfile
 import threading
 import warnings
@@ -25,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from rankgate.harness import options, rankwords
+from rankgate.harness import classstate, options, rankwords
 from rankgate.harness.failure_repr import failure_repr
 from rankgate.harness.gpus import gpu_share, visible_gpu_count, xdist_slot
 from rankgate.harness.messages import TestTask
@@ -34,8 +32,8 @@ from rankgate.harness.output import JUNIT_LIMIT, clip_text
 from rankgate.harness.pool import PoolKey, PoolProtocolError, PoolStartError
 from rankgate.harness.registry import PoolRegistry
 from rankgate.harness.spec import resolve_backend, uses_gpus
+from rankgate.harness.task import FixtureCrossingError, build_task, is_unittest
 from rankgate.harness.testitem import (
-    PRELUDE_KEY,
     SPEC_KEY,
     seed_for_test,
     skip_at_test,
@@ -50,10 +48,6 @@ from rankgate.harness.verdict import (
 )
 
 RUN_KEY = pytest.StashKey["WorldRun"]()
-
-
-class FixtureCrossingError(RuntimeError):
-    """A fixture value that cannot be sent into the ranks."""
 
 
 class RankFailure(AssertionError):
@@ -91,6 +85,7 @@ class PoolSession:
         self._base_dir: Path | None = None
         self._previous_handlers = _end_the_session_on_stop_signals()
         self._gpus: tuple[str, ...] | None = None
+        self._class_baselines: dict[type, dict] = {}
 
     @property
     def registry(self) -> PoolRegistry:
@@ -132,6 +127,14 @@ class PoolSession:
             "(--rankgate-mode=inplace runs them in place anyway)"
         )
 
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        # Each world test class as its module defined it, before any set-up ran: what
+        # set-up changes later travels to the ranks (rankgate.harness.classstate).
+        for item in session.items:
+            cls = getattr(item, "cls", None)
+            if cls is not None and SPEC_KEY in item.stash and cls not in self._class_baselines:
+                self._class_baselines[cls] = classstate.class_baseline(cls)
+
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_setup(self, item: pytest.Item):
         spec = item.stash.get(SPEC_KEY, None)
@@ -158,21 +161,45 @@ class PoolSession:
         item.stash[RUN_KEY] = run
         self.registry.acquire(run.key)  # PoolStartError: this test errors, it does not fail
         result = yield  # the controller's fixtures
-        run.task = build_task(item, run.seed)  # FixtureCrossingError: a setup error too
+        baseline = self._class_baselines.get(item.cls, {}) if item.cls is not None else {}
+        if is_unittest(item):
+            # unittest calls setUp just before the method, so the task is made then
+            item.obj = self._unittest_method_on_the_ranks(item, run, baseline)
+            return result
+        run.task = build_task(item, run.seed, baseline)  # FixtureCrossingError: a setup error
         return result
+
+    def _unittest_method_on_the_ranks(self, item: pytest.Item, run: WorldRun, baseline: dict):
+        """What unittest calls in place of the test method: the method on the ranks.
+
+        pytest runs a TestCase's method through unittest (setUp, the method, tearDown,
+        its skip and expectedFailure decorators); only the method itself moves to the
+        ranks, as a plain test's body does. The decorators' marks are copied over.
+        """
+        method = item.obj
+
+        @functools.wraps(method)
+        def on_the_ranks(*_args) -> None:
+            run.task = build_task(item, run.seed, baseline, method)
+            self._run_on_pool(item, run)
+
+        return on_the_ranks
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function):
         run = pyfuncitem.stash.get(RUN_KEY, None)
         if run is None:
             return None
-        timeout = test_timeout(pyfuncitem, self.default_timeout)
+        self._run_on_pool(pyfuncitem, run)
+        return True
+
+    def _run_on_pool(self, item: pytest.Item, run: WorldRun) -> None:
+        """Run the task on the pool; raise as pytest expects for the ranks' verdict."""
+        timeout = test_timeout(item, self.default_timeout)
         pool = self.registry.acquire(run.key)
         run.outcomes = pool.run(run.task, timeout)
-        run.verdict = verdict = judge(
-            run.outcomes, run.world, run.backend, test_id=pyfuncitem.nodeid
-        )
-        _warn_of_returned_values(pyfuncitem.nodeid, run.outcomes)
+        run.verdict = verdict = judge(run.outcomes, run.world, run.backend, test_id=item.nodeid)
+        _warn_of_returned_values(item.nodeid, run.outcomes)
         if verdict.status == "failed":
             raise RankFailure(verdict.summary)
         if verdict.status == "disagreement":
@@ -181,7 +208,6 @@ class PoolSession:
             skip_at_test(verdict.summary)
         if verdict.status == "xfailed":
             pytest.xfail(verdict.summary)
-        return True
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
@@ -249,31 +275,6 @@ def _stop_the_session(signum, frame) -> None:
     pytest.exit(f"rankgate: received {signal.Signals(signum).name}", returncode=128 + signum)
 
 
-def build_task(item: pytest.Function, seed: int) -> TestTask:
-    """What a rank needs to run this test: where the function is and its arguments."""
-    kwargs = {name: item.funcargs[name] for name in item._fixtureinfo.argnames}
-    blob = _pickled(
-        kwargs,
-        lambda name: f"fixture {name!r}",
-        "Fixtures of world tests are created once in the controller and pickled into "
-        "every rank",
-    )
-    module = item.module
-    return TestTask(
-        test_id=item.nodeid,
-        kwargs=blob,
-        instance_state=_instance_state(item),
-        async_backend=_async_backend(item),
-        module=module.__name__,
-        module_file=module.__file__,
-        rewrite="@py_builtins" in vars(module),
-        qualname=_qualname_in_module(item),
-        sys_path=tuple(sys.path),
-        seed=seed,
-        prelude=item.stash.get(PRELUDE_KEY, None),
-    )
-
-
 def _warn_of_returned_values(nodeid: str, outcomes: list[RankOutcome]) -> None:
     """pytest's warning for a test that returns a value, which it gives a plain test."""
     returned = {o.rank: o.returned for o in outcomes if o.returned}
@@ -287,67 +288,6 @@ def _warn_of_returned_values(nodeid: str, outcomes: list[RankOutcome]) -> None:
             ),
             stacklevel=1,
         )
-
-
-def _async_backend(item: pytest.Function) -> tuple[str, dict] | None:
-    """How an ``async def`` body runs on the ranks: with the backend the plugin that
-    would have run it in this process chose ("" when none would); None for a plain one."""
-    if not inspect.iscoroutinefunction(item.obj):
-        return None
-    chosen = item.funcargs.get("anyio_backend")  # anyio's plugin asks for it when it runs the test
-    if chosen:
-        from anyio.pytest_plugin import extract_backend_and_options
-
-        name, options = extract_backend_and_options(chosen)
-        return name, dict(options)
-    if item.config.pluginmanager.has_plugin("asyncio") and (
-        item.get_closest_marker("asyncio") is not None
-        or item.config.getini("asyncio_mode") == "auto"
-    ):
-        return "asyncio", {}
-    return "", {}
-
-
-def _instance_state(item: pytest.Function) -> bytes:
-    """The attributes the controller's set-up gave the test's instance, pickled ("" when
-    none): the ranks run the method on instances of their own."""
-    state = vars(item.instance) if item.instance is not None else {}
-    if not state:
-        return b""
-    return _pickled(
-        state,
-        lambda name: f"self.{name}",
-        "setup_method and fixtures run once in the controller, and what they set on the "
-        "test's instance is pickled into every rank",
-    )
-
-
-def _pickled(values: dict, naming, why: str) -> bytes:
-    """``values`` pickled; else an error naming the first that cannot be, and what to do."""
-    try:
-        return pickle.dumps(values, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:
-        for name, value in values.items():
-            try:
-                pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-            except Exception as exc:
-                raise FixtureCrossingError(
-                    f"{naming(name)} ({type(value).__name__}) cannot be sent into the ranks: "
-                    f"{type(exc).__name__}: {exc}. {why}; create this object inside the test "
-                    "body instead, or make it picklable."
-                ) from None
-        raise
-
-
-def _qualname_in_module(item: pytest.Item) -> str:
-    """The path from the module to the test, through the class pytest collected it on.
-
-    An inherited method's own ``__qualname__`` names the base class, whose attributes
-    are not the subclass's: the ranks would run the test on the wrong class.
-    """
-    if item.cls is None:
-        return item.originalname
-    return f"{item.cls.__qualname__}.{item.originalname}"
 
 
 def attach_rank_output(item: pytest.Item, report: pytest.TestReport, run: WorldRun) -> None:

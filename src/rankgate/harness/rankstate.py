@@ -83,6 +83,27 @@ def seed_everything(seed: int) -> None:
         numpy.random.seed(seed % 2**32)
 
 
+_SEEDED_BY_RANKGATE = "_rankgate_hypothesis_seed"
+
+
+def same_examples_on_every_rank(test, seed: int) -> None:
+    """A Hypothesis test draws its examples from a random source of its own in each
+    process: ranks would draw different ones, and their collectives would not match
+    (gloo aborts: "Received data size doesn't match expected size"). Given the test's
+    seed, as with Hypothesis's own ``@seed``, every rank draws the same examples. A
+    seed the test chose itself is kept."""
+    function = getattr(test, "__func__", test)  # a method: the function under it
+    if not getattr(function, "is_hypothesis_test", False):
+        return
+    chosen = getattr(function, "_hypothesis_internal_use_seed", None)
+    if chosen is not None and getattr(function, _SEEDED_BY_RANKGATE, None) != chosen:
+        return  # the test's own @seed(...)
+    import hypothesis
+
+    hypothesis.seed(seed)(function)
+    setattr(function, _SEEDED_BY_RANKGATE, seed)
+
+
 def reset_state(saved_env: dict[str, str], saved_cwd: str) -> None:
     """Undo what a test body may leak into the next one on this rank.
 

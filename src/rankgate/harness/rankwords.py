@@ -35,6 +35,17 @@ ORDER = (
 XPASS_STRICT_PREFIX = "[XPASS(strict)] "
 """How pytest's failure of a strict xfail test that passed begins."""
 
+UNEXPECTED_SUCCESS = "Unexpected success"
+"""How pytest's failure of a unittest ``expectedFailure`` test that passed begins: the
+same strict pass under another name."""
+
+
+def is_strict_xpass(failure_text: str) -> bool:
+    """Whether a failure's text says only that an expected failure passed."""
+    text = failure_text.removeprefix("Failed: ")  # JUnit's message names the exception
+    return text.startswith((XPASS_STRICT_PREFIX, UNEXPECTED_SUCCESS))
+
+
 NOT_RUN_PREFIX = "not run: "
 """How the report of a test a stopped in-place run never started begins (merge-junit
 reads it back as the outcome ``not run``)."""

@@ -32,6 +32,7 @@ from rankgate.harness.rankstate import (
     breaks_process_group,
     destroy_subgroups,
     reset_state,
+    same_examples_on_every_rank,
     seed_everything,
     set_collective_timeout,
 )
@@ -140,6 +141,7 @@ def _run_test(task: messages.TestTask, config: messages.RankConfig) -> dict[str,
         func = _load_test_function(task)
         kwargs = _fill_rank_values(pickle.loads(task.kwargs), rank, config)
         seed_everything(task.seed)
+        same_examples_on_every_rank(func, task.seed)
         set_collective_timeout(task.collective_timeout)
         if task.prelude:  # an adopted test: the project's variables and set-up
             importlib.import_module("rankgate.harness.adopt.rankentry").enter(task.prelude)
@@ -198,7 +200,7 @@ def _await_test_body(body, backend: str, options: dict) -> None:
 def _classify(exc: BaseException) -> tuple[str, str]:
     """pytest.skip/xfail raise their own exceptions: map them without importing pytest."""
     kind = type(exc).__name__
-    if kind == "Skipped":
+    if kind in ("Skipped", "SkipTest"):  # pytest.skip, unittest's skipTest
         return "skipped", str(getattr(exc, "msg", exc))
     if kind == "XFailed":
         return "xfailed", str(getattr(exc, "msg", exc))
@@ -249,7 +251,10 @@ def _load_test_function(task: messages.TestTask):
     for part in parts[:-1]:
         owner = getattr(owner, part)
     if isinstance(owner, type):
-        owner = owner()  # a fresh instance per test, as pytest does
+        if task.class_state:  # what the controller's setup_class set on the class
+            for name, value in pickle.loads(task.class_state).items():
+                setattr(owner, name, value)
+        owner = owner()  # a fresh instance per test, as pytest does (a TestCase: runTest)
         if task.instance_state:  # with what the controller's set-up gave its instance
             vars(owner).update(pickle.loads(task.instance_state))
     return getattr(owner, parts[-1])

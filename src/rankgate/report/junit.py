@@ -261,7 +261,7 @@ def _merge_test(
     xpasses = {
         r: "xpassed" for r, res in results.items()
         if res.outcome == "passed"
-        or (res.outcome == "failed" and res.message.startswith(rankwords.XPASS_STRICT_PREFIX))
+        or (res.outcome == "failed" and rankwords.is_strict_xpass(res.message))
     }  # fmt: skip
     as_xfail = {**outcomes, **xpasses}
     if "xpassed" in as_xfail.values() and rankwords.xfailed_as_one(as_xfail):

@@ -1,0 +1,135 @@
+"""What a rank needs to run one world test, made in the controller: where the test
+function is, its fixture values, what set-up gave its class and instance, and how an
+``async def`` body runs. Everything that crosses into the ranks is pickled here, and
+what cannot be is an error naming it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import pickle
+import sys
+import unittest
+
+import pytest
+
+from rankgate.harness import classstate
+from rankgate.harness.messages import TestTask
+from rankgate.harness.testitem import PRELUDE_KEY
+
+
+class FixtureCrossingError(RuntimeError):
+    """A fixture value (or a set-up's attribute) that cannot be sent into the ranks."""
+
+
+def build_task(
+    item: pytest.Function, seed: int, class_baseline: dict | None = None, function=None
+) -> TestTask:
+    """What a rank needs to run this test: where the function is, its arguments and
+    what set-up gave its class and instance. ``function``: the test's own function,
+    when ``item.obj`` now calls the ranks (a unittest method)."""
+    kwargs = {name: item.funcargs[name] for name in item._fixtureinfo.argnames}
+    blob = _pickled(
+        kwargs,
+        lambda name: f"fixture {name!r}",
+        "Fixtures of world tests are created once in the controller and pickled into every rank",
+    )
+    module = item.module
+    return TestTask(
+        test_id=item.nodeid,
+        kwargs=blob,
+        instance_state=_instance_state(item),
+        class_state=_class_state(item, class_baseline or {}),
+        async_backend=_async_backend(item, function or item.obj),
+        module=module.__name__,
+        module_file=module.__file__,
+        rewrite="@py_builtins" in vars(module),
+        qualname=_qualname_in_module(item),
+        sys_path=tuple(sys.path),
+        seed=seed,
+        prelude=item.stash.get(PRELUDE_KEY, None),
+    )
+
+
+def _async_backend(item: pytest.Function, function) -> tuple[str, dict] | None:
+    """How an ``async def`` body runs on the ranks: with the backend the plugin that
+    would have run it in this process chose ("" when none would); None for a plain one."""
+    if not inspect.iscoroutinefunction(function):
+        return None
+    if is_unittest(item):
+        return "asyncio", {}  # IsolatedAsyncioTestCase runs its methods on asyncio
+    chosen = item.funcargs.get("anyio_backend")  # anyio's plugin asks for it when it runs the test
+    if chosen:
+        from anyio.pytest_plugin import extract_backend_and_options
+
+        name, options = extract_backend_and_options(chosen)
+        return name, dict(options)
+    if item.config.pluginmanager.has_plugin("asyncio") and (
+        item.get_closest_marker("asyncio") is not None
+        or item.config.getini("asyncio_mode") == "auto"
+    ):
+        return "asyncio", {}
+    return "", {}
+
+
+def is_unittest(item: pytest.Item) -> bool:
+    cls = getattr(item, "cls", None)
+    return cls is not None and issubclass(cls, unittest.TestCase)
+
+
+def _class_state(item: pytest.Function, baseline: dict) -> bytes:
+    """What the controller's class set-up changed on the test's class, pickled ("" when
+    nothing): each rank's class is its own module's, as imported."""
+    if item.cls is None:
+        return b""
+    changed = classstate.class_changes(item.cls, baseline)
+    if not changed:
+        return b""
+    return _pickled(
+        changed,
+        lambda name: f"{item.cls.__name__}.{name}",
+        "setup_class, setUpClass and class-scoped fixtures run once in the controller, "
+        "and what they set on the test's class is pickled into every rank",
+    )
+
+
+def _instance_state(item: pytest.Function) -> bytes:
+    """The attributes the controller's set-up gave the test's instance, pickled ("" when
+    none): the ranks run the method on instances of their own."""
+    state = classstate.instance_attributes(item.instance, item.name)
+    if not state:
+        return b""
+    return _pickled(
+        state,
+        lambda name: f"self.{name}",
+        "setup_method and fixtures run once in the controller, and what they set on the "
+        "test's instance is pickled into every rank",
+    )
+
+
+def _pickled(values: dict, naming, why: str) -> bytes:
+    """``values`` pickled; else an error naming the first that cannot be, and what to do."""
+    try:
+        return pickle.dumps(values, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        for name, value in values.items():
+            try:
+                pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception as exc:
+                raise FixtureCrossingError(
+                    f"{naming(name)} ({type(value).__name__}) cannot be sent into the ranks: "
+                    f"{type(exc).__name__}: {exc}. {why}; create this object inside the test "
+                    "body instead, or make it picklable."
+                ) from None
+        raise
+
+
+def _qualname_in_module(item: pytest.Item) -> str:
+    """The path from the module to the test, through the class pytest collected it on.
+
+    An inherited method's own ``__qualname__`` names the base class, whose attributes
+    are not the subclass's: the ranks would run the test on the wrong class.
+    """
+    if item.cls is None:
+        return item.originalname
+    return f"{item.cls.__qualname__}.{item.originalname}"

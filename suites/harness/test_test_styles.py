@@ -1,0 +1,170 @@
+"""World tests written as unittest classes, as pytest classes with class set-up, and with
+Hypothesis: each runs on every rank, with the same verdict in the pool and in place."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import textwrap
+
+from rankgate.report.junit import merge_junit
+
+STYLES = """
+import unittest
+
+import pytest
+import torch
+import torch.distributed as dist
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+
+def summed(value):
+    t = torch.tensor([float(value)])
+    dist.all_reduce(t)  # fails outside a rank: no process group there
+    return t.item()
+
+
+@pytest.mark.world(2)
+class TestCaseOnRanks(unittest.TestCase):
+    seen = []
+
+    @classmethod
+    def setUpClass(cls):
+        cls.base = 5
+        cls.seen.append("class")
+
+    def setUp(self):
+        self.x = 7
+
+    def test_state_of_its_set_up(self):
+        self.assertEqual((self.base, self.seen, self.x), (5, ["class"], 7))
+        self.assertEqual(summed(1), 2.0)
+
+    def test_fails_on_rank_1(self):
+        self.assertNotEqual(dist.get_rank(), 1, "rank 1 is wrong")
+
+    def test_skips_on_rank_1(self):
+        if dist.get_rank() == 1:
+            self.skipTest("rank 1 only")
+
+    @unittest.skip("not today")
+    def test_skipped(self):
+        raise AssertionError("a skipped test ran")
+
+    @unittest.expectedFailure
+    def test_known_bad_on_rank_1(self):
+        self.assertEqual(dist.get_rank(), 0)
+
+
+@pytest.mark.world(2)
+class TestAsyncCase(unittest.IsolatedAsyncioTestCase):
+    async def asyncSetUp(self):
+        self.y = 3
+
+    async def test_awaits(self):
+        self.assertEqual(summed(self.y), 6.0)
+
+
+@pytest.mark.world(2)
+class TestClassSetUp:
+    @classmethod
+    def setup_class(cls):
+        cls.base = 10
+
+    @pytest.fixture(scope="class", autouse=True)
+    def _more(self, request):
+        request.cls.more = 1
+
+    def test_sees_it(self):
+        assert summed(self.base + self.more) == 22
+
+
+@pytest.mark.world(2)
+@settings(max_examples=20, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(n=st.integers(1, 5000))
+def test_hypothesis_draws_the_same_sizes_on_every_rank(n, rank):
+    t = torch.full((n,), float(rank))
+    dist.all_reduce(t)  # a different n on each rank would not match
+    assert t.sum().item() == n
+"""
+
+# In the pool only: in place each rank runs setup_class itself, so nothing travels.
+UNPICKLABLE_CLASS_STATE = """
+@pytest.mark.world(2)
+class TestUnpicklableClassState:
+    @classmethod
+    def setup_class(cls):
+        import threading
+
+        cls.lock = threading.Lock()
+
+    def test_never_runs(self):
+        pass
+"""
+
+VERDICTS = {
+    "test_state_of_its_set_up": "passed",
+    "test_fails_on_rank_1": "failed",
+    "test_skips_on_rank_1": "error",
+    "test_skipped": "skipped",
+    "test_known_bad_on_rank_1": "xfailed",
+    "test_awaits": "passed",
+    "test_sees_it": "passed",
+    "test_hypothesis_draws_the_same_sizes_on_every_rank": "passed",
+}
+
+
+def test_each_style_runs_on_every_rank_in_the_pool(inner):
+    # Before: a unittest class's methods ran once, in the controller (no process
+    # group there), and what setup_class set was missing on the ranks; Hypothesis drew
+    # different sizes on each rank, so gloo aborted on the mismatch.
+    result = inner(STYLES + UNPICKLABLE_CLASS_STATE)
+    result.assert_outcomes(passed=4, failed=1, errors=2, skipped=1, xfailed=1)
+    result.stdout.fnmatch_lines_random(
+        [
+            "rank 1 failed; rank 0 passed*",
+            "AssertionError: 1 == 1 : rank 1 is wrong",
+            "ranks disagree*: rank 1 skipped; rank 0 passed",
+            "ERROR*test_skips_on_rank_1 - ranks disagree*",
+            "ERROR*TestUnpicklableClassState::test_never_runs - rankgate: *",
+            "SKIPPED*not today",
+            "XFAIL*test_known_bad_on_rank_1*",
+            "rankgate: TestUnpicklableClassState.lock (lock) cannot be sent into the ranks: "
+            "TypeError: cannot pickle '_thread.lock' object. setup_class, setUpClass and "
+            "class-scoped fixtures run once in the controller*",
+        ]
+    )
+
+
+def test_each_style_has_the_pools_verdict_in_place_and_in_merge_junit(tmp_path):
+    (tmp_path / "test_styles.py").write_text(textwrap.dedent(STYLES))
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    pytest_args = ["-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfEsx", "test_styles.py"]
+    pool = subprocess.run(
+        [sys.executable, *pytest_args], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+    ]
+    in_place = subprocess.run(
+        [*torchrun, *pytest_args, "--junitxml=out/junit.xml"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    for proc in (pool, in_place):
+        last = proc.stdout.strip().splitlines()[-1]
+        counts = {
+            word: int(n)
+            for n, word in re.findall(r"(\d+) (passed|failed|error|skipped|xfailed)", last)
+        }
+        assert counts == {"passed": 4, "failed": 1, "error": 1, "skipped": 1, "xfailed": 1}, (
+            proc.stdout + proc.stderr
+        )
+    merged = merge_junit(sorted((tmp_path / "out").glob("junit.rank*.xml")))
+    assert {t.name: t.verdict for t in merged.tests} == VERDICTS
