@@ -218,3 +218,34 @@ def test_ranks_exit_when_the_controller_is_killed(pytester, request):
     while any(running(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert [p for p in pids if running(p)] == []
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (
+            "rg_helpers",
+            "ERROR: ini option rankgate_worker_setup = 'rg_helpers' is not module:function*",
+        ),
+        (
+            "rg_helperz:fail_on_rank_1",
+            "*rankgate_worker_setup = rg_helperz:fail_on_rank_1: ModuleNotFoundError: No module named 'rg_helperz'",
+        ),
+        (
+            "rg_helpers:fail_on_rank_one",
+            "*rankgate_worker_setup = rg_helpers:fail_on_rank_one: AttributeError: module 'rg_helpers' has no attribute 'fail_on_rank_one'",
+        ),
+    ],
+    ids=["not-module-function", "no-module", "no-function"],
+)
+def test_a_worker_setup_that_cannot_be_called_names_the_ini_option(inner, line, message):
+    # Before: a line without ":" was imported as a module on each rank, and every wrong
+    # line was a rank's traceback that never named the option it came from.
+    inner.pytester.makepyfile(rg_helpers=HELPERS)
+    result = inner(TEST, ini=f"rankgate_worker_setup = {line}")
+    if ":" not in line:  # a usage error before any test
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines([message])
+        return
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines([message])

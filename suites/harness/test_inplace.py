@@ -714,3 +714,45 @@ def test_torchrun_tmp_path_shared_hang_cause_and_tests_not_run(tmp_path):
         "likely cause: rank 1 in user code at test_suite.py:16; "
         "rank 0 waiting in barrier at test_suite.py:17"
     )
+
+
+SETUP_HELPERS = """
+import os
+
+def mark_rank(rank):
+    os.environ["SET_UP_AS_RANK"] = str(rank)
+
+def fail_on_rank_1(rank):
+    if rank == 1:
+        raise OSError("no such interconnect on rank 1")
+"""
+
+
+def test_torchrun_calls_the_worker_setup_on_every_rank_as_the_pool_does(tmp_path):
+    # Before: in place the ini option rankgate_worker_setup was never called, so a test
+    # that passed in the pool failed under torchrun (and a bad line went unnoticed).
+    _write(
+        tmp_path,
+        """
+        import os
+        import pytest
+
+        @pytest.mark.world(2)
+        def test_set_up(rank):
+            assert os.environ["SET_UP_AS_RANK"] == str(rank)
+        """,
+    )
+    (tmp_path / "rg_setup.py").write_text(SETUP_HELPERS)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nrankgate_worker_setup = rg_setup:mark_rank\n")
+    assert "1 passed" in _torchrun(tmp_path, "test_suite.py").stdout
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\nrankgate_worker_setup = rg_setup:fail_on_rank_1\n"
+    )
+    proc = _torchrun(tmp_path, "test_suite.py")
+    assert proc.returncode != 0
+    assert (
+        "ERROR: ini option rankgate_worker_setup = rg_setup:fail_on_rank_1 failed on rank 1:"
+        in proc.stderr
+    )
+    assert "OSError: no such interconnect on rank 1" in proc.stderr
+    assert "passed" not in proc.stdout  # no test ran

@@ -37,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -61,8 +62,10 @@ from rankgate.harness.inplace_verdict import (
 )
 from rankgate.harness.pool import collective_timeout
 from rankgate.harness.rankstate import (
+    WorkerSetupError,
     after_test_problems,
     breaks_process_group,
+    call_worker_setup,
     destroy_subgroups,
     reset_state,
     same_examples_on_every_rank,
@@ -187,6 +190,7 @@ class InPlaceSession:
         self._last_index = -1
         self._group_trouble = False  # this rank's group was lost or broken in this test
         self._aborted: str | None = None
+        self._call_worker_setup()
         self._join()
 
     # -- set-up ---------------------------------------------------------------------
@@ -204,6 +208,20 @@ class InPlaceSession:
             # Runs before the terminal reporter is created, which binds to sys.stdout.
             sys.stdout = open(out_dir / f"pytest.rank{rank}.log", "w", buffering=1)  # noqa: SIM115
         return out_dir
+
+    def _call_worker_setup(self) -> None:
+        """The ini option rankgate_worker_setup, on this rank before it joins the group,
+        as each rank of a pool calls it: a failure stops the run before any test."""
+        spec = options.worker_setup(self.config)
+        try:
+            call_worker_setup(spec, self.launch.rank)
+        except WorkerSetupError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        except Exception:
+            raise pytest.UsageError(
+                f"ini option rankgate_worker_setup = {spec} failed on rank {self.launch.rank}:\n"
+                + traceback.format_exc()
+            ) from None
 
     def _join(self) -> None:
         """Open the store, join this run's generation in it, start the process group."""

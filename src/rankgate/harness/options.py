@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
@@ -130,15 +131,26 @@ def rendezvous_timeout(config: pytest.Config) -> float:
 
 
 def check(config: pytest.Config) -> None:
-    """Read every timeout option now: a bad value is a usage error at the start, in either
-    mode, rather than an error of the first test that would have read it."""
+    """Read every option now: a bad value is a usage error at the start, in either mode,
+    rather than an error of the first test that would have read it."""
     default_timeout(config)
     pool_settings(config)
+
+
+def worker_setup(config: pytest.Config) -> str | None:
+    """The ini option rankgate_worker_setup, checked to be ``module:function``."""
+    spec = (config.getini("rankgate_worker_setup") or "").strip()
+    if spec and not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", spec):
+        raise pytest.UsageError(
+            f"ini option rankgate_worker_setup = {spec!r} is not module:function "
+            "(say mypkg.testing:setup_rank, called as setup_rank(rank) on every rank)"
+        )
+    return spec or None
 
 
 def pool_settings(config: pytest.Config) -> PoolSettings:
     return PoolSettings(
         rendezvous_timeout=rendezvous_timeout(config),
         start_timeout=start_timeout(config),
-        setup_hook=config.getini("rankgate_worker_setup") or None,
+        setup_hook=worker_setup(config),
     )

@@ -7,6 +7,7 @@ Imports only the standard library, torch and ``leaks`` (it runs inside rank proc
 
 from __future__ import annotations
 
+import importlib
 import os
 import random
 import sys
@@ -73,6 +74,25 @@ def breaks_process_group(exc: BaseException) -> bool:
             return True
         exc = exc.__cause__ or exc.__context__
     return False
+
+
+class WorkerSetupError(RuntimeError):
+    """The ini option rankgate_worker_setup names what cannot be imported."""
+
+
+def call_worker_setup(spec: str | None, rank: int) -> None:
+    """Call the ini option rankgate_worker_setup's ``module:function`` as function(rank):
+    in a pool's rank before it joins the group, in place as the session starts."""
+    if not spec:
+        return
+    module_name, _, name = spec.partition(":")
+    try:
+        function = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError) as exc:
+        raise WorkerSetupError(
+            f"ini option rankgate_worker_setup = {spec}: {type(exc).__name__}: {exc}"
+        ) from exc
+    function(rank)
 
 
 def seed_everything(seed: int) -> None:

@@ -30,6 +30,7 @@ from rankgate.harness import leaks, messages
 from rankgate.harness.rankstate import (
     after_test_problems,
     breaks_process_group,
+    call_worker_setup,
     destroy_subgroups,
     reset_state,
     same_examples_on_every_rank,
@@ -50,7 +51,7 @@ def worker_main(conn, config: messages.RankConfig) -> None:
     _exit_with_controller(config.controller_pid)
     _sync_sys_path(config.sys_path)
     try:
-        _run_setup_hook(config.setup_hook, rank)
+        call_worker_setup(config.setup_hook, rank)
         torch.set_num_threads(config.threads)
         store = dist.FileStore(config.store_path, config.world)
         dist.init_process_group(
@@ -90,14 +91,6 @@ def _device_kwargs(config: messages.RankConfig) -> dict[str, Any]:
         torch.cuda.set_device(local)
         return {"device_id": torch.device("cuda", local)}
     return {}
-
-
-def _run_setup_hook(spec: str | None, rank: int) -> None:
-    """Call the user's ``module:function`` (ini rankgate_worker_setup) before rendezvous."""
-    if not spec:
-        return
-    module_name, _, func_name = spec.partition(":")
-    getattr(importlib.import_module(module_name), func_name)(rank)
 
 
 def _redirect_output(stdout: Path, stderr: Path) -> None:
