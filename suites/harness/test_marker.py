@@ -233,6 +233,44 @@ def test_what_the_controllers_set_up_gives_the_instance_reaches_every_rank(inner
     )
 
 
+def test_what_set_up_changes_in_the_environment_and_directory_reaches_every_rank(inner):
+    # An autouse monkeypatch.setenv in a conftest is common: before, it reached the
+    # controller only, and a world test that passed under torchrun failed in the pool.
+    result = inner(
+        """
+        import os
+        import pytest
+
+        os.environ["GONE_IN_TEST"] = "at import"  # before the pool starts: the ranks have it
+
+        @pytest.fixture(scope="session", autouse=True)
+        def session_flag():
+            os.environ["SESSION_FLAG"] = "s"  # after the pool started, kept for every test
+
+        @pytest.fixture
+        def in_tmp(tmp_path, monkeypatch):
+            monkeypatch.setenv("TEST_FLAG", "t")
+            monkeypatch.delenv("GONE_IN_TEST")
+            monkeypatch.chdir(tmp_path)
+            return tmp_path
+
+        @pytest.mark.world(2)
+        def test_set_up_here(rank, in_tmp):
+            assert (os.environ["TEST_FLAG"], os.getcwd()) == ("t", str(in_tmp))
+            assert "GONE_IN_TEST" not in os.environ
+            assert (os.environ["SESSION_FLAG"], os.environ["RANK"]) == ("s", str(rank))
+
+        @pytest.mark.world(2)
+        def test_undone_for_the_next(rank):
+            assert "TEST_FLAG" not in os.environ
+            assert os.environ["GONE_IN_TEST"] == "at import"
+            assert (os.environ["SESSION_FLAG"], os.environ["RANK"]) == ("s", str(rank))
+        """,
+        subprocess=True,  # the module sets os.environ: not in this process
+    )
+    result.assert_outcomes(passed=2)
+
+
 @pytest.mark.parametrize(
     "use", ["[10, 20][rank]", 'f"shard-{rank}.bin"'], ids=["index", "f_string"]
 )

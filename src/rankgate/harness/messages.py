@@ -76,6 +76,11 @@ class TestTask:
     instance_state: bytes = b""
     """A test method's instance attributes as the controller left them (``setup_method``,
     a fixture that sets ``self.x``), pickled; each rank's fresh instance gets them."""
+    environ: dict[str, str | None] = field(default_factory=dict)
+    """What the controller's set-up changed in its environment since the pool started
+    (``monkeypatch.setenv`` in a fixture): the value, or None for a removed variable."""
+    cwd: str = ""
+    """The controller's working directory when set-up changed it (``monkeypatch.chdir``)."""
     class_state: bytes = b""
     """What the controller's class set-up (``setup_class``, ``setUpClass``, a class-scoped
     fixture) set on the test's class, pickled; each rank sets it on its own class."""

@@ -85,6 +85,19 @@ class _Rank:
     """Where the rank's stderr for the current test ends (its stack dump follows)."""
 
 
+RANK_VARIABLES = frozenset(
+    (
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "RANKGATE_POOL_DIR",
+        "CUDA_VISIBLE_DEVICES",
+    )
+)
+"""What the pool sets for each rank: the controller's values never replace them."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PoolSettings:
     rendezvous_timeout: float
@@ -104,6 +117,11 @@ class Pool:
         self.ranks: list[_Rank] = []
         self.alive = False
         self.tests_run = 0
+        self.environ: dict[str, str] = {}
+        """The controller's environment when the ranks started: theirs, but for
+        :data:`RANK_VARIABLES`. What a test's set-up changes since goes with the test."""
+        self.cwd = ""
+        """The controller's working directory when the ranks started: theirs too."""
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -115,7 +133,8 @@ class Pool:
         from rankgate.harness.worker import worker_main  # imports torch: only when needed
 
         threads = max(1, (os.cpu_count() or 1) // self.key.world)
-        env = dict(self.settings.env)
+        self.environ, self.cwd = dict(os.environ), os.getcwd()
+        env = {**self.environ, **self.settings.env}
         env["WORLD_SIZE"] = env["LOCAL_WORLD_SIZE"] = str(self.key.world)
         env["RANKGATE_POOL_DIR"] = str(self.directory)
         if self.key.gpus:

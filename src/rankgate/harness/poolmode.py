@@ -29,7 +29,7 @@ from rankgate.harness.gpus import gpu_share, visible_gpu_count, xdist_slot
 from rankgate.harness.messages import TestTask
 from rankgate.harness.outcome import RankOutcome
 from rankgate.harness.output import JUNIT_LIMIT, clip_text
-from rankgate.harness.pool import PoolKey, PoolProtocolError, PoolStartError
+from rankgate.harness.pool import Pool, PoolKey, PoolProtocolError, PoolStartError
 from rankgate.harness.registry import PoolRegistry
 from rankgate.harness.spec import resolve_backend, uses_gpus
 from rankgate.harness.task import FixtureCrossingError, build_task, is_unittest
@@ -159,17 +159,19 @@ class PoolSession:
             ),
         )
         item.stash[RUN_KEY] = run
-        self.registry.acquire(run.key)  # PoolStartError: this test errors, it does not fail
+        pool = self.registry.acquire(run.key)  # PoolStartError: an error, not a failure
         result = yield  # the controller's fixtures
         baseline = self._class_baselines.get(item.cls, {}) if item.cls is not None else {}
         if is_unittest(item):
             # unittest calls setUp just before the method, so the task is made then
-            item.obj = self._unittest_method_on_the_ranks(item, run, baseline)
+            item.obj = self._unittest_method_on_the_ranks(item, run, pool, baseline)
             return result
-        run.task = build_task(item, run.seed, baseline)  # FixtureCrossingError: a setup error
+        run.task = build_task(item, run.seed, pool, baseline)  # FixtureCrossingError: setup error
         return result
 
-    def _unittest_method_on_the_ranks(self, item: pytest.Item, run: WorldRun, baseline: dict):
+    def _unittest_method_on_the_ranks(
+        self, item: pytest.Item, run: WorldRun, pool: Pool, baseline: dict
+    ):
         """What unittest calls in place of the test method: the method on the ranks.
 
         pytest runs a TestCase's method through unittest (setUp, the method, tearDown,
@@ -180,7 +182,7 @@ class PoolSession:
 
         @functools.wraps(method)
         def on_the_ranks(*_args) -> None:
-            run.task = build_task(item, run.seed, baseline, method)
+            run.task = build_task(item, run.seed, pool, baseline, method)
             self._run_on_pool(item, run)
 
         return on_the_ranks

@@ -7,6 +7,7 @@ what cannot be is an error naming it.
 from __future__ import annotations
 
 import inspect
+import os
 import pickle
 import sys
 import unittest
@@ -15,6 +16,7 @@ import pytest
 
 from rankgate.harness import classstate
 from rankgate.harness.messages import TestTask
+from rankgate.harness.pool import RANK_VARIABLES, Pool
 from rankgate.harness.testitem import PRELUDE_KEY
 
 
@@ -23,10 +25,15 @@ class FixtureCrossingError(RuntimeError):
 
 
 def build_task(
-    item: pytest.Function, seed: int, class_baseline: dict | None = None, function=None
+    item: pytest.Function,
+    seed: int,
+    pool: Pool | None = None,
+    class_baseline: dict | None = None,
+    function=None,
 ) -> TestTask:
-    """What a rank needs to run this test: where the function is, its arguments and
-    what set-up gave its class and instance. ``function``: the test's own function,
+    """What a rank needs to run this test: where the function is, its arguments, what
+    set-up gave its class and instance, and what it changed in the environment and
+    working directory since ``pool`` started. ``function``: the test's own function,
     when ``item.obj`` now calls the ranks (a unittest method)."""
     kwargs = {name: item.funcargs[name] for name in item._fixtureinfo.argnames}
     blob = _pickled(
@@ -40,6 +47,8 @@ def build_task(
         kwargs=blob,
         instance_state=_instance_state(item),
         class_state=_class_state(item, class_baseline or {}),
+        environ=_environ_changes(pool.environ) if pool is not None else {},
+        cwd=os.getcwd() if pool is not None and os.getcwd() != pool.cwd else "",
         async_backend=_async_backend(item, function or item.obj),
         module=module.__name__,
         module_file=module.__file__,
@@ -49,6 +58,21 @@ def build_task(
         seed=seed,
         prelude=item.stash.get(PRELUDE_KEY, None),
     )
+
+
+# pytest's own note of the test and phase: the controller's says "(setup)" by now
+_NOT_SENT = RANK_VARIABLES | {"PYTEST_CURRENT_TEST"}
+
+
+def _environ_changes(started: dict[str, str]) -> dict[str, str | None]:
+    """The controller's variables that set-up set, changed or removed since the ranks
+    started (None: removed); the pool's own variables for each rank stay theirs."""
+    now = os.environ
+    changes: dict[str, str | None] = {
+        name: value for name, value in now.items() if started.get(name) != value
+    }
+    changes.update({name: None for name in started if name not in now})
+    return {name: value for name, value in changes.items() if name not in _NOT_SENT}
 
 
 def _async_backend(item: pytest.Function, function) -> tuple[str, dict] | None:

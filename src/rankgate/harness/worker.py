@@ -131,7 +131,8 @@ def _run_test(task: messages.TestTask, config: messages.RankConfig) -> dict[str,
     start = time.perf_counter()
     outcome, detail, broke_group, returned = "passed", "", False, ""
     try:
-        func = _load_test_function(task)
+        func = _load_test_function(task)  # its module's import first, as in the controller
+        _take_the_controllers_changes(task)
         kwargs = _fill_rank_values(pickle.loads(task.kwargs), rank, config)
         seed_everything(task.seed)
         same_examples_on_every_rank(func, task.seed)
@@ -188,6 +189,19 @@ def _await_test_body(body, backend: str, options: dict) -> None:
         await body
 
     anyio.run(run, backend=backend, backend_options=options or None)
+
+
+def _take_the_controllers_changes(task: messages.TestTask) -> None:
+    """What the test's set-up changed in the controller's environment and working
+    directory (``monkeypatch.setenv``, ``monkeypatch.chdir`` in a fixture), here too;
+    undone with the rest of the test's changes when it ends."""
+    for name, value in task.environ.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    if task.cwd:
+        os.chdir(task.cwd)
 
 
 def _classify(exc: BaseException) -> tuple[str, str]:
