@@ -150,11 +150,14 @@ def test_each_style_runs_on_every_rank_in_the_pool(inner):
 
 
 def test_each_style_has_the_pools_verdict_in_place_and_in_merge_junit(tmp_path):
-    (tmp_path / "test_styles.py").write_text(textwrap.dedent(SOURCE))
+    # run from the tests' folder under the project's root, as `cd tests && pytest` does
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test_styles.py").write_text(textwrap.dedent(SOURCE))
     pytest_args = ["-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfEsx", "test_styles.py"]
     pool = subprocess.run(
-        [sys.executable, *pytest_args], cwd=tmp_path, capture_output=True, text=True, timeout=120
+        [sys.executable, *pytest_args], cwd=tests, capture_output=True, text=True, timeout=120
     )
     torchrun = [
         sys.executable,
@@ -166,8 +169,12 @@ def test_each_style_has_the_pools_verdict_in_place_and_in_merge_junit(tmp_path):
     ]
     in_place = subprocess.run(
         [*torchrun, *pytest_args, "--junitxml=out/junit.xml"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        cwd=tests, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
+    # rank 0's list of what other ranks failed names tests as pytest's summary does
+    assert (
+        "ERROR test_styles.py::TestCaseOnRanks::test_skips_on_rank_1: ranks disagree" in in_place.stdout
+    )
     for proc in (pool, in_place):
         last = proc.stdout.strip().splitlines()[-1]
         counts = {
@@ -177,5 +184,5 @@ def test_each_style_has_the_pools_verdict_in_place_and_in_merge_junit(tmp_path):
         assert counts == {"passed": PASSED, "failed": 1, "error": 1, "skipped": 1, "xfailed": 1}, (
             proc.stdout + proc.stderr
         )
-    merged = merge_junit(sorted((tmp_path / "out").glob("junit.rank*.xml")))
+    merged = merge_junit(sorted((tests / "out").glob("junit.rank*.xml")))
     assert {t.name: t.verdict for t in merged.tests} == VERDICTS

@@ -854,7 +854,8 @@ class InPlaceSession:
         for nodeid, text in self.problems:
             # pytest's word for the test: no rank failed a test whose ranks disagree
             word = "ERROR" if text.startswith(DISAGREE_PREFIX) else "FAILED"
-            tr.write_line(f"{word} {nodeid}: {text.splitlines()[0]}")
+            where = self.config.cwd_relative_nodeid(nodeid)  # as pytest's own summary says it
+            tr.write_line(f"{word} {where}: {text.splitlines()[0]}")
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
