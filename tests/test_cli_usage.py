@@ -76,6 +76,14 @@ CASES = [
     (["run", "--profile", "/nonexistent/site.toml", "--stage", "unit"],
      "rankgate run: error: --profile /nonexistent/site.toml: /nonexistent/site.toml: "
      "no such profile file"),
+    # run: options checked before any stage starts
+    (["run", "--parallel", "abc"],
+     "rankgate run: error: argument --parallel: 'abc' is not a number of workers "
+     "(a whole number, auto or logical)"),
+    (["run", "--unit", "--file", "tests/no_such_test.py"],
+     "rankgate run: error: --file tests/no_such_test.py: no such file or directory"),
+    (["run", "--file", "tests/no_such_test.py::test_x"],
+     "rankgate run: error: --file tests/no_such_test.py::test_x: no such file or directory"),
     # report
     (["report", "--plot", "/nonexistent.png"],
      "rankgate report: error: argument --plot: /nonexistent.png: no such file"),

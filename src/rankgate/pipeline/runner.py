@@ -82,7 +82,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     pick.add_argument("--env-check", action="store_true", help="rankgate env-check first")
     how = parser.add_argument_group("how")
     how.add_argument("--coverage", action="store_true", help="measure coverage (pytest-cov)")
-    how.add_argument("--parallel", nargs="?", const="auto", default=None, metavar="N")
+    how.add_argument(
+        "--parallel", nargs="?", const="auto", default=None, metavar="N", type=_workers
+    )
     how.add_argument("--json", action="store_true", help="end with one JSON line")
     how.add_argument("--profile", default="", help="site profile: dispatch gpu/hpc with it")
     how.add_argument("--out", default="out", type=Path, help="products go here (default out/)")
@@ -92,10 +94,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def validate(args: argparse.Namespace) -> None:
     """Before any stage runs (``rankgate`` calls it): a profile the dispatched stages could
-    not read would otherwise surface after the local stages."""
+    not read would otherwise surface after the local stages, and a missing --file as one
+    failed stage per stage."""
     problem = profile_problem(args.profile) if args.profile else None
     if problem:
         raise UsageError(problem)
+    for path in args.file:
+        if not Path(path.split("::")[0]).exists():  # a node id names its file first
+            raise UsageError(f"--file {path}: no such file or directory")
+
+
+def _workers(text: str) -> str:
+    """pytest-xdist's -n: a number of workers, or auto / logical."""
+    if text in ("auto", "logical") or (text.isdigit() and int(text) >= 0):
+        return text
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not a number of workers (a whole number, auto or logical)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
