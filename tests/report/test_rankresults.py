@@ -77,6 +77,8 @@ def test_merge_of_a_directory_falls_back_to_the_dead_ranks_results(
     assert tests["test_b"].message == "rank 1 crashed; rank 0 passed"
     assert "crashed on rank 1: the rank ended while running this test" in tests["test_b"].details
     assert tests["test_c"].message == "rank 1 missing; rank 0 passed"
+    # each rank's outcome, as the message words it (rank 1's used to read "failed")
+    assert tests["test_b"].rank_outcomes == {0: "passed", 1: "crashed"}
     assert main(monkeypatch, "merge-junit", str(tmp_path)) == 1
     out = capsys.readouterr().out
     assert "FAILED t::test_b: rank 1 crashed; rank 0 passed" in out
@@ -148,5 +150,6 @@ def test_the_report_reads_a_dead_ranks_results_as_merge_junit_does(
         "tests": 2, "passed": 1, "failed": 1, "error": 0, "skipped": 0, "xfailed": 0, "xpassed": 0,
     }  # fmt: skip
     assert [f["message"] for f in report["failing"]] == ["rank 1 crashed; rank 0 failed"]
+    assert [f["ranks"] for f in report["failing"]] == [{"0": "failed", "1": "crashed"}]
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert "#### `t::test_b` rank 1 crashed; rank 0 failed" in summary

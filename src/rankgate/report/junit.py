@@ -85,8 +85,9 @@ class MergedTest:
 
     @property
     def rank_outcomes(self) -> dict[int, str]:
-        """Each expected rank's outcome; ``missing`` for a rank without the test."""
-        outcomes = {r: res.outcome for r, res in self.results.items()}
+        """Each expected rank's outcome, as the message words it (a death inside the test
+        is ``crashed``, an in-place hang ``hung``); ``missing`` for a rank without it."""
+        outcomes = {r: worded_outcome(res.outcome, res) for r, res in self.results.items()}
         outcomes.update(dict.fromkeys(self.missing, "missing"))
         return dict(sorted(outcomes.items()))
 
