@@ -67,6 +67,7 @@ from rankgate.harness.rankstate import (
     breaks_process_group,
     call_worker_setup,
     destroy_subgroups,
+    hint_for,
     reset_state,
     same_examples_on_every_rank,
     seed_everything,
@@ -713,6 +714,9 @@ class InPlaceSession:
             if index is not None and report.when in ("setup", "call"):
                 self.control.set(control.failed_key(index, self.launch.rank), True)
             add_section(report, "rankgate reproduce", self.reproduction_line(item))
+            hint = hint_for(call.excinfo.value) if call.excinfo is not None else ""
+            if hint:
+                add_section(report, "rankgate hint", hint)
         return report
 
     @pytest.hookimpl(tryfirst=True)

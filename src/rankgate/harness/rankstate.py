@@ -76,6 +76,22 @@ def breaks_process_group(exc: BaseException) -> bool:
     return False
 
 
+_GROUP_TWICE = "trying to initialize the default process group twice"
+INIT_TWICE_HINT = (
+    "rankgate: the ranks of a world test already share the default process group (rankgate "
+    "started it). Code that starts its own (a trainer's setup calling init_process_group) "
+    "should skip that when torch.distributed.is_initialized() is true; or drop the world "
+    "marker from a test that starts ranks of its own."
+)
+
+
+def hint_for(exc: BaseException) -> str:
+    """What to do about a failure the harness itself explains ("" for any other)."""
+    if isinstance(exc, ValueError) and _GROUP_TWICE in str(exc):
+        return INIT_TWICE_HINT
+    return ""
+
+
 class WorkerSetupError(RuntimeError):
     """The ini option rankgate_worker_setup names what cannot be imported."""
 

@@ -32,6 +32,7 @@ from rankgate.harness.rankstate import (
     breaks_process_group,
     call_worker_setup,
     destroy_subgroups,
+    hint_for,
     reset_state,
     same_examples_on_every_rank,
     seed_everything,
@@ -211,7 +212,8 @@ def _classify(exc: BaseException) -> tuple[str, str]:
         return "skipped", str(getattr(exc, "msg", exc))
     if kind == "XFailed":
         return "xfailed", str(getattr(exc, "msg", exc))
-    return "failed", _format(exc)
+    hint = hint_for(exc)
+    return "failed", _format(exc) + (f"\n{hint}\n" if hint else "")
 
 
 def _format(exc: BaseException) -> str:
