@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from rankgate.harness.leaks import running
-from rankgate.harness.rankstate import INIT_TWICE_HINT
 from rankgate.harness.testitem import seed_for_test
 from rankgate.report.junit import merge_junit
 
@@ -773,25 +772,3 @@ def test_torchrun_calls_the_worker_setup_on_every_rank_as_the_pool_does(tmp_path
     assert "OSError: no such interconnect on rank 1" in proc.stderr
     assert "passed" not in proc.stdout  # no test ran
 
-
-STARTS_ITS_OWN_GROUP = """
-import pytest
-import torch.distributed as dist
-
-@pytest.mark.world(2)
-def test_trainer_setup(rank):
-    dist.init_process_group("gloo")  # what a trainer's own setup does
-"""
-
-
-def test_a_test_that_starts_its_own_group_is_told_why_it_fails_in_both_modes(tmp_path):
-    _write(tmp_path, STARTS_ITS_OWN_GROUP)
-    pool = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_suite.py"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    in_place = _torchrun(tmp_path, "test_suite.py")
-    for proc in (pool, in_place):
-        assert "1 failed" in proc.stdout, proc.stdout
-        assert "ValueError: trying to initialize the default process group twice!" in proc.stdout
-        assert INIT_TWICE_HINT in proc.stdout

@@ -1,5 +1,6 @@
-"""World tests written as unittest classes, as pytest classes with class set-up, and with
-Hypothesis: each runs on every rank, with the same verdict in the pool and in place."""
+"""World tests written as unittest classes, as pytest classes with class set-up, with
+Hypothesis, or calling a trainer's own set-up: each runs on every rank, with the same
+verdict (and the same hint) in the pool and in place."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 
+from rankgate.harness.rankstate import INIT_TWICE_HINT
 from rankgate.report.junit import merge_junit
 
 STYLES = """
@@ -67,6 +69,11 @@ class TestAsyncCase(unittest.IsolatedAsyncioTestCase):
 
 
 @pytest.mark.world(2)
+def test_trainer_setup_starts_its_own_group():
+    dist.init_process_group("gloo")  # the group is rankgate's: a hint says what to do
+
+
+@pytest.mark.world(2)
 class TestClassSetUp:
     @classmethod
     def setup_class(cls):
@@ -121,6 +128,7 @@ VERDICTS = {
     "test_known_bad_on_rank_1": "xfailed",
     "test_awaits": "passed",
     "test_sees_it": "passed",
+    "test_trainer_setup_starts_its_own_group": "failed",
 }
 if HAS_HYPOTHESIS:
     VERDICTS["test_hypothesis_draws_the_same_sizes_on_every_rank"] = "passed"
@@ -132,7 +140,7 @@ def test_each_style_runs_on_every_rank_in_the_pool(inner):
     # group there), and what setup_class set was missing on the ranks; Hypothesis drew
     # different sizes on each rank, so gloo aborted on the mismatch.
     result = inner(SOURCE + UNPICKLABLE_CLASS_STATE)
-    result.assert_outcomes(passed=PASSED, failed=1, errors=2, skipped=1, xfailed=1)
+    result.assert_outcomes(passed=PASSED, failed=2, errors=2, skipped=1, xfailed=1)
     result.stdout.fnmatch_lines_random(
         [
             "rank 1 failed; rank 0 passed*",
@@ -181,8 +189,9 @@ def test_each_style_has_the_pools_verdict_in_place_and_in_merge_junit(tmp_path):
             word: int(n)
             for n, word in re.findall(r"(\d+) (passed|failed|error|skipped|xfailed)", last)
         }
-        assert counts == {"passed": PASSED, "failed": 1, "error": 1, "skipped": 1, "xfailed": 1}, (
+        assert counts == {"passed": PASSED, "failed": 2, "error": 1, "skipped": 1, "xfailed": 1}, (
             proc.stdout + proc.stderr
         )
+        assert INIT_TWICE_HINT in proc.stdout
     merged = merge_junit(sorted((tests / "out").glob("junit.rank*.xml")))
     assert {t.name: t.verdict for t in merged.tests} == VERDICTS
