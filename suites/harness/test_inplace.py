@@ -533,27 +533,27 @@ def test_a_crash_under_the_peers_collective_is_one_failure_on_the_terminal(tmp_p
     # the terminal shows one verdict for the test, the one that names the crash.
     _write(tmp_path, OS_EXIT_UNDER_A_COLLECTIVE)
     (tmp_path / "tmp").mkdir()
-    # Under mpirun rank 0 learns of the crash from mpirun's SIGTERM, and mpirun's SIGKILL
-    # follows within a second: writing a JUnit file as well can lose the terminal's last
-    # lines on a slower host (seen on a GPU node). The files are checked under torchrun.
-    junit = ["--junitxml=out/junit.xml"] if launcher == "torchrun" else []
+    # Rank 0 sees rank 1's process gone while it waits for its result, and ends the run
+    # itself: under mpirun, waiting for mpirun's SIGTERM left a second before its SIGKILL,
+    # too little for rank 0 to write its files and its summary on a GPU node.
     proc = _launch(
-        launcher, tmp_path, *junit, "test_suite.py", env={"TMPDIR": str(tmp_path / "tmp")}
-    )
+        launcher, tmp_path, "--junitxml=out/junit.xml", "test_suite.py",
+        env={"TMPDIR": str(tmp_path / "tmp")},
+    )  # fmt: skip
     assert proc.returncode != 0
     summary = proc.stdout.split("short test summary info")[-1]
     lines = [line for line in summary.splitlines() if line.startswith(("FAILED", "ERROR"))]
     assert len(lines) == 1, summary
     assert lines[0].startswith("FAILED test_suite.py::test_dies_on_rank_1 - rank 1 crash"), summary
     assert re.search(r"^1 failed, 1 xfailed in ", summary, re.MULTILINE), summary
-    if junit:
-        # The dead rank left its results file, not its JUnit file: an xfailed test reads
-        # xfailed there too (it read "skipped", and merge-junit saw the ranks disagree).
-        assert not (tmp_path / "out" / "junit.rank1.xml").exists()
-        merged = merge_junit([tmp_path / "out"], world_size=2)  # the folder: results too
-        assert {t.name: t.verdict for t in merged.tests} == {
-            "test_known_bad": "xfailed", "test_dies_on_rank_1": "failed",
-        }  # fmt: skip
+    assert "FAILED test_suite.py::test_dies_on_rank_1 - rank 1 crashed" in proc.stdout
+    # The dead rank left its results file, not its JUnit file: an xfailed test reads
+    # xfailed there too (it read "skipped", and merge-junit then saw the ranks disagree).
+    assert not (tmp_path / "out" / "junit.rank1.xml").exists()
+    merged = merge_junit([tmp_path / "out"], world_size=2)  # the folder: results files too
+    assert {t.name: t.verdict for t in merged.tests} == {
+        "test_known_bad": "xfailed", "test_dies_on_rank_1": "failed",
+    }  # fmt: skip
     # The survivor knows its peer is dead: it does not wait for it, nor leave mpirun's
     # FileStore behind.
     assert not list((tmp_path / "tmp").glob("rankgate-*.store"))

@@ -30,6 +30,18 @@ class PeerLeft(Exception):
     """A peer finished the current test without reaching the step this rank waits in."""
 
 
+class PeerGone(Exception):
+    """Peers whose process ended before they gave what this rank waits for."""
+
+    def __init__(self, ranks: list[int]) -> None:
+        super().__init__(f"rank(s) {ranks} ended without a result")
+        self.ranks = ranks
+
+
+LIVENESS_EVERY_S = 0.2
+"""How often a wait looks whether the peers it waits for still run."""
+
+
 class ControlChannel:
     """Named exchanges between the ``world`` ranks over a c10d store."""
 
@@ -51,12 +63,12 @@ class ControlChannel:
         return pickle.loads(self.store.get(key))
 
     def all_gather(
-        self, name: str, value: Any, *, test_index: int | None = None, timeout=None
+        self, name: str, value: Any, *, test_index: int | None = None, timeout=None, gone=None
     ) -> list[Any]:
         """Every rank's ``value`` for ``name``, in rank order."""
         self.set(f"{name}/{self.rank}", value)
         keys = {r: f"{name}/{r}" for r in range(self.world)}
-        self.wait(keys, what=name, test_index=test_index, timeout=timeout)
+        self.wait(keys, what=name, test_index=test_index, timeout=timeout, gone=gone)
         return [pickle.loads(self.store.get(k)) for k in keys.values()]
 
     def broadcast(self, name: str, value: Any = None, *, src: int = 0, test_index=None) -> Any:
@@ -69,15 +81,23 @@ class ControlChannel:
         return pickle.loads(self.store.get(key))
 
     def wait(
-        self, keys: dict[int, str], *, what: str, test_index: int | None = None, timeout=None
+        self,
+        keys: dict[int, str],
+        *,
+        what: str,
+        test_index: int | None = None,
+        timeout=None,
+        gone=None,
     ) -> None:
         """Until each rank's key is set.
 
-        Raises RunAborted when a rank stopped the run, and PeerLeft when, inside test
-        ``test_index``, a rank whose key is missing has already finished that test.
+        Raises RunAborted when a rank stopped the run, PeerLeft when, inside test
+        ``test_index``, a rank whose key is missing has already finished that test, and
+        PeerGone when ``gone(missing ranks)`` names ranks whose process has ended.
         """
         timeout = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
+        next_look = time.monotonic() + LIVENESS_EVERY_S
         pause = POLL_S / 32  # ranks usually arrive together: look again soon, then back off
         while not self.store.check(list(keys.values())):
             aborted = self.peek(ABORT_KEY)
@@ -88,6 +108,11 @@ class ControlChannel:
                 left = [r for r in missing if self.store.check([outcome_key(test_index, r)])]
                 if left:
                     raise PeerLeft(f"rank(s) {left} finished the test without reaching {what!r}")
+            if gone is not None and time.monotonic() > next_look:
+                next_look = time.monotonic() + LIVENESS_EVERY_S
+                dead = gone(missing)
+                if dead:
+                    raise PeerGone(dead)
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"rankgate in-place: rank(s) {missing} gave no {what!r} within "

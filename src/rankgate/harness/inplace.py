@@ -47,7 +47,7 @@ import pytest
 from _pytest.runner import runtestprotocol
 
 from rankgate.harness import control, leaks, options, rankwords
-from rankgate.harness.control import RunAborted
+from rankgate.harness.control import PeerGone, RunAborted
 from rankgate.harness.failure_repr import failure_repr
 from rankgate.harness.hangwatch import HangWatch
 from rankgate.harness.inplace_group import InPlaceGroup
@@ -826,10 +826,14 @@ class InPlaceSession:
         self._group_trouble = False
         try:
             # Each rank's value stays at control.outcome_key(index, rank): _failed_peers reads it.
-            gathered = self.control.all_gather(f"t{index}/outcome", tuple(mine), timeout=seconds)
+            gathered = self.control.all_gather(
+                f"t{index}/outcome", tuple(mine), timeout=seconds, gone=self._ended_here
+            )
         except (RunAborted, TimeoutError) as exc:
             self._stop_gracefully(item, str(exc))
             return None
+        except PeerGone as exc:
+            self._stop_for_crashed_peers(item, exc.ranks)
         everyone = [RankResult(*result) for result in gathered]
         problem = cross_rank_problem(everyone, self.launch.rank)
         if problem is not None:
@@ -838,6 +842,29 @@ class InPlaceSession:
             self._park_if_stopping()
             self.group.renew()
         return everyone
+
+    def _ended_here(self, ranks: list[int]) -> list[int]:
+        """Of ``ranks``, those that ran on this host and whose process has ended."""
+        here = socket.gethostname()
+        return [
+            r for r in ranks
+            if r < len(self._peers) and self._peers[r][0] == here and not self._may_be_running(r)
+        ]  # fmt: skip
+
+    def _stop_for_crashed_peers(self, item: pytest.Item, dead: list[int]) -> None:
+        """Peers died in this test without a result (os._exit, a signal, the OOM killer):
+        record it and end now, as when the launcher's signal says so, without waiting for
+        that signal (mpirun's SIGKILL follows its SIGTERM within a second)."""
+        with self._verdict_lock:
+            self._stop_begun.set()
+        if not self._claim_stop():
+            threading.Event().wait()  # a signal's watcher records this rank and exits it
+        cause = (
+            f"{rankwords.ranks(dead)} crashed (ended without a result: os._exit, a signal "
+            f"or the OOM killer) while {item.nodeid} ran"
+        )
+        self._stop(item, cause, cause, verdict="crashed", gone=dead)
+        os._exit(pytest.ExitCode.TESTS_FAILED)
 
     def _stop_gracefully(self, item: pytest.Item, reason: str) -> None:
         """Another rank stopped the run: finish this session, the rest as not run."""
