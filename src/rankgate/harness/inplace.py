@@ -41,7 +41,7 @@ import traceback
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 import pytest
 from _pytest.runner import runtestprotocol
@@ -851,7 +851,7 @@ class InPlaceSession:
             if r < len(self._peers) and self._peers[r][0] == here and not self._may_be_running(r)
         ]  # fmt: skip
 
-    def _stop_for_crashed_peers(self, item: pytest.Item, dead: list[int]) -> None:
+    def _stop_for_crashed_peers(self, item: pytest.Item, dead: list[int]) -> NoReturn:
         """Peers died in this test without a result (os._exit, a signal, the OOM killer):
         record it and end now, as when the launcher's signal says so, without waiting for
         that signal (mpirun's SIGKILL follows its SIGTERM within a second)."""
