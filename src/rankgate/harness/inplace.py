@@ -154,6 +154,14 @@ class AfterTestProblem(AssertionError):
     """A test that lost the process group or left processes running."""
 
 
+def _crashed(ranks: Sequence[int]) -> str:
+    """How a rank that ended inside a test without sending its result is named."""
+    return (
+        f"{rankwords.ranks(ranks)} crashed (ended without a result: os._exit, a signal or "
+        "the OOM killer)"
+    )
+
+
 class InPlaceSession:
     def __init__(self, config: pytest.Config, launch: LaunchEnv) -> None:
         self.config = config
@@ -418,10 +426,16 @@ class InPlaceSession:
         return dist.is_initialized()
 
     def _peer_failed(self, index: int) -> str | None:
-        for r in range(self.launch.world_size):
-            if r != self.launch.rank and self.control.peek(control.failed_key(index, r)):
-                return f"rank {r} failed"
-        return None
+        """What the hang watch polls: "rank N failed" for the first peer that failed."""
+        failed = self._ranks_that_failed(index)
+        return f"rank {failed[0]} failed" if failed else None
+
+    def _ranks_that_failed(self, index: int) -> list[int]:
+        """The other ranks that marked test ``index`` failed (control.failed_key)."""
+        return [
+            r for r in range(self.launch.world_size)
+            if r != self.launch.rank and self.control.peek(control.failed_key(index, r))
+        ]  # fmt: skip
 
     def _stop_run(self, item: pytest.Item, stacks: str, why: str) -> None:
         """From the hang watcher, just before this rank exits: record, tell, wait."""
@@ -457,10 +471,9 @@ class InPlaceSession:
         if index is None:
             return {}
         failed = {}
-        for r in range(self.launch.world_size):
-            if r != self.launch.rank and self.control.peek(control.failed_key(index, r)):
-                sent = self.control.peek(control.outcome_key(index, r))
-                failed[r] = RankResult(*sent).text if sent is not None else ""
+        for r in self._ranks_that_failed(index):
+            sent = self.control.peek(control.outcome_key(index, r))
+            failed[r] = RankResult(*sent).text if sent is not None else ""
         return failed
 
     def _claim_stop(self) -> bool:
@@ -487,10 +500,7 @@ class InPlaceSession:
         except Exception:
             dead = []  # the store went with the launcher: say only what this rank knows
         if dead:
-            cause = (
-                f"{rankwords.ranks(dead)} crashed (ended without a result: os._exit, a signal "
-                f"or the OOM killer), and the launcher sent {name} to rank {rank}"
-            )
+            cause = f"{_crashed(dead)}, and the launcher sent {name} to rank {rank}"
         else:
             cause = f"rank {rank} received {name} (the launcher or the CI stopped the job)"
         where = f"while {item.nodeid} ran" if item is not None else "between tests"
@@ -537,8 +547,9 @@ class InPlaceSession:
         this rank's children, tell the others, wait for them (but not for the ranks in
         ``gone``, whose processes are known to have ended).
 
-        Runs in the watcher thread that claimed the stop while the main thread is stuck
-        (or parked), so nothing else touches pytest's state; the session never finishes.
+        Runs in the thread that claimed the stop (a watcher, while the main thread is
+        stuck or parked; or the main thread, when a peer's process ended during the
+        exchange), so nothing else touches pytest's state; the session never finishes.
         """
         rank = self.launch.rank
         capman = self.config.pluginmanager.get_plugin("capturemanager")
@@ -583,7 +594,6 @@ class InPlaceSession:
                 self.group.store_path.unlink(missing_ok=True)
         except Exception:
             pass
-        return True
 
     def _stop_report(
         self, item: pytest.Item, text: str, captured: tuple[str, str], verdict: str
@@ -844,12 +854,9 @@ class InPlaceSession:
         return everyone
 
     def _ended_here(self, ranks: list[int]) -> list[int]:
-        """Of ``ranks``, those that ran on this host and whose process has ended."""
-        here = socket.gethostname()
-        return [
-            r for r in ranks
-            if r < len(self._peers) and self._peers[r][0] == here and not self._may_be_running(r)
-        ]  # fmt: skip
+        """Of ``ranks``, those known to have ended: on this host, their process is gone
+        (a rank whose host and pid this one never learned is not presumed dead)."""
+        return [r for r in ranks if r < len(self._peers) and not self._may_be_running(r)]
 
     def _stop_for_crashed_peers(self, item: pytest.Item, dead: list[int]) -> NoReturn:
         """Peers died in this test without a result (os._exit, a signal, the OOM killer):
@@ -859,10 +866,7 @@ class InPlaceSession:
             self._stop_begun.set()
         if not self._claim_stop():
             threading.Event().wait()  # a signal's watcher records this rank and exits it
-        cause = (
-            f"{rankwords.ranks(dead)} crashed (ended without a result: os._exit, a signal "
-            f"or the OOM killer) while {item.nodeid} ran"
-        )
+        cause = f"{_crashed(dead)} while {item.nodeid} ran"
         self._stop(item, cause, cause, verdict="crashed", gone=dead)
         os._exit(pytest.ExitCode.TESTS_FAILED)
 

@@ -161,7 +161,7 @@ class PoolSession:
         item.stash[RUN_KEY] = run
         pool = self.registry.acquire(run.key)  # PoolStartError: an error, not a failure
         result = yield  # the controller's fixtures
-        baseline = self._class_baselines.get(item.cls, {}) if item.cls is not None else {}
+        baseline = self._class_baselines.get(item.cls, {})  # {} for a test without a class
         if is_unittest(item):
             # unittest calls setUp just before the method, so the task is made then
             item.obj = self._unittest_method_on_the_ranks(item, run, pool, baseline)

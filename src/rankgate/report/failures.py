@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from rankgate.report.junit import MergedTest, merge_files, worded_outcome
+from rankgate.report.junit import MergedTest, merge_files
 from rankgate.report.junitfile import CaseResult, JUnitFile
 from rankgate.report.rankresults import expand, read_any
 
@@ -116,10 +116,11 @@ def read_by_rank(
 
 
 def _from_merged(directory: str, test: MergedTest) -> FailedTest:
+    worded = test.rank_outcomes  # as merge-junit says them: crashed, hung
     ranks = tuple(
         RankDetail(
             rank=rank,
-            outcome=worded_outcome(res.outcome, res),  # as merge-junit says: crashed, hung
+            outcome=worded[rank],
             traceback=res.text,
             stdout=res.system_out,
             stderr=res.system_err,
