@@ -84,6 +84,9 @@ class TestTask:
     class_state: bytes = b""
     """What the controller's class set-up (``setup_class``, ``setUpClass``, a class-scoped
     fixture) set on the test's class, pickled; each rank sets it on its own class."""
+    warning_filters: tuple[bytes, ...] = ()
+    """The controller's warning filters for this test (ini ``filterwarnings``, ``-W``, the
+    test's marks), each pickled: the body runs under them on every rank."""
 
 
 class UnknownMessage(RuntimeError):

@@ -6,7 +6,7 @@ Standard library only: rank processes send these values back to the controller.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 class RankResult(str, enum.Enum):
@@ -48,6 +48,9 @@ class RankOutcome:
     """The rank failed with a process-group error: the group cannot be trusted again."""
     returned: str = ""
     """The type of what the test body returned, when not None (pytest warns of it)."""
+    warnings: list[dict] = field(default_factory=list)
+    """The warnings the body recorded (``rankwarnings.records``), to warn again in the
+    controller."""
 
     def __post_init__(self) -> None:
         self.outcome = RankResult(self.outcome)  # ValueError names an unknown word

@@ -331,6 +331,7 @@ class Pool:
                     duration=kwargs["duration"],
                     broke_group=kwargs["broke_group"],
                     returned=kwargs.get("returned", ""),
+                    warnings=kwargs.get("warnings", []),
                 )
         if r.process.sentinel in ready or not r.process.is_alive():
             r.process.join(1)

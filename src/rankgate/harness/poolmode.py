@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from rankgate.harness import classstate, options, rankwords
+from rankgate.harness import classstate, options, rankwarnings, rankwords
 from rankgate.harness.failure_repr import failure_repr
 from rankgate.harness.gpus import gpu_share, visible_gpu_count, xdist_slot
 from rankgate.harness.messages import TestTask
@@ -201,6 +201,7 @@ class PoolSession:
         pool = self.registry.acquire(run.key)
         run.outcomes = pool.run(run.task, timeout)
         run.verdict = verdict = judge(run.outcomes, run.world, run.backend, test_id=item.nodeid)
+        rankwarnings.warn_again([o.warnings for o in run.outcomes])
         _warn_of_returned_values(item.nodeid, run.outcomes)
         if verdict.status == "failed":
             raise RankFailure(verdict.summary)

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from rankgate.harness import leaks, messages
+from rankgate.harness import leaks, messages, rankwarnings
 from rankgate.harness.rankstate import (
     after_test_problems,
     breaks_process_group,
@@ -131,6 +131,7 @@ def _run_test(task: messages.TestTask, config: messages.RankConfig) -> dict[str,
     children_before = set(leaks.children())
     start = time.perf_counter()
     outcome, detail, broke_group, returned = "passed", "", False, ""
+    warned: list = []
     try:
         func = _load_test_function(task)  # its module's import first, as in the controller
         _take_the_controllers_changes(task)
@@ -138,13 +139,14 @@ def _run_test(task: messages.TestTask, config: messages.RankConfig) -> dict[str,
         seed_everything(task.seed)
         same_examples_on_every_rank(func, task.seed)
         set_collective_timeout(task.collective_timeout)
-        if task.prelude:  # an adopted test: the project's variables and set-up
-            importlib.import_module("rankgate.harness.adopt.rankentry").enter(task.prelude)
-        result = func(**kwargs)
-        if task.async_backend is not None:
-            _await_test_body(result, *task.async_backend)
-        elif result is not None:  # `return x == y` for `assert x == y`: pytest warns
-            returned = type(result).__name__
+        with rankwarnings.recording(task.warning_filters) as warned:
+            if task.prelude:  # an adopted test: the project's variables and set-up
+                importlib.import_module("rankgate.harness.adopt.rankentry").enter(task.prelude)
+            result = func(**kwargs)
+            if task.async_backend is not None:
+                _await_test_body(result, *task.async_backend)
+            elif result is not None:  # `return x == y` for `assert x == y`: pytest warns
+                returned = type(result).__name__
     except BaseException as exc:
         outcome, detail = _classify(exc)
         broke_group = breaks_process_group(exc)
@@ -165,6 +167,7 @@ def _run_test(task: messages.TestTask, config: messages.RankConfig) -> dict[str,
         "duration": duration,
         "broke_group": broke_group,
         "returned": returned,
+        "warnings": rankwarnings.records(warned),
     }
 
 
