@@ -154,6 +154,41 @@ def test_torchrun_mismatched_collection_fails_loudly(tmp_path):
     )
 
 
+def test_torchrun_runs_rank_0s_order_and_seed_of_pytest_randomly_on_every_rank(tmp_path):
+    # pytest-randomly orders the tests, and reseeds random before each, with a seed of its
+    # own on each rank. Before: "ranks collected different tests" (the same tests in
+    # another order); with the order alone made one, a fixture's random size differed.
+    pytest.importorskip("pytest_randomly")
+    _write(
+        tmp_path,
+        """
+        import random
+
+        import pytest
+        import torch
+        import torch.distributed as dist
+
+        @pytest.fixture
+        def size():
+            return random.randint(1, 10**6)
+
+        @pytest.mark.world(2)
+        @pytest.mark.parametrize("i", range(8))
+        def test_sizes_agree(i, size):
+            mine = torch.tensor([i, size, random.randint(1, 10**6)])
+            both = [torch.zeros(3, dtype=torch.long) for _ in range(2)]
+            dist.all_gather(both, mine)
+            assert torch.equal(both[0], both[1]), both
+
+        def test_the_plugin_is_on(pytestconfig):
+            assert pytestconfig.pluginmanager.hasplugin("randomly")
+        """,
+    )
+    proc = _torchrun(tmp_path, "-p", "randomly", "test_suite.py")  # this project blocks it
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().splitlines()[-1].startswith("9 passed")
+
+
 def test_torchrun_hang_dumps_stacks_and_ends_at_the_timeout(tmp_path):
     _write(
         tmp_path,

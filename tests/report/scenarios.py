@@ -186,7 +186,8 @@ INTERRUPTED = textwrap.dedent(
 
 def scenario_env(**extra: str) -> dict[str, str]:
     """The environment of a planted run: this checkout's rankgate, plain progress lines."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "GITHUB_STEP_SUMMARY")}
+    env = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}
+    env["PYTEST_ADDOPTS"] = "-p no:randomly"  # not the outer run's options; no shuffled order
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
     env["RANKGATE_PROGRESS"] = "plain"
     env["CUDA_VISIBLE_DEVICES"] = ""  # the same skips on a GPU host

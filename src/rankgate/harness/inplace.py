@@ -46,7 +46,7 @@ from typing import NamedTuple, NoReturn
 import pytest
 from _pytest.runner import runtestprotocol
 
-from rankgate.harness import control, leaks, options, rankwords
+from rankgate.harness import control, inplace_collection, leaks, options, rankwords
 from rankgate.harness.control import PeerGone, RunAborted
 from rankgate.harness.failure_repr import failure_repr
 from rankgate.harness.hangwatch import HangWatch
@@ -328,35 +328,14 @@ class InPlaceSession:
             self._collect_errors.append(f"{report.nodeid}: " + "\n    ".join(text[-12:]))
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        self._items = list(session.items)
-        self._index = {item.nodeid: i for i, item in enumerate(self._items)}
-        mine = (
-            [item.nodeid for item in self._items],
-            self._collect_errors,
-            (socket.gethostname(), os.getpid()),
+        mine = inplace_collection.collected(
+            session, self._collect_errors, (socket.gethostname(), os.getpid())
         )
         everyone = self.control.all_gather("collected", mine)
-        self._peers = [where for _, _, where in everyone]
-        ids = [i for i, _, _ in everyone]
-        differing = [r for r in range(len(ids)) if ids[r] != ids[0]]
-        if not differing:
-            return
-        lines = []
-        for r in differing:
-            only_here = sorted(set(ids[r]) - set(ids[0]))
-            missing = sorted(set(ids[0]) - set(ids[r]))
-            lines.append(
-                f"rank {r} collected {len(ids[r])} tests, rank 0 {len(ids[0])}; "
-                f"only on rank {r}: {only_here[:5]}; missing on rank {r}: {missing[:5]}"
-            )
-        for r in sorted({0, *differing}):
-            log = "" if r == 0 else f" (its log: {self.log_dir / f'pytest.rank{r}.log'})"
-            for error in everyone[r][1]:
-                lines.append(f"rank {r} could not collect {error}{log}")
-        raise pytest.UsageError(
-            "rankgate in-place: ranks collected different tests, so their results "
-            "cannot be merged:\n  " + "\n  ".join(lines)
-        )
+        self._peers = [c.where for c in everyone]
+        inplace_collection.make_one(session, everyone, self.log_dir)  # UsageError: they differ
+        self._items = list(session.items)
+        self._index = {item.nodeid: i for i, item in enumerate(self._items)}
 
     # -- running ----------------------------------------------------------------------
 
