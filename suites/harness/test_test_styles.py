@@ -10,8 +10,12 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from rankgate.harness.rankstate import INIT_TWICE_HINT
 from rankgate.report.junit import merge_junit
+
+pytestmark = [pytest.mark.dist, pytest.mark.torch_dist]
 
 STYLES = """
 import unittest

@@ -40,6 +40,17 @@ def test_no_test_that_ci_ran_before_is_lost(collected_tree):
     )
 
 
+def test_every_test_of_the_tree_runs_in_some_stage(collected_tree):
+    # A new test without a stage's marker ran nowhere, and nothing said so.
+    selected = by_stage(collected_tree, {stage.name: stage.markers for stage in stages.all_stages()})
+    orphans = sorted(set(collected_tree) - set().union(*selected.values()))
+    assert not orphans, (
+        f"{len(orphans)} test(s) that no stage selects: mark them for one "
+        f"({', '.join(f'{s.name}: {s.markers}' for s in stages.all_stages() if s.markers)}); "
+        + "; ".join(orphans[:20])
+    )
+
+
 def test_a_test_moved_to_another_stage_is_not_lost():
     before = {"unit": {"t.py::a", "t.py::b"}, "container": {"c.py::x"}}
     after = {"unit": {"t.py::a"}, "dist": {"t.py::b", "c.py::x"}, "container": set()}

@@ -10,6 +10,8 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any
 
+from rankgate.harness.ranklogs import LogSettings
+
 STACK_SIGNAL = signal.SIGUSR1
 """The controller sends this to make a rank print every thread's Python stack."""
 
@@ -87,6 +89,9 @@ class TestTask:
     warning_filters: tuple[bytes, ...] = ()
     """The controller's warning filters for this test (ini ``filterwarnings``, ``-W``, the
     test's marks), each pickled: the body runs under them on every rank."""
+    log_settings: LogSettings | None = None
+    """pytest's log level and format in the controller (None: its logging plugin is
+    off): each rank writes what the body logged to its stderr."""
 
 
 class UnknownMessage(RuntimeError):

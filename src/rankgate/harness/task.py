@@ -14,7 +14,7 @@ import unittest
 
 import pytest
 
-from rankgate.harness import classstate, rankwarnings
+from rankgate.harness import classstate, ranklogs, rankwarnings
 from rankgate.harness.messages import TestTask
 from rankgate.harness.pool import RANK_VARIABLES, Pool
 from rankgate.harness.testitem import PRELUDE_KEY
@@ -58,6 +58,7 @@ def build_task(
         seed=seed,
         prelude=item.stash.get(PRELUDE_KEY, None),
         warning_filters=rankwarnings.current_filters(),
+        log_settings=ranklogs.settings_of(item.config),
     )
 
 

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from rankgate.harness import leaks, messages, rankwarnings
+from rankgate.harness import leaks, messages, ranklogs, rankwarnings
 from rankgate.harness.rankstate import (
     after_test_problems,
     breaks_process_group,
@@ -139,7 +139,10 @@ def _run_test(task: messages.TestTask, config: messages.RankConfig) -> dict[str,
         seed_everything(task.seed)
         same_examples_on_every_rank(func, task.seed)
         set_collective_timeout(task.collective_timeout)
-        with rankwarnings.recording(task.warning_filters) as warned:
+        with (
+            rankwarnings.recording(task.warning_filters) as warned,
+            ranklogs.catching(task.log_settings),
+        ):
             if task.prelude:  # an adopted test: the project's variables and set-up
                 importlib.import_module("rankgate.harness.adopt.rankentry").enter(task.prelude)
             result = func(**kwargs)

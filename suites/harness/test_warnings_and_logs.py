@@ -1,6 +1,8 @@
-"""Warnings in world tests: the ini's ``filterwarnings``, ``-W`` and a test's
-``filterwarnings`` marks judge the body on every rank, and what the ranks warned is in
-pytest's warnings summary, as for a plain test; the same verdicts in place."""
+"""What pytest catches around a plain test's body, caught on every rank of a world test:
+warnings (the ini's ``filterwarnings``, ``-W`` and a test's ``filterwarnings`` marks judge
+the body on every rank, and what the ranks warned is in the warnings summary; the same
+verdicts in place) and log records (at pytest's log level, in its format, in each rank's
+captured output)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,10 @@ import re
 import subprocess
 import sys
 import textwrap
+
+import pytest
+
+pytestmark = [pytest.mark.dist, pytest.mark.torch_dist]
 
 SOURCE = """
 import warnings
@@ -93,3 +99,46 @@ def test_in_place_each_rank_has_the_same_verdicts(tmp_path):
     last = proc.stdout.strip().splitlines()[-1]
     counts = {word: int(n) for n, word in re.findall(r"(\d+) (passed|failed)", last)}
     assert counts == COUNTS, proc.stdout + proc.stderr
+
+
+LOGS = """
+import logging
+
+import pytest
+
+log = logging.getLogger("project.train")
+
+
+@pytest.mark.world(2)
+def test_logs_then_fails_on_rank_1(rank):
+    log.debug("too fine to show")
+    log.info("step %d on rank %d", 1, rank)
+    assert rank == 0
+
+
+@pytest.mark.world(2)
+def test_the_last_tests_handler_is_gone(rank):
+    assert len(logging.getLogger().handlers) <= 1  # this test's own, if any
+"""
+
+
+def test_log_records_at_pytests_level_and_format_are_in_each_ranks_output(inner):
+    # Before: the ranks had no handler: INFO records were lost at any log_level, and a
+    # warning came out bare, without pytest's format.
+    result = inner(LOGS, ini="log_level = INFO")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*Captured stderr call (rank 0)*",
+            "INFO     project.train:test_inner.py:* step 1 on rank 0",
+            "*Captured stderr call (rank 1)*",
+            "INFO     project.train:test_inner.py:* step 1 on rank 1",
+        ]
+    )
+    assert "too fine to show" not in result.stdout.str()
+
+
+def test_without_pytests_logging_plugin_the_ranks_keep_pythons_own_handling(inner):
+    result = inner(LOGS, "-p", "no:logging", ini="log_level = INFO")
+    result.assert_outcomes(passed=1, failed=1)
+    assert "step 1" not in result.stdout.str()
