@@ -13,6 +13,7 @@ import ast
 import faulthandler
 import importlib
 import importlib.util
+import multiprocessing
 import os
 import pickle
 import sys
@@ -48,6 +49,9 @@ def worker_main(conn, config: messages.RankConfig) -> None:
     faulthandler.enable(file=sys.stderr, all_threads=True)
     faulthandler.register(messages.STACK_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
     os.environ.update(config.env)
+    # The fork server handed its start method down; the test's own processes (DataLoader
+    # workers, a multiprocessing.Pool) start as in a plain process: fork on Linux.
+    multiprocessing.set_start_method(None, force=True)
     rank = config.rank
     _exit_with_controller(config.controller_pid)
     _sync_sys_path(config.sys_path)
