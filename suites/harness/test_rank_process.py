@@ -1,5 +1,6 @@
 """A rank's process is a plain Python process to the test body: what the body starts
 (DataLoader workers, a multiprocessing pool) starts as it would in a process of its own,
+and what the test's conftest.py files set up when pytest imported them holds there too,
 in the pool and in place."""
 
 from __future__ import annotations
@@ -7,11 +8,14 @@ from __future__ import annotations
 import multiprocessing
 import subprocess
 import sys
+import textwrap
 
 import pytest
 import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+pytestmark = pytest.mark.dist
 
 
 @pytest.mark.world(2)
@@ -40,3 +44,42 @@ def test_the_start_method_is_a_plain_processs(rank):
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
     assert multiprocessing.get_start_method() == plain
+
+
+def test_the_conftests_module_level_set_up_holds_on_the_ranks(pytester):
+    # Before: the ranks never imported a conftest.py: its default dtype was float32 there,
+    # and whatever else it configured at import was missing.
+    pytester.makeconftest(
+        """
+        import logging
+
+        import torch
+
+        torch.set_default_dtype(torch.float64)
+        logging.getLogger("configured.by.top").setLevel(logging.ERROR)
+        """
+    )
+    sub = pytester.mkdir("sub")
+    (sub / "conftest.py").write_text(
+        "import logging\nlogging.getLogger('configured.by.sub').setLevel(logging.ERROR)\n"
+    )
+    (sub / "test_sub.py").write_text(
+        textwrap.dedent(
+            """
+            import logging
+
+            import pytest
+            import torch
+
+            @pytest.mark.world(2)
+            @pytest.mark.parametrize("i", range(2))  # the second: after the pool's reset
+            def test_both_conftests_and_the_dtype(i, rank):
+                for name in ("configured.by.top", "configured.by.sub"):
+                    assert logging.getLogger(name).level == logging.ERROR, name
+                assert torch.get_default_dtype() == torch.float64
+            """
+        )
+    )
+    pytester.makeini("[pytest]\n")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)

@@ -92,6 +92,11 @@ class TestTask:
     log_settings: LogSettings | None = None
     """pytest's log level and format in the controller (None: its logging plugin is
     off): each rank writes what the body logged to its stderr."""
+    conftests: tuple[tuple[str, str], ...] = ()
+    """The conftest.py modules that apply to the test, outermost first, as (module name,
+    file): each rank imports them once, before the test's module, as pytest did."""
+    default_dtype: str = "float32"
+    """torch's default dtype in the controller (``float64`` when a conftest set it)."""
 
 
 class UnknownMessage(RuntimeError):

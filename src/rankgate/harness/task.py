@@ -10,7 +10,9 @@ import inspect
 import os
 import pickle
 import sys
+import types
 import unittest
+from pathlib import Path
 
 import pytest
 
@@ -59,7 +61,29 @@ def build_task(
         prelude=item.stash.get(PRELUDE_KEY, None),
         warning_filters=rankwarnings.current_filters(),
         log_settings=ranklogs.settings_of(item.config),
+        conftests=_conftests(item),
+        default_dtype=_default_dtype(),
     )
+
+
+def _conftests(item: pytest.Item) -> tuple[tuple[str, str], ...]:
+    """The conftest.py modules pytest applies to the test (in its folder and the ones
+    above), outermost first, as (module name, file): each rank imports them too."""
+    found = []
+    for plugin in item.config.pluginmanager.get_plugins():
+        file = getattr(plugin, "__file__", None)
+        if not isinstance(plugin, types.ModuleType) or not file:
+            continue
+        path = Path(file)
+        if path.name == "conftest.py" and item.path.is_relative_to(path.parent):
+            found.append((plugin.__name__, file))
+    return tuple(sorted(found, key=lambda entry: len(Path(entry[1]).parts)))
+
+
+def _default_dtype() -> str:
+    """torch's default dtype here (a conftest or a fixture may have set it): the ranks'."""
+    torch = sys.modules.get("torch")
+    return str(torch.get_default_dtype()).removeprefix("torch.") if torch else "float32"
 
 
 # pytest's own note of the test and phase: the controller's says "(setup)" by now

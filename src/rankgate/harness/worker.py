@@ -140,6 +140,7 @@ def _run_test(task: messages.TestTask, config: messages.RankConfig) -> dict[str,
         func = _load_test_function(task)  # its module's import first, as in the controller
         _take_the_controllers_changes(task)
         kwargs = _fill_rank_values(pickle.loads(task.kwargs), rank, config)
+        torch.set_default_dtype(getattr(torch, task.default_dtype))  # reset_state undoes it
         seed_everything(task.seed)
         same_examples_on_every_rank(func, task.seed)
         set_collective_timeout(task.collective_timeout)
@@ -262,8 +263,12 @@ def _sync_sys_path(entries: list[str]) -> None:
             sys.path.insert(0, entry)
 
 
+_CONFTESTS_IMPORTED: set[str] = set()
+
+
 def _load_test_function(task: messages.TestTask):
     _sync_sys_path(task.sys_path)
+    _import_conftests(task.conftests, task.rewrite)
     module = _import_test_module(task.module, task.module_file, task.rewrite)
     owner: Any = module
     parts = task.qualname.split(".")
@@ -277,6 +282,19 @@ def _load_test_function(task: messages.TestTask):
         if task.instance_state:  # with what the controller's set-up gave its instance
             vars(owner).update(pickle.loads(task.instance_state))
     return getattr(owner, parts[-1])
+
+
+def _import_conftests(conftests: tuple[tuple[str, str], ...], rewrite: bool) -> None:
+    """The test's conftest.py files, once per rank: their module-level set-up (a default
+    dtype, a library configured, a path added) holds here as in pytest's own process."""
+    for name, path in conftests:
+        if path in _CONFTESTS_IMPORTED:
+            continue
+        loaded = sys.modules.get(name)
+        if loaded is not None and getattr(loaded, "__file__", None) != path:
+            del sys.modules[name]  # another folder's conftest.py under the same name
+        _import_test_module(name, path, rewrite)
+        _CONFTESTS_IMPORTED.add(path)
 
 
 def _import_test_module(name: str, path: str, rewrite: bool):
