@@ -1,6 +1,7 @@
 """What runs inside each rank process of a pool.
 
-Imports only the standard library, torch and the message module, so it can be
+Imports only the standard library, torch and the harness's rank-side modules
+(messages, leaks, rankstate, rankwarnings, ranklogs; never pytest), so it can be
 preloaded into the fork server cheaply and read on its own. A rank:
 redirects fds 1 and 2 to its own log files (so C-level output, crash messages and
 faulthandler stacks land there too), joins the process group through a FileStore,
