@@ -81,5 +81,9 @@ def test_the_conftests_module_level_set_up_holds_on_the_ranks(pytester):
         )
     )
     pytester.makeini("[pytest]\n")
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    default = torch.get_default_dtype()
+    try:
+        result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    finally:  # the inner conftest ran in this process too: later tests would send float64
+        torch.set_default_dtype(default)
     result.assert_outcomes(passed=2)
