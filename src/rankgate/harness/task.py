@@ -66,18 +66,26 @@ def build_task(
     )
 
 
+# A test folder's conftests, found once: pytest loaded them all during collection.
+_CONFTESTS_KEY = pytest.StashKey[dict]()
+
+
 def _conftests(item: pytest.Item) -> tuple[tuple[str, str], ...]:
     """The conftest.py modules pytest applies to the test (in its folder and the ones
     above), outermost first, as (module name, file): each rank imports them too."""
-    found = []
-    for plugin in item.config.pluginmanager.get_plugins():
-        file = getattr(plugin, "__file__", None)
-        if not isinstance(plugin, types.ModuleType) or not file:
-            continue
-        path = Path(file)
-        if path.name == "conftest.py" and item.path.is_relative_to(path.parent):
-            found.append((plugin.__name__, file))
-    return tuple(sorted(found, key=lambda entry: len(Path(entry[1]).parts)))
+    by_folder = item.config.stash.setdefault(_CONFTESTS_KEY, {})
+    folder = item.path.parent
+    if folder not in by_folder:
+        found = []
+        for plugin in item.config.pluginmanager.get_plugins():
+            file = getattr(plugin, "__file__", None)
+            if not isinstance(plugin, types.ModuleType) or not file:
+                continue
+            path = Path(file)
+            if path.name == "conftest.py" and folder.is_relative_to(path.parent):
+                found.append((plugin.__name__, file))
+        by_folder[folder] = tuple(sorted(found, key=lambda entry: len(Path(entry[1]).parts)))
+    return by_folder[folder]
 
 
 def _default_dtype() -> str:
