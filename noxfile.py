@@ -3,14 +3,16 @@
 Sessions run in the current environment (no virtualenv): rankgate tests the
 torch/CUDA stack that is installed, and must never swap it for another build.
 
-Arguments after ``--``: ``[--profile SITE.toml] [--out DIR] [--strict]
+Arguments after ``--``: ``[--profile SITE.toml] [--out DIR] [--strict] [--quick | --full]
 [--changed-since REF] [--only STAGE,STAGE] [pytest args]``, e.g. ``nox -s unit -- -x -k world``,
-``nox -s gpu -- --profile site.toml``, ``nox -s gate -- --strict`` (a skipped stage fails
+``nox -s gpu -- --profile site.toml``, ``nox -s gate`` (quick: tests marked slow and the
+slow stages, hpc and container, are left out and named; ``-- --full`` runs everything),
+``nox -s gate -- --full --strict`` (a skipped stage fails
 the gate too; with ``--strict`` a skipped single stage fails its session as well),
 ``nox -s gate -- --changed-since origin/main`` (only the stages the change touches; the
-others are skipped, saying why, and never fail the gate), ``nox -s gate -- --only
-lint,unit,dist,hpc,container`` (those stages only, hpc and container in the background
-meanwhile: what CI runs).
+others are skipped, saying why, and never fail the gate), ``nox -s gate -- --full --only
+lint,unit,dist,hpc,container`` (those stages only, in full, hpc and container in the
+background meanwhile: what CI runs).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ nox.options.sessions = ["lint", "unit", "dist"]
 
 def _session_for(stage: stages.Stage):
     def session_body(session: nox.Session) -> None:
-        options = executor.Options.from_args(session.posargs)
+        # The gate answers in minutes unless --full; a stage's session runs all of it.
+        options = executor.Options.from_args(session.posargs, quick=bool(stage.includes))
         if options.only and not stage.includes:
             session.error(f"--only chooses the gate's stages; nox -s {stage.name} runs one")
         if stage.includes:

@@ -84,6 +84,7 @@ def test_all_reduce(rank):
 
 
 @pytest.mark.dist
+@pytest.mark.slow  # a pytest run of its own
 def test_the_pools_leave_nothing_behind(pytester):
     """The pools' folders go with the session, before the check looks; and no error is
     printed at exit (multiprocessing removes its own folder in the temp dir last)."""
@@ -105,6 +106,7 @@ def test_sleeps(rank, dist_tmp_path):
 
 
 @pytest.mark.dist
+@pytest.mark.slow  # a pytest run of its own
 def test_sigterm_ends_the_session_and_its_pools(tmp_path):
     """A CI cancel or a gate stopping its stage sends SIGTERM: the session ends as Ctrl-C
     ends it, and its pools' folder goes with it."""

@@ -230,6 +230,7 @@ def _world(case) -> str | None:
     return dict(case.properties).get("rankgate.world")
 
 
+@pytest.mark.slow  # pytest runs of its own
 def test_spawn_helper_tests_run_on_the_pool(pytester):
     _plant(pytester, "helperproj", HELPER_PROJECT, HELPER_TESTS, HELPER_INI)
     result, tests = _junit(pytester)
@@ -262,6 +263,7 @@ def test_spawn_helper_tests_run_on_the_pool(pytester):
     )
 
 
+@pytest.mark.slow  # pytest runs of its own
 def test_class_tests_run_on_the_pool_and_init_tests_keep_their_launcher(pytester):
     _plant(pytester, "classproj", CLASS_PROJECT, CLASS_TESTS, CLASS_INI, CLASS_CONFTEST)
     _, tests = _junit(pytester)
@@ -282,6 +284,7 @@ def test_class_tests_run_on_the_pool_and_init_tests_keep_their_launcher(pytester
 
 @pytest.mark.torch_dist
 @pytest.mark.parametrize("project", ["helper", "class"])
+@pytest.mark.slow  # pytest runs of its own
 def test_adopted_suites_run_in_place_under_torchrun(pytester, project):
     if project == "helper":
         _plant(pytester, "helperproj", HELPER_PROJECT, HELPER_TESTS, HELPER_INI)

@@ -106,6 +106,7 @@ def test_rendezvous_that_times_out_is_an_error_naming_the_ranks(inner):
     assert time.monotonic() - start < 30
 
 
+@pytest.mark.slow  # pytest runs of its own
 def test_no_rank_process_is_left_after_the_session(inner):
     # Pools of two sizes, one of them killed by a hang and respawned.
     result = inner(
@@ -142,6 +143,7 @@ def test_no_rank_process_is_left_after_the_session(inner):
     assert [p for p in pids if running(p)] == []
 
 
+@pytest.mark.slow  # pytest runs of its own
 def test_xdist_workers_get_disjoint_pool_directories(inner):
     seen = inner.env_seen_per_xdist_worker("world(2)", "RANKGATE_POOL_DIR")
     assert sorted(seen) == ["gw0", "gw1"]
@@ -178,6 +180,7 @@ def test_rank_killed_between_tests_gets_a_fresh_pool(inner):
     )
 
 
+@pytest.mark.slow  # pytest runs of its own
 def test_ranks_exit_when_the_controller_is_killed(pytester, request):
     import signal
     import subprocess

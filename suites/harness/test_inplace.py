@@ -18,7 +18,8 @@ from rankgate.harness.leaks import running
 from rankgate.harness.testitem import seed_for_test
 from rankgate.report.junit import merge_junit
 
-pytestmark = [pytest.mark.dist, pytest.mark.torch_dist]
+# slow: each test starts torchrun or mpirun, and pytest on every rank
+pytestmark = [pytest.mark.dist, pytest.mark.torch_dist, pytest.mark.slow]
 
 SUITE = """
 import pytest

@@ -19,7 +19,8 @@ import pytest
 from rankgate.harness.leaks import running
 from rankgate.report.junit import merge_junit
 
-pytestmark = [pytest.mark.dist, pytest.mark.torch_dist]
+# slow: each test starts torchrun or mpirun, and pytest on every rank
+pytestmark = [pytest.mark.dist, pytest.mark.torch_dist, pytest.mark.slow]
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
 

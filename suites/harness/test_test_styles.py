@@ -161,6 +161,7 @@ def test_each_style_runs_on_every_rank_in_the_pool(inner):
     )
 
 
+@pytest.mark.slow  # torchrun runs of its own
 def test_each_style_has_the_pools_verdict_in_place_and_in_merge_junit(tmp_path):
     # run from the tests' folder under the project's root, as `cd tests && pytest` does
     (tmp_path / "pytest.ini").write_text("[pytest]\n")

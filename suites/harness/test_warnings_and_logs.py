@@ -88,6 +88,7 @@ def test_a_command_line_filter_reaches_the_ranks(inner):
     result.assert_outcomes(failed=1)
 
 
+@pytest.mark.slow  # torchrun runs of its own
 def test_in_place_each_rank_has_the_same_verdicts(tmp_path):
     (tmp_path / "pytest.ini").write_text(f"[pytest]\n{INI}")
     (tmp_path / "test_warnings.py").write_text(textwrap.dedent(SOURCE))

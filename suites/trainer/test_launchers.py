@@ -22,8 +22,9 @@ import pytest
 from rankgate.launch.runner import run_pytest_under
 from rankgate.workloads.trainer.strategies import unavailable_reason
 
-# Each test starts launchers (or Ray's workers) itself: not once per rank in place.
-pytestmark = pytest.mark.launches
+# Each test starts launchers (or Ray's workers) itself: not once per rank in place, and
+# slow (seconds of CPU each).
+pytestmark = [pytest.mark.launches, pytest.mark.slow]
 
 NEEDS_MPIRUN = pytest.mark.skipif(
     shutil.which("mpirun") is None, reason="mpirun is not installed (apt-get install openmpi-bin)"

@@ -122,6 +122,7 @@ _NO_RAY = unavailable_reason("ray")
 
 @pytest.mark.dist
 @pytest.mark.ray_dist
+@pytest.mark.slow  # a Ray instance and a Ray Train fit
 @pytest.mark.skipif(_NO_RAY is not None, reason=str(_NO_RAY))
 class TestRay(StrategyContract):
     """Ray Train starts the ranks once: every check runs on both workers in one fit."""
@@ -179,6 +180,7 @@ def _address_ray_finds() -> tuple[str, str]:
 @pytest.mark.dist
 @pytest.mark.ray_dist
 @pytest.mark.skipif(_NO_RAY is not None, reason=str(_NO_RAY))
+@pytest.mark.slow  # a Ray instance and Ray Train fits
 def test_ray_workers_find_their_own_instance_beside_another(ray_cluster):
     # Another Ray on the machine (two test runs side by side, or someone else's): Ray's
     # own lookups in our workers (Ray Train's state API calls) must still find ours, not
@@ -203,6 +205,7 @@ def _sleeps_for_an_hour() -> None:
 @pytest.mark.dist
 @pytest.mark.ray_dist
 @pytest.mark.skipif(_NO_RAY is not None, reason=str(_NO_RAY))
+@pytest.mark.slow  # a Ray instance and Ray Train fits
 def test_a_fit_past_its_timeout_is_stopped_and_gives_back_its_cpus(ray_cluster):
     # A fit given up on must not keep the instance's CPUs: the next fit of the session
     # would wait for them until its own timeout.

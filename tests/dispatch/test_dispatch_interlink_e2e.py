@@ -17,7 +17,7 @@ from rankgate.dispatch.profile import profile_from_dict
 from rankgate.dispatch.results import render_report
 from rankgate.dispatch.run import run_stage
 
-pytestmark = pytest.mark.dist
+pytestmark = [pytest.mark.dist, pytest.mark.slow]
 
 
 SUITE = """

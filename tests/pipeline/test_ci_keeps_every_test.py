@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tree_collection import by_stage, ci_stages, lost, read_list
+from tree_collection import by_stage, ci_gate_is_quick, ci_stages, lost, read_list
 
 from rankgate.pipeline import stages
 
@@ -38,6 +38,12 @@ def test_no_test_that_ci_ran_before_is_lost(collected_tree):
         f"deliberately renamed or removed, take its line out of {BEFORE.name}: "
         + "; ".join(missing[:20])
     )
+
+
+def test_ci_runs_the_gate_in_full():
+    # The quick gate leaves the slow tests out: every test above counts only if CI's
+    # gate runs them.
+    assert not ci_gate_is_quick(), ".ci/run's gate must run with --full"
 
 
 def test_every_test_of_the_tree_runs_in_some_stage(collected_tree):

@@ -326,3 +326,55 @@ def test_summary_table_says_when_pytest_failed_with_no_failed_test():
         "       ✗ no test failed (2 passed, 1 skipped): the session itself failed, "
         "its output's last lines say why"
     )
+
+
+def test_quick_leaves_out_the_slow_tests_and_says_so(calls, options):
+    options.quick = True
+    outcome = executor.run_stage(stages.get("dist"), options, FakeMachine())
+    junit = options.out_dir / "junit" / "dist.xml"
+    assert calls == [
+        ["pytest", "-n", "2", "-m", "(dist and not gpu) and not slow", f"--junitxml={junit}"]
+    ]
+    assert (outcome.status, outcome.reason) == ("passed", executor.SLOW_TESTS_LEFT_OUT)
+
+
+def test_quick_leaves_out_a_slow_stage_without_running_any_of_it(calls, options):
+    options.quick = True
+    outcome = executor.run_stage(stages.get("container"), options, FakeMachine("container-engine"))
+    assert calls == []
+    assert (outcome.status, outcome.reason) == ("skipped", executor.SLOW_STAGE_LEFT_OUT)
+    # Left out is not passed: a strict gate refuses it, naming the way to run it.
+    assert executor.verdict([outcome], allow_skipped=False) == [
+        "container skipped: slow stage, left out of the quick gate (--full runs it)"
+    ]
+
+
+def test_full_runs_a_slow_stage_and_its_slow_tests(calls, options):
+    executor.run_stage(stages.get("hpc"), options, FakeMachine("slurm"))
+    assert calls[0][:3] == ["pytest", "-m", "hpc"]
+
+
+def test_no_tests_selected_in_quick_names_the_expression_that_ran(calls, options):
+    calls.codes["pytest"] = executor.NO_TESTS
+    options.quick = True
+    outcome = executor.run_stage(stages.get("unit"), options, FakeMachine())
+    assert outcome.reason == "no tests selected by -m '(unit) and not slow'"
+
+
+@pytest.mark.parametrize(
+    ("posargs", "default", "quick", "rest"),
+    [
+        ([], True, True, ()),
+        ([], False, False, ()),
+        (["--full", "--only", "unit", "-x"], True, False, ("-x",)),
+        (["--quick", "-x"], False, True, ("-x",)),
+    ],
+)
+def test_quick_or_full_from_posargs(posargs, default, quick, rest):
+    options = Options.from_args(posargs, quick=default)
+    assert (options.quick, options.pytest_args) == (quick, rest)
+
+
+def test_quick_and_full_together_is_a_usage_error():
+    with pytest.raises(SystemExit, match="--quick and --full contradict each other"):
+        Options.from_args(["--quick", "--full"])

@@ -71,3 +71,23 @@ def test_a_stage_the_change_does_not_touch_skips_even_under_strict(noxfile, monk
         lambda *a, **k: Outcome(stage="lint", status="skipped", reason=why, not_affected=True),
     )
     assert end(noxfile, "--strict", "--changed-since", "main") == ("skip", why)
+
+
+@pytest.mark.parametrize(
+    ("session", "posargs", "quick"),
+    [("gate", (), True), ("gate", ("--full",), False), ("unit", (), False),
+     ("unit", ("--quick",), True)],  # fmt: skip
+)
+def test_the_gate_is_quick_unless_full_and_a_stage_runs_in_full(
+    noxfile, monkeypatch, session, posargs, quick
+):
+    seen = []
+
+    def record(options, *args, **kwargs):
+        seen.append(options.quick)
+        return [Outcome(stage="unit", status="passed")]
+
+    monkeypatch.setattr(executor, "run_gate", record)
+    monkeypatch.setattr(executor, "run_stage", lambda stage, options: record(options)[0])
+    noxfile._session_for(stages.get(session))(FakeSession(*posargs))
+    assert seen == [quick]

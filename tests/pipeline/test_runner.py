@@ -181,3 +181,16 @@ def test_gate_with_a_narrower_selection_is_an_error_naming_it(argv, conflict):
 
 def test_gate_takes_files_and_env_check():
     assert planned("--stage", "gate", "--file", "suites", "--env-check") is None
+
+
+def test_quick_reaches_every_stage_it_runs(monkeypatch, tmp_path):
+    seen = []
+
+    def run_stage(stage, options, machine=None):
+        seen.append((stage.name, options.quick))
+        return Outcome(stage=stage.name, status="passed")
+
+    monkeypatch.setattr(executor, "run_stage", run_stage)
+    assert runner.run(parse("--unit", "--integration", "--quick", "--out", str(tmp_path))) == 0
+    assert runner.run(parse("--unit", "--out", str(tmp_path))) == 0
+    assert seen == [("unit", True), ("dist", True), ("unit", False)]

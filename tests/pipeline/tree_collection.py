@@ -63,18 +63,34 @@ def collect(root: Path = ROOT) -> dict[str, list[str]]:
         return json.loads(dump.read_text())
 
 
-def ci_stages(root: Path = ROOT) -> list[str]:
-    """The stages .ci/run runs: its last ``nox -s`` line's sessions, or the gate's
-    ``--only`` list there."""
+def _ci_nox_words(root: Path) -> list[str]:
+    """The words after ``nox -s`` on .ci/run's last line that has them."""
     lines = [line for line in (root / ".ci" / "run").read_text().splitlines() if "nox -s " in line]
-    words = lines[-1].split("nox -s ", 1)[1].split()
-    if words[0] != "gate":
-        return words
-    from rankgate.pipeline import stages
+    return lines[-1].split("nox -s ", 1)[1].split()
+
+
+def _gate_options(words: list[str]):
     from rankgate.pipeline.executor import Options
 
     posargs = words[words.index("--") + 1 :] if "--" in words else []
-    return list(Options.from_args(posargs).only or stages.get("gate").includes)
+    return Options.from_args(posargs, quick=True)  # as noxfile.py's gate session reads them
+
+
+def ci_stages(root: Path = ROOT) -> list[str]:
+    """The stages .ci/run runs: its last ``nox -s`` line's sessions, or the gate's
+    ``--only`` list there."""
+    words = _ci_nox_words(root)
+    if words[0] != "gate":
+        return words
+    from rankgate.pipeline import stages
+
+    return list(_gate_options(words).only or stages.get("gate").includes)
+
+
+def ci_gate_is_quick(root: Path = ROOT) -> bool:
+    """Whether .ci/run runs the quick gate (which leaves out the tests marked slow)."""
+    words = _ci_nox_words(root)
+    return words[0] == "gate" and _gate_options(words).quick
 
 
 def by_stage(collected: dict[str, list[str]], markers: dict[str, str]) -> dict[str, set[str]]:

@@ -24,7 +24,7 @@ from rankgate import cli
 from rankgate.pipeline import executor
 from rankgate.pipeline.executor import Options, Outcome
 
-pytestmark = pytest.mark.dist  # the inner run starts real ranks
+pytestmark = [pytest.mark.dist, pytest.mark.slow]  # the inner run starts real ranks
 
 ROOT = Path(__file__).resolve().parents[2]
 

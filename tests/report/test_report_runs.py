@@ -26,7 +26,7 @@ from chromium import Browser, find_chromium
 
 from rankgate.pipeline.executor import Outcome, summary_table
 
-pytestmark = pytest.mark.dist  # the planted runs start real ranks
+pytestmark = [pytest.mark.dist, pytest.mark.slow]  # the planted runs start real ranks
 
 ROOT = scenarios.ROOT
 ZERO = {"tests": 0, "passed": 0, "failed": 0, "error": 0, "skipped": 0, "xfailed": 0, "xpassed": 0}

@@ -20,7 +20,7 @@ from rankgate.pipeline import executor
 from rankgate.pipeline.executor import Options
 from rankgate.pipeline.stages import Command, Stage
 
-pytestmark = pytest.mark.dist  # the traced run starts real ranks
+pytestmark = [pytest.mark.dist, pytest.mark.slow]  # the traced run starts real ranks
 
 trace_service = pytest.importorskip(
     "opentelemetry.proto.collector.trace.v1.trace_service_pb2",

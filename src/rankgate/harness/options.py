@@ -24,7 +24,7 @@ MARKERS = {
     "hpc": "needs a SLURM cluster (a local one in CI)",
     "container": "needs podman or docker",
     "perf": "benchmarks: produce numbers, never assert wall time",
-    "slow": "long-running",
+    "slow": "takes seconds or more; a quick run (rankgate run --quick) leaves it out",
     "launches": (
         "starts pytest sessions or launchers of its own; skipped where pytest was itself "
         "launched as ranks (in place every rank would start them)"

@@ -29,6 +29,8 @@ Status = Literal["passed", "failed", "skipped"]
 NO_TESTS = 5  # pytest's exit code when the marker expression selects nothing
 _REPORT_LOCK = threading.Lock()
 FAILING_SHOWN = 10
+SLOW_STAGE_LEFT_OUT = "slow stage, left out of the quick gate (--full runs it)"
+SLOW_TESTS_LEFT_OUT = "quick: tests marked slow left out (--full runs them)"
 """The table names at most this many failed tests of a stage."""
 
 
@@ -52,17 +54,28 @@ class Options:
     """The repository ``changed_since`` is computed in."""
     only: tuple[str, ...] = ()
     """The gate runs only these of its stages (in pipeline order); () = all of them."""
+    quick: bool = False
+    """Leave out what is slow: tests marked ``slow`` (each starts launchers, Ray, a
+    scheduler or pytest runs of its own) and slow stages (hpc, container), each named in
+    the table. ``nox -s gate`` is quick unless ``--full``; a stage's session and
+    ``rankgate run`` run in full unless ``--quick``."""
 
     @classmethod
-    def from_args(cls, args: list[str]) -> Options:
-        """``[--profile P] [--out DIR] [--strict] [--changed-since REF] [--only S,S]
-        [pytest args...]``."""
-        options, rest = cls(), list(args)
-        flags = ("--profile", "--out", "--strict", "--changed-since", "--only")
+    def from_args(cls, args: list[str], *, quick: bool = False) -> Options:
+        """``[--profile P] [--out DIR] [--strict] [--quick | --full] [--changed-since REF]
+        [--only S,S] [pytest args...]``; ``quick``: the default when neither is given."""
+        options, rest = cls(quick=quick), list(args)
+        flags = ("--profile", "--out", "--strict", "--quick", "--full", "--changed-since", "--only")
+        tiers = [flag for flag in rest if flag in ("--quick", "--full")]
+        if len(set(tiers)) > 1:
+            raise SystemExit("--quick and --full contradict each other: give one of them")
         while rest and rest[0] in flags:
             flag = rest.pop(0)
             if flag == "--strict":
                 options.strict = True
+                continue
+            if flag in ("--quick", "--full"):
+                options.quick = flag == "--quick"
                 continue
             if not rest:
                 raise SystemExit(f"{flag} needs a value, e.g. nox -s gpu -- {flag} site.toml")
@@ -191,6 +204,9 @@ def _run_selected(
     log: Path | None = None,
 ) -> Outcome:
     start = time.monotonic()
+    if options.quick and stage.slow:
+        left_out = Outcome(stage=stage.name, status="skipped", reason=SLOW_STAGE_LEFT_OUT)
+        return _announce(left_out, log)
     if options.profile and stage.dispatchable:
         steps = [_dispatch_command(stage, options)]
     else:
@@ -392,9 +408,10 @@ def _run_command(
         if not any(a in step.optional_paths for a in argv):
             return "skipped", f"{step.name}: none of {', '.join(step.optional_paths)} exist"
     ok_codes: tuple[int, ...] = (0,)
+    markers = quick_markers(stage.markers) if options.quick else stage.markers
     if argv[0] == "pytest":
         junit = options.out_dir / "junit" / f"{stage.name}.xml"
-        argv += ["-m", stage.markers] if stage.markers else []
+        argv += ["-m", markers] if markers else []
         argv += [f"--junitxml={junit}", *options.pytest_args]
         ok_codes = (0, NO_TESTS)
     stdout = options.out_dir / step.stdout if step.stdout else None
@@ -404,8 +421,15 @@ def _run_command(
     except process.CommandFailed as exc:
         return "failed", f"{step.name}: {exc.reason} ({shlex.join(exc.argv)})"
     if argv[0] == "pytest" and code == NO_TESTS:
-        return "skipped", f"no tests selected by -m {stage.markers!r}"
+        return "skipped", f"no tests selected by -m {markers!r}"
+    if argv[0] == "pytest" and options.quick:
+        return "passed", SLOW_TESTS_LEFT_OUT
     return "passed", ""
+
+
+def quick_markers(markers: str) -> str:
+    """A stage's marker expression without the tests marked ``slow``."""
+    return f"({markers}) and not slow" if markers else "not slow"
 
 
 def _announce(outcome: Outcome, log: Path | None = None) -> Outcome:

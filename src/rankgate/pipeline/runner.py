@@ -17,6 +17,7 @@ option             runs
 --coverage         pytest-cov over rankgate (needs pytest-cov)
 --parallel [N]     pytest-xdist with N workers (default: auto)
 --json             end with one JSON line: each stage's outcome
+--quick            leave out tests and stages marked slow; the table names them
 --env-check        ``rankgate env-check`` first (alone: only that)
 =================  ==========================================================
 """
@@ -89,6 +90,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument("--profile", default="", help="site profile: dispatch gpu/hpc with it")
     how.add_argument("--out", default="out", type=Path, help="products go here (default out/)")
     how.add_argument("--strict", action="store_true", help="a skipped stage fails the run")
+    how.add_argument(
+        "--quick", action="store_true", help="leave out tests and stages marked slow (named)"
+    )
     how.add_argument("--list", action="store_true", help="list the stages and exit")
 
 
@@ -122,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
         out_dir=args.out,
         profile=args.profile,
         strict=args.strict,
+        quick=args.quick,
         pytest_args=tuple(pytest_args(args)),
     )
     selected = plan(args)

@@ -82,6 +82,9 @@ class Stage:
     """The gate starts it first, in the background, and runs its other stages meanwhile:
     it waits more than it computes (on a scheduler, on an image build), so it shares the
     cores well. Its output then goes to ``logs/<name>.log``, shown once the others end."""
+    slow: bool = False
+    """Its work takes minutes whatever it selects (a scheduler's jobs, an image build):
+    the quick gate (``nox -s gate`` without ``--full``) leaves it out, saying so."""
     paths: tuple[str, ...] = ()
     """Files the stage depends on, as globs relative to the repository root (``*`` stays
     within a folder, ``**`` crosses folders, ``dir/**`` is everything under dir). With
@@ -288,6 +291,7 @@ _STAGES: dict[str, Stage] = {
             where=("local", "dispatch"),
             needs=("slurm",),
             beside=True,  # its tests wait on slurmctld/slurmd for most of their time
+            slow=True,  # a job killed by its time limit alone waits a SLURM minute
             products=("junit/hpc.xml",),
             commands=(_PYTEST,),
             dagger="test-hpc",
@@ -351,6 +355,7 @@ _STAGES: dict[str, Stage] = {
             where=("local",),
             needs=("container-engine",),
             beside=True,  # mostly an image build: package downloads and layer writes
+            slow=True,
             products=("container/build.log", "junit/container.xml"),
             commands=(
                 Command(
@@ -381,7 +386,10 @@ _STAGES: dict[str, Stage] = {
         ),
         Stage(
             name="gate",
-            description="env-check, then every stage this machine can run; a table of verdicts.",
+            description=(
+                "env-check, then every stage this machine can run; a table of verdicts "
+                "(quick unless --full: tests and stages marked slow are left out)."
+            ),
             where=("local",),
             products=("gate.json",),
             commands=(
