@@ -140,7 +140,11 @@ def measure_pool(worlds: list[int], backend: str, k: int) -> dict[int, dict[str,
         (root / "pytest.ini").write_text("[pytest]\n")  # keep the caller's config out
         timings_path = root / "timings.json"
         env = {**os.environ, "RANKGATE_BENCH_TIMINGS": str(timings_path)}
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(root)]
+        # In file order: the first test of each world starts its pool and is reported
+        # apart. A shuffling plugin (pytest-randomly) would put that start among the
+        # steady tests and interleave the worlds.
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+               str(root)]  # fmt: skip
         proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             raise SystemExit(f"pool benchmark run failed:\n{proc.stdout}\n{proc.stderr}")

@@ -1,0 +1,25 @@
+"""``rankgate bench harness`` times the pool's tests in file order, whatever plugins shuffle.
+
+The first test of each world starts its pool and is reported apart (``first_test_s``);
+pytest-randomly (in the dev extra) once shuffled the inner session, so a pool's start
+landed among the steady tests and their mean read 8x too slow in the bench stage.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from rankgate.bench.pool_overhead import measure_pool
+
+pytestmark = [pytest.mark.dist, pytest.mark.slow]  # a pytest run of its own, with ranks
+
+
+def test_the_pool_start_is_the_first_test_and_not_among_the_steady_ones(monkeypatch):
+    # The project's conftest blocks pytest-randomly through PYTEST_ADDOPTS; a user's
+    # `rankgate bench harness` has no such variable.
+    monkeypatch.delenv("PYTEST_ADDOPTS", raising=False)
+    result = measure_pool([2], "gloo", k=10)[2]
+    # A pool start costs a second (processes, torch, a process group); a steady test
+    # milliseconds. Shuffled, the start would be test 0 one time in eleven.
+    assert result["first_test_s"] > 0.3, result
+    assert result["per_test_ms"] < 1000 * result["first_test_s"] / 3, result
