@@ -75,8 +75,12 @@ def test_a_stage_the_change_does_not_touch_skips_even_under_strict(noxfile, monk
 
 @pytest.mark.parametrize(
     ("session", "posargs", "quick"),
-    [("gate", (), True), ("gate", ("--full",), False), ("unit", (), False),
-     ("unit", ("--quick",), True)],  # fmt: skip
+    [
+        ("gate", (), True),
+        ("gate", ("--full",), False),
+        ("unit", (), False),
+        ("unit", ("--quick",), True),
+    ],
 )
 def test_the_gate_is_quick_unless_full_and_a_stage_runs_in_full(
     noxfile, monkeypatch, session, posargs, quick
