@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.unit
+# Marked one by one: the two session tests below are dist tests only (a module-wide unit
+# mark ran them in the unit stage as well, twice per CI run).
 
 HERE = Path(__file__).resolve().parent
 
@@ -32,6 +33,7 @@ def _run(pytester: pytest.Pytester, source: str):
     return pytester.run(sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q")
 
 
+@pytest.mark.unit
 def test_a_folder_left_in_the_temp_dir_fails_the_run_naming_it(pytester):
     result = _run(pytester, LEAKY)
     assert result.ret == 1
@@ -42,12 +44,14 @@ def test_a_folder_left_in_the_temp_dir_fails_the_run_naming_it(pytester):
     ])  # fmt: skip
 
 
+@pytest.mark.unit
 def test_a_clean_run_passes(pytester):
     result = _run(pytester, LEAKY.replace('tempfile.mkdtemp(prefix="rankgate-hpc-")', "pass"))
     assert result.ret == 0
     assert "leftover" not in result.stdout.str()
 
 
+@pytest.mark.unit
 def test_the_dir_of_a_killed_run_goes_at_the_next_start(pytester, tmp_path):
     # A killed run (its owner file names a process that is gone) cannot remove its dir;
     # the next run does. A live run's dir and one kept for a look (no owner file) stay.
