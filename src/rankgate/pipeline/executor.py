@@ -29,9 +29,9 @@ Status = Literal["passed", "failed", "skipped"]
 NO_TESTS = 5  # pytest's exit code when the marker expression selects nothing
 _REPORT_LOCK = threading.Lock()
 FAILING_SHOWN = 10
+"""The table names at most this many failed tests of a stage."""
 SLOW_STAGE_LEFT_OUT = "slow stage, left out of the quick gate (--full runs it)"
 SLOW_TESTS_LEFT_OUT = "quick: tests marked slow left out (--full runs them)"
-"""The table names at most this many failed tests of a stage."""
 
 
 @dataclass(kw_only=True, slots=True)
