@@ -73,6 +73,11 @@ from rankgate.harness.rankstate import (
     seed_everything,
     set_collective_timeout,
 )
+from rankgate.harness.rankwords import (
+    INTERRUPTED_PREFIX,
+    INTERRUPTED_PROPERTY,
+    INTERRUPTED_TEST_PROPERTY,
+)
 from rankgate.harness.signalwatch import SignalWatch
 from rankgate.harness.spec import WorldSpec
 from rankgate.harness.stackwhere import where as stack_where
@@ -93,7 +98,6 @@ KEPT_OPTIONS = ("-p", "-o", "-c", "--override-ini", "--config-file", "--rootdir"
 WHERE_WAIT_S = 2.0
 """A hung rank waits this long for the other hung ranks to say where they wait (the
 ranks of one test time out together), to name the likely cause."""
-
 
 
 class Problem(NamedTuple):
@@ -199,6 +203,8 @@ class InPlaceSession:
         self._last_index = -1
         self._group_trouble = False  # this rank's group was lost or broken in this test
         self._aborted: str | None = None
+        # Why a signal cut the run short (no rank had failed), and the test it stopped.
+        self._interrupted: tuple[str, pytest.Item | None] | None = None
         self._call_worker_setup()
         self._join()
 
@@ -481,9 +487,16 @@ class InPlaceSession:
         if dead:
             cause = f"{_crashed(dead)}, and the launcher sent {name} to rank {rank}"
         else:
-            cause = f"rank {rank} received {name} (the launcher or the CI stopped the job)"
+            who = "the launcher or the CI stopped the job"
+            if signum == signal.SIGINT:
+                who = "Ctrl-C, or the launcher passing it on"
+            cause = f"rank {rank} received {name} ({who})"
         where = f"while {item.nodeid} ran" if item is not None else "between tests"
-        self._stop(item, f"{cause} {where}", f"{cause} {where}", verdict="crashed", gone=dead)
+        text, verdict = f"{cause} {where}", "crashed"
+        if not dead:  # no rank failed: the run was cut short, and its files must say so
+            self._interrupted = (text, item)
+            text, verdict = f"{INTERRUPTED_PREFIX}{text}", "interrupted"
+        self._stop(item, f"{cause} {where}", text, verdict=verdict, gone=dead)
         os._exit(128 + signum)
 
     def _dead_peers(self) -> list[int]:
@@ -546,8 +559,10 @@ class InPlaceSession:
             pass  # the store is gone; the others learn it from the launcher
         if item is not None:
             report = self._stop_report(item, text, captured, verdict)
-            shown = report if shown_text is None else self._stop_report(
-                item, shown_text, captured, verdict
+            shown = (
+                report
+                if shown_text is None
+                else self._stop_report(item, shown_text, captured, verdict)
             )
             if self._current_logged:  # its own result is in the JUnit file already
                 self._log_shown(report=shown)
@@ -557,13 +572,17 @@ class InPlaceSession:
         not_run = self._report_not_run(reason)
         xml = self._xml()
         if xml is not None:
+            if self._interrupted is not None:
+                why, running = self._interrupted
+                xml.add_global_property(INTERRUPTED_PROPERTY, why)
+                if running is not None:
+                    test = "::".join(junit_names(running.nodeid))
+                    xml.add_global_property(INTERRUPTED_TEST_PROPERTY, test)
             xml.pytest_sessionfinish()
             self._close_results()
         self._print_summary(reason)
         self._end_children()
-        self._hang_watch.write(
-            f"[rank {rank}] rankgate: {reason}; {not_run} later test(s) not run"
-        )
+        self._hang_watch.write(f"[rank {rank}] rankgate: {reason}; {not_run} later test(s) not run")
         try:
             self.control.set(control.exited_key(rank), True)
             if self._wait_for_peers_to_exit(gone) and self.group.store_path is not None:

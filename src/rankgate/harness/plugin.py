@@ -15,6 +15,7 @@ import pytest
 from _pytest.mark import deselect_by_mark  # pytest's own `-m`, run once markers settle
 
 from rankgate.harness import options
+from rankgate.harness.interrupt import INTERRUPT_PLUGIN, InterruptRecord
 from rankgate.harness.messages import RankValue
 from rankgate.harness.pluginnames import INPLACE_PLUGIN, PER_PROCESS_FIXTURES, POOL_PLUGIN
 from rankgate.harness.poolmode import PoolSession
@@ -75,6 +76,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(InPlaceSession(config, launch), INPLACE_PLUGIN)
     else:
         config.pluginmanager.register(PoolSession(config, ignored), POOL_PLUGIN)
+        config.pluginmanager.register(InterruptRecord(config), INTERRUPT_PLUGIN)
 
 
 def _xdist_workers(config: pytest.Config) -> str:

@@ -23,6 +23,7 @@ ORDER = (
     "failed",
     "error",
     "hung",
+    "interrupted",
     "missing",
     "not run",
     "xpassed",
@@ -49,6 +50,17 @@ def is_strict_xpass(failure_text: str) -> bool:
 NOT_RUN_PREFIX = "not run: "
 """How the report of a test a stopped in-place run never started begins (merge-junit
 reads it back as the outcome ``not run``)."""
+
+INTERRUPTED_PREFIX = "interrupted: "
+"""How the failure of the test a signal stopped begins (merge-junit words that rank's
+outcome ``interrupted``)."""
+INTERRUPTED_PROPERTY = "rankgate.interrupted"
+"""A JUnit file's testsuite property, set when a signal (SIGINT, SIGTERM, SIGHUP) or
+``pytest.exit`` ended the run before its last test: its value says why and where.
+merge-junit and the report read such a file as an incomplete run, never a pass."""
+INTERRUPTED_TEST_PROPERTY = "rankgate.interrupted_test"
+"""Beside INTERRUPTED_PROPERTY: the test that was running (``classname::name``), recorded
+as failed; absent when the signal came between tests."""
 
 
 def ranks(numbers: Iterable[int]) -> str:

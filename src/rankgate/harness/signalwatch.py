@@ -1,7 +1,10 @@
-"""In-place mode's signal watch: SIGTERM or SIGHUP reaches a rank whose main thread may be stuck.
+"""In-place mode's signal watch: a stop signal reaches a rank whose main thread may be stuck.
 
 A launcher stops the surviving ranks of a job with SIGTERM when one rank dies
-(torchrun does at once), and a CI runner or a closed terminal sends SIGTERM or SIGHUP.
+(torchrun does at once), a CI runner or a closed terminal sends SIGTERM or SIGHUP, and
+Ctrl-C (or torchrun passing on the SIGINT it got) sends SIGINT. pytest's own answer to
+SIGINT, a KeyboardInterrupt, would write a JUnit file holding only the tests that
+ended, which reads as a pass.
 Python runs a signal handler only when the main thread gets back to bytecode, which a
 rank waiting in a collective for a dead peer may never do. So the C-level handler's
 wake-up byte goes to a pipe (``signal.set_wakeup_fd``), and a thread reading that pipe
@@ -16,7 +19,7 @@ import signal
 import threading
 from collections.abc import Callable
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 
 class SignalWatch:

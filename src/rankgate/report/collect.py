@@ -67,17 +67,21 @@ class ReportData:
     run: dict | None = None
     """run.json: started, command, commit, machine, planned; None when absent."""
     incomplete: dict[str, list[str]] = field(default_factory=dict)
-    """``interrupted`` (stages still marked running) and ``never ran`` (planned, no result)."""
+    """``interrupted`` (stages still marked running), ``never ran`` (planned, no result)
+    and ``stopped`` (JUnit of a run a signal cut short, or with no test: ``source: why``)."""
     trend: history.Trend | None = None
 
     @property
     def verdict(self) -> str:
-        """failed, incomplete or passed: a run that did not finish never reads passed."""
+        """failed, incomplete or passed: a run that did not finish never reads passed.
+
+        The test a signal stopped is no failure of its own: its run is incomplete."""
         stage_failed = any(s.get("status") == "failed" for s in self.stages)
         bench_failed = any("regressed" in t.verdicts for t in self.bench)
-        if self.summary.get("failing") or stage_failed or bench_failed:
+        failing = [f for f in self.summary.get("failing") or () if not f.get("interrupted")]
+        if failing or stage_failed or bench_failed:
             return "failed"
-        if any(self.incomplete.values()):
+        if any(self.incomplete.values()) or self.summary.get("not_run"):
             return "incomplete"
         return "passed"
 
@@ -118,7 +122,7 @@ def collect(
         plots=[Plot(name=_plot_name(p, out_dir), png=p.read_bytes()) for p in plots],
         generated=runinfo.now(),
         run=run,
-        incomplete=incomplete(run, stages),
+        incomplete={**incomplete(run, stages), "stopped": stopped(summary, stages)},
     )
     summary.update(
         format=history.REPORT_FORMAT,
@@ -137,7 +141,8 @@ def collect(
 
 def summarize_nothing() -> dict:
     """The summary of a run that produced no test results yet (only stage outcomes)."""
-    return {"ok": True, "totals": count(()), "groups": [], "failing": [], "skips": [],
+    return {"ok": True, "totals": count(()), "groups": [], "failing": [], "not_run": [],
+            "incomplete": [], "skips": [],
             "xfails": [], "xpassed": [], "slowest": [], "tests": {}, "bench": [],
             "metrics": {}}  # fmt: skip
 
@@ -150,6 +155,17 @@ def incomplete(run: dict | None, stages: list[dict]) -> dict[str, list[str]]:
         "interrupted": [s["stage"] for s in stages if s["status"] == runinfo.RUNNING],
         "never ran": [name for name in planned if name not in seen],
     }
+
+
+def stopped(summary: dict, stages: list[dict]) -> list[str]:
+    """JUnit sources whose run a signal cut short, or that hold no test, with why; a
+    stage that selected no test (skipped) may leave an empty file, which is no loss."""
+    skipped = {s["stage"] for s in stages if s.get("status") == "skipped"}
+    return [
+        f"{short_path(item['source'])}: {item['why']}"
+        for item in summary.get("incomplete") or ()
+        if Path(item["source"]).stem not in skipped and Path(item["source"]).name not in skipped
+    ]
 
 
 def short_path(path: str) -> str:
@@ -231,8 +247,7 @@ def _stage_row(path: Path, row: object) -> dict:
     status = row.get("status")
     if status not in STATUSES:
         raise ReportInputError(
-            f"{path}: stage {row['stage']!r} has status {status!r}; "
-            f"known: {', '.join(STATUSES)}"
+            f"{path}: stage {row['stage']!r} has status {status!r}; known: {', '.join(STATUSES)}"
         )
     seconds = row.get("seconds", 0)
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:

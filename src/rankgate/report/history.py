@@ -14,6 +14,8 @@ from pathlib import Path
 from rankgate.report.junitfile import ReportInputError
 from rankgate.report.results import BAD_OUTCOMES
 
+RED = (*BAD_OUTCOMES, "not run")
+
 REPORT_FORMAT = "rankgate.report/1"
 COUNTED = ("tests", "passed", "failed", "error", "skipped", "xfailed")
 """Totals followed from run to run."""
@@ -87,9 +89,9 @@ def changes(last: dict, current: dict) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {"new failures": [], "fixed": [], "newly skipped": []}
     for test, outcome in now.items():
         was = before.get(test)
-        if outcome in BAD_OUTCOMES and was not in BAD_OUTCOMES:
+        if outcome in RED and was not in RED:
             found["new failures"].append(test)
-        elif outcome == "passed" and was in BAD_OUTCOMES:
+        elif outcome == "passed" and was in RED:
             found["fixed"].append(test)
         elif outcome == "skipped" and was is not None and was != "skipped":
             found["newly skipped"].append(test)

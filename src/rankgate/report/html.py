@@ -48,7 +48,7 @@ tr.regressed td{background:#fbe9eb}
 .tile{background:#fff;border:1px solid #d0d4d9;border-top:4px solid #d0d4d9;padding:6px 14px;
  min-width:76px} .tile b{display:block;font-size:22px}
 .tile.passed{border-top-color:#1e7e34}
-.tile.failed,.tile.error,.tile.xpassed{border-top-color:#b02a37}
+.tile.failed,.tile.error,.tile.not-run,.tile.xpassed{border-top-color:#b02a37}
 .tile.skipped,.tile.xfailed{border-top-color:#c69500} .tile.zero{opacity:.55}
 article.test{background:#fff;border:1px solid #d0d4d9;border-left:5px solid #b02a37;
  padding:10px 14px;margin:12px 0}
@@ -110,7 +110,8 @@ def _incomplete(incomplete: dict[str, list[str]]) -> str:
 
 def _tiles(totals: dict) -> str:
     tiles = "".join(
-        f'<div class="tile {k}{" zero" if not totals.get(k) else ""}" data-outcome="{k}">'
+        f'<div class="tile {k.replace(" ", "-")}{" zero" if not totals.get(k) else ""}" '
+        f'data-outcome="{k}">'
         f"<b>{totals.get(k, 0)}</b>{k}</div>"
         for k in OUTCOMES
     )

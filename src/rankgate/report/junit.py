@@ -27,8 +27,12 @@ system-out and system-err are kept, every line prefixed with ``[rank r]``.
 Files are read by :mod:`rankgate.report.junitfile` (which says where a case's rank
 comes from); unreadable input raises :class:`ReportInputError` naming the file.
 
+A file that says its run was interrupted (the ``rankgate.interrupted`` property, or
+pytest's nameless ``<testcase/>`` of a test cut short), or that holds no test, makes the
+merged run INCOMPLETE: never a pass, whatever its tests say.
+
 Command line: ``rankgate merge-junit FILES... [-o OUT.xml] [--world N] [--json]``;
-exit 0 when nothing failed or errored, 1 otherwise, 2 on bad input.
+exit 0 when nothing failed or errored and the run is complete, 1 otherwise, 2 on bad input.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from pathlib import Path
 
 from rankgate.cliargs import int_at_least
 from rankgate.harness import rankwords
-from rankgate.harness.rankwords import NOT_RUN_PREFIX
+from rankgate.harness.rankwords import INTERRUPTED_PREFIX, INTERRUPTED_PROPERTY, NOT_RUN_PREFIX
 from rankgate.report.junitfile import (
     GREEN,
     OUTCOMES,
@@ -104,6 +108,9 @@ class MergedReport:
     suite_name: str = "pytest"
     system_out: str = ""
     system_err: str = ""
+    incomplete: tuple[str, ...] = ()
+    """Why the run did not finish, per file that says so (a signal, no test in it):
+    such a run is never a pass, whatever its tests say."""
 
     @property
     def counts(self) -> dict[str, int]:
@@ -118,18 +125,25 @@ class MergedReport:
 
     @property
     def ok(self) -> bool:
-        return all(test.verdict in GREEN for test in self.tests)
+        return not self.incomplete and all(test.verdict in GREEN for test in self.tests)
 
     def summary_line(self) -> str:
         c = self.counts
         outcomes = ", ".join(f"{c[o]} {o}" for o in OUTCOMES)
         ranks = _ranks_text(self.ranks)
-        return f"{c['tests']} tests on {ranks} of world {self.world_size}: {outcomes}"
+        line = f"{c['tests']} tests on {ranks} of world {self.world_size}: {outcomes}"
+        return f"{self.incomplete_line()}; {line}" if self.incomplete else line
+
+    def incomplete_line(self) -> str:
+        """'INCOMPLETE: <why>' (the first file's reason, and how many more say so)."""
+        more = len(self.incomplete) - 1
+        return f"INCOMPLETE: {self.incomplete[0]}" + (f" (and {more} more)" if more else "")
 
     def to_dict(self) -> dict:
         """A JSON-ready form: counts, and each test's verdict and per-rank outcomes."""
         return {
             "ok": self.ok,
+            "incomplete": list(self.incomplete),
             "world_size": self.world_size,
             "ranks": list(self.ranks),
             "counts": self.counts,
@@ -160,7 +174,8 @@ class MergedReport:
         _add_properties(
             suite,
             [("ranks", _csv(self.ranks)), ("world_size", str(self.world_size))]
-            + [("source", s) for s in self.sources],
+            + [("source", s) for s in self.sources]
+            + [(INTERRUPTED_PROPERTY, why) for why in self.incomplete],
         )
         for test in self.tests:
             _write_case(suite, test)
@@ -230,7 +245,15 @@ def merge_files(files: Sequence[JUnitFile], world_size: int | None = None) -> Me
         suite_name=names.pop() if len(names) == 1 else "rankgate-merged",
         system_out=_prefixed((f.rank, f.system_out) for f in files),
         system_err=_prefixed((f.rank, f.system_err) for f in files),
+        incomplete=tuple(_incomplete(f) for f in files if f.incomplete),
     )
+
+
+def _incomplete(f: JUnitFile) -> str:
+    """One file's reason, naming its rank unless the reason does already."""
+    if f.rank is None or f.interrupted.startswith(f"rank {f.rank} "):
+        return f.incomplete
+    return f"rank {f.rank}: {f.incomplete}"
 
 
 def _world_from_files(files: Sequence[JUnitFile]) -> int | None:
@@ -241,12 +264,14 @@ def _world_from_files(files: Sequence[JUnitFile]) -> int | None:
 
 
 def worded_outcome(outcome: str, result: CaseResult | None) -> str:
-    """A failure that is an in-place hang's record, or a rank's death inside the test
-    (its results file stops there), is worded as what it was."""
+    """A failure that is an in-place hang's record, a signal's stop of the run, or a
+    rank's death inside the test (its results file stops there), is worded as what it was."""
     if outcome != "failed" or result is None:
         return outcome
     if rankwords.hung_headline(result.message):
         return "hung"
+    if result.message.startswith(INTERRUPTED_PREFIX):
+        return "interrupted"
     return "crashed" if crashed_in(result.message) else outcome
 
 
@@ -287,8 +312,10 @@ def _merge_test(
     elif kinds & {"skipped", "xfailed"}:
         reasons = list(dict.fromkeys(res.message for res in results.values()))
         verdict = kinds.pop()
-        message = reasons[0] if len(reasons) == 1 else "; ".join(
-            f"rank {r}: {res.message}" for r, res in results.items()
+        message = (
+            reasons[0]
+            if len(reasons) == 1
+            else "; ".join(f"rank {r}: {res.message}" for r, res in results.items())
         )
     else:
         verdict, message = kinds.pop(), ""
@@ -398,16 +425,21 @@ def _ranks_text(ranks: Sequence[int]) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "files", nargs="*", metavar="FILE",
+        "files",
+        nargs="*",
+        metavar="FILE",
         help="per-rank JUnit files (junit.rank<r>.xml), or directories holding them",
     )
     parser.add_argument("-o", "--output", metavar="OUT.xml", help="write the merged JUnit here")
     parser.add_argument(
-        "--world", type=int_at_least(1), metavar="N",
+        "--world",
+        type=int_at_least(1),
+        metavar="N",
         help="expected number of ranks; a rank without a file is an error",
     )
     parser.add_argument(
-        "--json", action="store_true",
+        "--json",
+        action="store_true",
         help="print the merged verdicts as JSON on stdout (the summary goes to stderr)",
     )
 

@@ -15,7 +15,11 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
-from rankgate.harness.rankwords import NOT_RUN_PREFIX
+from rankgate.harness.rankwords import (
+    INTERRUPTED_PROPERTY,
+    INTERRUPTED_TEST_PROPERTY,
+    NOT_RUN_PREFIX,
+)
 
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed", "not run")
 """Outcomes of one case on one rank, and verdicts of a merged test. ``not run``: a test
@@ -31,7 +35,13 @@ _RANK_IN_NAME = re.compile(r"rank[-_.]?(\d+)", re.IGNORECASE)
 # When one rank reports a test twice (pytest does for a failure in call followed by
 # an error in teardown), the worse outcome stands for that rank.
 _SEVERITY = {
-    "passed": 0, "xpassed": 1, "xfailed": 1, "skipped": 1, "not run": 2, "error": 3, "failed": 4
+    "passed": 0,
+    "xpassed": 1,
+    "xfailed": 1,
+    "skipped": 1,
+    "not run": 2,
+    "error": 3,
+    "failed": 4,
 }
 _RESULT_TAGS = {"failure": "failed", "error": "error", "skipped": "skipped"}
 
@@ -103,6 +113,22 @@ class JUnitFile:
     cases: tuple[CaseResult, ...]
     system_out: str = ""
     system_err: str = ""
+    interrupted: str = ""
+    """Why the run that wrote it ended before its last test ("" when it did not): its
+    ``rankgate.interrupted`` property, or a nameless ``<testcase/>`` (pytest's record of
+    a test that started and never ended)."""
+    interrupted_test: str = ""
+    """The test that was running then (``classname::name``), when known."""
+
+    @property
+    def incomplete(self) -> str:
+        """Why this file cannot stand for a finished run: interrupted, or no test in it."""
+        if self.interrupted:
+            return self.interrupted
+        return "" if self.cases else "it holds no test: the run ended before any test did"
+
+
+NAMELESS_CASE = "a test started and never ended (its <testcase/> has no name): the run was stopped"
 
 
 def read_junit(path: str | Path) -> JUnitFile:
@@ -127,10 +153,14 @@ def read_junit(path: str | Path) -> JUnitFile:
     suite_props = [p for s in suites for p in _properties(s)]
     file_rank = _file_rank(path, suite_props)
     world = _int_prop(path, suite_props, "world_size")
-    cases = []
+    cases, nameless = [], False
     for suite in suites:
         for case in suite.findall("testcase"):
+            if not case.get("name") and not case.get("classname"):
+                nameless = True  # pytest's trace of a test cut short: no result in it
+                continue
             cases.append(_read_case(path, case, file_rank))
+    said = dict(suite_props)
     return JUnitFile(
         path=path,
         rank=file_rank,
@@ -139,6 +169,8 @@ def read_junit(path: str | Path) -> JUnitFile:
         cases=tuple(cases),
         system_out=join_texts(*(s.findtext("system-out") or "" for s in suites)),
         system_err=join_texts(*(s.findtext("system-err") or "" for s in suites)),
+        interrupted=said.get(INTERRUPTED_PROPERTY, "") or (NAMELESS_CASE if nameless else ""),
+        interrupted_test=said.get(INTERRUPTED_TEST_PROPERTY, ""),
     )
 
 

@@ -26,6 +26,8 @@ def incomplete_text(incomplete: dict[str, list[str]]) -> str:
         parts.append(f"interrupted during {', '.join(incomplete['interrupted'])} (no outcome)")
     if incomplete.get("never ran"):
         parts.append(f"never ran: {', '.join(incomplete['never ran'])}")
+    if incomplete.get("stopped"):
+        parts.append(f"stopped: {'; '.join(incomplete['stopped'])}")
     return "; ".join(parts)
 
 

@@ -1,4 +1,4 @@
-"""Every test of a run's JUnit files, with one of six outcomes.
+"""Every test of a run's JUnit files, with one of seven outcomes.
 
 :func:`read_results` reads JUnit files as :mod:`rankgate.report.summary` does: per-rank
 files (in-place mode, dispatched jobs) merged per directory with the rules of
@@ -8,9 +8,13 @@ files (in-place mode, dispatched jobs) merged per directory with the rules of
 - ``xfailed``: an expected failure (pytest writes ``<skipped type="pytest.xfail">``);
 - ``xpassed``: an xfail-marked test that passed (the ``rankgate.outcome`` property of
   :mod:`rankgate.report.outcome_plugin`; a strict one is already a failure);
-- ``skipped``, ``failed``, ``error``, ``passed`` as JUnit says; a test a stopped
-  in-place run never started (merge-junit's ``not run``) counts as ``error``: red, and
-  its message still begins with ``not run: ``.
+- ``skipped``, ``failed``, ``error``, ``passed`` as JUnit says;
+- ``not run``: a test a stopped run never started (an in-place run a rank stopped, or an
+  interrupted one; its JUnit message begins with ``not run: ``). Red, but counted apart
+  from errors, as merge-junit counts it.
+
+A group whose files say the run was interrupted, or that hold no test, carries why
+(``Group.incomplete``): such a run is never a pass.
 
 A pool run's JUnit carries each rank's outcome as ``rankgate.rank<r>.outcome``
 properties and the failing ranks as ``rankgate.failing_ranks``; a file written by
@@ -28,9 +32,10 @@ from rankgate.report.junit import MergedTest, merge_files
 from rankgate.report.junitfile import CaseResult, JUnitFile
 from rankgate.report.outcome_plugin import OUTCOME_PROPERTY
 
-OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
+OUTCOMES = ("passed", "failed", "error", "not run", "skipped", "xfailed", "xpassed")
 """The outcomes a report counts apart, in the order it shows them."""
 BAD_OUTCOMES = ("failed", "error")
+"""Tests that ran and failed; ``not run`` is red too, and listed apart."""
 XFAIL_TYPE = "pytest.xfail"
 
 
@@ -52,6 +57,8 @@ class TestResult:
     ranks: dict[int, str] | None = None
     """Each rank's outcome; None for a test that ran without ranks."""
     failing_ranks: tuple[int, ...] | None = None
+    interrupted: bool = False
+    """The test a signal stopped (its files' ``rankgate.interrupted_test``)."""
 
     @property
     def stage(self) -> str:
@@ -68,6 +75,8 @@ class Group:
     files: list[str]
     ranks: list[int] | None
     results: list[TestResult] = field(default_factory=list)
+    incomplete: list[str] = field(default_factory=list)
+    """Why its run did not finish (a signal, no test in it); [] when it did."""
 
     @property
     def totals(self) -> dict[str, int]:
@@ -89,12 +98,14 @@ def read_results(junit_paths: Iterable[str | Path]) -> list[Group]:
     groups = [_plain_group(f) for f in plain]
     for directory, files in per_rank.items():
         report = merge_files(files)
+        stopped = {f.interrupted_test for f in files if f.interrupted_test}
         groups.append(
             Group(
                 source=directory,
                 files=list(report.sources),
                 ranks=list(report.ranks),
-                results=[_from_merged(directory, t) for t in report.tests],
+                results=[_from_merged(directory, t, stopped) for t in report.tests],
+                incomplete=list(report.incomplete),
             )
         )
     return groups
@@ -105,8 +116,10 @@ def _plain_group(f: JUnitFile) -> Group:
     for case in f.cases:
         prev = by_id.get(case.test_id)
         by_id[case.test_id] = case if prev is None else prev.combine(case)
+    stopped = {f.interrupted_test} if f.interrupted_test else set()
     return Group(source=f.path, files=[f.path], ranks=None,
-                 results=[_from_case(f.path, c) for c in by_id.values()])  # fmt: skip
+                 results=[_from_case(f.path, c, stopped) for c in by_id.values()],
+                 incomplete=[f.incomplete] if f.incomplete else [])  # fmt: skip
 
 
 def case_outcome(case: CaseResult) -> str:
@@ -115,12 +128,12 @@ def case_outcome(case: CaseResult) -> str:
         return "xfailed"
     if case.outcome == "passed" and (OUTCOME_PROPERTY, "xpassed") in case.properties:
         return "xpassed"
-    if case.outcome not in OUTCOMES:  # "not run": never ran, so never green
+    if case.outcome not in OUTCOMES:
         return "error"
     return case.outcome
 
 
-def _from_case(source: str, case: CaseResult) -> TestResult:
+def _from_case(source: str, case: CaseResult, stopped: set[str] = frozenset()) -> TestResult:
     props = dict(case.properties)
     ranks = {
         int(name.split(".")[1][4:]): value
@@ -144,12 +157,13 @@ def _from_case(source: str, case: CaseResult) -> TestResult:
         reason=_first_line(case.message),
         ranks=dict(sorted(ranks.items())) or None,
         failing_ranks=(bad if outcome in BAD_OUTCOMES else ()) if ranks else None,
+        interrupted=case.test_id in stopped,
     )
 
 
-def _from_merged(source: str, test: MergedTest) -> TestResult:
+def _from_merged(source: str, test: MergedTest, stopped: set[str] = frozenset()) -> TestResult:
     results = list(test.results.values())
-    outcome = test.verdict if test.verdict in OUTCOMES else "error"  # "not run" is red
+    outcome = test.verdict if test.verdict in OUTCOMES else "error"
     if results and all(case_outcome(r) == "xfailed" for r in results) and outcome == "skipped":
         outcome = "xfailed"
     if results and all(case_outcome(r) == "xpassed" for r in results) and outcome == "passed":
@@ -162,6 +176,7 @@ def _from_merged(source: str, test: MergedTest) -> TestResult:
         reason=_first_line(test.message),
         ranks=test.rank_outcomes,
         failing_ranks=test.failing_ranks if outcome in BAD_OUTCOMES else (),
+        interrupted=test.test_id in stopped,
     )
 
 

@@ -4,7 +4,9 @@
 (those with a rank in their name or properties) are merged per directory, with the
 rules of :mod:`rankgate.report.junit`; any other JUnit file (an ordinary pytest
 report, a pool run's, or one written by ``merge-junit``) counts as it is. Each test
-has one of six outcomes (:mod:`rankgate.report.results`). The result::
+has one of seven outcomes (:mod:`rankgate.report.results`). A failing test that a
+signal stopped carries ``"interrupted": true``; a group whose run was interrupted, or
+that holds no test, is listed under ``incomplete``. The result::
 
     {"ok": false,
      "totals": {"tests": 14, "passed": 9, "failed": 2, "error": 1, "skipped": 1,
@@ -13,6 +15,9 @@ has one of six outcomes (:mod:`rankgate.report.results`). The result::
      "failing": [{"id": "...", "outcome": "failed", "source": "out/junit/dist.xml",
                   "failing_ranks": [1], "ranks": {"0": "passed", "1": "failed"},
                   "message": "first line of the message"}],
+     "not_run": [{"reason": "not run: rank 1 stopped the run: ...", "count": 4,
+                  "examples": ["..."]}],
+     "incomplete": [{"source": "out/junit/dist.xml", "why": "received SIGTERM while ..."}],
      "skips": [{"reason": "world(4/8, ...) needs 4/8 GPUs; 2 visible ...", "count": 13,
                 "examples": ["..."]}],
      "xfails": [{"reason": "...", "count": 1, "examples": ["..."]}],
@@ -61,19 +66,24 @@ def summarize(
             "failing_ranks": None if r.failing_ranks is None else list(r.failing_ranks),
             "ranks": None if r.ranks is None else {str(k): v for k, v in r.ranks.items()},
             "message": _cut(r.reason),
+            **({"interrupted": True} if r.interrupted else {}),
         }
         for r in results
         if r.outcome in BAD_OUTCOMES
     ]
+    not_run = group_reasons(results, "not run")
+    incomplete = [{"source": g.source, "why": why} for g in groups for why in g.incomplete]
     slowest = sorted(results, key=lambda r: -r.seconds)[:SLOWEST]
     return {
-        "ok": not failing,
+        "ok": not failing and not not_run and not incomplete,
         "totals": count(results),
         "groups": [
             {"source": g.source, "files": g.files, "ranks": g.ranks, "totals": g.totals}
             for g in groups
         ],
         "failing": failing,
+        "not_run": [g.to_json() for g in not_run],
+        "incomplete": incomplete,
         "skips": [g.to_json() for g in group_reasons(results, "skipped")],
         "xfails": [g.to_json() for g in group_reasons(results, "xfailed")],
         "xpassed": [r.id for r in results if r.outcome == "xpassed"],

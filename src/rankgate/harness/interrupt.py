@@ -1,0 +1,127 @@
+"""Pool mode's record of an interrupted run: Ctrl-C (SIGINT), or SIGTERM/SIGHUP, which
+``poolmode`` turns into ``pytest.exit``.
+
+pytest stops at once on either and writes its JUnit file with the tests that ended, and
+for the test that was running a nameless ``<testcase/>`` (its set-up's duration, no
+result): read as it is, an interrupted run looks passed. This plugin records, in the
+JUnit file, the running test as failed naming the signal, every test after it as
+``not run`` (with the same reason), and the run as interrupted (the testsuite property
+``rankgate.interrupted``), so merge-junit and the report say INCOMPLETE. In-place mode
+records its own (``inplace``: every rank, from its signal watch).
+"""
+
+from __future__ import annotations
+
+import pytest
+from _pytest.outcomes import Exit
+
+from rankgate.harness.failure_repr import failure_repr
+from rankgate.harness.rankwords import (
+    INTERRUPTED_PREFIX,
+    INTERRUPTED_PROPERTY,
+    INTERRUPTED_TEST_PROPERTY,
+    NOT_RUN_PREFIX,
+)
+
+INTERRUPT_PLUGIN = "rankgate-interrupt"
+
+
+def why_interrupted(exc: BaseException) -> str:
+    """'SIGINT (Ctrl-C)' for a KeyboardInterrupt; pytest.exit's own message otherwise
+    (poolmode's says 'rankgate: received SIGTERM')."""
+    if isinstance(exc, Exit):
+        return str(exc.msg).removeprefix("rankgate: ") or "pytest.exit"
+    return "received SIGINT (Ctrl-C)"
+
+
+class InterruptRecord:
+    """Writes an interrupted run's truth into pytest's JUnit file (see the module doc)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self._items: list[pytest.Item] = []
+        self._next = 0  # index of the first test not yet started
+        self.reason: str | None = None
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self._items = list(session.items)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem):
+        index = self._index_of(item)
+        self._next = index + 1
+        try:
+            return (yield)
+        except (KeyboardInterrupt, Exit) as exc:
+            self._record_running(item, exc)
+            raise
+
+    def _index_of(self, item: pytest.Item) -> int:
+        if self._next < len(self._items) and self._items[self._next] is item:
+            return self._next
+        try:
+            return self._items.index(item)
+        except ValueError:
+            return self._next
+
+    def _record_running(self, item: pytest.Item, exc: BaseException) -> None:
+        """The test the signal stopped: failed, naming the signal."""
+        self.reason = f"{why_interrupted(exc)} while {item.nodeid} ran"
+        xml = _xml(self.config)
+        report = pytest.TestReport(
+            nodeid=item.nodeid,
+            location=item.location,
+            keywords=dict.fromkeys(item.keywords, 1),
+            outcome="failed",
+            longrepr=failure_repr(item, f"{INTERRUPTED_PREFIX}{self.reason}; the test did not end"),
+            when="call",
+        )
+        if xml is not None:
+            from _pytest.junitxml import mangle_test_address
+
+            names = mangle_test_address(item.nodeid)
+            xml.add_global_property(
+                INTERRUPTED_TEST_PROPERTY, "::".join([".".join(names[:-1]), names[-1]])
+            )
+            xml.pytest_runtest_logreport(report=report)
+
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo) -> None:
+        if self.reason is None:  # between tests, or in collection
+            self.reason = f"{why_interrupted(excinfo.value)} between tests"
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """Before pytest's JUnit writer: the run's reason, and the tests never started."""
+        if self.reason is None:
+            return
+        rest = self._items[self._next :]
+        xml = _xml(self.config)
+        if xml is not None:
+            xml.add_global_property(INTERRUPTED_PROPERTY, self.reason)
+            for item in rest:
+                xml.pytest_runtest_logreport(report=_not_run(item, self.reason))
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        if tr is not None:
+            tr.ensure_newline()
+            tr.write_line(
+                f"rankgate: interrupted: {self.reason}; {len(rest)} later test(s) not run",
+                red=True,
+            )
+
+
+def _not_run(item: pytest.Item, reason: str) -> pytest.TestReport:
+    """A test the run never started, as in-place mode records one (merge-junit's not run)."""
+    return pytest.TestReport(
+        nodeid=item.nodeid,
+        location=item.location,
+        keywords=dict.fromkeys(item.keywords, 1),
+        outcome="failed",
+        longrepr=f"{NOT_RUN_PREFIX}{INTERRUPTED_PREFIX}{reason}",
+        when="setup",
+    )
+
+
+def _xml(config: pytest.Config):
+    from _pytest.junitxml import xml_key
+
+    return config.stash.get(xml_key, None)
