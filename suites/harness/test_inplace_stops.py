@@ -134,8 +134,8 @@ def test_sigterm_to_the_job_leaves_every_rank_junit_naming_the_signal(tmp_path):
         assert path.is_file(), err
         failure = _case(path, "test_waits").find("failure")
         assert failure.get("message") == (
-            f"rank {rank} received SIGTERM (the launcher or the CI stopped the job) "
-            "while test_suite.py::test_waits ran"
+            f"interrupted: rank {rank} received SIGTERM (the launcher or the CI stopped the "
+            "job) while test_suite.py::test_waits ran"
         )
         error = _case(path, "test_never_reached").find("error")
         assert f'"not run: rank {rank} received SIGTERM' in error.get("message")

@@ -351,7 +351,10 @@ def test_xfailed_xpassed_and_not_run_are_counted_apart(tmp_path: Path) -> None:
         "xpassed": 1, "not run": 1,
     }
     later = report.tests[2]
-    assert later.message == "rank 0 not run; rank 1 passed"
+    assert later.message == (  # the reason, not only who did what
+        "rank 0 not run (rank 1 stopped the run: "
+        "t::hangs did not finish within the test's timeout of 5 s); rank 1 passed"
+    )
     assert later.failing_ranks == (0,)
     assert not report.ok  # a test that never ran is red
 
@@ -401,3 +404,64 @@ def test_in_place_hang_is_worded_hung_with_its_likely_cause(tmp_path: Path) -> N
         junit(tmp_path / f"junit.rank{rank}.xml", case("h", f'<failure message="{message}"/>'))
     (test,) = merge_junit(sorted(tmp_path.glob("*.xml"))).tests
     assert (test.verdict, test.message) == ("failed", f"ranks 0, 1 hung; {cause}")
+
+
+# ------------------------------------------------ an interrupted run is never a pass
+
+RANK_PROPS = '<property name="rank" value="{r}"/><property name="world_size" value="2"/>'
+INTERRUPTED = (
+    '<property name="rankgate.interrupted" value="rank {r} received SIGINT (Ctrl-C, or the '
+    'launcher passing it on) while t.py::test_b ran"/>'
+    '<property name="rankgate.interrupted_test" value="t::test_b"/>'
+)
+
+
+@pytest.mark.parametrize(
+    ("rank_files", "why"),
+    [
+        # what a rank killed by SIGINT in a world test wrote before: only the finished tests
+        ([case("test_a"), case("test_a")], None),
+        # ... or nothing at all (tests="0"): never "0 tests, passed"
+        (["", ""], "rank 0: it holds no test: the run ended before any test did"),
+    ],
+    ids=["finished-tests-only-marked", "no-test"],
+)
+def test_an_interrupted_in_place_run_is_incomplete_and_exits_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys, rank_files: list[str], why
+) -> None:
+    for r, cases in enumerate(rank_files):
+        props = RANK_PROPS.format(r=r) + ("" if why else INTERRUPTED.format(r=r))
+        junit(tmp_path / f"junit.rank{r}.xml", cases, props)
+    report = merge_junit([tmp_path])
+    assert not report.ok
+    expected = why or (
+        "rank 0 received SIGINT (Ctrl-C, or the launcher passing it on) while t.py::test_b ran"
+    )
+    assert report.incomplete[0] == expected
+    assert main(monkeypatch, "merge-junit", str(tmp_path)) == 1
+    out = capsys.readouterr().out
+    assert f"rankgate merge-junit: INCOMPLETE: {expected} (and 1 more); " in out
+    # The report on the same files says INCOMPLETE, exit 1, whatever the tests say.
+    files = [str(tmp_path / f"junit.rank{r}.xml") for r in (0, 1)]
+    assert main(monkeypatch, "report", *files, "--out", str(tmp_path / "out")) == 1
+    assert "rankgate report: INCOMPLETE: " in capsys.readouterr().err
+
+
+def test_pytests_nameless_testcase_of_a_pool_run_cut_short_is_never_a_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    # pytest's JUnit after SIGTERM or Ctrl-C in the middle of a test: the finished tests,
+    # and a <testcase/> with no name (the set-up's duration of the test that never ended).
+    path = junit(tmp_path / "junit.xml", case("test_a") + '<testcase time="0.002" />')
+    read = read_junit(path)
+    assert [c.name for c in read.cases] == ["test_a"]
+    assert read.interrupted.startswith("a test started and never ended")
+    assert main(monkeypatch, "report", str(path), "--out", str(tmp_path / "out")) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("rankgate report: INCOMPLETE: 1 tests: 1 passed")
+    summary = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert summary["verdict"] == "incomplete" and summary["ok"] is False
+    assert summary["incomplete"]["stopped"] == [
+        f"{path}: a test started and never ended (its <testcase/> has no name): the run was "
+        "stopped"
+    ]

@@ -147,7 +147,8 @@ def test_the_report_reads_a_dead_ranks_results_as_merge_junit_does(
     assert main(monkeypatch, "report", "--out", str(tmp_path / "out")) == 1
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["totals"] == {
-        "tests": 2, "passed": 1, "failed": 1, "error": 0, "skipped": 0, "xfailed": 0, "xpassed": 0,
+        "tests": 2, "passed": 1, "failed": 1, "error": 0, "not run": 0, "skipped": 0, "xfailed": 0,
+        "xpassed": 0,
     }  # fmt: skip
     assert [f["message"] for f in report["failing"]] == ["rank 1 crashed; rank 0 failed"]
     assert [f["ranks"] for f in report["failing"]] == [{"0": "failed", "1": "crashed"}]

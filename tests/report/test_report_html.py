@@ -193,7 +193,7 @@ def test_summary_md_for_the_job_summary(written):
     md = (written / "summary.md").read_text()
     gfm.parse(md)  # renders as meant: folds, fences and tables where they belong
     assert md.startswith(
-        "## rankgate: FAILED\n\n3 tests: 1 passed, 2 failed, 0 error, 0 skipped, 0 xfailed, "
+        "## rankgate: FAILED\n\n3 tests: 1 passed, 2 failed, 0 error, 0 not run, 0 skipped, 0 xfailed, "
         "0 xpassed\n"
     )
     assert (

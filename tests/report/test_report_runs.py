@@ -29,7 +29,10 @@ from rankgate.pipeline.executor import Outcome, summary_table
 pytestmark = [pytest.mark.dist, pytest.mark.slow]  # the planted runs start real ranks
 
 ROOT = scenarios.ROOT
-ZERO = {"tests": 0, "passed": 0, "failed": 0, "error": 0, "skipped": 0, "xfailed": 0, "xpassed": 0}
+ZERO = {
+    "tests": 0, "passed": 0, "failed": 0, "error": 0, "not run": 0, "skipped": 0, "xfailed": 0,
+    "xpassed": 0,
+}  # fmt: skip
 
 
 def _run(tmp_path_factory, name: str, text: str, **env: str) -> Path:

@@ -49,7 +49,8 @@ def test_rank_files_and_plain_file_and_bench(
     got = summarize([*ranked_junit, plain_junit], [bench])
     assert got["ok"] is False
     assert got["totals"] == {
-        "tests": 13, "passed": 4, "failed": 3, "error": 3, "skipped": 2, "xfailed": 1, "xpassed": 0,
+        "tests": 13, "passed": 4, "failed": 3, "error": 3, "not run": 0, "skipped": 2, "xfailed": 1,
+        "xpassed": 0,
     }  # fmt: skip
     assert got["xfails"] == [
         {"reason": "known bug", "count": 1, "examples": ["test_ranked::test_xfail"]}
@@ -104,7 +105,8 @@ def test_clean_runs_are_ok(clean_junit: list[Path]) -> None:
     assert got["ok"] is True
     assert got["failing"] == []
     assert got["totals"] == {
-        "tests": 3, "passed": 3, "failed": 0, "error": 0, "skipped": 0, "xfailed": 0, "xpassed": 0,
+        "tests": 3, "passed": 3, "failed": 0, "error": 0, "not run": 0, "skipped": 0, "xfailed": 0,
+        "xpassed": 0,
     }  # fmt: skip
 
 
@@ -141,8 +143,8 @@ def test_command(
     assert json.loads(captured.out) == json.loads(out.read_text())
     assert json.loads(captured.out)["totals"]["tests"] == 10
     assert captured.err == (
-        "rankgate report: FAILED: 10 tests: 3 passed, 2 failed, 3 error, 1 skipped, 1 xfailed, "
-        "0 xpassed; 1 benchmark files; wrote out/report.html and out/summary.md\n"
+        "rankgate report: FAILED: 10 tests: 3 passed, 2 failed, 3 error, 0 not run, 1 skipped, "
+        "1 xfailed, 0 xpassed; 1 benchmark files; wrote out/report.html and out/summary.md\n"
     )
     assert (tmp_path / "out" / "report.html").read_text().startswith("<!DOCTYPE html>")
     assert cli.main(["report", *map(str, clean_junit)]) == 0
@@ -154,7 +156,8 @@ def test_command(
 
 
 def test_a_test_a_stopped_run_never_ran_is_red_in_the_report(tmp_path: Path) -> None:
-    # The report's six outcomes count merge-junit's "not run" as an error, never as passed.
+    # The report counts merge-junit's "not run" apart from errors, never as passed, with
+    # the reason the run gave (not the wrapper pytest's JUnit writer puts around it).
     case = (
         '<testcase classname="t" name="test_later" time="0">'
         '<error message="failed on setup with &quot;not run: rank 0 stopped the run: t::a'
@@ -168,17 +171,23 @@ def test_a_test_a_stopped_run_never_ran_is_red_in_the_report(tmp_path: Path) -> 
         )
     (group,) = read_results([tmp_path])
     (result,) = group.results
-    assert (result.outcome, result.failing_ranks) == ("error", (0, 1))
-    assert result.reason == "ranks 0, 1 not run"
+    assert result.outcome == "not run"
+    assert result.reason == "ranks 0, 1 not run (rank 0 stopped the run: t::a hung)"
     assert group.totals == {
-        "tests": 1, "passed": 0, "failed": 0, "error": 1, "skipped": 0, "xfailed": 0,
-        "xpassed": 0,
+        "tests": 1, "passed": 0, "failed": 0, "error": 0, "not run": 1, "skipped": 0,
+        "xfailed": 0, "xpassed": 0,
     }  # fmt: skip
+    summary = summarize([tmp_path])
+    assert summary["ok"] is False and summary["failing"] == []
+    assert summary["not_run"] == [
+        {"reason": "ranks 0, 1 not run (rank 0 stopped the run: t::a hung)", "count": 1,
+         "examples": ["t::test_later"]}
+    ]  # fmt: skip
     # A file written by merge-junit (or any file without ranks) is read case by case.
     plain = tmp_path / "plain" / "merged.xml"
     plain.parent.mkdir()
     plain.write_text(f'<testsuites><testsuite name="pytest" tests="1">{case}</testsuite></testsuites>')
     (group,) = read_results([plain])
     assert [(r.outcome, r.reason) for r in group.results] == [
-        ("error", 'failed on setup with "not run: rank 0 stopped the run: t::a hung"')
+        ("not run", "rank 0 stopped the run: t::a hung")
     ]

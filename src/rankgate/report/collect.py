@@ -122,7 +122,7 @@ def collect(
         plots=[Plot(name=_plot_name(p, out_dir), png=p.read_bytes()) for p in plots],
         generated=runinfo.now(),
         run=run,
-        incomplete={**incomplete(run, stages), "stopped": stopped(summary, stages)},
+        incomplete=incomplete(run, stages) | _stopped(summary, stages),
     )
     summary.update(
         format=history.REPORT_FORMAT,
@@ -157,15 +157,17 @@ def incomplete(run: dict | None, stages: list[dict]) -> dict[str, list[str]]:
     }
 
 
-def stopped(summary: dict, stages: list[dict]) -> list[str]:
-    """JUnit sources whose run a signal cut short, or that hold no test, with why; a
-    stage that selected no test (skipped) may leave an empty file, which is no loss."""
+def _stopped(summary: dict, stages: list[dict]) -> dict[str, list[str]]:
+    """``{"stopped": [...]}``: JUnit sources whose run a signal cut short, or that hold no
+    test, with why ({} when none); a stage that selected no test (skipped) may leave an
+    empty file, which is no loss."""
     skipped = {s["stage"] for s in stages if s.get("status") == "skipped"}
-    return [
+    found = [
         f"{short_path(item['source'])}: {item['why']}"
         for item in summary.get("incomplete") or ()
         if Path(item["source"]).stem not in skipped and Path(item["source"]).name not in skipped
     ]
+    return {"stopped": found} if found else {}
 
 
 def short_path(path: str) -> str:

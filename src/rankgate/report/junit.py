@@ -56,6 +56,7 @@ from rankgate.report.junitfile import (
     JUnitFile,
     ReportInputError,
     join_texts,
+    not_run_reason,
     read_junit,  # noqa: F401  (part of this module's API)
 )
 from rankgate.report.rankresults import crashed_in, expand, read_any
@@ -306,7 +307,10 @@ def _merge_test(
     elif "error" in kinds or (missing and "not run" not in kinds):
         verdict, message = "error", what
     elif "not run" in kinds:  # a rank without it died before the run was stopped
-        verdict, message = "not run", what
+        why = next((r for res in results.values() if (r := not_run_reason(res.message))), "")
+        notes = {"not run": why} if why else None
+        verdict = "not run"
+        message = rankwords.outcomes_line(worded, first=rankwords.first_failed(failed), notes=notes)
     elif len(kinds) > 1:
         verdict, message = "error", f"ranks disagree: {what}"
     elif kinds & {"skipped", "xfailed"}:

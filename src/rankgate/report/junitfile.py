@@ -59,6 +59,16 @@ def _child_outcome(child: ET.Element) -> str | None:
     return outcome
 
 
+def not_run_reason(message: str) -> str:
+    """Why a test was not run, from its JUnit message ('failed on setup with "not run:
+    rank 0 stopped the run: ..."' gives 'rank 0 stopped the run: ...'); "" if none."""
+    at = message.find(NOT_RUN_PREFIX)
+    if at < 0:
+        return ""
+    reason = message[at + len(NOT_RUN_PREFIX) :].split("\n", 1)[0]
+    return reason[:-1] if message.startswith("failed on ") and reason.endswith('"') else reason
+
+
 class ReportInputError(Exception):
     """An input file that cannot be used: missing, not XML, not JUnit, no rank."""
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from rankgate.report.failures import read_by_rank
 from rankgate.report.junit import MergedTest, merge_files
-from rankgate.report.junitfile import CaseResult, JUnitFile
+from rankgate.report.junitfile import CaseResult, JUnitFile, not_run_reason
 from rankgate.report.outcome_plugin import OUTCOME_PROPERTY
 
 OUTCOMES = ("passed", "failed", "error", "not run", "skipped", "xfailed", "xpassed")
@@ -149,12 +149,13 @@ def _from_case(source: str, case: CaseResult, stopped: set[str] = frozenset()) -
         good = ("passed", "skipped", "xfailed")
         bad = tuple(r for r, o in sorted(ranks.items()) if o not in good)
     outcome = case_outcome(case)
+    reason = not_run_reason(case.message) if outcome == "not run" else ""
     return TestResult(
         id=case.test_id,
         outcome=outcome,
         source=source,
         seconds=case.time,
-        reason=_first_line(case.message),
+        reason=reason or _first_line(case.message),
         ranks=dict(sorted(ranks.items())) or None,
         failing_ranks=(bad if outcome in BAD_OUTCOMES else ()) if ranks else None,
         interrupted=case.test_id in stopped,

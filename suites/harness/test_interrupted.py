@@ -1,0 +1,128 @@
+"""An interrupted run never reads passed: SIGINT or SIGTERM in the middle of a world test,
+in the pool and in place under torchrun, then merge-junit and the report on its output.
+
+Each test starts pytest (or torchrun) in its own session, waits until every rank is
+inside the test, sends the signal to that one process explicitly, and waits with a
+timeout: nothing leans on the signal dispositions this process inherited.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+# slow: each test starts pytest, and a pool or torchrun under it
+pytestmark = [pytest.mark.dist, pytest.mark.torch_dist, pytest.mark.slow]
+
+SUITE = """
+import time
+import pytest
+
+@pytest.mark.world(2)
+def test_first(rank):
+    pass
+
+@pytest.mark.world(2, timeout=120)
+def test_waits(rank):
+    open(f"running{rank}", "w").close()
+    time.sleep(100)
+
+@pytest.mark.world(2)
+def test_never_reached(rank):
+    pass
+"""
+PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly",
+          "-q", "--color=no", "--junitxml=out/junit.xml", "test_suite.py"]  # fmt: skip
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+
+
+def _interrupt(tmp_path: Path, cmd: list[str], signum: int) -> tuple[int, str]:
+    """Run ``cmd`` in its own session; once both ranks are in test_waits, send ``signum``."""
+    (tmp_path / "test_suite.py").write_text(textwrap.dedent(SUITE))
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    job = subprocess.Popen(
+        cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not all((tmp_path / f"running{r}").exists() for r in (0, 1)):
+            assert time.monotonic() < deadline and job.poll() is None, job.communicate()
+            time.sleep(0.1)
+        job.send_signal(signum)
+        out, _ = job.communicate(timeout=90)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.communicate()
+    return job.returncode, out.decode()
+
+
+def _rankgate(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "rankgate.cli", *args]
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def _cases(path: Path) -> dict[str, ET.Element]:
+    return {c.get("name"): c for c in ET.parse(path).getroot().iter("testcase")}
+
+
+@pytest.mark.parametrize(
+    ("signum", "why"),
+    [(signal.SIGTERM, "received SIGTERM"), (signal.SIGINT, "received SIGINT (Ctrl-C)")],
+    ids=["SIGTERM", "SIGINT"],
+)
+def test_a_signal_to_a_pool_run_leaves_a_junit_that_reads_incomplete(tmp_path, signum, why):
+    code, out = _interrupt(tmp_path, PYTEST, signum)
+    assert code != 0, out
+    junit = tmp_path / "out" / "junit.xml"
+    cases = _cases(junit)
+    assert sorted(cases) == ["test_first", "test_never_reached", "test_waits"], out  # no nameless
+    stopped = f"{why} while test_suite.py::test_waits ran"
+    assert cases["test_waits"].find("failure").get("message") == (
+        f"interrupted: {stopped}; the test did not end"
+    )
+    assert cases["test_never_reached"].find("error").get("message") == (
+        f'failed on setup with "not run: interrupted: {stopped}"'
+    )
+    assert f"rankgate: interrupted: {stopped}; 1 later test(s) not run" in out
+    report = _rankgate("report", str(junit), "--out", "rep", cwd=tmp_path)
+    assert report.returncode == 1, report.stderr
+    assert report.stderr.startswith(
+        "rankgate report: INCOMPLETE: 3 tests: 1 passed, 1 failed, 0 error, 1 not run, "
+    ), report.stderr
+
+
+def test_sigint_to_torchrun_leaves_every_rank_junit_saying_interrupted(tmp_path):
+    cmd = [*TORCHRUN, "-m", *PYTEST[1:]]
+    code, out = _interrupt(tmp_path, cmd, signal.SIGINT)  # Ctrl-C, sent to torchrun alone
+    assert code != 0, out
+    for rank in (0, 1):
+        cases = _cases(tmp_path / "out" / f"junit.rank{rank}.xml")
+        why = (
+            f"rank {rank} received SIGINT (Ctrl-C, or the launcher passing it on) "
+            "while test_suite.py::test_waits ran"
+        )
+        assert cases["test_waits"].find("failure").get("message") == f"interrupted: {why}"
+        assert cases["test_never_reached"].find("error").get("message") == (
+            f'failed on setup with "not run: {why}"'
+        )
+    merged = _rankgate("merge-junit", "out", cwd=tmp_path)
+    assert merged.returncode == 1, merged.stdout + merged.stderr
+    assert "FAILED test_suite::test_waits: ranks 0, 1 interrupted" in merged.stdout
+    assert "rankgate merge-junit: INCOMPLETE: rank 0 received SIGINT" in merged.stdout
+    assert "1 passed, 1 failed, 0 error, 0 skipped, 0 xfailed, 0 xpassed, 1 not run" in (
+        merged.stdout
+    )
+    report = _rankgate("report", "out", "--out", "rep", cwd=tmp_path)
+    assert report.returncode == 1, report.stderr
+    assert report.stderr.startswith("rankgate report: INCOMPLETE: 3 tests: 1 passed"), (
+        report.stderr
+    )
