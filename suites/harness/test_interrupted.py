@@ -123,6 +123,4 @@ def test_sigint_to_torchrun_leaves_every_rank_junit_saying_interrupted(tmp_path)
     )
     report = _rankgate("report", "out", "--out", "rep", cwd=tmp_path)
     assert report.returncode == 1, report.stderr
-    assert report.stderr.startswith("rankgate report: INCOMPLETE: 3 tests: 1 passed"), (
-        report.stderr
-    )
+    assert report.stderr.startswith("rankgate report: INCOMPLETE: 3 tests: 1 passed"), report.stderr

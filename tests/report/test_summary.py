@@ -191,3 +191,40 @@ def test_a_test_a_stopped_run_never_ran_is_red_in_the_report(tmp_path: Path) -> 
     assert [(r.outcome, r.reason) for r in group.results] == [
         ("not run", "rank 0 stopped the run: t::a hung")
     ]
+
+
+def test_the_report_names_the_test_that_stopped_the_run_and_folds_the_tests_never_run(
+    tmp_path: Path,
+) -> None:
+    # In place, rank 1 raised after a collective; rank 0 stopped the run: the report has
+    # one failed test (named as the one that stopped the run) and 2 not run, listed once.
+    from rankgate.report.collect import collect
+    from rankgate.report.html import render_html
+    from rankgate.report.markdown import render_markdown
+
+    why = "rank 0 stopped the run: t/test_x.py::test_raise was still running 3 s after rank 1 failed"
+    later = (
+        '<testcase classname="t.test_x" name="test_n{n}" time="0">'
+        f'<error message="failed on setup with &quot;not run: {why}&quot;" /></testcase>'
+    )
+    for rank in (0, 1):
+        failed = (
+            '<testcase classname="t.test_x" name="test_raise" time="3.2">'
+            f'<failure message="RuntimeError: rank{rank} broke">tb</failure></testcase>'
+        )
+        (tmp_path / f"junit.rank{rank}.xml").write_text(
+            f'<testsuites><testsuite name="pytest"><properties>'
+            f'<property name="rank" value="{rank}"/><property name="world_size" value="2"/>'
+            f"</properties>{failed}{later.format(n=1)}{later.format(n=2)}</testsuite></testsuites>"
+        )
+    data = collect(tmp_path / "out", [tmp_path])
+    assert [f.id for f in data.failures] == ["t.test_x::test_raise"]
+    assert data.failures[0].stopped_run
+    assert data.summary["totals"]["not run"] == 2 and data.summary["totals"]["error"] == 0
+    md = render_markdown(data)
+    assert "### Failed tests (1)\n\n#### stopped the run: `t.test_x::test_raise` " in md
+    assert f"### Not run (2)\n\n- 2 not run: ranks 0, 1 not run ({why})\n" in md
+    assert "<details><summary>the 2 tests not run</summary>" in md
+    html = render_html(data)
+    assert '<div class="tile not-run" data-outcome="not run"><b>2</b>not run</div>' in html
+    assert '<section id="not-run"><h2>Not run (2)</h2>' in html

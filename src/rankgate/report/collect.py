@@ -24,7 +24,7 @@ from pathlib import Path
 
 from rankgate.bench.contention import PROBE_KEY
 from rankgate.report import history, rankresults, runinfo
-from rankgate.report.failures import FailedTest, failed_tests
+from rankgate.report.failures import FailedTest, failed_tests, stopper_first
 from rankgate.report.junitfile import ReportInputError
 from rankgate.report.results import count
 from rankgate.report.summary import summarize
@@ -89,6 +89,12 @@ class ReportData:
     def ok(self) -> bool:
         return self.verdict == "passed"
 
+    @property
+    def not_run(self) -> list[str]:
+        """The tests that never ran (a run stopped or interrupted before them)."""
+        tests = self.summary.get("tests") or {}
+        return [test for test, outcome in tests.items() if outcome == "not run"]
+
 
 def collect(
     out_dir: Path,
@@ -117,7 +123,10 @@ def collect(
     data = ReportData(
         summary=summary,
         stages=stages,
-        failures=failed_tests(junit) if junit else [],
+        failures=stopper_first(
+            failed_tests(junit) if junit else [],
+            [g["reason"] for g in summary.get("not_run") or ()],
+        ),
         bench=tables,
         plots=[Plot(name=_plot_name(p, out_dir), png=p.read_bytes()) for p in plots],
         generated=runinfo.now(),

@@ -15,6 +15,7 @@ from:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -66,6 +67,8 @@ class FailedTest:
     """The harness's reproduction line, when the report carries one."""
     stdout: str = ""
     stderr: str = ""
+    stopped_run: bool = False
+    """This test stopped the run: the tests after it never ran."""
 
     @property
     def failing_ranks(self) -> tuple[int, ...]:
@@ -83,7 +86,8 @@ class FailedTest:
 
 
 def failed_tests(junit_paths: Iterable[str | Path]) -> list[FailedTest]:
-    """Every failed or errored test of these JUnit files, in file order."""
+    """Every failed or errored test of these JUnit files, in file order (a test that
+    never ran is no failure of its own: the report lists those apart)."""
     plain, per_rank = read_by_rank(junit_paths)
     found: list[FailedTest] = []
     for f in plain:
@@ -91,12 +95,31 @@ def failed_tests(junit_paths: Iterable[str | Path]) -> list[FailedTest]:
         for case in f.cases:
             prev = by_id.get(case.test_id)
             by_id[case.test_id] = case if prev is None else prev.combine(case)
-        red = ("failed", "error", "not run")
+        red = ("failed", "error")
         found += [_from_case(f.path, c) for c in by_id.values() if c.outcome in red]
     for directory, files in per_rank.items():
-        bad = [t for t in merge_files(files).tests if t.verdict in ("failed", "error", "not run")]
+        bad = [t for t in merge_files(files).tests if t.verdict in ("failed", "error")]
         found += [_from_merged(directory, t) for t in bad]
     return found
+
+
+_STOPPED = re.compile(r"stopped the run: (\S+)")
+
+
+def stopper_first(failures: list[FailedTest], not_run: Iterable[str]) -> list[FailedTest]:
+    """``failures`` with the test that stopped a run first (the one the not-run tests'
+    reasons name, "rank 0 stopped the run: <test> ..."), marked ``stopped_run``."""
+    named = {m.group(1) for reason in not_run if (m := _STOPPED.search(reason))}
+    ids = {_junit_id(n) for n in named} | named
+    first = [dataclasses.replace(t, stopped_run=True) for t in failures if t.id in ids]
+    return first + [t for t in failures if t.id not in ids]
+
+
+def _junit_id(nodeid: str) -> str:
+    """'pkg/test_a.py::Class::test_b' as a JUnit id: 'pkg.test_a.Class::test_b'."""
+    path, _, rest = nodeid.partition("::")
+    parts = [path.removesuffix(".py").replace("/", "."), *rest.split("::")]
+    return ".".join(parts[:-1]) + "::" + parts[-1]
 
 
 def read_by_rank(

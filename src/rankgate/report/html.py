@@ -86,6 +86,7 @@ def render_html(data: ReportData) -> str:
         _machine(data.run),
         _stages(present.stage_rows(data.stages, data.incomplete)),
         _failures(data.failures),
+        _not_run(data.summary.get("not_run") or [], data.not_run),
         _reasons("skips", "Skipped", data.summary.get("skips") or []),
         _reasons("xfails", "Expected failures (xfailed)", data.summary.get("xfails") or []),
         _xpassed(data.summary.get("xpassed") or []),
@@ -160,10 +161,26 @@ def _failures(failures: list[FailedTest]) -> str:
     )
 
 
+def _not_run(groups: list[dict], tests: list[str]) -> str:
+    """Tests that never ran: each reason once, the tests folded."""
+    if not tests:
+        return ""
+    reasons = "".join(
+        f"<li><b>{g['count']}</b> not run: {escape(g['reason'])}</li>" for g in groups
+    )
+    listed = "".join(f"<li>{escape(t)}</li>" for t in tests)
+    return (
+        f'<section id="not-run"><h2>Not run ({len(tests)})</h2><ul>{reasons}</ul>'
+        f"<details><summary>the {len(tests)} tests not run</summary><ul>{listed}</ul>"
+        "</details></section>"
+    )
+
+
 def _failure(test: FailedTest) -> str:
+    stopped = "stopped the run: " if test.stopped_run else ""
     parts = [
         f'<article class="test" data-test="{escape(test.id)}">',
-        f"<h3>{escape(test.id)} "
+        f"<h3>{stopped}{escape(test.id)} "
         f'<span class="{escape(test.outcome)}">{escape(test.outcome)}</span></h3>',
     ]
     root = test.root_cause

@@ -42,6 +42,7 @@ def render_markdown(data: ReportData) -> str:
               f"{float(s.get('seconds') or 0):.1f} s", present.stage_note(s)) for s in rows],
         )  # fmt: skip
     lines += _failures(data.failures)
+    lines += _not_run(data.summary.get("not_run") or [], data.not_run)
     lines += _reasons("Skipped", data.summary.get("skips") or [])
     lines += _reasons("Expected failures (xfailed)", data.summary.get("xfails") or [])
     if data.summary.get("xpassed"):
@@ -78,10 +79,20 @@ def _failures(failures: list[FailedTest]) -> list[str]:
     return lines
 
 
+def _not_run(groups: list[dict], tests: list[str]) -> list[str]:
+    """Tests that never ran: each reason once, the tests folded."""
+    if not tests:
+        return []
+    lines = [f"### Not run ({len(tests)})", ""]
+    lines += [f"- {g['count']} not run: {_inline(g['reason'])}" for g in groups] + [""]
+    return lines + _fold(f"the {len(tests)} tests not run", "\n".join(tests))
+
+
 def _failure(test: FailedTest) -> list[str]:
-    head = f"#### {_code(test.id)} {test.outcome}"
+    stopped = "stopped the run: " if test.stopped_run else ""
+    head = f"#### {stopped}{_code(test.id)} {test.outcome}"
     if test.ranks:  # the one rank wording: "rank 1 failed; rank 0 passed"
-        head = f"#### {_code(test.id)} " + rankwords.outcomes_line(
+        head = f"#### {stopped}{_code(test.id)} " + rankwords.outcomes_line(
             {r.rank: r.outcome for r in test.ranks}
         )
     lines = [head, ""]
