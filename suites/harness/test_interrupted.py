@@ -40,6 +40,7 @@ def test_never_reached(rank):
 """
 PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly",
           "-q", "--color=no", "--junitxml=out/junit.xml", "test_suite.py"]  # fmt: skip
+RUNS_FOR_S = 1.5
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
 
 
@@ -56,6 +57,7 @@ def _interrupt(tmp_path: Path, cmd: list[str], signum: int) -> tuple[int, str]:
         while not all((tmp_path / f"running{r}").exists() for r in (0, 1)):
             assert time.monotonic() < deadline and job.poll() is None, job.communicate()
             time.sleep(0.1)
+        time.sleep(RUNS_FOR_S)  # its JUnit time says how long it ran before the signal
         job.send_signal(signum)
         out, _ = job.communicate(timeout=90)
     finally:
@@ -89,6 +91,7 @@ def test_a_signal_to_a_pool_run_leaves_a_junit_that_reads_incomplete(tmp_path, s
     assert cases["test_waits"].find("failure").get("message") == (
         f"interrupted: {stopped}; the test did not end"
     )
+    assert float(cases["test_waits"].get("time")) >= RUNS_FOR_S
     assert cases["test_never_reached"].find("error").get("message") == (
         f'failed on setup with "not run: interrupted: {stopped}"'
     )
@@ -111,6 +114,7 @@ def test_sigint_to_torchrun_leaves_every_rank_junit_saying_interrupted(tmp_path)
             "while test_suite.py::test_waits ran"
         )
         assert cases["test_waits"].find("failure").get("message") == f"interrupted: {why}"
+        assert float(cases["test_waits"].get("time")) >= RUNS_FOR_S  # not 0.000
         assert cases["test_never_reached"].find("error").get("message") == (
             f'failed on setup with "not run: {why}"'
         )

@@ -175,6 +175,7 @@ class InPlaceSession:
         self.problems: list[Problem] = []
         self._current: pytest.Item | None = None
         self._current_logged = False  # its own reports are in the JUnit file already
+        self._current_start = 0.0  # time.monotonic() when the current test began
         self._tests_failed = 0  # on any rank: what -x and --maxfail count, alike on every rank
         self._results: ResultsWriter | None = None
         self._log_shown = None  # pytest_runtest_logreport of every plugin but JUnit's
@@ -610,6 +611,7 @@ class InPlaceSession:
                 if out
             ],
             user_properties=[("rankgate.verdict", verdict)],
+            duration=time.monotonic() - self._current_start if self._current is item else 0.0,
         )
 
     def _print_summary(self, reason: str) -> None:
@@ -737,6 +739,7 @@ class InPlaceSession:
         index = self._index.get(item.nodeid)
         item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
         self._current, self._current_logged = item, False
+        self._current_start = time.monotonic()  # a stop's record of it keeps its duration
         if self._results is not None:
             self._results.begin(*junit_names(item.nodeid))
         own = runtestprotocol(item, nextitem=nextitem, log=False)

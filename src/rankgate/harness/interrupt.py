@@ -12,7 +12,10 @@ records its own (``inplace``: every rank, from its signal watch).
 
 from __future__ import annotations
 
+import time
+
 import pytest
+from _pytest.junitxml import mangle_test_address, xml_key
 from _pytest.outcomes import Exit
 
 from rankgate.harness.failure_repr import failure_repr
@@ -42,6 +45,7 @@ class InterruptRecord:
         self._items: list[pytest.Item] = []
         self._next = 0  # index of the first test not yet started
         self.reason: str | None = None
+        self._started = 0.0  # time.monotonic() when the running test began
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self._items = list(session.items)
@@ -50,6 +54,7 @@ class InterruptRecord:
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem):
         index = self._index_of(item)
         self._next = index + 1
+        self._started = time.monotonic()
         try:
             return (yield)
         except (KeyboardInterrupt, Exit) as exc:
@@ -75,10 +80,11 @@ class InterruptRecord:
             outcome="failed",
             longrepr=failure_repr(item, f"{INTERRUPTED_PREFIX}{self.reason}; the test did not end"),
             when="call",
+            duration=time.monotonic() - self._started,
         )
         if xml is not None:
-            from _pytest.junitxml import mangle_test_address
-
+            # pytest's JUnit sums the phases' durations: its set-up's is counted already.
+            report.duration -= xml.node_reporter(report).duration
             names = mangle_test_address(item.nodeid)
             xml.add_global_property(
                 INTERRUPTED_TEST_PROPERTY, "::".join([".".join(names[:-1]), names[-1]])
@@ -122,6 +128,4 @@ def _not_run(item: pytest.Item, reason: str) -> pytest.TestReport:
 
 
 def _xml(config: pytest.Config):
-    from _pytest.junitxml import xml_key
-
     return config.stash.get(xml_key, None)

@@ -7,6 +7,7 @@ boundaries, and puts one marker line between them that says how much is missing.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 TERMINAL_LIMIT = 1 << 20
@@ -19,12 +20,24 @@ def cut_marker(cut_bytes: int) -> str:
     return f"[rankgate: {cut_bytes} bytes of this output cut here; its start and end are kept]\n"
 
 
+_MARKER = re.compile(
+    rb"\[rankgate: (\d+) bytes of this output cut here; its start and end are kept\]\n"
+)
+
+
 def clip_text(text: str, limit: int) -> str:
-    """``text`` if it fits in ``limit`` bytes (UTF-8), else its head, a marker, its tail."""
+    """``text`` if it fits in ``limit`` bytes (UTF-8), else its head, a marker, its tail.
+
+    ``text`` may have been cut before (the terminal's share of a rank's output, cut again
+    for a JUnit property): the marker counts the bytes of the original output that are
+    missing, those an earlier marker in the dropped part stood for among them."""
     data = text.encode("utf-8", "replace")
     if len(data) <= limit:
         return text
-    return _clip(data[: limit // 2], data[-(limit // 2) :], len(data))
+    head, tail = _whole_lines(data[: limit // 2], data[-(limit // 2) :])
+    dropped = data[len(head) : len(data) - len(tail)]
+    cut = len(dropped) + sum(int(m[1]) - len(m[0]) for m in _MARKER.finditer(dropped))
+    return _join(head, tail, cut)
 
 
 def read_clipped(
@@ -49,11 +62,20 @@ def read_clipped(
 
 def _clip(head: bytes, tail: bytes, total: int) -> str:
     """Join the head and tail of a ``total``-byte text on whole lines, marking the cut."""
+    head, tail = _whole_lines(head, tail)
+    return _join(head, tail, total - len(head) - len(tail))
+
+
+def _whole_lines(head: bytes, tail: bytes) -> tuple[bytes, bytes]:
+    """The head up to its last line end, the tail from its first line start."""
     if b"\n" in head:
         head = head[: head.rindex(b"\n") + 1]
     if b"\n" in tail:
         tail = tail[tail.index(b"\n") + 1 :]
-    cut = total - len(head) - len(tail)
+    return head, tail
+
+
+def _join(head: bytes, tail: bytes, cut: int) -> str:
     if not head.endswith(b"\n"):
         head += b"\n"
     return (head + cut_marker(cut).encode() + tail).decode("utf-8", "replace")
