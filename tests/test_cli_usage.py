@@ -4,6 +4,7 @@ what it accepts, exit 2, and nothing has started (no output, no "run started")."
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -113,6 +114,54 @@ def test_a_usage_error_is_one_line_and_exit_2_before_any_work(argv, line, monkey
     out, err = capsys.readouterr()
     # Python versions differ in quoting argparse's choices, not in anything else.
     assert (code, out, unquoted(err)) == (2, "", unquoted(line) + "\n")
+
+
+# Inputs that are files: each case runs in a folder holding them (see ``inputs``).
+FILE_CASES = [
+    (["dispatch", "--profile", "folder", "--stage", "gpu", "--dry-run"],
+     "rankgate dispatch: error: folder: a folder, not a profile file (NAME.toml)"),
+    (["dispatch", "--profile", "latin1.toml", "--stage", "gpu", "--dry-run"],
+     "rankgate dispatch: error: latin1.toml: not UTF-8 text (byte 0xe9 at offset 12); "
+     "save the profile as UTF-8"),
+    (["dispatch", "--profile", "huge.toml", "--stage", "gpu", "--dry-run"],
+     "rankgate dispatch: error: huge.toml: nodes = 99999999999999999999999: must be 1 to "
+     "1000000"),
+    (["report", "x.xml", "--plot", "plot.json"],
+     "rankgate report: error: argument --plot: plot.json: not a PNG image"),
+    (["run", "--markers", "((("],
+     "rankgate run: error: --markers (((: not a marker expression (expected not OR left "
+     "parenthesis OR identifier; got end of input at column 4)"),
+    (["bench", "compare", "--kind", "nonsense"],
+     "rankgate bench: error: --kind nonsense: no baselines for it under benchmarks/baselines "
+     "(kinds there: cpu; or auto, this machine's)"),
+]  # fmt: skip
+
+
+@pytest.fixture
+def inputs(tmp_path, monkeypatch):
+    """A folder holding the files FILE_CASES name, as the working directory."""
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "latin1.toml").write_bytes('target = "sl\u00e9"\n'.encode("latin-1"))
+    (tmp_path / "huge.toml").write_text('target = "slurm"\nnodes = 99999999999999999999999\n')
+    (tmp_path / "plot.json").write_text("{}\n")
+    (tmp_path / "benchmarks" / "baselines" / "cpu").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.mark.parametrize(("argv", "line"), FILE_CASES, ids=[" ".join(a) for a, _ in FILE_CASES])
+def test_a_bad_input_file_is_one_line_and_exit_2(argv, line, inputs, monkeypatch, capsys):
+    test_a_usage_error_is_one_line_and_exit_2_before_any_work(argv, line, monkeypatch, capsys)
+    assert not Path("out").exists()  # nothing ran, nothing was written
+
+
+def test_bench_help_names_every_benchmark(monkeypatch, capsys):
+    from rankgate.bench.cli import _BENCHMARKS
+
+    monkeypatch.setattr(sys, "argv", ["rankgate"])
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "--help"])
+    description = capsys.readouterr().out.split("\n\n")[1]
+    assert all(name in description for name in _BENCHMARKS), description
 
 
 def unquoted(text: str) -> str:

@@ -64,6 +64,22 @@ def existing_file(text: str) -> str:
     return text
 
 
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def png_file(text: str) -> str:
+    """An existing file that is a PNG image (what a report embeds as one)."""
+    existing_file(text)
+    try:
+        with open(text, "rb") as f:
+            start = f.read(len(PNG_SIGNATURE))
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"{text}: cannot read ({exc.strerror})") from None
+    if start != PNG_SIGNATURE:
+        raise argparse.ArgumentTypeError(f"{text}: not a PNG image")
+    return text
+
+
 def make_output_folder(option: str, text: str | None) -> None:
     """Make the folder a command's results go to, before any work starts: a run that could
     not save them stops now instead of losing them at its end. Call it last among a

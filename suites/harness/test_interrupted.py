@@ -98,9 +98,9 @@ def test_a_signal_to_a_pool_run_leaves_a_junit_that_reads_incomplete(tmp_path, s
     assert f"rankgate: interrupted: {stopped}; 1 later test(s) not run" in out
     report = _rankgate("report", str(junit), "--out", "rep", cwd=tmp_path)
     assert report.returncode == 1, report.stderr
-    assert report.stderr.startswith(
+    assert report.stdout.startswith(
         "rankgate report: INCOMPLETE: 3 tests: 1 passed, 1 failed, 0 error, 1 not run, "
-    ), report.stderr
+    ), report.stdout
 
 
 def test_sigint_to_torchrun_leaves_every_rank_junit_saying_interrupted(tmp_path):
@@ -127,4 +127,4 @@ def test_sigint_to_torchrun_leaves_every_rank_junit_saying_interrupted(tmp_path)
     )
     report = _rankgate("report", "out", "--out", "rep", cwd=tmp_path)
     assert report.returncode == 1, report.stderr
-    assert report.stderr.startswith("rankgate report: INCOMPLETE: 3 tests: 1 passed"), report.stderr
+    assert report.stdout.startswith("rankgate report: INCOMPLETE: 3 tests: 1 passed"), report.stdout

@@ -51,9 +51,9 @@ def test_full_profile_loads(tmp_path):
     [
         ({"tasks_per_nodes": 2}, r"unknown key\(s\) \['tasks_per_nodes'\]"),
         ({"container": {"runtim": "none"}}, r"\[container\]: unknown key\(s\) \['runtim'\]"),
-        ({"nodes": -1}, r"nodes = -1: must be >= 1"),
-        ({"tasks_per_node": 0}, r"tasks_per_node = 0: must be >= 1"),
-        ({"gpus_per_node": -2}, r"gpus_per_node = -2: must be >= 0"),
+        ({"nodes": -1}, r"nodes = -1: must be 1 to 1000000"),
+        ({"tasks_per_node": 0}, r"tasks_per_node = 0: must be 1 to 1000000"),
+        ({"gpus_per_node": -2}, r"gpus_per_node = -2: must be 0 to 1000000"),
         ({"nodes": "2"}, r"nodes = '2' must be int"),
         ({"target": "pbs"}, r"target = 'pbs': use one of"),
         ({"target": "slurm-ssh"}, r"needs host"),

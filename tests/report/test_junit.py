@@ -444,7 +444,7 @@ def test_an_interrupted_in_place_run_is_incomplete_and_exits_1(
     # The report on the same files says INCOMPLETE, exit 1, whatever the tests say.
     files = [str(tmp_path / f"junit.rank{r}.xml") for r in (0, 1)]
     assert main(monkeypatch, "report", *files, "--out", str(tmp_path / "out")) == 1
-    assert "rankgate report: INCOMPLETE: " in capsys.readouterr().err
+    assert capsys.readouterr().out.startswith("rankgate report: INCOMPLETE: ")
 
 
 def test_pytests_nameless_testcase_of_a_pool_run_cut_short_is_never_a_pass(
@@ -457,8 +457,8 @@ def test_pytests_nameless_testcase_of_a_pool_run_cut_short_is_never_a_pass(
     assert [c.name for c in read.cases] == ["test_a"]
     assert read.interrupted.startswith("a test started and never ended")
     assert main(monkeypatch, "report", str(path), "--out", str(tmp_path / "out")) == 1
-    err = capsys.readouterr().err
-    assert err.startswith("rankgate report: INCOMPLETE: 1 tests: 1 passed")
+    out = capsys.readouterr().out
+    assert out.startswith("rankgate report: INCOMPLETE: 1 tests: 1 passed")
     summary = json.loads((tmp_path / "out" / "report.json").read_text())
     assert summary["verdict"] == "incomplete" and summary["ok"] is False
     assert summary["incomplete"]["stopped"] == [

@@ -35,7 +35,8 @@ def run_report(monkeypatch, capsys):
 
     def run(out: Path, *args: str) -> tuple[int, str]:
         code = cli.main(_report(out, *args))
-        return code, capsys.readouterr().err
+        out, err = capsys.readouterr()
+        return code, err or out  # an error, else the verdict line
 
     return run
 

@@ -44,7 +44,7 @@ def _run(tmp_path_factory, name: str, text: str, **env: str) -> Path:
 
 
 def _summary(out: Path, *args: str, expect: int, **env: str) -> dict:
-    done = scenarios.report(out, *args, **env)
+    done = scenarios.report(out, "--json", *args, **env)
     assert done.returncode == expect, done.stderr[-3000:]
     assert json.loads(done.stdout) == json.loads((out / "report.json").read_text())
     return json.loads(done.stdout)

@@ -137,7 +137,7 @@ def test_command(
     bench = tmp_path / "harness.json"
     bench.write_text(json.dumps(HARNESS_BENCH))
     out = tmp_path / "summary.json"
-    args = ["report", *map(str, ranked_junit), "--bench", str(bench), "-o", str(out)]
+    args = ["report", *map(str, ranked_junit), "--bench", str(bench), "-o", str(out), "--json"]
     assert cli.main(args) == 1
     captured = capsys.readouterr()
     assert json.loads(captured.out) == json.loads(out.read_text())
@@ -147,8 +147,13 @@ def test_command(
         "1 xfailed, 0 xpassed; 1 benchmark files; wrote out/report.html and out/summary.md\n"
     )
     assert (tmp_path / "out" / "report.html").read_text().startswith("<!DOCTYPE html>")
-    assert cli.main(["report", *map(str, clean_junit)]) == 0
-    capsys.readouterr()
+    # Without --json: the verdict line alone; summary.md links the page in the real --out.
+    assert cli.main(["report", *map(str, clean_junit), "--out", "rep"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("rankgate report: PASSED: 3 tests: 3 passed, ")
+    assert captured.out.endswith("wrote rep/report.html and rep/summary.md\n")
+    assert (captured.out.count("\n"), captured.err) == (1, "")
+    assert "`rep/report.html`" in (tmp_path / "rep" / "summary.md").read_text()
     assert cli.main(["report", str(tmp_path / "missing.xml")]) == 2
     assert capsys.readouterr().err == (
         f"rankgate report: error: {tmp_path / 'missing.xml'}: no such file\n"

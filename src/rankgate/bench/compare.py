@@ -45,6 +45,7 @@ from rankgate.bench.results import (
     baseline_json,
     load,
 )
+from rankgate.cliargs import UsageError
 
 COMPARE_FORMAT = "rankgate.compare/1"
 DEFAULT_BASELINES = Path("benchmarks/baselines")
@@ -231,6 +232,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --write-baseline: a metric's threshold, e.g. pool_median_ms=0.15",
     )
     parser.add_argument("--note", default="", help="with --write-baseline: how it was measured")
+
+
+def validate(args: argparse.Namespace) -> None:
+    """A --kind without baselines compares nothing: say so before any work (a new kind is
+    fine with --write-baseline, which records its first baseline)."""
+    if not args.kind or args.kind == "auto" or args.write_baseline:
+        return
+    if not (args.baselines / args.kind).is_dir():
+        kinds = sorted(p.name for p in args.baselines.glob("*") if p.is_dir())
+        raise UsageError(
+            f"--kind {args.kind}: no baselines for it under {args.baselines} (kinds there: "
+            f"{', '.join(kinds) or 'none'}; or auto, this machine's)"
+        )
 
 
 def run(args: argparse.Namespace) -> int:

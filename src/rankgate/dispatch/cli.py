@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
             return _canary(profile, args)
         result = _dispatch(profile, args, _pytest_args(profile, args))
     except (ProfileError, ValueError) as exc:  # bad input: profile, stage, paths
-        print(f"rankgate dispatch: {exc}", file=sys.stderr)
+        print(f"rankgate dispatch: error: {exc}", file=sys.stderr)
         return 2
     except TargetError as exc:  # no API, no token file, no kubernetes package
         print(f"rankgate dispatch: {exc}", file=sys.stderr)

@@ -175,12 +175,11 @@ class Profile:
                 "target 'interlink-rest' needs [interlink] url and token_file "
                 "(a file holding the bearer token)"
             )
-        for name, least in (("nodes", 1), ("tasks_per_node", 1), ("cpus_per_task", 1)):
+        counts = (("nodes", 1), ("tasks_per_node", 1), ("cpus_per_task", 1), ("gpus_per_node", 0))
+        for name, least in counts:
             value = getattr(self, name)
-            if value < least:
-                raise ProfileError(f"{name} = {value}: must be >= {least}")
-        if self.gpus_per_node < 0:
-            raise ProfileError(f"gpus_per_node = {self.gpus_per_node}: must be >= 0")
+            if not least <= value <= MAX_COUNT:
+                raise ProfileError(f"{name} = {value}: must be {least} to {MAX_COUNT}")
         time_limit_minutes(self.time_limit)  # raises on a malformed value
         if self.queue_timeout <= 0:
             raise ProfileError(f"queue_timeout must be > 0 seconds, got {self.queue_timeout}")
@@ -202,6 +201,11 @@ class Profile:
                 f"{what} needs GPUs but profile {self.name!r} has gpus_per_node = 0: "
                 "pick a GPU profile or set gpus_per_node"
             )
+
+
+MAX_COUNT = 1_000_000
+"""The most nodes, tasks, CPUs or GPUs a profile may ask for: more than any cluster has, and
+far less than the numbers SLURM's options overflow at."""
 
 
 def time_limit_minutes(value: str) -> float:
@@ -311,9 +315,18 @@ def load_profile(path: str | Path) -> Profile:
     """Read and validate the profile in TOML file ``path`` (its name is the file's stem)."""
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ProfileError(f"{path}: no such profile file") from None
+    except IsADirectoryError:
+        raise ProfileError(f"{path}: a folder, not a profile file (NAME.toml)") from None
+    except UnicodeDecodeError as exc:
+        raise ProfileError(
+            f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
+            "save the profile as UTF-8"
+        ) from None
+    except OSError as exc:
+        raise ProfileError(f"{path}: cannot read ({exc.strerror})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"{path}: not valid TOML: {exc}") from None
     return profile_from_dict(data, name=data.pop("name", path.stem), where=str(path))

@@ -106,6 +106,22 @@ def validate(args: argparse.Namespace) -> None:
     for path in args.file:
         if not Path(path.split("::")[0]).exists():  # a node id names its file first
             raise UsageError(f"--file {path}: no such file or directory")
+    if problem := marker_problem(normalise_markers(args.markers)):
+        raise UsageError(f"--markers {args.markers}: {problem}")
+
+
+def marker_problem(expression: str) -> str:
+    """Why pytest's ``-m`` would refuse ``expression`` ("" when it reads it): caught here,
+    a typo is one line instead of a stage failed with pytest's usage error."""
+    if not expression:
+        return ""
+    from _pytest.mark.expression import Expression
+
+    try:
+        Expression.compile(expression)
+    except SyntaxError as exc:  # pytest's own message, with the column it stopped at
+        return f"not a marker expression ({exc.msg} at column {exc.offset})"
+    return ""
 
 
 def _workers(text: str) -> str:

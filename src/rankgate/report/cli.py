@@ -7,7 +7,8 @@ OUT/history/ when it exists) adds the trend over earlier runs' report.json. It w
 ``report.html`` (one self-contained page, :mod:`rankgate.report.html`), ``summary.md``
 (GitHub-flavoured Markdown, :mod:`rankgate.report.markdown`) and ``report.json`` into
 that folder, appends summary.md to ``$GITHUB_STEP_SUMMARY`` when that is set, and
-prints the JSON on stdout (also to ``-o``), with one human line on stderr. Exit 0 when
+prints its verdict line; with ``--json`` it prints the JSON on stdout and the verdict
+line on stderr (``-o`` writes the JSON to a file either way). Exit 0 when
 the run passed, 1 when something failed or the run is incomplete, 2 on bad input (a
 one-line error).
 """
@@ -20,7 +21,7 @@ import os
 import sys
 from pathlib import Path
 
-from rankgate.cliargs import existing_file
+from rankgate.cliargs import existing_file, png_file
 from rankgate.report.collect import ReportData, collect
 from rankgate.report.html import render_html
 from rankgate.report.junitfile import ReportInputError
@@ -39,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a benchmark JSON file (or a saved --json run); repeatable (default: OUT/bench/)",
     )  # fmt: skip
     parser.add_argument(
-        "--plot", action="append", default=[], metavar="PNG", type=existing_file,
+        "--plot", action="append", default=[], metavar="PNG", type=png_file,
         help="a PNG to embed; repeatable (default: OUT/bench/**/*.png)",
     )  # fmt: skip
     parser.add_argument(
@@ -54,6 +55,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-o", "--output", metavar="OUT.json", help="also write the JSON summary here"
     )
+    parser.add_argument(
+        "--json", action="store_true",
+        help="print the JSON summary on stdout (the verdict line goes to stderr then)",
+    )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,9 +75,15 @@ def run(args: argparse.Namespace) -> int:
     except (ReportInputError, OSError) as exc:
         print(f"rankgate report: error: {exc}", file=sys.stderr)
         return 2
-    print(text)
-    print(f"rankgate report: {headline(data)}; wrote {args.out / 'report.html'} and "
-          f"{args.out / 'summary.md'}", file=sys.stderr)  # fmt: skip
+    line = (
+        f"rankgate report: {headline(data)}; wrote {args.out / 'report.html'} and "
+        f"{args.out / 'summary.md'}"
+    )
+    if args.json:
+        print(text)
+        print(line, file=sys.stderr)
+    else:
+        print(line)
     return 0 if data.ok else 1
 
 

@@ -70,6 +70,8 @@ class ReportData:
     """``interrupted`` (stages still marked running), ``never ran`` (planned, no result)
     and ``stopped`` (JUnit of a run a signal cut short, or with no test: ``source: why``)."""
     trend: history.Trend | None = None
+    out_dir: str = "out"
+    """The output folder the report is written to (summary.md links its report.html)."""
 
     @property
     def verdict(self) -> str:
@@ -132,6 +134,7 @@ def collect(
         generated=runinfo.now(),
         run=run,
         incomplete=incomplete(run, stages) | _stopped(summary, stages),
+        out_dir=str(out_dir),
     )
     summary.update(
         format=history.REPORT_FORMAT,

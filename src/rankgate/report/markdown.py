@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from html import escape
+from pathlib import Path
 
 from rankgate.harness import rankwords
 from rankgate.report import present
@@ -58,7 +59,8 @@ def render_markdown(data: ReportData) -> str:
             lines += _comparison(table)
     lines += _trend(data)
     plots = " and the plots" if data.plots else ""
-    lines.append(f"The full report, with every rank's log{plots}: `out/report.html`.")
+    page = Path(data.out_dir) / "report.html"
+    lines.append(f"The full report, with every rank's log{plots}: `{page}`.")
     return "\n".join(lines) + "\n"
 
 
