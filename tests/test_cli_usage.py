@@ -132,8 +132,8 @@ FILE_CASES = [
      "rankgate run: error: --markers (((: not a marker expression (expected not OR left "
      "parenthesis OR identifier; got end of input at column 4)"),
     (["bench", "compare", "--kind", "nonsense"],
-     "rankgate bench: error: --kind nonsense: no baselines for it under benchmarks/baselines "
-     "(kinds there: cpu; or auto, this machine's)"),
+     "rankgate bench: error: --kind nonsense: not a machine kind (auto, cpu or "
+     "nvidia-<gpu>-x<count>; baselines exist for: cpu)"),
 ]  # fmt: skip
 
 

@@ -233,3 +233,38 @@ def test_the_report_names_the_test_that_stopped_the_run_and_folds_the_tests_neve
     html = render_html(data)
     assert '<div class="tile not-run" data-outcome="not run"><b>2</b>not run</div>' in html
     assert '<section id="not-run"><h2>Not run (2)</h2>' in html
+
+
+def _comparison_file(path: Path, new: str, verdicts: list[str]) -> Path:
+    rows = [
+        {"metric": "pool_median_ms", "size": f"world {2 + i}", "base": 2.0, "new": 2.0,
+         "ratio": 1.0, "change": 0.0, "threshold": 1.5, "verdict": v}
+        for i, v in enumerate(verdicts)
+    ]  # fmt: skip
+    comparison = {"benchmark": "harness", "base": "benchmarks/baselines/cpu/harness.json",
+                  "new": new, "rows": rows, "regressions": [], "notes": []}  # fmt: skip
+    path.write_text(json.dumps({"format": "rankgate.compare/1", "comparisons": [comparison]}))
+    return path
+
+
+def test_the_summary_leads_with_this_runs_benchmark_and_folds_the_committed_check(tmp_path):
+    from rankgate.report.collect import collect
+    from rankgate.report.markdown import render_markdown
+
+    committed = _comparison_file(
+        tmp_path / "compare-committed.json", "3 committed runs of cpu", ["same"] * 40
+    )
+    this_run = _comparison_file(tmp_path / "compare.json", "out/bench/harness.json",
+                                ["inconclusive", "same"])  # fmt: skip
+    md = render_markdown(collect(tmp_path / "out", bench=[committed, this_run]))
+    first = md.index("### Benchmark: harness: out/bench/harness.json against ")
+    assert md[first:].startswith(
+        "### Benchmark: harness: out/bench/harness.json against "
+        "benchmarks/baselines/cpu/harness.json: inconclusive (1 within the baseline's spread)"
+    )
+    line = (
+        "<details><summary>Committed results against their baselines: 1 comparisons, 40 rows: "
+        "40 same</summary>"
+    )
+    assert md.index(line) > first
+    assert md.count("| pool_median_ms |") == 2  # this run's rows; the committed ones folded

@@ -5,8 +5,8 @@ Each (metric, size) side is summarised over its repetitions with the metric's
 statistic (median, or best of for times on a shared machine); ``change`` is how much
 worse NEW is (+0.20 = 20% slower, or 20% less bandwidth); a change past the metric's
 threshold is a regression. The baseline's own spread ((max - min) / statistic) is
-shown as ``noise``; a metric whose noise exceeds its threshold is flagged, since its
-verdicts would be coin flips.
+shown as ``noise``; where it exceeds the threshold, a change within it is
+``inconclusive`` (not "same"), since its verdict would be a coin flip.
 
 Usage::
 
@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import sys
 from dataclasses import dataclass
@@ -67,8 +68,10 @@ class Row:
     threshold: float | None
     noise: float | None
     verdict: str
-    """regressed, improved, same, info (no threshold), missing (no NEW), new (no BASE), or
-    noisy (past the threshold, but a CPU timing taken on a contended machine)."""
+    """regressed, improved, same, info (no threshold), missing (no NEW), new (no BASE),
+    noisy (past the threshold, but a CPU timing taken on a contended machine), or
+    inconclusive (not past the threshold, but the baseline's own spread is: "same" or
+    "improved" would be a coin flip)."""
 
     @property
     def ratio(self) -> float | None:
@@ -162,6 +165,8 @@ def _row(
         verdict = "info"
     elif change > metric.threshold:
         verdict = "noisy" if busy and metric.load_sensitive else "regressed"
+    elif noise is not None and noise > metric.threshold:
+        verdict = "inconclusive"  # within the baseline's own spread: no verdict either way
     elif change < -metric.threshold:
         verdict = "improved"
     else:
@@ -234,16 +239,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--note", default="", help="with --write-baseline: how it was measured")
 
 
+KIND_NAME = re.compile(r"cpu|nvidia-[a-z0-9]+(?:-[a-z0-9]+)*-x[1-9][0-9]*")
+"""A machine kind as ``rankgate.bench.kind`` names one: cpu, nvidia-h200-x2, ..."""
+
+
 def validate(args: argparse.Namespace) -> None:
-    """A --kind without baselines compares nothing: say so before any work (a new kind is
-    fine with --write-baseline, which records its first baseline)."""
-    if not args.kind or args.kind == "auto" or args.write_baseline:
-        return
-    if not (args.baselines / args.kind).is_dir():
+    """A --kind that is no machine kind compares nothing: say so before any work. A kind
+    without baselines yet is fine (a note, so a gate on a new machine passes)."""
+    if args.kind and args.kind != "auto" and not KIND_NAME.fullmatch(args.kind):
         kinds = sorted(p.name for p in args.baselines.glob("*") if p.is_dir())
         raise UsageError(
-            f"--kind {args.kind}: no baselines for it under {args.baselines} (kinds there: "
-            f"{', '.join(kinds) or 'none'}; or auto, this machine's)"
+            f"--kind {args.kind}: not a machine kind (auto, cpu or nvidia-<gpu>-x<count>; "
+            f"baselines exist for: {', '.join(kinds) or 'none'})"
         )
 
 
@@ -279,9 +286,20 @@ def run(args: argparse.Namespace) -> int:
     for r in regressions:
         print(f"rankgate bench compare: REGRESSION {r.describe()}", file=sys.stderr)
     if not regressions:
-        print(f"rankgate bench compare: no regression in {len(comparisons)} comparisons",
-              file=sys.stderr)  # fmt: skip
+        print(f"rankgate bench compare: {no_regression_line(comparisons)}", file=sys.stderr)
     return 1 if regressions else 0
+
+
+def no_regression_line(comparisons: list[Comparison]) -> str:
+    """'no regression in N comparisons', or, where rows are inconclusive (the baseline's
+    spread exceeds the threshold), 'inconclusive: ...' saying how many."""
+    unsure = sum(r.verdict == "inconclusive" for c in comparisons for r in c.rows)
+    if unsure:
+        return (
+            f"inconclusive: no regression past a threshold in {len(comparisons)} comparisons, "
+            f"but {unsure} row(s) lie within a baseline spread wider than their threshold"
+        )
+    return f"no regression in {len(comparisons)} comparisons"
 
 
 def _comparisons(args: argparse.Namespace) -> tuple[list[Comparison], list[str]]:

@@ -46,6 +46,19 @@ class BenchTable:
     notes: tuple[str, ...] = ()
     source: str = ""
     """The file it came from (a plot with the same stem is shown beside it)."""
+    committed: bool = False
+    """A comparison of committed results with their baselines (``bench compare
+    --committed``): a check of the repository, not of this run."""
+
+    @property
+    def verdict(self) -> str:
+        """A comparison's one word: regressed, inconclusive or no regression."""
+        if "regressed" in self.verdicts:
+            return f"{self.verdicts.count('regressed')} regressed"
+        if "inconclusive" in self.verdicts:
+            unsure = self.verdicts.count("inconclusive")
+            return f"inconclusive ({unsure} within the baseline's spread)"
+        return "no regression"
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,7 +287,7 @@ def bench_tables(title: str, data: object, path: Path) -> list[BenchTable]:
     tables = _bench_tables(title, data, path)
     return [
         BenchTable(title=t.title, columns=t.columns, rows=t.rows, verdicts=t.verdicts,
-                   notes=t.notes, source=str(path))
+                   notes=t.notes, source=str(path), committed=t.committed)
         for t in tables
     ]  # fmt: skip
 
@@ -333,6 +346,10 @@ def _table(title: str, rows: list[dict]) -> BenchTable:
     )
 
 
+COMMITTED_RUNS = "committed runs of"
+"""How ``bench compare --committed`` names its NEW side ("3 committed runs of cpu")."""
+
+
 def _comparison_table(c: dict, notes: list[str]) -> BenchTable:
     columns = ("metric", "size", "base", "new", "ratio", "change", "threshold", "verdict")
     rows, verdicts = [], []
@@ -347,8 +364,9 @@ def _comparison_table(c: dict, notes: list[str]) -> BenchTable:
     title = f"{c['benchmark']}: {short_path(c['new'])} against {short_path(c['base'])}"
     notes = [*c.get("regressions", []), *c.get("notes", []), *notes]
     return BenchTable(
-        title=title, columns=columns, rows=tuple(rows), verdicts=tuple(verdicts), notes=tuple(notes)
-    )
+        title=title, columns=columns, rows=tuple(rows), verdicts=tuple(verdicts),
+        notes=tuple(notes), committed=COMMITTED_RUNS in str(c.get("new", "")),
+    )  # fmt: skip
 
 
 def _cell(value: object) -> str:

@@ -310,6 +310,7 @@ def _groups(groups: list[dict]) -> str:
 def _bench(tables: list[BenchTable], plots: list[Plot]) -> str:
     placed: set[str] = set()
     parts = []
+    tables = sorted(tables, key=lambda t: t.committed)  # this run's first (a stable sort)
     for i, table in enumerate(tables):
         parts.append(_bench_table(table))
         last_of_file = i + 1 == len(tables) or tables[i + 1].source != table.source
@@ -339,10 +340,16 @@ def _bench_table(table: BenchTable) -> str:
         rows.append(f'<tr class="{escape(verdict)}">{cells}</tr>')
     notes = "".join(f'<p class="note">{escape(n)}</p>' for n in table.notes)
     if table.verdicts:
-        bad = table.verdicts.count("regressed")
-        verdict = f"{bad} regressed" if bad else "no regression"
-        notes = f'<p class="{"regressed" if bad else "passed"}">{verdict}</p>' + notes
-    return f"<h3>{escape(table.title)}</h3>{notes}<table><tr>{head}</tr>{''.join(rows)}</table>"
+        verdict = table.verdict
+        css = "regressed" if "regressed" in verdict else "passed"
+        notes = f'<p class="{css}">{escape(verdict)}</p>' + notes
+    html = f"<h3>{escape(table.title)}</h3>{notes}<table><tr>{head}</tr>{''.join(rows)}</table>"
+    if table.committed:  # the repository's own check, folded: this run's tables lead
+        return (
+            f'<details class="committed"><summary>committed results: {escape(table.title)}: '
+            f"{escape(table.verdict)}</summary>{html}</details>"
+        )
+    return html
 
 
 def _figure(plot: Plot) -> str:

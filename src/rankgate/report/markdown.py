@@ -42,6 +42,7 @@ def render_markdown(data: ReportData) -> str:
             [(s["stage"], _status(s["status"]), present.stage_tests(s),
               f"{float(s.get('seconds') or 0):.1f} s", present.stage_note(s)) for s in rows],
         )  # fmt: skip
+    lines += _benchmarks(data.bench)
     lines += _failures(data.failures)
     lines += _not_run(data.summary.get("not_run") or [], data.not_run)
     lines += _reasons("Skipped", data.summary.get("skips") or [])
@@ -54,9 +55,6 @@ def render_markdown(data: ReportData) -> str:
         lines += _table(("test", "stage", "time", "outcome"),
                         [(_code(t["id"]), t["stage"], f"{t['seconds']:.2f} s", t["outcome"])
                          for t in slowest])  # fmt: skip
-    for table in data.bench:
-        if table.verdicts:
-            lines += _comparison(table)
     lines += _trend(data)
     plots = " and the plots" if data.plots else ""
     page = Path(data.out_dir) / "report.html"
@@ -132,9 +130,33 @@ def _reasons(title: str, groups: list[dict]) -> list[str]:
     )
 
 
+def _benchmarks(tables: list[BenchTable]) -> list[str]:
+    """This run's comparisons in full; the committed results' own check as one line."""
+    lines = []
+    for table in tables:
+        if table.verdicts and not table.committed:
+            lines += _comparison(table)
+    committed = [t for t in tables if t.verdicts and t.committed]
+    if committed:
+        verdicts = [v for t in committed for v in t.verdicts]
+        counts = ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(verdicts))
+        bad = [t.title for t in committed if "regressed" in t.verdicts]
+        word = f"**{len(bad)} regressed**: {'; '.join(bad)}" if bad else counts
+        lines += [
+            f"<details><summary>Committed results against their baselines: {len(committed)} "
+            f"comparisons, {len(verdicts)} rows: {escape(word)}</summary>",
+            "",
+            "The full tables are in the HTML report.",
+            "",
+            "</details>",
+            "",
+        ]
+    return lines
+
+
 def _comparison(table: BenchTable) -> list[str]:
-    bad = [v for v in table.verdicts if v == "regressed"]
-    verdict = f"**{len(bad)} regressed**" if bad else "no regression"
+    verdict = table.verdict
+    verdict = f"**{verdict}**" if "regressed" in verdict else verdict
     lines = [f"### Benchmark: {_inline(table.title)}: {verdict}", ""]
     lines += [f"- {_inline(n)}" for n in table.notes] + ([""] if table.notes else [])
     cells = [tuple(f"**{c}**" if c == "regressed" else c for c in row) for row in table.rows]
