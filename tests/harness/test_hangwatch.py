@@ -13,7 +13,7 @@ pytestmark = pytest.mark.unit
 
 SCRIPT = """
 import ctypes, sys, time
-from rankgate.harness.hangwatch import HangWatch
+from rankgate.harness.hangwatch import HangWatch, without_pytest_frames
 
 def record(stacks, why):
     print("on_timeout got the stacks:", "in hang_in_python" in stacks)
@@ -65,3 +65,20 @@ def test_a_hang_holding_the_gil_ends_through_faulthandler():
     assert "[rank 3]" not in proc.stderr
     assert "on_timeout" not in proc.stdout  # the watcher never ran
     assert 2.0 <= seconds < 30
+
+
+def test_an_in_place_hang_stack_stops_at_pytests_frames():
+    # faulthandler's dump of the test's thread, most recent call first, as a hung rank has it
+    block = [
+        "Thread 0x00007f69ca87bb80 (most recent call first):",
+        '  File "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 3252 in all_reduce',
+        '  File "/proj/raise/test_raise.py", line 21 in test_raise_after_collective',
+        '  File "/venv/lib/python3.11/site-packages/_pytest/python.py", line 187 in pytest_pyfunc_call',
+        '  File "/venv/lib/python3.11/site-packages/pluggy/_execution.py", line 147 in _multicall',
+        '  File "/src/rankgate/harness/inplace.py", line 390 in pytest_runtest_call',
+        '  File "/venv/lib/python3.11/site-packages/_pytest/runner.py", line 139 in runtestprotocol',
+        '  File "<frozen runpy>", line 88 in _run_code',
+    ]
+    assert without_pytest_frames(block) == [*block[:3], "  (pytest frames omitted)"]
+    other_thread = block[:2]
+    assert without_pytest_frames(other_thread) == other_thread

@@ -82,3 +82,11 @@ def test_an_outcome_of_another_test_is_refused():
     with pytest.raises(StrayOutcome) as info:
         judge(stray, 2, "gloo", test_id="a.py::t_now")
     assert str(info.value) == "judging 'a.py::t_now', got rank 1's outcome of 'a.py::t_before'"
+
+
+def test_reproduction_line_keeps_the_runs_timeout():
+    # A hang reproduced without the run's --rankgate-timeout would wait the default 300 s.
+    assert reproduction_line("a.py::t", 2, "gloo", 7, 0, timeout=5.0) == (
+        "reproduce: pytest 'a.py::t' --rankgate-seed=0 --rankgate-timeout=5"
+        "  # world=2 backend=gloo seed=7"
+    )

@@ -94,7 +94,7 @@ class HangWatch:
             line
             for block in blocks
             if not block.startswith("Current thread")
-            for line in [*block.splitlines(), ""]
+            for line in [*without_pytest_frames(block.splitlines()), ""]
         ]
         self.stream.flush()
         label = f"[rank {self.rank}] "
@@ -120,3 +120,17 @@ class HangWatch:
     def _write_line(self, line: str) -> None:
         data = line[: LINE_LIMIT - 1].encode(errors="replace")[: LINE_LIMIT - 1]
         os.write(self.stream.fileno(), data + b"\n")
+
+
+PYTEST_FRAMES = ("/_pytest/", "/pluggy/")
+"""Frames of pytest's runner under a test's own: the same for every test, as the pool's
+stacks leave out its worker's."""
+
+
+def without_pytest_frames(block: list[str]) -> list[str]:
+    """One thread's stack (most recent call first) down to the first pytest frame: that
+    frame and every one below it are pytest running the test (and rankgate's hooks)."""
+    for i, line in enumerate(block):
+        if line.startswith('  File "') and any(part in line for part in PYTEST_FRAMES):
+            return [*block[:i], "  (pytest frames omitted)"]
+    return block

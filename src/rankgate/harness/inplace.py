@@ -295,6 +295,7 @@ class InPlaceSession:
             seed_for_test(self.base_seed, item.nodeid) if seeded else None,
             self.base_seed,
             command=shlex.join([*launcher_command(self.launch).split(), "-m", "pytest", *options]),
+            timeout=self.config.getoption("rankgate_timeout"),
         )
 
     def _xml(self):

@@ -229,7 +229,10 @@ class PoolSession:
             return report
         attach_rank_output(item, report, run)
         if run.verdict.status in ("failed", "disagreement"):
-            repro = reproduction_line(item.nodeid, run.world, run.backend, run.seed, run.base_seed)
+            repro = reproduction_line(
+                item.nodeid, run.world, run.backend, run.seed, run.base_seed,
+                timeout=self.config.getoption("rankgate_timeout"),
+            )  # fmt: skip
             report.longrepr = failure_repr(item, f"{run.verdict.text}\n{repro}")
         return report
 

@@ -111,13 +111,16 @@ def reproduction_line(
     seed: int | None,
     base_seed: int,
     command: str = "pytest",
+    timeout: float | None = None,
 ) -> str:
     """``command``: how pytest is started (in-place mode puts the launcher in front).
 
-    ``seed`` is None for a test the harness did not seed.
+    ``seed`` is None for a test the harness did not seed. ``timeout``: the run's
+    ``--rankgate-timeout``, kept so a reproduction of a hang ends as soon as the run did.
     """
     seed_note = "" if seed is None else f" seed={seed}"
+    timeout_option = "" if timeout is None else f" --rankgate-timeout={timeout:g}"
     return (
-        f"reproduce: {command} '{nodeid}' --rankgate-seed={base_seed}"
+        f"reproduce: {command} '{nodeid}' --rankgate-seed={base_seed}{timeout_option}"
         f"  # world={world} backend={backend}{seed_note}"
     )
