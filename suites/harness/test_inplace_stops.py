@@ -193,7 +193,7 @@ def test_fails_on_both(rank):
 
 @pytest.mark.world(2)
 def test_fine(rank):
-    pass
+    print(f"fine on rank {rank}")
 """
 
 
@@ -233,6 +233,23 @@ def test_terminal_shows_the_cross_rank_verdict_once_with_every_ranks_output(tmp_
     assert mine.failing_ranks == (1,)
     assert "value seen on rank 0" in mine.results[0].system_out
     assert "value seen on rank 1" in mine.results[1].system_out
+
+
+def test_with_ra_rank_0_shows_every_ranks_output_and_the_verdict_as_the_pool_does(tmp_path):
+    _write(tmp_path, VERDICTS)
+    proc = _torchrun(
+        tmp_path, "-rA", "--color=no", "--rankgate-timeout=60", "--junitxml=out/junit.xml",
+        "test_suite.py",
+    )  # fmt: skip
+    out = proc.stdout
+    assert proc.returncode == 1, out + proc.stderr
+    # The short summary names what each rank did, not rank 0's own exception.
+    assert "FAILED test_suite.py::test_fails_on_both - ranks 0, 1 failed" in out
+    # A passed test's output of every rank, under -rA, as the pool shows it.
+    passes = out.split("= PASSES =")[1]
+    assert "Captured stdout call (rank 1)" in passes and "fine on rank 1" in passes
+    # The reproduction line keeps the run's timeout: a reproduced hang ends as soon.
+    assert "'test_suite.py::test_wrong_on_rank_1' --rankgate-seed=0 --rankgate-timeout=60" in out
 
 
 COLOURED = """

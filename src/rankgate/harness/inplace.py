@@ -204,6 +204,9 @@ class InPlaceSession:
         self._last_index = -1
         self._group_trouble = False  # this rank's group was lost or broken in this test
         self._aborted: str | None = None
+        # -rA/-rP show a passed test's output: then every rank sends its output, not
+        # only a failure's, so rank 0's terminal shows all of them as the pool's does.
+        self._shows_passes = bool({"A", "P"} & set(config.getoption("reportchars") or ""))
         # Why a signal cut the run short (no rank had failed), and the test it stopped.
         self._interrupted: tuple[str, pytest.Item | None] | None = None
         self._call_worker_setup()
@@ -834,7 +837,8 @@ class InPlaceSession:
         self, item: pytest.Item, index: int, seconds: float, own: list[pytest.TestReport]
     ) -> list[RankResult] | None:
         """Every rank's result of this test; a new group where any rank lost its own."""
-        mine = own_result(own)._replace(group_trouble=self._group_trouble)
+        mine = own_result(own, all_output=self._shows_passes)
+        mine = mine._replace(group_trouble=self._group_trouble)
         self._group_trouble = False
         try:
             # Each rank's value stays at control.outcome_key(index, rank): _failed_peers reads it.

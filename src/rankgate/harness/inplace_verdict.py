@@ -71,8 +71,9 @@ def xfail_outcome(report: pytest.TestReport) -> str:
     return "xpassed" if strict_pass else ""
 
 
-def own_result(reports: list[pytest.TestReport]) -> RankResult:
-    """This rank's result of one test from its phase reports."""
+def own_result(reports: list[pytest.TestReport], *, all_output: bool = False) -> RankResult:
+    """This rank's result of one test from its phase reports; ``all_output``: the
+    captured output of phases that passed too (``-rA``/``-rP`` shows it)."""
     outcome, texts, output = "passed", [], []
     for report in reports:
         this = outcome_of(report)
@@ -80,7 +81,7 @@ def own_result(reports: list[pytest.TestReport]) -> RankResult:
             outcome = this
         if this in BAD or (this == "skipped" and outcome == "skipped"):
             texts.append(report_text(report))
-        if this in BAD:
+        if this in BAD or all_output:
             output.extend((title, strip_ansi(text)) for title, text in report.sections)
     return RankResult(
         outcome,
@@ -123,14 +124,14 @@ def verdict_reports(
     if _xfailed_as_one(everyone):
         return [_as_xfailed(item, report) for report in own]
     problem = cross_rank_problem(everyone, rank)
-    if problem is None:
-        return own
     others_output = [
         (f"{title} (rank {r})", text)
         for r, res in enumerate(everyone)
         if r != rank
         for title, text in res.output
     ]
+    if problem is None:
+        return _with_others_output(own, others_output)
     reports = [copy.copy(r) for r in own]
     for report in reports:
         report.sections = list(report.sections)
@@ -142,6 +143,11 @@ def verdict_reports(
             target.longrepr.addsection("rankgate: the other ranks", problem)
         else:
             target.longrepr = failure_repr(item, f"{report_text(target)}\n\n{problem}")
+        crash = getattr(target.longrepr, "reprcrash", None)
+        if crash is not None:  # the short summary's line: the verdict, as the pool's says it
+            target.longrepr.reprcrash = ReprFileLocation(
+                crash.path, crash.lineno, problem.split("\n", 1)[0]
+            )
     else:
         # The call phase carries the verdict; a test skipped at setup has none.
         target = next((r for r in reports if r.when == "call"), reports[0])
@@ -153,6 +159,19 @@ def verdict_reports(
             del target.wasxfail
     target.sections.extend(others_output)
     return reports
+
+
+def _with_others_output(
+    own: list[pytest.TestReport], others_output: list[tuple[str, str]]
+) -> list[pytest.TestReport]:
+    """A test no rank failed: its call report gains the other ranks' output (sent only
+    under -rA/-rP, which show a passed test's output), as the pool's report has it."""
+    call = next((r for r in own if r.when == "call"), None)
+    if not others_output or call is None:
+        return own
+    shown = copy.copy(call)
+    shown.sections = [*call.sections, *others_output]
+    return [shown if r is call else r for r in own]
 
 
 def _as_xfailed(item: pytest.Item, report: pytest.TestReport) -> pytest.TestReport:
