@@ -757,7 +757,10 @@ def test_torchrun_tmp_path_shared_hang_cause_and_tests_not_run(tmp_path):
         "test_e_later": "not run",
     }
     assert verdicts["test_d_skipped"].message == "known bug"
-    assert verdicts["test_e_later"].message == "ranks 0, 1 not run"
+    assert verdicts["test_e_later"].message == (  # with the reason, said once
+        "ranks 0, 1 not run (rank 0 stopped the run: test_suite.py::test_b_hangs did not "
+        "finish within the test's timeout of 4 s)"
+    )
     assert verdicts["test_b_hangs"].message == (
         "ranks 0, 1 hung; likely cause: rank 1 in user code at test_suite.py:16; "
         "rank 0 waiting in barrier at test_suite.py:17"

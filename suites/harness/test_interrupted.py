@@ -8,6 +8,7 @@ timeout: nothing leans on the signal dispositions this process inherited.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -44,13 +45,15 @@ RUNS_FOR_S = 1.5
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
 
 
-def _interrupt(tmp_path: Path, cmd: list[str], signum: int) -> tuple[int, str]:
+def _interrupt(
+    tmp_path: Path, cmd: list[str], signum: int, env: dict | None = None
+) -> tuple[int, str]:
     """Run ``cmd`` in its own session; once both ranks are in test_waits, send ``signum``."""
     (tmp_path / "test_suite.py").write_text(textwrap.dedent(SUITE))
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     job = subprocess.Popen(
         cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        start_new_session=True,
+        start_new_session=True, env=env,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 120
@@ -128,3 +131,16 @@ def test_sigint_to_torchrun_leaves_every_rank_junit_saying_interrupted(tmp_path)
     report = _rankgate("report", "out", "--out", "rep", cwd=tmp_path)
     assert report.returncode == 1, report.stderr
     assert report.stdout.startswith("rankgate report: INCOMPLETE: 3 tests: 1 passed"), report.stdout
+
+
+def test_sigterm_to_rankgate_run_leaves_a_report_that_reads_incomplete(tmp_path):
+    # `rankgate run` passes the signal on to its pytest, which records the test it stopped.
+    env = {**os.environ, "PYTEST_ADDOPTS": "-p no:randomly -p no:cacheprovider"}
+    cmd = [sys.executable, "-m", "rankgate.cli", "run", "--file", "test_suite.py", "--out", "out"]
+    code, out = _interrupt(tmp_path, cmd, signal.SIGTERM, env=env)
+    assert code != 0, out
+    report = _rankgate("report", "--out", "out", cwd=tmp_path)
+    assert report.returncode == 1, report.stderr
+    assert report.stdout.startswith(
+        "rankgate report: INCOMPLETE: 3 tests: 1 passed, 1 failed, 0 error, 1 not run, "
+    ), report.stdout

@@ -144,7 +144,9 @@ def verdict_reports(
         else:
             target.longrepr = failure_repr(item, f"{report_text(target)}\n\n{problem}")
         crash = getattr(target.longrepr, "reprcrash", None)
-        if crash is not None:  # the short summary's line: the verdict, as the pool's says it
+        # The short summary's line: the verdict, as the pool's says it (a strict xfail
+        # that passed keeps pytest's own words there, as in the pool).
+        if crash is not None and not rankwords.is_strict_xpass(crash.message):
             target.longrepr.reprcrash = ReprFileLocation(
                 crash.path, crash.lineno, problem.split("\n", 1)[0]
             )
