@@ -18,11 +18,13 @@ was in, and merge-junit reads the rest from that file.
 A test that loses the group (destroys it, or breaks it with a backend error) fails,
 and every rank joins a new group before the next test. A rank whose test hangs, or
 outlives a failed peer by PEER_GRACE_S, and a rank that receives SIGTERM or SIGHUP (a
-launcher stopping the survivors of a dead rank), prints its stacks or names the dead
-ranks, records that test and every test not yet run (as "not run", red; one whose skip
-is known without running it keeps its skip) in its JUnit file, prints its summary, ends
-its child processes, tells the other ranks, and exits: a process stuck in a collective
-cannot be freed any other way.
+launcher stopping the survivors of a dead rank) or SIGINT (Ctrl-C), prints its stacks
+or names the dead ranks, records that test and every test not yet run (as "not run", red;
+one whose skip is known without running it keeps its skip) in its JUnit file, prints its
+summary, ends its child processes, tells the other ranks, and exits: a process stuck in a
+collective cannot be freed any other way. A signal with no dead peer behind it marks the rank's
+JUnit file interrupted (``rankgate.interrupted``): merge-junit and the report then say
+INCOMPLETE.
 """
 
 from __future__ import annotations
