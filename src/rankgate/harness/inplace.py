@@ -46,7 +46,7 @@ from typing import NamedTuple, NoReturn
 import pytest
 from _pytest.runner import runtestprotocol
 
-from rankgate.harness import control, inplace_collection, leaks, options, rankwords
+from rankgate.harness import control, inplace_collection, leaks, options, rankwords, tempdirs
 from rankgate.harness.control import PeerGone, RunAborted
 from rankgate.harness.failure_repr import failure_repr
 from rankgate.harness.hangwatch import HangWatch
@@ -201,6 +201,7 @@ class InPlaceSession:
         self._aborted: str | None = None
         self._call_worker_setup()
         self._join()
+        self._warn_of_split_temp_dirs()
 
     # -- set-up ---------------------------------------------------------------------
 
@@ -241,6 +242,11 @@ class InPlaceSession:
             self.group.device,
         )
         self.control = self.group.control
+
+    def _warn_of_split_temp_dirs(self) -> None:
+        split = tempdirs.split_temp_dirs(self.control.all_gather("tempdir", tempdirs.this_rank()))
+        if split:
+            self.config.issue_config_time_warning(pytest.PytestWarning(split), stacklevel=2)
 
     def shared_dir(self, nodeid: str) -> Path:
         """An empty directory for this test, the same on every rank."""

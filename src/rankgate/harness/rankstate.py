@@ -85,10 +85,24 @@ INIT_TWICE_HINT = (
 )
 
 
+_FD_NOT_SENT = "Failed to send fd"
+SEND_FD_HINT = (
+    "rankgate: torch's symmetric memory passes file descriptors between the ranks of one "
+    "host over a socket under TMPDIR; it fails this way when those ranks have different "
+    "temp dirs (a per-process TMPDIR). Give every rank on a host the same TMPDIR."
+)
+
+
 def hint_for(exc: BaseException) -> str:
     """What to do about a failure the harness itself explains ("" for any other)."""
     if isinstance(exc, ValueError) and _GROUP_TWICE in str(exc):
         return INIT_TWICE_HINT
+    seen = set()
+    while exc is not None and id(exc) not in seen:  # a wrapper's cause may be torch's error
+        seen.add(id(exc))
+        if isinstance(exc, RuntimeError) and _FD_NOT_SENT in str(exc):
+            return SEND_FD_HINT
+        exc = exc.__cause__ or exc.__context__
     return ""
 
 
