@@ -93,7 +93,8 @@ def problems(root: Path) -> list[str]:
         return [f"{LOCK} is missing: make it with {COMMAND}"]
     text = lock.read_text()
     found = []
-    recorded = [line[len(DIGEST) :].strip() for line in text.splitlines() if line.startswith(DIGEST)]
+    lines = text.splitlines()
+    recorded = [line[len(DIGEST) :].strip() for line in lines if line.startswith(DIGEST)]
     if recorded != [inputs_digest(root)]:
         found.append(
             f"pyproject.toml's dependencies or {TORCH_DEPS} changed since {LOCK} was made: "
