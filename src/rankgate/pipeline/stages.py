@@ -222,11 +222,6 @@ _UNIT_PATHS = (
     "src/**", "tests/**", "suites/**", "ci/**", "conftest.py", "noxfile.py", ".github/**",
     "README.md", "docs/**", "containers/**", "scripts/**", "benchmarks/**", "dagger.json",
 )  # fmt: skip
-_DIST_PATHS = (
-    *_PYTEST_RUN, *_WORKLOAD_SUITES, *_INTERLINK_E2E, *_JUNIT_MERGE, *_REPORT_TESTS,
-    "suites/harness/**", "suites/pipeline/test_dist_smoke.py", "tests/bench/**",
-    "tests/test_leftovers.py", "tests/leftovers.py",
-)  # fmt: skip
 
 
 _STAGES: dict[str, Stage] = {
@@ -269,7 +264,11 @@ _STAGES: dict[str, Stage] = {
             commands=(_PYTEST_TWO_WORKERS,),
             dagger="test-cpu",
             workflow="ci.yml:dist",
-            paths=_DIST_PATHS,
+            paths=(
+                *_PYTEST_RUN, *_WORKLOAD_SUITES, *_INTERLINK_E2E, *_JUNIT_MERGE, *_REPORT_TESTS,
+                "suites/harness/**", "suites/pipeline/test_dist_smoke.py", "tests/bench/**",
+                "tests/test_leftovers.py", "tests/leftovers.py",
+            ),
         ),
         Stage(
             name="gpu",
@@ -415,7 +414,7 @@ _STAGES: dict[str, Stage] = {
         Stage(
             name="latest",
             description=(
-                "unit and dist in a fresh environment with the newest release of every "
+                "Unit and dist in a fresh environment with the newest release of every "
                 "dependency, no lock (torch kept): upstream changes show here first."
             ),
             where=("local",),
@@ -433,7 +432,7 @@ _STAGES: dict[str, Stage] = {
             ),
             dagger="test-latest",
             workflow="latest.yml:latest",
-            paths=_UNIT_PATHS,  # they hold dist's too
+            paths=_UNIT_PATHS,  # they cover dist's too
         ),
     )
 }
