@@ -3,8 +3,9 @@
 ``requirements/dev-lock.txt`` pins, with hashes, every package of rankgate's core
 dependencies and its dev extra, and what torch itself requires, for every supported
 Python on Linux x86_64 (one universal file: a pin that differs by Python carries a
-marker). torch is left out: a machine keeps the torch it has (a GPU host's CUDA
-build), and CI names the CPU build on its own command line. The README's commands
+marker). torch and the CUDA library its CUDA builds pin (:data:`OWN`) are left out: a
+machine keeps the torch it has (a GPU host's CUDA build), and CI names the CPU build on
+its own command line. The README's commands
 and ``.ci/run`` install it with plain pip (``pip install --no-deps -r LOCK``, then the
 project itself); uv only resolves it.
 
@@ -31,8 +32,10 @@ COMMAND = "python -m rankgate.pipeline.lock"
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")
 """The Pythons the lock is checked for (requires-python's oldest up to the newest that
 every locked package ships for)."""
-OWN = ("torch",)
-"""Packages the lock leaves to the machine."""
+OWN = ("torch", "nvidia-cuda-nvrtc-cu12")
+"""Packages the lock leaves to the machine: torch, and the CUDA library a CUDA build of
+torch pins to its own version (the dev extra wants NVRTC on CPU machines too; a lock pin
+would replace a GPU host's, under its torch)."""
 DIGEST = "# inputs sha256: "
 """The lock's line naming the inputs it was made from (their requirements, normalised)."""
 
