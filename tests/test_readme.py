@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from rankgate.pipeline.lock import LOCK
+
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -17,9 +19,7 @@ def readme_commands() -> list[str]:
 
 # The lock first (every dependency at the version CI tested, hashes checked), then
 # rankgate itself and the CPU torch, which the lock leaves to the machine.
-INSTALL = (
-    "pip install --no-deps -r requirements/dev-lock.txt && pip install torch==2.13.0 -e '.[dev]'"
-)
+INSTALL = f"pip install --no-deps -r {LOCK} && pip install torch==2.13.0 -e '.[dev]'"
 
 
 def test_readme_opens_with_main_job_and_test_commands():
