@@ -321,10 +321,9 @@ class InPlaceSession:
         self._signals.start()
 
     def _junit_logging_unset(self) -> bool:
-        overrides = getattr(self.config, "_override_ini", ()) or ()
-        return "junit_logging" not in self.config.inicfg and not any(
-            o.startswith("junit_logging=") for o in overrides
-        )
+        # pytest's default ("no"), from the ini file, -o or nowhere alike: pytest has no
+        # public way to tell them apart (config.inicfg is deprecated since pytest 9.2)
+        return self.config.getini("junit_logging") == "no"
 
     # -- collection -------------------------------------------------------------------
 
