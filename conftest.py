@@ -1,6 +1,7 @@
 """Project-wide test configuration."""
 
 import os
+import warnings
 
 import pytest
 
@@ -13,6 +14,19 @@ pytest_plugins = ["pytester", "tests.leftovers"]
 # run the tests start: blocked in them all, as pyproject's addopts blocks it here.
 NO_RANDOM_ORDER = "-p no:randomly"
 os.environ["PYTEST_ADDOPTS"] = f"{os.environ.get('PYTEST_ADDOPTS', '')} {NO_RANDOM_ORDER}".strip()
+
+
+# A deprecation warning raised from rankgate's own modules is an error: pyproject's
+# filterwarnings covers collection and the tests (pytest applies it only there); this
+# covers the hooks around them (e.g. an in-place run's session start). Warnings rankgate
+# gives about a user's test (a world test returning a value) stay warnings.
+RANKGATE_MODULES = r"rankgate(\.|$)"
+DEPRECATIONS = (DeprecationWarning, PendingDeprecationWarning, FutureWarning)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for category in DEPRECATIONS:
+        warnings.filterwarnings("error", category=category, module=RANKGATE_MODULES)
 
 
 @pytest.fixture

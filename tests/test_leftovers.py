@@ -53,7 +53,7 @@ def test_a_clean_run_passes(pytester):
 
 @pytest.mark.unit
 def test_the_dir_of_a_killed_run_goes_at_the_next_start(pytester, tmp_path):
-    # A killed run (its owner file names a process that is gone) cannot remove its dir;
+    # A killed run (its owner files name processes that are gone) cannot remove its dir;
     # the next run does. A live run's dir and one kept for a look (no owner file) stay.
     import subprocess
 
@@ -65,7 +65,7 @@ def test_the_dir_of_a_killed_run_goes_at_the_next_start(pytester, tmp_path):
         run_dir = parent / f"pytest-run-tmp-{name}"
         (run_dir / "rankgate-pools-x").mkdir(parents=True)
         if owner is not None:
-            (run_dir / "owner.pid").write_text(owner)
+            (run_dir / f"owner.{owner}").touch()
     pytester._monkeypatch.setenv("TMPDIR", str(parent))
     result = _run(pytester, LEAKY.replace('tempfile.mkdtemp(prefix="rankgate-hpc-")', "pass"))
     assert result.ret == 0, result.stdout.str()
@@ -144,3 +144,62 @@ def test_sigterm_ends_the_session_and_its_pools(tmp_path):
     assert proc.returncode == 128 + signal.SIGTERM, output
     assert "rankgate: received SIGTERM" in output
     assert not [name for name in left if name.startswith("rankgate-pools-")], output
+
+
+SEES_ITS_TEMP_DIR = """
+import os
+import tempfile
+from pathlib import Path
+
+def test_records_its_temp_dir():
+    seen = Path(os.environ["SEEN"]) / os.environ["RANK"]
+    seen.write_text(tempfile.gettempdir())
+    if os.environ["RANK"] == os.environ.get("LEAK_ON_RANK"):
+        tempfile.mkdtemp(prefix="rankgate-left-by-rank-")
+"""
+
+
+def _torchrun_with_leftovers(tmp_path: Path, leak_on_rank: str = "") -> tuple:
+    import subprocess
+
+    project, parent, seen = tmp_path / "project", tmp_path / "temp", tmp_path / "seen"
+    for folder in (project, parent, seen):
+        folder.mkdir()
+    (project / "test_inner.py").write_text(SEES_ITS_TEMP_DIR)
+    (project / "conftest.py").write_text('pytest_plugins = ["leftovers"]')
+    env = {**os.environ, "TMPDIR": str(parent), "SEEN": str(seen), "LEAK_ON_RANK": leak_on_rank,
+           "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_inner.py"],
+        cwd=project, env=env, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    return proc, parent, {p.name: p.read_text() for p in seen.iterdir()}
+
+
+@pytest.mark.dist
+@pytest.mark.torch_dist
+@pytest.mark.slow  # starts torchrun
+def test_the_ranks_of_one_torchrun_share_one_temp_dir_and_rank_0_removes_it(tmp_path):
+    """Per-rank temp dirs broke symmetric memory ("Failed to send fd") on two GPUs."""
+    proc, parent, seen = _torchrun_with_leftovers(tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(seen) == ["0", "1"]
+    assert seen["0"] == seen["1"], seen
+    assert Path(seen["0"]).parent == parent
+    assert Path(seen["0"]).name.startswith("pytest-run-tmp-torchrun-")
+    assert list(parent.glob("pytest-run-tmp-*")) == [], "rank 0 removes the shared dir"
+
+
+@pytest.mark.dist
+@pytest.mark.torch_dist
+@pytest.mark.slow  # starts torchrun
+def test_a_folder_rank_1_leaves_fails_the_run_on_rank_0s_terminal(tmp_path):
+    proc, parent, seen = _torchrun_with_leftovers(tmp_path, leak_on_rank="1")
+    assert proc.returncode != 0, proc.stdout
+    shared = Path(seen["0"])
+    assert (
+        f"the run left 1 rankgate-* folder(s) in its temp dir {shared}: rankgate-left-by-rank-"
+        in proc.stdout
+    ), proc.stdout + proc.stderr
+    assert [p.name for p in parent.glob("pytest-run-tmp-*")] == [shared.name], "kept for a look"

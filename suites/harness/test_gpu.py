@@ -5,6 +5,8 @@ Collected everywhere, skipped (with the GPU count) where there are too few GPUs.
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -94,6 +96,53 @@ def test_xdist_workers_get_disjoint_gpus(inner):
     seen = inner.env_seen_per_xdist_worker("world(1, backend='nccl')", "CUDA_VISIBLE_DEVICES")
     assert sorted(seen) == ["gw0", "gw1"]
     assert seen["gw0"].isdisjoint(seen["gw1"]), seen
+
+
+TAKE_TURNS = """
+import os
+import time
+import pytest
+import torch
+import torch.distributed as dist
+
+@pytest.fixture
+def spans(tmp_path_factory):
+    out = tmp_path_factory.getbasetemp().parent / "spans"
+    out.mkdir(exist_ok=True)
+    return out
+
+@pytest.mark.world(2, backend="nccl")
+@pytest.mark.parametrize("i", range(4))
+def test_turn(i, rank, device, spans):
+    start = time.time()
+    t = torch.ones(1, device=device)
+    dist.all_reduce(t)
+    time.sleep(0.3)
+    assert t.item() == 2
+    name = f"{os.environ['PYTEST_XDIST_WORKER']}-{i}-{rank}"
+    (spans / name).write_text(f"{start} {time.time()} {os.environ['CUDA_VISIBLE_DEVICES']}")
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 GPUs"
+)
+def test_xdist_workers_lease_the_same_two_gpus_in_turn(inner):
+    """-n 2 on two GPUs: every world(2) test runs (none skipped for "its share"), and two
+    workers' tests on the same GPUs never overlap."""
+    base = inner.pytester.path / "bt"
+    result = inner(TAKE_TURNS, "-n", "2", "--basetemp", str(base), subprocess=True)
+    result.assert_outcomes(passed=4)
+    spans = {}
+    for f in (base / "spans").iterdir():
+        worker, i, _rank = f.name.split("-")
+        start, end, gpus = f.read_text().split()
+        spans.setdefault((worker, i), []).append((float(start), float(end), gpus))
+    assert len(spans) == 4 and {w for w, _ in spans} == {"gw0", "gw1"}, spans
+    tests = sorted((min(s for s, _, _ in v), max(e for _, e, _ in v)) for v in spans.values())
+    for (_, end), (start, _) in itertools.pairwise(tests):
+        assert end <= start, f"two tests on the same GPUs overlapped: {tests}"
 
 
 GLOO_BESIDE_NCCL = """

@@ -57,6 +57,7 @@ def test_buffer_defaults_to_what_auto_ships_with():
         (("--collectives", "alltoall"), "unknown collective 'alltoall'; valid: all_reduce, "
          "broadcast, all_gather, reduce_scatter, gather, send_recv"),
     ],
+    ids=["nccl-on-cpu", "unknown-backend", "unknown-collective"],
 )  # fmt: skip
 def test_bad_values_are_refused_with_the_reason(argv, message):
     with pytest.raises(ValueError) as info:

@@ -1,6 +1,6 @@
 import pytest
 
-from rankgate.harness.gpus import gpu_share, xdist_slot
+from rankgate.harness.gpus import gpu_block, xdist_slot
 
 pytestmark = pytest.mark.unit
 
@@ -11,20 +11,22 @@ def test_xdist_slot():
 
 
 @pytest.mark.parametrize(
-    ("total", "slot", "slots", "share"),
+    ("total", "world", "slot", "block"),
     [
-        (8, 0, 1, tuple(range(8))),
-        (8, 1, 2, (4, 5, 6, 7)),
-        (8, 2, 3, (4, 5)),
-        (2, 3, 4, ()),
-        (0, 0, 1, ()),
+        pytest.param(4, 2, 0, (0, 1), id="4gpus-world2-worker0"),
+        pytest.param(4, 2, 1, (2, 3), id="4gpus-world2-worker1"),
+        pytest.param(4, 2, 2, (0, 1), id="4gpus-world2-worker2-wraps"),
+        pytest.param(2, 2, 1, (0, 1), id="2gpus-world2-worker1-shares"),
+        pytest.param(2, 1, 1, (1,), id="2gpus-world1-worker1"),
+        pytest.param(3, 2, 1, (2, 0), id="3gpus-world2-worker1-wraps"),
+        pytest.param(8, 8, 5, tuple(range(8)), id="8gpus-world8"),
+        pytest.param(2, 4, 0, (), id="too-few"),
     ],
 )
-def test_gpu_share_is_disjoint_blocks(total, slot, slots, share):
-    assert gpu_share(total, slot, slots) == share
+def test_each_worker_has_a_block_of_the_machines_gpus(total, world, slot, block):
+    assert gpu_block(total, world, slot) == block
 
 
-def test_every_worker_gets_a_disjoint_share():
-    shares = [set(gpu_share(8, s, 4)) for s in range(4)]
-    assert set().union(*shares) == set(range(8))
-    assert sum(len(s) for s in shares) == 8
+def test_two_workers_on_four_gpus_put_world_2_on_disjoint_pairs():
+    pairs = [set(gpu_block(4, 2, slot)) for slot in range(2)]
+    assert pairs[0].isdisjoint(pairs[1]) and pairs[0] | pairs[1] == {0, 1, 2, 3}

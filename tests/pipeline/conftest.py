@@ -24,7 +24,7 @@ def registered() -> dict:
 
 
 @pytest.fixture(scope="session")
-def collected_tree() -> dict[str, list[str]]:
+def collected_tree():
     """Every test of the tree (one collection, a subprocess): node ID -> marker names."""
     from tree_collection import collect
 

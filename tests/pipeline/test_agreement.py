@@ -54,13 +54,17 @@ def test_dagger_functions_cover_every_stage(registered):
     assert functions - {s.dagger for s in stages.all_stages()} == {stages.PUBLISH_FUNCTION}
 
 
+NOX_WORKFLOWS = ("ci.yml", "latest.yml")
+"""Workflows whose jobs run a stage's nox session on the runner; release.yml's call Dagger."""
+
+
 @pytest.mark.parametrize("stage", stages.all_stages(), ids=lambda s: s.name)
 def test_each_stage_has_its_workflow_job(stage):
     file, job_id = stage.workflow.split(":")
     jobs = workflow(file)["jobs"]
     assert job_id in jobs, f"{file} has no job {job_id!r} for stage {stage.name}"
     text = steps_text(jobs[job_id])
-    if file == "ci.yml":
+    if file in NOX_WORKFLOWS:
         assert re.search(rf"\bnox -s {stage.name}\b", text), f"{file}:{job_id} runs no nox -s"
     else:
         assert re.search(rf"(call|^){stage.dagger}\b|\b{stage.dagger} ", text, re.M), (
@@ -72,6 +76,19 @@ def test_ci_runs_on_pull_requests_and_release_on_tags():
     ci, release = workflow("ci.yml"), workflow("release.yml")
     assert "pull_request" in ci[True]  # YAML reads the key `on` as True
     assert release[True]["push"]["tags"] == ["v*"]
+
+
+def test_latest_runs_on_a_schedule_and_installs_without_the_lock():
+    latest = workflow("latest.yml")
+    assert set(latest[True]) == {"schedule", "workflow_dispatch"}
+    assert "dev-lock" not in steps_text(latest["jobs"]["latest"])
+
+
+def test_every_workflow_is_linted():
+    # actionlint (stage lint) reads the files it is given: a new workflow must be one.
+    (actionlint,) = [c for c in stages.get("lint").commands if c.argv[0] == "actionlint"]
+    files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / ".github/workflows").glob("*.yml"))
+    assert sorted(actionlint.argv[1:]) == files
 
 
 def test_release_publishes_only_after_the_gate():

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tree_collection import by_stage, ci_gate_is_quick, ci_stages, lost, read_list
+from tree_collection import LONG_ID, by_stage, ci_gate_is_quick, ci_stages, collect, lost, read_list
 
 from rankgate.pipeline import stages
 
@@ -38,6 +38,40 @@ def test_no_test_that_ci_ran_before_is_lost(collected_tree):
         f"deliberately renamed or removed, take its line out of {BEFORE.name}: "
         + "; ".join(missing[:20])
     )
+
+
+def test_every_id_of_the_list_is_collected_today(collected_tree):
+    # Each id as this pytest writes it: a test renamed, or an id another pytest writes
+    # differently, shows here by name (the test above says only that CI lost it).
+    listed = set().union(*read_list(BEFORE).values()) - set(RETIRED)
+    absent = sorted(listed - set(collected_tree))
+    assert not absent, (
+        f"{len(absent)} id(s) of {BEFORE.name} are not collected: for a test renamed, "
+        "write its new id in place of the old one; " + "; ".join(absent[:20])
+    )
+
+
+def test_no_id_depends_on_the_pytest_that_collects_it(collected_tree):
+    assert not collected_tree.long_values, (
+        f"parametrized values over {LONG_ID} characters without ids=: pytest 9.2 names "
+        "them by argument and index, older pytests by the value, so the ids (and "
+        f"{BEFORE.name}) depend on pytest's version; give them explicit ids=: "
+        + "; ".join(collected_tree.long_values[:10])
+    )
+
+
+def test_a_long_parametrized_value_without_ids_is_found(tmp_path):
+    message = "m" * (LONG_ID + 1)
+    (tmp_path / "test_long.py").write_text(
+        "import pytest\n"
+        f"@pytest.mark.parametrize('message', [{message!r}, 'short'])\n"
+        "def test_a(message): pass\n"
+        f"@pytest.mark.parametrize('message', [{message!r}], ids=['named'])\n"
+        "def test_b(message): pass\n"
+    )
+    tree = collect(tmp_path)
+    assert len(tree) == 3
+    assert tree.long_values == [f"message={message[:60]!r}..."]
 
 
 def test_ci_runs_the_gate_in_full():

@@ -155,6 +155,13 @@ def test_absent_optional_tool_is_a_loud_note(calls, options, monkeypatch, tmp_pa
     )
 
 
+def test_a_command_that_runs_pytest_itself_gets_the_extra_args(calls, options):
+    # stage latest runs unit and dist through nox in its own environment
+    options.pytest_args = ("-k", "world")
+    executor.run_stage(stages.get("latest"), options, FakeMachine())
+    assert calls == [[sys.executable, "-m", "rankgate.pipeline.latest", "-k", "world"]]
+
+
 def test_optional_paths_that_are_absent_are_dropped(calls, options, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     (tmp_path / ".github/workflows").mkdir(parents=True)

@@ -125,6 +125,7 @@ def test_list_prints_every_stage(capsys):
         "bench",
         "container",
         "gate",
+        "latest",
     ]
 
 

@@ -11,7 +11,9 @@ pytestmark = pytest.mark.unit
 
 
 def test_stage_names_in_pipeline_order():
-    assert stages.names() == ("lint", "unit", "dist", "gpu", "hpc", "bench", "container", "gate")
+    assert stages.names() == (
+        "lint", "unit", "dist", "gpu", "hpc", "bench", "container", "gate", "latest",
+    )  # fmt: skip
 
 
 def test_registry_is_a_copy():
@@ -30,7 +32,8 @@ def test_every_stage_is_described_and_placed(stage: Stage):
     assert stage.description and "\n" not in stage.description
     assert stage.where and stage.dagger and stage.workflow.count(":") == 1
     assert all(
-        p.startswith(("junit/", "bench/", "container/")) or p == "gate.json" for p in stage.products
+        p.startswith(("junit/", "bench/", "container/", "latest/")) or p == "gate.json"
+        for p in stage.products
     )
 
 
@@ -65,8 +68,17 @@ def test_only_gpu_and_hpc_are_dispatchable():
 
 def test_gate_includes_every_other_stage_after_env_check():
     gate = stages.get("gate")
-    assert gate.includes == tuple(n for n in stages.names() if n != "gate")
+    assert gate.includes == tuple(
+        s.name for s in stages.all_stages() if s.name != "gate" and not s.scheduled
+    )
     assert [c.name for c in gate.commands] == ["env-check"]
+
+
+def test_only_latest_runs_on_a_schedule_and_it_passes_the_pytest_args_on():
+    # Its verdict is news about upstream releases: never part of the gate (above).
+    assert [s.name for s in stages.all_stages() if s.scheduled] == ["latest"]
+    (command,) = stages.get("latest").commands
+    assert command.argv[1:] == ("-m", "rankgate.pipeline.latest") and command.pytest_args
 
 
 def test_bench_runs_the_harness_benchmark_small_and_repeated_then_compares():

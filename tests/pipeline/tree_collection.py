@@ -18,14 +18,34 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
+LONG_ID = 100
+"""pytest 9.2 writes a parametrized value longer than this as its argument's name and
+index (``expected16``); older pytests wrote the value itself. Such an id depends on the
+pytest that collects it, so it needs an explicit ``ids=``."""
+
 _DUMP_PLUGIN = """
 import json, os
+
+LONG_ID = int(os.environ["RANKGATE_LONG_ID"])
+long_values = []
+
+def pytest_make_parametrize_id(config, val, argname):
+    # called for each value pytest makes an id of itself (no ids= for it)
+    if isinstance(val, (str, bytes)) and len(val) > LONG_ID:
+        long_values.append(f"{argname}={val[:60]!r}...")
 
 def pytest_collection_finish(session):
     found = {item.nodeid: sorted({m.name for m in item.iter_markers()}) for item in session.items}
     with open(os.environ["RANKGATE_MARKER_DUMP"], "w") as f:
-        json.dump(found, f)
+        json.dump({"markers": found, "long_values": long_values}, f)
 """
+
+
+class Tree(dict):
+    """node ID -> marker names, as collected; ``long_values``: the parametrized values
+    whose id would depend on pytest's version (see :data:`LONG_ID`)."""
+
+    long_values: list[str]
 
 
 class _Markers(dict):
@@ -41,7 +61,7 @@ def selects(expression: str, names: list[str]) -> bool:
     return bool(eval(expression, {"__builtins__": {}}, _Markers.fromkeys(names, True)))
 
 
-def collect(root: Path = ROOT) -> dict[str, list[str]]:
+def collect(root: Path = ROOT) -> Tree:
     """Every test pytest collects under ``root`` (no -m): node ID -> its marker names."""
     with tempfile.TemporaryDirectory(prefix="rankgate-tree-") as tmp:
         (Path(tmp) / "rankgate_marker_dump.py").write_text(_DUMP_PLUGIN)
@@ -49,6 +69,7 @@ def collect(root: Path = ROOT) -> dict[str, list[str]]:
         env = {
             **os.environ,
             "RANKGATE_MARKER_DUMP": str(dump),
+            "RANKGATE_LONG_ID": str(LONG_ID),
             "PYTHONPATH": os.pathsep.join([tmp, os.environ.get("PYTHONPATH", "")]),
         }
         done = subprocess.run(
@@ -60,7 +81,10 @@ def collect(root: Path = ROOT) -> dict[str, list[str]]:
             raise RuntimeError(
                 "collection wrote no dump:\n" + done.stdout[-3000:] + done.stderr[-3000:]
             )
-        return json.loads(dump.read_text())
+        dumped = json.loads(dump.read_text())
+        tree = Tree(dumped["markers"])
+        tree.long_values = dumped["long_values"]
+        return tree
 
 
 def _ci_nox_words(root: Path) -> list[str]:

@@ -374,7 +374,7 @@ def test_hang_page(hang, chromium, tmp_path):
 # --------------------------------------------------------------------------- GPU skips
 
 
-GPU_REASON = "world(4/8, backend='nccl') needs 4/8 GPUs; 0 visible to this process"
+GPU_REASON = "world(4/8, backend='nccl') needs 4/8 GPUs; 0 visible here"
 
 
 def test_skips_are_grouped_by_reason(gpu_skips):

@@ -1,7 +1,8 @@
 """The Dagger functions: one per stage of rankgate.pipeline.stages, plus publish.
 
 Stage -> function: lint -> lint, unit and dist -> test-cpu, gpu -> test-gpu,
-hpc -> test-hpc, bench -> bench, container -> build-container, gate -> release-gate.
+hpc -> test-hpc, bench -> bench, container -> build-container, gate -> release-gate,
+latest -> test-latest.
 tests/pipeline/test_agreement.py keeps this list equal to the stage list.
 
 Secrets (registry password, kubeconfig, interLink token, ssh key) arrive as
@@ -23,6 +24,8 @@ from rankgate_ci.verdict import Gate, refusal, render
 
 PYTHON_IMAGE = "docker.io/library/python:3.11-slim-bookworm"
 PIP_CACHE = "/root/.cache/pip"
+LOCK = "requirements/dev-lock.txt"
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 SRC = "/src"
 OUT = "/tmp/rankgate-out"
 SECRETS = "/run/secrets"
@@ -81,6 +84,17 @@ class RankgateCi:
         return await (
             self._python("shellcheck")
             .with_exec(["nox", "-s", "lint", "--", "--strict"])  # actionlint must run
+            .stdout()
+        )
+
+    @function(cache="never")
+    async def test_latest(self) -> str:
+        """Stage latest: unit and dist with the newest release of every dependency (no lock)."""
+        return await (
+            self._python(locked=False)
+            # A new run must meet new releases: a changing value keeps it out of the cache.
+            .with_env_variable("RANKGATE_LATEST_AT", datetime.now(UTC).isoformat())
+            .with_exec(["nox", "-s", "latest"])
             .stdout()
         )
 
@@ -230,31 +244,27 @@ class RankgateCi:
             raise ValueError(f"unknown variant {name!r}; containers/matrix.toml has: {known}")
         return variants[name]
 
-    def _python(self, *apt: str) -> dagger.Container:
+    def _python(self, *apt: str, locked: bool = True) -> dagger.Container:
         """Python with rankgate and its dev tools installed (pip cache in a volume).
 
         ``apt``: Debian packages installed first (before the source, so they stay cached).
+        ``locked``: the dev tools at the lock's versions (requirements/dev-lock.txt), as
+        .ci/run installs them; else whatever pip picks (stage latest upgrades them anyway).
         """
         ctr = dag.container().from_(PYTHON_IMAGE)
         if apt:
             install = "apt-get update && apt-get install -y --no-install-recommends"
             clean = "rm -rf /var/lib/apt/lists/*"
             ctr = ctr.with_exec(["sh", "-c", f"{install} {' '.join(apt)} && {clean}"])
-        return (
+        ctr = (
             ctr.with_mounted_cache(PIP_CACHE, dag.cache_volume("rankgate-pip"))
             .with_directory(SRC, self.source)
             .with_workdir(SRC)
-            .with_exec(
-                [
-                    "pip",
-                    "install",
-                    "--extra-index-url",
-                    "https://download.pytorch.org/whl/cpu",
-                    "torch",
-                    "-e",
-                    ".[dev]",
-                ]
-            )
+        )
+        if locked:
+            ctr = ctr.with_exec(["pip", "install", "--no-deps", "-r", LOCK])
+        return ctr.with_exec(
+            ["pip", "install", "--extra-index-url", TORCH_CPU_INDEX, "torch", "-e", ".[dev]"]
         )
 
     def _dispatch(

@@ -29,7 +29,9 @@ X2 = "benchmarks/results/nvidia-h200-x2"
 RERUN = f"{X2}/rerun-graph-fp32/comm.json"
 RUN10 = f"{X2}/run10-graph-defaults"
 RUN7 = f"{X2}/run7-merged"
-ATTENTION = f"{X2}/attention/run3/attention.json"
+ATTENTION_RUN3 = f"{X2}/attention/run3/attention.json"
+ATTENTION = f"{X2}/two-gpus/attention/attention.json"
+"""The newest attention run: the README's figures."""
 NCCL_TESTS_GRAPH = "benchmarks/reference/nvidia-h200-x2/nccl-tests-runs/nccl-tests_h200x2_turn3.txt"
 NCCL_TESTS = "benchmarks/reference/nvidia-h200-x2"
 TIMES, DASH = "\u00d7", "\u2013"  # as the docs write them: 1.21x, 1\u20132 us
@@ -176,8 +178,8 @@ def comm_run10_table(load: Loader) -> str:
 # --- attention ---------------------------------------------------------------------------
 
 
-def _attention(load: Loader) -> tuple[dict, list[int], dict]:
-    result = load(ATTENTION)
+def _attention(load: Loader, path: str = ATTENTION) -> tuple[dict, list[int], dict]:
+    result = load(path)
     by = {(r["method"], r["seq"]): r for r in result["results"]}
     seqs = sorted({r["seq"] for r in result["results"]})
     fits = {f["method"]: f for f in result["fit"]}
@@ -219,18 +221,24 @@ def readme_attention_summary(load: Loader) -> str:
     )
 
 
-def attention_run3_table(load: Loader) -> str:
-    by, seqs, _ = _attention(load)
-    lines = ["| seq | single ms | ring x2 ms | speedup | effic. | torch-cp x2 ms | speedup "
-             "| effic. |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
-    for seq in seqs:
-        ring, cp = by[("ring", seq)], by[("torch-cp", seq)]
-        lines.append(
-            f"| {_tokens(seq)} | {by[('single', seq)]['time_ms']:.2f} | {ring['time_ms']:.2f} "
-            f"| {ring['speedup']:.3f} | {100 * ring['efficiency']:.1f}% | {cp['time_ms']:.2f} "
-            f"| {cp['speedup']:.3f} | {100 * cp['efficiency']:.1f}% |"
-        )
-    return "\n".join(lines)
+def attention_table(path: str) -> Callable[[Loader], str]:
+    """One run's table for ATTENTION.md."""
+
+    def render(load: Loader) -> str:
+        by, seqs, _ = _attention(load, path)
+        lines = ["| seq | single ms | ring x2 ms | speedup | effic. | torch-cp x2 ms | speedup "
+                 "| effic. |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+        for seq in seqs:
+            ring, cp = by[("ring", seq)], by[("torch-cp", seq)]
+            lines.append(
+                f"| {_tokens(seq)} | {by[('single', seq)]['time_ms']:.2f} "
+                f"| {ring['time_ms']:.2f} | {ring['speedup']:.3f} "
+                f"| {100 * ring['efficiency']:.1f}% | {cp['time_ms']:.2f} "
+                f"| {cp['speedup']:.3f} | {100 * cp['efficiency']:.1f}% |"
+            )
+        return "\n".join(lines)
+
+    return render
 
 
 CLAIMS = (
@@ -242,7 +250,10 @@ CLAIMS = (
     Claim("readme-attention-summary", "README.md", (ATTENTION,), readme_attention_summary),
     Claim("comm-run10-graph", f"{X2}/COMM.md",
           (f"{RUN10}/graph_fp32/comm.json", f"{RUN10}/graph_bf16/comm.json"), comm_run10_table),
-    Claim("attention-run3", f"{X2}/attention/ATTENTION.md", (ATTENTION,), attention_run3_table),
+    Claim("attention-run3", f"{X2}/attention/ATTENTION.md", (ATTENTION_RUN3,),
+          attention_table(ATTENTION_RUN3)),
+    Claim("attention-two-gpus", f"{X2}/attention/ATTENTION.md", (ATTENTION,),
+          attention_table(ATTENTION)),
 )  # fmt: skip
 """Every rendered block, in the order the command writes them."""
 

@@ -1,7 +1,10 @@
-"""Which GPUs a pytest process may hand to its pools.
+"""Which GPUs a pytest process hands to its pools.
 
-Under pytest-xdist each worker gets a disjoint slice of the visible GPUs, so two
-workers never put ranks on the same device.
+Every pytest process sees every visible GPU; a world test on NCCL leases its GPUs for
+its set-up and body (rankgate.harness.gpulease), so xdist workers share the machine's
+GPUs without ever running two tests on one GPU at once, and a world(n) test is never
+skipped while the machine has n GPUs. Each worker prefers its own block of GPUs, so
+tests of different workers run side by side where there are GPUs enough.
 """
 
 from __future__ import annotations
@@ -25,7 +28,14 @@ def xdist_slot(env: Mapping[str, str] | None = None) -> tuple[int, int]:
     return int(worker[2:]), max(1, int(env.get("PYTEST_XDIST_WORKER_COUNT", "1")))
 
 
-def gpu_share(total: int, slot: int, slots: int) -> tuple[int, ...]:
-    """The GPU indices worker ``slot`` of ``slots`` owns out of ``total`` (contiguous block)."""
-    per_slot = total // slots
-    return tuple(range(slot * per_slot, (slot + 1) * per_slot))
+def gpu_block(total: int, world: int, slot: int) -> tuple[int, ...]:
+    """The ``world`` GPU indices (of ``total``) worker ``slot`` puts a world's ranks on.
+
+    Consecutive workers take consecutive blocks, wrapping around: on 4 GPUs two workers'
+    world(2) pools sit on (0, 1) and (2, 3) and run side by side; on 2 GPUs both sit on
+    (0, 1) and take turns through the lease.
+    """
+    if world > total:
+        return ()
+    start = (slot * world) % total
+    return tuple((start + i) % total for i in range(world))

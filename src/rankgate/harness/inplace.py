@@ -48,7 +48,7 @@ from typing import NamedTuple, NoReturn
 import pytest
 from _pytest.runner import runtestprotocol
 
-from rankgate.harness import control, inplace_collection, leaks, options, rankwords
+from rankgate.harness import control, inplace_collection, leaks, options, rankwords, tempdirs
 from rankgate.harness.control import PeerGone, RunAborted
 from rankgate.harness.failure_repr import failure_repr
 from rankgate.harness.hangwatch import HangWatch
@@ -213,6 +213,7 @@ class InPlaceSession:
         self._interrupted: tuple[str, pytest.Item | None] | None = None
         self._call_worker_setup()
         self._join()
+        self._warn_of_split_temp_dirs()
 
     # -- set-up ---------------------------------------------------------------------
 
@@ -253,6 +254,11 @@ class InPlaceSession:
             self.group.device,
         )
         self.control = self.group.control
+
+    def _warn_of_split_temp_dirs(self) -> None:
+        split = tempdirs.split_temp_dirs(self.control.all_gather("tempdir", tempdirs.this_rank()))
+        if split:
+            self.config.issue_config_time_warning(pytest.PytestWarning(split), stacklevel=2)
 
     def shared_dir(self, nodeid: str) -> Path:
         """An empty directory for this test, the same on every rank."""
@@ -328,10 +334,9 @@ class InPlaceSession:
         self._signals.start()
 
     def _junit_logging_unset(self) -> bool:
-        overrides = getattr(self.config, "_override_ini", ()) or ()
-        return "junit_logging" not in self.config.inicfg and not any(
-            o.startswith("junit_logging=") for o in overrides
-        )
+        # pytest's default ("no"), from the ini file, -o or nowhere alike: pytest has no
+        # public way to tell them apart (config.inicfg is deprecated since pytest 9.2)
+        return self.config.getini("junit_logging") == "no"
 
     # -- collection -------------------------------------------------------------------
 

@@ -92,6 +92,15 @@ class InPlaceGroup:
         safe = hashlib.sha1(self.launch.job_id.encode()).hexdigest()[:16]
         return Path(tempfile.gettempdir()) / f"rankgate-{self.launch.launcher}-{safe}.store"
 
+    def _temp_dir_note(self) -> str:
+        """The store in the temp dir is found only by ranks that share that dir."""
+        if self.store_path is None or os.environ.get("RANKGATE_STORE"):
+            return ""
+        return (
+            f". The store is in this rank's temp dir ({self.store_path.parent}): ranks "
+            "with a different TMPDIR look for it elsewhere"
+        )
+
     def _join_generation(self, store) -> str:
         """This run's key prefix in the store: ``rankgate/<generation>``.
 
@@ -110,7 +119,7 @@ class InPlaceGroup:
                     f"joined through {self.where} within {self.rendezvous_s:g} s "
                     "(rankgate_rendezvous_timeout). Start every rank; if the store was "
                     "left by an earlier run that died while starting, delete it (or point "
-                    "RANKGATE_STORE at a fresh path)"
+                    "RANKGATE_STORE at a fresh path)" + self._temp_dir_note()
                 )
             time.sleep(0.01)
         return f"rankgate/{generation}"

@@ -25,7 +25,8 @@ import pytest
 
 from rankgate.harness import classstate, options, rankwarnings, rankwords
 from rankgate.harness.failure_repr import failure_repr
-from rankgate.harness.gpus import gpu_share, visible_gpu_count, xdist_slot
+from rankgate.harness.gpulease import GpuLease
+from rankgate.harness.gpus import gpu_block, visible_gpu_count, xdist_slot
 from rankgate.harness.messages import TestTask
 from rankgate.harness.outcome import RankOutcome
 from rankgate.harness.output import JUNIT_LIMIT, clip_text
@@ -48,6 +49,7 @@ from rankgate.harness.verdict import (
 )
 
 RUN_KEY = pytest.StashKey["WorldRun"]()
+LEASE_KEY = pytest.StashKey[GpuLease]()
 
 
 class RankFailure(AssertionError):
@@ -97,27 +99,20 @@ class PoolSession:
         return self._registry
 
     def gpus(self) -> tuple[str, ...]:
-        """GPU ids (as CUDA_VISIBLE_DEVICES entries) this process may use."""
+        """GPU ids (as CUDA_VISIBLE_DEVICES entries) visible to this process: all of them;
+        tests lease theirs while they run."""
         if self._gpus is None:
             total = visible_gpu_count()
-            slot, slots = xdist_slot()
-            share = gpu_share(total, slot, slots)
             visible = os.environ.get("CUDA_VISIBLE_DEVICES")
             ids = visible.split(",") if visible else [str(i) for i in range(total)]
-            self._gpus = tuple(ids[i].strip() for i in share)  # indices or GPU UUIDs
+            self._gpus = tuple(ids[i].strip() for i in range(total))  # indices or GPU UUIDs
         return self._gpus
 
     @staticmethod
-    def _share_note(share: int) -> str:
-        """Why this process has fewer GPUs than the machine shows: xdist split them."""
-        total = visible_gpu_count()
-        _, slots = xdist_slot()
-        if share == total:
-            return ""
-        return (
-            f" (its share, as one of {slots} xdist workers, of the {total} GPU(s) visible "
-            "here; fewer workers get more each)"
-        )
+    def pool_gpus(gpus: tuple[str, ...], world: int) -> tuple[str, ...]:
+        """The GPUs this process puts a world's ranks on: its xdist worker's block."""
+        slot, _ = xdist_slot()
+        return tuple(gpus[i] for i in gpu_block(len(gpus), world, slot))
 
     def pytest_report_header(self) -> str | None:
         if self.ignored_launch is None:
@@ -145,7 +140,7 @@ class PoolSession:
         if uses_gpus(backend) and len(gpus) < spec.size:
             skip_at_test(
                 f"world({spec.size}, backend='nccl') needs {spec.size} GPUs; "
-                f"{len(gpus)} visible to this process{self._share_note(len(gpus))}"
+                f"{len(gpus)} visible here"
             )
         run = WorldRun(
             world=spec.size,
@@ -155,10 +150,14 @@ class PoolSession:
             key=PoolKey(
                 world=spec.size,
                 backend=backend,
-                gpus=gpus[: spec.size] if uses_gpus(backend) else (),
+                gpus=self.pool_gpus(gpus, spec.size) if uses_gpus(backend) else (),
             ),
         )
         item.stash[RUN_KEY] = run
+        if run.key.gpus:
+            # Held until the test's teardown: another worker's test on these GPUs waits.
+            lease = item.stash[LEASE_KEY] = GpuLease(run.key.gpus)
+            lease.acquire()
         pool = self.registry.acquire(run.key)  # PoolStartError: an error, not a failure
         result = yield  # the controller's fixtures
         baseline = self._class_baselines.get(item.cls, {})  # {} for a test without a class
@@ -186,6 +185,15 @@ class PoolSession:
             self._run_on_pool(item, run)
 
         return on_the_ranks
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_teardown(self, item: pytest.Item):
+        try:
+            return (yield)
+        finally:
+            lease = item.stash.get(LEASE_KEY, None)
+            if lease is not None:
+                lease.release()
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function):

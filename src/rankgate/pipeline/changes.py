@@ -98,7 +98,8 @@ def plan(
     stage_list: Sequence[Stage] | None = None,
     env: Mapping[str, str] | None = None,
 ) -> Plan:
-    """Decide which of ``stage_list`` (default: every stage but the gate) a change runs.
+    """Decide which of ``stage_list`` (default: every stage but the gate and the scheduled
+    one, latest, which no change starts) a change runs.
 
     ``since`` empty: every stage runs. Raises :class:`ChangesError` when git cannot
     compare the checkout with ``since``.
@@ -219,7 +220,7 @@ def _everything(since: str, files: Sequence[str], chosen: Sequence[Stage], why: 
 
 
 def _all_but_gate() -> list[Stage]:
-    return [s for s in stages.all_stages() if not s.includes]
+    return [s for s in stages.all_stages() if not s.includes and not s.scheduled]
 
 
 def _md(text: str) -> str:

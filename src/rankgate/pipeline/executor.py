@@ -414,6 +414,8 @@ def _run_command(
         argv += ["-m", markers] if markers else []
         argv += [f"--junitxml={junit}", *options.pytest_args]
         ok_codes = (0, NO_TESTS)
+    elif step.pytest_args:
+        argv += options.pytest_args
     stdout = options.out_dir / step.stdout if step.stdout else None
     env = {"RANKGATE_OUT": str(options.out_dir.resolve()), **(trace_env or {}), **dict(step.env)}
     try:

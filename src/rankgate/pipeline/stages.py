@@ -44,6 +44,9 @@ class Command:
     """Arguments that are paths: absent ones are dropped (``actionlint`` with no workflows)."""
     env: tuple[tuple[str, str], ...] = ()
     """Environment variables the command gets, as (name, value) pairs."""
+    pytest_args: bool = False
+    """The run's extra pytest arguments go to this command too (it runs pytest through
+    nox itself, as stage latest does); a ``pytest`` command always gets them."""
 
     def __post_init__(self) -> None:
         if not self.argv:
@@ -85,6 +88,9 @@ class Stage:
     slow: bool = False
     """Its work takes minutes whatever it selects (a scheduler's jobs, an image build):
     the quick gate (``nox -s gate`` without ``--full``) leaves it out, saying so."""
+    scheduled: bool = False
+    """It runs on a schedule, in a workflow job of its own, never in the gate: its verdict
+    is news about upstream releases (stage latest), not about a change."""
     paths: tuple[str, ...] = ()
     """Files the stage depends on, as globs relative to the repository root (``*`` stays
     within a folder, ``**`` crosses folders, ``dir/**`` is everything under dir). With
@@ -125,10 +131,12 @@ RUN_EVERYTHING_PATHS: tuple[str, ...] = (
     "src/rankgate/pipeline/stages.py",
     "src/rankgate/pipeline/changes.py",
     "pyproject.toml",
+    "requirements/**",
     ".ci/**",
 )
 """A change to one of these runs every stage: the stage list and the selection logic
-themselves, the project's dependencies and tool configuration, and the CI entry point."""
+themselves, the project's dependencies (and their lock) and tool configuration, and the
+CI entry point."""
 
 # Every pytest run loads the harness plugin and the tracing plugin (pytest11 entry
 # points) and the project-wide conftest, whatever the stage selects.
@@ -205,7 +213,15 @@ _PYTEST = Command(argv=("pytest",))
 _PYTEST_TWO_WORKERS = Command(argv=("pytest", "-n", "2"))
 # The container stage's tests fail, never skip, without an engine or the image it built.
 _CONTAINER_PYTEST = Command(argv=("pytest",), env=(("RANKGATE_REQUIRE_CONTAINER", "1"),))
-_WORKFLOWS = (".github/workflows/ci.yml", ".github/workflows/release.yml")
+_WORKFLOWS = (
+    ".github/workflows/ci.yml", ".github/workflows/release.yml", ".github/workflows/latest.yml",
+)  # fmt: skip
+# Unit tests read almost everything: code, workflows, the Dagger module, the README's
+# commands, the container matrix and the committed benchmark files.
+_UNIT_PATHS = (
+    "src/**", "tests/**", "suites/**", "ci/**", "conftest.py", "noxfile.py", ".github/**",
+    "README.md", "docs/**", "containers/**", "scripts/**", "benchmarks/**", "dagger.json",
+)  # fmt: skip
 
 
 _STAGES: dict[str, Stage] = {
@@ -237,13 +253,7 @@ _STAGES: dict[str, Stage] = {
             commands=(_PYTEST_TWO_WORKERS,),
             dagger="test-cpu",
             workflow="ci.yml:unit",
-            # Unit tests read almost everything: code, workflows, the Dagger module, the
-            # README's commands, the container matrix and the committed benchmark files.
-            paths=(
-                "src/**", "tests/**", "suites/**", "ci/**", "conftest.py", "noxfile.py",
-                ".github/**", "README.md", "docs/**", "containers/**", "scripts/**",
-                "benchmarks/**", "dagger.json",
-            ),
+            paths=_UNIT_PATHS,
         ),
         Stage(
             name="dist",
@@ -400,6 +410,29 @@ _STAGES: dict[str, Stage] = {
             includes=("lint", "unit", "dist", "gpu", "hpc", "bench", "container"),
             dagger="release-gate",
             workflow="release.yml:release-gate",
+        ),
+        Stage(
+            name="latest",
+            description=(
+                "Unit and dist in a fresh environment with the newest release of every "
+                "dependency, no lock (torch kept): upstream changes show here first."
+            ),
+            where=("local",),
+            scheduled=True,
+            products=(
+                "latest/versions.txt", "latest/gate.json", "latest/junit/unit.xml",
+                "latest/junit/dist.xml",
+            ),
+            commands=(
+                Command(
+                    argv=(sys.executable, "-m", "rankgate.pipeline.latest"),
+                    label="latest",
+                    pytest_args=True,
+                ),
+            ),
+            dagger="test-latest",
+            workflow="latest.yml:latest",
+            paths=_UNIT_PATHS,  # they cover dist's too
         ),
     )
 }

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The 2-GPU evidence of one lease: every GPU and dist test in place and in the pool, the
+# pool under pytest-xdist against the pool alone, and the harness's own overhead.
+# Usage: scripts/gpu/two-gpus.sh OUT STEP...
+#   steps: inplace pool-gpu pool-gpu-n2 same-tests pool-dist harness
+# Writes OUT/env.txt and per step a log (OUT/<step>.txt) and its JUnit under /tmp/rg;
+# the end packs /tmp/rg into OUT/results.tgz (the device tool brings back 8 files).
+# DeepSpeed and what it needs come as wheels in .whl-ds (carried), installed beside the
+# host's packages when one of them is missing there.
+set -uo pipefail
+out=$1; shift
+work=/tmp/rg
+mkdir -p "$work"
+export NVSHMEM_DISABLE_NVLS=1
+. scripts/gpu/install.sh "$out/pip.txt" || exit $?
+if [ -d .whl-ds ] && ! python3 -c 'import deepspeed' 2>/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+        .whl-ds/*.whl >>"$out/pip.txt" 2>&1 && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+{
+  date -u; nvidia-smi -L; nvidia-smi topo -m
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+  python3 -c 'import torch, deepspeed; print("python", __import__("sys").version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version(), "deepspeed", deepspeed.__version__)'
+  nproc
+} >"$out/env.txt" 2>&1
+step() { echo "=== $1 $(date -u +%T)"; }
+timed() {  # timed NAME LIMIT CMD...: the command's log in OUT/NAME.txt, its wall time after it
+  local name=$1 limit=$2; shift 2
+  local start=$SECONDS
+  timeout "$limit" "$@" >"$work/$name.txt" 2>&1
+  local rc=$?
+  echo "rc $rc wall $((SECONDS - start)) s" | tee -a "$work/$name.txt"
+  tail -4 "$work/$name.txt" | head -3
+}
+pytest_=(python3 -m pytest -p no:cacheprovider -q -rfEs)
+for s in "$@"; do
+  step "$s"
+  case $s in
+    inplace)  # every rank its own pytest; merge-junit makes one verdict
+      mkdir -p "$work/inplace"
+      timed inplace "${INPLACE_LIMIT:-260}" torchrun --standalone --nproc-per-node=2 -m pytest \
+        -p no:cacheprovider -q -rfEs -m "dist or gpu" suites --junitxml="$work/inplace/junit.xml"
+      (cd "$work/inplace" && python3 -m rankgate.cli merge-junit --world 2 -o merged.xml . \
+        >merge-junit.txt 2>&1; echo "merge-junit rc $?" >>merge-junit.txt)
+      tail -3 "$work/inplace/merge-junit.txt" ;;
+    pool-gpu)
+      timed pool-gpu "${POOL_LIMIT:-200}" "${pytest_[@]}" -m gpu suites --junitxml="$work/pool-gpu.xml" ;;
+    pool-gpu-n2)
+      timed pool-gpu-n2 "${POOL_LIMIT:-200}" "${pytest_[@]}" -n 2 -m gpu suites \
+        --junitxml="$work/pool-gpu-n2.xml" ;;
+    same-tests)
+      python3 scripts/gpu/same_tests.py "$work/pool-gpu.xml" "$work/pool-gpu-n2.xml" \
+        | tee "$work/same-tests.txt" ;;
+    pool-dist)  # the CPU world tests, on this host's cores, four xdist workers
+      timed pool-dist "${DIST_LIMIT:-300}" "${pytest_[@]}" -n 4 -m "dist and not gpu" suites \
+        --junitxml="$work/pool-dist.xml" ;;
+    harness)
+      for backend in nccl gloo; do
+        timeout 90 python3 -m rankgate.cli bench harness --backend "$backend" --worlds 2 --json \
+          >"$work/harness_$backend.txt" 2>&1
+        echo "$backend rc $?"; tail -6 "$work/harness_$backend.txt"
+      done ;;
+    *) echo "unknown step $s" ;;
+  esac
+done
+step finished
+cp "$out/env.txt" "$work/"
+tar -czf "$out/results.tgz" -C "$work" .
+for f in inplace/merge-junit.txt same-tests.txt; do [ -f "$work/$f" ] && cp "$work/$f" "$out/"; done

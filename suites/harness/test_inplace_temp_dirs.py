@@ -1,0 +1,68 @@
+"""In place, ranks on one host with different temp dirs get one warning at the start.
+
+Reproduced on the CPU: torchrun starts each rank through a shell that gives it a
+TMPDIR of its own, as a per-process temp-dir set-up does. On two GPUs that breaks
+torch's symmetric memory ("Failed to send fd"); the warning names it before any test.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+# slow: starts torchrun and pytest on every rank
+pytestmark = [pytest.mark.dist, pytest.mark.torch_dist, pytest.mark.slow]
+
+SUITE = """
+import pytest
+import torch
+import torch.distributed as dist
+
+@pytest.mark.world(2)
+def test_all_reduce(rank):
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    assert t.item() == 2
+"""
+
+PER_RANK_TMPDIR = 'mkdir -p "$BASE/rank$LOCAL_RANK" && TMPDIR="$BASE/rank$LOCAL_RANK" exec "$0" "$@"'
+
+
+def _torchrun(tmp_path: Path, per_rank_tmpdir: bool) -> subprocess.CompletedProcess:
+    (tmp_path / "test_suite.py").write_text(textwrap.dedent(SUITE))
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    base = tmp_path / "temp"
+    base.mkdir()
+    pytest_cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_suite.py"]
+    if per_rank_tmpdir:
+        rank_cmd = ["--no-python", "sh", "-c", PER_RANK_TMPDIR, *pytest_cmd]
+    else:
+        rank_cmd = ["--no-python", *pytest_cmd]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           *rank_cmd]  # fmt: skip
+    env = {**__import__("os").environ, "BASE": str(base), "TMPDIR": str(base)}
+    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+
+
+def test_ranks_with_their_own_temp_dirs_get_one_warning_naming_what_breaks(tmp_path):
+    proc = _torchrun(tmp_path, per_rank_tmpdir=True)
+    out = proc.stdout
+    assert proc.returncode == 0, out + proc.stderr
+    base = tmp_path / "temp"
+    assert out.count("ranks on one host have different temp dirs") == 1, out
+    assert f"rank 0 {base / 'rank0'}, rank 1 {base / 'rank1'}" in out, out
+    assert "torch's symmetric memory" in out
+    assert "Failed to send fd" in out
+    assert "Give every rank on a host the same TMPDIR" in out
+    assert "1 passed" in out
+
+
+def test_ranks_that_share_a_temp_dir_get_no_warning(tmp_path):
+    proc = _torchrun(tmp_path, per_rank_tmpdir=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "different temp dirs" not in proc.stdout
+    assert "1 passed" in proc.stdout
