@@ -21,8 +21,9 @@ lease = GpuLease(sys.argv[2].split(","), Path(sys.argv[1]))
 lease.acquire()
 print("held", flush=True)
 time.sleep(float(sys.argv[3]))
+releasing = time.time()  # before: the waiter may get the GPU before a later clock read
 lease.release()
-print("released", time.time(), flush=True)
+print("released", releasing, flush=True)
 """
 
 
