@@ -91,7 +91,14 @@ def test_world_known_only_when_running():
 
 def test_reads_back_in_one_process(tmp_path):
     run_distributed_test(save_then_load, func_args=(tmp_path,))
-    assert not dist.is_initialized()  # back in one process: cannot run on every rank
+    assert not dist.is_initialized()  # back in one process, as the helper leaves it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shard0", "shard1"]
+    (tmp_path / "read back").open("x").close()  # once: a second reader fails here
+
+
+def test_reads_back_a_wrong_value(tmp_path):
+    run_distributed_test(save_then_load, func_args=(tmp_path,))
+    assert (tmp_path / "shard1").read_text() == "planted wrong value after the helper"
 '''
 
 HELPER_INI = (
@@ -186,10 +193,23 @@ class TestComm(DistributedTest):
 
 
 class TestEachSize(DistributedTest):
-    world_size = [1, 2]  # one run per size: rankgate gives a test one world
+    world_size = [1, 2]  # one run per size: rankgate makes one test per size
 
     def test_sizes(self):
         assert dist.get_world_size() in (1, 2)
+
+    def test_all_reduce_broken_on_rank_1(self):
+        t = torch.ones(2)
+        if dist.get_rank() == 1:
+            t[0] = 0  # planted: all_reduce loses an element on rank 1
+        dist.all_reduce(t)
+        assert t.tolist() == [dist.get_world_size()] * 2
+
+
+class TestSizeParameter(DistributedTest):
+    @pytest.mark.parametrize("world_size", [1, 2])
+    def test_world_size_parameter(self, world_size):
+        assert dist.get_world_size() == world_size
 
 
 class TestInit(DistributedTest):
@@ -241,26 +261,26 @@ def test_spawn_helper_tests_run_on_the_pool(pytester):
         "test_checkpoint": "passed",
         "test_wrong": "failed",
         "test_world_known_only_when_running": "passed",  # the helper's own way
-        "test_reads_back_in_one_process": "passed",  # the helper's own way
+        "test_reads_back_in_one_process": "passed",  # code after the helper: rank 0, once
+        "test_reads_back_a_wrong_value": "failed",
     }
-    assert [_world(tests[n]) for n in ("test_sum[gloo]", "test_checkpoint", "test_wrong")] == [
-        "2", "2", "2"
-    ]
+    adopted = ("test_sum[gloo]", "test_checkpoint", "test_wrong", "test_reads_back_in_one_process")
+    assert [_world(tests[n]) for n in adopted] == ["2", "2", "2", "2"]
     assert _world(tests["test_world_known_only_when_running"]) is None
-    assert _world(tests["test_reads_back_in_one_process"]) is None
     assert tests["test_wrong"].message == "rank 1 failed; rank 0 passed (world 2, backend gloo)"
     assert "planted wrong value on rank 1" in tests["test_wrong"].text
+    assert tests["test_reads_back_a_wrong_value"].message == (
+        "rank 0 failed; rank 1 passed (world 2, backend gloo)"
+    )
     result.stdout.fnmatch_lines(
         [
             "*rankgate: test_planted.py::test_world_known_only_when_running runs its own way, "
             "not on rankgate's ranks (helperproj.testing:run_distributed_test): "
             "run_distributed_test(all_reduce_sum, world_size=n): world_size=n is known only "
             "when the test runs",
-            "*rankgate: test_planted.py::test_reads_back_in_one_process runs its own way, not on "
-            "rankgate's ranks (helperproj.testing:run_distributed_test): line 4? runs after "
-            "the helper's ranks ended, in one process",
         ]
     )
+    assert "test_reads_back_in_one_process runs its own way" not in result.stdout.str()
 
 
 @pytest.mark.slow  # pytest runs of its own
@@ -273,13 +293,29 @@ def test_class_tests_run_on_the_pool_and_init_tests_keep_their_launcher(pytester
         "test_alone": "passed",
         "test_wrong": "failed",
         "test_starts_without_a_group": "passed",  # the project's own launcher
-        "test_sizes": "passed",  # the project's own launcher
+        "test_sizes[world1]": "passed",  # world_size = [1, 2]: one test per size
+        "test_sizes[world2]": "passed",
+        "test_all_reduce_broken_on_rank_1[world1]": "passed",
+        "test_all_reduce_broken_on_rank_1[world2]": "failed",
+        "test_world_size_parameter[1]": "passed",  # the test's own world_size parameter
+        "test_world_size_parameter[2]": "passed",
     }
-    assert [_world(tests[n]) for n in ("test_all_reduce", "test_alone", "test_wrong")] == [
-        "2", "1", "2"
-    ]
-    assert _world(tests["test_starts_without_a_group"]) is None
+    worlds = {name: _world(case) for name, case in tests.items()}
+    assert worlds == {
+        "test_all_reduce": "2",
+        "test_alone": "1",
+        "test_wrong": "2",
+        "test_starts_without_a_group": None,
+        "test_sizes[world1]": "1",
+        "test_sizes[world2]": "2",
+        "test_all_reduce_broken_on_rank_1[world1]": "1",
+        "test_all_reduce_broken_on_rank_1[world2]": "2",
+        "test_world_size_parameter[1]": "1",
+        "test_world_size_parameter[2]": "2",
+    }
     assert tests["test_wrong"].message == "rank 1 failed; rank 0 passed (world 2, backend gloo)"
+    broken = tests["test_all_reduce_broken_on_rank_1[world2]"]
+    assert broken.message.startswith("ranks 0, 1 failed"), broken.message
 
 
 @pytest.mark.torch_dist
@@ -292,7 +328,7 @@ def test_adopted_suites_run_in_place_under_torchrun(pytester, project):
         _plant(pytester, "classproj", CLASS_PROJECT, CLASS_TESTS, CLASS_INI, CLASS_CONFTEST)
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-        "-m", "pytest", "-p", "no:cacheprovider", "-q", "--junitxml=out/junit.xml",
+        "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs", "--junitxml=out/junit.xml",
     ]  # fmt: skip
     proc = subprocess.run(cmd, cwd=pytester.path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr  # the planted failure only
@@ -305,16 +341,30 @@ def test_adopted_suites_run_in_place_under_torchrun(pytester, project):
             "test_checkpoint": "passed",  # tmp_path: one directory every rank sees
             "test_wrong": "failed",
             "test_world_known_only_when_running": "skipped",  # launches: not on every rank
-            "test_reads_back_in_one_process": "skipped",
+            "test_reads_back_in_one_process": "passed",  # code after the helper: rank 0, once
+            "test_reads_back_a_wrong_value": "failed",
         }
+        (after,) = [t for t in merged.tests if t.name == "test_reads_back_a_wrong_value"]
+        assert after.message == "rank 0 failed; rank 1 passed"
+        assert (
+            "runs its own way, not on rankgate's ranks (helperproj.testing:run_distributed_test): "
+            "run_distributed_test(all_reduce_sum, world_size=n): world_size=n is known only when "
+            "the test runs: run it without a launcher"
+        ) in proc.stdout
     else:
         assert verdicts == {
             "test_all_reduce": "passed",
             "test_alone": "skipped",  # world(1) in a run of 2 ranks
             "test_wrong": "failed",
             "test_starts_without_a_group": "skipped",  # launches: not on every rank
-            "test_sizes": "skipped",
+            "test_sizes[world1]": "skipped",
+            "test_sizes[world2]": "passed",  # the size launched runs
+            "test_all_reduce_broken_on_rank_1[world1]": "skipped",
+            "test_all_reduce_broken_on_rank_1[world2]": "failed",  # the plant fails in place
+            "test_world_size_parameter[1]": "skipped",
+            "test_world_size_parameter[2]": "passed",
         }
+        assert "world(1) needs 1 rank; this run has 2 ranks launched by torchrun" in proc.stdout
     (wrong,) = [t for t in merged.tests if t.name == "test_wrong"]
     assert wrong.message == "rank 1 failed; rank 0 passed"
 

@@ -96,7 +96,7 @@ def test_torchrun_runs_tests_on_every_rank_and_rank_0_reports_all(tmp_path):
             f"--rankgate-seed=0  # world=2 backend=gloo seed={seed_for_test(0, nodeid)}"
         ) in out
     assert (
-        "test_suite.py:20: world(4) needs 4 ranks; this run has 2 rank(s) launched by torchrun"
+        "test_suite.py:20: world(4) needs 4 ranks; this run has 2 ranks launched by torchrun"
         in out
     )
     # Each rank wrote its own JUnit file; rank 1's terminal went to its log.

@@ -83,7 +83,13 @@ from rankgate.harness.rankwords import (
 from rankgate.harness.signalwatch import SignalWatch
 from rankgate.harness.spec import WorldSpec
 from rankgate.harness.stackwhere import where as stack_where
-from rankgate.harness.testitem import seed_for_test, skip_at_test, test_timeout, world_spec
+from rankgate.harness.testitem import (
+    NOT_ADOPTED_KEY,
+    seed_for_test,
+    skip_at_test,
+    test_timeout,
+    world_spec,
+)
 from rankgate.harness.verdict import disagreement_status, reproduction_line
 from rankgate.launch.env import LaunchEnv
 from rankgate.report.rankresults import ResultsWriter, results_path
@@ -359,17 +365,25 @@ class InPlaceSession:
 
     def skip_reason(self, item: pytest.Item) -> str | None:
         """Why this run skips the test, known before it starts (None: it runs)."""
+        n = self.launch.world_size
         if item.get_closest_marker("launches") is not None:
+            not_adopted = item.stash.get(NOT_ADOPTED_KEY, None)
+            what = (
+                f"runs its own way, not on rankgate's ranks ({not_adopted[0]}): {not_adopted[1]}"
+                if not_adopted is not None
+                else "starts pytest sessions or launchers of its own"
+            )
             return (
-                "starts pytest sessions or launchers of its own: run it without a launcher "
-                f"(in place each of the {self.launch.world_size} ranks would start them)"
+                f"{what}: run it without a launcher (in place each of the "
+                f"{rankwords.count(n, 'rank')} would start them)"
             )
         spec = world_spec(item)
         if spec is None:
             return None
-        launched = f"{self.launch.world_size} rank(s) launched by {self.launch.launcher}"
-        if spec.size != self.launch.world_size:
-            return f"world({spec.size}) needs {spec.size} ranks; this run has {launched}"
+        launched = f"{rankwords.count(n, 'rank')} launched by {self.launch.launcher}"
+        if spec.size != n:
+            needs = rankwords.count(spec.size, "rank")
+            return f"world({spec.size}) needs {needs}; this run has {launched}"
         if spec.backend == "nccl" and not self.has_gpus:
             return f"backend 'nccl' requested; this run's process group is {self.backend}"
         return None

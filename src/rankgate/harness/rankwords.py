@@ -63,6 +63,11 @@ INTERRUPTED_TEST_PROPERTY = "rankgate.interrupted_test"
 as failed; absent when the signal came between tests."""
 
 
+def count(n: int, noun: str) -> str:
+    """'1 rank', '2 ranks', '1 test', '0 tests' (the nouns this vocabulary counts)."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def ranks(numbers: Iterable[int]) -> str:
     """'rank 1' or 'ranks 0, 2'."""
     numbers = sorted(numbers)

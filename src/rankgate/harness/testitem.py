@@ -19,6 +19,9 @@ SPEC_KEY = pytest.StashKey[WorldSpec]()
 PRELUDE_KEY = pytest.StashKey[dict]()
 """What each rank does before an adopted test (``rankgate.harness.adopt.prelude``)."""
 
+NOT_ADOPTED_KEY = pytest.StashKey[tuple]()
+"""(adoption target, why) of a test the adoption lines leave to the project's own way."""
+
 MARKERS_SEEN_KEY = pytest.StashKey[list]()
 """The world markers the spec was read from: a later change is reported, never ignored."""
 

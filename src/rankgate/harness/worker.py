@@ -152,8 +152,9 @@ def _run_test(
             rankwarnings.recording(task.warning_filters) as warned,
             ranklogs.catching(task.log_settings),
         ):
-            if task.prelude:  # an adopted test: the project's variables and set-up
-                importlib.import_module("rankgate.harness.adopt.rankentry").enter(task.prelude)
+            if task.prelude:  # an adopted test: the project's variables, set-up and way
+                entry = importlib.import_module("rankgate.harness.adopt.rankentry")
+                func = entry.enter(task.prelude, func)
             result = func(**kwargs)
             if task.async_backend is not None:
                 _await_test_body(result, *task.async_backend)

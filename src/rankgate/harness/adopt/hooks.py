@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rankgate.harness.adopt import spawnhelper, worldclass
+from rankgate.harness.adopt import spawnhelper, torchcase, worldclass
 from rankgate.harness.adopt.config import (
     AdoptConfigError,
     SpawnHelper,
@@ -14,7 +14,9 @@ from rankgate.harness.adopt.config import (
     parse_world_class,
 )
 from rankgate.harness.adopt.rankentry import enter
-from rankgate.harness.testitem import PRELUDE_KEY
+from rankgate.harness.testitem import NOT_ADOPTED_KEY, PRELUDE_KEY
+
+__tracebackhide__ = True  # pytest leaves this module's frames out of every traceback
 
 ADOPT_PLUGIN = "rankgate-adopt"
 LAUNCHER_KEY = pytest.StashKey[str]()
@@ -52,24 +54,48 @@ class Adoption:
                 ) from None
         self._installed = True
 
+    def _world_class_of(self, cls: type | None) -> WorldClass | None:
+        for wc in self.classes:
+            base = worldclass.base_class(wc)
+            if base is not None and cls is not None and issubclass(cls, base):
+                return wc
+        return None
+
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        """A class asking for several world sizes: one test per size."""
+        wc = self._world_class_of(metafunc.cls)
+        if wc is None or worldclass.starts_own_ranks(metafunc.cls, wc):
+            return
+        if wc.world in metafunc.fixturenames:
+            return  # the test's own world_size parameter or fixture says it
+        markers = list(metafunc.definition.iter_markers())
+        name = metafunc.definition.name
+        sizes = worldclass.sizes_of(metafunc.cls, metafunc.function, markers, wc, name)
+        several = worldclass.several_sizes(sizes)
+        if several:
+            metafunc.fixturenames.append(worldclass.WORLD_PARAM)
+            metafunc.parametrize(
+                worldclass.WORLD_PARAM, several, ids=[f"world{n}" for n in several]
+            )
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_itemcollected(self, item: pytest.Item) -> None:
         if not isinstance(item, pytest.Function) or item.get_closest_marker("world"):
             return
         self._install()
-        for wc in self.classes:
-            base = worldclass.base_class(wc)
-            if base is None or item.cls is None or not issubclass(item.cls, base):
-                continue
+        wc = self._world_class_of(item.cls)
+        if wc is not None:
             if worldclass.starts_own_ranks(item.cls, wc):
                 item.add_marker(pytest.mark.launches)
                 return
             found = worldclass.world_of_test(item, wc)
             if isinstance(found, str):
                 _not_adopted(item, wc.target, found)
-                item.add_marker(pytest.mark.launches)  # the project's launcher starts its ranks
                 return
-            self._mark(item, found, worldclass.prelude(wc))
+            prelude = worldclass.prelude(wc)
+            if torchcase.is_torch_case(item.cls):
+                prelude["torch_case"] = True
+            self._mark(item, found, prelude)
             if wc.launcher:
                 item.stash[LAUNCHER_KEY] = wc.launcher
             return
@@ -79,9 +105,9 @@ class Adoption:
                 continue
             if isinstance(found, str):
                 _not_adopted(item, helper.target, found)
-                item.add_marker(pytest.mark.launches)  # it starts its own ranks
                 return
-            self._mark(item, found, {"helpers": self.helper_lines})
+            world, backend, after = found
+            self._mark(item, (world, backend), {"helpers": self.helper_lines, "after": after})
             return
 
     @staticmethod
@@ -90,27 +116,51 @@ class Adoption:
 
         used = set(item._fixtureinfo.argnames) & set(PER_PROCESS_FIXTURES)
         if used:
-            _not_adopted(item, "rankgate", f"it uses {sorted(used)}, which a rank cannot have")
+            why = f"it uses {sorted(used)}, which a rank cannot have"
+            _not_adopted(item, "rankgate", why)
             return
         world, backend = found
         item.add_marker(pytest.mark.world(world, backend=backend))
         item.stash[PRELUDE_KEY] = prelude
 
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Warn of the tests left to their own way among those selected only."""
+        for item in session.items:
+            found = item.stash.get(NOT_ADOPTED_KEY, None)
+            if found is not None:
+                target, why = found
+                item.warn(
+                    pytest.PytestWarning(
+                        f"rankgate: {item.nodeid} runs its own way, not on rankgate's ranks "
+                        f"({target}): {why}"
+                    )
+                )
+
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item):
+        prelude = item.stash.get(PRELUDE_KEY, None)
+        if prelude is None:
+            return (yield)  # not adopted: nothing of rankgate's around it
         from rankgate.harness.pluginnames import INPLACE_PLUGIN
 
+        inplace = item.config.pluginmanager.get_plugin(INPLACE_PLUGIN)
+        if prelude.get("torch_case"):
+            torchcase.without_processes(item.instance)  # setUp starts no processes
         attr = item.stash.get(LAUNCHER_KEY, None)
         cls = getattr(item, "cls", None)
         saved = cls.__dict__.get(attr, _ABSENT) if attr and cls else _ABSENT
         if attr and cls:
             setattr(cls, attr, False)  # the project's hooks would start their own ranks
+        body = item.obj
         try:
-            prelude = item.stash.get(PRELUDE_KEY, None)
-            if prelude and item.config.pluginmanager.get_plugin(INPLACE_PLUGIN):
-                enter(prelude)  # in place the body runs here; in the pool, on the ranks
+            if inplace is not None:  # in place the body runs here; in the pool, on the ranks
+                store = None
+                if prelude.get("torch_case"):
+                    store = str(inplace.shared_dir(item.nodeid) / "store")
+                item.obj = enter(prelude, body, file_name=store)
             return (yield)
         finally:
+            item.obj = body
             if attr and cls:
                 if saved is _ABSENT:
                     delattr(cls, attr)
@@ -122,7 +172,7 @@ _ABSENT = object()
 
 
 def _not_adopted(item: pytest.Item, target: str, why: str) -> None:
-    item.warn(
-        pytest.PytestWarning(f"rankgate: {item.nodeid} runs its own way, not on rankgate's "
-                             f"ranks ({target}): {why}")
-    )
+    """Left to the project's own way, which starts its own ranks: ``launches`` (skipped
+    in place, naming ``why``); warned of once collection knows the selected tests."""
+    item.stash[NOT_ADOPTED_KEY] = (target, why)
+    item.add_marker(pytest.mark.launches)

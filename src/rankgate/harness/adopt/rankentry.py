@@ -4,17 +4,23 @@ neither imports the other."""
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
+from rankgate.harness.adopt import spawnhelper, torchcase
 from rankgate.harness.adopt.prelude import LAUNCHER_VARIABLES, call_target, rank_values
 from rankgate.harness.adopt.spawnhelper import install_lines
 
 
-def enter(prelude: Mapping) -> None:
+def enter(prelude: Mapping, func: Callable | None = None, *, file_name: str | None = None):
     """Before an adopted test on this rank: install spawn helpers, set variables, set up.
+    Returns what to call for the test's body (``func``, or what runs it as the project's
+    own child process would).
 
-    ``prelude``: {"helpers": [adoption lines], "env": {NAME: template}, "setup": target}.
+    ``prelude``: {"helpers": [adoption lines], "env": {NAME: template}, "setup": target,
+    "after": helper calls before code for one process, "torch_case": True}.
+    ``file_name``: the file a torch test case's store uses (one every rank sees).
     The variables stay for the test; the rank restores its environment after it.
     """
     if prelude.get("helpers"):
@@ -27,3 +33,27 @@ def enter(prelude: Mapping) -> None:
             os.environ[name] = template.format(**values)
     if prelude.get("setup"):
         call_target(prelude["setup"])()
+    if func is None:
+        return None
+    if prelude.get("torch_case"):
+        func = torchcase.on_this_rank(func.__self__, func, file_name)
+    if prelude.get("after"):
+        func = _with_code_after(func, prelude["after"])
+    return func
+
+
+def _with_code_after(func: Callable, calls: int) -> Callable:
+    """The body of a test with code after its ``calls`` helper calls: that code runs on
+    rank 0 only, once every rank's body ended (``spawnhelper``)."""
+
+    @functools.wraps(func)
+    def run(*args, **kwargs):
+        spawnhelper.expect_code_after(calls)
+        try:
+            return func(*args, **kwargs)
+        except spawnhelper.DoneOnThisRank:
+            return None  # this rank's part ended with the helper's body
+        finally:
+            spawnhelper.end_of_test()
+
+    return run

@@ -7,8 +7,13 @@ launcher's variables set; elsewhere the project's own helper runs as before. At
 collection, a test whose source calls the helper with a world size and backend that
 can be read there (literals, its parametrize arguments, module constants, the
 helper's defaults) is marked ``world(n, backend=...)``; one whose call cannot be read
-starts its own ranks: it is marked ``launches`` and the helper runs its own way. So
-is a test with code after its helper calls: that code expects one process again.
+starts its own ranks: it is marked ``launches`` and the helper runs its own way.
+
+A test with code after its helper calls (reading back what the ranks wrote) expects
+one process again there, as the project's helper leaves it: after the last call every
+rank waits for the others, ranks other than 0 end the test, and rank 0 runs the rest
+with the process group out of sight (``dist.is_initialized()`` is false) until the
+test ends.
 """
 
 from __future__ import annotations
@@ -29,6 +34,47 @@ _BACKENDS = {"gloo": "gloo", "nccl": "nccl"}
 
 class AdoptionError(RuntimeError):
     """An adopted helper called in a way its test's marker did not foresee."""
+
+
+class DoneOnThisRank(BaseException):
+    """Raised on ranks other than 0 after the last helper call of a test with code after
+    it: the project's helper would have returned in one process, rank 0's."""
+
+
+_after: dict = {"calls_left": None, "hidden": None}
+"""This rank's test with code after its helper calls: calls before that code, and the
+process group rank 0 hid while the code runs."""
+
+
+def expect_code_after(calls: int) -> None:
+    """The test about to run has ``calls`` helper calls, then code for one process."""
+    _after.update(calls_left=calls, hidden=None)
+
+
+def end_of_test() -> None:
+    """Bring back the process group hidden for the code after the helper calls."""
+    hidden = _after["hidden"]
+    _after.update(calls_left=None, hidden=None)
+    if hidden is not None:
+        from torch.distributed import distributed_c10d as c10d
+
+        c10d._world.default_pg = hidden
+
+
+def _after_a_call() -> None:
+    if _after["calls_left"] is None:
+        return
+    _after["calls_left"] -= 1
+    if _after["calls_left"] > 0:
+        return
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    dist.barrier()  # every rank's body has ended, as when the helper's processes joined
+    if dist.get_rank() != 0:
+        raise DoneOnThisRank
+    _after["hidden"] = c10d._world.default_pg
+    c10d._world.default_pg = None  # back in one process, as far as the test can tell
 
 
 def install_lines(lines: Iterable[str]) -> list[SpawnHelper]:
@@ -76,7 +122,9 @@ def _adopt(original, helper: SpawnHelper):
         body_args = tuple(given.get(helper.args) or ()) if helper.args else ()
         body_kwargs = dict(given.get(helper.kwargs) or {}) if helper.kwargs else {}
         with launcher_environment(helper.env):
-            return given[body_param](*body_args, **body_kwargs)
+            result = given[body_param](*body_args, **body_kwargs)
+        _after_a_call()
+        return result
 
     setattr(adopted, ADOPTED_ATTR, helper)
     adopted.__wrapped__ = original
@@ -90,9 +138,10 @@ def _world_value(helper: SpawnHelper, given: dict) -> int:
 # --------------------------------------------------------------------- collection
 
 
-def world_of_test(item, helper: SpawnHelper) -> tuple[int, str] | str | None:
-    """(world, backend) of the helper calls in the test's source; a string when they
-    cannot be read before running (why); None when the test never calls the helper."""
+def world_of_test(item, helper: SpawnHelper) -> tuple[int, str, int] | str | None:
+    """(world, backend, calls before code that runs after them; 0 when none) of the
+    helper calls in the test's source; a string when they cannot be read before running
+    (why); None when the test never calls the helper."""
     helper_obj = call_target(helper.target)
     original = getattr(helper_obj, "__wrapped__", helper_obj)
     names = {
@@ -103,8 +152,8 @@ def world_of_test(item, helper: SpawnHelper) -> tuple[int, str] | str | None:
     if not calls:
         return None
     after = _code_after_the_calls(item.function, names)
-    if after:
-        return f"line {after} runs after the helper's ranks ended, in one process"
+    if isinstance(after, str):
+        return after
     signature = inspect.signature(original)
     found = set()
     for call in calls:
@@ -114,7 +163,7 @@ def world_of_test(item, helper: SpawnHelper) -> tuple[int, str] | str | None:
             return f"{ast.unparse(call)[:120]}: {exc}"
     if len(found) > 1:
         return f"it calls {helper.target} with different worlds: {sorted(found)}"
-    return found.pop()
+    return (*found.pop(), after)
 
 
 class _Unreadable(Exception):
@@ -134,30 +183,47 @@ def _calls(function) -> list[ast.Call]:
     return [] if tree is None else [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
 
 
-def _code_after_the_calls(function, names: set[str]) -> int | None:
-    """The first line of the test body after its first helper call that is not itself a
-    helper call (None: the body ends with its helper calls).
+def _code_after_the_calls(function, names: set[str]) -> int | str:
+    """How many helper calls come before code that runs after them (0: the body ends
+    with its helper calls); a string saying why such code cannot be adopted.
 
-    On rankgate's ranks the whole body runs on every rank, so code that expects to be
-    back in one process after the helper returned (say, reading a checkpoint with a
-    function that refuses a distributed context) cannot be adopted.
+    That code runs on rank 0 once every rank's body ended, as in the one process the
+    project's helper returns to; so the calls before it must be plain statements of
+    the test's body (their number is counted as they run), with none after it.
     """
     tree = _tree(getattr(function, "__code__", None))
     if tree is None or not tree.body or not hasattr(tree.body[0], "body"):
-        return None
-    body, first = tree.body[0].body, None
-    for index, statement in enumerate(body):
-        calls = [n for n in ast.walk(statement) if isinstance(n, ast.Call)]
-        if any(_called_name(c) in names for c in calls):
-            first = index
-            break
-    if first is None:
-        return None
-    for statement in body[first + 1 :]:
-        is_call = isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call)
-        if not (is_call and _called_name(statement.value) in names):
-            return statement.lineno + function.__code__.co_firstlineno - 1
-    return None
+        return 0
+    body = tree.body[0].body
+    calling = [i for i, statement in enumerate(body) if _calls_helper(statement, names)]
+    if not calling or calling[-1] == len(body) - 1:
+        return 0  # the body ends with its helper calls
+    first_after = next(i for i in range(calling[0], len(body)) if i not in calling)
+    line = body[first_after].lineno + function.__code__.co_firstlineno - 1
+    if calling[-1] > first_after:
+        return (
+            f"line {line} runs between the helper's calls, in one process between two "
+            "worlds, which rankgate's ranks cannot give it"
+        )
+    if not all(_plain_call(body[i], names) for i in calling):
+        return (
+            f"line {line} runs after the helper's ranks ended, and a helper call before "
+            "it sits inside other code, so rankgate cannot tell which call is the last"
+        )
+    return len(calling)
+
+
+def _plain_call(statement: ast.AST, names: set[str]) -> bool:
+    """``helper(...)`` or ``x = helper(...)`` as a statement of its own."""
+    value = getattr(statement, "value", None)
+    plain = isinstance(statement, (ast.Expr, ast.Assign, ast.AnnAssign))
+    return plain and isinstance(value, ast.Call) and _called_name(value) in names
+
+
+def _calls_helper(statement: ast.AST, names: set[str]) -> bool:
+    return any(
+        isinstance(n, ast.Call) and _called_name(n) in names for n in ast.walk(statement)
+    )
 
 
 def _called_name(call: ast.Call) -> str | None:

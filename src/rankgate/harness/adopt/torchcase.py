@@ -1,0 +1,162 @@
+"""PyTorch's own distributed test classes, run on rankgate's ranks.
+
+``MultiProcessTestCase`` and ``DistributedTestBase`` (torch.testing._internal.
+common_distributed) start their ranks themselves: ``setUp`` spawns ``world_size``
+processes, and ``__init__`` wraps the test method so that the parent joins them
+while each child runs the method with ``self.rank`` set; the method makes its own
+process group (``init_process_group`` over a FileStore at ``self.file_name``, or
+env://). Adopted, by those same attributes:
+
+- ``setUp`` starts no process (the instance's ``_spawn_processes`` and
+  ``_fork_processes`` do nothing);
+- the method itself runs on this rank, with ``self.rank`` this rank and
+  ``self.file_name`` one file every rank sees;
+- its ``init_process_group`` finds rankgate's group and uses it (the same backend and
+  world size, else an error naming both), and its ``destroy_process_group`` leaves it;
+- ``sys.exit`` with one of torch's skip exit codes (``skip_if_lt_x_gpu``) is that skip.
+
+Runs on the rank (and in the controller for the set-up): standard library and torch.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+import unittest
+from collections.abc import Callable
+
+BASE_MODULE = "torch.testing._internal.common_distributed"
+BASE_NAMES = ("MultiProcessTestCase",)
+_SPAWNERS = ("_spawn_processes", "_fork_processes")
+ADOPTED_ATTR = "__rankgate_adopted__"
+_redirecting = [False]
+"""True while an adopted test's method runs on this rank."""
+
+
+class AdoptionError(RuntimeError):
+    """A test asks its process group for what rankgate's world is not."""
+
+
+def is_torch_case(cls: type | None) -> bool:
+    """Whether ``cls`` derives from PyTorch's MultiProcessTestCase."""
+    module = sys.modules.get(BASE_MODULE)
+    if cls is None or module is None:
+        return False
+    bases = [getattr(module, name, None) for name in BASE_NAMES]
+    return any(isinstance(b, type) and issubclass(cls, b) for b in bases)
+
+
+def no_processes(*_args, **_kwargs) -> None:
+    """What setUp's process start does on an adopted test: rankgate's ranks exist."""
+
+
+def without_processes(instance) -> None:
+    """Before setUp: the instance starts no processes (module-level, so it pickles)."""
+    for name in _SPAWNERS:
+        setattr(instance, name, no_processes)
+
+
+def on_this_rank(instance, method: Callable, file_name: str | None = None) -> Callable:
+    """The test method as one of the class's own children runs it, on this rank."""
+    import torch.distributed as dist
+
+    raw = getattr(method, "__func__", method)
+
+    @functools.wraps(raw)
+    def run(*args, **kwargs):
+        install_redirect()
+        instance.rank = dist.get_rank()
+        if file_name is not None:
+            instance.file_name = file_name
+        _redirecting[0] = True
+        try:
+            return raw(instance, *args, **kwargs)
+        except SystemExit as exc:
+            _raise_skip_for(exc)
+            raise
+        finally:
+            _redirecting[0] = False
+
+    return run
+
+
+def _raise_skip_for(exc: SystemExit) -> None:
+    """torch's skip decorators end a child with an exit code: the same skip here."""
+    module = sys.modules.get(BASE_MODULE)
+    for skip in getattr(module, "TEST_SKIPS", {}).values():
+        if exc.code == skip.exit_code:
+            raise unittest.SkipTest(skip.message) from None
+
+
+# ------------------------------------------------------------- the process group
+
+
+def install_redirect() -> None:
+    """torch.distributed's init_process_group and destroy_process_group, replaced once
+    per process by ones that leave rankgate's group in place while a test runs."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    if getattr(c10d.init_process_group, ADOPTED_ATTR, False):
+        return
+    replaced = {  # by identity: a module's other globals may not be hashable
+        id(c10d.init_process_group): _redirected_init(c10d.init_process_group),
+        id(c10d.destroy_process_group): _redirected_destroy(c10d.destroy_process_group),
+    }
+    for module in (dist, c10d, *list(sys.modules.values())):
+        names = getattr(module, "__dict__", None)
+        if not isinstance(names, dict):
+            continue
+        for name, value in list(names.items()):
+            if id(value) in replaced:
+                setattr(module, name, replaced[id(value)])
+
+
+def _redirected_init(original):
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def init_process_group(*args, **kwargs):
+        import torch.distributed as dist
+
+        if not (_redirecting[0] and dist.is_initialized()):
+            return original(*args, **kwargs)
+        asked = signature.bind(*args, **kwargs).arguments
+        world, rank, backend = dist.get_world_size(), dist.get_rank(), dist.get_backend()
+        size = asked.get("world_size", -1)
+        if size not in (-1, None, world):
+            raise AdoptionError(
+                f"init_process_group(world_size={size}) on rankgate's world of {world} ranks: "
+                "the class's world_size must say the same"
+            )
+        if asked.get("rank", -1) not in (-1, None, rank):
+            raise AdoptionError(f"init_process_group(rank={asked['rank']}) on rank {rank}")
+        wanted = str(asked.get("backend") or "").lower()
+        if wanted and not any(part in backend.lower() for part in _backends(wanted)):
+            raise AdoptionError(
+                f"init_process_group(backend={wanted!r}) on rankgate's {backend} world: "
+                f"give the adoption line backend=... or run the test on {wanted}'s machine"
+            )
+        return None  # rankgate's group is the default group the test uses
+
+    setattr(init_process_group, ADOPTED_ATTR, True)
+    return init_process_group
+
+
+def _backends(text: str) -> list[str]:
+    """'cpu:gloo,cuda:nccl' -> ['gloo', 'nccl']."""
+    return [part.rpartition(":")[2] for part in text.split(",")]
+
+
+def _redirected_destroy(original):
+    @functools.wraps(original)
+    def destroy_process_group(group=None):
+        import torch.distributed as dist
+
+        if _redirecting[0] and (group is None or group is dist.group.WORLD):
+            return None  # rankgate's group outlives the test
+        return original(group)
+
+    setattr(destroy_process_group, ADOPTED_ATTR, True)
+    return destroy_process_group
