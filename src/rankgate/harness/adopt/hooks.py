@@ -153,12 +153,16 @@ class Adoption:
             setattr(cls, attr, False)  # the project's hooks would start their own ranks
         body = item.obj
         try:
-            if inplace is not None:  # in place the body runs here; in the pool, on the ranks
-                store = None
-                if prelude.get("torch_case"):
-                    store = str(inplace.shared_dir(item.nodeid) / "store")
-                item.obj = enter(prelude, body, file_name=store)
-            return (yield)
+            if inplace is None:  # in the pool the body runs on the ranks
+                return (yield)
+            store = None
+            if prelude.get("torch_case"):
+                store = str(inplace.shared_dir(item.nodeid) / "store")
+            item.obj = enter(prelude, body, file_name=store)  # in place it runs here
+            if not prelude.get("torch_case"):
+                return (yield)
+            with torchcase.redirecting():  # its setUp and tearDown run here too
+                return (yield)
         finally:
             item.obj = body
             if attr and cls:

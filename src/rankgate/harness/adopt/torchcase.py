@@ -24,14 +24,15 @@ import functools
 import inspect
 import sys
 import unittest
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 BASE_MODULE = "torch.testing._internal.common_distributed"
 BASE_NAMES = ("MultiProcessTestCase",)
 _SPAWNERS = ("_spawn_processes", "_fork_processes")
 ADOPTED_ATTR = "__rankgate_adopted__"
-_redirecting = [False]
-"""True while an adopted test's method runs on this rank."""
+_redirecting = [0]
+"""Above 0 while an adopted test runs on this rank (its set-up and tear-down in place)."""
 
 
 class AdoptionError(RuntimeError):
@@ -65,20 +66,29 @@ def on_this_rank(instance, method: Callable, file_name: str | None = None) -> Ca
 
     @functools.wraps(raw)
     def run(*args, **kwargs):
-        install_redirect()
         instance.rank = dist.get_rank()
         if file_name is not None:
             instance.file_name = file_name
-        _redirecting[0] = True
-        try:
-            return raw(instance, *args, **kwargs)
-        except SystemExit as exc:
-            _raise_skip_for(exc)
-            raise
-        finally:
-            _redirecting[0] = False
+        with redirecting():
+            try:
+                return raw(instance, *args, **kwargs)
+            except SystemExit as exc:
+                _raise_skip_for(exc)
+                raise
 
     return run
+
+
+@contextmanager
+def redirecting() -> Iterator[None]:
+    """While it lasts, the test's init_process_group and destroy_process_group leave
+    rankgate's group in place (in place it spans the test's setUp and tearDown too)."""
+    install_redirect()
+    _redirecting[0] += 1
+    try:
+        yield
+    finally:
+        _redirecting[0] -= 1
 
 
 def _raise_skip_for(exc: SystemExit) -> None:
@@ -120,7 +130,7 @@ def _redirected_init(original):
     def init_process_group(*args, **kwargs):
         import torch.distributed as dist
 
-        if not (_redirecting[0] and dist.is_initialized()):
+        if not (_redirecting[0] > 0 and dist.is_initialized()):
             return original(*args, **kwargs)
         asked = signature.bind(*args, **kwargs).arguments
         world, rank, backend = dist.get_world_size(), dist.get_rank(), dist.get_backend()
@@ -154,7 +164,7 @@ def _redirected_destroy(original):
     def destroy_process_group(group=None):
         import torch.distributed as dist
 
-        if _redirecting[0] and (group is None or group is dist.group.WORLD):
+        if _redirecting[0] > 0 and (group is None or group is dist.group.WORLD):
             return None  # rankgate's group outlives the test
         return original(group)
 

@@ -1,0 +1,194 @@
+"""Adoption of PyTorch's own distributed test classes (MultiProcessTestCase and
+DistributedTestBase from the installed torch), on a planted suite written as PyTorch's
+own distributed tests are: each test starts its ranks in setUp, makes its own process
+group over a FileStore or env://, and reads ``world_size`` from a property."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from rankgate.report.junit import merge_junit, read_junit
+
+pytestmark = [pytest.mark.dist, pytest.mark.slow]  # pytest runs of their own
+
+TESTS = '''
+import os
+import socket
+
+import torch
+import torch.distributed as dist
+from torch.testing._internal.common_distributed import (
+    DistributedTestBase,
+    MultiProcessTestCase,
+    skip_if_lt_x_gpu,
+)
+
+
+class TestFileStore(MultiProcessTestCase):
+    @property
+    def world_size(self):
+        return 2
+
+    def setUp(self):
+        super().setUp()
+        self._spawn_processes()
+
+    def _init(self):
+        store = dist.FileStore(self.file_name, self.world_size)
+        dist.init_process_group("gloo", store=store, rank=self.rank, world_size=self.world_size)
+
+    def test_all_reduce(self):
+        self._init()
+        t = torch.ones(2) * (self.rank + 1)
+        dist.all_reduce(t)
+        self.assertEqual(t.tolist(), [3.0, 3.0])
+        dist.destroy_process_group()
+
+    def test_store_is_shared(self):
+        store = dist.FileStore(self.file_name, self.world_size)
+        store.set(f"rank{self.rank}", "here")
+        store.wait([f"rank{1 - self.rank}"])
+
+    def test_wrong_on_rank_1(self):
+        self._init()
+        value = torch.tensor([float(self.rank != 1)])  # planted wrong value on rank 1
+        self.assertEqual(value.item(), 1.0)
+
+    @skip_if_lt_x_gpu(2)
+    def test_needs_gpus(self):
+        raise AssertionError("ran without GPUs")
+
+
+class TestEnvInit(MultiProcessTestCase):
+    @property
+    def world_size(self):
+        return 2
+
+    def setUp(self):
+        super().setUp()
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(s.getsockname()[1]))
+        self._spawn_processes()
+
+    def test_env_init(self):
+        dist.init_process_group("gloo", init_method="env://", rank=self.rank,
+                                world_size=self.world_size)
+        self.assertEqual(dist.get_rank(), self.rank)
+        t = torch.ones(1)
+        dist.all_reduce(t)
+        self.assertEqual(t.item(), 2.0)
+
+
+class TestBase(DistributedTestBase):
+    @property
+    def world_size(self):
+        return 2
+
+    def test_create_pg(self):
+        pg = self.create_pg("cpu")
+        t = torch.ones(1)
+        dist.all_reduce(t, group=pg)
+        self.assertEqual(t.item(), 2.0)
+
+
+class TestDefaultWorld(MultiProcessTestCase):
+    def setUp(self):
+        super().setUp()
+        self._spawn_processes()
+
+    def test_default_world(self):
+        dist.init_process_group("gloo", init_method=f"file://{self.file_name}",
+                                rank=self.rank, world_size=self.world_size)
+        self.assertEqual(dist.get_world_size(), 4)
+
+
+class TestNoWorld(MultiProcessTestCase):
+    @property
+    def world_size(self):
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+    def test_without_ranks(self):
+        pass
+'''
+
+INI = (
+    "[pytest]\nrankgate_world_classes =\n"
+    "    torch.testing._internal.common_distributed:MultiProcessTestCase\n"
+)
+
+
+def _plant(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_torchcase=TESTS)
+    pytester.makeini(INI)
+
+
+def _world(case) -> str | None:
+    return dict(case.properties).get("rankgate.world")
+
+
+NOT_ADOPTED = (
+    "rankgate: test_torchcase.py::TestNoWorld::test_without_ranks runs its own way, not on "
+    "rankgate's ranks (torch.testing._internal.common_distributed:MultiProcessTestCase): "
+    "world_size=0 is not a number of ranks"
+)
+
+
+def test_torch_test_cases_run_on_the_pool(pytester):
+    _plant(pytester)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rA", "--junitxml=junit.xml")
+    tests = {case.name: case for case in read_junit(pytester.path / "junit.xml").cases}
+    assert {name: case.outcome for name, case in tests.items()} == {
+        "test_all_reduce": "passed",
+        "test_store_is_shared": "passed",  # self.file_name: one file every rank sees
+        "test_wrong_on_rank_1": "failed",
+        "test_needs_gpus": "skipped",  # torch's skip exit code, read as the skip it is
+        "test_env_init": "passed",
+        "test_create_pg": "passed",
+        "test_default_world": "passed",  # world_size's default: 4
+        "test_without_ranks": "passed",  # its own way (no ranks to start)
+    }
+    worlds = {name: _world(case) for name, case in tests.items()}
+    assert worlds == {
+        "test_all_reduce": "2",
+        "test_store_is_shared": "2",
+        "test_wrong_on_rank_1": "2",
+        "test_needs_gpus": "2",
+        "test_env_init": "2",
+        "test_create_pg": "2",
+        "test_default_world": "4",
+        "test_without_ranks": None,
+    }
+    wrong = tests["test_wrong_on_rank_1"]
+    assert wrong.message == "rank 1 failed; rank 0 passed (world 2, backend gloo)"
+    assert "Need at least 2 CUDA devices" in tests["test_needs_gpus"].message
+    result.stdout.fnmatch_lines(["*" + NOT_ADOPTED])
+
+
+@pytest.mark.torch_dist
+def test_torch_test_cases_run_in_place_under_torchrun(pytester):
+    _plant(pytester)
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+        "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs", "--junitxml=out/junit.xml",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=pytester.path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # the planted failure only
+    merged = merge_junit(sorted((pytester.path / "out").glob("junit.rank*.xml")), world_size=2)
+    assert {t.name: t.verdict for t in merged.tests} == {
+        "test_all_reduce": "passed",
+        "test_store_is_shared": "passed",
+        "test_wrong_on_rank_1": "failed",
+        "test_needs_gpus": "skipped",
+        "test_env_init": "passed",
+        "test_create_pg": "passed",
+        "test_default_world": "skipped",  # world(4) in a run of 2 ranks
+        "test_without_ranks": "skipped",  # its own way would start processes on each rank
+    }
+    (wrong,) = [t for t in merged.tests if t.name == "test_wrong_on_rank_1"]
+    assert wrong.message == "rank 1 failed; rank 0 passed"
+    assert "world(4) needs 4 ranks; this run has 2 ranks launched by torchrun" in proc.stdout
+    assert "world_size=0 is not a number of ranks: run it without a launcher" in proc.stdout
