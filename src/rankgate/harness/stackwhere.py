@@ -8,6 +8,7 @@ cause. Standard library only: reports of every mode read stacks through here.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import sysconfig
 from dataclasses import dataclass
@@ -17,8 +18,33 @@ FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>
 _COLLECTIVE_DIR = "/torch/distributed/"
 _WRAPPERS = frozenset({"wrapper", "inner", "_wrapper", "decorated"})
 _STDLIB = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib")})
-_LIBRARIES = ("/torch/", "/rankgate/harness/", "/_pytest/", "/pluggy/")
 _INSTALLED = ("/site-packages/", "/dist-packages/")
+_RUNNERS = ("pytest", "_pytest", "pluggy")
+"""pytest's own packages: its entry point and hooks are under every test, never its cause."""
+
+
+def _runner_dirs() -> tuple[str, ...]:
+    """Where pytest and pluggy are installed here (a source checkout, a venv, a user
+    site), found without importing them."""
+    dirs = []
+    for name in _RUNNERS:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            dirs.append(location.replace("\\", "/").rstrip("/") + "/")
+    return tuple(dirs)
+
+
+_LIBRARIES = (
+    "/torch/",
+    "/rankgate/harness/",
+    *(f"{d}{name}/" for d in _INSTALLED for name in _RUNNERS),  # a dump from another host
+    "/_pytest/",
+    "/pluggy/",
+    *_runner_dirs(),
+)
 _ANY_STDLIB = re.compile(r"/lib/python3\.\d+/")
 """Another interpreter's standard library (a stack dumped on another machine)."""
 
