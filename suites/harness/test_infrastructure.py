@@ -252,3 +252,31 @@ def test_a_worker_setup_that_cannot_be_called_names_the_ini_option(inner, line, 
         return
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines([message])
+
+
+PLUGINS_SEEN = """
+def pytest_sessionstart(session):
+    names = sorted(
+        name for name, plugin in session.config.pluginmanager.list_name_plugin()
+        if plugin is not None and name.startswith("rankgate")
+    )
+    print("rankgate plugins:", names)
+"""
+
+
+@pytest.mark.parametrize(
+    ("blocked", "seen"),
+    [
+        ((), "['rankgate', 'rankgate-outcomes', 'rankgate-pools', 'rankgate-tracing']"),
+        (("-p", "no:rankgate"), "[]"),  # every part of rankgate off, as the flag says
+        (("-p", "no:rankgate-tracing"), "['rankgate', 'rankgate-pools']"),
+    ],
+)
+def test_blocking_rankgate_turns_every_rankgate_plugin_off(pytester, blocked, seen):
+    pytester.makeconftest(PLUGINS_SEEN)
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-s", *blocked)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines([f"rankgate plugins: {seen}"])
+    header = next(line for line in result.stdout.lines if line.startswith("plugins:"))
+    assert ("rankgate-" in header) == (not blocked or blocked[1] != "no:rankgate"), header

@@ -17,7 +17,12 @@ from _pytest.mark import deselect_by_mark  # pytest's own `-m`, run once markers
 from rankgate.harness import options
 from rankgate.harness.interrupt import INTERRUPT_PLUGIN, InterruptRecord
 from rankgate.harness.messages import RankValue
-from rankgate.harness.pluginnames import INPLACE_PLUGIN, PER_PROCESS_FIXTURES, POOL_PLUGIN
+from rankgate.harness.pluginnames import (
+    INPLACE_PLUGIN,
+    PER_PROCESS_FIXTURES,
+    POOL_PLUGIN,
+    TRACING_PLUGIN,
+)
 from rankgate.harness.poolmode import PoolSession
 from rankgate.harness.spec import (
     WorldMarkerError,
@@ -33,8 +38,14 @@ from rankgate.launch.env import LaunchEnvError, inspect_launch
 # --- configuration ---------------------------------------------------------------
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
     options.add_options(parser)
+    # The tracing and outcome plugins come with this one, so that `-p no:rankgate` turns
+    # all of rankgate off; `-p no:rankgate-tracing` turns off those two alone.
+    from rankgate.report import tracing_plugin
+
+    if not pluginmanager.is_registered(tracing_plugin):  # -p rankgate.report.tracing_plugin
+        pluginmanager.register(tracing_plugin, TRACING_PLUGIN)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 INPLACE_PLUGIN = "rankgate-inplace"
 POOL_PLUGIN = "rankgate-pools"
+TRACING_PLUGIN = "rankgate-tracing"
+"""rankgate.report.tracing_plugin, registered by the harness's plugin (one entry point)."""
 
 _CAPTURED = (
     "print() in the test body: every rank's stdout and stderr are captured and shown per rank"

@@ -3,7 +3,7 @@
 pytest's JUnit writer records an xfail-marked test that passed (non-strict) as an
 ordinary pass, so a report read from JUnit cannot tell it apart. This plugin adds a
 ``rankgate.outcome=xpassed`` property to such a test; :mod:`rankgate.report.results`
-reads it. Loaded by the ``rankgate-tracing`` entry point's module, always on.
+reads it. Loaded by the ``rankgate-tracing`` plugin's module, always on while rankgate is.
 """
 
 from __future__ import annotations

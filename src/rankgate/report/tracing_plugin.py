@@ -1,7 +1,8 @@
 """pytest plugin: an OpenTelemetry span for the session, each test and each rank.
 
-Registered through its own pytest11 entry point (``rankgate-tracing``), which also
-registers :mod:`rankgate.report.outcome_plugin` (always on); the spans do nothing
+Registered by the harness's plugin as ``rankgate-tracing`` (rankgate's one pytest11
+entry point, so ``-p no:rankgate`` turns it off too); it registers
+:mod:`rankgate.report.outcome_plugin` (always on); the spans do nothing
 unless tracing is on (:mod:`rankgate.report.tracing`). It uses public hooks only:
 
 - the session span starts in ``pytest_sessionstart``, as a child of ``TRACEPARENT``
