@@ -395,3 +395,23 @@ def test_a_bad_line_in_the_ini_is_a_usage_error(pytester):
     result.stderr.fnmatch_lines(["*rankgate adoption: 'a.b:f colour=red': unknown word 'colour=red'*"])
 
 
+
+
+@pytest.mark.slow  # a pytest run of its own
+def test_the_pool_reproduce_line_carries_the_runs_options(pytester):
+    # Run as printed, the test must go through rankgate's ranks again, not the
+    # project's own launcher: the adoption line and the plugins turned off come along.
+    _plant(pytester, "helperproj", HELPER_PROJECT, HELPER_TESTS, "")
+    line = HELPER_INI.split("=", 1)[1].strip()
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-o", f"rankgate_spawn_helpers={line}", "-p", "no:randomly",
+        "-k", "test_wrong",
+    )  # fmt: skip
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "reproduce: pytest -p no:cacheprovider -o 'rankgate_spawn_helpers=helperproj.testing:"
+            "run_distributed_test args=func_args env=NUM_NODES=1' -p no:randomly "
+            "'test_planted.py::test_wrong' --rankgate-seed=0  # world=2 backend=gloo seed=*"
+        ]
+    )

@@ -52,7 +52,8 @@ def test_fault(rank):
             "*rank 1: failed*",
             '*raise RuntimeError("boom on one rank")',
             "RuntimeError: boom on one rank",
-            "reproduce: pytest 'test_inner.py::test_fault' --rankgate-seed=0  # world=2 backend=gloo seed=*",
+            "reproduce: pytest -p no:cacheprovider 'test_inner.py::test_fault' --rankgate-seed=0  "
+            "# world=2 backend=gloo seed=*",
             "*Captured stdout call (rank 0)*",
             "stdout of rank 0",
             "*Captured stdout call (rank 1)*",

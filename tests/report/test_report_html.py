@@ -154,7 +154,7 @@ def test_each_failed_test_shows_its_failing_ranks_message_and_reproduction_line(
         "rank 1 failed; rank 0 passed (world 2, backend gloo)"
     )
     repro = page.evaluate(f"{art}.querySelector('pre.reproduce').innerText")
-    assert repro.startswith("reproduce: pytest 'test_failing.py::test_rank1_fails' --rankgate-seed=")
+    assert repro.startswith("reproduce: pytest -p no:cacheprovider 'test_failing.py::test_rank1_fails' --rankgate-seed=")
     assert page.evaluate(f"{art}.querySelector('pre.reproduce').checkVisibility()") is True
 
 
@@ -201,6 +201,6 @@ def test_summary_md_for_the_job_summary(written):
         "(pytest -m 'dist and not gpu') |" in md
     )
     assert "#### `test_failing::test_rank1_fails` rank 1 failed; rank 0 passed\n" in md
-    assert "\n`reproduce: pytest 'test_failing.py::test_rank1_fails' --rankgate-seed=" in md
+    assert "\n`reproduce: pytest -p no:cacheprovider 'test_failing.py::test_rank1_fails' --rankgate-seed=" in md
     assert "<details><summary>rank 1 failed</summary>" in md
     assert "- pool_median_ms at world 2 gloo: 200% slower (" in md

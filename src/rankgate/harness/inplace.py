@@ -90,7 +90,7 @@ from rankgate.harness.testitem import (
     test_timeout,
     world_spec,
 )
-from rankgate.harness.verdict import disagreement_status, reproduction_line
+from rankgate.harness.verdict import disagreement_status, reproduction_line, run_options
 from rankgate.launch.env import LaunchEnv
 from rankgate.report.rankresults import ResultsWriter, results_path
 
@@ -101,8 +101,6 @@ SIGNAL_PEER_WAIT_S = 1.0
 that says nothing (and whose process is gone, where it runs on this host) is dead."""
 STORE_TIMEOUT_WHEN_STOPPING = timedelta(seconds=2)
 """The store may be gone with the launcher: a stopping rank never waits long on it."""
-KEPT_OPTIONS = ("-p", "-o", "-c", "--override-ini", "--config-file", "--rootdir")
-"""Options of the run that the reproduction line repeats (they change what runs)."""
 WHERE_WAIT_S = 2.0
 """A hung rank waits this long for the other hung ranks to say where they wait (the
 ranks of one test time out together), to name the likely cause."""
@@ -127,23 +125,6 @@ def launcher_command(launch: LaunchEnv) -> str:
     if launch.launcher == "mpi":
         return f"mpirun -np {n} python"
     return f"mpiexec -n {n} python"
-
-
-def run_options(args: list[str]) -> list[str]:
-    """The KEPT_OPTIONS (with their values) among pytest's command-line ``args``."""
-    kept, take_next = [], False
-    for arg in args:
-        if take_next:
-            kept.append(arg)
-            take_next = False
-        elif arg in KEPT_OPTIONS:
-            kept.append(arg)
-            take_next = True
-        elif arg.startswith(tuple(o + "=" for o in KEPT_OPTIONS if o.startswith("--"))) or (
-            len(arg) > 2 and arg[:2] in ("-p", "-o", "-c")
-        ):
-            kept.append(arg)
-    return kept
 
 
 def junit_names(nodeid: str) -> tuple[str, str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shlex
 import shutil
 import signal
 import tempfile
@@ -46,6 +47,7 @@ from rankgate.harness.verdict import (
     disagreement_status,
     judge,
     reproduction_line,
+    run_options,
 )
 
 RUN_KEY = pytest.StashKey["WorldRun"]()
@@ -237,9 +239,10 @@ class PoolSession:
             return report
         attach_rank_output(item, report, run)
         if run.verdict.status in ("failed", "disagreement"):
+            command = shlex.join(["pytest", *run_options(list(item.config.invocation_params.args))])
             repro = reproduction_line(
                 item.nodeid, run.world, run.backend, run.seed, run.base_seed,
-                timeout=self.config.getoption("rankgate_timeout"),
+                timeout=self.config.getoption("rankgate_timeout"), command=command,
             )  # fmt: skip
             report.longrepr = failure_repr(item, f"{run.verdict.text}\n{repro}")
         return report

@@ -8,6 +8,10 @@ from rankgate.harness import rankwords
 from rankgate.harness.outcome import BAD, RankOutcome, RankResult
 from rankgate.harness.stackwhere import where as stack_where
 
+KEPT_OPTIONS = ("-p", "-o", "-c", "--override-ini", "--config-file", "--rootdir")
+"""Options of the run that the reproduction line repeats (they change what runs: an
+adoption line, a plugin turned off)."""
+
 DISAGREEMENT = ("rankgate.verdict", "disagreement")
 """The user property of a test whose ranks ended differently (a skip on some)."""
 
@@ -124,3 +128,20 @@ def reproduction_line(
         f"reproduce: {command} '{nodeid}' --rankgate-seed={base_seed}{timeout_option}"
         f"  # world={world} backend={backend}{seed_note}"
     )
+
+
+def run_options(args: list[str]) -> list[str]:
+    """The KEPT_OPTIONS (with their values) among pytest's command-line ``args``."""
+    kept, take_next = [], False
+    for arg in args:
+        if take_next:
+            kept.append(arg)
+            take_next = False
+        elif arg in KEPT_OPTIONS:
+            kept.append(arg)
+            take_next = True
+        elif arg.startswith(tuple(o + "=" for o in KEPT_OPTIONS if o.startswith("--"))) or (
+            len(arg) > 2 and arg[:2] in ("-p", "-o", "-c")
+        ):
+            kept.append(arg)
+    return kept
