@@ -415,3 +415,40 @@ def test_the_pool_reproduce_line_carries_the_runs_options(pytester):
             "'test_planted.py::test_wrong' --rankgate-seed=0  # world=2 backend=gloo seed=*"
         ]
     )
+
+
+@pytest.mark.slow  # pytest runs of its own
+def test_adoption_warns_of_selected_tests_only(pytester):
+    _plant(pytester, "helperproj", HELPER_PROJECT, HELPER_TESTS, HELPER_INI)
+    selected = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-k", "test_sum")
+    assert selected.ret == 0
+    assert "runs its own way" not in selected.stdout.str()  # deselected: no word of it
+    marked = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-m", "not launches", "-k", "not wrong"
+    )
+    assert marked.ret == 0
+    assert "runs its own way" not in marked.stdout.str()
+
+
+LAUNCHER_FAILS = '''
+from classproj.common import DistributedTest
+
+
+class TestInitFails(DistributedTest):
+    init_distributed = False  # the project's own launcher runs it
+
+    def test_fails_in_its_launcher(self):
+        raise AssertionError("planted failure under the project's launcher")
+'''
+
+
+@pytest.mark.slow  # a pytest run of its own
+def test_no_rankgate_frame_in_a_test_it_did_not_adopt(pytester):
+    # The project's conftest launches the test from its own pytest_runtest_call hook:
+    # the failure's traceback is the project's, with nothing of rankgate's around it.
+    _plant(pytester, "classproj", CLASS_PROJECT, LAUNCHER_FAILS, CLASS_INI, CLASS_CONFTEST)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*planted failure under the project's launcher*"])
+    failure = result.stdout.str().split("FAILURES", 1)[1].split(" short test")[0]
+    assert "rankgate/harness" not in failure and "hooks.py" not in failure, failure
