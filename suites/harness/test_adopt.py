@@ -367,6 +367,8 @@ def test_adopted_suites_run_in_place_under_torchrun(pytester, project):
         assert "world(1) needs 1 rank; this run has 2 ranks launched by torchrun" in proc.stdout
     (wrong,) = [t for t in merged.tests if t.name == "test_wrong"]
     assert wrong.message == "rank 1 failed; rank 0 passed"
+    where = "test_planted.py::" + ("" if project == "helper" else "TestComm::")
+    assert wrong.node_id == where + "test_wrong"  # pytest's node id, to paste back
 
 
 @pytest.mark.parametrize(

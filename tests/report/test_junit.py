@@ -465,3 +465,28 @@ def test_pytests_nameless_testcase_of_a_pool_run_cut_short_is_never_a_pass(
         f"{path}: a test started and never ended (its <testcase/> has no name): the run was "
         "stopped"
     ]
+
+
+def test_command_names_tests_by_pytest_node_id_and_counts_one_test_as_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # In place each rank records the node id: JUnit's classname mangles the path into
+    # dots (src.test.utils_test), which cannot be pasted back into pytest.
+    nodeid = "src/test/utils_test.py::TestBroadcast::test_object[backend=GLOO]"
+    prop = f'<properties><property name="rankgate.nodeid" value="{nodeid}"/></properties>'
+    classname = "src.test.utils_test.TestBroadcast"
+    name = "test_object[backend=GLOO]"
+    junit(tmp_path / "junit.rank0.xml", case(name, prop, classname=classname))
+    junit(tmp_path / "junit.rank1.xml", case(name, prop + '<failure message="boom"/>', classname))
+    assert main(monkeypatch, "merge-junit", str(tmp_path)) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        f"FAILED {nodeid}: rank 1 failed; rank 0 passed",
+        "rankgate merge-junit: 1 test on ranks 0, 1 of world 2: "
+        "0 passed, 1 failed, 0 error, 0 skipped, 0 xfailed, 0 xpassed, 0 not run",
+    ]
+
+
+def test_a_file_without_node_ids_keeps_the_junit_names(tmp_path: Path) -> None:
+    junit(tmp_path / "junit.rank0.xml", case("test_a", '<failure message="boom"/>'))
+    (test,) = merge_junit([tmp_path / "junit.rank0.xml"]).tests
+    assert test.node_id == test.test_id == "t::test_a"

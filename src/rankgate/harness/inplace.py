@@ -92,6 +92,7 @@ from rankgate.harness.testitem import (
 )
 from rankgate.harness.verdict import disagreement_status, reproduction_line, run_options
 from rankgate.launch.env import LaunchEnv
+from rankgate.report.junitfile import NODE_ID_PROPERTY
 from rankgate.report.rankresults import ResultsWriter, results_path
 
 EXIT_WAIT_S = 5.0
@@ -162,6 +163,7 @@ class InPlaceSession:
         self.default_timeout = options.default_timeout(config)
         self.base_seed = config.getoption("rankgate_seed")
         self.problems: list[Problem] = []
+        self._failed_tests: list[tuple[str, list[int]]] = []  # node id, ranks that failed it
         self._current: pytest.Item | None = None
         self._current_logged = False  # its own reports are in the JUnit file already
         self._current_start = 0.0  # time.monotonic() when the current test began
@@ -589,7 +591,7 @@ class InPlaceSession:
             self._close_results()
         self._print_summary(reason)
         self._end_children()
-        self._hang_watch.write(f"[rank {rank}] rankgate: {reason}; {not_run} later test(s) not run")
+        self._hang_watch.write(f"[rank {rank}] rankgate: {reason}; {not_run}")
         try:
             self.control.set(control.exited_key(rank), True)
             if self._wait_for_peers_to_exit(gone) and self.group.store_path is not None:
@@ -633,6 +635,7 @@ class InPlaceSession:
             tr.write_sep("!", f"rankgate: {reason}", red=True)
             tr.summary_stats()
             tr._tw.flush()
+            self._verdict_after_the_launcher(reason)
         except Exception as exc:  # the process exits next: say why the summary is short
             self._hang_watch.write(f"[rank {self.launch.rank}] rankgate: no summary: {exc!r}")
 
@@ -690,9 +693,12 @@ class InPlaceSession:
             time.sleep(0.05)
         return False
 
-    def _report_not_run(self, reason: str) -> int:
-        """Every test after the last one started: "not run" saying why (a known skip stays)."""
+    def _report_not_run(self, reason: str) -> str:
+        """Every test after the last one started: "not run" saying why (a known skip stays).
+        Returns how many of each, as merge-junit counts them ("12 later tests not run, 1
+        skipped")."""
         rest = self._items[self._last_index + 1 :]
+        skipped = 0
         for item in rest:
             skip = self._known_skip(item)
             path, lineno, _ = item.location
@@ -707,8 +713,10 @@ class InPlaceSession:
                 when="setup",
             )
             self._log_both(item, [report])
+            skipped += skip is not None
         self._last_index = len(self._items) - 1
-        return len(rest)
+        words = f"{rankwords.count(len(rest) - skipped, 'later test')} not run"
+        return words + (f", {skipped} skipped" if skipped else "")
 
     def _known_skip(self, item: pytest.Item) -> str | None:
         """The skip a test not run would have had, where it is known without running it."""
@@ -783,6 +791,10 @@ class InPlaceSession:
         reports = [plain_report(item, r) for r in reports]
         xml = self._xml()
         if xml is not None:
+            if reports:  # merge-junit names the test as pytest does, not as JUnit mangles it
+                node = xml.node_reporter(reports[0])
+                if (NODE_ID_PROPERTY, item.nodeid) not in node.properties:
+                    node.add_property(NODE_ID_PROPERTY, item.nodeid)
             for report in reports:
                 xml.pytest_runtest_logreport(report=report)
         if self._results is not None:
@@ -798,6 +810,7 @@ class InPlaceSession:
                 {
                     "classname": classname,
                     "name": name,
+                    "nodeid": item.nodeid,
                     # as the JUnit file says it: an expected failure is no plain skip
                     "outcome": "xfailed" if mine.xfail == "xfailed" else mine.outcome,
                     "message": message,
@@ -853,6 +866,7 @@ class InPlaceSession:
         except PeerGone as exc:
             self._stop_for_crashed_peers(item, exc.ranks)
         everyone = [RankResult(*result) for result in gathered]
+        self._note_failure(item, everyone)
         problem = cross_rank_problem(everyone, self.launch.rank)
         if problem is not None:
             self.problems.append(Problem(item.nodeid, problem))
@@ -877,6 +891,43 @@ class InPlaceSession:
         cause = f"{_crashed(dead)} while {item.nodeid} ran"
         self._stop(item, cause, cause, verdict="crashed", gone=dead)
         os._exit(pytest.ExitCode.TESTS_FAILED)
+
+    def _note_failure(self, item: pytest.Item, everyone: list[RankResult]) -> None:
+        """The ranks that failed this test (or errored), for the run's last line."""
+        if rankwords.xfailed_as_one({r: res.xfail for r, res in enumerate(everyone)}):
+            return
+        bad = [r for r, res in enumerate(everyone) if res.outcome in ("failed", "error")]
+        if bad:
+            self._failed_tests.append((item.nodeid, bad))
+
+    def _verdict_after_the_launcher(self, reason: str | None = None) -> None:
+        """Rank 0's last line under torchrun, just above torchrun's own summary, whose
+        "Root Cause" is the first rank to exit: every rank exits 1 when any rank failed
+        a test, so that rank is often not the one that failed."""
+        if self.launch.launcher != "torchrun" or self.launch.rank != 0:
+            return
+        if reason is None and not self._failed_tests:
+            return
+        if reason is None:
+            ranks = sorted({r for _, bad in self._failed_tests for r in bad})
+            ids = ", ".join(nodeid for nodeid, _ in self._failed_tests[:3])
+            more = ", ..." if len(self._failed_tests) > 3 else ""
+            what = (
+                f"{rankwords.count(len(self._failed_tests), 'test')} failed on "
+                f"{rankwords.ranks(ranks)}: {ids}{more}"
+            )
+        else:
+            what = reason
+        line = (
+            f"rankgate: {what} (torchrun's \"Root Cause\" below is the first rank to exit, "
+            "not the rank that failed: every rank exits 1 when any rank fails a test)"
+        )
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        if tr is not None:
+            tr.write_line(line, red=True)
+            tr._tw.flush()
+        else:
+            print(line, flush=True)
 
     def _stop_gracefully(self, item: pytest.Item, reason: str) -> None:
         """Another rank stopped the run: finish this session, the rest as not run."""
@@ -924,8 +975,10 @@ class InPlaceSession:
         self._signals.stop()
 
         if self._aborted is not None:
+            self._verdict_after_the_launcher(self._aborted)
             self.control.set(control.exited_key(self.launch.rank), True)
             return
+        self._verdict_after_the_launcher()
         if dist.is_initialized():
             dist.destroy_process_group()
         try:

@@ -81,6 +81,13 @@ class MergedTest:
         return f"{self.classname}::{self.name}" if self.classname else self.name
 
     @property
+    def node_id(self) -> str:
+        """pytest's node id where a rank recorded it (in place), else ``test_id``: the
+        name to paste back into pytest."""
+        recorded = (res.node_id for _, res in sorted(self.results.items()))
+        return next((n for n in recorded if n), self.test_id)
+
+    @property
     def failing_ranks(self) -> tuple[int, ...]:
         """Ranks that failed, errored, or lack the test."""
         bad = [
@@ -132,7 +139,8 @@ class MergedReport:
         c = self.counts
         outcomes = ", ".join(f"{c[o]} {o}" for o in OUTCOMES)
         ranks = _ranks_text(self.ranks)
-        line = f"{c['tests']} tests on {ranks} of world {self.world_size}: {outcomes}"
+        tests = rankwords.count(c["tests"], "test")
+        line = f"{tests} on {ranks} of world {self.world_size}: {outcomes}"
         return f"{self.incomplete_line()}; {line}" if self.incomplete else line
 
     def incomplete_line(self) -> str:
@@ -152,6 +160,7 @@ class MergedReport:
             "tests": [
                 {
                     "id": t.test_id,
+                    "nodeid": t.node_id,
                     "verdict": t.verdict,
                     "message": t.message,
                     "ranks": {str(r): o for r, o in t.rank_outcomes.items()},
@@ -481,6 +490,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         for test in report.tests:
             if test.verdict not in GREEN:
-                print(f"{test.verdict.upper()} {test.test_id}: {test.message}")
+                print(f"{test.verdict.upper()} {test.node_id}: {test.message}")
         print(line)
     return 0 if report.ok else 1

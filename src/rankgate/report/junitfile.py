@@ -73,6 +73,11 @@ class ReportInputError(Exception):
     """An input file that cannot be used: missing, not XML, not JUnit, no rank."""
 
 
+NODE_ID_PROPERTY = "rankgate.nodeid"
+"""A case's pytest node id (``path/to/test_x.py::Class::test``), which in-place ranks
+record: JUnit's classname mangles the path into dots and cannot be read back."""
+
+
 @dataclass(frozen=True, slots=True)
 class CaseResult:
     """One test's result on one rank, as its JUnit file reports it."""
@@ -96,6 +101,11 @@ class CaseResult:
     @property
     def test_id(self) -> str:
         return f"{self.classname}::{self.name}" if self.classname else self.name
+
+    @property
+    def node_id(self) -> str | None:
+        """pytest's node id, where the rank recorded it."""
+        return dict(self.properties).get(NODE_ID_PROPERTY)
 
     def combine(self, other: CaseResult) -> CaseResult:
         """The same test reported twice by one rank: keep the worse outcome, all texts."""

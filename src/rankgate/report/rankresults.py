@@ -21,6 +21,7 @@ import re
 from pathlib import Path
 
 from rankgate.report.junitfile import (
+    NODE_ID_PROPERTY,
     CaseResult,
     JUnitFile,
     ReportInputError,
@@ -109,6 +110,7 @@ def read_results(path: str | Path) -> JUnitFile:
                 time=float(record.get("time", 0.0)),
                 system_out=record.get("stdout", ""),
                 system_err=record.get("stderr", ""),
+                properties=((NODE_ID_PROPERTY, record["nodeid"]),) if "nodeid" in record else (),
                 source=path,
             )
     return JUnitFile(
