@@ -221,9 +221,7 @@ def _plain_call(statement: ast.AST, names: set[str]) -> bool:
 
 
 def _calls_helper(statement: ast.AST, names: set[str]) -> bool:
-    return any(
-        isinstance(n, ast.Call) and _called_name(n) in names for n in ast.walk(statement)
-    )
+    return any(isinstance(n, ast.Call) and _called_name(n) in names for n in ast.walk(statement))
 
 
 def _called_name(call: ast.Call) -> str | None:
