@@ -454,3 +454,109 @@ def test_no_rankgate_frame_in_a_test_it_did_not_adopt(pytester):
     result.stdout.fnmatch_lines(["*planted failure under the project's launcher*"])
     failure = result.stdout.str().split("FAILURES", 1)[1].split(" short test")[0]
     assert "rankgate/harness" not in failure and "hooks.py" not in failure, failure
+
+
+SETUP_PROJECT = '''
+import os
+import time
+from pathlib import Path
+
+import torch.distributed as dist
+from torch.utils.file_baton import FileBaton
+
+_built = []
+
+
+def build_op():
+    """The project's init code: builds a C++ op the first time, holding its lock file."""
+    if _built:
+        return
+    lock = Path(os.environ["PLANT_OPS"]) / f"op{dist.get_rank()}" / "lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    baton = FileBaton(str(lock))
+    assert baton.try_acquire()
+    time.sleep(float(os.environ["PLANT_BUILD_S"]))
+    baton.release()
+    _built.append(True)
+
+
+class DistributedTest:
+    world_size = 2
+'''
+
+SETUP_TESTS = '''
+import torch.distributed as dist
+from setupproj.common import DistributedTest
+
+
+class TestOps(DistributedTest):
+    def test_uses_the_op(self):
+        assert dist.get_world_size() == 2
+'''
+
+
+def _plant_setup(pytester, monkeypatch, build_s: float, setup_timeout: float):
+    ini = (
+        "rankgate_world_classes =\n    setupproj.common:DistributedTest "
+        f"setup=setupproj.common:build_op setup_timeout={setup_timeout:g}\n"
+    )
+    pkg = pytester.mkpydir("setupproj")
+    (pkg / "common.py").write_text(SETUP_PROJECT)
+    pytester.makepyfile(test_planted=SETUP_TESTS)
+    pytester.makeini(f"[pytest]\n{ini}")
+    ops = pytester.path / "ops"
+    monkeypatch.setenv("PLANT_OPS", str(ops))
+    monkeypatch.setenv("PLANT_BUILD_S", str(build_s))
+    return ops
+
+
+@pytest.mark.slow  # a pytest run of its own
+def test_an_adopted_setup_runs_outside_the_tests_timeout(pytester, monkeypatch):
+    _plant_setup(pytester, monkeypatch, build_s=6, setup_timeout=120)
+    result, tests = _junit(pytester, "--rankgate-timeout=3")
+    assert {n: c.outcome for n, c in tests.items()} == {"test_uses_the_op": "passed"}
+
+
+@pytest.mark.slow  # a pytest run of its own
+def test_an_adopted_setup_past_its_start_timeout_names_it_and_its_lock(pytester, monkeypatch):
+    ops = _plant_setup(pytester, monkeypatch, build_s=120, setup_timeout=3)
+    _, tests = _junit(pytester)
+    case = tests["test_uses_the_op"]
+    assert case.outcome == "failed"
+    assert case.message.startswith(
+        "setup=setupproj.common:build_op (the adoption's set-up, before the test): "
+        "ranks 0, 1 hung"
+    ), case.message
+    assert (
+        "did not finish within the start timeout of the adoption's "
+        "setup=setupproj.common:build_op of 3 s"
+    ) in case.text
+    for rank in (0, 1):
+        lock = ops / f"op{rank}" / "lock"
+        assert f"{lock} (removed: the rank that held it was stopped" in case.text
+        assert not lock.exists()  # the next build would wait on it for ever
+
+
+@pytest.mark.torch_dist
+@pytest.mark.slow  # a pytest run of its own
+def test_an_adopted_setup_past_its_start_timeout_in_place(pytester, monkeypatch):
+    ops = _plant_setup(pytester, monkeypatch, build_s=120, setup_timeout=3)
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+        "-m", "pytest", "-p", "no:cacheprovider", "-q", "--junitxml=out/junit.xml",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=pytester.path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    merged = merge_junit(sorted((pytester.path / "out").glob("junit.rank*.xml")), world_size=2)
+    (test,) = merged.tests
+    assert test.verdict == "failed"
+    assert test.message.startswith("ranks 0, 1 hung"), test.message
+    texts = "\n".join(res.text for res in test.results.values())
+    assert (
+        "did not finish within the start timeout of the adoption's "
+        "setup=setupproj.common:build_op of 3 s"
+    ) in texts
+    for rank in (0, 1):
+        lock = ops / f"op{rank}" / "lock"
+        assert f"{lock} (removed: the rank that held it was stopped" in texts
+        assert not lock.exists()

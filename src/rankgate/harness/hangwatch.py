@@ -50,6 +50,7 @@ class HangWatch:
         fallback_s: float = FALLBACK_S,
         on_timeout: Callable[[str, str], None] | None = None,
         peer_failed: Callable[[], str | None] | None = None,
+        what: str = "the test's timeout",
     ) -> None:
         """Start watching; at the timeout print, call ``on_timeout(stacks, why)``, exit.
 
@@ -60,7 +61,7 @@ class HangWatch:
         self._disarmed = disarmed = threading.Event()
         watcher = threading.Thread(
             target=self._watch,
-            args=(timeout, disarmed, on_timeout, peer_failed),
+            args=(timeout, disarmed, on_timeout, peer_failed, what),
             name="rankgate-hang-watch",
             daemon=True,
         )
@@ -73,9 +74,11 @@ class HangWatch:
             self._disarmed = None
         faulthandler.cancel_dump_traceback_later()
 
-    def _watch(self, timeout: float, disarmed: threading.Event, on_timeout, peer_failed) -> None:
+    def _watch(
+        self, timeout: float, disarmed: threading.Event, on_timeout, peer_failed, what: str
+    ) -> None:
         deadline = time.monotonic() + timeout
-        why = f"did not finish within the test's timeout of {timeout:g} s"
+        why = f"did not finish within {what} of {timeout:g} s"
         header = f"Timeout ({timedelta(seconds=timeout)})!"
         while (remaining := deadline - time.monotonic()) > 0:
             if disarmed.wait(min(remaining, PEER_POLL_S) if peer_failed else remaining):

@@ -48,7 +48,7 @@ from typing import NamedTuple, NoReturn
 import pytest
 from _pytest.runner import runtestprotocol
 
-from rankgate.harness import control, inplace_collection, leaks, options, rankwords, tempdirs
+from rankgate.harness import control, inplace_collection, leaks, locks, options, rankwords, tempdirs
 from rankgate.harness.control import PeerGone, RunAborted
 from rankgate.harness.failure_repr import failure_repr
 from rankgate.harness.hangwatch import HangWatch
@@ -381,6 +381,20 @@ class InPlaceSession:
             seed_everything(seed)
             same_examples_on_every_rank(getattr(item, "obj", None), seed)
 
+    def run_step(self, item: pytest.Item, seconds: float, what: str, step) -> None:
+        """``step()`` before the test's own timeout starts, under ``seconds`` of its own
+        (an adopted set-up): past them this rank stops the run as for a hang, naming
+        ``what``."""
+        self._hang_watch.arm(
+            seconds,
+            on_timeout=lambda stacks, why: self._stop_run(item, stacks, why),
+            what=what,
+        )
+        try:
+            step()
+        finally:
+            self._hang_watch.disarm()
+
     def _timeout(self, item: pytest.Item) -> float:
         return test_timeout(item, self.default_timeout)
 
@@ -553,6 +567,13 @@ class InPlaceSession:
         exchange), so nothing else touches pytest's state; the session never finishes.
         """
         rank = self.launch.rank
+        # This rank exits next: a lock file that only its existence makes a lock (torch's
+        # FileBaton) would hold every later run that takes it.
+        held = locks.release(locks.survey([os.getpid(), *leaks.children()]), [])
+        if held:
+            text = f"{text}\n{held}"
+            shown_text = None if shown_text is None else f"{shown_text}\n{held}"
+            self._hang_watch.write(f"[rank {rank}] rankgate: {held}")
         capman = self.config.pluginmanager.get_plugin("capturemanager")
         captured = ("", "")
         if capman is not None:  # the test's output so far, and the terminal back for us
@@ -635,7 +656,6 @@ class InPlaceSession:
             tr.write_sep("!", f"rankgate: {reason}", red=True)
             tr.summary_stats()
             tr._tw.flush()
-            self._verdict_after_the_launcher(reason)
         except Exception as exc:  # the process exits next: say why the summary is short
             self._hang_watch.write(f"[rank {self.launch.rank}] rankgate: no summary: {exc!r}")
 
@@ -900,34 +920,22 @@ class InPlaceSession:
         if bad:
             self._failed_tests.append((item.nodeid, bad))
 
-    def _verdict_after_the_launcher(self, reason: str | None = None) -> None:
-        """Rank 0's last line under torchrun, just above torchrun's own summary, whose
-        "Root Cause" is the first rank to exit: every rank exits 1 when any rank failed
-        a test, so that rank is often not the one that failed."""
-        if self.launch.launcher != "torchrun" or self.launch.rank != 0:
+    def _torchrun_note(self, tr) -> None:
+        """Rank 0's line under torchrun, in its summary: torchrun's own summary follows
+        the run, and its "Root Cause" is the first rank to exit: every rank exits 1 when
+        any rank failed a test, so that rank is often not the one that failed."""
+        if self.launch.launcher != "torchrun" or self.launch.rank != 0 or not self._failed_tests:
             return
-        if reason is None and not self._failed_tests:
-            return
-        if reason is None:
-            ranks = sorted({r for _, bad in self._failed_tests for r in bad})
-            ids = ", ".join(nodeid for nodeid, _ in self._failed_tests[:3])
-            more = ", ..." if len(self._failed_tests) > 3 else ""
-            what = (
-                f"{rankwords.count(len(self._failed_tests), 'test')} failed on "
-                f"{rankwords.ranks(ranks)}: {ids}{more}"
-            )
-        else:
-            what = reason
-        line = (
-            f"rankgate: {what} (torchrun's \"Root Cause\" below is the first rank to exit, "
-            "not the rank that failed: every rank exits 1 when any rank fails a test)"
+        ranks = sorted({r for _, bad in self._failed_tests for r in bad})
+        ids = ", ".join(nodeid for nodeid, _ in self._failed_tests[:3])
+        more = ", ..." if len(self._failed_tests) > 3 else ""
+        tr.write_line(
+            f"rankgate: {rankwords.count(len(self._failed_tests), 'test')} failed on "
+            f"{rankwords.ranks(ranks)}: {ids}{more} (torchrun's \"Root Cause\" after the run "
+            "is the first rank to exit, not the rank that failed: every rank exits 1 when any "
+            "rank fails a test)",
+            red=True,
         )
-        tr = self.config.pluginmanager.get_plugin("terminalreporter")
-        if tr is not None:
-            tr.write_line(line, red=True)
-            tr._tw.flush()
-        else:
-            print(line, flush=True)
 
     def _stop_gracefully(self, item: pytest.Item, reason: str) -> None:
         """Another rank stopped the run: finish this session, the rest as not run."""
@@ -942,15 +950,15 @@ class InPlaceSession:
         return disagreement_status(report)
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
-        if not self.problems:
-            return
         tr = terminalreporter
-        tr.section("rankgate: failures on other ranks", sep="=", red=True, bold=True)
+        if self.problems:
+            tr.section("rankgate: failures on other ranks", sep="=", red=True, bold=True)
         for nodeid, text in self.problems:
             # pytest's word for the test: no rank failed a test whose ranks disagree
             word = "ERROR" if text.startswith(DISAGREE_PREFIX) else "FAILED"
             where = self.config.cwd_relative_nodeid(nodeid)  # as pytest's own summary says it
             tr.write_line(f"{word} {where}: {text.splitlines()[0]}")
+        self._torchrun_note(tr)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -975,10 +983,8 @@ class InPlaceSession:
         self._signals.stop()
 
         if self._aborted is not None:
-            self._verdict_after_the_launcher(self._aborted)
             self.control.set(control.exited_key(self.launch.rank), True)
             return
-        self._verdict_after_the_launcher()
         if dist.is_initialized():
             dist.destroy_process_group()
         try:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rankgate.harness import messages
+from rankgate.harness import locks, messages
 from rankgate.harness.outcome import RankOutcome, RankResult
 from rankgate.harness.output import read_clipped
 
@@ -252,7 +252,9 @@ class Pool:
 
     # -- running one test ----------------------------------------------------------
 
-    def run(self, task: messages.TestTask, timeout: float) -> list[RankOutcome]:
+    def run(
+        self, task: messages.TestTask, timeout: float, what: str = "the test's timeout"
+    ) -> list[RankOutcome]:
         """Run one test on every rank; kill the pool if it cannot run another one.
 
         Interrupted (pytest-timeout, Ctrl-C), the pool is killed before the exception
@@ -260,12 +262,12 @@ class Pool:
         with this one's results.
         """
         try:
-            return self._run(task, timeout)
+            return self._run(task, timeout, what)
         except BaseException:
             self.kill()
             raise
 
-    def _run(self, task: messages.TestTask, timeout: float) -> list[RankOutcome]:
+    def _run(self, task: messages.TestTask, timeout: float, what: str) -> list[RankOutcome]:
         task = dataclasses.replace(task, collective_timeout=collective_timeout(timeout))
         payload = messages.encode(messages.RUN, task=task)
         test_id = task.test_id
@@ -276,7 +278,7 @@ class Pool:
         self.tests_run += 1
         outcomes: dict[int, RankOutcome] = {}
         deadline = time.monotonic() + timeout
-        why_stopped = f"did not finish within the test's timeout of {timeout:g} s"
+        why_stopped = f"did not finish within {what} of {timeout:g} s"
         pending = {r.rank: r for r in self.ranks}
         while pending:
             remaining = deadline - time.monotonic()
@@ -297,11 +299,17 @@ class Pool:
                             f"still running {FAILURE_GRACE_S:g} s after rank {r.rank} "
                             f"{outcome.outcome}; stopped"
                         )
+        held, hung_pids = [], [r.process.pid for r in pending.values()]
         if pending:
+            held = locks.survey(hung_pids)  # before the kill: what the hung ranks hold
             self._dump_stacks(pending.values(), outcomes, why_stopped, test_id)
         unusable = any(o.outcome in ("crashed", "hung") or o.broke_group for o in outcomes.values())
         if unusable:
             self.kill()  # the registry starts a fresh pool for the next test
+        note = locks.release(held, hung_pids)
+        for outcome in outcomes.values():
+            if note and outcome.outcome == RankResult.HUNG:
+                outcome.detail = f"{outcome.detail}\n{note}"
         for r in self.ranks:
             outcome = outcomes[r.rank]
             outcome.stdout = read_clipped(r.stdout, r.offsets[0])

@@ -11,6 +11,7 @@ rank, and rank-dependent values belong in the test body.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import shlex
@@ -25,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from rankgate.harness import classstate, options, rankwarnings, rankwords
+from rankgate.harness.adopt.config import DEFAULT_SETUP_TIMEOUT_S
 from rankgate.harness.failure_repr import failure_repr
 from rankgate.harness.gpulease import GpuLease
 from rankgate.harness.gpus import gpu_block, visible_gpu_count, xdist_slot
@@ -90,6 +92,7 @@ class PoolSession:
         self._previous_handlers = _end_the_session_on_stop_signals()
         self._gpus: tuple[str, ...] | None = None
         self._class_baselines: dict[type, dict] = {}
+        self._setups: dict[int, tuple[Pool, set[str]]] = {}  # adopted set-ups each pool ran
 
     @property
     def registry(self) -> PoolRegistry:
@@ -209,6 +212,8 @@ class PoolSession:
         """Run the task on the pool; raise as pytest expects for the ranks' verdict."""
         timeout = test_timeout(item, self.default_timeout)
         pool = self.registry.acquire(run.key)
+        if not self._adopted_setup_done(item, run, pool):
+            return
         run.outcomes = pool.run(run.task, timeout)
         run.verdict = verdict = judge(run.outcomes, run.world, run.backend, test_id=item.nodeid)
         rankwarnings.warn_again([o.warnings for o in run.outcomes])
@@ -221,6 +226,34 @@ class PoolSession:
             skip_at_test(verdict.summary)
         if verdict.status == "xfailed":
             pytest.xfail(verdict.summary)
+
+    def _adopted_setup_done(self, item: pytest.Item, run: WorldRun, pool: Pool) -> bool:
+        """An adopted class's ``setup=`` (say a C++ op build) first runs on this pool's
+        ranks as a step of its own, under its own start timeout, apart from the test's."""
+        prelude = run.task.prelude or {}
+        setup = prelude.get("setup")
+        done = self._setups.setdefault(id(pool), (pool, set()))
+        if done[0] is not pool:  # a new pool under a reused id
+            done = self._setups[id(pool)] = (pool, set())
+        if not setup or setup in done[1]:
+            return True
+        seconds = prelude.get("setup_timeout") or DEFAULT_SETUP_TIMEOUT_S
+        step = dataclasses.replace(run.task, prelude={**prelude, "setup_only": True})
+        what = f"the start timeout of the adoption's setup={setup}"
+        outcomes = pool.run(step, seconds, what=what)
+        verdict = judge(outcomes, run.world, run.backend, test_id=item.nodeid)
+        if verdict.status == "passed":
+            done[1].add(setup)
+            return True
+        run.outcomes = outcomes
+        summary = f"setup={setup} (the adoption's set-up, before the test): {verdict.summary}"
+        run.verdict = dataclasses.replace(
+            verdict,
+            status="failed",
+            summary=summary,
+            text=verdict.text.replace(verdict.summary, summary, 1),
+        )
+        raise RankFailure(summary)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):

@@ -155,8 +155,10 @@ def _run_test(
             if task.prelude:  # an adopted test: the project's variables, set-up and way
                 entry = importlib.import_module("rankgate.harness.adopt.rankentry")
                 func = entry.enter(task.prelude, func)
-            result = func(**kwargs)
-            if task.async_backend is not None:
+            result = None if func is None else func(**kwargs)  # None: the set-up alone ran
+            if func is None:
+                pass
+            elif task.async_backend is not None:
                 _await_test_body(result, *task.async_backend)
             elif result is not None:  # `return x == y` for `assert x == y`: pytest warns
                 returned = type(result).__name__

@@ -3,7 +3,7 @@
 One line per helper or class: the target ``module:name`` and ``key=value`` words::
 
     pkg.testing:run_distributed_test args=func_args kwargs=func_kwargs env=NUM_NODES=1
-    unit.common:DistributedTest marker=world_size launcher=is_dist_test setup=pkg:init
+    unit.common:DistributedTest marker=world_size setup=pkg:init setup_timeout=900
 
 A bad line is a usage error naming the line and the word.
 """
@@ -11,6 +11,9 @@ A bad line is a usage error naming the line and the word.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+DEFAULT_SETUP_TIMEOUT_S = 900.0
+"""How long an adopted ``setup=`` may take the first time on a rank (a C++ op build)."""
 
 ENV_FIELDS = ("rank", "local_rank", "world_size", "local_world_size", "master_addr", "master_port")
 """What ``env=NAME={field}`` may put in a variable."""
@@ -60,6 +63,9 @@ class WorldClass:
     the project's launcher and gets ``launches`` (skipped in place)."""
     setup: str | None = None
     """``module:function`` each rank calls before the test (the project's init code)."""
+    setup_timeout: float = DEFAULT_SETUP_TIMEOUT_S
+    """Seconds ``setup`` may take the first time on a rank (it may build C++ ops), apart
+    from every test's own timeout."""
     env: dict[str, str] = field(default_factory=dict)
 
 
@@ -75,9 +81,11 @@ def parse_spawn_helper(line: str) -> SpawnHelper:
 
 def parse_world_class(line: str) -> WorldClass:
     target, words = _split(line)
-    known = {"world", "marker", "backend", "launcher", "launches", "setup", "env"}
+    known = {"world", "marker", "backend", "launcher", "launches", "setup", "setup_timeout", "env"}
     values = _words(line, words, known)
     env = _env(line, values.pop("env", ""))
+    if "setup_timeout" in values:
+        values["setup_timeout"] = _seconds(line, values["setup_timeout"])
     launches = []
     for pair in filter(None, values.pop("launches", "").split(",")):
         attr, sep, value = pair.partition(":")
@@ -131,3 +139,13 @@ def _env(line: str, text: str) -> dict[str, str]:
             ) from None
         env[name] = template
     return env
+
+
+def _seconds(line: str, text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds < float("inf"):
+        raise AdoptConfigError(f"{line!r}: setup_timeout={text!r} is not a number of seconds > 0")
+    return seconds

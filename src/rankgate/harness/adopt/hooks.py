@@ -3,10 +3,13 @@ while rankgate runs them, and runs the rank prelude in place."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from rankgate.harness.adopt import spawnhelper, torchcase, worldclass
 from rankgate.harness.adopt.config import (
+    DEFAULT_SETUP_TIMEOUT_S,
     AdoptConfigError,
     SpawnHelper,
     WorldClass,
@@ -34,6 +37,7 @@ class Adoption:
             raise pytest.UsageError(f"rankgate adoption: {exc}") from None
         self.helper_lines = list(helper_lines)
         self._installed = False
+        self._setups_done: set[str] = set()  # in place: adopted set-ups this rank ran
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Adoption | None:
@@ -135,6 +139,29 @@ class Adoption:
                         f"({target}): {why}"
                     )
                 )
+
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        """In place, an adopted class's ``setup=`` first runs on this rank before the
+        test's timeout starts, under its own start timeout (the pool does the same on
+        its ranks: poolmode)."""
+        prelude = item.stash.get(PRELUDE_KEY, None)
+        setup = (prelude or {}).get("setup")
+        if not setup or setup in self._setups_done:
+            return
+        from rankgate.harness.pluginnames import INPLACE_PLUGIN
+
+        inplace = item.config.pluginmanager.get_plugin(INPLACE_PLUGIN)
+        if inplace is None:
+            return
+        seconds = prelude.get("setup_timeout") or DEFAULT_SETUP_TIMEOUT_S
+        what = f"the start timeout of the adoption's setup={setup}"
+        saved = dict(os.environ)
+        try:
+            inplace.run_step(item, seconds, what, lambda: enter({**prelude, "setup_only": True}))
+        finally:
+            os.environ.clear()  # the test sets them again; in place they must not leak
+            os.environ.update(saved)
+        self._setups_done.add(setup)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item):

@@ -19,7 +19,8 @@ def enter(prelude: Mapping, func: Callable | None = None, *, file_name: str | No
     own child process would).
 
     ``prelude``: {"helpers": [adoption lines], "env": {NAME: template}, "setup": target,
-    "after": helper calls before code for one process, "torch_case": True}.
+    "after": helper calls before code for one process, "torch_case": True,
+    "setup_only": True for the set-up's own step (then None is returned)}.
     ``file_name``: the file a torch test case's store uses (one every rank sees).
     The variables stay for the test; the rank restores its environment after it.
     """
@@ -33,8 +34,8 @@ def enter(prelude: Mapping, func: Callable | None = None, *, file_name: str | No
             os.environ[name] = template.format(**values)
     if prelude.get("setup"):
         call_target(prelude["setup"])()
-    if func is None:
-        return None
+    if func is None or prelude.get("setup_only"):
+        return None  # the set-up's own step, timed apart from the test (poolmode)
     if prelude.get("torch_case"):
         func = torchcase.on_this_rank(func.__self__, func, file_name)
     if prelude.get("after"):

@@ -100,4 +100,8 @@ def several_sizes(sizes) -> list[int] | None:
 
 
 def prelude(world_class: WorldClass) -> dict:
-    return {"env": dict(world_class.env), "setup": world_class.setup}
+    return {
+        "env": dict(world_class.env),
+        "setup": world_class.setup,
+        "setup_timeout": world_class.setup_timeout,
+    }
