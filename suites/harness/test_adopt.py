@@ -513,7 +513,7 @@ def _plant_setup(pytester, monkeypatch, build_s: float, setup_timeout: float):
 @pytest.mark.slow  # a pytest run of its own
 def test_an_adopted_setup_runs_outside_the_tests_timeout(pytester, monkeypatch):
     _plant_setup(pytester, monkeypatch, build_s=6, setup_timeout=120)
-    result, tests = _junit(pytester, "--rankgate-timeout=3")
+    _, tests = _junit(pytester, "--rankgate-timeout=3")
     assert {n: c.outcome for n, c in tests.items()} == {"test_uses_the_op": "passed"}
 
 
