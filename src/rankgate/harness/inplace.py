@@ -144,6 +144,15 @@ def add_section(report: pytest.TestReport, title: str, text: str) -> None:
         report.longrepr += f"\n{text}"
 
 
+def _cwd_relative(config: pytest.Config, nodeid: str) -> str:
+    """A node id relative to where pytest was started (pytest 9.2 takes a NodeId)."""
+    try:
+        from _pytest.nodeid import coerce_node_id
+    except ImportError:  # before pytest 9.2: a str
+        return config.cwd_relative_nodeid(nodeid)
+    return str(config.cwd_relative_nodeid(coerce_node_id(nodeid)))
+
+
 class AfterTestProblem(AssertionError):
     """A test that lost the process group or left processes running."""
 
@@ -956,7 +965,7 @@ class InPlaceSession:
         for nodeid, text in self.problems:
             # pytest's word for the test: no rank failed a test whose ranks disagree
             word = "ERROR" if text.startswith(DISAGREE_PREFIX) else "FAILED"
-            where = self.config.cwd_relative_nodeid(nodeid)  # as pytest's own summary says it
+            where = _cwd_relative(self.config, nodeid)  # as pytest's own summary says it
             tr.write_line(f"{word} {where}: {text.splitlines()[0]}")
         self._torchrun_note(tr)
 
