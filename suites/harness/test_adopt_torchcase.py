@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from rankgate.report.junit import merge_junit, read_junit
 
@@ -59,7 +60,7 @@ class TestFileStore(MultiProcessTestCase):
 
     @skip_if_lt_x_gpu(2)
     def test_needs_gpus(self):
-        raise AssertionError("ran without GPUs")
+        assert torch.cuda.device_count() >= 2, "ran without GPUs"
 
 
 class TestEnvInit(MultiProcessTestCase):
@@ -106,6 +107,19 @@ class TestDefaultWorld(MultiProcessTestCase):
         self.assertEqual(dist.get_world_size(), 4)
 
 
+class TestClassAttribute(MultiProcessTestCase):
+    world_size = 2  # a plain attribute in place of the property
+
+    def setUp(self):
+        super().setUp()
+        self._spawn_processes()
+
+    def test_class_attribute(self):
+        dist.init_process_group("gloo", init_method=f"file://{self.file_name}",
+                                rank=self.rank, world_size=self.world_size)
+        self.assertEqual(dist.get_world_size(), 2)
+
+
 class TestNoWorld(MultiProcessTestCase):
     @property
     def world_size(self):
@@ -119,6 +133,10 @@ INI = (
     "[pytest]\nrankgate_world_classes =\n"
     "    torch.testing._internal.common_distributed:MultiProcessTestCase\n"
 )
+
+
+GPU_TEST = "passed" if torch.cuda.device_count() >= 2 else "skipped"
+"""skip_if_lt_x_gpu(2): skipped on a CPU machine, run where there are two GPUs."""
 
 
 def _plant(pytester: pytest.Pytester) -> None:
@@ -145,10 +163,11 @@ def test_torch_test_cases_run_on_the_pool(pytester):
         "test_all_reduce": "passed",
         "test_store_is_shared": "passed",  # self.file_name: one file every rank sees
         "test_wrong_on_rank_1": "failed",
-        "test_needs_gpus": "skipped",  # torch's skip exit code, read as the skip it is
+        "test_needs_gpus": GPU_TEST,  # torch's skip exit code, read as the skip it is
         "test_env_init": "passed",
         "test_create_pg": "passed",
         "test_default_world": "passed",  # world_size's default: 4
+        "test_class_attribute": "passed",  # setUp ran in the controller: no processes
         "test_without_ranks": "passed",  # its own way (no ranks to start)
     }
     worlds = {name: _world(case) for name, case in tests.items()}
@@ -160,11 +179,14 @@ def test_torch_test_cases_run_on_the_pool(pytester):
         "test_env_init": "2",
         "test_create_pg": "2",
         "test_default_world": "4",
+        "test_class_attribute": "2",
         "test_without_ranks": None,
     }
     wrong = tests["test_wrong_on_rank_1"]
-    assert wrong.message == "rank 1 failed; rank 0 passed (world 2, backend gloo)"
-    assert "Need at least 2 CUDA devices" in tests["test_needs_gpus"].message
+    # auto: gloo on CPU, cpu:gloo,cuda:nccl where every rank has a GPU
+    assert wrong.message.startswith("rank 1 failed; rank 0 passed (world 2, backend "), wrong.message
+    if GPU_TEST == "skipped":
+        assert "Need at least 2 CUDA devices" in tests["test_needs_gpus"].message
     result.stdout.fnmatch_lines(["*" + NOT_ADOPTED])
 
 
@@ -182,10 +204,11 @@ def test_torch_test_cases_run_in_place_under_torchrun(pytester):
         "test_all_reduce": "passed",
         "test_store_is_shared": "passed",
         "test_wrong_on_rank_1": "failed",
-        "test_needs_gpus": "skipped",
+        "test_needs_gpus": GPU_TEST,
         "test_env_init": "passed",
         "test_create_pg": "passed",
         "test_default_world": "skipped",  # world(4) in a run of 2 ranks
+        "test_class_attribute": "passed",
         "test_without_ranks": "skipped",  # its own way would start processes on each rank
     }
     (wrong,) = [t for t in merged.tests if t.name == "test_wrong_on_rank_1"]
@@ -198,6 +221,7 @@ def test_torch_test_cases_run_in_place_under_torchrun(pytester):
         "test_wrong_on_rank_1 (torchrun's \"Root Cause\" after the run is the first rank to "
         "exit, not the rank that failed: every rank exits 1 when any rank fails a test)"
     ) in proc.stdout.splitlines()
-    assert proc.stdout.rstrip().splitlines()[-1].startswith("1 failed, 4 passed, 3 skipped")
+    stats = "1 failed, 6 passed, 2 skipped" if GPU_TEST == "passed" else "1 failed, 5 passed, 3 skipped"
+    assert proc.stdout.rstrip().splitlines()[-1].startswith(stats)
     assert "world(4) needs 4 ranks; this run has 2 ranks launched by torchrun" in proc.stdout
     assert "world_size=0 is not a number of ranks: run it without a launcher" in proc.stdout
