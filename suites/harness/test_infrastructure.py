@@ -280,3 +280,28 @@ def test_blocking_rankgate_turns_every_rankgate_plugin_off(pytester, blocked, se
     result.stdout.fnmatch_lines([f"rankgate plugins: {seen}"])
     header = next(line for line in result.stdout.lines if line.startswith("plugins:"))
     assert ("rankgate-" in header) == (not blocked or blocked[1] != "no:rankgate"), header
+
+
+FORKS_A_CHILD = """
+import multiprocessing
+import signal
+import time
+
+
+def test_a_forked_child_ends_by_the_signal_it_gets():
+    child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,))
+    child.start()
+    time.sleep(0.5)
+    child.terminate()  # SIGTERM, as torch's spawn stops the ranks left when one failed
+    child.join(30)
+    assert child.exitcode == -signal.SIGTERM
+"""
+
+
+def test_a_process_forked_from_pytest_does_not_run_rankgates_stop_handler(pytester):
+    # The handler ends pytest's session on SIGTERM; a child a test (or a project's own
+    # launcher) forks inherits it, and must die of the signal, not raise pytest.exit.
+    pytester.makepyfile(test_fork=FORKS_A_CHILD)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert "rankgate: received SIGTERM" not in result.stdout.str() + result.stderr.str()
