@@ -123,7 +123,7 @@ def test_sigint_to_torchrun_leaves_every_rank_junit_saying_interrupted(tmp_path)
         )
     merged = _rankgate("merge-junit", "out", cwd=tmp_path)
     assert merged.returncode == 1, merged.stdout + merged.stderr
-    assert "FAILED test_suite::test_waits: ranks 0, 1 interrupted" in merged.stdout
+    assert "FAILED test_suite.py::test_waits: ranks 0, 1 interrupted" in merged.stdout
     assert "rankgate merge-junit: INCOMPLETE: rank 0 received SIGINT" in merged.stdout
     assert "1 passed, 1 failed, 0 error, 0 skipped, 0 xfailed, 0 xpassed, 1 not run" in (
         merged.stdout

@@ -419,7 +419,12 @@ def test_an_interrupted_gate_never_reads_passed(interrupted, chromium, tmp_path)
     work, summary = interrupted
     out = work / "out"
     assert summary["verdict"] == "incomplete" and summary["ok"] is False
-    assert summary["incomplete"] == {"interrupted": ["unit"], "never ran": ["dist"]}
+    # The unit stage's own JUnit says how pytest stopped (xdist's controller does not know
+    # which test each worker ran, hence "between tests").
+    assert summary["incomplete"] == {
+        "interrupted": ["unit"], "never ran": ["dist"],
+        "stopped": ["out/junit/unit.xml: received SIGTERM between tests"],
+    }  # fmt: skip
     assert summary["run"]["planned"] == ["env-check", "lint", "unit", "dist"]
     assert not (out / "gate.json").exists()
     assert [(s["stage"], s["status"]) for s in summary["stages"]] == [
@@ -428,7 +433,10 @@ def test_an_interrupted_gate_never_reads_passed(interrupted, chromium, tmp_path)
     md = (out / "summary.md").read_text()
     tokens = gfm.parse(md)
     assert gfm.headings(tokens, 2) == ["rankgate: INCOMPLETE"]
-    assert "**Incomplete run**: interrupted during unit (no outcome); never ran: dist." in md
+    assert (
+        "**Incomplete run**: interrupted during unit (no outcome); never ran: dist; stopped: "
+        "out/junit/unit.xml: received SIGTERM between tests." in md
+    )
     stages = next(t for t in gfm.tables(tokens) if t[0][0] == "stage")
     assert [row[:2] for row in stages[1:]] == [
         ["env-check", "passed"], ["lint", "passed"], ["unit", "**RUNNING**"],
@@ -438,7 +446,8 @@ def test_an_interrupted_gate_never_reads_passed(interrupted, chromium, tmp_path)
     try:
         assert page.evaluate("document.title") == "rankgate report — INCOMPLETE"
         assert page.evaluate("document.querySelector('#incomplete').innerText").startswith(
-            "Incomplete run: interrupted during unit (no outcome); never ran: dist."
+            "Incomplete run: interrupted during unit (no outcome); never ran: dist; stopped: "
+            "out/junit/unit.xml: received SIGTERM between tests."
         )
         assert [r[:2] for r in _rows(page, "#stages tr[data-stage]")] == [
             ["env-check", "passed"], ["lint", "passed"], ["unit", "running"],
