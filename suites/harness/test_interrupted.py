@@ -53,7 +53,7 @@ def _interrupt(
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     job = subprocess.Popen(
         cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        start_new_session=True, env=env,
+        start_new_session=True, env=env, preexec_fn=_default_sigint,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 120
@@ -68,6 +68,13 @@ def _interrupt(
             job.kill()
             job.communicate()
     return job.returncode, out.decode()
+
+
+def _default_sigint() -> None:
+    """An ignored SIGINT is inherited through exec (a shell's background job has one, and
+    Python then installs no KeyboardInterrupt handler): the run under test gets the default
+    disposition whatever this process inherited."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _rankgate(*args: str, cwd: Path) -> subprocess.CompletedProcess:
