@@ -11,6 +11,7 @@ import importlib
 import os
 import random
 import sys
+from collections.abc import Iterator
 from datetime import timedelta
 
 import torch
@@ -63,17 +64,22 @@ _GROUP_ERROR_MARKS = (
 )
 
 
-def breaks_process_group(exc: BaseException) -> bool:
-    """Whether ``exc`` (or what caused it) came from the process group's backend."""
+def exception_chain(exc: BaseException | None) -> Iterator[BaseException]:
+    """``exc`` and what caused it, outermost first (each once: chains can loop)."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        if isinstance(exc, dist.DistError):
-            return True
-        if isinstance(exc, RuntimeError) and any(m in str(exc) for m in _GROUP_ERROR_MARKS):
-            return True
+        yield exc
         exc = exc.__cause__ or exc.__context__
-    return False
+
+
+def breaks_process_group(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) came from the process group's backend."""
+    return any(
+        isinstance(e, dist.DistError)
+        or (isinstance(e, RuntimeError) and any(m in str(e) for m in _GROUP_ERROR_MARKS))
+        for e in exception_chain(exc)
+    )
 
 
 _GROUP_TWICE = "trying to initialize the default process group twice"
@@ -97,12 +103,9 @@ def hint_for(exc: BaseException) -> str:
     """What to do about a failure the harness itself explains ("" for any other)."""
     if isinstance(exc, ValueError) and _GROUP_TWICE in str(exc):
         return INIT_TWICE_HINT
-    seen = set()
-    while exc is not None and id(exc) not in seen:  # a wrapper's cause may be torch's error
-        seen.add(id(exc))
-        if isinstance(exc, RuntimeError) and _FD_NOT_SENT in str(exc):
-            return SEND_FD_HINT
-        exc = exc.__cause__ or exc.__context__
+    # A wrapper's cause may be torch's error.
+    if any(isinstance(e, RuntimeError) and _FD_NOT_SENT in str(e) for e in exception_chain(exc)):
+        return SEND_FD_HINT
     return ""
 
 
