@@ -13,6 +13,8 @@ from __future__ import annotations
 import pytest
 from _pytest._code.code import ReprEntryNative, ReprExceptionInfo, ReprFileLocation, ReprTraceback
 
+from rankgate.harness.rankwords import NOT_RUN_PREFIX
+
 
 def failure_repr(item: pytest.Item, text: str) -> ReprExceptionInfo:
     """``text`` as a test's failure report; its first line is the summary."""
@@ -23,3 +25,22 @@ def failure_repr(item: pytest.Item, text: str) -> ReprExceptionInfo:
         reprtraceback=ReprTraceback([ReprEntryNative([body])], None, "native"),
         reprcrash=ReprFileLocation(path, (lineno or 0) + 1, headline),
     )
+
+
+def item_report(item: pytest.Item, *, outcome: str, longrepr, when: str, **fields):
+    """A report of ``item`` that pytest did not make itself (a test a stop or a signal
+    ended, one never started), shaped as pytest's own for its JUnit and terminal."""
+    return pytest.TestReport(
+        nodeid=item.nodeid,
+        location=item.location,
+        keywords=dict.fromkeys(item.keywords, 1),
+        outcome=outcome,
+        longrepr=longrepr,
+        when=when,
+        **fields,
+    )
+
+
+def not_run_report(item: pytest.Item, reason: str) -> pytest.TestReport:
+    """A test the run never started: merge-junit's "not run", saying why."""
+    return item_report(item, outcome="failed", longrepr=f"{NOT_RUN_PREFIX}{reason}", when="setup")

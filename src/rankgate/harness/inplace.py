@@ -50,7 +50,7 @@ from _pytest.runner import runtestprotocol
 
 from rankgate.harness import control, inplace_collection, leaks, locks, options, rankwords, tempdirs
 from rankgate.harness.control import PeerGone, RunAborted
-from rankgate.harness.failure_repr import failure_repr
+from rankgate.harness.failure_repr import failure_repr, item_report, not_run_report
 from rankgate.harness.hangwatch import HangWatch
 from rankgate.harness.inplace_group import InPlaceGroup
 from rankgate.harness.inplace_verdict import (
@@ -636,10 +636,8 @@ class InPlaceSession:
         self, item: pytest.Item, text: str, captured: tuple[str, str], verdict: str
     ) -> pytest.TestReport:
         """The failure a stopping rank records for the test it was in."""
-        return pytest.TestReport(
-            nodeid=item.nodeid,
-            location=item.location,
-            keywords=dict.fromkeys(item.keywords, 1),
+        return item_report(
+            item,
             outcome="failed",
             longrepr=failure_repr(item, f"{text}\n{self.reproduction_line(item)}"),
             when="call",
@@ -730,17 +728,12 @@ class InPlaceSession:
         skipped = 0
         for item in rest:
             skip = self._known_skip(item)
-            path, lineno, _ = item.location
-            report = pytest.TestReport(
-                nodeid=item.nodeid,
-                location=item.location,
-                keywords=dict.fromkeys(item.keywords, 1),
-                outcome="failed" if skip is None else "skipped",
-                longrepr=f"{rankwords.NOT_RUN_PREFIX}{reason}"
-                if skip is None
-                else (path, (lineno or 0) + 1, f"Skipped: {skip}"),
-                when="setup",
-            )
+            if skip is None:
+                report = not_run_report(item, reason)
+            else:
+                path, lineno, _ = item.location
+                skipped_at = (path, (lineno or 0) + 1, f"Skipped: {skip}")
+                report = item_report(item, outcome="skipped", longrepr=skipped_at, when="setup")
             self._log_both(item, [report])
             skipped += skip is not None
         self._last_index = len(self._items) - 1

@@ -18,12 +18,11 @@ import pytest
 from _pytest.junitxml import mangle_test_address, xml_key
 from _pytest.outcomes import Exit
 
-from rankgate.harness.failure_repr import failure_repr
+from rankgate.harness.failure_repr import failure_repr, item_report, not_run_report
 from rankgate.harness.rankwords import (
     INTERRUPTED_PREFIX,
     INTERRUPTED_PROPERTY,
     INTERRUPTED_TEST_PROPERTY,
-    NOT_RUN_PREFIX,
 )
 
 INTERRUPT_PLUGIN = "rankgate-interrupt"
@@ -73,10 +72,8 @@ class InterruptRecord:
         """The test the signal stopped: failed, naming the signal."""
         self.reason = f"{why_interrupted(exc)} while {item.nodeid} ran"
         xml = _xml(self.config)
-        report = pytest.TestReport(
-            nodeid=item.nodeid,
-            location=item.location,
-            keywords=dict.fromkeys(item.keywords, 1),
+        report = item_report(
+            item,
             outcome="failed",
             longrepr=failure_repr(item, f"{INTERRUPTED_PREFIX}{self.reason}; the test did not end"),
             when="call",
@@ -105,7 +102,9 @@ class InterruptRecord:
         if xml is not None:
             xml.add_global_property(INTERRUPTED_PROPERTY, self.reason)
             for item in rest:
-                xml.pytest_runtest_logreport(report=_not_run(item, self.reason))
+                xml.pytest_runtest_logreport(
+                    report=not_run_report(item, f"{INTERRUPTED_PREFIX}{self.reason}")
+                )
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
         if tr is not None:
             tr.ensure_newline()
@@ -113,18 +112,6 @@ class InterruptRecord:
                 f"rankgate: interrupted: {self.reason}; {len(rest)} later test(s) not run",
                 red=True,
             )
-
-
-def _not_run(item: pytest.Item, reason: str) -> pytest.TestReport:
-    """A test the run never started, as in-place mode records one (merge-junit's not run)."""
-    return pytest.TestReport(
-        nodeid=item.nodeid,
-        location=item.location,
-        keywords=dict.fromkeys(item.keywords, 1),
-        outcome="failed",
-        longrepr=f"{NOT_RUN_PREFIX}{INTERRUPTED_PREFIX}{reason}",
-        when="setup",
-    )
 
 
 def _xml(config: pytest.Config):
