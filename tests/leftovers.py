@@ -127,16 +127,14 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     private = session.config.stash.get(_KEY, None)
     if private is None:
         return
-    if not session.config.stash[_CHECKS]:
-        leave_run_dir(private)  # another rank of this launcher run on this host checks
-        session.config.stash[_KEY] = None
-        return
-    if not others_left(private):
-        leave_run_dir(private)
-        session.config.stash[_KEY] = None
-        print(f"leftovers: other ranks still use {private} after {OTHERS_LEAVE_S:g} s: not checked")
-        return
+    checks = session.config.stash[_CHECKS]  # else another rank of this run on this host checks
+    others_gone = checks and others_left(private)
     leave_run_dir(private)
+    if not others_gone:
+        session.config.stash[_KEY] = None
+        if checks:
+            print(f"leftovers: other ranks still use {private} after {OTHERS_LEAVE_S:g} s: not checked")
+        return
     left = sorted(p.name for p in private.glob(PATTERN) if p.is_dir())
     session.config.stash[_LEFT] = left
     if left and session.exitstatus == pytest.ExitCode.OK:
