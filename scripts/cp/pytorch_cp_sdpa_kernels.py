@@ -4,8 +4,11 @@ Standalone (torch only), for a bug report anyone can rerun:
 
     torchrun --standalone --nproc-per-node=2 scripts/cp/pytorch_cp_sdpa_kernels.py
 
-On every rank, for each SDPA path (the default choice, then flash, efficient and cuDNN
-forced), it runs causal attention under
+The defaults are the shapes, seed and inputs of
+``suites/parallel/test_parallel_peer.py::test_ring_matches_pytorch_context_parallel_gpu``
+(batch 1, 8 heads, 4096 tokens, head dim 64, bf16, seed 70), whose backends are the
+first two paths. On every rank, for each SDPA path (the default choice, then flash,
+efficient and cuDNN forced), it runs causal attention under
 ``torch.distributed.tensor.experimental.context_parallel`` on bf16 inputs, records the
 attention operators that ran forward and backward (torch.profiler), and compares the
 rank's shards of out, dq, dk and dv with an fp32 attention computed on one device from
@@ -39,10 +42,15 @@ NAMES = ("out", "dq", "dk", "dv")
 
 
 def global_inputs(args, device):
-    """q, k, v, dout (batch, heads, seq, dim) in bf16, the same on every rank."""
-    g = torch.Generator().manual_seed(args.seed)
+    """q, k, v, dout (batch, heads, seq, dim) in bf16, the same on every rank: as
+    suites/parallel/test_parallel_peer.py makes them (tensor i from seed + i)."""
     shape = (args.batch, args.heads, args.seq, args.dim)
-    return [torch.randn(shape, generator=g).to(device, torch.bfloat16) for _ in range(4)]
+    return [
+        torch.randn(shape, generator=torch.Generator().manual_seed(args.seed + i)).to(
+            device, torch.bfloat16
+        )
+        for i in range(4)
+    ]
 
 
 def fp32_baseline(q, k, v, dout):

@@ -33,7 +33,8 @@ BF16_MIN_FRACTION = 0.9999  # as in test_parallel_ring: bf16 partials summed ove
 
 
 def pytorch_context_parallel(q, k, v, dout, world_size, device, backend):
-    """PyTorch's CP on the global tensors: (this rank's shards of q, k, v, dout), results."""
+    """PyTorch's CP on the global tensors: (this rank's shards of q, k, v, dout), results,
+    and the attention operators that ran (forward and backward, from torch.profiler)."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.experimental import context_parallel
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -42,12 +43,21 @@ def pytorch_context_parallel(q, k, v, dout, world_size, device, backend):
     buffers = [t.clone() for t in (q, k, v, dout)]
     chosen = sdpa_kernel([SDPBackend.FLASH_ATTENTION]) if backend == "flash" else (
         contextlib.nullcontext())  # fmt: skip
+    profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
     with chosen, context_parallel(mesh, buffers=buffers, buffer_seq_dims=[2, 2, 2, 2],
-                                  no_restore_buffers=set(buffers)):  # fmt: skip
+                                  no_restore_buffers=set(buffers)), profiler:  # fmt: skip
         leaves = [t.detach().clone().requires_grad_() for t in buffers[:3]]
         out = F.scaled_dot_product_attention(*leaves, is_causal=True)
         grads = torch.autograd.grad(out, leaves, buffers[3])
-    return buffers, (out.detach(), *grads)
+    return buffers, (out.detach(), *grads), attention_kernels(profiler)
+
+
+def attention_kernels(profiler) -> str:
+    """'forward aten::_scaled_dot_product_cudnn_attention, backward ...' as profiled."""
+    names = sorted({e.key for e in profiler.key_averages() if "attention" in e.key.lower()})
+    backward = [n for n in names if "backward" in n]
+    forward = [n for n in names if n not in backward and "scaled_dot_product" in n]
+    return f"forward {', '.join(forward) or '?'}; backward {', '.join(backward) or '?'}"
 
 
 @pytest.mark.parametrize("backend", ["default", "flash"])
@@ -67,13 +77,14 @@ def test_ring_matches_pytorch_context_parallel_gpu(world, backend, rank, world_s
     assert_parity(ours, expected, what=f"rankgate ring vs one GPU fp32, world {world_size}",
                   min_fraction=BF16_MIN_FRACTION)  # fmt: skip
 
-    shards, theirs = pytorch_context_parallel(q, k, v, dout, world_size, device, backend)
+    shards, theirs, kernels = pytorch_context_parallel(q, k, v, dout, world_size, device, backend)
     for name, mine, whole in zip(("q", "k", "v", "dout"), shards, (q, k, v, dout)):
         assert torch.equal(mine, sharding.shard(whole, rank, dim=2)), f"{name}: layouts differ"
     theirs = dict(zip(NAMES, theirs))
     peer = verdict(compare(theirs, expected, min_fraction=BF16_MIN_FRACTION))
     if not peer.ok:
-        pytest.xfail(peer.describe(f"PyTorch context_parallel ({backend} SDPA) vs one GPU fp32, "
-                                   f"world {world_size} (rankgate's ring passed)"))  # fmt: skip
+        pytest.xfail(peer.describe(f"PyTorch context_parallel ({backend} SDPA; ran {kernels}) "
+                                   f"vs one GPU fp32, world {world_size} (rankgate's ring "
+                                   "passed)"))  # fmt: skip
     assert_parity(ours, theirs, min_fraction=BF16_MIN_FRACTION,
                   what=f"rankgate ring vs PyTorch context_parallel ({backend}), world {world_size}")

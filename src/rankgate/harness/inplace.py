@@ -64,6 +64,7 @@ from rankgate.harness.inplace_verdict import (
 )
 from rankgate.harness.pool import collective_timeout
 from rankgate.harness.rankstate import (
+    EnvironmentSnapshot,
     WorkerSetupError,
     after_test_problems,
     breaks_process_group,
@@ -419,7 +420,7 @@ class InPlaceSession:
             peer_failed=None if index is None else lambda: self._peer_failed(index),
         )
         children = set(leaks.children())
-        saved_env, saved_cwd = dict(os.environ), os.getcwd()
+        saved_env, saved_cwd = EnvironmentSnapshot(), os.getcwd()
         spec = world_spec(item)
         backend = spec.backend if spec is not None else self.backend
         try:

@@ -44,12 +44,26 @@ def after_test_problems(children_before: set[int]) -> list[str]:
 def set_collective_timeout(seconds: float, group=None) -> None:
     """Give ``group``'s operations (default: the default group's) this timeout.
 
-    Set anew before every test, since a test may have changed it.
+    Checked before every test, since a test may have changed it; set only when it
+    differs, as setting it costs up to a millisecond a test on NCCL.
     """
-    if dist.is_initialized():
-        from torch.distributed.distributed_c10d import _set_pg_timeout
+    if not dist.is_initialized():
+        return
+    wanted = timedelta(seconds=seconds)
+    if _collective_timeouts(group) == {wanted}:
+        return
+    from torch.distributed.distributed_c10d import _set_pg_timeout
 
-        _set_pg_timeout(timedelta(seconds=seconds), group)
+    _set_pg_timeout(wanted, group)
+
+
+def _collective_timeouts(group=None) -> set[timedelta] | None:
+    """The timeouts ``group``'s backends hold now (None where this torch hides them)."""
+    group = group or dist.GroupMember.WORLD
+    try:
+        return {group._get_backend(d).options._timeout for d in group._device_types}
+    except (AttributeError, RuntimeError):
+        return None
 
 
 # How gloo and NCCL word errors that leave a process group unusable (they raise plain
@@ -165,7 +179,30 @@ def same_examples_on_every_rank(test, seed: int) -> None:
     setattr(function, _SEEDED_BY_RANKGATE, seed)
 
 
-def reset_state(saved_env: dict[str, str], saved_cwd: str) -> None:
+class EnvironmentSnapshot:
+    """os.environ as a test found it. The raw mapping under it is copied and compared
+    as one C-level dict: the str view decodes every name and value at each step, about
+    half a millisecond a test with a few hundred variables."""
+
+    def __init__(self) -> None:
+        self._raw = getattr(os.environ, "_data", None)
+        self._saved = self._raw.copy() if self._raw is not None else dict(os.environ)
+
+    def changed(self) -> bool:
+        if self._raw is not None:
+            return self._raw != self._saved
+        return os.environ != self._saved
+
+    def restore(self) -> None:
+        os.environ.clear()
+        if self._raw is None:
+            os.environ.update(self._saved)
+            return
+        for name, value in self._saved.items():  # through os.environ: putenv too
+            os.environ[os.fsdecode(name)] = os.fsdecode(value)
+
+
+def reset_state(saved_env: EnvironmentSnapshot, saved_cwd: str) -> None:
     """Undo what a test body may leak into the next one on this rank.
 
     The groups it made go later, with :func:`destroy_subgroups`, once every rank has
@@ -173,9 +210,8 @@ def reset_state(saved_env: dict[str, str], saved_cwd: str) -> None:
     while a slower peer is still connecting to it (gloo: "connectFullMesh failed ...
     Connection closed by peer"; seen under load).
     """
-    if os.environ != saved_env:
-        os.environ.clear()
-        os.environ.update(saved_env)
+    if saved_env.changed():
+        saved_env.restore()
     if os.getcwd() != saved_cwd:
         os.chdir(saved_cwd)
     torch.set_default_dtype(torch.float32)

@@ -30,6 +30,7 @@ import torch.distributed as dist
 
 from rankgate.harness import leaks, messages, ranklogs, rankwarnings
 from rankgate.harness.rankstate import (
+    EnvironmentSnapshot,
     after_test_problems,
     breaks_process_group,
     call_worker_setup,
@@ -136,7 +137,7 @@ def _run_test(
     # The last test's groups: every rank has finished it, since the controller sends a
     # test only once all ranks have answered the one before.
     destroy_subgroups()
-    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    saved_env, saved_cwd = EnvironmentSnapshot(), os.getcwd()
     start = time.perf_counter()
     outcome, detail, broke_group, returned = "passed", "", False, ""
     warned: list = []
