@@ -14,7 +14,9 @@ attention operators that ran forward and backward (torch.profiler), and compares
 rank's shards of out, dq, dk and dv with an fp32 attention computed on one device from
 the same global inputs. The baseline is sharded by context_parallel itself (it is
 passed as extra buffers), so both sides use the same layout. One JSON line per rank and
-path: {"rank", "path", "forward", "backward", "rel_l2": {...}, "max_abs": {...}}.
+path, once as the suite's test does it (the context closed with the GPU's work still
+queued) and once synchronized inside the context: {"rank", "path",
+"synchronized_in_context", "forward", "backward", "rel_l2": {...}, "max_abs": {...}}.
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ def attention_ops(prof) -> tuple[list[str], list[str]]:
     return forward, backward
 
 
-def run_path(path, forced, q, k, v, dout, baseline, mesh):
+def run_path(path, forced, q, k, v, dout, baseline, mesh, synchronize):
     buffers = [t.clone() for t in (q, k, v, dout, *baseline)]
     chosen = sdpa_kernel([forced]) if forced is not None else contextlib.nullcontext()
     activities = [torch.profiler.ProfilerActivity.CPU]
@@ -89,7 +91,9 @@ def run_path(path, forced, q, k, v, dout, baseline, mesh):
         leaves = [t.detach().clone().requires_grad_() for t in buffers[:3]]
         out = F.scaled_dot_product_attention(*leaves, is_causal=True)
         grads = torch.autograd.grad(out, leaves, buffers[3])
-        torch.cuda.synchronize()
+        if synchronize:  # the GPU's work done before the context closes (the test does not)
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
     forward, backward = attention_ops(prof)
     rel_l2, max_abs = {}, {}
     for name, got, want in zip(NAMES, (out, *grads), buffers[4:]):
@@ -98,6 +102,7 @@ def run_path(path, forced, q, k, v, dout, baseline, mesh):
         max_abs[name] = round(diff.abs().max().item(), 6)
     return {
         "path": path,
+        "synchronized_in_context": synchronize,
         "forward": forward,
         "backward": backward,
         "rel_l2": rel_l2,
@@ -122,9 +127,10 @@ def main() -> None:
     mesh = init_device_mesh("cuda", (world,))
     q, k, v, dout = global_inputs(args, device)
     baseline = fp32_baseline(q, k, v, dout)
-    for path in args.paths.split(","):
+    runs = [(path, sync) for path in args.paths.split(",") for sync in (False, True)]
+    for path, sync in runs:
         try:
-            row = run_path(path, PATHS[path], q, k, v, dout, baseline, mesh)
+            row = run_path(path, PATHS[path], q, k, v, dout, baseline, mesh, sync)
         except Exception as exc:  # a path this GPU or build cannot run
             row = {"path": path, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
         row = {

@@ -2,7 +2,7 @@
 # The 2-GPU evidence of one lease: every GPU and dist test in place and in the pool, the
 # pool under pytest-xdist against the pool alone, and the harness's own overhead.
 # Usage: scripts/gpu/two-gpus.sh OUT STEP...
-#   steps: inplace pool-gpu pool-gpu-n2 same-tests pool-dist harness
+#   steps: inplace pool-gpu pool-gpu-n2 same-tests pool-dist harness cp comm
 # Writes OUT/env.txt and per step a log (OUT/<step>.txt) and its JUnit under /tmp/rg;
 # the end packs /tmp/rg into OUT/results.tgz (the device tool brings back 8 files).
 # DeepSpeed and what it needs come as wheels in .whl-ds (carried), installed beside the
@@ -60,6 +60,24 @@ for s in "$@"; do
           >"$work/harness_$backend.txt" 2>&1
         echo "$backend rc $?"; tail -6 "$work/harness_$backend.txt"
       done ;;
+    cp)  # PyTorch's context parallel: the kernels that ran and each rank's errors, from the
+         # script with the test's shapes, then the test itself (its xfail names the kernels)
+      timed cp-script 120 torchrun --standalone --nproc-per-node=2 scripts/cp/pytorch_cp_sdpa_kernels.py
+      grep '^{' "$work/cp-script.txt" >"$work/cp-script.jsonl"
+      timed cp-test 120 "${pytest_[@]}" -rxX \
+        "suites/parallel/test_parallel_peer.py::test_ring_matches_pytorch_context_parallel_gpu" ;;
+    comm)  # nccl-tests built here against torch's NCCL, then the comm bench beside it
+      nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))')
+      home=$work/nccl-home && mkdir -p "$home/lib" && ln -sf "$nccl/include" "$home/include"
+      ln -sf "$(ls "$nccl"/lib/libnccl.so* | head -1)" "$home/lib/libnccl.so"
+      timed nccl-tests-build 300 make -C .nccl-tests -j 16 MPI=0 NCCL_HOME="$home" \
+        NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" \
+        CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
+      export LD_LIBRARY_PATH=$nccl/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+      timed comm "${COMM_LIMIT:-300}" python3 -m rankgate.bench.comm --out "$work/comm" \
+        --collectives all_reduce -b 1K -e 64M -f 2 --buffer-bytes 64M --auto-thresholds defaults \
+        --iters 20 --reps 5 --rounds 3 --graph-max-bytes 64M --nccl-tests .nccl-tests/build
+      grep -E "^# " "$work/comm.txt" | tail -12 ;;
     *) echo "unknown step $s" ;;
   esac
 done

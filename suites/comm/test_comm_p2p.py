@@ -150,7 +150,7 @@ def test_broadcast_goes_to_nccl_by_default(device):
 
 def test_push_survives_many_graph_replays_and_backend_rebuilds(rank, device):
     """Epochs and flags live on the GPU: graph replays advance them, a new backend resets them."""
-    eager_push = P2PConfig(push_max_bytes=8 << 10)  # eager calls push too (not the default)
+    eager_push = P2PConfig(push_max_bytes=8 << 10)  # eager calls push too, from a smaller slot
     for rebuild in range(3):
         with create_backend("p2p", device=device, p2p_config=eager_push) as backend:
             assert backend.push_problem is None

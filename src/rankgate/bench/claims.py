@@ -34,6 +34,7 @@ ATTENTION = f"{X2}/two-gpus/attention/attention.json"
 """The newest attention run: the README's figures."""
 NCCL_TESTS_GRAPH = "benchmarks/reference/nvidia-h200-x2/nccl-tests-runs/nccl-tests_h200x2_turn3.txt"
 NCCL_TESTS = "benchmarks/reference/nvidia-h200-x2"
+EAGER_PUSH = "benchmarks/results/nvidia-h100-x2/two-gpus-2026-11-26/comm-oneshot-eager/comm.json"
 TIMES, DASH = "\u00d7", "\u2013"  # as the docs write them: 1.21x, 1\u20132 us
 KiB = 1 << 10
 MiB = 1 << 20
@@ -118,6 +119,10 @@ def readme_comm(load: Loader) -> str:
     oneshot = [rows[("p2p-oneshot", s)]["eager_us"] for s in upto_1m]
     nccl_eager = [rows[("nccl", s)]["eager_us"] for s in upto_1m]
     push_eager = [rows[("p2p-push", s)]["eager_us"] for s in small]
+    h100 = _rows(load(EAGER_PUSH))
+    push_sizes = [2 * KiB << i for i in range(8)]  # 2 KiB .. 256 KiB
+    h100_push = [h100[("p2p-push", s)]["eager_us"] for s in push_sizes]
+    h100_one = [h100[("p2p-oneshot", s)]["eager_us"] for s in push_sizes]
     return _wrap(
         f"On 2{TIMES}H200 (`{X2}/COMM.md`): NCCL all_reduce busbw {ar_bus:.1f} GB/s at 2 GiB "
         f"against nccl-tests' {nt_ar[big]['busbw']:.1f}, broadcast {bc_bus:.1f} against "
@@ -137,9 +142,11 @@ def readme_comm(load: Loader) -> str:
         "routed once per kind of payload, and a CPU test bounds what it adds over the "
         f"kernel it runs at 0.5 us; no 2{TIMES}H200 run has measured that yet. Eager small "
         f"all-reduces are bound by the host's launch: one-shot takes {_span(oneshot, '.0f')} "
-        f"us (fp32, 1 KiB{DASH}1 MiB) against NCCL's {_span(nccl_eager, '.0f')}; eager calls "
-        f"never push by default (the push kernel's launch goes through ctypes: "
-        f"{_span(push_eager, '.0f')} us)."
+        f"us (fp32, 1 KiB{DASH}1 MiB) against NCCL's {_span(nccl_eager, '.0f')}, and the push "
+        f"kernel's launch through ctypes took {_span(push_eager, '.0f')} us. A later run on "
+        f"2{TIMES}H100 (`nvidia-h100-x2/two-gpus-2026-11-26/comm-oneshot-eager/`) had push "
+        f"the fastest eager backend from 2 to 256 KiB ({_span(h100_push)} us against "
+        f"one-shot's {_span(h100_one)}), so eager calls now push up to 256 KiB by default."
     )
 
 
@@ -245,7 +252,7 @@ CLAIMS = (
     Claim("readme-comm", "README.md",
           (RERUN, f"{RUN7}/bench_ar/comm.json", f"{RUN7}/bench_coll/comm.json",
            NCCL_TESTS_GRAPH, f"{NCCL_TESTS}/nccl_all_reduce.txt",
-           f"{NCCL_TESTS}/nccl_broadcast.txt"), readme_comm),
+           f"{NCCL_TESTS}/nccl_broadcast.txt", EAGER_PUSH), readme_comm),
     Claim("readme-attention-table", "README.md", (ATTENTION,), readme_attention_table),
     Claim("readme-attention-summary", "README.md", (ATTENTION,), readme_attention_summary),
     Claim("comm-run10-graph", f"{X2}/COMM.md",

@@ -28,13 +28,16 @@ class P2PConfig:
 
     buffer_bytes: int = 32 << 20
     """Symmetric buffer per rank; payloads up to half of it can take a p2p path."""
-    push_max_bytes: int = 0
+    push_max_bytes: int = 256 << 10
     """Largest all-reduce served by the push kernel in eager calls; with
     graph_push_max_bytes it sets the size of its slots (a second symmetric buffer of
-    2 x world slots). 0: eager calls never push. 2 x H200, eager: a small all-reduce is
-    bound by the host's launch, and the push kernel's (through ctypes) took 13-25 us
-    against one-shot's 9.5-16 us in the runs with repeated rounds (runs 5-8), so
-    pushing pays only in CUDA graphs."""
+    2 x world slots). 0: eager calls never push. Eagerly a small all-reduce is bound by
+    the host's launch. Earlier 2 x H200 runs (5-8) had the push kernel's launch (through
+    ctypes) at 13-25 us against one-shot's 9.5-16 us; since then two runs had push the
+    fastest eager backend from 2 KiB to 256 KiB: 2 x H200 at 256 KiB 8.7 us against
+    one-shot's 13.9, and 2 x H100 8.5-10.7 us against one-shot's 10.7-17.3 (auto, then
+    one-shot, 1.21-1.47x the fastest; benchmarks/results/nvidia-h100-x2/
+    two-gpus-2026-11-26/comm-oneshot-eager)."""
     graph_push_max_bytes: int | None = 256 << 10
     """As push_max_bytes, while a CUDA graph is being captured (None: the same); 256 KiB
     is the kernel's largest slot. 2 x H200, graph: push the fastest single backend at
