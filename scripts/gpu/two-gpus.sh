@@ -2,7 +2,7 @@
 # The 2-GPU evidence of one lease: every GPU and dist test in place and in the pool, the
 # pool under pytest-xdist against the pool alone, and the harness's own overhead.
 # Usage: scripts/gpu/two-gpus.sh OUT STEP...
-#   steps: inplace pool-gpu pool-gpu-n2 same-tests pool-dist harness cp comm
+#   steps: inplace pool-gpu pool-gpu-n2 same-tests pool-dist pool-harness harness cp comm
 # Writes OUT/env.txt and per step a log (OUT/<step>.txt) and its JUnit under /tmp/rg;
 # the end packs /tmp/rg into OUT/results.tgz (the device tool brings back 8 files).
 # DeepSpeed and what it needs come as wheels in .whl-ds (carried), installed beside the
@@ -54,6 +54,11 @@ for s in "$@"; do
     pool-dist)  # the CPU world tests, on this host's cores, four xdist workers
       timed pool-dist "${DIST_LIMIT:-300}" "${pytest_[@]}" -n 4 -m "dist and not gpu" suites \
         --junitxml="$work/pool-dist.xml" ;;
+    pool-harness)  # the harness's own GPU tests and the adoption suites, in the pool
+      timed pool-harness "${POOL_LIMIT:-200}" "${pytest_[@]}" -m "dist or gpu" \
+        suites/harness/test_gpu.py suites/harness/test_adopt.py \
+        suites/harness/test_adopt_torchcase.py suites/harness/test_adopt_freshgroup.py \
+        --junitxml="$work/pool-harness.xml" ;;
     harness)
       for backend in nccl gloo; do
         timeout 90 python3 -m rankgate.cli bench harness --backend "$backend" --worlds 2 --json \
