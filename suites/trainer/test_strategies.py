@@ -79,14 +79,6 @@ class TestFSDP2(StrategyContract):
 _NO_DEEPSPEED = unavailable_reason("deepspeed")
 
 
-@pytest.fixture(scope="session")
-def deepspeed_ops() -> None:
-    """DeepSpeed's CPU op compiled once here, not in each rank inside a test's timeout."""
-    from rankgate.workloads.trainer.strategies.deepspeed import build_ops
-
-    build_ops()
-
-
 class DeepSpeedContract(StrategyContract):
     @pytest.fixture(autouse=True)
     def _ops(self, deepspeed_ops):

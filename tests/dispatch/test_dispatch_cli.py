@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shlex
@@ -97,8 +98,21 @@ _SPAWNING_FIXTURES = {"pytester", "testdir"}
 
 @pytest.fixture(scope="module")
 def collected(tmp_path_factory) -> list[dict]:
-    """What a cluster's ranks would collect (tests and suites), with markers and fixtures."""
-    folder = tmp_path_factory.mktemp("collect")
+    """What a cluster's ranks would collect (tests and suites), with markers and fixtures.
+    Under xdist the first worker collects and the others read its rows (their common
+    temp dir): the stage's cases may land on both, and a collection costs 8 s."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return _collect(tmp_path_factory.mktemp("collect"))
+    shared = tmp_path_factory.getbasetemp().parent / "dispatch-collection"
+    shared.mkdir(exist_ok=True)
+    with open(shared / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the others wait for the first one's rows
+        if not (shared / "rows.json").is_file():
+            _collect(shared)
+    return json.loads((shared / "rows.json").read_text())
+
+
+def _collect(folder: Path) -> list[dict]:
     (folder / "rankgate_dump_collection.py").write_text(_DUMP_PLUGIN)
     root = Path(__file__).resolve().parents[2]
     path = os.pathsep.join([str(folder), os.environ.get("PYTHONPATH", "")])

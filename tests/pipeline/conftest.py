@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,8 +25,11 @@ def registered() -> dict:
 
 
 @pytest.fixture(scope="session")
-def collected_tree():
-    """Every test of the tree (one collection, a subprocess): node ID -> marker names."""
-    from tree_collection import collect
+def collected_tree(tmp_path_factory):
+    """Every test of the tree (one collection, a subprocess): node ID -> marker names.
+    Under xdist the workers share one collection through their common temp dir."""
+    from tree_collection import collect, collect_once
 
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return collect_once(tmp_path_factory.getbasetemp().parent)
     return collect()

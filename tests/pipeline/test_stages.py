@@ -85,7 +85,7 @@ def test_bench_runs_the_harness_benchmark_small_and_repeated_then_compares():
     bench_cmd, compare_cmd, committed_cmd = [
         c for c in stages.get("bench").commands if c.argv[0] == "rankgate"
     ]
-    assert bench_cmd.argv[:6] == ("rankgate", "bench", "--repeat", "3", "harness", "--json")
+    assert bench_cmd.argv[:6] == ("rankgate", "bench", "--repeat", "2", "harness", "--json")
     assert int(bench_cmd.argv[bench_cmd.argv.index("--k") + 1]) <= 20
     assert bench_cmd.stdout == "bench/harness.json"
     # against benchmarks/baselines/<this machine's kind>/ (test_bench_compare.py)

@@ -9,6 +9,7 @@ Run as a script, it prints the tests each stage of .ci/run selects, one
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -64,8 +65,26 @@ def selects(expression: str, names: list[str]) -> bool:
 def collect(root: Path = ROOT) -> Tree:
     """Every test pytest collects under ``root`` (no -m): node ID -> its marker names."""
     with tempfile.TemporaryDirectory(prefix="rankgate-tree-") as tmp:
-        (Path(tmp) / "rankgate_marker_dump.py").write_text(_DUMP_PLUGIN)
         dump = Path(tmp) / "markers.json"
+        _dump(root, dump)
+        return _load(dump)
+
+
+def collect_once(shared: Path, root: Path = ROOT) -> Tree:
+    """:func:`collect`, done by the first of the processes that pass the same ``shared``
+    folder (xdist's workers pass their common temp dir) and read by the others: each
+    collection of the tree imports every test module again (8 s on 2 cores)."""
+    dump = shared / "tree-collection.json"
+    with open(shared / "tree-collection.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the others wait for the first one's dump
+        if not dump.is_file():
+            _dump(root, dump)
+    return _load(dump)
+
+
+def _dump(root: Path, dump: Path) -> None:
+    with tempfile.TemporaryDirectory(prefix="rankgate-tree-") as tmp:
+        (Path(tmp) / "rankgate_marker_dump.py").write_text(_DUMP_PLUGIN)
         env = {
             **os.environ,
             "RANKGATE_MARKER_DUMP": str(dump),
@@ -81,10 +100,13 @@ def collect(root: Path = ROOT) -> Tree:
             raise RuntimeError(
                 "collection wrote no dump:\n" + done.stdout[-3000:] + done.stderr[-3000:]
             )
-        dumped = json.loads(dump.read_text())
-        tree = Tree(dumped["markers"])
-        tree.long_values = dumped["long_values"]
-        return tree
+
+
+def _load(dump: Path) -> Tree:
+    dumped = json.loads(dump.read_text())
+    tree = Tree(dumped["markers"])
+    tree.long_values = dumped["long_values"]
+    return tree
 
 
 def _ci_nox_words(root: Path) -> list[str]:

@@ -327,9 +327,11 @@ _STAGES: dict[str, Stage] = {
             commands=(
                 _PYTEST,
                 Command(
-                    # 3 repetitions: compare takes the best of them (load only slows a run)
+                    # 2 repetitions: compare takes the best of them (load only slows a
+                    # run); each costs ~18 s on 2 cores, most of it spawning ranks per
+                    # test, so a third would be a fifth of the quick gate's bench stage.
                     argv=(
-                        "rankgate", "bench", "--repeat", "3", "harness", "--json",
+                        "rankgate", "bench", "--repeat", "2", "harness", "--json",
                         "--k", "20", "--spawn-k", "1",
                     ),
                     label="bench harness",
