@@ -197,12 +197,44 @@ def test_containerfile_runs_as_a_non_root_user_and_smoke_checks_as_it():
 def test_pip_installs_use_a_cache_mount_the_image_does_not_keep():
     steps = instructions()
     installs = [i for i, (op, a) in enumerate(steps) if op == "RUN" and "pip install" in a]
-    assert len(installs) == 3  # torch, the dependencies, the project
+    assert len(installs) == 3  # torch, the dependencies (lock, then the rest), the project
     for i in installs:
         assert steps[i][1].startswith("--mount=type=cache,target=/root/.cache/pip ")
     # pip reads any PIP_NO_CACHE_DIR value as "no cache": set only after the installs.
     no_cache = [i for i, (op, a) in enumerate(steps) if op == "ENV" and "PIP_NO_CACHE_DIR" in a]
     assert no_cache and min(no_cache) > max(installs)
+
+
+LOCK_IN_IMAGE = "/opt/rankgate/requirements/dev-lock.txt"
+
+
+def pip_installs() -> list[list[str]]:
+    """The words of each ``pip install`` the Containerfile's RUN steps make, in order."""
+    return [
+        part.split("pip install", 1)[1].split()
+        for op, args in instructions()
+        if op == "RUN"
+        for part in args.split("&&")
+        if "pip install" in part
+    ]
+
+
+def test_dependencies_come_from_the_lock_before_anything_resolves_them():
+    # The image holds what CI tested, installed as the README and .ci/run install it: the
+    # lock with its hashes, then what it leaves out (torch's own), then the project.
+    copied = [a.split()[-2:] for op, a in instructions() if op == "COPY"]
+    assert ["requirements/dev-lock.txt", LOCK_IN_IMAGE] in copied, "the lock is not copied in"
+    installs = pip_installs()
+    from_lock = [i for i, words in enumerate(installs) if LOCK_IN_IMAGE in words]
+    assert from_lock, f"no pip install reads {LOCK_IN_IMAGE}: the image ignores the lock"
+    lock = installs[from_lock[0]]
+    assert lock[lock.index(LOCK_IN_IMAGE) - 1] == "-r"
+    assert {"--no-deps", "--require-hashes"} <= set(lock)
+    # Before it only torch (the base image's or the matrix's build, which the lock leaves
+    # out); every install that resolves dependencies comes after it.
+    assert [words[-1] for words in installs[: from_lock[0]]] == ['"$TORCH_SPEC"']
+    *_, project = installs
+    assert "--no-deps" in project and project[-1] == "/opt/rankgate"
 
 
 def variant_with(torch: str, cuda: str):
