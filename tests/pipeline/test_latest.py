@@ -49,6 +49,32 @@ def test_the_new_environment_sees_this_ones_packages_after_its_own(tmp_path):
     assert own.startswith(str(tmp_path)) and path.index(own) < path.index(here)
 
 
+def test_every_command_of_this_environment_runs_on_the_new_ones_python(tmp_path):
+    # The stages start pytest, torchrun, rankgate ... by name. A package the upgrade
+    # leaves alone (already the newest) has its command only here, whose python sees the
+    # old versions of every package the upgrade did change: the run would test those.
+    bin_dir = latest.make_environment(tmp_path / "venv")
+    commands = {
+        entry.name
+        for dist in metadata.distributions()
+        for entry in dist.entry_points
+        if entry.group == "console_scripts"
+    }
+    assert {"pytest", "torchrun", "nox", "rankgate"} <= commands
+    missing = sorted(name for name in commands if not (bin_dir / name).is_file())
+    assert not missing, f"not in the new environment: {missing}"
+    foreign = sorted(
+        name
+        for name in commands
+        if not (bin_dir / name).read_text().startswith(f"#!{bin_dir / 'python'}")
+    )
+    assert not foreign, f"run on another python: {foreign}"
+    shown = subprocess.run(
+        [bin_dir / "pytest", "--version"], capture_output=True, text=True, check=True
+    )
+    assert shown.stdout.startswith(f"pytest {metadata.version('pytest')}")
+
+
 def test_it_upgrades_all_but_torch_then_runs_unit_and_dist_inside(monkeypatch, tmp_path):
     ran = []
 

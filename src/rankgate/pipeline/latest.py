@@ -56,7 +56,36 @@ def make_environment(where: Path) -> Path:
     here = dict.fromkeys(sysconfig.get_paths()[key] for key in ("purelib", "platlib"))
     lines = [f"import site; site.addsitedir({folder!r})" for folder in here]
     (Path(own) / "rankgate_latest_base.pth").write_text("\n".join(lines) + "\n")
+    add_commands(where / "bin")
     return where / "bin"
+
+
+_COMMAND = """#!{python}
+import sys
+from {module} import {name}
+if __name__ == "__main__":
+    sys.exit({call}())
+"""
+
+
+def add_commands(bin_dir: Path) -> None:
+    """Each command (console script) of this environment's packages, run by the new
+    environment's python: the stages start pytest, torchrun, rankgate by name, and a
+    package the upgrade leaves alone keeps its command only in this environment, whose
+    python would not see what the upgrade changed. pip replaces the ones it upgrades."""
+    for dist in metadata.distributions():
+        for entry in dist.entry_points:
+            target = bin_dir / entry.name
+            if entry.group != "console_scripts" or target.exists():
+                continue
+            module, _, call = entry.value.partition(":")
+            target.write_text(
+                _COMMAND.format(
+                    python=bin_dir / "python", module=module.strip(),
+                    name=call.strip().split(".")[0], call=call.strip().split()[0],
+                )
+            )  # fmt: skip
+            target.chmod(0o755)
 
 
 def install_newest(python: Path, constraints: Path, env: dict[str, str]) -> None:
