@@ -37,7 +37,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     # rank runs the fixture itself, as before.
     global _ops_build
     workerinput = getattr(session.config, "workerinput", {"workerid": "gw0"})
-    if LAUNCHER != PLAIN or workerinput["workerid"] != "gw0":
+    if LAUNCHER != PLAIN or workerinput["workerid"] != "gw0" or session.config.option.collectonly:
         return
     if not any("deepspeed_ops" in getattr(item, "fixturenames", ()) for item in session.items):
         return
