@@ -11,8 +11,10 @@ env://). Adopted, by those same attributes:
   ``_fork_processes`` do nothing);
 - the method itself runs on this rank, with ``self.rank`` this rank and
   ``self.file_name`` one file every rank sees;
-- its ``init_process_group`` finds rankgate's group and uses it (the same backend and
-  world size, else an error naming both), and its ``destroy_process_group`` leaves it;
+- its ``init_process_group`` finds rankgate's group and uses it (the same world size,
+  else an error naming both); asked for a backend the world has not, it gets a fresh
+  group of that backend on the world's ranks for the test (:mod:`.freshgroup`); its
+  ``destroy_process_group`` leaves rankgate's group;
 - ``sys.exit`` with one of torch's skip exit codes (``skip_if_lt_x_gpu``) is that skip.
 
 Runs on the rank (and in the controller for the set-up): standard library and torch.
@@ -26,6 +28,8 @@ import sys
 import unittest
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+
+from rankgate.harness.adopt import freshgroup
 
 BASE_MODULE = "torch.testing._internal.common_distributed"
 BASE_NAMES = ("MultiProcessTestCase",)
@@ -82,13 +86,16 @@ def on_this_rank(instance, method: Callable, file_name: str | None = None) -> Ca
 @contextmanager
 def redirecting() -> Iterator[None]:
     """While it lasts, the test's init_process_group and destroy_process_group leave
-    rankgate's group in place (in place it spans the test's setUp and tearDown too)."""
+    rankgate's group in place (in place it spans the test's setUp and tearDown too);
+    a fresh group the test asked for ends with it."""
     install_redirect()
     _redirecting[0] += 1
     try:
         yield
     finally:
         _redirecting[0] -= 1
+        if _redirecting[0] == 0:
+            freshgroup.end()
 
 
 def _raise_skip_for(exc: SystemExit) -> None:
@@ -133,6 +140,7 @@ def _redirected_init(original):
         if not (_redirecting[0] > 0 and dist.is_initialized()):
             return original(*args, **kwargs)
         asked = signature.bind(*args, **kwargs).arguments
+        freshgroup.end()  # a second init without a destroy: the last one asked wins
         world, rank, backend = dist.get_world_size(), dist.get_rank(), dist.get_backend()
         size = asked.get("world_size", -1)
         if size not in (-1, None, world):
@@ -143,20 +151,12 @@ def _redirected_init(original):
         if asked.get("rank", -1) not in (-1, None, rank):
             raise AdoptionError(f"init_process_group(rank={asked['rank']}) on rank {rank}")
         wanted = str(asked.get("backend") or "").lower()
-        if wanted and not any(part in backend.lower() for part in _backends(wanted)):
-            raise AdoptionError(
-                f"init_process_group(backend={wanted!r}) on rankgate's {backend} world: "
-                f"give the adoption line backend=... or run the test on {wanted}'s machine"
-            )
-        return None  # rankgate's group is the default group the test uses
+        if wanted and not freshgroup.serves(backend, wanted):
+            freshgroup.start(wanted)  # e.g. gloo asked on a GPU host's nccl world
+        return None  # rankgate's group (or the fresh one) is the test's default group
 
     setattr(init_process_group, ADOPTED_ATTR, True)
     return init_process_group
-
-
-def _backends(text: str) -> list[str]:
-    """'cpu:gloo,cuda:nccl' -> ['gloo', 'nccl']."""
-    return [part.rpartition(":")[2] for part in text.split(",")]
 
 
 def _redirected_destroy(original):
@@ -165,6 +165,7 @@ def _redirected_destroy(original):
         import torch.distributed as dist
 
         if _redirecting[0] > 0 and (group is None or group is dist.group.WORLD):
+            freshgroup.end()  # the test's own group, if it had one
             return None  # rankgate's group outlives the test
         return original(group)
 
