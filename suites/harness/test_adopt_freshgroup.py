@@ -106,3 +106,22 @@ def test_the_worlds_backend_reuses_the_world_and_another_size_is_refused(rank):
 )
 def test_which_backends_the_world_serves(world, wanted, served):
     assert freshgroup.serves(world, wanted) is served
+
+
+@pytest.mark.world(2, backend="gloo")
+def test_a_test_of_its_own_init_sees_no_group_until_it_makes_one(rank):
+    world = c10d._world.default_pg
+    groups_before = set(c10d._world.pg_map)
+    with torchcase.redirecting(), freshgroup.world_hidden():
+        assert not dist.is_initialized()
+        dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=2)
+        fresh = c10d._world.default_pg
+        assert fresh is not world and dist.is_initialized()
+        assert _sum_of_ranks() == 3.0
+        dist.destroy_process_group()
+        assert not dist.is_initialized()  # as after its own way's destroy
+        dist.init_process_group("gloo")  # made again, left for the end of the test
+        assert dist.is_initialized()
+    assert c10d._world.default_pg is world
+    assert set(c10d._world.pg_map) == groups_before
+    assert _sum_of_ranks() == 3.0

@@ -7,11 +7,20 @@ the backend it asked for, on the world's ranks over the world's store, as the te
 default group. It ends with the test (or at the test's ``destroy_process_group``),
 with any group the test made on top of it, and rankgate's group is the default again.
 
+A test that checks how the project makes its group (DeepSpeed's ``init_distributed =
+False`` classes) runs with rankgate's group hidden (:func:`world_hidden`): torch says
+no group exists until the test's own ``init_process_group``, which gets a fresh group.
+
 Runs on the rank: standard library and torch.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+_hidden: list[object] = []
+"""rankgate's group while a test runs with it hidden (torch sees no default group)."""
 _active: list[tuple[object, set]] = []
 """(the world's default group, the groups that existed before) while a fresh one is in use."""
 
@@ -35,8 +44,14 @@ def start(backend: str) -> None:
     if _active:
         end()  # a second init_process_group without a destroy: the last one wins
     world = c10d._world.default_pg
+    if _hidden:
+        c10d._update_default_pg(_hidden[-1])  # new_group needs the world's store and ranks
     before = set(c10d._world.pg_map)
-    fresh = dist.new_group(backend=backend, group_desc="rankgate_fresh_for_test")
+    try:
+        fresh = dist.new_group(backend=backend, group_desc="rankgate_fresh_for_test")
+    except BaseException:
+        c10d._update_default_pg(world)
+        raise
     _active.append((world, before))
     c10d._update_default_pg(fresh)
 
@@ -54,7 +69,34 @@ def end() -> None:
     from torch.distributed import distributed_c10d as c10d
 
     world, before = _active.pop()
-    c10d._update_default_pg(world)  # destroy_process_group(pg) of the world would end all
+    # destroy_process_group(pg) of the default group would end every group
+    c10d._update_default_pg(_hidden[-1] if _hidden else world)
     made = [pg for pg in c10d._world.pg_map if pg not in before]
     for pg in reversed(made):  # pg_map keeps the order they were made in
         c10d.destroy_process_group(pg)
+    c10d._update_default_pg(world)
+
+
+def hidden_world():
+    """rankgate's group while :func:`world_hidden` hides it (None otherwise)."""
+    return _hidden[-1] if _hidden else None
+
+
+@contextmanager
+def world_hidden() -> Iterator[None]:
+    """While it lasts torch sees no default group (``dist.is_initialized()`` is false);
+    the test's own group ends with it and rankgate's group is the default again."""
+    from torch.distributed import distributed_c10d as c10d
+
+    world = c10d._world.default_pg
+    if world is None:  # nothing to hide (a run without rankgate's group)
+        yield
+        return
+    _hidden.append(world)
+    c10d._update_default_pg(None)
+    try:
+        yield
+    finally:
+        end()
+        _hidden.pop()
+        c10d._update_default_pg(world)

@@ -20,6 +20,7 @@ def enter(prelude: Mapping, func: Callable | None = None, *, file_name: str | No
 
     ``prelude``: {"helpers": [adoption lines], "env": {NAME: template}, "setup": target,
     "after": helper calls before code for one process, "torch_case": True,
+    "own_group": True (rankgate's group hidden, a fresh one from the test's init),
     "setup_only": True for the set-up's own step (then None is returned)}.
     ``file_name``: the file a torch test case's store uses (one every rank sees).
     The variables stay for the test; the rank restores its environment after it.
@@ -38,6 +39,8 @@ def enter(prelude: Mapping, func: Callable | None = None, *, file_name: str | No
         return None  # the set-up's own step, timed apart from the test (poolmode)
     if prelude.get("torch_case"):
         func = torchcase.on_this_rank(func.__self__, func, file_name)
+    if prelude.get("own_group"):
+        func = torchcase.with_own_group(func)
     if prelude.get("after"):
         func = _with_code_after(func, prelude["after"])
     return func

@@ -98,6 +98,18 @@ def redirecting() -> Iterator[None]:
             freshgroup.end()
 
 
+def with_own_group(func: Callable) -> Callable:
+    """A test that makes its own process group (and checks how the project makes it):
+    it runs with rankgate's group hidden, and its init_process_group gets a fresh one."""
+
+    @functools.wraps(func)
+    def run(*args, **kwargs):
+        with redirecting(), freshgroup.world_hidden():
+            return func(*args, **kwargs)
+
+    return run
+
+
 def _raise_skip_for(exc: SystemExit) -> None:
     """torch's skip decorators end a child with an exit code: the same skip here."""
     module = sys.modules.get(BASE_MODULE)
@@ -137,11 +149,13 @@ def _redirected_init(original):
     def init_process_group(*args, **kwargs):
         import torch.distributed as dist
 
-        if not (_redirecting[0] > 0 and dist.is_initialized()):
+        hidden = freshgroup.hidden_world()
+        if not (_redirecting[0] > 0 and (dist.is_initialized() or hidden is not None)):
             return original(*args, **kwargs)
         asked = signature.bind(*args, **kwargs).arguments
         freshgroup.end()  # a second init without a destroy: the last one asked wins
-        world, rank, backend = dist.get_world_size(), dist.get_rank(), dist.get_backend()
+        group = hidden or dist.group.WORLD
+        world, rank, backend = group.size(), group.rank(), dist.get_backend(group)
         size = asked.get("world_size", -1)
         if size not in (-1, None, world):
             raise AdoptionError(
@@ -151,7 +165,9 @@ def _redirected_init(original):
         if asked.get("rank", -1) not in (-1, None, rank):
             raise AdoptionError(f"init_process_group(rank={asked['rank']}) on rank {rank}")
         wanted = str(asked.get("backend") or "").lower()
-        if wanted and not freshgroup.serves(backend, wanted):
+        if hidden is not None:  # the test makes its own group: a fresh one
+            freshgroup.start(wanted or backend)
+        elif wanted and not freshgroup.serves(backend, wanted):
             freshgroup.start(wanted)  # e.g. gloo asked on a GPU host's nccl world
         return None  # rankgate's group (or the fresh one) is the test's default group
 
