@@ -8,8 +8,8 @@ launcher's variables and calls the project's set-up before the method. A list of
 sizes (``world_size = [1, 2]``) becomes one test per size (``[world1]``, ``[world2]``).
 A class that starts its own ranks keeps its launcher and is marked ``launches``; one
 that tests how the project makes its process group (``own_group=``) runs on the
-ranks with rankgate's group hidden and gets a fresh group from its own init. PyTorch's ``MultiProcessTestCase`` is read
-by its own attributes: see :mod:`.torchcase`.
+ranks with rankgate's group hidden and gets a fresh group from its own init.
+PyTorch's ``MultiProcessTestCase`` is read by its own attributes: see :mod:`.torchcase`.
 """
 
 from __future__ import annotations
