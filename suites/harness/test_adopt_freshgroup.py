@@ -81,15 +81,20 @@ def test_the_tests_destroy_ends_the_fresh_group_and_a_second_init_gets_another(r
 @pytest.mark.world(2, backend="gloo")
 def test_the_worlds_backend_reuses_the_world_and_another_size_is_refused(rank):
     world = c10d._world.default_pg
+    groups_before = set(c10d._world.pg_map)
     with torchcase.redirecting():
         dist.init_process_group("cpu:gloo", rank=rank, world_size=2)
         assert c10d._world.default_pg is world
+        sub = dist.new_group(ranks=[0, 1])  # on rankgate's world: ends with the test
+        assert _sum_of_ranks(sub) == 3.0
         with pytest.raises(torchcase.AdoptionError) as caught:
             dist.init_process_group("gloo", rank=rank, world_size=4)
     assert str(caught.value) == (
         "init_process_group(world_size=4) on rankgate's world of 2 ranks: "
         "the class's world_size must say the same"
     )
+    assert set(c10d._world.pg_map) == groups_before
+    assert c10d._world.default_pg is world
 
 
 @pytest.mark.unit

@@ -87,15 +87,16 @@ def on_this_rank(instance, method: Callable, file_name: str | None = None) -> Ca
 def redirecting() -> Iterator[None]:
     """While it lasts, the test's init_process_group and destroy_process_group leave
     rankgate's group in place (in place it spans the test's setUp and tearDown too);
-    a fresh group the test asked for ends with it."""
+    a fresh group the test asked for, and the groups it made, end with it."""
     install_redirect()
+    before = freshgroup.groups_now() if _redirecting[0] == 0 else None
     _redirecting[0] += 1
     try:
         yield
     finally:
         _redirecting[0] -= 1
-        if _redirecting[0] == 0:
-            freshgroup.end()
+        if before is not None:
+            freshgroup.end_groups_since(before)  # its own group, and its new_group calls
 
 
 def with_own_group(func: Callable) -> Callable:
