@@ -67,7 +67,7 @@ def test_the_tests_destroy_ends_the_fresh_group_and_a_second_init_gets_another(r
         dist.destroy_process_group()
         assert c10d._world.default_pg is world
         assert first not in c10d._world.pg_map
-        assert not freshgroup.active()
+        assert dist.get_backend() == "gloo"
         dist.init_process_group(OTHER, rank=rank, world_size=2)
         second = c10d._world.default_pg
         assert second not in (world, first)
@@ -115,18 +115,29 @@ def test_which_backends_the_world_serves(world, wanted, served):
 
 @pytest.mark.world(2, backend="gloo")
 def test_a_test_of_its_own_init_sees_no_group_until_it_makes_one(rank):
+    _register_other_backend()
     world = c10d._world.default_pg
     groups_before = set(c10d._world.pg_map)
     with torchcase.redirecting(), freshgroup.world_hidden():
-        assert not dist.is_initialized()
+        assert not dist.is_initialized()  # as in its own way's new process
         dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=2)
-        fresh = c10d._world.default_pg
-        assert fresh is not world and dist.is_initialized()
+        assert c10d._world.default_pg is world  # the world's backend: rankgate's group
         assert _sum_of_ranks() == 3.0
         dist.destroy_process_group()
         assert not dist.is_initialized()  # as after its own way's destroy
-        dist.init_process_group("gloo")  # made again, left for the end of the test
-        assert dist.is_initialized()
+        dist.init_process_group(OTHER)  # another backend: a fresh group, left to the end
+        assert dist.get_backend() == OTHER and c10d._world.default_pg is not world
+        assert _sum_of_ranks() == 3.0
     assert c10d._world.default_pg is world
     assert set(c10d._world.pg_map) == groups_before
     assert _sum_of_ranks() == 3.0
+
+
+@pytest.mark.world(2, backend="gloo")
+def test_a_group_made_again_by_the_next_test_gets_its_own_rendezvous(rank):
+    # new_group names a group by its ranks: made again by the next test, it must not
+    # read the last one's addresses from rankgate's store (its own way has a new store)
+    for _ in range(2):  # two tests, one after the other
+        with torchcase.redirecting():
+            sub = dist.new_group(ranks=[0, 1], use_local_synchronization=True)
+            assert _sum_of_ranks(sub) == 3.0

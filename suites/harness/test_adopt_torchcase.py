@@ -48,6 +48,9 @@ class TestFileStore(MultiProcessTestCase):
         self.assertEqual(t.tolist(), [3.0, 3.0])
         dist.destroy_process_group()
 
+    def test_no_group_before_its_init(self):
+        self.assertFalse(dist.is_initialized())  # as in a child its own way starts
+
     def test_store_is_shared(self):
         store = dist.FileStore(self.file_name, self.world_size)
         store.set(f"rank{self.rank}", "here")
@@ -191,6 +194,7 @@ def test_torch_test_cases_run_on_the_pool(pytester):
     tests = {case.name: case for case in read_junit(pytester.path / "junit.xml").cases}
     assert {name: case.outcome for name, case in tests.items()} == {
         "test_all_reduce": "passed",
+        "test_no_group_before_its_init": "passed",  # rankgate's group hidden until init
         "test_store_is_shared": "passed",  # self.file_name: one file every rank sees
         "test_wrong_on_rank_1": "failed",
         "test_needs_gpus": GPU_TEST,  # torch's skip exit code, read as the skip it is
@@ -204,6 +208,7 @@ def test_torch_test_cases_run_on_the_pool(pytester):
     worlds = {name: _world(case) for name, case in tests.items()}
     assert worlds == {
         "test_all_reduce": "2",
+        "test_no_group_before_its_init": "2",
         "test_store_is_shared": "2",
         "test_wrong_on_rank_1": "2",
         "test_needs_gpus": "2",
@@ -234,6 +239,7 @@ def test_torch_test_cases_run_in_place_under_torchrun(pytester):
     merged = merge_junit(sorted((pytester.path / "out").glob("junit.rank*.xml")), world_size=2)
     assert {t.name: t.verdict for t in merged.tests} == {
         "test_all_reduce": "passed",
+        "test_no_group_before_its_init": "passed",
         "test_store_is_shared": "passed",
         "test_wrong_on_rank_1": "failed",
         "test_needs_gpus": GPU_TEST,
@@ -254,7 +260,7 @@ def test_torch_test_cases_run_in_place_under_torchrun(pytester):
         "test_wrong_on_rank_1 (torchrun's \"Root Cause\" after the run is the first rank to "
         "exit, not the rank that failed: every rank exits 1 when any rank fails a test)"
     ) in proc.stdout.splitlines()
-    stats = "1 failed, 7 passed, 2 skipped" if GPU_TEST == "passed" else "1 failed, 6 passed, 3 skipped"
+    stats = "1 failed, 8 passed, 2 skipped" if GPU_TEST == "passed" else "1 failed, 7 passed, 3 skipped"
     assert proc.stdout.rstrip().splitlines()[-1].startswith(stats)
     assert "world(4) needs 4 ranks; this run has 2 ranks launched by torchrun" in proc.stdout
     assert "world_size=0 is not a number of ranks: run it without a launcher" in proc.stdout

@@ -11,10 +11,11 @@ env://). Adopted, by those same attributes:
   ``_fork_processes`` do nothing);
 - the method itself runs on this rank, with ``self.rank`` this rank and
   ``self.file_name`` one file every rank sees;
-- its ``init_process_group`` finds rankgate's group and uses it (the same world size,
-  else an error naming both); asked for a backend the world has not, it gets a fresh
-  group of that backend on the world's ranks for the test (:mod:`.freshgroup`); its
-  ``destroy_process_group`` leaves rankgate's group;
+- it starts with rankgate's group hidden, as its own way's child starts with no group;
+  its ``init_process_group`` finds rankgate's group again (the same world size, else
+  an error naming both); asked for a backend the world has not, it gets a fresh group
+  of that backend on the world's ranks for the test (:mod:`.freshgroup`); its
+  ``destroy_process_group`` hides rankgate's group again;
 - ``sys.exit`` with one of torch's skip exit codes (``skip_if_lt_x_gpu``) is that skip.
 
 Runs on the rank (and in the controller for the set-up): standard library and torch.
@@ -73,7 +74,7 @@ def on_this_rank(instance, method: Callable, file_name: str | None = None) -> Ca
         instance.rank = dist.get_rank()
         if file_name is not None:
             instance.file_name = file_name
-        with redirecting():
+        with redirecting(), freshgroup.world_hidden():  # no group until the test's init
             try:
                 return raw(instance, *args, **kwargs)
             except SystemExit as exc:
@@ -89,19 +90,27 @@ def redirecting() -> Iterator[None]:
     rankgate's group in place (in place it spans the test's setUp and tearDown too);
     a fresh group the test asked for, and the groups it made, end with it."""
     install_redirect()
-    before = freshgroup.groups_now() if _redirecting[0] == 0 else None
+    if _redirecting[0] > 0:  # nested (in place: setUp and tearDown around the method)
+        _redirecting[0] += 1
+        try:
+            yield
+        finally:
+            _redirecting[0] -= 1
+        return
+    before = freshgroup.groups_now()
     _redirecting[0] += 1
     try:
-        yield
+        with freshgroup.store_of_its_own():
+            yield
     finally:
         _redirecting[0] -= 1
-        if before is not None:
-            freshgroup.end_groups_since(before)  # its own group, and its new_group calls
+        freshgroup.end_groups_since(before)  # its own group, and its new_group calls
 
 
 def with_own_group(func: Callable) -> Callable:
     """A test that makes its own process group (and checks how the project makes it):
-    it runs with rankgate's group hidden, and its init_process_group gets a fresh one."""
+    it runs with rankgate's group hidden, and its init_process_group finds it again (or
+    gets a fresh group of a backend the world has not)."""
 
     @functools.wraps(func)
     def run(*args, **kwargs):
@@ -166,10 +175,10 @@ def _redirected_init(original):
         if asked.get("rank", -1) not in (-1, None, rank):
             raise AdoptionError(f"init_process_group(rank={asked['rank']}) on rank {rank}")
         wanted = str(asked.get("backend") or "").lower()
-        if hidden is not None:  # the test makes its own group: a fresh one
-            freshgroup.start(wanted or backend)
-        elif wanted and not freshgroup.serves(backend, wanted):
+        if wanted and not freshgroup.serves(backend, wanted):
             freshgroup.start(wanted)  # e.g. gloo asked on a GPU host's nccl world
+        elif hidden is not None:
+            freshgroup.show_world()  # the world's group is the one it asks for
         return None  # rankgate's group (or the fresh one) is the test's default group
 
     setattr(init_process_group, ADOPTED_ATTR, True)
