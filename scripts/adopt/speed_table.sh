@@ -56,11 +56,11 @@ run_way() {  # run_way SUITE WAY TAG: one pytest run; prints "seconds|summary"
   rm -rf "$dir/out.speed"
   start=$(date +%s.%N)
   case $way in
-    own) (cd "$dir" && env $envs "$venv/bin/python" -m pytest -p no:cacheprovider -q "${args[@]}" -p no:rankgate) >"$log.full" 2>&1 ;;
-    pool) (cd "$dir" && env $envs "$venv/bin/python" -m pytest -p no:cacheprovider -q "${args[@]}" -o "$adopt") >"$log.full" 2>&1 ;;
+    own) (cd "$dir" && env $envs "$venv/bin/python" -m pytest -p no:cacheprovider -p no:randomly -q "${args[@]}" -p no:rankgate) >"$log.full" 2>&1 ;;
+    pool) (cd "$dir" && env $envs "$venv/bin/python" -m pytest -p no:cacheprovider -p no:randomly -q "${args[@]}" -o "$adopt") >"$log.full" 2>&1 ;;
     inplace)
       (cd "$dir" && env $envs "$venv/bin/python" -m torch.distributed.run --standalone --nproc-per-node 2 \
-        -m pytest -p no:cacheprovider -q "${args[@]}" -o "$adopt" --junitxml=out.speed/junit.xml) >"$log.full" 2>&1
+        -m pytest -p no:cacheprovider -p no:randomly -q "${args[@]}" -o "$adopt" --junitxml=out.speed/junit.xml) >"$log.full" 2>&1
       (cd "$dir" && "$venv/bin/rankgate" merge-junit out.speed/) >>"$log.full" 2>&1 ;;
   esac
   end=$(date +%s.%N)
