@@ -34,7 +34,7 @@ olmo_adopt='rankgate_spawn_helpers=olmo_core.testing:run_distributed_test args=f
 olmo_env=''
 ds_dir=$DS_SRC/tests ds_venv=$DS_VENV
 ds_sel='unit/comm/test_dist.py -k not_TestDistributedFixture'
-ds_adopt='rankgate_world_classes=unit.common:DistributedTest marker=world_size backend=backend launcher=is_dist_test own_group=init_distributed:False setup=deepspeed:init_distributed env=LOCAL_SIZE={local_world_size}'
+ds_adopt='rankgate_world_classes=unit.common:DistributedTest marker=world_size backend=backend launcher=is_dist_test own_group=init_distributed:False setup=deepspeed:init_distributed teardown=deepspeed.utils.groups:_release_process_group_references env=LOCAL_SIZE={local_world_size}'
 ds_env='LOCAL_SIZE=2'
 tt_dir=$TT_SRC tt_venv=$TT_VENV
 tt_sel='test/distributed/test_collective_utils.py test/distributed/test_c10d_object_collectives.py'

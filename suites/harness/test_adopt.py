@@ -121,6 +121,21 @@ def init():
     SEEN.update(rank=os.environ["RANK"], local_size=os.environ["LOCAL_SIZE"])
 
 
+CACHE = {}
+
+
+def world_group():
+    """The project's group kept in a module global, as DeepSpeed keeps its groups."""
+    if "world" not in CACHE:
+        CACHE["world"] = dist.new_group(ranks=list(range(dist.get_world_size())))
+    return CACHE["world"]
+
+
+def release():
+    """The project's reset of its kept groups (its own way never needs it: new processes)."""
+    CACHE.clear()
+
+
 class DistributedTest:
     world_size = 2
     backend = "gloo"
@@ -174,7 +189,7 @@ import os
 import pytest
 import torch
 import torch.distributed as dist
-from classproj.common import SEEN, DistributedTest
+from classproj.common import SEEN, DistributedTest, world_group
 
 
 class TestComm(DistributedTest):
@@ -212,6 +227,14 @@ class TestSizeParameter(DistributedTest):
         assert dist.get_world_size() == world_size
 
 
+class TestKeptGroup(DistributedTest):
+    def test_a_first(self):
+        assert dist.get_global_rank(world_group(), 1) == 1
+
+    def test_b_again(self):  # the group kept by the test before was ended: teardown=
+        assert dist.get_global_rank(world_group(), 1) == 1
+
+
 class TestInit(DistributedTest):
     init_distributed = False  # tests how the project makes its group: own_group=
 
@@ -240,7 +263,7 @@ CLASS_INI = (
     "rankgate_world_classes =\n"
     "    classproj.common:DistributedTest marker=world_size backend=backend "
     "launcher=is_dist_test launches=own_launcher:True own_group=init_distributed:False "
-    "setup=classproj.common:init "
+    "setup=classproj.common:init teardown=classproj.common:release "
     "env=LOCAL_SIZE={local_world_size}\n"
 )
 
@@ -309,6 +332,8 @@ def test_class_tests_run_on_the_pool_and_init_tests_get_a_group_of_their_own(pyt
         "test_all_reduce": "passed",
         "test_alone": "passed",
         "test_wrong": "failed",
+        "test_a_first": "passed",
+        "test_b_again": "passed",  # teardown=: the project forgets the group rankgate ended
         "test_starts_without_a_group": "passed",  # rankgate's group hidden: own_group=
         "test_makes_its_own_group": "passed",  # a fresh group from its own init
         "test_own_group_broken_on_rank_1": "failed",
@@ -324,6 +349,8 @@ def test_class_tests_run_on_the_pool_and_init_tests_get_a_group_of_their_own(pyt
         "test_all_reduce": "2",
         "test_alone": "1",
         "test_wrong": "2",
+        "test_a_first": "2",
+        "test_b_again": "2",
         "test_starts_without_a_group": "2",
         "test_makes_its_own_group": "2",
         "test_own_group_broken_on_rank_1": "2",
@@ -379,6 +406,8 @@ def test_adopted_suites_run_in_place_under_torchrun(pytester, project):
             "test_all_reduce": "passed",
             "test_alone": "skipped",  # world(1) in a run of 2 ranks
             "test_wrong": "failed",
+            "test_a_first": "passed",
+            "test_b_again": "passed",
             "test_starts_without_a_group": "passed",  # own_group=: rankgate's group hidden
             "test_makes_its_own_group": "passed",
             "test_own_group_broken_on_rank_1": "failed",  # the plant fails in place

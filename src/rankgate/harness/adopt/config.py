@@ -67,6 +67,10 @@ class WorldClass:
     group hidden, without ``setup``, and its init_process_group gets a fresh group."""
     setup: str | None = None
     """``module:function`` each rank calls before the test (the project's init code)."""
+    teardown: str | None = None
+    """``module:function`` each rank calls after the test: the project's reset of what
+    it keeps from the test (its cached process groups, which rankgate ends after every
+    test; in its own way every test is a new process)."""
     setup_timeout: float = DEFAULT_SETUP_TIMEOUT_S
     """Seconds ``setup`` may take the first time on a rank (it may build C++ ops), apart
     from every test's own timeout."""
@@ -85,7 +89,7 @@ def parse_spawn_helper(line: str) -> SpawnHelper:
 
 def parse_world_class(line: str) -> WorldClass:
     target, words = _split(line)
-    known = {"world", "marker", "backend", "launcher", "launches", "own_group", "setup"}
+    known = {"world", "marker", "backend", "launcher", "launches", "own_group", "setup", "teardown"}
     known |= {"setup_timeout", "env"}
     values = _words(line, words, known)
     env = _env(line, values.pop("env", ""))
@@ -93,8 +97,9 @@ def parse_world_class(line: str) -> WorldClass:
         values["setup_timeout"] = _seconds(line, values["setup_timeout"])
     launches = _pairs(line, "launches", values.pop("launches", ""))
     own_group = _pairs(line, "own_group", values.pop("own_group", ""))
-    if "setup" in values:
-        _check_target(line, values["setup"])
+    for word in ("setup", "teardown"):
+        if word in values:
+            _check_target(line, values[word])
     return WorldClass(target=target, env=env, launches=launches, own_group=own_group, **values)
 
 

@@ -92,25 +92,6 @@ def end() -> None:
     c10d._update_default_pg(before_default)
 
 
-def groups_now() -> set:
-    """The process groups this rank has now (to end those a test makes)."""
-    from torch.distributed import distributed_c10d as c10d
-
-    return set(c10d._world.pg_map)
-
-
-def end_groups_since(before: set) -> None:
-    """Destroy the groups made since ``before`` on rankgate's world (a test's
-    ``new_group`` calls, which its own way's ``destroy_process_group()`` would end)."""
-    from torch.distributed import distributed_c10d as c10d
-
-    end()
-    world = c10d._world.default_pg
-    made = [pg for pg in c10d._world.pg_map if pg not in before and pg is not world]
-    for pg in reversed(made):  # pg_map keeps the order they were made in
-        c10d.destroy_process_group(pg)
-
-
 _tests = [0]
 """Tests this rank has run through :func:`store_of_its_own` (the same on every rank)."""
 

@@ -105,10 +105,11 @@ def several_sizes(sizes) -> list[int] | None:
 
 
 def prelude(world_class: WorldClass, cls: type | None = None) -> dict:
-    if cls is not None and makes_own_group(cls, world_class):
-        return {"env": dict(world_class.env), "own_group": True}  # its init is the test
+    if cls is not None and makes_own_group(cls, world_class):  # its init is the test
+        return {"env": dict(world_class.env), "own_group": True, "teardown": world_class.teardown}
     return {
         "env": dict(world_class.env),
         "setup": world_class.setup,
         "setup_timeout": world_class.setup_timeout,
+        "teardown": world_class.teardown,
     }
