@@ -66,7 +66,7 @@ run_way() {  # run_way SUITE WAY TAG: one pytest run; prints "seconds|summary"
   end=$(date +%s.%N)
   tail -n 60 "$log.full" >"$log" && rm -f "$log.full"
   if [ "$way" = inplace ]; then
-    summary=$(grep -E '^[0-9]+ tests? on ranks' "$log" | tail -n 1)
+    summary=$(grep -oE '[0-9]+ tests? on ranks.*' "$log" | tail -n 1)
   else
     summary=$(grep -E '(passed|failed|skipped|error).* in [0-9.]+s' "$log" | tail -n 1 | tr -d '=' | sed 's/^ *//')
   fi
@@ -76,7 +76,7 @@ run_way() {  # run_way SUITE WAY TAG: one pytest run; prints "seconds|summary"
 {
   echo "# Adoption speed table"
   echo
-  echo "$(date -u '+%F %T UTC'), $(nproc) cores, $(uname -r); rankgate at $(git -C "$here" rev-parse --short HEAD)"
+  echo "$(date -u '+%F %T UTC'), $(getconf _NPROCESSORS_ONLN) cores, $(uname -r); rankgate at $(git -C "$here" rev-parse --short HEAD)"
   echo
 } >"$out/table.md"
 for suite in $ONLY; do
