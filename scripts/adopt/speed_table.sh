@@ -64,7 +64,7 @@ run_way() {  # run_way SUITE WAY TAG: one pytest run; prints "seconds|summary"
       (cd "$dir" && "$venv/bin/rankgate" merge-junit out.speed/) >>"$log.full" 2>&1 ;;
   esac
   end=$(date +%s.%N)
-  tail -n 60 "$log.full" >"$log" && rm -f "$log.full"
+  tail -n 60 "$log.full" | sed 's/\x1b\[[0-9;]*m//g' >"$log" && rm -f "$log.full"  # no colours
   if [ "$way" = inplace ]; then
     summary=$(grep -oE '[0-9]+ tests? on ranks.*' "$log" | tail -n 1)
   else
