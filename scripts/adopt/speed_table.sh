@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The adoption speed table (docs/adopting.md): three public suites, each run its own way,
-# in rankgate's pool and in place under torchrun (2 ranks), warm, one after another.
+# in rankgate's pool and in place under torchrun (2 ranks; 4 for PyTorch's files, whose
+# tests ask for world 4), warm, one after another.
 #
 # Usage: scripts/adopt/speed_table.sh OUT
 # Writes OUT/table.md (the table, the machine, the load before and after each run) and
@@ -31,15 +32,15 @@ export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 olmo_dir=$OLMO_SRC/src olmo_venv=$OLMO_VENV
 olmo_sel='test/distributed/checkpoint_test.py test/distributed/utils_test.py test/distributed/checkpoint/filesystem_test.py -k not_remotely'
 olmo_adopt='rankgate_spawn_helpers=olmo_core.testing:run_distributed_test args=func_args kwargs=func_kwargs env=NUM_NODES=1'
-olmo_env=''
+olmo_env='' olmo_nproc=2
 ds_dir=$DS_SRC/tests ds_venv=$DS_VENV
 ds_sel='unit/comm/test_dist.py -k not_TestDistributedFixture'
 ds_adopt='rankgate_world_classes=unit.common:DistributedTest marker=world_size backend=backend launcher=is_dist_test own_group=init_distributed:False setup=deepspeed:init_distributed teardown=deepspeed.utils.groups:_release_process_group_references env=LOCAL_SIZE={local_world_size}'
-ds_env='LOCAL_SIZE=2'
+ds_env='LOCAL_SIZE=2' ds_nproc=2
 tt_dir=$TT_SRC tt_venv=$TT_VENV
 tt_sel='test/distributed/test_collective_utils.py test/distributed/test_c10d_object_collectives.py'
 tt_adopt='rankgate_world_classes=torch.testing._internal.common_distributed:MultiProcessTestCase'
-tt_env=''
+tt_env='' tt_nproc=4  # MultiProcessTestCase's default world_size: 4
 
 selection() {  # "-k not_x" -> -k "not x" (the words travel through one variable)
   local word
@@ -49,8 +50,8 @@ selection() {  # "-k not_x" -> -k "not x" (the words travel through one variable
 }
 
 run_way() {  # run_way SUITE WAY TAG: one pytest run; prints "seconds|summary"
-  local suite=$1 way=$2 tag=$3 dir venv sel adopt envs log start end summary
-  eval "dir=\$${suite}_dir venv=\$${suite}_venv sel=\$${suite}_sel adopt=\$${suite}_adopt envs=\$${suite}_env"
+  local suite=$1 way=$2 tag=$3 dir venv sel adopt envs nproc log start end summary
+  eval "dir=\$${suite}_dir venv=\$${suite}_venv sel=\$${suite}_sel adopt=\$${suite}_adopt envs=\$${suite}_env nproc=\$${suite}_nproc"
   mapfile -t args < <(selection "$sel")
   log=$out/raw/$suite-$way$tag.txt
   rm -rf "$dir/out.speed"
@@ -59,7 +60,7 @@ run_way() {  # run_way SUITE WAY TAG: one pytest run; prints "seconds|summary"
     own) (cd "$dir" && env $envs "$venv/bin/python" -m pytest -p no:cacheprovider -p no:randomly -q "${args[@]}" -p no:rankgate) >"$log.full" 2>&1 ;;
     pool) (cd "$dir" && env $envs "$venv/bin/python" -m pytest -p no:cacheprovider -p no:randomly -q "${args[@]}" -o "$adopt") >"$log.full" 2>&1 ;;
     inplace)
-      (cd "$dir" && env $envs "$venv/bin/python" -m torch.distributed.run --standalone --nproc-per-node 2 \
+      (cd "$dir" && env $envs "$venv/bin/python" -m torch.distributed.run --standalone --nproc-per-node "$nproc" \
         -m pytest -p no:cacheprovider -p no:randomly -q "${args[@]}" -o "$adopt" --junitxml=out.speed/junit.xml) >"$log.full" 2>&1
       (cd "$dir" && "$venv/bin/rankgate" merge-junit out.speed/) >>"$log.full" 2>&1 ;;
   esac
@@ -86,7 +87,7 @@ for suite in $ONLY; do
   fi
   "$venv/bin/python" -c 'import rankgate, torch, sys; print(sys.argv[1], torch.__version__, rankgate.__file__)' "$suite" >>"$out/raw/versions.txt" 2>&1
 done
-echo "| suite | selection | its own way | pool | own/pool | in place (torchrun, 2 ranks) | load (1 min) before each run |" >>"$out/table.md"
+echo "| suite | selection | its own way | pool | own/pool | in place (torchrun: 2 ranks, tt 4) | load (1 min) before each run |" >>"$out/table.md"
 echo "|---|---|---|---|---|---|---|" >>"$out/table.md"
 for suite in $ONLY; do
   eval "sel=\$${suite}_sel"
