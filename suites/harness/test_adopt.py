@@ -121,6 +121,21 @@ def init():
     SEEN.update(rank=os.environ["RANK"], local_size=os.environ["LOCAL_SIZE"])
 
 
+CACHE = {}
+
+
+def world_group():
+    """The project's group kept in a module global, as DeepSpeed keeps its groups."""
+    if "world" not in CACHE:
+        CACHE["world"] = dist.new_group(ranks=list(range(dist.get_world_size())))
+    return CACHE["world"]
+
+
+def release():
+    """The project's reset of its kept groups (its own way never needs it: new processes)."""
+    CACHE.clear()
+
+
 class DistributedTest:
     world_size = 2
     backend = "gloo"
@@ -174,7 +189,7 @@ import os
 import pytest
 import torch
 import torch.distributed as dist
-from classproj.common import SEEN, DistributedTest
+from classproj.common import SEEN, DistributedTest, world_group
 
 
 class TestComm(DistributedTest):
@@ -212,18 +227,43 @@ class TestSizeParameter(DistributedTest):
         assert dist.get_world_size() == world_size
 
 
+class TestKeptGroup(DistributedTest):
+    def test_a_first(self):
+        assert dist.get_global_rank(world_group(), 1) == 1
+
+    def test_b_again(self):  # the group kept by the test before was ended: teardown=
+        assert dist.get_global_rank(world_group(), 1) == 1
+
+
 class TestInit(DistributedTest):
-    init_distributed = False
+    init_distributed = False  # tests how the project makes its group: own_group=
 
     def test_starts_without_a_group(self):
         assert not dist.is_initialized()
         assert os.environ["WORLD_SIZE"] == "2"
+
+    def test_makes_its_own_group(self):
+        dist.init_process_group("gloo")  # env://, from the launcher's variables
+        t = torch.ones(1) * (dist.get_rank() + 1)
+        dist.all_reduce(t)
+        assert t.item() == 3
+        dist.destroy_process_group()
+        assert not dist.is_initialized()
+
+    def test_own_group_broken_on_rank_1(self):
+        dist.init_process_group("gloo")
+        t = torch.ones(1)
+        if dist.get_rank() == 1:
+            t[0] = 0  # planted: rank 1 loses its part
+        dist.all_reduce(t)
+        assert t.item() == 2
 '''
 
 CLASS_INI = (
     "rankgate_world_classes =\n"
     "    classproj.common:DistributedTest marker=world_size backend=backend "
-    "launcher=is_dist_test launches=init_distributed:False setup=classproj.common:init "
+    "launcher=is_dist_test launches=own_launcher:True own_group=init_distributed:False "
+    "setup=classproj.common:init teardown=classproj.common:release "
     "env=LOCAL_SIZE={local_world_size}\n"
 )
 
@@ -284,7 +324,7 @@ def test_spawn_helper_tests_run_on_the_pool(pytester):
 
 
 @pytest.mark.slow  # pytest runs of its own
-def test_class_tests_run_on_the_pool_and_init_tests_keep_their_launcher(pytester):
+def test_class_tests_run_on_the_pool_and_init_tests_get_a_group_of_their_own(pytester):
     _plant(pytester, "classproj", CLASS_PROJECT, CLASS_TESTS, CLASS_INI, CLASS_CONFTEST)
     _, tests = _junit(pytester)
     verdicts = {name: case.outcome for name, case in tests.items()}
@@ -292,7 +332,11 @@ def test_class_tests_run_on_the_pool_and_init_tests_keep_their_launcher(pytester
         "test_all_reduce": "passed",
         "test_alone": "passed",
         "test_wrong": "failed",
-        "test_starts_without_a_group": "passed",  # the project's own launcher
+        "test_a_first": "passed",
+        "test_b_again": "passed",  # teardown=: the project forgets the group rankgate ended
+        "test_starts_without_a_group": "passed",  # rankgate's group hidden: own_group=
+        "test_makes_its_own_group": "passed",  # a fresh group from its own init
+        "test_own_group_broken_on_rank_1": "failed",
         "test_sizes[world1]": "passed",  # world_size = [1, 2]: one test per size
         "test_sizes[world2]": "passed",
         "test_all_reduce_broken_on_rank_1[world1]": "passed",
@@ -305,7 +349,11 @@ def test_class_tests_run_on_the_pool_and_init_tests_keep_their_launcher(pytester
         "test_all_reduce": "2",
         "test_alone": "1",
         "test_wrong": "2",
-        "test_starts_without_a_group": None,
+        "test_a_first": "2",
+        "test_b_again": "2",
+        "test_starts_without_a_group": "2",
+        "test_makes_its_own_group": "2",
+        "test_own_group_broken_on_rank_1": "2",
         "test_sizes[world1]": "1",
         "test_sizes[world2]": "2",
         "test_all_reduce_broken_on_rank_1[world1]": "1",
@@ -316,6 +364,8 @@ def test_class_tests_run_on_the_pool_and_init_tests_keep_their_launcher(pytester
     assert tests["test_wrong"].message == "rank 1 failed; rank 0 passed (world 2, backend gloo)"
     broken = tests["test_all_reduce_broken_on_rank_1[world2]"]
     assert broken.message.startswith("ranks 0, 1 failed"), broken.message
+    own = tests["test_own_group_broken_on_rank_1"]
+    assert own.message == "ranks 0, 1 failed (world 2, backend gloo)", own.message
 
 
 @pytest.mark.torch_dist
@@ -356,7 +406,11 @@ def test_adopted_suites_run_in_place_under_torchrun(pytester, project):
             "test_all_reduce": "passed",
             "test_alone": "skipped",  # world(1) in a run of 2 ranks
             "test_wrong": "failed",
-            "test_starts_without_a_group": "skipped",  # launches: not on every rank
+            "test_a_first": "passed",
+            "test_b_again": "passed",
+            "test_starts_without_a_group": "passed",  # own_group=: rankgate's group hidden
+            "test_makes_its_own_group": "passed",
+            "test_own_group_broken_on_rank_1": "failed",  # the plant fails in place
             "test_sizes[world1]": "skipped",
             "test_sizes[world2]": "passed",  # the size launched runs
             "test_all_reduce_broken_on_rank_1[world1]": "skipped",
@@ -437,7 +491,7 @@ from classproj.common import DistributedTest
 
 
 class TestInitFails(DistributedTest):
-    init_distributed = False  # the project's own launcher runs it
+    own_launcher = True  # launches=own_launcher:True: the project's own launcher runs it
 
     def test_fails_in_its_launcher(self):
         raise AssertionError("planted failure under the project's launcher")

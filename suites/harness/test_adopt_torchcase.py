@@ -48,6 +48,9 @@ class TestFileStore(MultiProcessTestCase):
         self.assertEqual(t.tolist(), [3.0, 3.0])
         dist.destroy_process_group()
 
+    def test_no_group_before_its_init(self):
+        self.assertFalse(dist.is_initialized())  # as in a child its own way starts
+
     def test_store_is_shared(self):
         store = dist.FileStore(self.file_name, self.world_size)
         store.set(f"rank{self.rank}", "here")
@@ -61,6 +64,36 @@ class TestFileStore(MultiProcessTestCase):
     @skip_if_lt_x_gpu(2)
     def test_needs_gpus(self):
         assert torch.cuda.device_count() >= 2, "ran without GPUs"
+
+
+def _gloo_by_another_name(store, rank, size, timeout):
+    return dist.ProcessGroupGloo(store, rank, size, timeout)
+
+
+if not hasattr(dist.Backend, "OTHERGLOO"):
+    dist.Backend.register_backend("othergloo", _gloo_by_another_name, devices=["cpu"])
+
+
+class TestOtherBackend(MultiProcessTestCase):
+    """Asks for a backend rankgate's world has not, as a gloo test does on a GPU host."""
+
+    @property
+    def world_size(self):
+        return 2
+
+    def setUp(self):
+        super().setUp()
+        self._spawn_processes()
+
+    def test_other_backend(self):
+        store = dist.FileStore(self.file_name, self.world_size)
+        dist.init_process_group("othergloo", store=store, rank=self.rank,
+                                world_size=self.world_size)
+        self.assertEqual(dist.get_backend(), "othergloo")
+        t = torch.ones(1) * (self.rank + 1)
+        dist.all_reduce(t)
+        self.assertEqual(t.item(), 3.0)
+        dist.destroy_process_group()
 
 
 class TestEnvInit(MultiProcessTestCase):
@@ -161,9 +194,11 @@ def test_torch_test_cases_run_on_the_pool(pytester):
     tests = {case.name: case for case in read_junit(pytester.path / "junit.xml").cases}
     assert {name: case.outcome for name, case in tests.items()} == {
         "test_all_reduce": "passed",
+        "test_no_group_before_its_init": "passed",  # rankgate's group hidden until init
         "test_store_is_shared": "passed",  # self.file_name: one file every rank sees
         "test_wrong_on_rank_1": "failed",
         "test_needs_gpus": GPU_TEST,  # torch's skip exit code, read as the skip it is
+        "test_other_backend": "passed",  # a fresh group of the backend it asked for
         "test_env_init": "passed",
         "test_create_pg": "passed",
         "test_default_world": "passed",  # world_size's default: 4
@@ -173,9 +208,11 @@ def test_torch_test_cases_run_on_the_pool(pytester):
     worlds = {name: _world(case) for name, case in tests.items()}
     assert worlds == {
         "test_all_reduce": "2",
+        "test_no_group_before_its_init": "2",
         "test_store_is_shared": "2",
         "test_wrong_on_rank_1": "2",
         "test_needs_gpus": "2",
+        "test_other_backend": "2",
         "test_env_init": "2",
         "test_create_pg": "2",
         "test_default_world": "4",
@@ -202,9 +239,11 @@ def test_torch_test_cases_run_in_place_under_torchrun(pytester):
     merged = merge_junit(sorted((pytester.path / "out").glob("junit.rank*.xml")), world_size=2)
     assert {t.name: t.verdict for t in merged.tests} == {
         "test_all_reduce": "passed",
+        "test_no_group_before_its_init": "passed",
         "test_store_is_shared": "passed",
         "test_wrong_on_rank_1": "failed",
         "test_needs_gpus": GPU_TEST,
+        "test_other_backend": "passed",
         "test_env_init": "passed",
         "test_create_pg": "passed",
         "test_default_world": "skipped",  # world(4) in a run of 2 ranks
@@ -221,7 +260,7 @@ def test_torch_test_cases_run_in_place_under_torchrun(pytester):
         "test_wrong_on_rank_1 (torchrun's \"Root Cause\" after the run is the first rank to "
         "exit, not the rank that failed: every rank exits 1 when any rank fails a test)"
     ) in proc.stdout.splitlines()
-    stats = "1 failed, 6 passed, 2 skipped" if GPU_TEST == "passed" else "1 failed, 5 passed, 3 skipped"
+    stats = "1 failed, 8 passed, 2 skipped" if GPU_TEST == "passed" else "1 failed, 7 passed, 3 skipped"
     assert proc.stdout.rstrip().splitlines()[-1].startswith(stats)
     assert "world(4) needs 4 ranks; this run has 2 ranks launched by torchrun" in proc.stdout
     assert "world_size=0 is not a number of ranks: run it without a launcher" in proc.stdout

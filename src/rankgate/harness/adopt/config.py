@@ -61,8 +61,16 @@ class WorldClass:
     launches: tuple[tuple[str, str], ...] = ()
     """(attribute, value) pairs: a class with any of them starts its own ranks; it keeps
     the project's launcher and gets ``launches`` (skipped in place)."""
+    own_group: tuple[tuple[str, str], ...] = ()
+    """(attribute, value) pairs: a class with any of them makes its own process group
+    (it tests the project's init code); it runs on rankgate's ranks with rankgate's
+    group hidden, without ``setup``, and its init_process_group gets a fresh group."""
     setup: str | None = None
     """``module:function`` each rank calls before the test (the project's init code)."""
+    teardown: str | None = None
+    """``module:function`` each rank calls after the test: the project's reset of what
+    it keeps from the test (its cached process groups, which rankgate ends after every
+    test; in its own way every test is a new process)."""
     setup_timeout: float = DEFAULT_SETUP_TIMEOUT_S
     """Seconds ``setup`` may take the first time on a rank (it may build C++ ops), apart
     from every test's own timeout."""
@@ -81,20 +89,28 @@ def parse_spawn_helper(line: str) -> SpawnHelper:
 
 def parse_world_class(line: str) -> WorldClass:
     target, words = _split(line)
-    known = {"world", "marker", "backend", "launcher", "launches", "setup", "setup_timeout", "env"}
+    known = {"world", "marker", "backend", "launcher", "launches", "own_group", "setup", "teardown"}
+    known |= {"setup_timeout", "env"}
     values = _words(line, words, known)
     env = _env(line, values.pop("env", ""))
     if "setup_timeout" in values:
         values["setup_timeout"] = _seconds(line, values["setup_timeout"])
-    launches = []
-    for pair in filter(None, values.pop("launches", "").split(",")):
+    launches = _pairs(line, "launches", values.pop("launches", ""))
+    own_group = _pairs(line, "own_group", values.pop("own_group", ""))
+    for word in ("setup", "teardown"):
+        if word in values:
+            _check_target(line, values[word])
+    return WorldClass(target=target, env=env, launches=launches, own_group=own_group, **values)
+
+
+def _pairs(line: str, word: str, text: str) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for pair in filter(None, text.split(",")):
         attr, sep, value = pair.partition(":")
         if not sep or not attr:
-            raise AdoptConfigError(f"{line!r}: launches={pair!r} is not attribute:value")
-        launches.append((attr, value))
-    if "setup" in values:
-        _check_target(line, values["setup"])
-    return WorldClass(target=target, env=env, launches=tuple(launches), **values)
+            raise AdoptConfigError(f"{line!r}: {word}={pair!r} is not attribute:value")
+        pairs.append((attr, value))
+    return tuple(pairs)
 
 
 def _split(line: str) -> tuple[str, list[str]]:

@@ -96,7 +96,7 @@ class Adoption:
             if isinstance(found, str):
                 _not_adopted(item, wc.target, found)
                 return
-            prelude = worldclass.prelude(wc)
+            prelude = worldclass.prelude(wc, item.cls)
             if torchcase.is_torch_case(item.cls):
                 prelude["torch_case"] = True
             self._mark(item, found, prelude)

@@ -20,6 +20,8 @@ def enter(prelude: Mapping, func: Callable | None = None, *, file_name: str | No
 
     ``prelude``: {"helpers": [adoption lines], "env": {NAME: template}, "setup": target,
     "after": helper calls before code for one process, "torch_case": True,
+    "own_group": True (rankgate's group hidden, a fresh one from the test's init),
+    "teardown": target called after the body,
     "setup_only": True for the set-up's own step (then None is returned)}.
     ``file_name``: the file a torch test case's store uses (one every rank sees).
     The variables stay for the test; the rank restores its environment after it.
@@ -38,9 +40,27 @@ def enter(prelude: Mapping, func: Callable | None = None, *, file_name: str | No
         return None  # the set-up's own step, timed apart from the test (poolmode)
     if prelude.get("torch_case"):
         func = torchcase.on_this_rank(func.__self__, func, file_name)
+    if prelude.get("own_group"):
+        func = torchcase.with_own_group(func)
+    if prelude.get("teardown"):
+        func = _with_teardown(func, prelude["teardown"])
     if prelude.get("after"):
         func = _with_code_after(func, prelude["after"])
     return func
+
+
+def _with_teardown(func: Callable, target: str) -> Callable:
+    """The body, then the project's reset of what it keeps from the test (on every rank,
+    whether the body passed or not)."""
+
+    @functools.wraps(func)
+    def run(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        finally:
+            call_target(target)()
+
+    return run
 
 
 def _with_code_after(func: Callable, calls: int) -> Callable:

@@ -11,8 +11,11 @@ env://). Adopted, by those same attributes:
   ``_fork_processes`` do nothing);
 - the method itself runs on this rank, with ``self.rank`` this rank and
   ``self.file_name`` one file every rank sees;
-- its ``init_process_group`` finds rankgate's group and uses it (the same backend and
-  world size, else an error naming both), and its ``destroy_process_group`` leaves it;
+- it starts with rankgate's group hidden, as its own way's child starts with no group;
+  its ``init_process_group`` finds rankgate's group again (the same world size, else
+  an error naming both); asked for a backend the world has not, it gets a fresh group
+  of that backend on the world's ranks for the test (:mod:`.freshgroup`); its
+  ``destroy_process_group`` hides rankgate's group again;
 - ``sys.exit`` with one of torch's skip exit codes (``skip_if_lt_x_gpu``) is that skip.
 
 Runs on the rank (and in the controller for the set-up): standard library and torch.
@@ -26,6 +29,8 @@ import sys
 import unittest
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+
+from rankgate.harness.adopt import freshgroup
 
 BASE_MODULE = "torch.testing._internal.common_distributed"
 BASE_NAMES = ("MultiProcessTestCase",)
@@ -69,7 +74,7 @@ def on_this_rank(instance, method: Callable, file_name: str | None = None) -> Ca
         instance.rank = dist.get_rank()
         if file_name is not None:
             instance.file_name = file_name
-        with redirecting():
+        with redirecting(), freshgroup.world_hidden():  # no group until the test's init
             try:
                 return raw(instance, *args, **kwargs)
             except SystemExit as exc:
@@ -82,13 +87,39 @@ def on_this_rank(instance, method: Callable, file_name: str | None = None) -> Ca
 @contextmanager
 def redirecting() -> Iterator[None]:
     """While it lasts, the test's init_process_group and destroy_process_group leave
-    rankgate's group in place (in place it spans the test's setUp and tearDown too)."""
+    rankgate's group in place (in place it spans the test's setUp and tearDown too);
+    a fresh group the test asked for ends with it."""
     install_redirect()
+    if _redirecting[0] > 0:  # nested (in place: setUp and tearDown around the method)
+        _redirecting[0] += 1
+        try:
+            yield
+        finally:
+            _redirecting[0] -= 1
+        return
     _redirecting[0] += 1
     try:
-        yield
+        with freshgroup.store_of_its_own():
+            yield
     finally:
         _redirecting[0] -= 1
+        # A fresh group ends with the test; groups it made on rankgate's world stay, as
+        # projects keep them in module globals (DeepSpeed's groups._WORLD_GROUP) that
+        # the next test in this process reads.
+        freshgroup.end()
+
+
+def with_own_group(func: Callable) -> Callable:
+    """A test that makes its own process group (and checks how the project makes it):
+    it runs with rankgate's group hidden, and its init_process_group finds it again (or
+    gets a fresh group of a backend the world has not)."""
+
+    @functools.wraps(func)
+    def run(*args, **kwargs):
+        with redirecting(), freshgroup.world_hidden():
+            return func(*args, **kwargs)
+
+    return run
 
 
 def _raise_skip_for(exc: SystemExit) -> None:
@@ -130,10 +161,13 @@ def _redirected_init(original):
     def init_process_group(*args, **kwargs):
         import torch.distributed as dist
 
-        if not (_redirecting[0] > 0 and dist.is_initialized()):
+        hidden = freshgroup.hidden_world()
+        if not (_redirecting[0] > 0 and (dist.is_initialized() or hidden is not None)):
             return original(*args, **kwargs)
         asked = signature.bind(*args, **kwargs).arguments
-        world, rank, backend = dist.get_world_size(), dist.get_rank(), dist.get_backend()
+        freshgroup.end()  # a second init without a destroy: the last one asked wins
+        group = hidden or dist.group.WORLD
+        world, rank, backend = group.size(), group.rank(), dist.get_backend(group)
         size = asked.get("world_size", -1)
         if size not in (-1, None, world):
             raise AdoptionError(
@@ -143,20 +177,14 @@ def _redirected_init(original):
         if asked.get("rank", -1) not in (-1, None, rank):
             raise AdoptionError(f"init_process_group(rank={asked['rank']}) on rank {rank}")
         wanted = str(asked.get("backend") or "").lower()
-        if wanted and not any(part in backend.lower() for part in _backends(wanted)):
-            raise AdoptionError(
-                f"init_process_group(backend={wanted!r}) on rankgate's {backend} world: "
-                f"give the adoption line backend=... or run the test on {wanted}'s machine"
-            )
-        return None  # rankgate's group is the default group the test uses
+        if wanted and not freshgroup.serves(backend, wanted):
+            freshgroup.start(wanted)  # e.g. gloo asked on a GPU host's nccl world
+        elif hidden is not None:
+            freshgroup.show_world()  # the world's group is the one it asks for
+        return None  # rankgate's group (or the fresh one) is the test's default group
 
     setattr(init_process_group, ADOPTED_ATTR, True)
     return init_process_group
-
-
-def _backends(text: str) -> list[str]:
-    """'cpu:gloo,cuda:nccl' -> ['gloo', 'nccl']."""
-    return [part.rpartition(":")[2] for part in text.split(",")]
 
 
 def _redirected_destroy(original):
@@ -165,6 +193,7 @@ def _redirected_destroy(original):
         import torch.distributed as dist
 
         if _redirecting[0] > 0 and (group is None or group is dist.group.WORLD):
+            freshgroup.end()  # the test's own group, if it had one
             return None  # rankgate's group outlives the test
         return original(group)
 

@@ -6,9 +6,10 @@ parameter of the test): each is marked ``world(n, backend=...)``, the project's
 launcher attribute is switched off while rankgate runs it, and each rank sets the
 launcher's variables and calls the project's set-up before the method. A list of
 sizes (``world_size = [1, 2]``) becomes one test per size (``[world1]``, ``[world2]``).
-A class that starts its own ranks (say one that tests the project's init code) keeps
-its launcher and is marked ``launches``. PyTorch's ``MultiProcessTestCase`` is read
-by its own attributes: see :mod:`.torchcase`.
+A class that starts its own ranks keeps its launcher and is marked ``launches``; one
+that tests how the project makes its process group (``own_group=``) runs on the
+ranks with rankgate's group hidden and gets a fresh group from its own init.
+PyTorch's ``MultiProcessTestCase`` is read by its own attributes: see :mod:`.torchcase`.
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ def base_class(world_class: WorldClass) -> type | None:
 
 def starts_own_ranks(cls: type, world_class: WorldClass) -> bool:
     return any(str(getattr(cls, attr, None)) == value for attr, value in world_class.launches)
+
+
+def makes_own_group(cls: type, world_class: WorldClass) -> bool:
+    return any(str(getattr(cls, attr, None)) == value for attr, value in world_class.own_group)
 
 
 def sizes_of(cls: type, function, markers, world_class: WorldClass, method_name: str):
@@ -99,9 +104,12 @@ def several_sizes(sizes) -> list[int] | None:
     return None
 
 
-def prelude(world_class: WorldClass) -> dict:
+def prelude(world_class: WorldClass, cls: type | None = None) -> dict:
+    if cls is not None and makes_own_group(cls, world_class):  # its init is the test
+        return {"env": dict(world_class.env), "own_group": True, "teardown": world_class.teardown}
     return {
         "env": dict(world_class.env),
         "setup": world_class.setup,
         "setup_timeout": world_class.setup_timeout,
+        "teardown": world_class.teardown,
     }
