@@ -23,11 +23,11 @@ def route(nbytes, dtype=torch.float32, cfg=CFG, capturing=False, **kw):
 @pytest.mark.parametrize(
     ("nbytes", "eager", "graph"),
     [
-        (4, "oneshot", "push"),
-        (8 * KiB, "oneshot", "push"),
-        (8 * KiB + 4, "oneshot", "push"),
-        (128 * KiB, "oneshot", "push"),
-        (256 * KiB, "oneshot", "push"),
+        (4, "push", "push"),
+        (8 * KiB, "push", "push"),
+        (8 * KiB + 4, "push", "push"),
+        (128 * KiB, "push", "push"),
+        (256 * KiB, "push", "push"),
         (256 * KiB + 4, "oneshot", "oneshot"),
         (512 * KiB, "oneshot", "oneshot"),
         (1 * MiB, "oneshot", "oneshot"),
