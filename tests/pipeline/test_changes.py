@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from rankgate.pipeline import changes, executor, process, stages
+from rankgate.pipeline import changes, executor, stages
 from rankgate.pipeline.executor import Options
+from rankgate.proc import command as process
 
 pytestmark = [
     pytest.mark.unit,

@@ -7,8 +7,9 @@ import sys
 
 import pytest
 
-from rankgate.pipeline import executor, process, stages
+from rankgate.pipeline import executor, stages
 from rankgate.pipeline.executor import Options, Outcome
+from rankgate.proc import command as process
 from rankgate.report import runinfo
 
 pytestmark = pytest.mark.unit

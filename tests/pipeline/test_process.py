@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rankgate.pipeline import process
+from rankgate.proc import command as process
 
 pytestmark = pytest.mark.unit
 

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from rankgate.pipeline.process import CommandFailed, output
+from rankgate.proc.command import CommandFailed, output
 
 BINARIES = {
     "all_reduce": "all_reduce_perf",

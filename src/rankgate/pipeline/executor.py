@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Literal
 
 from rankgate.dispatch.profile import profile_problem
-from rankgate.pipeline import changes, process, side_by_side, stages
+from rankgate.pipeline import changes, side_by_side, stages
 from rankgate.pipeline.probe import Machine, module_missing
-from rankgate.pipeline.progress import Progress
 from rankgate.pipeline.stages import Command, Stage
+from rankgate.proc import command
+from rankgate.proc.progress import Progress
 from rankgate.report import runinfo, tracing
 
 Status = Literal["passed", "failed", "skipped"]
@@ -193,7 +194,7 @@ def record(outcome: Outcome, options: Options, log: Path | None = None) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{outcome.stage}.json").write_text(json.dumps(outcome.to_json(), indent=2) + "\n")
     with _REPORT_LOCK:  # background stages finish at any time
-        process.say(f"rankgate: {write_quietly(options.out_dir)}", log)
+        command.say(f"rankgate: {write_quietly(options.out_dir)}", log)
 
 
 def _run_selected(
@@ -282,7 +283,7 @@ def _run_gate(
     by_name: dict[str, Outcome] = {}
     # Leaving the block early (Ctrl-C, SIGTERM between two commands, the gate's own
     # error) stops the background stages: nothing runs on without the gate.
-    with background, process.signals_raise_ended():
+    with background, command.signals_raise_ended():
         for i, stage in numbered:
             if stage.name in background.names:
                 continue
@@ -419,8 +420,8 @@ def _run_command(
     stdout = options.out_dir / step.stdout if step.stdout else None
     env = {"RANKGATE_OUT": str(options.out_dir.resolve()), **(trace_env or {}), **dict(step.env)}
     try:
-        code = process.run(argv, ok_codes=ok_codes, stdout_path=stdout, env=env, log_path=log)
-    except process.CommandFailed as exc:
+        code = command.run(argv, ok_codes=ok_codes, stdout_path=stdout, env=env, log_path=log)
+    except command.CommandFailed as exc:
         return "failed", f"{step.name}: {exc.reason} ({shlex.join(exc.argv)})"
     if argv[0] == "pytest" and code == NO_TESTS:
         return "skipped", f"no tests selected by -m {markers!r}"
@@ -440,5 +441,5 @@ def _announce(outcome: Outcome, log: Path | None = None) -> Outcome:
     line = f"rankgate: stage {outcome.stage} {outcome.status.upper()}"
     if outcome.reason:
         line += f" — {outcome.reason}"
-    process.say(line, log)
+    command.say(line, log)
     return outcome
