@@ -23,7 +23,10 @@ _SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "rankgate.bench.cli",
         "run a benchmark (harness, comm, attention, packing) or compare results (compare)",
     ),
-    "dispatch": ("rankgate.dispatch.cli", "run a stage on a remote target (SLURM, interLink)"),
+    "dispatch": (
+        "rankgate.pipeline.dispatch_stage",
+        "run a stage on a remote target (SLURM, interLink)",
+    ),
     "merge-junit": ("rankgate.report.junit", "merge per-rank JUnit files into one verdict"),
     "report": ("rankgate.report.cli", "summarise results as JSON and HTML"),
 }

@@ -117,7 +117,7 @@ def test_dispatch_without_the_dispatch_module_is_a_loud_skip(calls, options, mon
     outcome = executor.run_stage(stages.get("gpu"), options, FakeMachine())
     assert (outcome.status, outcome.reason) == (
         "skipped",
-        "dispatch: rankgate.dispatch.cli missing",
+        "dispatch: rankgate.pipeline.dispatch_stage missing",
     )
 
 

@@ -386,7 +386,7 @@ def _dispatch_command(stage: Stage, options: Options) -> Command:
     return Command(
         argv=("rankgate", "dispatch", "--profile", options.profile, "--stage", stage.name),
         label="dispatch",
-        module="rankgate.dispatch.cli",
+        module="rankgate.pipeline.dispatch_stage",
     )
 
 

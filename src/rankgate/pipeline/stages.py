@@ -179,7 +179,7 @@ _TRAINING_LAUNCH = (
 )
 # The interLink end-to-end test is a dist test (ranks on this machine behind a fake
 # interLink server): it goes through the round trip both targets share, so it needs
-# every dispatch module but the command line, which only the hpc stage depends on.
+# every dispatch module; the command line (pipeline/dispatch_stage.py) only hpc's.
 _INTERLINK_E2E = (
     "tests/dispatch/test_dispatch_interlink_e2e.py",
     "tests/dispatch/conftest.py",
@@ -317,6 +317,7 @@ _STAGES: dict[str, Stage] = {
             workflow="release.yml:test-hpc",
             paths=(
                 *_PYTEST_RUN, *_JUNIT_MERGE, "src/rankgate/dispatch/**", "src/rankgate/cli.py",
+                "src/rankgate/pipeline/dispatch_stage.py",
                 "suites/dispatch/**", "scripts/slurm/**",
                 *_TRAINING_LAUNCH,
             ),
