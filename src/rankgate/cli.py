@@ -18,7 +18,7 @@ from rankgate.cliargs import USAGE_EXIT, OneLineParser, UsageError
 # name -> (module, one-line help)
 _SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "env-check": ("rankgate.envcheck", "report Python, torch, CUDA, NCCL, GPUs, launchers"),
-    "run": ("rankgate.pipeline.runner", "run test stages by marker (seed runner options)"),
+    "run": ("rankgate.pipeline.run_stages", "run test stages by marker (seed runner options)"),
     "bench": (
         "rankgate.bench.cli",
         "run a benchmark (harness, comm, attention, packing) or compare results (compare)",
