@@ -1,7 +1,9 @@
-"""No two modules of src/rankgate import each other, directly or round a longer loop.
+"""No two modules of src/rankgate import each other, directly or round a longer loop, and
+no import runs back up a floor.
 
 Every import counts, at module level, inside functions and under TYPE_CHECKING: a loop
-of any kind means two modules share a record that belongs in a third.
+of any kind means two modules share a record that belongs in a third, and an import
+that runs up a floor means a record sits above one who needs it.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module -> the rankgate modules it imports (a package's __init__ is not followed)."""
+def import_graph(*, inits: bool = False) -> dict[str, set[str]]:
+    """Module -> the rankgate modules it imports (a package's __init__ is not followed
+    unless ``inits``)."""
     modules = {_module_name(p): p for p in SRC.rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
@@ -40,7 +43,7 @@ def import_graph() -> dict[str, set[str]]:
                 targets.update(f"{base}.{alias.name}" for alias in node.names)
         # A package's __init__ only hands names on; its imports make no loop of their own.
         graph[name] = {t for t in targets if t in modules and t != name}
-        if path.name == "__init__.py":
+        if path.name == "__init__.py" and not inits:
             graph[name] = set()
     return graph
 
@@ -86,3 +89,53 @@ def test_src_has_no_import_cycle():
     graph = import_graph()
     assert "rankgate.dispatch.target" in graph  # the walk found the package
     assert cycles(graph) == []
+
+
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("rankgate", "proc", "cliargs"),  # the version, starting commands, argument types
+    ("launch",),  # rank environments and launcher commands
+    ("harness", "workloads", "parity", "envcheck"),  # the plugin; what the suites exercise
+    ("report",),  # results of runs: JUnit, summaries, launched jobs
+    ("dispatch", "bench"),  # remote targets; benchmarks
+    ("pipeline",),  # the stage list, the gate and the commands that run stages
+    ("cli",),  # the ``rankgate`` command
+)
+"""The rooms of src/rankgate (a top-level package or module) by floor, lowest first: a
+module imports only from its own floor or below."""
+
+NOT_YET: dict[str, str] = {
+    "rankgate.harness": "the harness's imports of report (issue 41's harness part)",
+}
+"""Modules whose upward imports are not checked yet, with why (a module name prefix)."""
+
+
+def floor_of(module: str) -> int:
+    room = module.split(".")[1] if "." in module else module
+    for floor, rooms in enumerate(FLOORS):
+        if room in rooms:
+            return floor
+    raise AssertionError(f"{module} is in no room of FLOORS: add {room!r} to a floor")
+
+
+def runs_back_up(graph: dict[str, set[str]]) -> list[str]:
+    """``importer -> imported`` for every import to a higher floor."""
+    return sorted(
+        f"{name} -> {target}"
+        for name, targets in graph.items()
+        if not any(name == p or name.startswith(p + ".") for p in NOT_YET)
+        for target in targets
+        if floor_of(target) > floor_of(name)
+    )
+
+
+def test_the_floor_check_sees_an_import_that_runs_back_up():
+    graph = {"rankgate.proc.command": {"rankgate.pipeline.stages"}, "rankgate.cli": {"rankgate"}}
+    assert runs_back_up(graph) == ["rankgate.proc.command -> rankgate.pipeline.stages"]
+    with pytest.raises(AssertionError, match="add 'nowhere' to a floor"):
+        floor_of("rankgate.nowhere.x")
+
+
+def test_no_import_runs_back_up_a_floor():
+    graph = import_graph(inits=True)
+    assert "rankgate.pipeline.executor" in graph
+    assert runs_back_up(graph) == []

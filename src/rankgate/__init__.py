@@ -1,5 +1,11 @@
 """rankgate: CI-pipeline-as-code for distributed PyTorch.
 
+Entry points: the pytest plugin (:mod:`rankgate.harness.plugin`, registered as a
+``pytest11`` entry point), the ``rankgate`` command (:mod:`rankgate.cli`: env-check,
+run, bench, dispatch, merge-junit, report), and the stage list
+(:mod:`rankgate.pipeline.stages`) behind the nox sessions, the Dagger module and the
+workflows.
+
 Vocabulary, used the same way everywhere in this package:
 
 rank        one process of a distributed job, numbered 0..world-1.

@@ -18,12 +18,15 @@ from rankgate.cliargs import USAGE_EXIT, OneLineParser, UsageError
 # name -> (module, one-line help)
 _SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "env-check": ("rankgate.envcheck", "report Python, torch, CUDA, NCCL, GPUs, launchers"),
-    "run": ("rankgate.pipeline.runner", "run test stages by marker (seed runner options)"),
+    "run": ("rankgate.pipeline.run_stages", "run test stages by marker (seed runner options)"),
     "bench": (
         "rankgate.bench.cli",
         "run a benchmark (harness, comm, attention, packing) or compare results (compare)",
     ),
-    "dispatch": ("rankgate.dispatch.cli", "run a stage on a remote target (SLURM, interLink)"),
+    "dispatch": (
+        "rankgate.pipeline.dispatch_stage",
+        "run a stage on a remote target (SLURM, interLink)",
+    ),
     "merge-junit": ("rankgate.report.junit", "merge per-rank JUnit files into one verdict"),
     "report": ("rankgate.report.cli", "summarise results as JSON and HTML"),
 }

@@ -34,13 +34,12 @@ import os
 import platform
 import re
 import shutil
-import signal
-import subprocess
 import sys
 from collections.abc import Callable
 from typing import IO, Any
 
 from rankgate import __version__
+from rankgate.proc.command import CommandFailed, finish
 
 SCHEMA = "rankgate.env-check/1"
 
@@ -203,25 +202,16 @@ def _tool(
 def _run_quietly(cmd: list[str], timeout: float) -> tuple[str | None, str | None]:
     """(stdout, None) on success, else (None, why). Never raises; kills the whole tree."""
     try:
-        proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, errors="replace", start_new_session=True,
-        )
-    except OSError as exc:
-        return None, f"cannot run {cmd[0]}: {exc.strerror or exc}"
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.communicate()
+        done = finish(cmd, timeout=timeout)
+    except CommandFailed as exc:
+        return None, exc.reason
+    if done.timed_out:
         return None, f"'{' '.join(cmd)}' timed out after {timeout:g} s"
-    if proc.returncode != 0:
+    out, err = done.stdout, done.stderr
+    if done.returncode != 0:
         lines = [line for line in (err or out).splitlines() if line.strip()]
         last = lines[-1].strip() if lines else "no output"
-        return None, f"exit {proc.returncode}: {last}"
+        return None, f"exit {done.returncode}: {last}"
     return out or err, None
 
 

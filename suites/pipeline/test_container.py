@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from rankgate.pipeline import container, process
+from rankgate.pipeline import container
 from rankgate.pipeline.container import load_matrix, run_args
 from rankgate.pipeline.probe import Machine
+from rankgate.proc import command as process
 
 pytestmark = pytest.mark.container
 

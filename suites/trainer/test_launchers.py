@@ -1,6 +1,6 @@
 """The launcher matrix: the strategy suite run for real under torchrun, srun and mpirun.
 
-Each test starts pytest on two ranks with a launcher (rankgate.launch.runner) over
+Each test starts pytest on two ranks with a launcher (rankgate.report.launched) over
 test_strategies.py: the torch and DeepSpeed strategies pass on every launcher, the
 mpirun-only check passes under mpirun, and each test whose markers do not allow the
 launcher is skipped with the launchers that work -- Ray's, which would start a Ray
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from rankgate.launch.runner import run_pytest_under
+from rankgate.report.launched import run_pytest_under
 from rankgate.workloads.trainer.strategies import unavailable_reason
 
 # Each test starts launchers (or Ray's workers) itself: not once per rank in place, and

@@ -42,3 +42,23 @@ def test_collection_works_without_the_dev_extras(tmp_path):
         "SKIPPED [2] tests/dispatch/test_dispatch_interlink_e2e.py",  # through its fixture
     ]
     assert all(line.endswith("needs the [dev] extra") for line in skipped)
+
+
+def test_a_shell_command_without_an_answer_is_a_command_failed_naming_the_wait():
+    from rankgate.dispatch.shell import Shell
+    from rankgate.proc.command import CommandFailed
+
+    with pytest.raises(CommandFailed, match="no answer within 1 s") as info:
+        Shell(timeout=1).run([sys.executable, "-c", "import time; time.sleep(30)"])
+    assert info.value.returncode == 124
+
+
+def test_a_shell_command_that_fails_carries_its_own_words():
+    from rankgate.dispatch.shell import Shell
+    from rankgate.proc.command import CommandFailed
+
+    script = "import sys; print('sbatch: error: invalid partition', file=sys.stderr); sys.exit(1)"
+    with pytest.raises(CommandFailed, match="sbatch: error: invalid partition") as info:
+        Shell().run([sys.executable, "-c", script])
+    assert info.value.returncode == 1
+    assert Shell().run([sys.executable, "-c", script], check=False).returncode == 1

@@ -16,9 +16,10 @@ import pytest
 
 from rankgate.dispatch.outcome import JobOutcome, Phase
 from rankgate.dispatch.profile import profile_from_dict
-from rankgate.dispatch.shell import CommandError, Shell
+from rankgate.dispatch.shell import Shell
 from rankgate.dispatch.slurm import SlurmTarget
 from rankgate.dispatch.slurm_query import SlurmQuery, exit_code, observation_from_record
+from rankgate.proc.command import CommandFailed
 
 pytestmark = pytest.mark.unit
 
@@ -271,6 +272,6 @@ def test_a_controller_that_does_not_answer_is_a_failed_look_not_a_lost_job(tmp_p
     down = 'echo "slurm_load_jobs error: Unable to contact slurm controller (connect failure)" >&2; exit 1'
     _install(tmp_path / "bin", {"scontrol": f"{NO_JSON}\nexit 9", "squeue": down}, monkeypatch)
     query = SlurmQuery(Shell())
-    with pytest.raises(CommandError, match="Unable to contact slurm controller"):
+    with pytest.raises(CommandFailed, match="Unable to contact slurm controller"):
         query.look("5")
     assert query.mode == "squeue-json"  # a failure is not a missing feature

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from rankgate.pipeline import changes, executor, process, stages
-from rankgate.pipeline.executor import Options
+from rankgate.pipeline import changes, executor, stage_commands, stages
+from rankgate.pipeline.options import Options
+from rankgate.proc import command as process
 
 pytestmark = [
     pytest.mark.unit,
@@ -222,7 +223,7 @@ def ran(monkeypatch):
         return 0
 
     monkeypatch.setattr(process, "run", record)
-    monkeypatch.setattr(executor, "module_missing", lambda name: None)
+    monkeypatch.setattr(stage_commands, "module_missing", lambda name: None)
     return recorded
 
 

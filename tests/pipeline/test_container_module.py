@@ -2,7 +2,7 @@
 the variant matrix, and the container suite failing (not skipping) when it must run.
 (Named apart from suites/pipeline/test_container.py: test basenames must be unique.)
 
-No engine runs here: :mod:`rankgate.pipeline.process` (the one subprocess module) is
+No engine runs here: :mod:`rankgate.proc.command` (the one subprocess module) is
 replaced by a recorder.
 """
 
@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from rankgate.pipeline import container, probe, process, stages
+from rankgate.pipeline import container, probe, stages
+from rankgate.proc import command as process
 
 pytestmark = pytest.mark.unit
 

@@ -7,8 +7,11 @@ import sys
 
 import pytest
 
-from rankgate.pipeline import executor, process, stages
-from rankgate.pipeline.executor import Options, Outcome
+from rankgate.pipeline import executor, stage_commands, stages
+from rankgate.pipeline.options import Options
+from rankgate.pipeline.outcome import Outcome
+from rankgate.pipeline.table import FAILING_SHOWN
+from rankgate.proc import command as process
 from rankgate.report import runinfo
 
 pytestmark = pytest.mark.unit
@@ -54,7 +57,7 @@ def calls(monkeypatch):
     # read it now, or this file run alone would describe the machine with the fake below.
     runinfo.describe_machine()
     monkeypatch.setattr(process, "run", fake_run)
-    monkeypatch.setattr(executor, "module_missing", lambda name: None)
+    monkeypatch.setattr(stage_commands, "module_missing", lambda name: None)
     monkeypatch.setattr("shutil.which", lambda name: f"/usr/bin/{name}")
     return recorded
 
@@ -111,18 +114,20 @@ def test_failed_dispatch_fails_the_stage(calls, options):
 
 
 def test_dispatch_without_the_dispatch_module_is_a_loud_skip(calls, options, monkeypatch):
-    monkeypatch.setattr(executor, "module_missing", lambda name: f"{name} missing")
+    monkeypatch.setattr(stage_commands, "module_missing", lambda name: f"{name} missing")
     options.profile = "site.toml"
     outcome = executor.run_stage(stages.get("gpu"), options, FakeMachine())
     assert (outcome.status, outcome.reason) == (
         "skipped",
-        "dispatch: rankgate.dispatch.cli missing",
+        "dispatch: rankgate.pipeline.dispatch_stage missing",
     )
 
 
 def test_missing_module_skips_that_command(calls, options, monkeypatch):
     monkeypatch.setattr(
-        executor, "module_missing", lambda name: f"{name} is not in this rankgate (module missing)"
+        stage_commands,
+        "module_missing",
+        lambda name: f"{name} is not in this rankgate (module missing)",
     )
     outcome = executor.run_stage(stages.get("bench"), options, FakeMachine())
     assert [c[0] for c in calls] == ["pytest"]
@@ -131,7 +136,7 @@ def test_missing_module_skips_that_command(calls, options, monkeypatch):
 
 
 def test_no_tests_selected_is_a_skip_not_a_pass(calls, options):
-    calls.codes["pytest"] = executor.NO_TESTS
+    calls.codes["pytest"] = stage_commands.NO_TESTS
     outcome = executor.run_stage(stages.get("unit"), options, FakeMachine())
     assert (outcome.status, outcome.reason) == ("skipped", "no tests selected by -m 'unit'")
 
@@ -200,13 +205,13 @@ def test_summary_table_shouts_failures_and_skips():
 
 
 def test_summary_table_names_failed_tests_up_to_a_limit():
-    failing = [f"t::test_{i} — AssertionError: {i}" for i in range(executor.FAILING_SHOWN + 3)]
+    failing = [f"t::test_{i} — AssertionError: {i}" for i in range(FAILING_SHOWN + 3)]
     table = executor.summary_table(
         [Outcome(stage="dist", status="failed", reason="pytest: exit code 1", failing=failing)]
     )
     rows = table.splitlines()[3:-1]
     assert rows[0].split()[:2] == ["dist", "FAILED"]
-    assert rows[1:-1] == [f"       ✗ {test}" for test in failing[: executor.FAILING_SHOWN]]
+    assert rows[1:-1] == [f"       ✗ {test}" for test in failing[: FAILING_SHOWN]]
     assert rows[-1] == "       ✗ and 3 more (out/report.html has them all)"
 
 
@@ -342,14 +347,14 @@ def test_quick_leaves_out_the_slow_tests_and_says_so(calls, options):
     assert calls == [
         ["pytest", "-n", "2", "-m", "(dist and not gpu) and not slow", f"--junitxml={junit}"]
     ]
-    assert (outcome.status, outcome.reason) == ("passed", executor.SLOW_TESTS_LEFT_OUT)
+    assert (outcome.status, outcome.reason) == ("passed", stage_commands.SLOW_TESTS_LEFT_OUT)
 
 
 def test_quick_leaves_out_a_slow_stage_without_running_any_of_it(calls, options):
     options.quick = True
     outcome = executor.run_stage(stages.get("container"), options, FakeMachine("container-engine"))
     assert calls == []
-    assert (outcome.status, outcome.reason) == ("skipped", executor.SLOW_STAGE_LEFT_OUT)
+    assert (outcome.status, outcome.reason) == ("skipped", stage_commands.SLOW_STAGE_LEFT_OUT)
     # Left out is not passed: a strict gate refuses it, naming the way to run it.
     assert executor.verdict([outcome], allow_skipped=False) == [
         "container skipped: slow stage, left out of the quick gate (--full runs it)"
@@ -362,7 +367,7 @@ def test_full_runs_a_slow_stage_and_its_slow_tests(calls, options):
 
 
 def test_no_tests_selected_in_quick_names_the_expression_that_ran(calls, options):
-    calls.codes["pytest"] = executor.NO_TESTS
+    calls.codes["pytest"] = stage_commands.NO_TESTS
     options.quick = True
     outcome = executor.run_stage(stages.get("unit"), options, FakeMachine())
     assert outcome.reason == "no tests selected by -m '(unit) and not slow'"

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rankgate.pipeline import latest, process
+from rankgate.pipeline import latest
+from rankgate.proc import command as process
 
 pytestmark = pytest.mark.unit
 

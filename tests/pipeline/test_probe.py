@@ -18,7 +18,7 @@ def test_slurm_absent_names_the_tools_and_the_package(monkeypatch):
 
 def test_container_engine_is_the_first_that_answers(monkeypatch):
     answers = {"podman": (127, "podman not found on PATH"), "docker": (0, "ok")}
-    monkeypatch.setattr(probe.process, "capture", lambda argv, timeout: answers[argv[0]])
+    monkeypatch.setattr(probe.command, "capture", lambda argv, timeout: answers[argv[0]])
     monkeypatch.delenv("RANKGATE_CONTAINER_ENGINE", raising=False)
     machine = probe.Machine()
     assert machine.missing("container-engine") is None
@@ -30,7 +30,7 @@ def test_no_engine_reason_quotes_each_engine(monkeypatch):
         "podman": (127, "podman not found on PATH"),
         "docker": (1, "Client: ...\nCannot connect to the Docker daemon"),
     }
-    monkeypatch.setattr(probe.process, "capture", lambda argv, timeout: answers[argv[0]])
+    monkeypatch.setattr(probe.command, "capture", lambda argv, timeout: answers[argv[0]])
     monkeypatch.delenv("RANKGATE_CONTAINER_ENGINE", raising=False)
     assert probe.Machine().missing("container-engine") == (
         "needs a container engine: podman not on PATH; "
@@ -41,7 +41,7 @@ def test_no_engine_reason_quotes_each_engine(monkeypatch):
 def test_engine_can_be_chosen(monkeypatch):
     seen = []
     monkeypatch.setattr(
-        probe.process, "capture", lambda argv, timeout: seen.append(argv) or (0, "")
+        probe.command, "capture", lambda argv, timeout: seen.append(argv) or (0, "")
     )
     monkeypatch.setenv("RANKGATE_CONTAINER_ENGINE", "docker")
     assert probe.Machine().container_engine == ("docker", "")

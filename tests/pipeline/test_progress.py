@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from rankgate.pipeline import executor
-from rankgate.pipeline.executor import Options
-from rankgate.pipeline.progress import Progress, mode
+from rankgate.pipeline import executor, stage_commands
+from rankgate.pipeline.options import Options
+from rankgate.proc.progress import Progress, mode
 
 pytestmark = pytest.mark.unit
 
@@ -79,8 +79,8 @@ def test_a_pipe_is_plain_even_with_rich_installed():
 
 def test_the_gate_reports_progress_per_stage(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("CI", "true")
-    monkeypatch.setattr(executor.process, "run", lambda argv, **kw: 0)
-    monkeypatch.setattr(executor, "module_missing", lambda name: None)
+    monkeypatch.setattr(executor.command, "run", lambda argv, **kw: 0)
+    monkeypatch.setattr(stage_commands, "module_missing", lambda name: None)
     executor.run_gate(Options(out_dir=tmp_path / "out"), include=("unit", "dist"))
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("rankgate: gate")]
     assert lines == [

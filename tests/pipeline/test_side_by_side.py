@@ -12,10 +12,11 @@ import time
 
 import pytest
 
-from rankgate.pipeline import executor, process, side_by_side, stages
+from rankgate.pipeline import executor, side_by_side, stages
 from rankgate.pipeline.executor import Options
-from rankgate.pipeline.progress import Progress
 from rankgate.pipeline.stages import Command, Stage
+from rankgate.proc import command as process
+from rankgate.proc.progress import Progress
 
 pytestmark = pytest.mark.unit
 

@@ -10,4 +10,6 @@
 - ``packing`` (``rankgate bench packing``): greedy against LPT packing.
 - ``compare`` (``rankgate bench compare``): results against committed baselines.
 - ``ranks``: spawning a benchmark's ranks and their process group (comm, attention).
+- ``cli`` (``rankgate bench [--repeat N] NAME``): picks the module, repeats it, and adds
+  the contention probe (:mod:`rankgate.proc.contention`) to its output.
 """

@@ -4,7 +4,7 @@
 prints its own output, so a ``--json`` run ends up with N JSON lines, which
 ``rankgate bench compare`` reads as repetitions), each followed by one line
 ``{"rankgate_contention": [...]}``: how much of the machine other work took during
-that run (:mod:`rankgate.bench.contention`). Without ``--repeat`` a benchmark's output
+that run (:mod:`rankgate.proc.contention`). Without ``--repeat`` a benchmark's output
 is its own, its last line its JSON result. Progress goes to stderr: a spinner
 on a terminal, one plain line per start and end in CI logs.
 """
@@ -17,9 +17,9 @@ import json
 import sys
 import time
 
-from rankgate.bench import contention
 from rankgate.cliargs import int_at_least
-from rankgate.pipeline.progress import Progress
+from rankgate.proc import contention
+from rankgate.proc.progress import Progress
 
 _BENCHMARKS: dict[str, tuple[str, str]] = {
     "harness": ("rankgate.bench.pool_overhead", "per-test overhead: worker pool vs spawn per test"),

@@ -36,7 +36,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from rankgate.bench.contention import contended
 from rankgate.bench.kind import machine_description, machine_kind
 from rankgate.bench.results import (
     METRICS,
@@ -47,6 +46,7 @@ from rankgate.bench.results import (
     load,
 )
 from rankgate.cliargs import UsageError
+from rankgate.proc.contention import contended
 
 COMPARE_FORMAT = "rankgate.compare/1"
 DEFAULT_BASELINES = Path("benchmarks/baselines")

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from rankgate.pipeline.process import CommandFailed, output
+from rankgate.proc.command import CommandFailed, output
 
 BINARIES = {
     "all_reduce": "all_reduce_perf",
@@ -38,7 +38,7 @@ TIMEOUT_S = 1800.0
 """One binary's limit (a 2 GiB sweep of all_reduce takes about a minute on 2 x H200)."""
 
 Runner = Callable[[list[str]], str]
-"""Runs a command and returns its stdout; raises CommandFailed (``process.output``)."""
+"""Runs a command and returns its stdout; raises CommandFailed (``command.output``)."""
 
 
 def command(binary: Path, opts, *, graph: bool) -> list[str]:

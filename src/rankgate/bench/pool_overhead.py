@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -25,6 +24,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from rankgate.cliargs import UsageError, int_at_least
+from rankgate.proc.command import finish
 
 _TEST_FILE = """
 import pytest
@@ -145,7 +145,7 @@ def measure_pool(worlds: list[int], backend: str, k: int) -> dict[int, dict[str,
         # steady tests and interleave the worlds.
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
                str(root)]  # fmt: skip
-        proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
+        proc = finish(cmd, cwd=root, env=env)
         if proc.returncode != 0:
             raise SystemExit(f"pool benchmark run failed:\n{proc.stdout}\n{proc.stderr}")
         timings = json.loads(timings_path.read_text())

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from rankgate.bench.contention import PROBE_KEY
+from rankgate.proc.contention import PROBE_KEY
 
 BASELINE_FORMAT = "rankgate.baseline/1"
 BUSBW_MIN_BYTES = 16 << 20
@@ -112,7 +112,7 @@ class Samples:
     machine: dict = field(default_factory=dict)
     """Where it ran (kind, cpus, gpu): a baseline records it; results may not know."""
     probes: list[dict] = field(default_factory=list)
-    """Contention probes taken around each run (rankgate.bench.contention)."""
+    """Contention probes taken around each run (rankgate.proc.contention)."""
     sources: list[str] = field(default_factory=list)
     """A baseline's committed result files (paths from the repository root)."""
     source: str = ""

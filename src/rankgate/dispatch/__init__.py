@@ -14,10 +14,12 @@ Main API:
   :class:`~rankgate.dispatch.interlink.target.InterlinkTarget` (Kubernetes or REST).
 - :mod:`rankgate.dispatch.outcome` — how a job ended: one
   :class:`~rankgate.dispatch.outcome.JobOutcome` per SLURM state and interLink failure class.
-- :mod:`rankgate.dispatch.cli` — ``rankgate dispatch --profile P --stage S``.
+- ``rankgate dispatch --profile P --stage S`` is :mod:`rankgate.pipeline.dispatch_stage`:
+  the command reads the pipeline's stage list, so it stands above this package.
 
 Vocabulary: a *profile* names a *target* (where jobs run); a *job* (a
 :class:`~rankgate.dispatch.job.JobSpec`) runs one stage's tests on every rank there.
-Every subprocess call goes through :class:`rankgate.dispatch.shell.Shell`.
+Every command goes through :class:`rankgate.dispatch.shell.Shell` (and from there
+:mod:`rankgate.proc.command`).
 scripts/slurm/local-slurm.sh starts a real one-node SLURM for the hpc tests.
 """

@@ -1,38 +1,24 @@
-"""Every subprocess call of the dispatch package, local or through ``ssh host``.
+"""Every command of the dispatch package, local or through ``ssh host``.
 
 One :class:`Shell` runs commands either on this machine or on a login node over
-ssh; the SLURM target never calls :mod:`subprocess` itself, so the two variants
-differ only in the ``Shell`` they are given. A command that fails raises
-:class:`CommandError`, which carries the command, its return code and its output
-verbatim (sbatch's own words are the most useful error a user can get).
+ssh (through :func:`rankgate.proc.command.finish`); the SLURM target never starts a
+process itself, so the two variants differ only in the ``Shell`` they are given. A
+command that fails raises :class:`~rankgate.proc.command.CommandFailed`, which carries
+the command, its return code and its output verbatim (sbatch's own words are the most
+useful error a user can get).
 """
 
 from __future__ import annotations
 
 import io
 import shlex
-import subprocess
 import tarfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rankgate.dispatch.archive import safe_extract
-
-
-class CommandError(RuntimeError):
-    """A command exited non-zero, could not be started, or ran out of time."""
-
-    def __init__(
-        self, argv: Sequence[str], returncode: int | None, stdout: str = "", stderr: str = ""
-    ) -> None:
-        self.argv = list(argv)
-        self.returncode = returncode
-        self.stdout = stdout
-        self.stderr = stderr
-        status = "timed out" if returncode is None else f"exited {returncode}"
-        detail = (stderr or stdout).strip()
-        super().__init__(f"`{shlex.join(self.argv)}` {status}" + (f": {detail}" if detail else ""))
+from rankgate.proc.command import CommandFailed, finish
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,21 +54,18 @@ class Shell:
     def run(
         self, command: Sequence[str], *, input: str | bytes | None = None, check: bool = True
     ) -> Output:
-        """Run ``command``; raise :class:`CommandError` on failure when ``check``."""
+        """Run ``command``; raise :class:`CommandFailed` on failure when ``check``.
+
+        A command that cannot start or gives no answer within ``timeout`` fails whatever
+        ``check`` says."""
         argv = self.argv(command)
-        text = not isinstance(input, bytes)
-        try:
-            done = subprocess.run(
-                argv, input=input, capture_output=True, text=text, timeout=self.timeout
-            )
-        except FileNotFoundError as exc:
-            raise CommandError(argv, 127, stderr=f"{argv[0]}: not found ({exc})") from None
-        except subprocess.TimeoutExpired as exc:
-            raise CommandError(argv, None, stderr=f"no answer within {self.timeout:g} s") from exc
-        stdout = done.stdout if text else done.stdout.decode(errors="replace")
-        stderr = done.stderr if text else done.stderr.decode(errors="replace")
+        done = finish(argv, input=input, timeout=self.timeout)
+        if done.timed_out:
+            said = f"no answer within {self.timeout:g} s"
+            raise CommandFailed(argv, 124, said, stderr=said)
+        stdout, stderr = _text(done.stdout), _text(done.stderr)
         if check and done.returncode != 0:
-            raise CommandError(argv, done.returncode, stdout, stderr)
+            raise CommandFailed(argv, done.returncode, stdout=stdout, stderr=stderr)
         return Output(stdout, stderr, done.returncode)
 
     def write_file(self, path: str, content: str, *, mode: int = 0o644) -> None:
@@ -105,13 +88,16 @@ class Shell:
         if self.host is None:
             return Path(remote)
         argv = self.argv(["tar", "-C", remote, "-cf", "-", "."])
-        try:
-            done = subprocess.run(argv, capture_output=True, timeout=self.timeout * 5)
-        except subprocess.TimeoutExpired as exc:
-            raise CommandError(argv, None, stderr="copying results timed out") from exc
+        done = finish(argv, timeout=self.timeout * 5, binary=True)
+        if done.timed_out:
+            raise CommandFailed(argv, 124, "copying results timed out", stderr="timed out")
         if done.returncode != 0:
-            raise CommandError(argv, done.returncode, stderr=done.stderr.decode(errors="replace"))
+            raise CommandFailed(argv, done.returncode, stderr=_text(done.stderr))
         local.mkdir(parents=True, exist_ok=True)
         with tarfile.open(fileobj=io.BytesIO(done.stdout)) as archive:
             safe_extract(archive, local)
         return local
+
+
+def _text(said: str | bytes) -> str:
+    return said if isinstance(said, str) else said.decode(errors="replace")

@@ -17,10 +17,11 @@ from rankgate.dispatch.job import JobSpec, new_job_dir
 from rankgate.dispatch.outcome import JobOutcome, slurm_state
 from rankgate.dispatch.profile import Profile, ProfileError
 from rankgate.dispatch.sbatch import SCRIPT_NAME, render_script, submit_command
-from rankgate.dispatch.shell import CommandError, Shell
+from rankgate.dispatch.shell import Shell
 from rankgate.dispatch.slurm_query import SlurmQuery
 from rankgate.dispatch.target import Fetched, FetchError, SubmitError
 from rankgate.dispatch.watch import Observation, WaitPolicy, Watched
+from rankgate.proc.command import CommandFailed
 
 POLL_S = 2.0
 """Seconds between looks unless ``--poll`` says otherwise."""
@@ -30,7 +31,7 @@ class SlurmTarget:
     """Runs jobs through sbatch/squeue/scontrol/scancel on a :class:`Shell`
     (implements :class:`~rankgate.dispatch.target.Target`)."""
 
-    transient = (CommandError,)
+    transient = (CommandFailed,)
     settles_after_cancel = True  # scancel'd jobs reach CANCELLED within seconds
 
     def __init__(self, profile: Profile, shell: Shell | None = None) -> None:
@@ -96,7 +97,7 @@ class SlurmTarget:
             self.shell.write_file(script_path, render_script(self.profile, job), mode=0o755)
             self.shell.write_file(f"{job.job_dir}/dispatch.json", json.dumps(meta, indent=2) + "\n")
             out = self.shell.run(submit_command(script_path))
-        except CommandError as exc:
+        except CommandFailed as exc:
             raise SubmitError((exc.stderr or exc.stdout).strip() or str(exc)) from None
         job_id = out.stdout.strip().split(";")[0]
         if not job_id.isdigit():
@@ -108,7 +109,7 @@ class SlurmTarget:
         it, or an ssh connection lost in between."""
         try:
             return self.query.find(job.name)
-        except CommandError:
+        except CommandFailed:
             return None
 
     def submitted(self, job: JobSpec, job_id: str) -> str:
@@ -161,5 +162,5 @@ class SlurmTarget:
             local = Path(tempfile.mkdtemp(prefix="rankgate-"))
         try:
             return Fetched(self.shell.fetch_dir(job.job_dir, local or Path(job.job_dir)))
-        except CommandError as exc:
+        except CommandFailed as exc:
             raise FetchError(str(exc)) from None

@@ -13,7 +13,7 @@ rest of the run the first time it says so:
 A job none of them knows any more (purged from slurmctld's memory) is looked up in
 ``sacct`` by :class:`~rankgate.dispatch.slurm.SlurmTarget`. A query that fails for any
 other reason (controller unreachable, ssh down) raises
-:class:`~rankgate.dispatch.shell.CommandError`, which the wait treats as a failed look.
+:class:`~rankgate.proc.command.CommandFailed`, which the wait treats as a failed look.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ import re
 from typing import Any
 
 from rankgate.dispatch.outcome import JobOutcome, Phase, slurm_never_starts, slurm_state
-from rankgate.dispatch.shell import CommandError, Output, Shell
+from rankgate.dispatch.shell import Output, Shell
 from rankgate.dispatch.watch import Observation
+from rankgate.proc.command import CommandFailed
 
 MODES = ("scontrol-json", "squeue-json", "text")
 # What SLURM says when it lacks an option or the JSON serializer plugin.
@@ -95,7 +96,9 @@ def _records(out: Output, argv: list[str]) -> list[dict]:
     try:
         return list(json.loads(out.stdout).get("jobs") or [])
     except (json.JSONDecodeError, AttributeError):
-        raise CommandError(argv, out.returncode, out.stdout[:500], out.stderr) from None
+        raise CommandFailed(
+            argv, out.returncode, stdout=out.stdout[:500], stderr=out.stderr
+        ) from None
 
 
 def _fields(text: str) -> dict[str, str]:
@@ -152,7 +155,7 @@ class SlurmQuery:
         if out.returncode != 0 and _UNSUPPORTED.search(said):
             raise _Unsupported(said)
         if out.returncode != 0:
-            raise CommandError(argv, out.returncode, out.stdout, out.stderr)
+            raise CommandFailed(argv, out.returncode, stdout=out.stdout, stderr=out.stderr)
         mine = [job for job in _records(out, argv) if str(job.get("job_id")) == job_id]
         return observation_from_record(mine[0]) if mine else None
 
@@ -186,4 +189,4 @@ class SlurmQuery:
             return out
         if _UNKNOWN_JOB.search(out.stderr + out.stdout):
             return None
-        raise CommandError(argv, out.returncode, out.stdout, out.stderr)
+        raise CommandFailed(argv, out.returncode, stdout=out.stdout, stderr=out.stderr)

@@ -31,8 +31,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rankgate.pipeline import process, stages
+from rankgate.pipeline import stages
 from rankgate.pipeline.stages import Stage
+from rankgate.proc import command
 
 
 class ChangesError(Exception):
@@ -153,8 +154,8 @@ def changed_files(since: str, repo: Path) -> tuple[str, ...]:
     """Files changed since the merge base with ``since``: committed, uncommitted, untracked."""
     def git(*args: str) -> str:
         try:
-            return process.output(["git", "-C", str(repo), *args])
-        except process.CommandFailed as exc:
+            return command.output(["git", "-C", str(repo), *args])
+        except command.CommandFailed as exc:
             raise ChangesError(
                 f"cannot compare with {since!r}: git {' '.join(args)}: {exc.reason}. "
                 f"Fetch it first (git fetch origin {since.removeprefix('origin/')}); in GitHub "
@@ -206,8 +207,8 @@ def _release_reason(env: Mapping[str, str], repo: Path) -> str:
     if env.get("GITHUB_EVENT_NAME") == "release":
         return "a release runs every stage"
     try:
-        tags = process.output(["git", "-C", str(repo), "tag", "--points-at", "HEAD"]).split()
-    except process.CommandFailed:
+        tags = command.output(["git", "-C", str(repo), "tag", "--points-at", "HEAD"]).split()
+    except command.CommandFailed:
         return ""  # changed_files() names the git problem
     if tags:
         return f"HEAD is tagged {', '.join(tags)}: a tag runs every stage"

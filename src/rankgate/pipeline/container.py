@@ -16,14 +16,13 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from rankgate.pipeline import process
 from rankgate.pipeline.probe import Machine
+from rankgate.proc import command
 
 MATRIX = Path("containers/matrix.toml")
 CONTAINERFILE = Path("containers/Containerfile")
@@ -91,7 +90,7 @@ def unavailable(engine: str, why: str, image: str, variant: str) -> str | None:
     """
     if not engine:
         return f"needs a container engine: {why}"
-    if process.capture([engine, "image", "inspect", image])[0] != 0:
+    if command.capture([engine, "image", "inspect", image])[0] != 0:
         return (
             f"{image} is not built ({engine} image inspect failed): "
             f"python -m rankgate.pipeline.container build {variant}"
@@ -114,7 +113,7 @@ def build(variant: Variant, *, engine: str, fresh: bool = False) -> str:
     """
     if variant.local_base and (fresh or not _image_exists(engine, variant.base_image)):
         env = {"REBUILD": "1", "CONTAINER_ENGINE": engine}
-        process.run(["bash", variant.local_base, variant.base_image], env=env)
+        command.run(["bash", variant.local_base, variant.base_image], env=env)
     args = [engine, "build", *engine_flags(engine), "-f", str(CONTAINERFILE), "-t", variant.tag]
     if fresh:
         args.append("--no-cache")
@@ -135,7 +134,7 @@ def build(variant: Variant, *, engine: str, fresh: bool = False) -> str:
         args += ["--build-arg", f"{key}={value}"]
     with tempfile.TemporaryDirectory(prefix="rankgate-context-") as context:
         _fill_context(Path(context))
-        process.run([*args, context])
+        command.run([*args, context])
     return variant.tag
 
 
@@ -164,11 +163,11 @@ def run_args(engine: str, image: str, argv: list[str], *, mounts: dict[str, str]
 
 def _fill_context(context: Path) -> None:
     """Copy the repository's tracked and unignored files (no .git, out/, caches)."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        capture_output=True,
-        check=True,
-    ).stdout.split(b"\0")
+    argv = ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"]
+    done = command.finish(argv, binary=True)
+    if done.returncode != 0:
+        raise command.CommandFailed(argv, done.returncode, stderr=done.stderr.decode())
+    listed = done.stdout.split(b"\0")
     for name in filter(None, (n.decode() for n in listed)):
         source = Path(name)
         if source.is_file():
@@ -178,7 +177,7 @@ def _fill_context(context: Path) -> None:
 
 
 def _image_exists(engine: str, image: str) -> bool:
-    return process.capture([engine, "image", "inspect", image])[0] == 0
+    return command.capture([engine, "image", "inspect", image])[0] == 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         fresh = os.environ.get("RANKGATE_CONTAINER_FRESH") == "1"
         tag = build(matrix[args.variant], engine=pick_engine(), fresh=fresh)
-    except process.CommandFailed as exc:
+    except command.CommandFailed as exc:
         print(f"build failed: {exc}", file=sys.stderr)
         return exc.returncode or 1
     print(tag)

@@ -23,7 +23,7 @@ import venv
 from importlib import metadata
 from pathlib import Path
 
-from rankgate.pipeline import process
+from rankgate.proc import command
 
 GATE = ("--full", "--only", "unit,dist")
 """What runs inside the new environment: the gate's unit and dist stages, in full."""
@@ -90,7 +90,7 @@ def add_commands(bin_dir: Path) -> None:
 
 def install_newest(python: Path, constraints: Path, env: dict[str, str]) -> None:
     """rankgate with its dev extra, every dependency upgraded to its newest release."""
-    process.run(
+    command.run(
         [str(python), "-m", "pip", "install", "--upgrade", "--upgrade-strategy", "eager",
          "--constraint", str(constraints), "--editable", ".[dev]"],
         env=env,
@@ -114,16 +114,16 @@ def main(argv: list[str] | None = None) -> int:
     python = bin_dir / "python"
     try:
         install_newest(python, constraints, env)
-        process.run(
+        command.run(
             [str(python), "-m", "pip", "list", "--format=freeze"],
             stdout_path=out / "versions.txt", env=env,
         )  # fmt: skip
-        process.run(
+        command.run(
             [str(python), "-m", "nox", "-s", "gate", "--", *GATE, "--out", str(out),
              *pytest_args],
             env=env,
         )  # fmt: skip
-    except process.CommandFailed as exc:
+    except command.CommandFailed as exc:
         print(f"rankgate: latest: {exc}", file=sys.stderr)
         return 1
     return 0

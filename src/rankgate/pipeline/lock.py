@@ -24,7 +24,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from rankgate.pipeline import process
+from rankgate.proc import command
 
 LOCK = Path("requirements/dev-lock.txt")
 TORCH_DEPS = Path("requirements/torch-deps.in")
@@ -181,8 +181,8 @@ def _in(root: Path, argv: list[str]) -> None:
     here = Path.cwd()
     os.chdir(root)  # uv writes the inputs' paths into the lock as given: keep them relative
     try:
-        process.run(argv)
-    except process.CommandFailed as exc:
+        command.run(argv)
+    except command.CommandFailed as exc:
         hint = " (pip install uv: it is in the dev extra)" if exc.returncode == 127 else ""
         raise SystemExit(f"rankgate: lock: {exc}{hint}") from None
     finally:

@@ -11,7 +11,7 @@ import importlib.util
 import os
 import shutil
 
-from rankgate.pipeline import process
+from rankgate.proc import command
 
 ENGINES = ("podman", "docker")
 
@@ -63,7 +63,7 @@ class Machine:
         chosen = os.environ.get("RANKGATE_CONTAINER_ENGINE")
         reasons = []
         for engine in (chosen,) if chosen else ENGINES:
-            code, output = process.capture([engine, "info"], timeout=60)
+            code, output = command.capture([engine, "info"], timeout=60)
             if code == 0:
                 return engine, ""
             last = output.strip().splitlines()[-1] if output.strip() else f"exit code {code}"

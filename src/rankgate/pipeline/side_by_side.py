@@ -18,9 +18,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
-from rankgate.pipeline import process
-from rankgate.pipeline.progress import Progress
 from rankgate.pipeline.stages import Stage
+from rankgate.proc import command
+from rankgate.proc.progress import Progress
 
 
 class Finished(Protocol):
@@ -65,17 +65,17 @@ class Running(Generic[Outcome]):
 
     def __exit__(self, kind, error, traceback) -> None:
         """Whatever ends the block early (Ctrl-C lands in the main thread, not in the
-        stages' threads; SIGTERM/SIGHUP as :class:`process.Ended`): every stage's tree
+        stages' threads; SIGTERM/SIGHUP as :class:`command.Ended`): every stage's tree
         goes, and on a signal this process dies of it."""
         if error is None:
             return
         self.stop()
-        if isinstance(error, process.Ended):
-            process.die_of(error.args[0])
+        if isinstance(error, command.Ended):
+            command.die_of(error.args[0])
 
     def wait(self, progress: Progress) -> dict[str, Outcome]:
         """Wait for every stage, then show each one's log and verdict; name -> outcome."""
-        with process.signals_raise_ended():
+        with command.signals_raise_ended():
             outcomes = {name: future.result() for name, future in self._futures.items()}
         self._pool.shutdown()
         for i, stage in self.numbered:
@@ -93,10 +93,10 @@ class Running(Generic[Outcome]):
         """End every stage's commands (TERM, then KILL) and wait for the threads to return."""
         for future in self._futures.values():
             future.cancel()  # a stage not started yet never starts
-        process.stop_all()
+        command.stop_all()
         # again until they return: a stage between two commands may start the next one
         while futures.wait(self._futures.values(), timeout=1.0).not_done:
-            process.stop_all()
+            command.stop_all()
         self._pool.shutdown()
 
 

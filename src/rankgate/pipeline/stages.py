@@ -98,7 +98,7 @@ class Stage:
     (:mod:`rankgate.pipeline.changes`); tests/pipeline checks that they cover every file
     the stage's tests import."""
     dagger: str
-    """The Dagger function (ci/) that runs the stage in CI."""
+    """The Dagger function (.dagger/) that runs the stage in CI."""
     workflow: str
     """``<file>:<job>`` of the GitHub Actions job (.github/workflows) that runs it."""
 
@@ -152,6 +152,11 @@ _PYTEST_RUN = (
     "src/rankgate/report/rankresults.py",
     "src/rankgate/report/junitfile.py",
 )
+# A pytest job under a launcher (the training suite's launcher matrix) and the module
+# that starts it.
+_COMMANDS = ("src/rankgate/proc/__init__.py", "src/rankgate/proc/command.py")
+"""The one module that starts processes (dispatch's shell, launched jobs, containers)."""
+_LAUNCHED = ("src/rankgate/report/launched.py", *_COMMANDS)
 # The new suites (parallelism, training, data) and the workloads they exercise.
 _WORKLOAD_SUITES = (
     "src/rankgate/workloads/**",
@@ -160,6 +165,7 @@ _WORKLOAD_SUITES = (
     "suites/parallel/**",
     "suites/trainer/**",
     "suites/data/**",
+    *_LAUNCHED,
 )
 # The training suite's launcher matrix runs its strategies under srun (an hpc test).
 _TRAINING_LAUNCH = (
@@ -169,16 +175,18 @@ _TRAINING_LAUNCH = (
     "src/rankgate/workloads/packing/**",
     "src/rankgate/workloads/trainer/**",
     "suites/trainer/**",
+    *_LAUNCHED,
 )
 # The interLink end-to-end test is a dist test (ranks on this machine behind a fake
 # interLink server): it goes through the round trip both targets share, so it needs
-# every dispatch module but the command line, which only the hpc stage depends on.
+# every dispatch module; the command line (pipeline/dispatch_stage.py) only hpc's.
 _INTERLINK_E2E = (
     "tests/dispatch/test_dispatch_interlink_e2e.py",
     "tests/dispatch/conftest.py",
     "tests/dispatch/fake_interlink.py",
     "tests/dispatch/specs/**",
     "src/rankgate/dispatch/interlink/**",
+    *_COMMANDS,
     *(
         f"src/rankgate/dispatch/{name}.py"
         for name in (
@@ -199,6 +207,7 @@ _REPORT_TESTS = (
     "src/rankgate/report/**",
     "src/rankgate/pipeline/**",
     "src/rankgate/bench/**",
+    "src/rankgate/proc/**",
     "src/rankgate/cli.py",
     "src/rankgate/envcheck.py",
     "tests/report/**",
@@ -219,7 +228,7 @@ _WORKFLOWS = (
 # Unit tests read almost everything: code, workflows, the Dagger module, the README's
 # commands, the container matrix and the committed benchmark files.
 _UNIT_PATHS = (
-    "src/**", "tests/**", "suites/**", "ci/**", "conftest.py", "noxfile.py", ".github/**",
+    "src/**", "tests/**", "suites/**", ".dagger/**", "conftest.py", "noxfile.py", ".github/**",
     "README.md", "docs/**", "containers/**", "scripts/**", "benchmarks/**", "dagger.json",
 )  # fmt: skip
 
@@ -308,6 +317,7 @@ _STAGES: dict[str, Stage] = {
             workflow="release.yml:test-hpc",
             paths=(
                 *_PYTEST_RUN, *_JUNIT_MERGE, "src/rankgate/dispatch/**", "src/rankgate/cli.py",
+                "src/rankgate/pipeline/dispatch_stage.py",
                 "suites/dispatch/**", "scripts/slurm/**",
                 *_TRAINING_LAUNCH,
             ),
@@ -353,7 +363,7 @@ _STAGES: dict[str, Stage] = {
             workflow="release.yml:bench",
             paths=(
                 *_PYTEST_RUN, "src/rankgate/bench/**", "src/rankgate/workloads/**",
-                "src/rankgate/cli.py", "src/rankgate/pipeline/progress.py", "tests/bench/**",
+                "src/rankgate/cli.py", "src/rankgate/proc/**", "tests/bench/**",
                 "benchmarks/baselines/**",
             ),
         ),
@@ -391,7 +401,7 @@ _STAGES: dict[str, Stage] = {
             paths=(
                 *_PYTEST_RUN, "containers/**", "scripts/container/**",
                 "src/rankgate/pipeline/__init__.py", "src/rankgate/pipeline/container.py",
-                "src/rankgate/pipeline/process.py",
+                *_COMMANDS,
                 "src/rankgate/pipeline/probe.py", "src/rankgate/workloads/comm/**",
                 "suites/pipeline/test_container.py", "suites/comm/**", "suites/harness/**",
             ),

@@ -6,5 +6,13 @@ Main API:
   per-rank JUnit files (the harness's in-place mode) to one rank-aware verdict per test,
   ``MergedReport.write_xml(path)`` for one JUnit file (``rankgate merge-junit``).
 - :func:`rankgate.report.summary.summarize`: a small JSON summary of JUnit and benchmark
-  files (``rankgate report``).
+  files; :mod:`rankgate.report.cli` (``rankgate report``) writes it with the HTML page
+  (:func:`~rankgate.report.html.render_html`) and its Markdown twin.
+- :func:`rankgate.report.junitfile.read_junit` / :func:`~rankgate.report.rankresults.read_any`:
+  one rank's JUnit or results file, as the harness wrote it.
+- :func:`rankgate.report.runinfo.git_commit` and ``describe_machine``: what a run ran on.
+- :func:`rankgate.report.launched.run_pytest_under` -> ``LaunchedRun``: pytest under
+  torchrun, srun or mpirun, with every rank's output and the merged verdicts.
+- :mod:`rankgate.report.tracing_plugin` / :mod:`rankgate.report.outcome_plugin`: the
+  pytest plugins that trace a stage and record outcomes.
 """

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rankgate.bench.contention import PROBE_KEY
+from rankgate.proc.contention import PROBE_KEY
 from rankgate.report import history, rankresults, runinfo
 from rankgate.report.failures import FailedTest, failed_tests, stopper_first
 from rankgate.report.junitfile import ReportInputError

@@ -21,10 +21,11 @@ import json
 import os
 import re
 import shlex
-import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+
+from rankgate.proc.command import CommandFailed, finish
 
 RUN_FORMAT = "rankgate.run/1"
 RUNNING = "running"
@@ -84,13 +85,14 @@ def now() -> str:
 def git_commit(cwd: Path | None = None) -> str:
     """``HEAD``'s hash, with ``+dirty`` when the tree has changes; "" outside git."""
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True,
-                              text=True, timeout=10)  # fmt: skip
+        head = finish(["git", "rev-parse", "HEAD"], cwd=cwd, timeout=10)
         if head.returncode != 0:
             return ""
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=cwd, capture_output=True, text=True, timeout=30)  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired):
+        dirty = finish(["git", "status", "--porcelain", "--untracked-files=no"],
+                       cwd=cwd, timeout=30)  # fmt: skip
+    except CommandFailed:
+        return ""
+    if dirty.timed_out:
         return ""
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
@@ -135,13 +137,12 @@ def gpu_summary(machine: dict) -> str:
 def _nvidia_smi() -> tuple[str | None, str | None]:
     """(driver version, topology summary) from nvidia-smi; (None, None) without it."""
     try:
-        query = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20,
-        )  # fmt: skip
-        topo = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True,
-                              timeout=20)  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired):
+        query = finish(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                       timeout=20)  # fmt: skip
+        topo = finish(["nvidia-smi", "topo", "-m"], timeout=20)
+    except CommandFailed:
+        return None, None
+    if query.timed_out or topo.timed_out:
         return None, None
     lines = query.stdout.strip().splitlines() if query.returncode == 0 else []
     driver = lines[0].strip() if lines else None

@@ -38,12 +38,13 @@ import torch.distributed as dist
 from . import push_kernel
 from .backend import BackendUnavailableError, NcclBackend, log
 from .detect import detect_topology
-from .dispatch import AllReduceDispatch, direct_all_reduce
 from .p2p_route import (  # noqa: F401 (the config and routing are this module's API too)
     ALGORITHMS,
     P2P_DTYPES,
     TWOSHOT_DTYPES,
+    AllReduceDispatch,
     P2PConfig,
+    direct_all_reduce,
     route_all_reduce,
 )
 

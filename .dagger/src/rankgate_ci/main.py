@@ -49,7 +49,7 @@ SOURCE_IGNORE = [
     "**/.pytest_cache",
     "**/.ruff_cache",
     "**/*.egg-info",
-    "ci/sdk",
+    ".dagger/sdk",
 ]
 
 

@@ -1,4 +1,9 @@
-"""Every subprocess the pipeline starts goes through :func:`run` (one place, one error type).
+"""Every subprocess rankgate starts is started here, and every failure is a :class:`CommandFailed`.
+
+- :func:`run`: a pipeline command with the terminal (or a stage's log) as its output;
+- :func:`finish`: a command whose output is captured, ended whole past its deadline
+  (dispatch's shell, a launched pytest job, benchmark runs);
+- :func:`output` / :func:`capture`: a quiet query (git, nvidia-smi, ``--version``).
 
 A command runs in its own session (process group), so it can be ended as a whole:
 on a timeout, on Ctrl-C, and when this process gets SIGTERM or SIGHUP (a CI runner
@@ -18,6 +23,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 END_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
@@ -64,14 +71,30 @@ def stop_all() -> None:
     _end_trees(list(_running))
 
 
-class CommandFailed(Exception):
-    """A command exited non-zero (or could not start). Carries the command and its code."""
+class CommandFailed(RuntimeError):
+    """A command exited non-zero, could not start or ran out of time.
 
-    def __init__(self, argv: list[str], returncode: int, reason: str = "") -> None:
-        self.argv = argv
+    Carries the command, its code (127: no such program, 124: timed out) and, where it
+    was captured, what it printed: a tool's own words are the most useful error a user
+    can get (sbatch's, git's).
+    """
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        returncode: int,
+        reason: str = "",
+        *,
+        stdout: str = "",
+        stderr: str = "",
+    ) -> None:
+        self.argv = list(argv)
         self.returncode = returncode
-        self.reason = reason or f"exit code {returncode}"
-        super().__init__(f"{shlex.join(argv)}: {self.reason}")
+        self.stdout = stdout
+        self.stderr = stderr
+        detail = (stderr or stdout).strip()
+        self.reason = reason or f"exit code {returncode}" + (f": {detail}" if detail else "")
+        super().__init__(f"{shlex.join(self.argv)}: {self.reason}")
 
 
 def say(line: str, log_path: Path | None = None) -> None:
@@ -180,6 +203,80 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
         os.killpg(proc.pid, sig)
 
 
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """What a command run by :func:`finish` printed, and how it ended."""
+
+    argv: tuple[str, ...]
+    returncode: int | None
+    """None when it was ended at its deadline."""
+    stdout: str | bytes
+    stderr: str | bytes
+    seconds: float
+
+    @property
+    def timed_out(self) -> bool:
+        return self.returncode is None
+
+
+def finish(
+    argv: Sequence[str],
+    *,
+    input: str | bytes | None = None,
+    cwd: Path | str | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+    binary: bool = False,
+    grace: float = 0.0,
+) -> Finished:
+    """Run ``argv`` in its own session with its output captured, and wait for it.
+
+    ``env`` replaces the environment (None: this process's). Past ``timeout`` seconds
+    the whole session gets SIGTERM, SIGKILL ``grace`` seconds later (at once for 0), and
+    the result's ``returncode`` is None, with what it printed until then. A program that
+    cannot start raises :class:`CommandFailed` (127 when it does not exist); a non-zero
+    exit is the caller's to judge.
+    """
+    argv = list(argv)
+    binary = binary or isinstance(input, bytes)
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=None if env is None else dict(env),
+            stdin=subprocess.DEVNULL if input is None else subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=not binary,
+            errors=None if binary else "replace",
+            start_new_session=True,  # one signal reaches the command and its children
+        )
+    except OSError as exc:
+        code = 127 if isinstance(exc, FileNotFoundError) else 126
+        raise CommandFailed(argv, code, f"cannot run {argv[0]}: {exc.strerror or exc}") from None
+    try:
+        stdout, stderr = proc.communicate(input, timeout=timeout)
+        returncode: int | None = proc.returncode
+    except subprocess.TimeoutExpired:
+        stdout, stderr = _end_session(proc, grace)
+        returncode = None
+    except BaseException:  # KeyboardInterrupt included: the whole tree goes with us
+        _end_session(proc, 0.0)
+        raise
+    return Finished(tuple(argv), returncode, stdout, stderr, time.monotonic() - start)
+
+
+def _end_session(proc: subprocess.Popen, grace: float) -> tuple:
+    """SIGTERM (SIGKILL when ``grace`` is 0) the command's session; what it printed."""
+    _signal_group(proc, signal.SIGTERM if grace > 0 else signal.SIGKILL)
+    try:
+        return proc.communicate(timeout=grace) if grace > 0 else proc.communicate()
+    except subprocess.TimeoutExpired:
+        _signal_group(proc, signal.SIGKILL)
+        return proc.communicate()
+
+
 def output(argv: list[str], *, cwd: Path | None = None, timeout: float = 60.0) -> str:
     """Run a quiet query (git, ...) and return its stdout; its stderr names the failure.
 
@@ -187,12 +284,9 @@ def output(argv: list[str], *, cwd: Path | None = None, timeout: float = 60.0) -
     """
     if shutil.which(argv[0]) is None:
         raise CommandFailed(argv, 127, f"{argv[0]} not found on PATH")
-    try:
-        proc = subprocess.run(
-            argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, start_new_session=True
-        )
-    except subprocess.TimeoutExpired:
-        raise CommandFailed(argv, 124, f"timed out after {timeout:.0f} s") from None
+    proc = finish(argv, cwd=cwd, timeout=timeout)
+    if proc.timed_out:
+        raise CommandFailed(argv, 124, f"timed out after {timeout:.0f} s")
     if proc.returncode != 0:
         last = proc.stderr.strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
         raise CommandFailed(argv, proc.returncode, last[0])
@@ -204,9 +298,9 @@ def capture(argv: list[str], *, timeout: float = 30.0) -> tuple[int, str]:
     if shutil.which(argv[0]) is None:
         return 127, f"{argv[0]} not found on PATH"
     try:
-        proc = subprocess.run(
-            argv, capture_output=True, text=True, timeout=timeout, start_new_session=True
-        )
-    except (subprocess.TimeoutExpired, OSError) as exc:
-        return 124, str(exc)
+        proc = finish(argv, timeout=timeout)
+    except CommandFailed as exc:
+        return 124, exc.reason
+    if proc.timed_out:
+        return 124, f"timed out after {timeout:g} s"
     return proc.returncode, (proc.stdout + proc.stderr).strip()

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from rankgate.workloads.comm import P2PConfig
-from rankgate.workloads.comm.dispatch import MAX_KINDS, AllReduceDispatch, direct_all_reduce
 from rankgate.workloads.comm.p2p import route_all_reduce
+from rankgate.workloads.comm.p2p_route import MAX_KINDS, AllReduceDispatch, direct_all_reduce
 from rankgate.workloads.comm.push_kernel import MAX_SLOT_BYTES
 
 pytestmark = pytest.mark.unit

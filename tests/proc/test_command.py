@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rankgate.pipeline import process
+from rankgate.proc import command as process
 
 pytestmark = pytest.mark.unit
 
@@ -167,3 +167,59 @@ def test_stop_all_gives_every_command_its_teardown_at_once(tmp_path):
     assert [Path(name + ".done").exists() for name in names] == [True, True]
     told = [float(Path(name + ".term").read_text()) for name in names]
     assert abs(told[0] - told[1]) < 4  # one after the other, they would be 8 s apart
+
+
+def test_finish_captures_what_the_command_said_and_its_code():
+    done = process.finish([PY, "-c", "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"])
+    assert (done.returncode, done.stdout, done.stderr, done.timed_out) == (3, "out\n", "err\n", False)
+    assert done.argv[0] == PY and done.seconds > 0
+
+
+def test_finish_feeds_input_and_keeps_bytes_as_bytes():
+    echo = [PY, "-c", "import sys; sys.stdout.buffer.write(sys.stdin.buffer.read()[::-1])"]
+    assert process.finish(echo, input="abc").stdout == "cba"
+    assert process.finish(echo, input=b"\x00\xff").stdout == b"\xff\x00"
+
+
+def test_finish_of_a_missing_program_is_a_command_failed_naming_it():
+    with pytest.raises(process.CommandFailed, match="cannot run no-such-tool-xyz") as info:
+        process.finish(["no-such-tool-xyz"])
+    assert info.value.returncode == 127 and info.value.argv == ["no-such-tool-xyz"]
+
+
+def test_finish_past_its_deadline_ends_the_whole_tree_and_keeps_what_it_said(tmp_path):
+    pidfile = tmp_path / "child.pid"
+    script = (
+        "import subprocess, sys, time;"
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']);"
+        f"open({str(pidfile)!r}, 'w').write(str(p.pid));"
+        "print('started', flush=True); time.sleep(60)"
+    )
+    done = process.finish([PY, "-c", script], timeout=3)
+    assert done.timed_out and done.returncode is None and done.stdout == "started\n"
+    grandchild = int(pidfile.read_text())
+    for _ in range(50):
+        if not running(grandchild):
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"grandchild {grandchild} survived the deadline")
+
+
+def test_finish_with_grace_sends_sigterm_first(tmp_path):
+    """A launcher given ``grace`` gets SIGTERM and may end its ranks before SIGKILL."""
+    script = (
+        "import signal, sys, time\n"
+        "def bye(*_):\n"
+        "    print('got SIGTERM', flush=True); sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, bye)\n"
+        "print('ready', flush=True); time.sleep(60)\n"
+    )
+    done = process.finish([PY, "-c", script], timeout=3, grace=10)
+    assert done.timed_out and done.stdout == "ready\ngot SIGTERM\n"
+
+
+def test_a_failure_carries_what_the_command_said():
+    failed = process.CommandFailed(["sbatch", "job.sh"], 1, stderr="sbatch: error: no partition\n")
+    assert str(failed) == "sbatch job.sh: exit code 1: sbatch: error: no partition"
+    assert failed.stderr == "sbatch: error: no partition\n"

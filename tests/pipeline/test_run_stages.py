@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from rankgate.pipeline import executor, runner
+from rankgate.pipeline import executor
+from rankgate.pipeline import run_stages as runner
 from rankgate.pipeline.executor import Outcome
 
 pytestmark = pytest.mark.unit

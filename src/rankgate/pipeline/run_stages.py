@@ -1,4 +1,5 @@
-"""``rankgate run``: the seed runner's options, mapped onto pipeline stages and markers.
+"""``rankgate run``: runs the pipeline's stages, or narrower test selections, chosen by the
+seed runner's options (mapped onto stages and markers).
 
 =================  ==========================================================
 option             runs
@@ -34,7 +35,8 @@ from pathlib import Path
 from rankgate.cliargs import UsageError
 from rankgate.dispatch.profile import profile_problem
 from rankgate.pipeline import executor, stages
-from rankgate.pipeline.executor import Options, Outcome
+from rankgate.pipeline.options import Options
+from rankgate.pipeline.outcome import Outcome
 from rankgate.pipeline.probe import Machine
 from rankgate.pipeline.stages import Stage
 

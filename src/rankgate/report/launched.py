@@ -1,4 +1,4 @@
-"""Run pytest under a launcher (torchrun, srun, mpirun) and collect every rank's output.
+"""Run pytest under a launcher (torchrun, srun, mpirun) and collect every rank's output and verdict.
 
 The harness's in-place mode runs the test files on each rank; rank 0 writes the
 terminal, rank r > 0 writes ``pytest.rank<r>.log`` and every rank its own JUnit file
@@ -12,40 +12,13 @@ reported as timed out: a wrong launcher or a missing peer can never hang the cal
 from __future__ import annotations
 
 import os
-import shutil
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-LAUNCHERS = ("torchrun", "srun", "mpirun")
-
-
-class LauncherUnavailable(RuntimeError):
-    """The launcher's program is not installed here; the message says how to get it."""
-
-
-def launcher_argv(launcher: str, nprocs: int) -> list[str]:
-    """The command that starts ``nprocs`` copies of what follows it (``python -m ...``)."""
-    if launcher == "torchrun":
-        # torch.distributed.run under this interpreter: the torchrun on PATH may be another's.
-        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                "--nproc-per-node", str(nprocs)]  # fmt: skip
-    if launcher == "srun":
-        if shutil.which("srun") is None:
-            raise LauncherUnavailable("srun is not installed: apt-get install slurm-wlm")
-        # --immediate: fail at once when the cluster has no room, instead of queueing forever.
-        return ["srun", "-n", str(nprocs), "--immediate=60", "--kill-on-bad-exit=1",
-                sys.executable]  # fmt: skip
-    if launcher == "mpirun":
-        if shutil.which("mpirun") is None:
-            raise LauncherUnavailable("mpirun is not installed: apt-get install openmpi-bin")
-        root = ["--allow-run-as-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []
-        return ["mpirun", *root, "--oversubscribe", "-np", str(nprocs), sys.executable]
-    raise ValueError(f"unknown launcher {launcher!r}; use one of {', '.join(LAUNCHERS)}")
+from rankgate.launch.launchers import launcher_argv
+from rankgate.proc.command import finish
+from rankgate.report.junit import merge_junit
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +53,6 @@ class LaunchedRun:
 
     def verdicts(self) -> dict[str, str]:
         """test id -> merged verdict over every rank (passed, failed, skipped, ...)."""
-        from rankgate.report.junit import merge_junit
-
         files = self.junit_files()
         if not files:
             return {}
@@ -89,8 +60,6 @@ class LaunchedRun:
 
     def skip_reasons(self) -> dict[str, str]:
         """test id -> the reason it was skipped (merged over the ranks)."""
-        from rankgate.report.junit import merge_junit
-
         files = self.junit_files()
         if not files:
             return {}
@@ -131,34 +100,7 @@ def run_pytest_under(  # launcher, ranks, pytest's arguments, then keyword-only 
         "-m", "pytest", "-p", "no:cacheprovider", "--color=no",
         f"--junitxml={out_dir / 'junit.xml'}", *pytest_args,
     ]  # fmt: skip
-    start = time.monotonic()
-    process = subprocess.Popen(
-        argv,
-        cwd=cwd,
-        env=dict(os.environ if env is None else env),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # one kill reaches the launcher and every rank
-    )
-    try:
-        stdout, stderr = process.communicate(timeout=timeout)
-        returncode: int | None = process.returncode
-    except subprocess.TimeoutExpired:
-        _kill_session(process)
-        stdout, stderr = process.communicate()
-        returncode = None
+    done = finish(argv, cwd=cwd, env=os.environ if env is None else env, timeout=timeout, grace=10)
     return LaunchedRun(
-        launcher, tuple(argv), returncode, stdout, stderr, out_dir, time.monotonic() - start
+        launcher, done.argv, done.returncode, done.stdout, done.stderr, out_dir, done.seconds
     )
-
-
-def _kill_session(process: subprocess.Popen) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=10)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass

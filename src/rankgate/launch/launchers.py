@@ -1,0 +1,37 @@
+"""The command that starts n ranks under a launcher (torchrun, srun, mpirun).
+
+:func:`launcher_argv` puts ``python -m ...`` behind it; a launcher that is not
+installed is a :class:`LauncherUnavailable` naming the package that brings it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+LAUNCHERS = ("torchrun", "srun", "mpirun")
+
+
+class LauncherUnavailable(RuntimeError):
+    """The launcher's program is not installed here; the message says how to get it."""
+
+
+def launcher_argv(launcher: str, nprocs: int) -> list[str]:
+    """The command that starts ``nprocs`` copies of what follows it (``python -m ...``)."""
+    if launcher == "torchrun":
+        # torch.distributed.run under this interpreter: the torchrun on PATH may be another's.
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc-per-node", str(nprocs)]  # fmt: skip
+    if launcher == "srun":
+        if shutil.which("srun") is None:
+            raise LauncherUnavailable("srun is not installed: apt-get install slurm-wlm")
+        # --immediate: fail at once when the cluster has no room, instead of queueing forever.
+        return ["srun", "-n", str(nprocs), "--immediate=60", "--kill-on-bad-exit=1",
+                sys.executable]  # fmt: skip
+    if launcher == "mpirun":
+        if shutil.which("mpirun") is None:
+            raise LauncherUnavailable("mpirun is not installed: apt-get install openmpi-bin")
+        root = ["--allow-run-as-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []
+        return ["mpirun", *root, "--oversubscribe", "-np", str(nprocs), sys.executable]
+    raise ValueError(f"unknown launcher {launcher!r}; use one of {', '.join(LAUNCHERS)}")

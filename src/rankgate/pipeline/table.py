@@ -1,0 +1,46 @@
+"""The gate's verdict table: one row per stage, its failed tests under it."""
+
+from __future__ import annotations
+
+from rankgate.pipeline.outcome import Outcome
+
+FAILING_SHOWN = 10
+"""The table names at most this many failed tests of a stage."""
+
+
+def summary_table(outcomes: list[Outcome]) -> str:
+    """Plain-text table: one row per stage; failed and skipped rows in capitals."""
+    counts = {s: sum(o.status == s for o in outcomes) for s in ("passed", "failed", "skipped")}
+    width = max([len(o.stage) for o in outcomes] + [5])
+    lines = [
+        "",
+        f"{'stage':<{width}}  {'result':<7}  {'time':>7}  reason / note",
+        f"{'-' * width}  {'-' * 7}  {'-' * 7}  {'-' * 40}",
+    ]
+    for o in outcomes:
+        shown = o.status if o.status == "passed" else o.status.upper()
+        note = o.reason
+        if o.selected and o.selected != o.reason:
+            note = "; ".join(filter(None, (o.reason, f"ran: {o.selected}")))
+        lines.append(f"{o.stage:<{width}}  {shown:<7}  {o.seconds:6.1f}s  {note}".rstrip())
+        if o.status == "failed" and o.tests and not o.failing:
+            # pytest failed after its tests passed: a session-level check (leftovers, a
+            # plugin's own verdict) or its exit; its output's last lines say which.
+            lines.append(
+                f"{'':<{width}}  ✗ no test failed ({_counted(o.tests)}): the "
+                "session itself failed, its output's last lines say why"
+            )
+        shown_tests = o.failing[:FAILING_SHOWN]
+        lines += [f"{'':<{width}}  ✗ {test}" for test in shown_tests]
+        if len(o.failing) > len(shown_tests):
+            more = len(o.failing) - len(shown_tests)
+            lines.append(f"{'':<{width}}  ✗ and {more} more (out/report.html has them all)")
+    lines.append(
+        f"gate — {counts['passed']} passed, {counts['failed']} failed, "
+        f"{counts['skipped']} skipped (stages)"
+    )
+    return "\n".join(lines)
+
+
+def _counted(tests: dict[str, int]) -> str:
+    return ", ".join(f"{n} {outcome}" for outcome, n in tests.items() if n and outcome != "tests")
