@@ -11,7 +11,7 @@ import pytest
 # Imported before pytester snapshots sys.modules (torch cannot be imported twice).
 import torch  # noqa: F401
 
-import rankgate.harness.worker  # noqa: F401
+import rankgate.harness.pool.worker  # noqa: F401
 
 
 class InnerRun:
@@ -79,7 +79,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     (pytester, torchrun, mpirun); under a launcher each rank would run it once more, on
     the same GPUs and files, so in place the harness skips them (marker ``launches``).
     """
-    from rankgate.harness.testitem import SPEC_KEY
+    from rankgate.harness.item_settings import SPEC_KEY
 
     here = Path(__file__).parent
     for item in items:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from rankgate.harness.item_settings import seed_for_test
 from rankgate.harness.leaks import running
-from rankgate.harness.testitem import seed_for_test
 from rankgate.report.junit import merge_junit
 
 # slow: each test starts torchrun or mpirun, and pytest on every rank

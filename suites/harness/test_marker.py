@@ -44,7 +44,7 @@ def test_bad_marker_is_a_collection_error_naming_test_and_problem(inner, marker,
 
 
 def test_nccl_without_enough_gpus_is_a_skip_saying_how_many(inner):
-    from rankgate.harness.gpus import visible_gpu_count
+    from rankgate.harness.pool.gpus import visible_gpu_count
 
     visible = visible_gpu_count()  # every process sees them all, xdist workers too
     if visible >= 2:

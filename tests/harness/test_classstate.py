@@ -7,7 +7,8 @@ import unittest
 
 import pytest
 
-from rankgate.harness import classstate, rankstate, rankwords
+from rankgate.harness import rankstate, verdict_lines
+from rankgate.harness.pool import classstate
 
 pytestmark = pytest.mark.unit
 
@@ -76,4 +77,4 @@ def test_hypothesis_tests_get_the_tests_seed_unless_they_chose_their_own():
     ],
 )
 def test_a_strict_pass_reads_the_same_from_a_marker_and_from_unittest(text, strict_pass):
-    assert rankwords.is_strict_xpass(text) is strict_pass
+    assert verdict_lines.is_strict_xpass(text) is strict_pass

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from rankgate.harness.gpulease import GpuLease
+from rankgate.harness.pool.gpulease import GpuLease
 
 pytestmark = pytest.mark.unit
 
 HOLDER = """
 import sys, time
 from pathlib import Path
-from rankgate.harness.gpulease import GpuLease
+from rankgate.harness.pool.gpulease import GpuLease
 lease = GpuLease(sys.argv[2].split(","), Path(sys.argv[1]))
 lease.acquire()
 print("held", flush=True)

@@ -1,6 +1,6 @@
 import pytest
 
-from rankgate.harness.gpus import gpu_block, xdist_slot
+from rankgate.harness.pool.gpus import gpu_block, xdist_slot
 
 pytestmark = pytest.mark.unit
 

@@ -9,13 +9,13 @@ import time
 
 import pytest
 
-from rankgate.harness.hangwatch import without_pytest_frames
+from rankgate.harness.inplace.hangwatch import without_pytest_frames
 
 pytestmark = pytest.mark.unit
 
 SCRIPT = """
 import ctypes, sys, time
-from rankgate.harness.hangwatch import HangWatch
+from rankgate.harness.inplace.hangwatch import HangWatch
 
 def record(stacks, why):
     print("on_timeout got the stacks:", "in hang_in_python" in stacks)

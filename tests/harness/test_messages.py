@@ -2,7 +2,7 @@ import pickle
 
 import pytest
 
-from rankgate.harness import messages
+from rankgate.harness.pool import messages
 
 pytestmark = pytest.mark.unit
 

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from rankgate.harness import ranklogs
+from rankgate.harness.pool import ranklogs
 
 pytestmark = pytest.mark.unit
 

@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 
-from rankgate.harness import rankwarnings
+from rankgate.harness.pool import rankwarnings
 
 pytestmark = pytest.mark.unit
 

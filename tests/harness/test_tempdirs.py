@@ -1,7 +1,7 @@
 import pytest
 
+from rankgate.harness.inplace.tempdirs import split_temp_dirs
 from rankgate.harness.rankstate import SEND_FD_HINT, hint_for
-from rankgate.harness.tempdirs import split_temp_dirs
 
 pytestmark = pytest.mark.unit
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 from _pytest._code.code import ReprEntryNative, ReprExceptionInfo, ReprFileLocation, ReprTraceback
 
-from rankgate.harness.rankwords import NOT_RUN_PREFIX
+from rankgate.harness.verdict_lines import NOT_RUN_PREFIX
 
 
 def failure_repr(item: pytest.Item, text: str) -> ReprExceptionInfo:

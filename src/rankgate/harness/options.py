@@ -7,7 +7,6 @@ import re
 
 import pytest
 
-from rankgate.harness.pool import PoolSettings
 from rankgate.harness.spec import timeout_problem
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -134,7 +133,10 @@ def check(config: pytest.Config) -> None:
     """Read every option now: a bad value is a usage error at the start, in either mode,
     rather than an error of the first test that would have read it."""
     default_timeout(config)
-    pool_settings(config)
+    # in the order the pool reads them
+    rendezvous_timeout(config)
+    start_timeout(config)
+    worker_setup(config)
 
 
 def worker_setup(config: pytest.Config) -> str | None:
@@ -146,11 +148,3 @@ def worker_setup(config: pytest.Config) -> str | None:
             "(say mypkg.testing:setup_rank, called as setup_rank(rank) on every rank)"
         )
     return spec or None
-
-
-def pool_settings(config: pytest.Config) -> PoolSettings:
-    return PoolSettings(
-        rendezvous_timeout=rendezvous_timeout(config),
-        start_timeout=start_timeout(config),
-        setup_hook=worker_setup(config),
-    )

@@ -15,21 +15,21 @@ import pytest
 from _pytest.mark import deselect_by_mark  # pytest's own `-m`, run once markers settle
 
 from rankgate.harness import options
-from rankgate.harness.interrupt import INTERRUPT_PLUGIN, InterruptRecord
-from rankgate.harness.messages import RankValue
+from rankgate.harness.item_settings import MARKERS_SEEN_KEY, SPEC_KEY
 from rankgate.harness.pluginnames import (
     INPLACE_PLUGIN,
     PER_PROCESS_FIXTURES,
     POOL_PLUGIN,
     TRACING_PLUGIN,
 )
-from rankgate.harness.poolmode import PoolSession
+from rankgate.harness.pool.interrupt import INTERRUPT_PLUGIN, InterruptRecord
+from rankgate.harness.pool.messages import RankValue
+from rankgate.harness.pool.session import PoolSession
 from rankgate.harness.spec import (
     WorldMarkerError,
     WorldSpec,
     parse_world_markers,
 )
-from rankgate.harness.testitem import MARKERS_SEEN_KEY, SPEC_KEY
 from rankgate.launch.env import LaunchEnvError, inspect_launch
 
 """pytest's fixtures that belong to one process: a world test's body runs elsewhere."""
@@ -82,7 +82,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if adoption is not None:
         config.pluginmanager.register(adoption, ADOPT_PLUGIN)
     if launch is not None:
-        from rankgate.harness.inplace import InPlaceSession
+        from rankgate.harness.inplace.session import InPlaceSession
 
         config.pluginmanager.register(InPlaceSession(config, launch), INPLACE_PLUGIN)
     else:

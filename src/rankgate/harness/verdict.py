@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rankgate.harness import rankwords
+from rankgate.harness import verdict_lines
 from rankgate.harness.outcome import BAD, RankOutcome, RankResult
-from rankgate.harness.stackwhere import where as stack_where
+from rankgate.harness.stacks import where as stack_where
 
 KEPT_OPTIONS = ("-p", "-o", "-c", "--override-ini", "--config-file", "--rootdir")
 """Options of the run that the reproduction line repeats (they change what runs: an
@@ -61,7 +61,7 @@ def judge(outcomes: list[RankOutcome], world: int, backend: str, *, test_id: str
         )
     kinds = {o.outcome for o in outcomes}
     if len(kinds) > 1:
-        by_kind = rankwords.outcomes_line({o.rank: str(o.outcome) for o in outcomes})
+        by_kind = verdict_lines.outcomes_line({o.rank: str(o.outcome) for o in outcomes})
         summary = f"ranks disagree {where}: {by_kind}"
         details = "".join(_section(o) for o in outcomes if o.detail)
         return Verdict(
@@ -84,14 +84,14 @@ def headline(outcomes: list[RankOutcome], test_id: str) -> str:
     """
     failed = {o.rank: o.duration for o in outcomes if o.outcome == RankResult.FAILED}
     crashed = [o.detail for o in outcomes if o.outcome == RankResult.CRASHED and o.detail]
-    line = rankwords.outcomes_line(
+    line = verdict_lines.outcomes_line(
         {o.rank: str(o.outcome) for o in outcomes},
-        first=rankwords.first_failed(failed),
+        first=verdict_lines.first_failed(failed),
         notes={"crashed": "; ".join(crashed)},
     )
     test_file = test_id.split("::", 1)[0]
     hung = {o.rank: stack_where(o.stack, test_file) for o in outcomes if o.outcome == "hung"}
-    return rankwords.with_cause(line, rankwords.hang_cause(hung))
+    return verdict_lines.with_cause(line, verdict_lines.hang_cause(hung))
 
 
 def _root_cause_first(outcomes: list[RankOutcome]) -> list[RankOutcome]:

@@ -21,7 +21,7 @@ passed     every rank passed it
 
 Each verdict is counted apart. A verdict other than passed carries a message naming
 what each rank did in rankgate's one wording ("rank 1 failed; ranks 0, 2 passed",
-:mod:`rankgate.harness.rankwords`) and the failing ranks' own texts. Each rank's
+:mod:`rankgate.harness.verdict_lines`) and the failing ranks' own texts. Each rank's
 system-out and system-err are kept, every line prefixed with ``[rank r]``.
 
 Files are read by :mod:`rankgate.report.junitfile` (which says where a case's rank
@@ -46,8 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rankgate.cliargs import int_at_least
-from rankgate.harness import rankwords
-from rankgate.harness.rankwords import INTERRUPTED_PREFIX, INTERRUPTED_PROPERTY, NOT_RUN_PREFIX
+from rankgate.harness import verdict_lines
+from rankgate.harness.verdict_lines import INTERRUPTED_PREFIX, INTERRUPTED_PROPERTY, NOT_RUN_PREFIX
 from rankgate.report.junitfile import (
     GREEN,
     OUTCOMES,
@@ -139,7 +139,7 @@ class MergedReport:
         c = self.counts
         outcomes = ", ".join(f"{c[o]} {o}" for o in OUTCOMES)
         ranks = _ranks_text(self.ranks)
-        tests = rankwords.count(c["tests"], "test")
+        tests = verdict_lines.count(c["tests"], "test")
         line = f"{tests} on {ranks} of world {self.world_size}: {outcomes}"
         return f"{self.incomplete_line()}; {line}" if self.incomplete else line
 
@@ -278,7 +278,7 @@ def worded_outcome(outcome: str, result: CaseResult | None) -> str:
     rank's death inside the test (its results file stops there), is worded as what it was."""
     if outcome != "failed" or result is None:
         return outcome
-    if rankwords.hung_headline(result.message):
+    if verdict_lines.hung_headline(result.message):
         return "hung"
     if result.message.startswith(INTERRUPTED_PREFIX):
         return "interrupted"
@@ -297,19 +297,19 @@ def _merge_test(
     xpasses = {
         r: "xpassed" for r, res in results.items()
         if res.outcome == "passed"
-        or (res.outcome == "failed" and rankwords.is_strict_xpass(res.message))
+        or (res.outcome == "failed" and verdict_lines.is_strict_xpass(res.message))
     }  # fmt: skip
     as_xfail = {**outcomes, **xpasses}
-    if "xpassed" in as_xfail.values() and rankwords.xfailed_as_one(as_xfail):
+    if "xpassed" in as_xfail.values() and verdict_lines.xfailed_as_one(as_xfail):
         return _expected_failure(classname, name, as_xfail, results)
     kinds = set(outcomes.values())
     failed = {r: res.time for r, res in results.items() if res.outcome == "failed"}
     worded = {r: worded_outcome(o, results.get(r)) for r, o in outcomes.items()}
     hung = {r: res for r, res in results.items() if worded[r] == "hung"}
-    cause = next((c for res in hung.values() if (c := rankwords.cause_in(res.message))), "")
+    cause = next((c for res in hung.values() if (c := verdict_lines.cause_in(res.message))), "")
     failed = {r: t for r, t in failed.items() if worded[r] == "failed"}
-    what = rankwords.with_cause(
-        rankwords.outcomes_line(worded, first=rankwords.first_failed(failed)), cause
+    what = verdict_lines.with_cause(
+        verdict_lines.outcomes_line(worded, first=verdict_lines.first_failed(failed)), cause
     )
     if "failed" in kinds:
         verdict, message = "failed", what
@@ -319,7 +319,9 @@ def _merge_test(
         why = next((r for res in results.values() if (r := not_run_reason(res.message))), "")
         notes = {"not run": why} if why else None
         verdict = "not run"
-        message = rankwords.outcomes_line(worded, first=rankwords.first_failed(failed), notes=notes)
+        message = verdict_lines.outcomes_line(
+            worded, first=verdict_lines.first_failed(failed), notes=notes
+        )
     elif len(kinds) > 1:
         verdict, message = "error", f"ranks disagree: {what}"
     elif kinds & {"skipped", "xfailed"}:
@@ -351,7 +353,7 @@ def _expected_failure(
 ) -> MergedTest:
     """An xfail-marked test that failed on some ranks and passed on the others: xfailed."""
     reason = next(res.message for r, res in results.items() if outcomes[r] == "xfailed")
-    message = f"{reason} ({rankwords.outcomes_line(outcomes)})"
+    message = f"{reason} ({verdict_lines.outcomes_line(outcomes)})"
     details = "\n\n".join(
         f"----- rank {r}: {outcomes[r]}" + (f"\n{res.text.rstrip()}" if res.text.strip() else "")
         for r, res in results.items()
@@ -430,7 +432,7 @@ def _csv(ranks: Iterable[int]) -> str:
 
 
 def _ranks_text(ranks: Sequence[int]) -> str:
-    return rankwords.ranks(ranks)
+    return verdict_lines.ranks(ranks)
 
 
 # --------------------------------------------------------------------------- command

@@ -15,7 +15,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
-from rankgate.harness.rankwords import (
+from rankgate.harness.verdict_lines import (
     INTERRUPTED_PROPERTY,
     INTERRUPTED_TEST_PROPERTY,
     NOT_RUN_PREFIX,

@@ -16,7 +16,7 @@ import re
 from html import escape
 from pathlib import Path
 
-from rankgate.harness import rankwords
+from rankgate.harness import verdict_lines
 from rankgate.report import present
 from rankgate.report.collect import BenchTable, ReportData
 from rankgate.report.failures import FailedTest
@@ -92,7 +92,7 @@ def _failure(test: FailedTest) -> list[str]:
     stopped = "stopped the run: " if test.stopped_run else ""
     head = f"#### {stopped}{_code(test.id)} {test.outcome}"
     if test.ranks:  # the one rank wording: "rank 1 failed; rank 0 passed"
-        head = f"#### {stopped}{_code(test.id)} " + rankwords.outcomes_line(
+        head = f"#### {stopped}{_code(test.id)} " + verdict_lines.outcomes_line(
             {r.rank: r.outcome for r in test.ranks}
         )
     lines = [head, ""]

@@ -17,7 +17,7 @@ from rankgate.harness.adopt.config import (
     parse_world_class,
 )
 from rankgate.harness.adopt.rankentry import enter
-from rankgate.harness.testitem import NOT_ADOPTED_KEY, PRELUDE_KEY
+from rankgate.harness.item_settings import NOT_ADOPTED_KEY, PRELUDE_KEY
 
 __tracebackhide__ = True  # pytest leaves this module's frames out of every traceback
 

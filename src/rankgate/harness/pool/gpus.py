@@ -1,7 +1,7 @@
 """Which GPUs a pytest process hands to its pools.
 
 Every pytest process sees every visible GPU; a world test on NCCL leases its GPUs for
-its set-up and body (rankgate.harness.gpulease), so xdist workers share the machine's
+its set-up and body (rankgate.harness.pool.gpulease), so xdist workers share the machine's
 GPUs without ever running two tests on one GPU at once, and a world(n) test is never
 skipped while the machine has n GPUs. Each worker prefers its own block of GPUs, so
 tests of different workers run side by side where there are GPUs enough.

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-from rankgate.harness.stackwhere import Where
+from rankgate.harness.stacks import Where
 
 ORDER = (
     "crashed",

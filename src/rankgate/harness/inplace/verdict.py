@@ -20,7 +20,7 @@ import pytest
 from _pytest._code.code import ReprEntryNative, ReprExceptionInfo, ReprFileLocation, ReprTraceback
 from _pytest.skipping import xfailed_key
 
-from rankgate.harness import rankwords
+from rankgate.harness import verdict_lines
 from rankgate.harness.failure_repr import failure_repr
 from rankgate.harness.verdict import DISAGREEMENT
 from rankgate.report.rankresults import strip_ansi
@@ -62,12 +62,12 @@ def report_text(report: pytest.TestReport) -> str:
 
 
 def xfail_outcome(report: pytest.TestReport) -> str:
-    """"xfailed" or "xpassed" for a call that ran under an xfail marker, else ""."""
+    """ "xfailed" or "xpassed" for a call that ran under an xfail marker, else ""."""
     if report.when != "call":
         return ""
     if hasattr(report, "wasxfail"):
         return "xfailed" if report.skipped else "xpassed"
-    strict_pass = report.failed and rankwords.is_strict_xpass(report_text(report))
+    strict_pass = report.failed and verdict_lines.is_strict_xpass(report_text(report))
     return "xpassed" if strict_pass else ""
 
 
@@ -93,7 +93,7 @@ def own_result(reports: list[pytest.TestReport], *, all_output: bool = False) ->
 
 
 def _xfailed_as_one(everyone: list[RankResult]) -> bool:
-    return rankwords.xfailed_as_one({r: res.xfail for r, res in enumerate(everyone)})
+    return verdict_lines.xfailed_as_one({r: res.xfail for r, res in enumerate(everyone)})
 
 
 DISAGREE_PREFIX = "ranks disagree: "
@@ -106,7 +106,7 @@ def cross_rank_problem(everyone: list[RankResult], rank: int) -> str | None:
         return None
     outcomes = {r: res.outcome for r, res in enumerate(everyone)}
     failed = {r: res.seconds for r, res in enumerate(everyone) if res.outcome == "failed"}
-    line = rankwords.outcomes_line(outcomes, first=rankwords.first_failed(failed))
+    line = verdict_lines.outcomes_line(outcomes, first=verdict_lines.first_failed(failed))
     others_bad = [r for r, res in enumerate(everyone) if res.outcome in BAD and r != rank]
     if others_bad:
         return line + "".join(
@@ -146,7 +146,7 @@ def verdict_reports(
         crash = getattr(target.longrepr, "reprcrash", None)
         # The short summary's line: the verdict, as the pool's says it (a strict xfail
         # that passed keeps pytest's own words there, as in the pool).
-        if crash is not None and not rankwords.is_strict_xpass(crash.message):
+        if crash is not None and not verdict_lines.is_strict_xpass(crash.message):
             target.longrepr.reprcrash = ReprFileLocation(
                 crash.path, crash.lineno, problem.split("\n", 1)[0]
             )

@@ -19,7 +19,7 @@ from _pytest.junitxml import mangle_test_address, xml_key
 from _pytest.outcomes import Exit
 
 from rankgate.harness.failure_repr import failure_repr, item_report, not_run_report
-from rankgate.harness.rankwords import (
+from rankgate.harness.verdict_lines import (
     INTERRUPTED_PREFIX,
     INTERRUPTED_PROPERTY,
     INTERRUPTED_TEST_PROPERTY,

@@ -48,12 +48,14 @@ from typing import NamedTuple, NoReturn
 import pytest
 from _pytest.runner import runtestprotocol
 
-from rankgate.harness import control, inplace_collection, leaks, locks, options, rankwords, tempdirs
-from rankgate.harness.control import PeerGone, RunAborted
+from rankgate.harness import leaks, locks, options, verdict_lines
 from rankgate.harness.failure_repr import failure_repr, item_report, not_run_report
-from rankgate.harness.hangwatch import HangWatch
-from rankgate.harness.inplace_group import InPlaceGroup
-from rankgate.harness.inplace_verdict import (
+from rankgate.harness.inplace import collection, control, tempdirs
+from rankgate.harness.inplace.control import PeerGone, RunAborted
+from rankgate.harness.inplace.group import InPlaceGroup
+from rankgate.harness.inplace.hangwatch import HangWatch
+from rankgate.harness.inplace.signalwatch import SignalWatch
+from rankgate.harness.inplace.verdict import (
     DISAGREE_PREFIX,
     RankResult,
     cross_rank_problem,
@@ -62,7 +64,14 @@ from rankgate.harness.inplace_verdict import (
     report_text,
     verdict_reports,
 )
-from rankgate.harness.pool import collective_timeout
+from rankgate.harness.item_settings import (
+    NOT_ADOPTED_KEY,
+    collective_timeout,
+    seed_for_test,
+    skip_at_test,
+    test_timeout,
+    world_spec,
+)
 from rankgate.harness.rankstate import (
     EnvironmentSnapshot,
     WorkerSetupError,
@@ -76,22 +85,14 @@ from rankgate.harness.rankstate import (
     seed_everything,
     set_collective_timeout,
 )
-from rankgate.harness.rankwords import (
+from rankgate.harness.spec import WorldSpec
+from rankgate.harness.stacks import where as stack_where
+from rankgate.harness.verdict import disagreement_status, reproduction_line, run_options
+from rankgate.harness.verdict_lines import (
     INTERRUPTED_PREFIX,
     INTERRUPTED_PROPERTY,
     INTERRUPTED_TEST_PROPERTY,
 )
-from rankgate.harness.signalwatch import SignalWatch
-from rankgate.harness.spec import WorldSpec
-from rankgate.harness.stackwhere import where as stack_where
-from rankgate.harness.testitem import (
-    NOT_ADOPTED_KEY,
-    seed_for_test,
-    skip_at_test,
-    test_timeout,
-    world_spec,
-)
-from rankgate.harness.verdict import disagreement_status, reproduction_line, run_options
 from rankgate.launch.env import LaunchEnv
 from rankgate.report.junitfile import NODE_ID_PROPERTY
 from rankgate.report.rankresults import ResultsWriter, results_path
@@ -161,7 +162,7 @@ class AfterTestProblem(AssertionError):
 def _crashed(ranks: Sequence[int]) -> str:
     """How a rank that ended inside a test without sending its result is named."""
     return (
-        f"{rankwords.ranks(ranks)} crashed (ended without a result: os._exit, a signal or "
+        f"{verdict_lines.ranks(ranks)} crashed (ended without a result: os._exit, a signal or "
         "the OOM killer)"
     )
 
@@ -345,12 +346,12 @@ class InPlaceSession:
             self._collect_errors.append(f"{report.nodeid}: " + "\n    ".join(text[-12:]))
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        mine = inplace_collection.collected(
+        mine = collection.collected(
             session, self._collect_errors, (socket.gethostname(), os.getpid())
         )
         everyone = self.control.all_gather("collected", mine)
         self._peers = [c.where for c in everyone]
-        inplace_collection.make_one(session, everyone, self.log_dir)  # UsageError: they differ
+        collection.make_one(session, everyone, self.log_dir)  # UsageError: they differ
         self._items = list(session.items)
         self._index = {item.nodeid: i for i, item in enumerate(self._items)}
 
@@ -368,14 +369,14 @@ class InPlaceSession:
             )
             return (
                 f"{what}: run it without a launcher (in place each of the "
-                f"{rankwords.count(n, 'rank')} would start them)"
+                f"{verdict_lines.count(n, 'rank')} would start them)"
             )
         spec = world_spec(item)
         if spec is None:
             return None
-        launched = f"{rankwords.count(n, 'rank')} launched by {self.launch.launcher}"
+        launched = f"{verdict_lines.count(n, 'rank')} launched by {self.launch.launcher}"
         if spec.size != n:
-            needs = rankwords.count(spec.size, "rank")
+            needs = verdict_lines.count(spec.size, "rank")
             return f"world({spec.size}) needs {needs}; this run has {launched}"
         if spec.backend == "nccl" and not self.has_gpus:
             return f"backend 'nccl' requested; this run's process group is {self.backend}"
@@ -470,15 +471,19 @@ class InPlaceSession:
         except Exception:  # the store is gone: name where this rank waits only
             wheres = {rank: stack_where(stacks, str(item.path))}
         notes = {"hung": f"{why}; the rank exited"}
-        cause = rankwords.hang_cause(wheres)
-        headline = rankwords.with_cause(rankwords.outcomes_line({rank: "hung"}, notes=notes), cause)
+        cause = verdict_lines.hang_cause(wheres)
+        headline = verdict_lines.with_cause(
+            verdict_lines.outcomes_line({rank: "hung"}, notes=notes), cause
+        )
         own_text = f"{headline}\nPython stacks of every thread:\n{stacks}"
         shown_text = None
         if failed:  # the terminal names the peers' failures first, with their texts
             outcomes = {**dict.fromkeys(failed, "failed"), rank: "hung"}
             sections = [f"--- rank {r}: failed ---\n{text}" for r, text in failed.items()]
             sections.append(f"--- rank {rank}: hung ---\nPython stacks of every thread:\n{stacks}")
-            line = rankwords.with_cause(rankwords.outcomes_line(outcomes, notes=notes), cause)
+            line = verdict_lines.with_cause(
+                verdict_lines.outcomes_line(outcomes, notes=notes), cause
+            )
             shown_text = "\n".join([line, *sections])
         self._stop(item, reason, own_text, verdict="hung", shown_text=shown_text)
 
@@ -738,7 +743,7 @@ class InPlaceSession:
             self._log_both(item, [report])
             skipped += skip is not None
         self._last_index = len(self._items) - 1
-        words = f"{rankwords.count(len(rest) - skipped, 'later test')} not run"
+        words = f"{verdict_lines.count(len(rest) - skipped, 'later test')} not run"
         return words + (f", {skipped} skipped" if skipped else "")
 
     def _known_skip(self, item: pytest.Item) -> str | None:
@@ -917,7 +922,7 @@ class InPlaceSession:
 
     def _note_failure(self, item: pytest.Item, everyone: list[RankResult]) -> None:
         """The ranks that failed this test (or errored), for the run's last line."""
-        if rankwords.xfailed_as_one({r: res.xfail for r, res in enumerate(everyone)}):
+        if verdict_lines.xfailed_as_one({r: res.xfail for r, res in enumerate(everyone)}):
             return
         bad = [r for r, res in enumerate(everyone) if res.outcome in ("failed", "error")]
         if bad:
@@ -933,8 +938,8 @@ class InPlaceSession:
         ids = ", ".join(nodeid for nodeid, _ in self._failed_tests[:3])
         more = ", ..." if len(self._failed_tests) > 3 else ""
         tr.write_line(
-            f"rankgate: {rankwords.count(len(self._failed_tests), 'test')} failed on "
-            f"{rankwords.ranks(ranks)}: {ids}{more} (torchrun's \"Root Cause\" after the run "
+            f"rankgate: {verdict_lines.count(len(self._failed_tests), 'test')} failed on "
+            f'{verdict_lines.ranks(ranks)}: {ids}{more} (torchrun\'s "Root Cause" after the run '
             "is the first rank to exit, not the rank that failed: every rank exits 1 when any "
             "rank fails a test)",
             red=True,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rankgate.harness import rankwords
-from rankgate.harness.stackwhere import Frame, Where, where
+from rankgate.harness import verdict_lines
+from rankgate.harness.stacks import Frame, Where, where
 
 pytestmark = pytest.mark.unit
 
@@ -30,19 +30,22 @@ SLEEPING = """Current thread 0x00007f00000002 (most recent call first):
 
 
 def test_ranks_and_outcomes_line():
-    assert rankwords.ranks([2]) == "rank 2"
-    assert rankwords.ranks([2, 0]) == "ranks 0, 2"
-    line = rankwords.outcomes_line({0: "passed", 1: "failed", 2: "passed", 3: "skipped"})
+    assert verdict_lines.ranks([2]) == "rank 2"
+    assert verdict_lines.ranks([2, 0]) == "ranks 0, 2"
+    line = verdict_lines.outcomes_line({0: "passed", 1: "failed", 2: "passed", 3: "skipped"})
     assert line == "rank 1 failed; rank 3 skipped; ranks 0, 2 passed"
 
 
 def test_crash_note_and_first_failure_are_in_brackets():
-    line = rankwords.outcomes_line(
+    line = verdict_lines.outcomes_line(
         {0: "failed", 1: "failed", 2: "crashed"},
         first=1,
         notes={"crashed": "killed by SIGSEGV (exit code -11)"},
     )
-    assert line == "rank 2 crashed (killed by SIGSEGV (exit code -11)); ranks 0, 1 failed (rank 1 first)"
+    assert (
+        line
+        == "rank 2 crashed (killed by SIGSEGV (exit code -11)); ranks 0, 1 failed (rank 1 first)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -50,7 +53,7 @@ def test_crash_note_and_first_failure_are_in_brackets():
     [({0: 2.0, 1: 0.3}, 1), ({0: 0.30, 1: 0.31}, None), ({1: 0.4}, None), ({}, None)],
 )
 def test_first_failed_only_when_clearly_first(durations, first):
-    assert rankwords.first_failed(durations) == first
+    assert verdict_lines.first_failed(durations) == first
 
 
 def test_where_a_rank_waits_in_a_collective_names_the_outermost_call_and_its_caller():
@@ -66,11 +69,11 @@ def test_a_rank_outside_every_collective_is_in_user_code():
 
 
 def test_hang_cause_names_the_ranks_outside_collectives_first():
-    cause = rankwords.hang_cause({0: where(WAITING), 1: where(SLEEPING), 2: None})
+    cause = verdict_lines.hang_cause({0: where(WAITING), 1: where(SLEEPING), 2: None})
     assert cause == (
         "likely cause: rank 1 in user code at utils.py:418; "
         "rank 0 waiting in all_gather_object at utils.py:419"
     )
-    both = rankwords.hang_cause({0: where(WAITING), 1: where(WAITING)})
+    both = verdict_lines.hang_cause({0: where(WAITING), 1: where(WAITING)})
     assert both.startswith("every hung rank waits in a collective: rank 0 waiting in all_gather")
-    assert rankwords.hang_cause({0: None}) == ""
+    assert verdict_lines.hang_cause({0: None}) == ""

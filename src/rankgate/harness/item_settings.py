@@ -1,4 +1,5 @@
-"""What both modes know about one test item: its world spec, its seed, its timeout.
+"""What both modes know about one test item: its world spec, its seed, its timeout
+and the collectives' timeout that follows from it.
 
 Plugin hooks, pool mode and in-place mode all read a test's spec, seed and timeout
 from here, so the rules (marker timeout, else the default; a seed per test id) are
@@ -39,6 +40,17 @@ def test_timeout(item: pytest.Item, default: float) -> float:
     """Seconds before the test counts as hung: its marker's timeout, else ``default``."""
     spec = world_spec(item)
     return (spec.timeout if spec else None) or default
+
+
+# A collective's own timeout ends a hang as a plain error, without stacks and with
+# the process group left broken. Each test's collectives therefore get longer than
+# the test's timeout, so the harness's timeout is always the one that fires.
+COLLECTIVE_MARGIN_S = 60.0
+
+
+def collective_timeout(test_timeout: float) -> float:
+    """The process group's operation timeout while a test with this timeout runs."""
+    return test_timeout + COLLECTIVE_MARGIN_S
 
 
 def skip_at_test(reason: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from pathlib import Path
 
-from rankgate.harness.pool import Pool, PoolKey, PoolSettings, PoolStartError
+from rankgate.harness.pool.pool import Pool, PoolKey, PoolSettings, PoolStartError
 
 MAX_LIVE_RANKS = 16
 """Idle pools beyond this many ranks are shut down, least recently used first."""

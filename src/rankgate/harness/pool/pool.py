@@ -20,9 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rankgate.harness import locks, messages
+from rankgate.harness import locks
+from rankgate.harness.item_settings import collective_timeout
 from rankgate.harness.outcome import RankOutcome, RankResult
 from rankgate.harness.output import read_clipped
+from rankgate.harness.pool import messages
 
 # After one rank fails or dies, its peers usually fail fast too (gloo sees the
 # closed socket) or wait forever in a collective the failed rank never joined;
@@ -31,18 +33,9 @@ FAILURE_GRACE_S = 3.0
 # Time for faulthandler to write every rank's stacks after the stack signal.
 STACK_DUMP_WAIT_S = 0.5
 SHUTDOWN_WAIT_S = 3.0
-# A collective's own timeout ends a hang as a plain error, without stacks and with
-# the process group left broken. Each test's collectives therefore get longer than
-# the test's timeout, so the harness's timeout is always the one that fires.
-COLLECTIVE_MARGIN_S = 60.0
 # One wait on the ranks' pipes at most this long (the loop goes on until the deadline):
 # select() and poll() overflow on timeouts of weeks.
 WAIT_SLICE_S = 3600.0
-
-
-def collective_timeout(test_timeout: float) -> float:
-    """The process group's operation timeout while a test with this timeout runs."""
-    return test_timeout + COLLECTIVE_MARGIN_S
 
 
 _context = None
@@ -53,7 +46,9 @@ def _fork_context():
     global _context
     if _context is None:
         _context = multiprocessing.get_context("forkserver")
-        _context.set_forkserver_preload(["torch", "torch.distributed", "rankgate.harness.worker"])
+        _context.set_forkserver_preload(
+            ["torch", "torch.distributed", "rankgate.harness.pool.worker"]
+        )
     return _context
 
 
@@ -130,7 +125,7 @@ class Pool:
         store_path = self.directory / "store"
         store_path.unlink(missing_ok=True)
         ctx = _fork_context()
-        from rankgate.harness.worker import worker_main  # imports torch: only when needed
+        from rankgate.harness.pool.worker import worker_main  # imports torch: only when needed
 
         threads = max(1, (os.cpu_count() or 1) // self.key.world)
         self.environ, self.cwd = dict(os.environ), os.getcwd()

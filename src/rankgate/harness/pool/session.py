@@ -25,24 +25,31 @@ from pathlib import Path
 
 import pytest
 
-from rankgate.harness import classstate, options, rankwarnings, rankwords
+from rankgate.harness import options, verdict_lines
 from rankgate.harness.adopt.config import DEFAULT_SETUP_TIMEOUT_S
 from rankgate.harness.failure_repr import failure_repr
-from rankgate.harness.gpulease import GpuLease
-from rankgate.harness.gpus import gpu_block, visible_gpu_count, xdist_slot
-from rankgate.harness.messages import TestTask
-from rankgate.harness.outcome import RankOutcome
-from rankgate.harness.output import JUNIT_LIMIT, clip_text
-from rankgate.harness.pool import Pool, PoolKey, PoolProtocolError, PoolStartError
-from rankgate.harness.registry import PoolRegistry
-from rankgate.harness.spec import resolve_backend, uses_gpus
-from rankgate.harness.task import FixtureCrossingError, build_task, is_unittest
-from rankgate.harness.testitem import (
+from rankgate.harness.item_settings import (
     SPEC_KEY,
     seed_for_test,
     skip_at_test,
     test_timeout,
 )
+from rankgate.harness.outcome import RankOutcome
+from rankgate.harness.output import JUNIT_LIMIT, clip_text
+from rankgate.harness.pool import classstate, rankwarnings
+from rankgate.harness.pool.gpulease import GpuLease
+from rankgate.harness.pool.gpus import gpu_block, visible_gpu_count, xdist_slot
+from rankgate.harness.pool.item_to_task import FixtureCrossingError, build_task, is_unittest
+from rankgate.harness.pool.messages import TestTask
+from rankgate.harness.pool.pool import (
+    Pool,
+    PoolKey,
+    PoolProtocolError,
+    PoolSettings,
+    PoolStartError,
+)
+from rankgate.harness.pool.registry import PoolRegistry
+from rankgate.harness.spec import resolve_backend, uses_gpus
 from rankgate.harness.verdict import (
     StrayOutcome,
     Verdict,
@@ -78,6 +85,15 @@ class WorldRun:
     verdict: Verdict | None = None
 
 
+def pool_settings(config: pytest.Config) -> PoolSettings:
+    """The ini and command-line options every pool of this session starts with."""
+    return PoolSettings(
+        rendezvous_timeout=options.rendezvous_timeout(config),
+        start_timeout=options.start_timeout(config),
+        setup_hook=options.worker_setup(config),
+    )
+
+
 class PoolSession:
     """Runs world tests on worker pools; one per pytest process."""
 
@@ -99,7 +115,7 @@ class PoolSession:
         if self._registry is None:
             # mkdtemp per pytest process: xdist workers never share pool directories.
             self._base_dir = Path(tempfile.mkdtemp(prefix="rankgate-pools-"))
-            settings = options.pool_settings(self.config)
+            settings = pool_settings(self.config)
             self._registry = PoolRegistry(self._base_dir, settings)
         return self._registry
 
@@ -129,7 +145,7 @@ class PoolSession:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         # Each world test class as its module defined it, before any set-up ran: what
-        # set-up changes later travels to the ranks (rankgate.harness.classstate).
+        # set-up changes later travels to the ranks (rankgate.harness.pool.classstate).
         for item in session.items:
             cls = getattr(item, "cls", None)
             if cls is not None and SPEC_KEY in item.stash and cls not in self._class_baselines:
@@ -343,7 +359,7 @@ def _warn_of_returned_values(nodeid: str, outcomes: list[RankOutcome]) -> None:
         warnings.warn(
             pytest.PytestReturnNotNoneWarning(
                 f"Test functions should return None, but {nodeid} returned {kinds} on "
-                f"{rankwords.ranks(sorted(returned))}.\n"
+                f"{verdict_lines.ranks(sorted(returned))}.\n"
                 "Did you mean to use `assert` instead of `return`?"
             ),
             stacklevel=1,

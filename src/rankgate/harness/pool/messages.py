@@ -10,7 +10,7 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any
 
-from rankgate.harness.ranklogs import LogSettings
+from rankgate.harness.pool.ranklogs import LogSettings
 
 STACK_SIGNAL = signal.SIGUSR1
 """The controller sends this to make a rank print every thread's Python stack."""

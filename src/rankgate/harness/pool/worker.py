@@ -28,7 +28,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from rankgate.harness import leaks, messages, ranklogs, rankwarnings
+from rankgate.harness import leaks
+from rankgate.harness.pool import messages, ranklogs, rankwarnings
 from rankgate.harness.rankstate import (
     EnvironmentSnapshot,
     after_test_problems,

@@ -25,7 +25,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from rankgate.harness.control import ControlChannel
+from rankgate.harness.inplace.control import ControlChannel
 from rankgate.harness.spec import AUTO_ON_GPUS
 from rankgate.launch.env import LaunchEnv
 

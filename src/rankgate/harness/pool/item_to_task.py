@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from rankgate.harness import classstate, ranklogs, rankwarnings
-from rankgate.harness.messages import TestTask
-from rankgate.harness.pool import RANK_VARIABLES, Pool
-from rankgate.harness.testitem import PRELUDE_KEY
+from rankgate.harness.item_settings import PRELUDE_KEY
+from rankgate.harness.pool import classstate, ranklogs, rankwarnings
+from rankgate.harness.pool.messages import TestTask
+from rankgate.harness.pool.pool import RANK_VARIABLES, Pool
 
 
 class FixtureCrossingError(RuntimeError):

@@ -12,7 +12,7 @@ import socket
 import tempfile
 from collections import defaultdict
 
-from rankgate.harness.rankwords import ranks
+from rankgate.harness.verdict_lines import ranks
 
 
 def this_rank() -> tuple[str, str]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rankgate.harness.stackwhere import where
+from rankgate.harness.stacks import where
 
 pytestmark = pytest.mark.unit
 
