@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 
 from rankgate import cli
+from rankgate.harness.inplace.results_writer import ResultsWriter, results_path
+from rankgate.harness.output import strip_ansi
 from rankgate.report.junit import merge_junit
 from rankgate.report.junitfile import ReportInputError
-from rankgate.report.rankresults import ResultsWriter, read_results, results_path, strip_ansi
+from rankgate.report.rankresults import read_results
 
 pytestmark = pytest.mark.unit
 

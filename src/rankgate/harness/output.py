@@ -79,3 +79,11 @@ def _join(head: bytes, tail: bytes, cut: int) -> str:
     if not head.endswith(b"\n"):
         head += b"\n"
     return (head + cut_marker(cut).encode() + tail).decode("utf-8", "replace")
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without terminal escape codes (colour, cursor moves)."""
+    return _ANSI.sub("", text) if "\x1b" in text else text

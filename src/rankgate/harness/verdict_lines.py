@@ -62,6 +62,10 @@ INTERRUPTED_TEST_PROPERTY = "rankgate.interrupted_test"
 """Beside INTERRUPTED_PROPERTY: the test that was running (``classname::name``), recorded
 as failed; absent when the signal came between tests."""
 
+NODE_ID_PROPERTY = "rankgate.nodeid"
+"""A case's pytest node id (``path/to/test_x.py::Class::test``), which in-place ranks
+record: JUnit's classname mangles the path into dots and cannot be read back."""
+
 
 def count(n: int, noun: str) -> str:
     """'1 rank', '2 ranks', '1 test', '0 tests' (the nouns this vocabulary counts)."""

@@ -18,6 +18,7 @@ from pathlib import Path
 from rankgate.harness.verdict_lines import (
     INTERRUPTED_PROPERTY,
     INTERRUPTED_TEST_PROPERTY,
+    NODE_ID_PROPERTY,
     NOT_RUN_PREFIX,
 )
 
@@ -71,11 +72,6 @@ def not_run_reason(message: str) -> str:
 
 class ReportInputError(Exception):
     """An input file that cannot be used: missing, not XML, not JUnit, no rank."""
-
-
-NODE_ID_PROPERTY = "rankgate.nodeid"
-"""A case's pytest node id (``path/to/test_x.py::Class::test``), which in-place ranks
-record: JUnit's classname mangles the path into dots and cannot be read back."""
 
 
 @dataclass(frozen=True, slots=True)

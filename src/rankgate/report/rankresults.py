@@ -1,4 +1,5 @@
-"""Per-rank results files: each test's outcome on one rank, appended as the test ends.
+"""Per-rank results files, read back: each test's outcome on one rank, appended as the test ends
+(written by ``rankgate.harness.inplace.results_writer``).
 
 In-place mode writes ``<junit stem>.rank<r>.jsonl`` beside the rank's JUnit file (and
 removes it once that JUnit file is written). A rank that dies without writing its
@@ -16,62 +17,19 @@ it ends. A torn last line (the rank died while writing it) is ignored.
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
+from rankgate.harness.inplace.results_writer import SUFFIX, results_path
+from rankgate.harness.verdict_lines import NODE_ID_PROPERTY
 from rankgate.report.junitfile import (
-    NODE_ID_PROPERTY,
     CaseResult,
     JUnitFile,
     ReportInputError,
     read_junit,
 )
 
-SUFFIX = ".jsonl"
 _RANK_IN_NAME = re.compile(r"rank[-_.]?(\d+)", re.IGNORECASE)
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
-
-
-def strip_ansi(text: str) -> str:
-    """``text`` without terminal escape codes (colour, cursor moves)."""
-    return _ANSI.sub("", text) if "\x1b" in text else text
-
-
-def results_path(junit_path: str | Path) -> Path:
-    """The results file that goes with a rank's JUnit file (``junit.rank1.xml``)."""
-    return Path(junit_path).with_suffix(SUFFIX)
-
-
-class ResultsWriter:
-    """Appends one rank's records, each line flushed to the OS as it is written."""
-
-    def __init__(self, path: Path, rank: int, world_size: int) -> None:
-        self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        self._write({"event": "rank", "rank": rank, "world_size": world_size})
-
-    def begin(self, classname: str, name: str) -> None:
-        self._write({"event": "begin", "classname": classname, "name": name})
-
-    def end(self, case: dict) -> None:
-        """``case``: classname, name, outcome and optionally message, text, time, stdout, stderr."""
-        self._write({"event": "end", **case})
-
-    def _write(self, record: dict) -> None:
-        if self._fd is None:
-            return
-        # One write per record: a rank killed mid-test leaves whole lines behind.
-        os.write(self._fd, (json.dumps(record) + "\n").encode())
-
-    def close(self, *, remove: bool) -> None:
-        """Stop writing; ``remove`` once the rank's JUnit file holds everything."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-        if remove:
-            self.path.unlink(missing_ok=True)
 
 
 def read_results(path: str | Path) -> JUnitFile:

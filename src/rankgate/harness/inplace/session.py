@@ -9,11 +9,11 @@ failure on any rank. world(n) with n different from the launched world is skippe
 with a reason: in-place mode never runs a test on a subgroup, because a subgroup's
 idle ranks would report a pass they did not earn.
 
-Every rank shows and counts each test's cross-rank verdict (``inplace_verdict``), so
+Every rank shows and counts each test's cross-rank verdict (``verdict``), so
 ``-x``/``--maxfail`` stop every rank after the same test. Beside its JUnit file each
 rank appends each test's outcome to its results file as the test ends
-(``rankgate.report.rankresults``): a rank killed outright loses at most the test it
-was in, and merge-junit reads the rest from that file.
+(``results_writer``): a rank killed outright loses at most the test it was in, and
+merge-junit reads the rest from that file.
 
 A test that loses the group (destroys it, or breaks it with a backend error) fails,
 and every rank joins a new group before the next test. A rank whose test hangs, or
@@ -54,6 +54,7 @@ from rankgate.harness.inplace import collection, control, tempdirs
 from rankgate.harness.inplace.control import PeerGone, RunAborted
 from rankgate.harness.inplace.group import InPlaceGroup
 from rankgate.harness.inplace.hangwatch import HangWatch
+from rankgate.harness.inplace.results_writer import ResultsWriter, results_path
 from rankgate.harness.inplace.signalwatch import SignalWatch
 from rankgate.harness.inplace.verdict import (
     DISAGREE_PREFIX,
@@ -92,10 +93,9 @@ from rankgate.harness.verdict_lines import (
     INTERRUPTED_PREFIX,
     INTERRUPTED_PROPERTY,
     INTERRUPTED_TEST_PROPERTY,
+    NODE_ID_PROPERTY,
 )
 from rankgate.launch.env import LaunchEnv
-from rankgate.report.junitfile import NODE_ID_PROPERTY
-from rankgate.report.rankresults import ResultsWriter, results_path
 
 EXIT_WAIT_S = 5.0
 """A rank that stops the run waits this long for the others to write their JUnit files."""

@@ -22,8 +22,8 @@ from _pytest.skipping import xfailed_key
 
 from rankgate.harness import verdict_lines
 from rankgate.harness.failure_repr import failure_repr
+from rankgate.harness.output import strip_ansi
 from rankgate.harness.verdict import DISAGREEMENT
-from rankgate.report.rankresults import strip_ansi
 
 WORST_FIRST = ("error", "failed", "skipped", "passed")
 BAD = ("error", "failed")
