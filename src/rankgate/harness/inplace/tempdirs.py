@@ -1,4 +1,5 @@
-"""In place: the ranks on one host must share a temp dir.
+"""In place: the ranks on one host must share a temp dir, and each test's shared
+directory is the same on every rank.
 
 torch's symmetric memory passes file descriptors between the ranks of a host over a
 Unix socket under TMPDIR, and file-based stores are looked for in the temp dir: ranks
@@ -8,9 +9,12 @@ reach each other there, and fail with "Failed to send fd" or wait for each other
 
 from __future__ import annotations
 
+import hashlib
+import shutil
 import socket
 import tempfile
 from collections import defaultdict
+from pathlib import Path
 
 from rankgate.harness.verdict_lines import ranks
 
@@ -39,3 +43,47 @@ def split_temp_dirs(everyone: list[tuple[str, str]]) -> str | None:
         "file-based stores in the temp dir fail between them. Give every rank on a host the "
         "same TMPDIR."
     )
+
+
+class SharedDirs:
+    """Each test's empty directory (``dist_tmp_path``, and a world test's ``tmp_path``),
+    the same on every rank: one per test under a directory rank 0 makes for the run."""
+
+    def __init__(self, root: Path, rank: int, control) -> None:
+        self.root = root
+        self.rank = rank
+        self.control = control
+        self.run_dir: Path | None = None  # made when a test first asks for dist_tmp_path
+        self._dirs: dict[str, Path] = {}  # dist_tmp_path and tmp_path: one per test
+
+    def get(self, nodeid: str, index: int | None) -> Path:
+        """The directory of test ``nodeid`` (``index`` in the run), empty when first asked."""
+        if nodeid in self._dirs:  # tmp_path and dist_tmp_path: one directory
+            return self._dirs[nodeid]
+        if self.run_dir is None:
+            self.run_dir = self._make_run_dir(index)
+        path = self.run_dir / hashlib.sha1(nodeid.encode()).hexdigest()[:16]
+        if self.rank == 0:
+            shutil.rmtree(path, ignore_errors=True)  # a rerun of the same test
+            path.mkdir()
+        # Nobody looks before rank 0 made it.
+        self.control.broadcast(f"t{index}/tmp", True, test_index=index)
+        self._dirs[nodeid] = path
+        return path
+
+    def _make_run_dir(self, index: int | None) -> Path:
+        """Rank 0 makes a new directory for this run and tells the others its name.
+
+        Unique per run, so files an earlier run (or job) left in the shared root
+        never show up in a test's ``dist_tmp_path``.
+        """
+        name = None
+        if self.rank == 0:
+            self.root.mkdir(parents=True, exist_ok=True)
+            name = tempfile.mkdtemp(prefix="rankgate-dist-tmp-", dir=self.root)
+        return Path(self.control.broadcast("run_dir", name, test_index=index))
+
+    def remove(self) -> None:
+        """At the end of the run, on rank 0 once every rank has left."""
+        if self.run_dir is not None:
+            shutil.rmtree(self.run_dir, ignore_errors=True)

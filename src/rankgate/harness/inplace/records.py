@@ -1,0 +1,203 @@
+"""What one in-place rank writes of each test: its JUnit file, its results file, its
+terminal, and the count of failed tests that -x and --maxfail read.
+
+A rank's own reports go into its files (``log_own``); its terminal shows the test's
+verdict across ranks, or a report the rank made itself (hung, not run: ``log_both``).
+Failures are counted from what the terminal shows, which is the same on every rank, so
+-x and --maxfail stop every rank after the same test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from rankgate.harness import verdict_lines
+from rankgate.harness.failure_repr import item_report, not_run_report
+from rankgate.harness.inplace.results_writer import ResultsWriter, results_path
+from rankgate.harness.inplace.verdict import own_result, plain_report, report_text
+from rankgate.harness.verdict_lines import (
+    INTERRUPTED_PROPERTY,
+    INTERRUPTED_TEST_PROPERTY,
+    NODE_ID_PROPERTY,
+)
+from rankgate.launch.env import LaunchEnv
+
+
+def junit_names(nodeid: str) -> tuple[str, str]:
+    """The classname and name pytest's JUnit writer gives this test."""
+    from _pytest.junitxml import mangle_test_address
+
+    names = mangle_test_address(nodeid)
+    return ".".join(names[:-1]), names[-1]
+
+
+class RankRecords:
+    """One rank's records of the session's tests, in the order the tests ran."""
+
+    def __init__(
+        self,
+        config: pytest.Config,
+        launch: LaunchEnv,
+        skip_reason: Callable[[pytest.Item], str | None],
+    ) -> None:
+        self.config = config
+        self.launch = launch
+        self._skip_reason = skip_reason
+        self.items: list[pytest.Item] = []
+        """The session's tests, in the order every rank runs them."""
+        self.last_index = -1
+        """The index in ``items`` of the last test recorded: later ones were not run."""
+        self.log_shown = None
+        """pytest_runtest_logreport of every plugin but JUnit's (the terminal's, say)."""
+        self._results: ResultsWriter | None = None
+        self._tests_failed = 0  # on any rank: what -x and --maxfail count, alike on every rank
+
+    def xml(self):
+        """pytest's JUnit writer, when this run writes a JUnit file."""
+        from _pytest.junitxml import xml_key
+
+        return self.config.stash.get(xml_key, None)
+
+    def start(self, session: pytest.Session) -> None:
+        """At the session's start: the JUnit file's rank properties, the results file."""
+        xml = self.xml()
+        others = [session]  # -x/--maxfail count the verdicts, alike on every rank (below)
+        if xml is not None:  # merge-junit reads these: a missing rank is then a failure
+            xml.add_global_property("rank", str(self.launch.rank))
+            xml.add_global_property("world_size", str(self.launch.world_size))
+            if self._junit_logging_unset():
+                xml.logging = "out-err"  # every rank's output in its file, as pool mode does
+            self._results = ResultsWriter(
+                results_path(self.config.option.xmlpath),
+                self.launch.rank,
+                self.launch.world_size,
+            )
+            others.append(xml)
+        self.log_shown = self.config.pluginmanager.subset_hook_caller(
+            "pytest_runtest_logreport", remove_plugins=others
+        )
+
+    def _junit_logging_unset(self) -> bool:
+        # pytest's default ("no"), from the ini file, -o or nowhere alike: pytest has no
+        # public way to tell them apart (config.inicfg is deprecated since pytest 9.2)
+        return self.config.getini("junit_logging") == "no"
+
+    def begin(self, item: pytest.Item) -> None:
+        """The test starts: a rank that dies now leaves its name in the results file."""
+        if self._results is not None:
+            self._results.begin(*junit_names(item.nodeid))
+
+    def log_own(self, item: pytest.Item, reports: list[pytest.TestReport]) -> None:
+        """This rank's own reports: into its JUnit file and its results file."""
+        reports = [plain_report(item, r) for r in reports]
+        xml = self.xml()
+        if xml is not None:
+            if reports:  # merge-junit names the test as pytest does, not as JUnit mangles it
+                node = xml.node_reporter(reports[0])
+                if (NODE_ID_PROPERTY, item.nodeid) not in node.properties:
+                    node.add_property(NODE_ID_PROPERTY, item.nodeid)
+            for report in reports:
+                xml.pytest_runtest_logreport(report=report)
+        if self._results is not None:
+            mine = own_result(reports)
+            classname, name = junit_names(item.nodeid)
+            failed = [r for r in reports if r.failed or r.skipped]
+            message = ""
+            if failed and getattr(failed[0].longrepr, "reprcrash", None) is not None:
+                message = failed[0].longrepr.reprcrash.message
+            elif failed:
+                message = report_text(failed[0]).split("\n", 1)[0]
+            self._results.end(
+                {
+                    "classname": classname,
+                    "name": name,
+                    "nodeid": item.nodeid,
+                    # as the JUnit file says it: an expected failure is no plain skip
+                    "outcome": "xfailed" if mine.xfail == "xfailed" else mine.outcome,
+                    "message": message,
+                    "text": mine.text,
+                    "time": sum(r.duration for r in reports),
+                    # The last phase's report carries every phase's captured output.
+                    "stdout": reports[-1].capstdout if reports else "",
+                    "stderr": reports[-1].capstderr if reports else "",
+                }
+            )
+
+    def log_both(
+        self,
+        item: pytest.Item,
+        reports: list[pytest.TestReport],
+        shown: list[pytest.TestReport] | None = None,
+    ) -> None:
+        """A report this rank makes for itself (not run, hung): its files, and its terminal
+        (``shown`` there instead, when given)."""
+        self.log_own(item, reports)
+        shown = reports if shown is None else shown
+        for report in shown:
+            self.log_shown(report=report)
+        self.count_failure(item, shown)
+
+    def count_failure(self, item: pytest.Item, shown: list[pytest.TestReport]) -> None:
+        """-x and --maxfail count tests failed on any rank, so every rank stops together."""
+        if not any(r.failed and not hasattr(r, "wasxfail") for r in shown):
+            return
+        self._tests_failed += 1
+        item.session.testsfailed += 1
+        maxfail = self.config.getoption("maxfail")
+        if maxfail and self._tests_failed >= maxfail:
+            item.session.shouldfail = (
+                f"stopping after {self._tests_failed} failures (counted on every rank)"
+            )
+
+    def report_not_run(self, reason: str) -> str:
+        """Every test after the last one started: "not run" saying why (a known skip stays).
+        Returns how many of each, as merge-junit counts them ("12 later tests not run, 1
+        skipped")."""
+        rest = self.items[self.last_index + 1 :]
+        skipped = 0
+        for item in rest:
+            skip = self._known_skip(item)
+            if skip is None:
+                report = not_run_report(item, reason)
+            else:
+                path, lineno, _ = item.location
+                skipped_at = (path, (lineno or 0) + 1, f"Skipped: {skip}")
+                report = item_report(item, outcome="skipped", longrepr=skipped_at, when="setup")
+            self.log_both(item, [report])
+            skipped += skip is not None
+        self.last_index = len(self.items) - 1
+        words = f"{verdict_lines.count(len(rest) - skipped, 'later test')} not run"
+        return words + (f", {skipped} skipped" if skipped else "")
+
+    def _known_skip(self, item: pytest.Item) -> str | None:
+        """The skip a test not run would have had, where it is known without running it."""
+        from _pytest.skipping import evaluate_skip_marks
+
+        try:
+            marked = evaluate_skip_marks(item)
+        except Exception:  # a skipif condition that raises: running it would say so
+            return None
+        return marked.reason if marked is not None else self._skip_reason(item)
+
+    def write_now(self, interrupted: tuple[str, pytest.Item | None] | None) -> None:
+        """A stopping rank writes its JUnit file itself (its session never finishes),
+        marked interrupted with why and the running test, when a signal cut the run short."""
+        xml = self.xml()
+        if xml is None:
+            return
+        if interrupted is not None:
+            why, running = interrupted
+            xml.add_global_property(INTERRUPTED_PROPERTY, why)
+            if running is not None:
+                test = "::".join(junit_names(running.nodeid))
+                xml.add_global_property(INTERRUPTED_TEST_PROPERTY, test)
+        xml.pytest_sessionfinish()
+        self.close_results()
+
+    def close_results(self) -> None:
+        """The JUnit file holds everything now: the results file can go."""
+        if self._results is not None:
+            self._results.close(remove=True)
+            self._results = None

@@ -1,0 +1,369 @@
+"""How an in-place rank stops the run: its test outlived its timeout (the hang watch),
+a stop signal came (the signal watch), or peers died during the exchange of outcomes.
+
+One path records the stop (``_claim``): the watcher thread that got there first, or the
+main thread. It records the test that was running and every test not yet run, writes
+the JUnit file, prints the summary, ends this rank's children, tells the other ranks,
+waits a little for them, and the rank exits: a process stuck in a collective cannot be
+freed any other way. Meanwhile the main thread parks (``park_if_stopping``).
+
+A signal with no dead peer behind it marks the JUnit file interrupted
+(``rankgate.interrupted``): merge-junit and the report then say INCOMPLETE.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import NoReturn
+
+import pytest
+
+from rankgate.harness import leaks, locks, verdict_lines
+from rankgate.harness.failure_repr import failure_repr, item_report
+from rankgate.harness.inplace import control
+from rankgate.harness.inplace.verdict import RankResult
+from rankgate.harness.stacks import where as stack_where
+from rankgate.harness.verdict_lines import INTERRUPTED_PREFIX
+
+EXIT_WAIT_S = 5.0
+"""A rank that stops the run waits this long for the others to write their JUnit files."""
+SIGNAL_PEER_WAIT_S = 1.0
+"""After a stop signal, how long a rank waits to hear that each peer got it too; a peer
+that says nothing (and whose process is gone, where it runs on this host) is dead."""
+STORE_TIMEOUT_WHEN_STOPPING = timedelta(seconds=2)
+"""The store may be gone with the launcher: a stopping rank never waits long on it."""
+WHERE_WAIT_S = 2.0
+"""A hung rank waits this long for the other hung ranks to say where they wait (the
+ranks of one test time out together), to name the likely cause."""
+
+
+def _crashed(ranks: Sequence[int]) -> str:
+    """How a rank that ended inside a test without sending its result is named."""
+    return (
+        f"{verdict_lines.ranks(ranks)} crashed (ended without a result: os._exit, a signal or "
+        "the OOM killer)"
+    )
+
+
+class RunStop:
+    """The stop state of one in-place rank (the session's ``stop``).
+
+    Made once the rank has joined the group; it reads the session's run as it stands:
+    the running test (``current``), the tests' indices and the rank's records.
+    """
+
+    def __init__(self, session) -> None:
+        self.session = session
+        self.config, self.launch = session.config, session.launch
+        self.control, self.group = session.control, session.group
+        self.hang_watch = session.hang_watch
+        self._lock = threading.Lock()
+        self._stopping = False
+        self.begun = threading.Event()
+        """Set when a thread decides to stop the run, before it asks the store anything:
+        the main thread then parks instead of going on (a new group's rendezvous with a
+        peer that left blocks in C++ holding the GIL, which would freeze the watchers
+        until the launcher's SIGKILL)."""
+        self.verdict_lock = threading.Lock()
+        """Held while the main thread shows a test's verdict and while a watcher takes
+        the current test over: one of them reports it, never both."""
+        self.peers: list[tuple[str, int]] = []
+        """Each rank's (host, pid), learnt at collection."""
+        self.interrupted: tuple[str, pytest.Item | None] | None = None
+        """Why a signal cut the run short (no rank had failed), and the test it stopped."""
+
+    def on_timeout(self, item: pytest.Item, stacks: str, why: str) -> None:
+        """From the hang watcher, just before this rank exits: record, tell, wait."""
+        self.begun.set()
+        if not self._claim():
+            threading.Event().wait()  # a signal is stopping this rank: it records and exits
+        rank = self.launch.rank
+        reason = f"rank {rank} stopped the run: {item.nodeid} {why}"
+        failed: dict[int, str] = {}
+        try:
+            self.control.set(control.ABORT_KEY, reason)
+            failed = self._failed_peers(item)
+            wheres = self._where_hung_ranks_wait(item, stacks, failed)
+        except Exception:  # the store is gone: name where this rank waits only
+            wheres = {rank: stack_where(stacks, str(item.path))}
+        notes = {"hung": f"{why}; the rank exited"}
+        cause = verdict_lines.hang_cause(wheres)
+        headline = verdict_lines.with_cause(
+            verdict_lines.outcomes_line({rank: "hung"}, notes=notes), cause
+        )
+        own_text = f"{headline}\nPython stacks of every thread:\n{stacks}"
+        shown_text = None
+        if failed:  # the terminal names the peers' failures first, with their texts
+            outcomes = {**dict.fromkeys(failed, "failed"), rank: "hung"}
+            sections = [f"--- rank {r}: failed ---\n{text}" for r, text in failed.items()]
+            sections.append(f"--- rank {rank}: hung ---\nPython stacks of every thread:\n{stacks}")
+            line = verdict_lines.with_cause(
+                verdict_lines.outcomes_line(outcomes, notes=notes), cause
+            )
+            shown_text = "\n".join([line, *sections])
+        self._record(item, reason, own_text, verdict="hung", shown_text=shown_text)
+
+    def _failed_peers(self, item: pytest.Item) -> dict[int, str]:
+        """The other ranks that failed ``item``, with their failures' texts: the results
+        they sent for the exchange, which they entered once the test ended there."""
+        index = self.session.index.get(item.nodeid)
+        if index is None:
+            return {}
+        failed = {}
+        for r in self.session.ranks_that_failed(index):
+            sent = self.control.peek(control.outcome_key(index, r))
+            failed[r] = RankResult(*sent).text if sent is not None else ""
+        return failed
+
+    def _claim(self) -> bool:
+        """True for the one watcher (hang or signal) that records this rank's stop."""
+        with self._lock:
+            if self._stopping:
+                return False
+            self._stopping = True
+            return True
+
+    def on_signal(self, signum: int) -> None:
+        """From the signal watch: a launcher (or CI) stops this rank; record, tell, exit."""
+        with self.verdict_lock:  # this test's verdict is shown by the main thread or here
+            self.begun.set()
+            item = self.session.current
+        if not self._claim():
+            return  # the hang watch is stopping this rank already, and exits when done
+        name = signal.Signals(signum).name
+        rank = self.launch.rank
+        try:
+            self.control.store.set_timeout(STORE_TIMEOUT_WHEN_STOPPING)
+            self.control.set(control.stopped_key(rank), name)
+            dead = self._dead_peers()
+        except Exception:
+            dead = []  # the store went with the launcher: say only what this rank knows
+        if dead:
+            cause = f"{_crashed(dead)}, and the launcher sent {name} to rank {rank}"
+        else:
+            who = "the launcher or the CI stopped the job"
+            if signum == signal.SIGINT:
+                who = "Ctrl-C, or the launcher passing it on"
+            cause = f"rank {rank} received {name} ({who})"
+        where = f"while {item.nodeid} ran" if item is not None else "between tests"
+        text, verdict = f"{cause} {where}", "crashed"
+        if not dead:  # no rank failed: the run was cut short, and its files must say so
+            self.interrupted = (text, item)
+            text, verdict = f"{INTERRUPTED_PREFIX}{text}", "interrupted"
+        self._record(item, f"{cause} {where}", text, verdict=verdict, gone=dead)
+        os._exit(128 + signum)
+
+    def _dead_peers(self) -> list[int]:
+        """Peers that gave no sign after the stop signal and whose process is gone."""
+        others = [r for r in range(self.launch.world_size) if r != self.launch.rank]
+        deadline = time.monotonic() + SIGNAL_PEER_WAIT_S
+        while True:
+            silent = [
+                r
+                for r in others
+                if not self.control.store.check([control.stopped_key(r)])
+                and not self.control.store.check([control.exited_key(r)])
+            ]
+            gone = [r for r in silent if not self._may_be_running(r)]
+            if gone == silent or time.monotonic() > deadline:
+                return gone
+            time.sleep(0.05)
+
+    def _may_be_running(self, rank: int) -> bool:
+        """False when ``rank``'s process is known to be gone (it runs on this host)."""
+        if rank >= len(self.peers):
+            return False
+        host, pid = self.peers[rank]
+        if host != socket.gethostname():
+            return True  # cannot look; silence alone decides after SIGNAL_PEER_WAIT_S
+        return leaks.running(pid)
+
+    def _record(
+        self,
+        item: pytest.Item | None,
+        reason: str,
+        text: str,
+        *,
+        verdict: str,
+        gone: Sequence[int] = (),
+        shown_text: str | None = None,
+    ) -> None:
+        """Record ``item`` as failed with ``text`` (the terminal shows ``shown_text``
+        when given), the rest as not run, write the JUnit file, print the summary, end
+        this rank's children, tell the others, wait for them (but not for the ranks in
+        ``gone``, whose processes are known to have ended).
+
+        Runs in the thread that claimed the stop (a watcher, while the main thread is
+        stuck or parked; or the main thread, when a peer's process ended during the
+        exchange), so nothing else touches pytest's state; the session never finishes.
+        """
+        rank = self.launch.rank
+        # This rank exits next: a lock file that only its existence makes a lock (torch's
+        # FileBaton) would hold every later run that takes it.
+        held = locks.release(locks.survey([os.getpid(), *leaks.children()]), [])
+        if held:
+            text = f"{text}\n{held}"
+            shown_text = None if shown_text is None else f"{shown_text}\n{held}"
+            self.hang_watch.write(f"[rank {rank}] rankgate: {held}")
+        capman = self.config.pluginmanager.get_plugin("capturemanager")
+        captured = ("", "")
+        if capman is not None:  # the test's output so far, and the terminal back for us
+            try:
+                capman.suspend_global_capture(in_=True)
+                captured = capman.read_global_capture()
+            except Exception:
+                pass
+        try:
+            self.control.store.set_timeout(STORE_TIMEOUT_WHEN_STOPPING)
+            self.control.set(control.ABORT_KEY, reason)
+        except Exception:
+            pass  # the store is gone; the others learn it from the launcher
+        if item is not None:
+            report = self._stop_report(item, text, captured, verdict)
+            shown = (
+                report
+                if shown_text is None
+                else self._stop_report(item, shown_text, captured, verdict)
+            )
+            if self.session.current_logged:  # its own result is in the JUnit file already
+                self.session.records.log_shown(report=shown)
+            else:
+                self.session.records.log_both(item, [report], shown=[shown])
+            self.session.records.last_index = self.session.index.get(
+                item.nodeid, self.session.records.last_index
+            )
+        not_run = self.session.records.report_not_run(reason)
+        self.session.records.write_now(self.interrupted)
+        self._print_summary(reason)
+        self._end_children()
+        self.hang_watch.write(f"[rank {rank}] rankgate: {reason}; {not_run}")
+        try:
+            self.control.set(control.exited_key(rank), True)
+            if self._wait_for_peers_to_exit(gone) and self.group.store_path is not None:
+                # Each rank's last store operation was its "exited" (a dead one's was
+                # earlier): nobody reads the FileStore again, and a killed run must not
+                # leave it in the temp dir.
+                self.group.store_path.unlink(missing_ok=True)
+        except Exception:
+            pass
+
+    def _stop_report(
+        self, item: pytest.Item, text: str, captured: tuple[str, str], verdict: str
+    ) -> pytest.TestReport:
+        """The failure a stopping rank records for the test it was in."""
+        return item_report(
+            item,
+            outcome="failed",
+            longrepr=failure_repr(item, f"{text}\n{self.session.reproduction_line(item)}"),
+            when="call",
+            sections=[
+                (f"Captured {name} call", out)
+                for name, out in zip(("stdout", "stderr"), captured, strict=True)
+                if out
+            ],
+            user_properties=[("rankgate.verdict", verdict)],
+            duration=time.monotonic() - self.session.current_start
+            if self.session.current is item
+            else 0.0,
+        )
+
+    def _print_summary(self, reason: str) -> None:
+        """What pytest prints at the end of a session, for a session that ends here."""
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        if tr is None:
+            return
+        try:
+            tr.write_line("")
+            self.config.hook.pytest_terminal_summary(
+                terminalreporter=tr,
+                exitstatus=pytest.ExitCode.TESTS_FAILED,
+                config=self.config,
+            )
+            tr.write_sep("!", f"rankgate: {reason}", red=True)
+            tr.summary_stats()
+            tr._tw.flush()
+        except Exception as exc:  # the process exits next: say why the summary is short
+            self.hang_watch.write(f"[rank {self.launch.rank}] rankgate: no summary: {exc!r}")
+
+    @staticmethod
+    def _end_children() -> None:
+        """End every process this rank started (forkservers, pool workers, helpers):
+        the rank exits now, and they would outlive it under PID 1."""
+        tree, todo = [], [os.getpid()]
+        while todo:
+            found = list(leaks.children(todo.pop()))
+            tree += found
+            todo += found
+        for sig, wait in ((signal.SIGTERM, 1.0), (signal.SIGKILL, 0.0)):
+            for pid in tree:
+                try:
+                    os.kill(pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in tree):
+                leaks.reap(tree)
+                time.sleep(0.05)
+            leaks.reap(tree)
+
+    def _where_hung_ranks_wait(
+        self, item: pytest.Item, stacks: str, failed: Sequence[int] = ()
+    ) -> dict:
+        """Where this rank waits, and where the others that hung in this test say they do
+        (the ranks that ``failed`` it are not waited for: they are not in it any more)."""
+        key = f"where/{item.nodeid}/"
+        mine = stack_where(stacks, str(item.path))
+        self.control.set(key + str(self.launch.rank), mine)
+        others = [
+            key + str(r)
+            for r in range(self.launch.world_size)
+            if r != self.launch.rank and r not in failed
+        ]
+        deadline = time.monotonic() + WHERE_WAIT_S
+        while time.monotonic() < deadline and not self.control.store.check(others):
+            time.sleep(0.05)
+        wheres = {self.launch.rank: mine}
+        for r in range(self.launch.world_size):
+            if r != self.launch.rank and self.control.store.check([key + str(r)]):
+                wheres[r] = self.control.peek(key + str(r))
+        return wheres
+
+    def _wait_for_peers_to_exit(self, gone: Sequence[int] = ()) -> bool:
+        """True when every other rank but those ``gone`` said it exited within EXIT_WAIT_S."""
+        others = [r for r in range(self.launch.world_size) if r not in (self.launch.rank, *gone)]
+        keys = [control.exited_key(r) for r in others]
+        deadline = time.monotonic() + EXIT_WAIT_S
+        while time.monotonic() < deadline:
+            if self.control.store.check(keys):
+                return True
+            time.sleep(0.05)
+        return False
+
+    def park_if_stopping(self) -> None:
+        """A watcher thread records this test and ends the process: wait for that."""
+        if self.begun.is_set():
+            threading.Event().wait()
+
+    def ended_here(self, ranks: list[int]) -> list[int]:
+        """Of ``ranks``, those known to have ended: on this host, their process is gone
+        (a rank whose host and pid this one never learned is not presumed dead)."""
+        return [r for r in ranks if r < len(self.peers) and not self._may_be_running(r)]
+
+    def for_crashed_peers(self, item: pytest.Item, dead: list[int]) -> NoReturn:
+        """Peers died in this test without a result (os._exit, a signal, the OOM killer):
+        record it and end now, as when the launcher's signal says so, without waiting for
+        that signal (mpirun's SIGKILL follows its SIGTERM within a second)."""
+        with self.verdict_lock:
+            self.begun.set()
+        if not self._claim():
+            threading.Event().wait()  # a signal's watcher records this rank and exits it
+        cause = f"{_crashed(dead)} while {item.nodeid} ran"
+        self._record(item, cause, cause, verdict="crashed", gone=dead)
+        os._exit(pytest.ExitCode.TESTS_FAILED)
