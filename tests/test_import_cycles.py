@@ -104,7 +104,10 @@ FLOORS: tuple[tuple[str, ...], ...] = (
 module imports only from its own floor or below."""
 
 NOT_YET: dict[str, str] = {
-    "rankgate.harness": "the harness's imports of report (issue 41's harness part)",
+    "rankgate.harness.plugin": (
+        "registers report's tracing plugin under the one pytest11 entry point, so that "
+        "-p no:rankgate turns every part of rankgate off"
+    ),
 }
 """Modules whose upward imports are not checked yet, with why (a module name prefix)."""
 
@@ -139,3 +142,53 @@ def test_no_import_runs_back_up_a_floor():
     graph = import_graph(inits=True)
     assert "rankgate.pipeline.executor" in graph
     assert runs_back_up(graph) == []
+
+
+WINGS = ("rankgate.harness.pool", "rankgate.harness.inplace")
+"""The harness's two modes: neither imports the other, and what both share imports neither."""
+
+
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def imports_into(graph: dict[str, set[str]], importers, package: str) -> list[str]:
+    """``module -> target`` for each import of ``package`` by a module ``importers`` accepts."""
+    return sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if importers(module)
+        for target in targets
+        if _in(target, package) and not _in(module, package)
+    )
+
+
+def test_the_finder_sees_an_import_into_a_package():
+    graph = {"h.pool.a": {"h.inplace.b"}, "h.inplace.b": {"h.verdict"}, "h.verdict": set()}
+    assert imports_into(graph, lambda m: _in(m, "h.pool"), "h.inplace") == [
+        "h.pool.a -> h.inplace.b"
+    ]
+    assert imports_into(graph, lambda m: _in(m, "h.inplace"), "h.pool") == []
+
+
+def test_neither_wing_of_the_harness_imports_the_other():
+    graph = import_graph()
+    assert "rankgate.harness.pool.session" in graph and "rankgate.harness.inplace.stop" in graph
+    pool, inplace = WINGS
+    assert imports_into(graph, lambda m: _in(m, pool), inplace) == []
+    assert imports_into(graph, lambda m: _in(m, inplace), pool) == []
+
+
+def test_what_both_modes_share_imports_neither_wing():
+    # The plugin alone chooses a mode, so it alone sees both.
+    graph = import_graph()
+
+    def shared(module: str) -> bool:
+        return (
+            _in(module, "rankgate.harness")
+            and module != "rankgate.harness.plugin"
+            and not any(_in(module, wing) for wing in WINGS)
+        )
+
+    for wing in WINGS:
+        assert imports_into(graph, shared, wing) == []
