@@ -1,10 +1,10 @@
 """The rankgate pytest plugin (entry point ``rankgate``): options, the world marker's
 collection, the fixtures, and the choice of mode.
 
-Pool mode (the default, ``poolmode``): a world test's body runs on the ranks of a
-reusable pool this process owns. In-place mode (``inplace``): pytest itself was
+Pool mode (the default, ``pool.session``): a world test's body runs on the ranks of a
+reusable pool this process owns. In-place mode (``inplace.session``): pytest itself was
 started by torchrun, srun or mpirun, and the body runs directly on every rank.
-What both read about a test (its spec, seed, timeout) is in ``testitem``.
+What both read about a test (its spec, seed, timeout) is in ``item_settings``.
 """
 
 from __future__ import annotations

@@ -143,7 +143,7 @@ class Adoption:
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         """In place, an adopted class's ``setup=`` first runs on this rank before the
         test's timeout starts, under its own start timeout (the pool does the same on
-        its ranks: poolmode)."""
+        its ranks: pool.session)."""
         prelude = item.stash.get(PRELUDE_KEY, None)
         setup = (prelude or {}).get("setup")
         if not setup or setup in self._setups_done:

@@ -37,7 +37,7 @@ def enter(prelude: Mapping, func: Callable | None = None, *, file_name: str | No
     if prelude.get("setup"):
         call_target(prelude["setup"])()
     if func is None or prelude.get("setup_only"):
-        return None  # the set-up's own step, timed apart from the test (poolmode)
+        return None  # the set-up's own step, timed apart from the test (pool.session)
     if prelude.get("torch_case"):
         func = torchcase.on_this_rank(func.__self__, func, file_name)
     if prelude.get("own_group"):

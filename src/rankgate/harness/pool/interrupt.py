@@ -1,5 +1,5 @@
 """Pool mode's record of an interrupted run: Ctrl-C (SIGINT), or SIGTERM/SIGHUP, which
-``poolmode`` turns into ``pytest.exit``.
+the pool's session turns into ``pytest.exit``.
 
 pytest stops at once on either and writes its JUnit file with the tests that ended, and
 for the test that was running a nameless ``<testcase/>`` (its set-up's duration, no
@@ -7,7 +7,7 @@ result): read as it is, an interrupted run looks passed. This plugin records, in
 JUnit file, the running test as failed naming the signal, every test after it as
 ``not run`` (with the same reason), and the run as interrupted (the testsuite property
 ``rankgate.interrupted``), so merge-junit and the report say INCOMPLETE. In-place mode
-records its own (``inplace``: every rank, from its signal watch).
+records its own (``inplace.stop``: every rank, from its signal watch).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ INTERRUPT_PLUGIN = "rankgate-interrupt"
 
 def why_interrupted(exc: BaseException) -> str:
     """'SIGINT (Ctrl-C)' for a KeyboardInterrupt; pytest.exit's own message otherwise
-    (poolmode's says 'rankgate: received SIGTERM')."""
+    (the pool's session says 'rankgate: received SIGTERM')."""
     if isinstance(exc, Exit):
         return str(exc.msg).removeprefix("rankgate: ") or "pytest.exit"
     return "received SIGINT (Ctrl-C)"

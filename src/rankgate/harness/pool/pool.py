@@ -368,6 +368,11 @@ class Pool:
             )
 
 
+# The worker's file as a stack names it (".../rankgate/harness/pool/worker.py"), from
+# where this module is, so a move of either keeps the frames found.
+_WORKER_FILE = "/".join(Path(__file__).with_name("worker.py").parts[-4:])
+
+
 def trim_harness_frames(stack: str) -> str:
     """Drop the worker's and multiprocessing's frames under the test's own frames."""
     kept, skipping = [], False
@@ -376,7 +381,7 @@ def trim_harness_frames(stack: str) -> str:
             skipping = False
         elif skipping:
             continue
-        elif "rankgate/harness/worker.py" in line:
+        elif _WORKER_FILE in line:
             skipping = True
             kept.append("  (rankgate worker frames omitted)")
             continue
