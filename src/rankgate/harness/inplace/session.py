@@ -120,6 +120,9 @@ class AfterTestProblem(AssertionError):
 
 
 class InPlaceSession:
+    """In-place mode's pytest hooks on one rank: set-up, each test on every rank and the
+    exchange of outcomes, reporting, the session's end. A stop is ``RunStop``'s (stop.py)."""
+
     def __init__(self, config: pytest.Config, launch: LaunchEnv) -> None:
         self.config = config
         self.launch = launch
