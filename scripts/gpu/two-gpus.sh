@@ -72,7 +72,8 @@ for s in "$@"; do
       timed cp-test 120 "${pytest_[@]}" -rxX \
         "suites/parallel/test_parallel_peer.py::test_ring_matches_pytorch_context_parallel_gpu" ;;
     comm)  # nccl-tests built here against torch's NCCL, then the comm bench beside it
-      nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))')
+      # nvidia.nccl is a namespace package (no __file__): its folder is on __path__
+      nccl=$(python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])') || exit 1
       home=$work/nccl-home && mkdir -p "$home/lib" && ln -sf "$nccl/include" "$home/include"
       ln -sf "$(ls "$nccl"/lib/libnccl.so* | head -1)" "$home/lib/libnccl.so"
       timed nccl-tests-build 300 make -C .nccl-tests -j 16 MPI=0 NCCL_HOME="$home" \
