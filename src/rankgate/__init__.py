@@ -1,8 +1,9 @@
 """rankgate: CI-pipeline-as-code for distributed PyTorch.
 
-Entry points: the pytest plugin (:mod:`rankgate.harness.plugin`, registered as a
-``pytest11`` entry point), the ``rankgate`` command (:mod:`rankgate.cli`: env-check,
-run, bench, dispatch, merge-junit, report), and the stage list
+Entry points: the pytest plugin (:mod:`rankgate.pytest_plugin`, the ``pytest11`` entry
+point, which registers :mod:`rankgate.harness.plugin` and the tracing plugin), the
+``rankgate`` command (:mod:`rankgate.cli`: env-check, run, bench, dispatch, merge-junit,
+report), and the stage list
 (:mod:`rankgate.pipeline.stages`) behind the nox sessions, the Dagger module and the
 workflows.
 

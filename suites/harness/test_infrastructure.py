@@ -269,11 +269,14 @@ def pytest_sessionstart(session):
     [
         (
             (),
-            "['rankgate', 'rankgate-interrupt', 'rankgate-outcomes', 'rankgate-pools', "
-            "'rankgate-tracing']",
+            "['rankgate', 'rankgate-harness', 'rankgate-interrupt', 'rankgate-outcomes', "
+            "'rankgate-pools', 'rankgate-tracing']",
         ),
         (("-p", "no:rankgate"), "[]"),  # every part of rankgate off, as the flag says
-        (("-p", "no:rankgate-tracing"), "['rankgate', 'rankgate-interrupt', 'rankgate-pools']"),
+        (
+            ("-p", "no:rankgate-tracing"),
+            "['rankgate', 'rankgate-harness', 'rankgate-interrupt', 'rankgate-pools']",
+        ),
     ],
 )
 def test_blocking_rankgate_turns_every_rankgate_plugin_off(pytester, blocked, seen):

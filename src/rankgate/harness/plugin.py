@@ -1,4 +1,5 @@
-"""The rankgate pytest plugin (entry point ``rankgate``): options, the world marker's
+"""The harness's pytest plugin (registered as ``rankgate-harness`` by the entry point
+:mod:`rankgate.pytest_plugin`): options, the world marker's
 collection, the fixtures, and the choice of mode.
 
 Pool mode (the default, ``pool.session``): a world test's body runs on the ranks of a
@@ -20,7 +21,6 @@ from rankgate.harness.pluginnames import (
     INPLACE_PLUGIN,
     PER_PROCESS_FIXTURES,
     POOL_PLUGIN,
-    TRACING_PLUGIN,
 )
 from rankgate.harness.pool.interrupt import INTERRUPT_PLUGIN, InterruptRecord
 from rankgate.harness.pool.messages import RankValue
@@ -32,20 +32,11 @@ from rankgate.harness.spec import (
 )
 from rankgate.launch.env import LaunchEnvError, inspect_launch
 
-"""pytest's fixtures that belong to one process: a world test's body runs elsewhere."""
-
-
 # --- configuration ---------------------------------------------------------------
 
 
-def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+def pytest_addoption(parser: pytest.Parser) -> None:
     options.add_options(parser)
-    # The tracing and outcome plugins come with this one, so that `-p no:rankgate` turns
-    # all of rankgate off; `-p no:rankgate-tracing` turns off those two alone.
-    from rankgate.report import tracing_plugin
-
-    if not pluginmanager.is_registered(tracing_plugin):  # -p rankgate.report.tracing_plugin
-        pluginmanager.register(tracing_plugin, TRACING_PLUGIN)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 INPLACE_PLUGIN = "rankgate-inplace"
 POOL_PLUGIN = "rankgate-pools"
+HARNESS_PLUGIN = "rankgate-harness"
+"""rankgate.harness.plugin, registered by the pytest entry point (rankgate.pytest_plugin)."""
 TRACING_PLUGIN = "rankgate-tracing"
-"""rankgate.report.tracing_plugin, registered by the harness's plugin (one entry point)."""
+"""rankgate.report.tracing_plugin, registered by the same entry point."""
 
 _CAPTURED = (
     "print() in the test body: every rank's stdout and stderr are captured and shown per rank"

@@ -143,6 +143,7 @@ CI entry point."""
 _PYTEST_RUN = (
     "conftest.py",
     "src/rankgate/__init__.py",
+    "src/rankgate/pytest_plugin.py",
     "src/rankgate/harness/**",
     "src/rankgate/launch/**",
     "src/rankgate/report/__init__.py",

@@ -1,7 +1,7 @@
 """pytest plugin: an OpenTelemetry span for the session, each test and each rank.
 
-Registered by the harness's plugin as ``rankgate-tracing`` (rankgate's one pytest11
-entry point, so ``-p no:rankgate`` turns it off too); it registers
+Registered as ``rankgate-tracing`` by rankgate's one pytest11 entry point
+(:mod:`rankgate.pytest_plugin`, so ``-p no:rankgate`` turns it off too); it registers
 :mod:`rankgate.report.outcome_plugin` (always on); the spans do nothing
 unless tracing is on (:mod:`rankgate.report.tracing`). It uses public hooks only:
 
