@@ -3,6 +3,7 @@
 # pool under pytest-xdist against the pool alone, and the harness's own overhead.
 # Usage: scripts/gpu/two-gpus.sh OUT STEP...
 #   steps: inplace pool-gpu pool-gpu-n2 same-tests pool-dist pool-harness harness cp comm
+#          attention attn-chunks
 # Writes OUT/env.txt and per step a log (OUT/<step>.txt) and its JUnit under /tmp/rg;
 # the end packs /tmp/rg into OUT/results.tgz (the device tool brings back 8 files).
 # DeepSpeed and what it needs come as wheels in .whl-ds (carried), installed beside the
@@ -84,6 +85,17 @@ for s in "$@"; do
         --collectives all_reduce -b 1K -e 64M -f 2 --buffer-bytes 64M --auto-thresholds defaults \
         --iters 20 --reps 5 --rounds 3 --graph-max-bytes 64M --nccl-tests .nccl-tests/build
       grep -E "^# " "$work/comm.txt" | tail -12 ;;
+    attention)  # ring against PyTorch's context parallel and one GPU, one lease
+      timed attention "${ATTN_LIMIT:-240}" python3 -m rankgate.cli bench attention --worlds 1,2 \
+        --seq-lens 16K,32K,64K,128K --reps 3 --skip ring@1 --fit-cap-gib 8 --out "$work/attention"
+      tail -8 "$work/attention.txt" ;;
+    attn-chunks)  # the ring's heads per kernel call at the short lengths, world 2
+      for chunks in 1 2 4; do
+        timed "attn-chunks-$chunks" 120 python3 -m rankgate.cli bench attention --worlds 2 \
+          --methods ring,torch-cp --seq-lens 8K,16K,32K --reps 5 --no-profile \
+          --head-chunks "$chunks" --out "$work/attn-chunks-$chunks"
+        tail -5 "$work/attn-chunks-$chunks.txt"
+      done ;;
     *) echo "unknown step $s" ;;
   esac
 done
