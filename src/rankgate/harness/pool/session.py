@@ -132,8 +132,8 @@ class PoolSession:
     @staticmethod
     def pool_gpus(gpus: tuple[str, ...], world: int) -> tuple[str, ...]:
         """The GPUs this process puts a world's ranks on: its xdist worker's block."""
-        slot, _ = xdist_slot()
-        return tuple(gpus[i] for i in gpu_block(len(gpus), world, slot))
+        slot, workers = xdist_slot()
+        return tuple(gpus[i] for i in gpu_block(len(gpus), world, slot, workers))
 
     def pytest_report_header(self) -> str | None:
         if self.ignored_launch is None:
@@ -179,6 +179,8 @@ class PoolSession:
             # Held until the test's teardown: another worker's test on these GPUs waits.
             lease = item.stash[LEASE_KEY] = GpuLease(run.key.gpus)
             lease.acquire()
+            if lease.waited_s >= 0.1:  # in the JUnit: time spent behind other workers
+                item.user_properties.append(("rankgate.gpu_lease_wait_s", round(lease.waited_s, 1)))
         pool = self.registry.acquire(run.key)  # PoolStartError: an error, not a failure
         result = yield  # the controller's fixtures
         baseline = self._class_baselines.get(item.cls, {})  # {} for a test without a class
