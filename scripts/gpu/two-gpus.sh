@@ -6,18 +6,26 @@
 #          attention attn-chunks
 # Writes OUT/env.txt and per step a log (OUT/<step>.txt) and its JUnit under /tmp/rg;
 # the end packs /tmp/rg into OUT/results.tgz (the device tool brings back 8 files).
-# DeepSpeed and what it needs come as wheels in .whl-ds (carried), installed beside the
-# host's packages when one of them is missing there.
+# DeepSpeed and what it needs, and expecttest (torch.testing._internal imports it), come as
+# wheels in .whl-ds (carried), installed beside the host's packages when one is missing.
+# GPUS=0,1 (CUDA_VISIBLE_DEVICES) keeps a run on some GPUs, so two runs share a 4-GPU host
+# (each with its own OUT and WORK, after one run without steps installed: SKIP_INSTALL=1).
 set -uo pipefail
 out=$1; shift
 work=/tmp/rg
 mkdir -p "$work"
 export NVSHMEM_DISABLE_NVLS=1
-. scripts/gpu/install.sh "$out/pip.txt" || exit $?
-if [ -d .whl-ds ] && ! python3 -c 'import deepspeed' 2>/dev/null; then
+[ -n "${GPUS:-}" ] && export CUDA_VISIBLE_DEVICES=$GPUS RANKGATE_GPU_LEASE_DIR=/tmp/leases-${GPUS//,/-}
+work=${WORK:-$work} && mkdir -p "$work"  # one per concurrent run
+[ -d /tmp/site ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+if [ -z "${SKIP_INSTALL:-}" ]; then  # SKIP_INSTALL=1: an earlier run of this script did it
+  . scripts/gpu/install.sh "$out/pip.txt" || exit $?
+  if [ -d .whl-ds ] && ! python3 -c 'import deepspeed, expecttest' 2>/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
         .whl-ds/*.whl >>"$out/pip.txt" 2>&1 && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+  fi
 fi
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
 {
   date -u; nvidia-smi -L; nvidia-smi topo -m
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv

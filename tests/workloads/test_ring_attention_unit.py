@@ -208,6 +208,17 @@ def test_auto_head_chunks_keeps_groups_whole():
     assert auto_head_chunks(24, 2) == 2
 
 
+def test_auto_head_chunks_splits_only_long_shards():
+    from rankgate.workloads.ring_attention.ring import auto_head_chunks
+
+    # 32/8 heads at world 2: 16K tokens (8K rows a rank) in one call, 32K in two, 64K
+    # and longer in four (one per 8 query heads, the most auto takes)
+    assert [auto_head_chunks(32, 8, rows) for rows in (8192, 16384, 32768, 65536)] == [1, 2, 4, 4]
+    assert auto_head_chunks(32, 8, rows=1) == 1
+    assert auto_head_chunks(48, 6, rows=3 * 8192) == 3  # 3 divides 6
+    assert auto_head_chunks(40, 5, rows=2 * 8192) == 1  # 3 wanted; 3 and 2 do not divide 5
+
+
 def test_fused_kernel_records_why_it_left_cudnn_and_tries_flash():
     from rankgate.workloads.ring_attention import kernels
 

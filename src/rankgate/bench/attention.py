@@ -496,8 +496,16 @@ def _meta(opts: dict, device) -> dict:
     meta = run_meta(device, opts, SAFE_ENV)
     from rankgate.workloads.ring_attention.ring import auto_head_chunks
 
-    meta["ring_head_chunks"] = opts["head_chunks"] or auto_head_chunks(
-        opts["heads"], opts["kv_heads"]
+    # auto splits by this rank's rows: one figure per length at the largest ring
+    w = max(x for x in opts["worlds"] if x > 1) if max(opts["worlds"]) > 1 else 1
+    chunks = {
+        f"{seq // 1024}K" if seq % 1024 == 0 else str(seq): auto_head_chunks(
+            opts["heads"], opts["kv_heads"], opts["batch"] * seq // w
+        )
+        for seq in opts["seq_lens"]
+    }
+    meta["ring_head_chunks"] = opts["head_chunks"] or (
+        "auto (" + ", ".join(f"{seq}: {n}" for seq, n in chunks.items()) + f" at world {w})"
     )
     if device.type == "cuda":
         from rankgate.workloads.ring_attention.kernels import FUSED_FALLBACKS
