@@ -233,6 +233,27 @@ def test_fused_kernel_records_why_it_left_cudnn_and_tries_flash():
         kernels.FUSED_FALLBACKS.clear()
 
 
+def test_fused_kernel_stays_on_cudnn_after_running_out_of_memory():
+    # Memory is not cuDNN refusing the shapes: a memory-capped probe once sent every later
+    # call of the process to flash, and the bench's header then named the wrong kernel.
+    from rankgate.workloads.ring_attention import kernels
+
+    class OutOfMemory:
+        def forward(self, *args):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 820.00 MiB")
+
+    fused = kernels.FusedKernel()
+    fused._cudnn = OutOfMemory()
+    q = torch.zeros(1, 2, 8, 16, dtype=torch.bfloat16)
+    kernels.FUSED_FALLBACKS.clear()
+    try:
+        with pytest.raises(torch.OutOfMemoryError, match=r"820\.00 MiB"):
+            fused.forward(q, q, q, True, 0.25)
+        assert kernels.FUSED_FALLBACKS == {} and fused.name == "cudnn"
+    finally:
+        kernels.FUSED_FALLBACKS.clear()
+
+
 def test_forced_fused_kernels_need_cuda_half_precision():
     q = torch.zeros(1, 2, 8, 16)
     for name in ("cudnn", "flash"):

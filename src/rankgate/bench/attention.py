@@ -460,6 +460,9 @@ def _fit_check(method, w, group, sync_group, opts, device, rows, report) -> list
     mine = [r for r in rows if r["method"] == method and r["world"] == w and r.get("peak_bytes")]
     if len(mine) < 2:
         return []
+    # The two longest lengths: shorter shards may run another plan (the ring's auto head
+    # chunks call more heads at once there), which bends the line the fit extends.
+    mine = sorted(mine, key=lambda r: r["seq"])[-2:]
     peaks = torch.tensor([[r["seq"], r["peak_bytes"]] for r in mine], dtype=torch.float64)
     dist.all_reduce(peaks, op=dist.ReduceOp.MAX, group=sync_group)  # the fullest rank
     intercept, slope = linear_fit(peaks[:, 0].tolist(), peaks[:, 1].tolist())
