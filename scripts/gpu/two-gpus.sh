@@ -10,6 +10,7 @@
 # wheels in .whl-ds (carried), installed beside the host's packages when one is missing.
 # GPUS=0,1 (CUDA_VISIBLE_DEVICES) keeps a run on some GPUs, so two runs share a 4-GPU host
 # (each with its own OUT and WORK, after one run without steps installed: SKIP_INSTALL=1).
+# INPLACE_PATHS and HARNESS_FILES narrow the inplace and pool-harness steps (one half each).
 set -uo pipefail
 out=$1; shift
 work=/tmp/rg
@@ -48,7 +49,8 @@ for s in "$@"; do
     inplace)  # every rank its own pytest; merge-junit makes one verdict
       mkdir -p "$work/inplace"
       timed inplace "${INPLACE_LIMIT:-260}" torchrun --standalone --nproc-per-node=2 -m pytest \
-        -p no:cacheprovider -q -rfEs -m "dist or gpu" suites --junitxml="$work/inplace/junit.xml"
+        -p no:cacheprovider -q -rfEs -m "dist or gpu" ${INPLACE_PATHS:-suites} \
+        --junitxml="$work/inplace/junit.xml"
       (cd "$work/inplace" && python3 -m rankgate.cli merge-junit --world 2 -o merged.xml . \
         >merge-junit.txt 2>&1; echo "merge-junit rc $?" >>merge-junit.txt)
       tail -3 "$work/inplace/merge-junit.txt" ;;
@@ -65,8 +67,8 @@ for s in "$@"; do
         --junitxml="$work/pool-dist.xml" ;;
     pool-harness)  # the harness's own GPU tests and the adoption suites, in the pool
       timed pool-harness "${POOL_LIMIT:-200}" "${pytest_[@]}" -m "dist or gpu" \
-        suites/harness/test_gpu.py suites/harness/test_adopt.py \
-        suites/harness/test_adopt_torchcase.py suites/harness/test_adopt_freshgroup.py \
+        ${HARNESS_FILES:-suites/harness/test_gpu.py suites/harness/test_adopt.py \
+        suites/harness/test_adopt_torchcase.py suites/harness/test_adopt_freshgroup.py} \
         --junitxml="$work/pool-harness.xml" ;;
     harness)
       for backend in nccl gloo; do
