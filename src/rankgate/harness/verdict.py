@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rankgate.harness import verdict_lines
+from rankgate.harness import divergence, verdict_lines
 from rankgate.harness.outcome import BAD, RankOutcome, RankResult
 from rankgate.harness.stacks import where as stack_where
 
@@ -57,7 +57,7 @@ def judge(outcomes: list[RankOutcome], world: int, backend: str, *, test_id: str
             status="failed",
             summary=summary,
             failing_ranks=tuple(sorted(o.rank for o in bad)),
-            text=summary + "\n" + "".join(_section(o) for o in bad),
+            text=summary + "\n" + _ledgers_section(outcomes) + "".join(_section(o) for o in bad),
         )
     kinds = {o.outcome for o in outcomes}
     if len(kinds) > 1:
@@ -79,8 +79,9 @@ def judge(outcomes: list[RankOutcome], world: int, backend: str, *, test_id: str
 def headline(outcomes: list[RankOutcome], test_id: str) -> str:
     """'rank 1 crashed (killed by SIGSEGV (exit code -11)); rank 0 failed', root cause first.
 
-    Several failed ranks name the one that failed first; hung ranks name the likely
-    cause from their stacks (the ranks outside every collective).
+    Several failed ranks name the one that failed first. The likely cause is the first
+    collective where the ranks' ledgers diverge, when they do; else, for hung ranks,
+    what their stacks say (the ranks outside every collective).
     """
     failed = {o.rank: o.duration for o in outcomes if o.outcome == RankResult.FAILED}
     crashed = [o.detail for o in outcomes if o.outcome == RankResult.CRASHED and o.detail]
@@ -90,8 +91,20 @@ def headline(outcomes: list[RankOutcome], test_id: str) -> str:
         notes={"crashed": "; ".join(crashed)},
     )
     test_file = test_id.split("::", 1)[0]
+    diverged = divergence.find({o.rank: o.ledger for o in outcomes})
+    if diverged is not None:
+        return verdict_lines.with_cause(line, verdict_lines.ledger_cause(diverged.text))
     hung = {o.rank: stack_where(o.stack, test_file) for o in outcomes if o.outcome == "hung"}
     return verdict_lines.with_cause(line, verdict_lines.hang_cause(hung))
+
+
+def _ledgers_section(outcomes: list[RankOutcome]) -> str:
+    """The ranks' ledgers side by side around their divergence ('' when none)."""
+    ledgers = {o.rank: o.ledger for o in outcomes}
+    diverged = divergence.find(ledgers)
+    if diverged is None:
+        return ""
+    return "\n" + divergence.side_by_side(ledgers, diverged)
 
 
 def _root_cause_first(outcomes: list[RankOutcome]) -> list[RankOutcome]:
