@@ -111,10 +111,12 @@ def _skipped(seq, here) -> Divergence | None:
     other branch of its ``if``), the ranks at the later line skipped it."""
     first = min(here.values(), key=lambda e: e.get("line", 0))
     later = {r: e for r, e in here.items() if _site(e) != _site(first)}
-    if not all(_before(first, e) for e in later.values()):
+    if not later or not all(_before(first, e) for e in later.values()):
         return None
     issuers = sorted(r for r in here if r not in later)
-    instead = "; ".join(f"rank {r} issued {name(e)} at {_site(e)} instead" for r, e in later.items())
+    instead = "; ".join(
+        f"rank {r} issued {name(e)} at {_site(e)} instead" for r, e in later.items()
+    )
     text = (
         f"{ranks_word(later)} never issued {name(first)}{_arg(first)} that "
         f"{ranks_word(issuers)} issued at {_site(first)}; {instead}"
@@ -192,7 +194,7 @@ def _before(a: Mapping, b: Mapping) -> bool:
 def _branches(path: str) -> tuple[tuple[int, int, int, int], ...] | None:
     """(body start, body end, else start, else end) of every ``if`` with an ``else``."""
     try:
-        tree = ast.parse(open(path, encoding="utf-8").read(), path)  # noqa: SIM115, PTH123
+        tree = ast.parse(open(path, encoding="utf-8").read(), path)  # noqa: SIM115
     except (OSError, SyntaxError, ValueError):
         return None
     found = []
@@ -220,11 +222,7 @@ def side_by_side(
         cells = []
         for r in ranks:
             entry = next(
-                (
-                    e
-                    for e in ledgers[r] or ()
-                    if e["group"] == divergence.group and e["seq"] == seq
-                ),
+                (e for e in ledgers[r] or () if e["group"] == divergence.group and e["seq"] == seq),
                 None,
             )
             cells.append(_cell(entry))
@@ -247,3 +245,27 @@ def _cell(entry: Mapping | None) -> str:
         return ""
     arg = f" {entry['arg']}" if entry.get("arg") else ""
     return f"{entry['op']}{arg} {_site(entry)} {entry.get('state', '')}".rstrip()
+
+
+def in_flight(entries: Sequence[Mapping] | None) -> Mapping | None:
+    """A rank's last collective when it did not complete (it waits in it, or it raised)."""
+    if not entries or entries[-1].get("state") == "completed":
+        return None
+    return entries[-1]
+
+
+def under_crash(crashed: Mapping[int, str], ledgers: Mapping[int, Sequence[Mapping] | None]) -> str:
+    """'rank 0 crashed in all_reduce at x.py:29; rank 1 was in all_reduce #1 (float64[4])
+    issued at x.py:29': where the ranks that died (no ledger left) were, from their stacks
+    (``crashed``: rank -> 'in all_reduce at x.py:29', or ''), and the collective their
+    peers were in. '' when no peer was in one."""
+    waiting = {r: e for r, entries in sorted(ledgers.items()) if (e := in_flight(entries))}
+    if not waiting or not crashed:
+        return ""
+    died = "; ".join(
+        f"rank {r} crashed{' ' + where if where else ''}" for r, where in sorted(crashed.items())
+    )
+    peers = "; ".join(
+        f"rank {r} was in {name(e)}{_arg(e)} issued at {_site(e)}" for r, e in waiting.items()
+    )
+    return f"{died}; {peers}"

@@ -91,11 +91,29 @@ def headline(outcomes: list[RankOutcome], test_id: str) -> str:
         notes={"crashed": "; ".join(crashed)},
     )
     test_file = test_id.split("::", 1)[0]
-    diverged = divergence.find({o.rank: o.ledger for o in outcomes})
+    ledgers = {o.rank: o.ledger for o in outcomes}
+    diverged = divergence.find(ledgers)
     if diverged is not None:
         return verdict_lines.with_cause(line, verdict_lines.ledger_cause(diverged.text))
+    crashed = {
+        o.rank: _crash_place(o.stderr, test_file)
+        for o in outcomes
+        if o.outcome == RankResult.CRASHED and o.ledger is None
+    }
+    under = divergence.under_crash(crashed, ledgers)
+    if under:
+        return verdict_lines.with_cause(line, verdict_lines.ledger_cause(under))
     hung = {o.rank: stack_where(o.stack, test_file) for o in outcomes if o.outcome == "hung"}
     return verdict_lines.with_cause(line, verdict_lines.hang_cause(hung))
+
+
+def _crash_place(stderr: str, test_file: str) -> str:
+    """'in all_reduce at x.py:29' from a crashed rank's fatal-error stack ('' if none)."""
+    place = stack_where(stderr or "", test_file)
+    if place is None or place.frame is None:
+        return ""
+    what = f"in {place.collective} " if place.collective else ""
+    return f"{what}at {place.frame.place}"
 
 
 def _ledgers_section(outcomes: list[RankOutcome]) -> str:

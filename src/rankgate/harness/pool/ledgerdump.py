@@ -52,7 +52,7 @@ def _answer_forever(ask: Path, answer: Path) -> None:
 
     while True:
         try:
-            with open(ask, "rb") as pipe:  # noqa: PTH123 - blocks until the controller writes
+            with open(ask, "rb") as pipe:  # blocks until the controller writes
                 pipe.read()
             tmp = answer.with_suffix(".tmp")
             tmp.write_text(json.dumps(ledger.snapshot() if ledger.installed() else None))
