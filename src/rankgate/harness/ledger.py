@@ -196,6 +196,11 @@ def snapshot() -> list[dict]:
     return [record(e, groups) for e in entries]
 
 
+def now() -> list[dict] | None:
+    """:func:`snapshot`, or None where no ledger is kept (turned off)."""
+    return snapshot() if _installed else None
+
+
 def record(entry: list, groups: dict) -> dict:
     """One entry as ``{group, ranks, seq, op, arg, file, line, state}``: ``group`` a name
     every rank gives the same group ("world" for the default one), ``ranks`` its global

@@ -36,7 +36,7 @@ from typing import NamedTuple
 import pytest
 from _pytest.runner import runtestprotocol
 
-from rankgate.harness import leaks, options, verdict_lines
+from rankgate.harness import leaks, ledger, options, verdict_lines
 from rankgate.harness.inplace import collection, control, tempdirs
 from rankgate.harness.inplace.control import PeerGone, RunAborted
 from rankgate.harness.inplace.group import InPlaceGroup
@@ -147,6 +147,7 @@ class InPlaceSession:
         self._shows_passes = bool({"A", "P"} & set(config.getoption("reportchars") or ""))
         self._call_worker_setup()
         self._join()
+        ledger.install()
         self.stop = RunStop(self)
         shared_root = Path(os.environ.get("RANKGATE_SHARED_TMP", self.log_dir))
         self.shared_dirs = tempdirs.SharedDirs(shared_root, launch.rank, self.control)
@@ -372,6 +373,7 @@ class InPlaceSession:
         self.current, self.current_logged = item, False
         self.current_start = time.monotonic()  # a stop's record of it keeps its duration
         self.records.begin(item)
+        ledger.begin_test()
         own = runtestprotocol(item, nextitem=nextitem, log=False)
         self.stop.park_if_stopping()
         self.records.log_own(item, own)
@@ -402,7 +404,7 @@ class InPlaceSession:
     ) -> list[RankResult] | None:
         """Every rank's result of this test; a new group where any rank lost its own."""
         mine = own_result(own, all_output=self._shows_passes)
-        mine = mine._replace(group_trouble=self._group_trouble)
+        mine = mine._replace(group_trouble=self._group_trouble, ledger=ledger.now())
         self._group_trouble = False
         try:
             # Each rank's value stays at control.outcome_key(index, rank): _failed_peers reads it.
@@ -415,6 +417,8 @@ class InPlaceSession:
         except PeerGone as exc:
             self.stop.for_crashed_peers(item, exc.ranks)
         everyone = [RankResult(*result) for result in gathered]
+        if any(result.outcome in ("failed", "error") for result in everyone):
+            self.records.log_ledger(item, mine.ledger)
         self._note_failure(item, everyone)
         problem = cross_rank_problem(everyone, self.launch.rank)
         if problem is not None:

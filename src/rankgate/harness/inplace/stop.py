@@ -25,7 +25,7 @@ from typing import NoReturn
 
 import pytest
 
-from rankgate.harness import leaks, locks, verdict_lines
+from rankgate.harness import divergence, leaks, ledger, locks, verdict_lines
 from rankgate.harness.failure_repr import failure_repr, item_report
 from rankgate.harness.inplace import control
 from rankgate.harness.inplace.verdict import RankResult
@@ -87,32 +87,43 @@ class RunStop:
         rank = self.launch.rank
         reason = f"rank {rank} stopped the run: {item.nodeid} {why}"
         failed: dict[int, str] = {}
+        mine = ledger.now()
+        ledgers: dict[int, list | None] = {rank: mine}
+        self.session.records.log_ledger(item, mine)
         try:
             self.control.set(control.ABORT_KEY, reason)
-            failed = self._failed_peers(item)
-            wheres = self._where_hung_ranks_wait(item, stacks, failed)
+            failed = self._failed_peers(item, ledgers)
+            wheres = self._where_hung_ranks_wait(item, stacks, failed, ledgers)
         except Exception:  # the store is gone: name where this rank waits only
             wheres = {rank: stack_where(stacks, str(item.path))}
         notes = {"hung": f"{why}; the rank exited"}
-        cause = verdict_lines.hang_cause(wheres)
+        diverged = divergence.find(ledgers)
+        if diverged is not None:  # the ledgers name the cause; the stacks only where ranks wait
+            cause = verdict_lines.ledger_cause(diverged.text)
+            table = divergence.side_by_side(ledgers, diverged) + "\n"
+        else:
+            cause, table = verdict_lines.hang_cause(wheres), ""
         headline = verdict_lines.with_cause(
             verdict_lines.outcomes_line({rank: "hung"}, notes=notes), cause
         )
-        own_text = f"{headline}\nPython stacks of every thread:\n{stacks}"
+        own_text = f"{headline}\n{table}Python stacks of every thread:\n{stacks}"
         shown_text = None
         if failed:  # the terminal names the peers' failures first, with their texts
             outcomes = {**dict.fromkeys(failed, "failed"), rank: "hung"}
             sections = [f"--- rank {r}: failed ---\n{text}" for r, text in failed.items()]
-            sections.append(f"--- rank {rank}: hung ---\nPython stacks of every thread:\n{stacks}")
+            sections.append(
+                f"--- rank {rank}: hung ---\n{table}Python stacks of every thread:\n{stacks}"
+            )
             line = verdict_lines.with_cause(
                 verdict_lines.outcomes_line(outcomes, notes=notes), cause
             )
             shown_text = "\n".join([line, *sections])
         self._record(item, reason, own_text, verdict="hung", shown_text=shown_text)
 
-    def _failed_peers(self, item: pytest.Item) -> dict[int, str]:
+    def _failed_peers(self, item: pytest.Item, ledgers: dict) -> dict[int, str]:
         """The other ranks that failed ``item``, with their failures' texts: the results
-        they sent for the exchange, which they entered once the test ended there."""
+        they sent for the exchange, which they entered once the test ended there (their
+        ledgers go into ``ledgers``)."""
         index = self.session.index.get(item.nodeid)
         if index is None:
             return {}
@@ -120,6 +131,7 @@ class RunStop:
         for r in self.session.ranks_that_failed(index):
             sent = self.control.peek(control.outcome_key(index, r))
             failed[r] = RankResult(*sent).text if sent is not None else ""
+            ledgers[r] = RankResult(*sent).ledger if sent is not None else None
         return failed
 
     def _claim(self) -> bool:
@@ -314,12 +326,16 @@ class RunStop:
             leaks.reap(tree)
 
     def _where_hung_ranks_wait(
-        self, item: pytest.Item, stacks: str, failed: Sequence[int] = ()
+        self, item: pytest.Item, stacks: str, failed: Sequence[int] = (), ledgers=None
     ) -> dict:
         """Where this rank waits, and where the others that hung in this test say they do
-        (the ranks that ``failed`` it are not waited for: they are not in it any more)."""
+        (the ranks that ``failed`` it are not waited for: they are not in it any more);
+        their ledgers go into ``ledgers`` (this rank's is there)."""
         key = f"where/{item.nodeid}/"
+        ledger_key = f"ledger/{item.nodeid}/"
+        ledgers = {} if ledgers is None else ledgers
         mine = stack_where(stacks, str(item.path))
+        self.control.set(ledger_key + str(self.launch.rank), ledgers.get(self.launch.rank))
         self.control.set(key + str(self.launch.rank), mine)
         others = [
             key + str(r)
@@ -333,6 +349,7 @@ class RunStop:
         for r in range(self.launch.world_size):
             if r != self.launch.rank and self.control.store.check([key + str(r)]):
                 wheres[r] = self.control.peek(key + str(r))
+                ledgers[r] = self.control.peek(ledger_key + str(r))  # set before its where
         return wheres
 
     def _wait_for_peers_to_exit(self, gone: Sequence[int] = ()) -> bool:

@@ -55,7 +55,7 @@ def _answer_forever(ask: Path, answer: Path) -> None:
             with open(ask, "rb") as pipe:  # blocks until the controller writes
                 pipe.read()
             tmp = answer.with_suffix(".tmp")
-            tmp.write_text(json.dumps(ledger.snapshot() if ledger.installed() else None))
+            tmp.write_text(json.dumps(ledger.now()))
             os.replace(tmp, answer)  # the controller never reads half a file
         except OSError:
             return  # the pool's directory is gone: the pool is over
