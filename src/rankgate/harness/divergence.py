@@ -28,6 +28,8 @@ from rankgate.harness.verdict_lines import ranks as ranks_word
 
 WORLD = "world"
 """The name a ledger gives the default process group."""
+P2P_PREFIX = "p2p:"
+"""Before the group's name, in a point-to-point call's entry: never compared."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +55,8 @@ def find(ledgers: Mapping[int, Sequence[Mapping] | None]) -> Divergence | None:
     for rank, entries in known.items():
         for index, entry in enumerate(entries):
             group = entry["group"]
+            if group.startswith(P2P_PREFIX):
+                continue  # point-to-point sequences differ by rank by design
             indexed = {**entry, "_index": index}  # its place in this rank's ledger
             by_group.setdefault(group, {}).setdefault(rank, {})[entry["seq"]] = indexed
             members.setdefault(group, tuple(entry.get("ranks") or ()))
@@ -162,7 +166,7 @@ def name(entry: Mapping) -> str:
 
 
 def _on(entry: Mapping) -> str:
-    if entry.get("group") == WORLD:
+    if entry.get("group", "").removeprefix(P2P_PREFIX) == WORLD:
         return ""
     return f" on ranks {list(entry.get('ranks') or [])}"
 

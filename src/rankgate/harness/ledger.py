@@ -15,9 +15,10 @@ Why a wrapper and not torch's Flight Recorder: this torch records gloo in it too
 well under 1 us here, it keeps its entries across tests, and it counts the
 collectives that torch's own helpers issue inside one call. See docs/harness.md.
 
-Point-to-point calls (send, recv, batch_isend_irecv) are not recorded: their
-sequences differ by rank by design. Neither are functional collectives (DTensor's),
-which bypass these functions.
+Point-to-point calls (send, recv, isend, irecv) are recorded with a count of their
+own and never compared (their sequences differ by rank by design): they say where a
+rank was. batch_isend_irecv and functional collectives (DTensor's) bypass these
+functions and are not recorded.
 """
 
 from __future__ import annotations
@@ -56,15 +57,21 @@ COLLECTIVES = (
 )
 """The torch.distributed functions recorded: every collective of the public API."""
 
+POINT_TO_POINT = ("send", "recv", "isend", "irecv")
+"""Recorded too, counted apart from the collectives and never compared."""
+
 ISSUED, COMPLETED, FAILED = "issued", "completed", "failed"
 """An entry's state: called and not returned (or async and not finished), returned
 (or its work finished), raised."""
 
 _GROUP, _SEQ, _OP, _ARG, _FILE, _LINE, _STATE = range(7)
+P2P = "p2p"
 
 _entries: deque[list] = deque(maxlen=CAPACITY)
 _counters: dict[Any, int] = {}
 _installed = False
+_c10d_file = ""
+"""torch.distributed's own module: a call from there is inside a recorded one."""
 _group_member: Any = None
 """torch's GroupMember, whose WORLD is the default group of the moment."""
 _outside: dict[str, bool] = {}
@@ -87,7 +94,7 @@ def enabled() -> bool:
 
 def install() -> bool:
     """Wrap torch.distributed's collectives (once per process). False when turned off."""
-    global _installed, _LIBRARIES, _group_member
+    global _installed, _LIBRARIES, _group_member, _c10d_file
     if _installed:
         return True
     if not enabled():
@@ -97,7 +104,8 @@ def install() -> bool:
 
     _LIBRARIES = _library_dirs()
     _group_member = c10d.GroupMember
-    for name in COLLECTIVES:
+    _c10d_file = c10d.__file__
+    for name in COLLECTIVES + POINT_TO_POINT:
         original = getattr(dist, name, None)
         if original is None:
             continue
@@ -122,9 +130,13 @@ def begin_test() -> None:
 def _wrap(name: str, original, parameters: list[str]):
     group_at = parameters.index("group") if "group" in parameters else None
     tensor_arg = name not in ("barrier", "monitored_barrier") and "object" not in name
+    p2p = name in POINT_TO_POINT
 
     def collective(*args, **kwargs):
         # Kept lean: it runs on every collective (benchmarked by `rankgate bench ledger`).
+        caller = sys._getframe(1)
+        if caller.f_code.co_filename == _c10d_file:
+            return original(*args, **kwargs)  # torch's own call inside one recorded (recv's irecv)
         if group_at is None:
             group = None
         elif len(args) > group_at:
@@ -133,12 +145,14 @@ def _wrap(name: str, original, parameters: list[str]):
             group = kwargs.get("group")
         if group is not None and group is _group_member.WORLD:
             group = None  # the default group, named: one count with the unnamed calls
+        if p2p:
+            group = (P2P, group)
         seq = _counters.get(group, 0) + 1
         _counters[group] = seq
         arg = (args[0] if args else next(iter(kwargs.values()), None)) if tensor_arg else None
         if arg is not None:
             arg = _shape_of(arg)
-        frame = sys._getframe(1)
+        frame = caller
         while frame is not None:
             file = frame.f_code.co_filename
             outside = _outside.get(file)
@@ -158,7 +172,7 @@ def _wrap(name: str, original, parameters: list[str]):
         ]
         _entries.append(entry)
         # No frame object is kept: it would hold the test's locals (tensors) alive.
-        del frame
+        del frame, caller
         try:
             result = original(*args, **kwargs)
         except BaseException:
@@ -203,14 +217,18 @@ def now() -> list[dict] | None:
 
 def record(entry: list, groups: dict) -> dict:
     """One entry as ``{group, ranks, seq, op, arg, file, line, state}``: ``group`` a name
-    every rank gives the same group ("world" for the default one), ``ranks`` its global
-    ranks, ``arg`` like "float32[4]" ("" for none)."""
+    every rank gives the same group ("world" for the default one; "p2p:" before it for
+    a point-to-point call), ``ranks`` its global ranks, ``arg`` like "float32[4]" ("" for
+    none)."""
     group = entry[_GROUP]
+    p2p = entry[_OP] in POINT_TO_POINT
+    if p2p:
+        group = group[1]
     if group not in groups:
         groups[group] = _describe_group(group)
     name, ranks = groups[group]
     return {
-        "group": name,
+        "group": f"{P2P}:{name}" if p2p else name,
         "ranks": list(ranks),
         "seq": entry[_SEQ],
         "op": entry[_OP],

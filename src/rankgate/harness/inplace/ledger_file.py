@@ -1,7 +1,7 @@
 """The rank's ledger file, written in place beside its results file: the collectives
 each rank issued in every test that went wrong, for merge-junit to compare.
 
-``<junit stem>.rank<r>.ledger.jsonl``: one JSON object a line, ``{"classname", "name",
+``<junit stem>.rank<r>.ledger``: one JSON object a line, ``{"classname", "name",
 "ledger": [...]}`` (the records of ``rankgate.harness.ledger.snapshot``). Standard
 library only: merge-junit reads it back.
 """
@@ -12,7 +12,8 @@ import json
 import os
 from pathlib import Path
 
-SUFFIX = ".ledger.jsonl"
+SUFFIX = ".ledger"
+"""Not .jsonl: merge-junit takes every .jsonl of a folder for a results file."""
 
 
 def ledger_path(junit_path: str | Path) -> Path:
