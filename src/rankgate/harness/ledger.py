@@ -69,6 +69,9 @@ P2P = "p2p"
 
 _entries: deque[list] = deque(maxlen=CAPACITY)
 _counters: dict[Any, int] = {}
+_aliases: dict[Any, Any] = {}
+"""Per group object passed this test: None for the default group, else itself."""
+_UNSEEN = object()
 _installed = False
 _c10d_file = ""
 """torch.distributed's own module: a call from there is inside a recorded one."""
@@ -125,6 +128,7 @@ def begin_test() -> None:
     """A new test: empty the ledger and restart every group's count."""
     _entries.clear()
     _counters.clear()
+    _aliases.clear()
 
 
 def _wrap(name: str, original, parameters: list[str]):
@@ -143,15 +147,20 @@ def _wrap(name: str, original, parameters: list[str]):
             group = args[group_at]
         else:
             group = kwargs.get("group")
-        if group is not None and group is _group_member.WORLD:
-            group = None  # the default group, named: one count with the unnamed calls
+        if group is not None:
+            same = _aliases.get(group, _UNSEEN)
+            if same is _UNSEEN:  # once per group and test: is it the default one?
+                same = _aliases[group] = None if group is _group_member.WORLD else group
+            group = same  # the default group named: one count with the unnamed calls
         if p2p:
             group = (P2P, group)
         seq = _counters.get(group, 0) + 1
         _counters[group] = seq
-        arg = (args[0] if args else next(iter(kwargs.values()), None)) if tensor_arg else None
-        if arg is not None:
-            arg = _shape_of(arg)
+        arg = None
+        if tensor_arg:
+            arg = args[0] if args else next(iter(kwargs.values()), None)
+            shape = getattr(arg, "shape", None)
+            arg = (arg.dtype, shape) if shape is not None else _shape_of(arg)
         frame = caller
         while frame is not None:
             file = frame.f_code.co_filename
@@ -189,10 +198,7 @@ def _wrap(name: str, original, parameters: list[str]):
 
 
 def _shape_of(arg):
-    """(dtype, shape) of a tensor, (count, (dtype, shape)) of a list of tensors, else None."""
-    shape = getattr(arg, "shape", None)
-    if shape is not None:
-        return (arg.dtype, shape)
+    """(count, (dtype, shape)) of a list of tensors, else None."""
     if isinstance(arg, list | tuple) and arg:
         first = arg[0]
         shape = getattr(first, "shape", None)

@@ -363,6 +363,8 @@ def _merge_test(
     )
     if missing:
         details = join_texts(details, f"----- {_ranks_text(missing)}: no result for this test")
+    if diverged is not None:  # the ledgers side by side around where they part
+        details = join_texts(divergence.side_by_side(ledgers or {}, diverged), details)
     return MergedTest(classname, name, verdict, message, details, results, missing)
 
 
