@@ -411,8 +411,8 @@ def test_fault(rank):
         [
             # Root cause first: rank 1 never joined the all_reduce rank 0 waits in.
             "ranks 0, 1 hung; likely cause: rank 1 never issued all_reduce #1 (float32[[]1]) "
-            "that rank 0 issued at test_inner.py:*; rank 1 issued no collective "
-            "(world 2, backend gloo)",
+            "that rank 0 issued at test_inner.py:*; rank 1 issued no collective (now in user "
+            "code at test_inner.py:*) (world 2, backend gloo)",
             "*rank 0: hung*",
             "did not finish within the test's timeout of 6 s",
             "*in all_reduce",

@@ -201,3 +201,14 @@ def test_side_by_side_marks_the_divergence(test_file):
         " #1  broadcast float32[4] test_x.py:3 completed  broadcast float32[4] test_x.py:3 completed",
         ">#2  all_reduce float32[4] test_x.py:5 issued    -",
     ]
+
+
+def test_a_rank_that_never_issued_it_is_placed_by_its_stack(test_file):
+    found = divergence.find(
+        {0: [entry(1, "barrier", 6, test_file, arg="", state="issued")], 1: []},
+        now={1: "in user code at test_x.py:5"},
+    )
+    assert found.text == (
+        "rank 1 never issued barrier #1 that rank 0 issued at test_x.py:6; "
+        "rank 1 issued no collective (now in user code at test_x.py:5)"
+    )

@@ -44,9 +44,14 @@ class Divergence:
     """Where it happened in the ledgers (which divergence of several came first)."""
 
 
-def find(ledgers: Mapping[int, Sequence[Mapping] | None]) -> Divergence | None:
+def find(
+    ledgers: Mapping[int, Sequence[Mapping] | None], now: Mapping[int, str] | None = None
+) -> Divergence | None:
     """The first divergence among the ranks' ledgers; None when they agree, or when
-    fewer than two ranks have one (a rank without a ledger is left out)."""
+    fewer than two ranks have one (a rank without a ledger is left out).
+
+    ``now``: where a hung rank's stack says it is ('in user code at x.py:16'), said of
+    a rank that never issued the collective."""
     known = {int(r): list(entries) for r, entries in ledgers.items() if entries is not None}
     if len(known) < 2:
         return None
@@ -63,13 +68,13 @@ def find(ledgers: Mapping[int, Sequence[Mapping] | None]) -> Divergence | None:
     found = []
     for group, seqs in by_group.items():
         ranks = [r for r in (members[group] or sorted(seqs)) if r in known]
-        divergence = _first_in_group(group, ranks, seqs, known)
+        divergence = _first_in_group(group, ranks, seqs, known, now or {})
         if divergence is not None:
             found.append(divergence)
     return min(found, key=lambda d: d.order) if found else None
 
 
-def _first_in_group(group, ranks, seqs, ledgers) -> Divergence | None:
+def _first_in_group(group, ranks, seqs, ledgers, now) -> Divergence | None:
     seqs = {r: seqs.get(r, {}) for r in ranks}
     last = {r: max(s, default=0) for r, s in seqs.items()}
     top = max(last.values(), default=0)
@@ -84,7 +89,7 @@ def _first_in_group(group, ranks, seqs, ledgers) -> Divergence | None:
         if missing:
             if skipped_at is not None:
                 return skipped_at
-            return _never_issued(seq, here, missing, ledgers)
+            return _never_issued(seq, here, missing, ledgers, now)
         kinds = {(e["op"], e.get("arg", "")) for e in here.values()}
         if len(kinds) > 1:
             return _differ(seq, here)
@@ -93,7 +98,7 @@ def _first_in_group(group, ranks, seqs, ledgers) -> Divergence | None:
     return None
 
 
-def _never_issued(seq, here, missing, ledgers) -> Divergence:
+def _never_issued(seq, here, missing, ledgers, now) -> Divergence:
     issuers = sorted(here)
     ref = here[issuers[0]]
     lasts = []
@@ -103,6 +108,8 @@ def _never_issued(seq, here, missing, ledgers) -> Divergence:
             lasts.append(f"rank {r}'s last: {name(entries[-1])} at {_site(entries[-1])}")
         else:
             lasts.append(f"rank {r} issued no collective")
+        if now.get(r):
+            lasts[-1] += f" (now {now[r]})"
     text = (
         f"{ranks_word(missing)} never issued {name(ref)}{_arg(ref)} that "
         f"{ranks_word(issuers)} issued at {_site(ref)}; " + "; ".join(lasts)

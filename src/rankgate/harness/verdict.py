@@ -91,8 +91,11 @@ def headline(outcomes: list[RankOutcome], test_id: str) -> str:
         notes={"crashed": "; ".join(crashed)},
     )
     test_file = test_id.split("::", 1)[0]
+    hung = {o.rank: stack_where(o.stack, test_file) for o in outcomes if o.outcome == "hung"}
     ledgers = {o.rank: o.ledger for o in outcomes}
-    diverged = divergence.find(ledgers)
+    diverged = divergence.find(
+        ledgers, now={r: str(w) for r, w in hung.items() if w and w.collective is None}
+    )
     if diverged is not None:
         return verdict_lines.with_cause(line, verdict_lines.ledger_cause(diverged.text))
     crashed = {
@@ -103,7 +106,6 @@ def headline(outcomes: list[RankOutcome], test_id: str) -> str:
     under = divergence.under_crash(crashed, ledgers)
     if under:
         return verdict_lines.with_cause(line, verdict_lines.ledger_cause(under))
-    hung = {o.rank: stack_where(o.stack, test_file) for o in outcomes if o.outcome == "hung"}
     return verdict_lines.with_cause(line, verdict_lines.hang_cause(hung))
 
 

@@ -323,7 +323,7 @@ def _merge_test(
     hung = {r: res for r, res in results.items() if worded[r] == "hung"}
     cause = next((c for res in hung.values() if (c := verdict_lines.cause_in(res.message))), "")
     diverged = divergence.find(ledgers or {})
-    if diverged is not None:  # the ranks' ledgers name the cause (see rankgate.harness.ledger)
+    if diverged is not None and not cause:  # what a hung rank said stands: rank 0 showed it
         cause = verdict_lines.ledger_cause(diverged.text)
     failed = {r: t for r, t in failed.items() if worded[r] == "failed"}
     what = verdict_lines.with_cause(

@@ -97,7 +97,9 @@ class RunStop:
         except Exception:  # the store is gone: name where this rank waits only
             wheres = {rank: stack_where(stacks, str(item.path))}
         notes = {"hung": f"{why}; the rank exited"}
-        diverged = divergence.find(ledgers)
+        diverged = divergence.find(
+            ledgers, now={r: str(w) for r, w in wheres.items() if w and w.collective is None}
+        )
         if diverged is not None:  # the ledgers name the cause; the stacks only where ranks wait
             cause = verdict_lines.ledger_cause(diverged.text)
             table = divergence.side_by_side(ledgers, diverged) + "\n"
