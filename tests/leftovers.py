@@ -133,9 +133,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if not others_gone:
         session.config.stash[_KEY] = None
         if checks:
-            print(
-                f"leftovers: other ranks still use {private} after {OTHERS_LEAVE_S:g} s: not checked"
-            )
+            print(f"leftovers: other ranks still use {private} after {OTHERS_LEAVE_S:g} s: not checked")
         return
     left = sorted(p.name for p in private.glob(PATTERN) if p.is_dir())
     session.config.stash[_LEFT] = left

@@ -45,18 +45,8 @@ def fake_tool(directory: Path, name: str, script: str) -> Path:
 
 def test_json_has_every_key(info: dict) -> None:
     assert set(info) == {
-        "schema",
-        "rankgate",
-        "python",
-        "platform",
-        "torch",
-        "cuda",
-        "backends",
-        "gpus",
-        "peer_access",
-        "launchers",
-        "containers",
-        "environment",
+        "schema", "rankgate", "python", "platform", "torch", "cuda", "backends", "gpus",
+        "peer_access", "launchers", "containers", "environment",
     }
     assert info["schema"] == "rankgate.env-check/1"
     assert set(info["torch"]) == {"version", "cuda_build", "hip_build", "cudnn", "error"}
@@ -116,10 +106,7 @@ def test_tool_versions_and_failures(tmp_path: Path) -> None:
     got = envcheck.collect(path=str(tmp_path), timeout=1.0)
     launchers, containers = got["launchers"], got["containers"]
     assert launchers["mpirun"] == {
-        "found": True,
-        "path": str(tmp_path / "mpirun"),
-        "version": "4.1.4",
-        "error": None,
+        "found": True, "path": str(tmp_path / "mpirun"), "version": "4.1.4", "error": None,
     }
     assert containers["docker"]["version"] == "28.2.2"
     assert containers["enroot"]["version"] == "3.4.1"
@@ -157,10 +144,7 @@ def test_two_fake_gpus(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     got = envcheck.collect(path=str(tmp_path))
     assert got["cuda"] == {"available": True, "device_count": 2, "nccl": "2.28.9", "error": None}
     assert got["gpus"][1] == {
-        "index": 1,
-        "name": "NVIDIA H200",
-        "memory_bytes": 150 * 2**30,
-        "capability": "9.0",
+        "index": 1, "name": "NVIDIA H200", "memory_bytes": 150 * 2**30, "capability": "9.0",
         "multiprocessors": 132,
     }
     assert got["peer_access"] == [[None, True], [False, None]]
@@ -177,11 +161,8 @@ def test_plain_table_has_every_row(info: dict) -> None:
     for label in ("python", "platform", "CUDA build", "cuDNN", "backends"):
         assert label in table
     assert table["torch"] == torch.__version__
-    assert table["CUDA available"] == (
-        "no (0 GPUs)"
-        if not torch.cuda.is_available()
-        else f"yes ({torch.cuda.device_count()} GPUs)"
-    )
+    assert table["CUDA available"] == ("no (0 GPUs)" if not torch.cuda.is_available()
+                                       else f"yes ({torch.cuda.device_count()} GPUs)")
     assert "gloo yes" in table["backends"]
     for section in ("launchers", "containers"):
         for name, tool in info[section].items():
@@ -212,10 +193,7 @@ def test_command_json_with_a_bare_path(tmp_path: Path) -> None:
     env = {**os.environ, "PATH": str(tmp_path)}
     proc = subprocess.run(
         [sys.executable, "-m", "rankgate.cli", "env-check", "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+        env=env, capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout)

@@ -74,17 +74,11 @@ def test_nan_never_passes_and_infinities_must_match():
     assert compare_tensor("x", x, x.clone()).ok
     nan = torch.tensor([1.0, math.nan, math.inf])
     assert "NaN" in compare_tensor("x", nan, nan.clone()).problem
-    assert (
-        "infinities differ" in compare_tensor("x", x, torch.tensor([1.0, 2.0, -math.inf])).problem
-    )
+    assert "infinities differ" in compare_tensor("x", x, torch.tensor([1.0, 2.0, -math.inf])).problem
 
 
 def test_shape_mismatch_and_missing_names_are_reported():
-    report = compare(
-        {"a": torch.zeros(2), "extra": torch.zeros(1)},
-        {"a": torch.zeros(3), "b": torch.zeros(1)},
-        rank=0,
-    )
+    report = compare({"a": torch.zeros(2), "extra": torch.zeros(1)}, {"a": torch.zeros(3), "b": torch.zeros(1)}, rank=0)
     problems = {t.name: t.problem for t in report.tensors}
     assert problems["a"] == "shape (2,) != baseline (3,)"
     assert problems["b"] == "missing from the degree-N run"
@@ -116,7 +110,5 @@ def test_single_process_verdict_and_readable_assertion():
     with pytest.raises(AssertionError) as info:
         assert_parity({"logits": good["logits"] + 1}, good, what="cp=2 logits")
     text = str(info.value)
-    assert text.startswith(
-        "cp=2 logits: parity FAILED: 1 of 1 tensors outside tolerance on rank(s) [0]"
-    )
+    assert text.startswith("cp=2 logits: parity FAILED: 1 of 1 tensors outside tolerance on rank(s) [0]")
     assert "rank 0  logits  float32 (3, 3)  FAIL  max|diff| 1.000e+00" in text

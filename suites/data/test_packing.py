@@ -112,9 +112,7 @@ def test_bad_input_is_refused_with_the_fix(args, message):
 
 
 def test_unknown_algorithm_names_the_known_ones():
-    with pytest.raises(
-        PackingError, match="unknown packing algorithm 'first_fit'; use one of greedy, lpt"
-    ):
+    with pytest.raises(PackingError, match="unknown packing algorithm 'first_fit'; use one of greedy, lpt"):
         pack([1], 8, 2, "first_fit")
 
 
@@ -146,7 +144,5 @@ def test_distributions_are_seeded_and_within_the_cap():
         assert a == sample_lengths(name, 300, 1000, seed=1)
         assert a != sample_lengths(name, 300, 1000, seed=2)
         assert all(1 <= x <= 1000 for x in a)
-    with pytest.raises(
-        ValueError, match="unknown distribution 'zipf'; use one of uniform, bimodal"
-    ):
+    with pytest.raises(ValueError, match="unknown distribution 'zipf'; use one of uniform, bimodal"):
         sample_lengths("zipf", 1, 10)

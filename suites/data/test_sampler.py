@@ -43,9 +43,7 @@ def test_resuming_with_another_world_is_refused():
 def test_shards_are_disjoint_and_cover_each_epoch(num_samples, world):
     # Over world_size epochs every rank's shard has num_samples entries; together the
     # shards are each epoch's permutation, dealt out round-robin.
-    samplers = [
-        InfiniteSampler(num_samples, seed=5, rank=r, world_size=world) for r in range(world)
-    ]
+    samplers = [InfiniteSampler(num_samples, seed=5, rank=r, world_size=world) for r in range(world)]
     shards = [s.take(num_samples) for s in samplers]
     reference = InfiniteSampler(num_samples, seed=5)
     stream = [reference.index_at(p) for p in range(num_samples * world)]

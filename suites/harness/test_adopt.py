@@ -43,7 +43,7 @@ def run_distributed_test(func, world_size=2, backend="gloo", func_args=None):
                        nprocs=world_size, start_method="fork")
 '''
 
-HELPER_TESTS = """
+HELPER_TESTS = '''
 import os
 import pytest
 import torch
@@ -99,7 +99,7 @@ def test_reads_back_in_one_process(tmp_path):
 def test_reads_back_a_wrong_value(tmp_path):
     run_distributed_test(save_then_load, func_args=(tmp_path,))
     assert (tmp_path / "shard1").read_text() == "planted wrong value after the helper"
-"""
+'''
 
 HELPER_INI = (
     "rankgate_spawn_helpers =\n"
@@ -168,7 +168,7 @@ def launch(item):
                            start_method="fork")
 '''
 
-CLASS_CONFTEST = """
+CLASS_CONFTEST = '''
 import pytest
 
 
@@ -182,9 +182,9 @@ def pytest_runtest_call(item):
         from classproj.common import launch
         launch(item)
         item.runtest = lambda: None
-"""
+'''
 
-CLASS_TESTS = """
+CLASS_TESTS = '''
 import os
 import pytest
 import torch
@@ -257,7 +257,7 @@ class TestInit(DistributedTest):
             t[0] = 0  # planted: rank 1 loses its part
         dist.all_reduce(t)
         assert t.item() == 2
-"""
+'''
 
 CLASS_INI = (
     "rankgate_world_classes =\n"
@@ -268,9 +268,8 @@ CLASS_INI = (
 )
 
 
-def _plant(
-    pytester: pytest.Pytester, package: str, project: str, tests: str, ini: str, conftest: str = ""
-) -> None:
+def _plant(pytester: pytest.Pytester, package: str, project: str, tests: str, ini: str,
+           conftest: str = "") -> None:
     pkg = pytester.mkpydir(package)
     (pkg / ("testing.py" if "helper" in package else "common.py")).write_text(project)
     pytester.makepyfile(test_planted=tests)
@@ -449,9 +448,9 @@ def test_a_bad_line_in_the_ini_is_a_usage_error(pytester):
     pytester.makepyfile(test_x="def test_x():\n    pass\n")
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(
-        ["*rankgate adoption: 'a.b:f colour=red': unknown word 'colour=red'*"]
-    )
+    result.stderr.fnmatch_lines(["*rankgate adoption: 'a.b:f colour=red': unknown word 'colour=red'*"])
+
+
 
 
 @pytest.mark.slow  # a pytest run of its own
@@ -487,7 +486,7 @@ def test_adoption_warns_of_selected_tests_only(pytester):
     assert "runs its own way" not in marked.stdout.str()
 
 
-LAUNCHER_FAILS = """
+LAUNCHER_FAILS = '''
 from classproj.common import DistributedTest
 
 
@@ -496,7 +495,7 @@ class TestInitFails(DistributedTest):
 
     def test_fails_in_its_launcher(self):
         raise AssertionError("planted failure under the project's launcher")
-"""
+'''
 
 
 @pytest.mark.slow  # a pytest run of its own
@@ -539,7 +538,7 @@ class DistributedTest:
     world_size = 2
 '''
 
-SETUP_TESTS = """
+SETUP_TESTS = '''
 import torch.distributed as dist
 from setupproj.common import DistributedTest
 
@@ -547,7 +546,7 @@ from setupproj.common import DistributedTest
 class TestOps(DistributedTest):
     def test_uses_the_op(self):
         assert dist.get_world_size() == 2
-"""
+'''
 
 
 def _plant_setup(pytester, monkeypatch, build_s: float, setup_timeout: float):
@@ -579,7 +578,8 @@ def test_an_adopted_setup_past_its_start_timeout_names_it_and_its_lock(pytester,
     case = tests["test_uses_the_op"]
     assert case.outcome == "failed"
     assert case.message.startswith(
-        "setup=setupproj.common:build_op (the adoption's set-up, before the test): ranks 0, 1 hung"
+        "setup=setupproj.common:build_op (the adoption's set-up, before the test): "
+        "ranks 0, 1 hung"
     ), case.message
     assert (
         "did not finish within the start timeout of the adoption's "

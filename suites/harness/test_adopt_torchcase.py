@@ -223,9 +223,7 @@ def test_torch_test_cases_run_on_the_pool(pytester):
     }
     wrong = tests["test_wrong_on_rank_1"]
     # auto: gloo on CPU, cpu:gloo,cuda:nccl where every rank has a GPU
-    assert wrong.message.startswith("rank 1 failed; rank 0 passed (world 2, backend "), (
-        wrong.message
-    )
+    assert wrong.message.startswith("rank 1 failed; rank 0 passed (world 2, backend "), wrong.message
     if GPU_TEST == "skipped":
         assert "Need at least 2 CUDA devices" in tests["test_needs_gpus"].message
     result.stdout.fnmatch_lines(["*" + NOT_ADOPTED])
@@ -261,12 +259,10 @@ def test_torch_test_cases_run_in_place_under_torchrun(pytester):
     # the run (whose "Root Cause" is whichever rank exited first).
     assert (
         "rankgate: 1 test failed on rank 1: test_torchcase.py::TestFileStore::"
-        'test_wrong_on_rank_1 (torchrun\'s "Root Cause" after the run is the first rank to '
+        "test_wrong_on_rank_1 (torchrun's \"Root Cause\" after the run is the first rank to "
         "exit, not the rank that failed: every rank exits 1 when any rank fails a test)"
     ) in proc.stdout.splitlines()
-    stats = (
-        "1 failed, 8 passed, 2 skipped" if GPU_TEST == "passed" else "1 failed, 7 passed, 3 skipped"
-    )
+    stats = "1 failed, 8 passed, 2 skipped" if GPU_TEST == "passed" else "1 failed, 7 passed, 3 skipped"
     assert proc.stdout.rstrip().splitlines()[-1].startswith(stats)
     assert "world(4) needs 4 ranks; this run has 2 ranks launched by torchrun" in proc.stdout
     assert "world_size=0 is not a number of ranks: run it without a launcher" in proc.stdout

@@ -73,23 +73,15 @@ def test_c_ok(rank):
 @pytest.mark.parametrize(
     ("marker", "message"),
     [
-        (
-            'world(2, timeout=float("inf"))',
-            "timeout must be a finite number of seconds up to 604800 (a week), got inf",
-        ),
-        (
-            "world(2, timeout=3e6)",
-            "timeout must be a finite number of seconds up to 604800 (a week), got 3e+06",
-        ),
+        ('world(2, timeout=float("inf"))', "timeout must be a finite number of seconds up to 604800 (a week), got inf"),
+        ("world(2, timeout=3e6)", "timeout must be a finite number of seconds up to 604800 (a week), got 3e+06"),
     ],
     ids=["inf", "huge"],
 )
 def test_endless_marker_timeout_is_a_collection_error(inner, marker, message):
     result = inner(HEADER + f"\n@pytest.mark.{marker}\ndef test_fault(rank):\n    pass\n" + NEXT)
     result.assert_outcomes(errors=1)  # a collection error stops the session
-    result.stdout.fnmatch_lines(
-        [f"*test_inner.py::test_fault: invalid @pytest.mark.world: {message}*"]
-    )
+    result.stdout.fnmatch_lines([f"*test_inner.py::test_fault: invalid @pytest.mark.world: {message}*"])
 
 
 @pytest.mark.parametrize("value", ["inf", "1e7", "3e6"])
@@ -98,9 +90,7 @@ def test_endless_command_line_timeout_is_a_usage_error(inner, value):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     shown = f"{float(value):g}"
     result.stderr.fnmatch_lines(
-        [
-            f"ERROR: --rankgate-timeout must be a finite number of seconds up to 604800 (a week), got {shown}*"
-        ]
+        [f"ERROR: --rankgate-timeout must be a finite number of seconds up to 604800 (a week), got {shown}*"]
     )
 
 
@@ -141,10 +131,7 @@ def test_fault(rank):
     out = result.stdout.str()
     section = out.split("Captured stdout call (rank 1)")[1]
     assert "\nline 0\n" in section and "\nline 199999\n" in section
-    assert (
-        "[rankgate: " in section
-        and " bytes of this output cut here; its start and end are kept]" in section
-    )
+    assert "[rankgate: " in section and " bytes of this output cut here; its start and end are kept]" in section
     junit_text = inner.properties(cases["test_fault"])["rankgate.rank1.stdout"]
     assert junit_text.startswith("line 0\n")
     assert junit_text.endswith("line 199999\n")
@@ -164,15 +151,10 @@ def test_fault(rank):
     ],
 )
 def test_per_process_fixture_in_a_world_test_is_a_clear_collection_error(inner, fixture, instead):
-    result = inner(
-        HEADER + f"\n@pytest.mark.world(2)\ndef test_fault(rank, {fixture}):\n    pass\n" + NEXT
-    )
+    result = inner(HEADER + f"\n@pytest.mark.world(2)\ndef test_fault(rank, {fixture}):\n    pass\n" + NEXT)
     result.assert_outcomes(errors=1)
     out = result.stdout.str()
-    assert (
-        f"fixture {fixture!r} belongs to one process, and a world test's body runs on every rank"
-        in out
-    )
+    assert f"fixture {fixture!r} belongs to one process, and a world test's body runs on every rank" in out
     assert f"Use instead: {instead}" in out
     assert "picklable" not in out
 
@@ -190,9 +172,7 @@ def test_fault(rank):
     )
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(
-        [
-            "*invalid @pytest.mark.world: the test has 2 different world markers (world(3), world(2)); keep one*"
-        ]
+        ["*invalid @pytest.mark.world: the test has 2 different world markers (world(3), world(2)); keep one*"]
     )
 
 
@@ -234,12 +214,9 @@ def test_fault(rank):
         + NEXT
     )
     result.assert_outcomes(passed=1, failed=1)
-    frames = [
-        line
-        for line in result.stdout.lines
-        if line.endswith(" in test_fault") and 'test_inner.py", line' in line
-    ]
+    frames = [line for line in result.stdout.lines if line.endswith(" in test_fault") and "test_inner.py\", line" in line]
     assert len(frames) == 2, frames  # one per rank: in the verdict, not again in captured stderr
+
 
 
 INHERITED = """

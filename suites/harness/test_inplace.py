@@ -96,7 +96,8 @@ def test_torchrun_runs_tests_on_every_rank_and_rank_0_reports_all(tmp_path):
             f"--rankgate-seed=0  # world=2 backend=gloo seed={seed_for_test(0, nodeid)}"
         ) in out
     assert (
-        "test_suite.py:20: world(4) needs 4 ranks; this run has 2 ranks launched by torchrun" in out
+        "test_suite.py:20: world(4) needs 4 ranks; this run has 2 ranks launched by torchrun"
+        in out
     )
     # Each rank wrote its own JUnit file; rank 1's terminal went to its log.
     files = sorted(p.name for p in (tmp_path / "out").iterdir())
@@ -286,9 +287,7 @@ def test_mpirun_runs_the_same_file(tmp_path):
     ]  # fmt: skip
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
-    assert (
-        "FAILED test_suite.py::test_fails_on_rank_1 - rank 1 failed; rank 0 passed" in proc.stdout
-    )
+    assert "FAILED test_suite.py::test_fails_on_rank_1 - rank 1 failed; rank 0 passed" in proc.stdout
     assert "2 failed, 2 passed, 1 skipped" in proc.stdout
     assert (
         "reproduce: mpirun -np 2 python -m pytest -p no:cacheprovider "
@@ -354,16 +353,11 @@ def test_a_test_that_one_rank_xfails_or_skips_has_the_pools_verdict_in_place(tmp
         for start in expected:  # the disagreement's line goes on as each mode words it
             assert [line for line in lines if line.startswith(start)], start
         last = summary.strip().splitlines()[-1]
-        counts = {
-            word: int(n) for n, word in re.findall(r"(\d+) (failed|error|xfailed|passed)", last)
-        }
+        counts = {word: int(n) for n, word in re.findall(r"(\d+) (failed|error|xfailed|passed)", last)}
         assert counts == {"failed": 1, "error": 1, "xfailed": 2}, summary
     merged = merge_junit(sorted((tmp_path / "out").glob("junit.rank*.xml")))
     assert {t.name: (t.verdict, t.message) for t in merged.tests} == {
-        "test_strict_fails_on_rank_1": (
-            "xfailed",
-            "rank 1 known bad (rank 0 xpassed; rank 1 xfailed)",
-        ),
+        "test_strict_fails_on_rank_1": ("xfailed", "rank 1 known bad (rank 0 xpassed; rank 1 xfailed)"),
         "test_fails_on_rank_1": ("xfailed", "rank 1 known bad (rank 0 xpassed; rank 1 xfailed)"),
         "test_strict_passes_everywhere": ("failed", "ranks 0, 1 failed"),
         "test_skips_on_rank_1": ("error", "ranks disagree: rank 1 skipped; rank 0 passed"),
@@ -391,14 +385,7 @@ LAUNCHERS = [
 def _launch(launcher: str, tmp_path: Path, *args: str, env: dict | None = None, timeout=120):
     """pytest on 2 ranks started by ``launcher``, in ``tmp_path``."""
     if launcher == "torchrun":
-        start = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-        ]
+        start = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
         start += ["-m", "pytest"]
     else:
         start = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"]
@@ -471,9 +458,7 @@ def test_h_finds_the_process_as_before(rank):
     assert torch.is_grad_enabled()
 """
 
-NO_NUMPY = (
-    "raise ModuleNotFoundError('numpy is hidden: in-place mode must not need it', name='numpy')\n"
-)
+NO_NUMPY = "raise ModuleNotFoundError('numpy is hidden: in-place mode must not need it', name='numpy')\n"
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)
@@ -725,9 +710,7 @@ def test_a_stale_file_store_cannot_hang_the_next_run(tmp_path):
     assert not store.exists(), "the run did not delete its FileStore"
     # A store that cannot be made is named in the error.
     bad = tmp_path / "no-such-dir" / "job.store"
-    proc = _launch(
-        "mpirun", tmp_path, "test_suite.py", env={"RANKGATE_STORE": str(bad)}, timeout=60
-    )
+    proc = _launch("mpirun", tmp_path, "test_suite.py", env={"RANKGATE_STORE": str(bad)}, timeout=60)
     assert proc.returncode != 0
     assert (
         f"rankgate in-place: cannot open the FileStore at {bad}: {bad.parent} is not a "
@@ -837,3 +820,4 @@ def test_torchrun_calls_the_worker_setup_on_every_rank_as_the_pool_does(tmp_path
     )
     assert "OSError: no such interconnect on rank 1" in proc.stderr
     assert "passed" not in proc.stdout  # no test ran
+

@@ -29,9 +29,7 @@ def test_all_reduce(rank):
     assert t.item() == 2
 """
 
-PER_RANK_TMPDIR = (
-    'mkdir -p "$BASE/rank$LOCAL_RANK" && TMPDIR="$BASE/rank$LOCAL_RANK" exec "$0" "$@"'
-)
+PER_RANK_TMPDIR = 'mkdir -p "$BASE/rank$LOCAL_RANK" && TMPDIR="$BASE/rank$LOCAL_RANK" exec "$0" "$@"'
 
 
 def _torchrun(tmp_path: Path, per_rank_tmpdir: bool) -> subprocess.CompletedProcess:

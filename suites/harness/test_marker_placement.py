@@ -156,10 +156,8 @@ def test_marker_added_in_runtest_setup_is_an_error_naming_the_hook(inner):
     result = inner(BODY.format(decorator=""))
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(
-        [
-            "*test_inner.py::test_marked: a world marker was added or changed too late*"
-            "this one arrived in pytest_runtest_setup"
-        ]
+        ["*test_inner.py::test_marked: a world marker was added or changed too late*"
+         "this one arrived in pytest_runtest_setup"]
     )
 
 
@@ -169,8 +167,6 @@ def test_a_second_different_marker_from_a_hook_is_a_collection_error(inner):
     result = inner(source)
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines(
-        [
-            "*test_inner.py::test_marked: invalid @pytest.mark.world: the test has 2 different "
-            "world markers (world(4), world(2)); keep one"
-        ]
+        ["*test_inner.py::test_marked: invalid @pytest.mark.world: the test has 2 different "
+         "world markers (world(4), world(2)); keep one"]
     )

@@ -20,7 +20,7 @@ from rankgate.report.junit import merge_junit
 
 pytestmark = pytest.mark.dist
 
-TIMEOUT = 3
+TIMEOUT = 2
 """Each planted test's timeout (s): a hang costs this, the stacks and a pool respawn."""
 
 PLANTED = """\

@@ -186,8 +186,7 @@ def test_each_style_has_the_pools_verdict_in_place_and_in_merge_junit(tmp_path):
     )  # fmt: skip
     # rank 0's list of what other ranks failed names tests as pytest's summary does
     assert (
-        "ERROR test_styles.py::TestCaseOnRanks::test_skips_on_rank_1: ranks disagree"
-        in in_place.stdout
+        "ERROR test_styles.py::TestCaseOnRanks::test_skips_on_rank_1: ranks disagree" in in_place.stdout
     )
     for proc in (pool, in_place):
         last = proc.stdout.strip().splitlines()[-1]

@@ -124,9 +124,7 @@ def test_fsdp2_matches_one_gpu_after_k_steps(world, rank, world_size, device):
 
 
 @pytest.mark.parametrize("world", CPU_MULTI[:1])
-def test_fsdp2_mixed_precision_keeps_fp32_state_and_computes_in_bf16(
-    world, rank, world_size, device
-):
+def test_fsdp2_mixed_precision_keeps_fp32_state_and_computes_in_bf16(world, rank, world_size, device):
     model = _fsdp(MIXED, device)
     seen: dict[str, tuple[torch.dtype, torch.dtype]] = {}
 
@@ -178,9 +176,7 @@ def _reduction_report(policy: MixedPrecisionPolicy, rank, world_size, device):
 def test_fsdp2_reduces_gradients_in_fp32(world, rank, world_size, device):
     report = _reduction_report(MIXED, rank, world_size, device)
     result = verdict(report)
-    assert result.ok, (
-        result.describe(f"FSDP2 {MIXED} gradient reduction") + "\n" + report.describe()
-    )
+    assert result.ok, result.describe(f"FSDP2 {MIXED} gradient reduction") + "\n" + report.describe()
 
 
 @pytest.mark.parametrize("world", CPU_MULTI[:1])

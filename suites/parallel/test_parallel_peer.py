@@ -86,9 +86,5 @@ def test_ring_matches_pytorch_context_parallel_gpu(world, backend, rank, world_s
         pytest.xfail(peer.describe(f"PyTorch context_parallel ({backend} SDPA; ran {kernels}) "
                                    f"vs one GPU fp32, world {world_size} (rankgate's ring "
                                    "passed)"))  # fmt: skip
-    assert_parity(
-        ours,
-        theirs,
-        min_fraction=BF16_MIN_FRACTION,
-        what=f"rankgate ring vs PyTorch context_parallel ({backend}), world {world_size}",
-    )
+    assert_parity(ours, theirs, min_fraction=BF16_MIN_FRACTION,
+                  what=f"rankgate ring vs PyTorch context_parallel ({backend}), world {world_size}")

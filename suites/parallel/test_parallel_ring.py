@@ -63,7 +63,6 @@ def _check_dual_chunk(rank, world_size, device, *, cu, causal, h, hk, d, dtype, 
     mine = [sharding.shard(t, rank, dim=2) for t in (q, k, v)]
     timer = CommTimer()
     bounds = sharding.local_cu_seqlens
-
     def ring(*t):
         return ring_attention(*t, causal=causal, local_cu_seqlens=bounds, timer=timer,
                               kernel=kernel)  # fmt: skip
@@ -108,8 +107,7 @@ DILATED = [
     # segments shorter than a shard (no other rank needed) and spanning ranks
     pytest.param(DilatedConfig(segment_lengths=(4, 8, 16), dilation_rates=(1, 2, 4)), id="w4-8-16"),
     pytest.param(
-        DilatedConfig(segment_lengths=(8, 32), dilation_rates=(2, 4), causal=True),
-        id="w8-32-causal",
+        DilatedConfig(segment_lengths=(8, 32), dilation_rates=(2, 4), causal=True), id="w8-32-causal"
     ),
 ]
 

@@ -64,17 +64,11 @@ def run_strategy_suite(launcher: str, tmp_path: Path):
     shown = SHOWN[launcher]
     ray = "suites.trainer.test_strategies.TestRay::test_identity"
     # Where Ray Train is missing (a GPU host without it) that is the reason given first.
-    why_not_ray = (
-        unavailable_reason("ray")
-        or f"ray_dist tests run under plain pytest, which starts a local Ray cluster and Ray Train's workers itself; this run was started by {shown}"
-    )
+    why_not_ray = unavailable_reason("ray") or f"ray_dist tests run under plain pytest, which starts a local Ray cluster and Ray Train's workers itself; this run was started by {shown}"
     assert why_not_ray in reasons[ray], reasons[ray]
     if launcher != "mpirun":
         mpi = "suites.trainer.test_strategies::test_mpirun_rank_variables_are_mapped_for_torchrun_readers"
-        assert (
-            f"mpi_dist tests run under mpirun, mpiexec; this run was started by {shown}"
-            in reasons[mpi]
-        )
+        assert f"mpi_dist tests run under mpirun, mpiexec; this run was started by {shown}" in reasons[mpi]
     return run
 
 

@@ -47,7 +47,9 @@ def bf16_representable(grads: list[torch.Tensor]) -> bool:
 def accumulate_gradients(strategy) -> list[torch.Tensor]:
     """Forward/backward one packed global batch under ``strategy``; the gradients."""
     model = strategy.prepare(build_model(seed=0), adamw(TrainConfig(lr=1e-3)))
-    batch = MaxTokensPerRankCollator(64, rank=strategy.rank, world_size=strategy.world_size)(UNEVEN)
+    batch = MaxTokensPerRankCollator(
+        64, rank=strategy.rank, world_size=strategy.world_size
+    )(UNEVEN)
     scale = strategy.world_size / batch.loss_tokens
     for i, minibatch in enumerate(batch.minibatches):
         minibatch = minibatch.to(strategy.device)
@@ -80,9 +82,7 @@ def check_fsdp2_bf16_dtypes(strategy) -> None:
 @pytest.mark.world(2)
 @pytest.mark.torch_dist
 def test_fsdp2_bf16_keeps_fp32_params_reduction_and_optimizer_state():
-    check_fsdp2_bf16_dtypes(
-        create_strategy("fsdp2", StrategyOptions(mixed_precision="bf16")).init()
-    )
+    check_fsdp2_bf16_dtypes(create_strategy("fsdp2", StrategyOptions(mixed_precision="bf16")).init())
 
 
 @pytest.mark.world(2)

@@ -147,9 +147,7 @@ def resume_is_bit_identical(strategy_name: str, path) -> None:
     config = TrainConfig(batch_size=4, max_tokens_per_rank=40, lr=3e-3)
 
     def trainer(seed: int) -> Trainer:
-        return Trainer(
-            create_strategy(strategy_name).init(), build_model(seed=seed), UNEVEN, config
-        )
+        return Trainer(create_strategy(strategy_name).init(), build_model(seed=seed), UNEVEN, config)
 
     straight = trainer(seed=0)
     straight.train(3)

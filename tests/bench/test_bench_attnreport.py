@@ -53,25 +53,11 @@ def test_fit_checks_need_every_rank_and_show_in_the_table():
            "intercept_bytes": 2**29, "bytes_per_token": 40 * 1024, "projected_seq_cap": 196608,
            "projected_seq_device": 3 * 2**20}  # fmt: skip
     rows = [
-        fit
-        | {
-            "rank": 0,
-            "checks": [
-                {"probe": "fits", "seq": 190464, "ran": True, "peak_bytes": 2**32, "error": ""}
-            ],
-        },
-        fit
-        | {
-            "rank": 1,
-            "checks": [
-                {"probe": "fits", "seq": 190464, "ran": False, "peak_bytes": None, "error": "OOM"}
-            ],
-        },
+        fit | {"rank": 0, "checks": [{"probe": "fits", "seq": 190464, "ran": True, "peak_bytes": 2**32, "error": ""}]},
+        fit | {"rank": 1, "checks": [{"probe": "fits", "seq": 190464, "ran": False, "peak_bytes": None, "error": "OOM"}]},
     ]
     (got,) = combine(rows, OPTS)["fit"]
-    assert got["checks"] == [
-        {"probe": "fits", "seq": 190464, "ran": False, "peak_gib": 4.0, "error": "OOM"}
-    ]
+    assert got["checks"] == [{"probe": "fits", "seq": 190464, "ran": False, "peak_gib": 4.0, "error": "OOM"}]
     meta = {"device": "cuda:0", "torch": "t", "time": "now", "gpu": "G",
             "options": {"causal": True, "dtype": "bf16", "batch": 1, "heads": 32, "kv_heads": 8,
                         "head_dim": 128, "head_chunks": None}}  # fmt: skip

@@ -58,10 +58,7 @@ def test_choice_ratio_judges_the_kernel_auto_took_by_the_singles_own_times():
     ]  # fmt: skip
     cross = crossovers(results)
     # eager: one-shot at 1 KiB (the fastest), NCCL at 4 MiB where two-shot was faster
-    assert cross["eager"]["choice_ratio"] == {
-        "1024": 1.0,
-        "4194304": pytest.approx(32 / 21, abs=1e-3),
-    }
+    assert cross["eager"]["choice_ratio"] == {"1024": 1.0, "4194304": pytest.approx(32 / 21, abs=1e-3)}
     assert cross["eager"]["choice_worst_1K_1G"] == pytest.approx(32 / 21)
     # graph: push and two-shot, the fastest at both sizes, whatever auto's own noise
     assert cross["graph"]["choice_ratio"] == {"1024": 1.0, "4194304": 1.0}
@@ -72,9 +69,8 @@ def test_a_forced_kernel_that_fell_back_to_nccl_is_no_single_backend():
     # bf16 on 2 x H200 (run 6): at 64 MiB the forced one-shot went to NCCL and "won",
     # which made auto use one-shot up to 32 MiB in a graph (1.6x slower at 16 MiB).
     fell_back = dict(row("p2p-oneshot", 64 << 20, 250.0, 255.0), path="nccl")
-    cross = crossovers(
-        [row("nccl", 64 << 20, 251.0, 256.0), fell_back, row("auto", 64 << 20, 251.0, 256.0)]
-    )
+    cross = crossovers([row("nccl", 64 << 20, 251.0, 256.0), fell_back,
+                        row("auto", 64 << 20, 251.0, 256.0)])
     assert cross["eager"]["fastest"] == {str(64 << 20): "nccl"}
     assert cross["graph"]["auto_ratio"] == {str(64 << 20): 1.0}
 

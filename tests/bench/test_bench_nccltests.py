@@ -146,11 +146,8 @@ def test_out_of_place_collectives_get_the_out_of_place_column():
 @pytest.mark.unit
 def test_missing_failing_and_silent_binaries_are_errors_of_their_own(tmp_path):
     stand_in(tmp_path, "all_reduce_perf")
-    stand_in(
-        tmp_path,
-        "all_gather_perf",
-        body="#!/bin/sh\necho 'NCCL failure common.cu:1030 unhandled cuda error' >&2\nexit 3\n",
-    )
+    stand_in(tmp_path, "all_gather_perf",
+             body="#!/bin/sh\necho 'NCCL failure common.cu:1030 unhandled cuda error' >&2\nexit 3\n")
     stand_in(tmp_path, "reduce_scatter_perf", body="#!/bin/sh\necho '# nothing measured'\n")
     opts = options(collectives=("all_reduce", "all_gather", "reduce_scatter", "broadcast"),
                    graph_max=0)  # fmt: skip

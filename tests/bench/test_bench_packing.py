@@ -20,14 +20,7 @@ def test_bench_packing_prints_the_table_and_json():
     done = _bench("--json", "--samples", "256", "--ranks", "4", "--cap", "4096", "--repeats", "1")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.strip().splitlines()
-    assert lines[0].split() == [
-        "distribution",
-        "algorithm",
-        "minibatches",
-        "balance",
-        "efficiency",
-        "ms",
-    ]
+    assert lines[0].split() == ["distribution", "algorithm", "minibatches", "balance", "efficiency", "ms"]
     rows = json.loads(lines[-1])
     assert [(r["distribution"], r["algorithm"]) for r in rows] == [
         (d, a)

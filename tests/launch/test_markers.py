@@ -15,13 +15,8 @@ pytestmark = pytest.mark.unit
         ({}, "pytest"),
         # what the launchers set: torchrun its rendezvous, srun a job step
         (
-            {
-                "RANK": "0",
-                "WORLD_SIZE": "2",
-                "MASTER_ADDR": "h",
-                "MASTER_PORT": "1",
-                "TORCHELASTIC_RUN_ID": "x",
-            },
+            {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1",
+             "TORCHELASTIC_RUN_ID": "x"},
             "torchrun",
         ),
         ({"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_STEP_ID": "0"}, "slurm"),
@@ -50,9 +45,7 @@ def test_mpi_dist_needs_mpirun():
     )
 
 
-@pytest.mark.parametrize(
-    ("launcher", "shown"), [("torchrun", "torchrun"), ("slurm", "srun"), ("mpi", "mpirun")]
-)
+@pytest.mark.parametrize(("launcher", "shown"), [("torchrun", "torchrun"), ("slurm", "srun"), ("mpi", "mpirun")])
 def test_ray_dist_runs_only_in_plain_pytest(launcher, shown):
     assert launcher_skip_reason(["ray_dist"], "pytest") is None
     assert launcher_skip_reason(["world", "ray_dist"], launcher) == (

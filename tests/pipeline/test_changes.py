@@ -88,9 +88,7 @@ def test_a_dispatch_only_change_runs_lint_unit_and_hpc_and_says_why(repo):
     reasons = {d.stage: d.reason for d in result.decisions}
     assert reasons["lint"] == "src/rankgate/dispatch/cli.py matches **/*.py (+1 more)"
     assert reasons["unit"] == "src/rankgate/dispatch/cli.py matches src/** (+1 more)"
-    assert (
-        reasons["hpc"] == "src/rankgate/dispatch/cli.py matches src/rankgate/dispatch/** (+1 more)"
-    )
+    assert reasons["hpc"] == "src/rankgate/dispatch/cli.py matches src/rankgate/dispatch/** (+1 more)"
     for skipped in ("dist", "gpu", "bench", "container"):
         assert reasons[skipped] == "not affected: none of the 2 changed files is under its paths"
     assert "hpc        run   src/rankgate/dispatch/cli.py matches" in result.render()
@@ -165,10 +163,7 @@ def test_a_tagged_head_runs_everything(repo):
 @pytest.mark.parametrize(
     ("env", "reason"),
     [
-        (
-            {"GITHUB_REF_TYPE": "tag", "GITHUB_REF": "refs/tags/v2.1"},
-            "tag v2.1: a tag runs every stage",
-        ),
+        ({"GITHUB_REF_TYPE": "tag", "GITHUB_REF": "refs/tags/v2.1"}, "tag v2.1: a tag runs every stage"),
         ({"GITHUB_REF": "refs/tags/v2.1"}, "tag v2.1: a tag runs every stage"),
         ({"GITHUB_EVENT_NAME": "release"}, "a release runs every stage"),
     ],
@@ -186,14 +181,9 @@ def test_no_change_runs_nothing(repo):
 
 
 def test_an_unknown_ref_says_how_to_fetch_it(repo):
-    with pytest.raises(
-        changes.ChangesError, match=r"cannot compare with 'origin/main': git merge-base"
-    ) as err:
+    with pytest.raises(changes.ChangesError, match=r"cannot compare with 'origin/main': git merge-base") as err:
         plan(repo, since="origin/main")
-    assert (
-        "Fetch it first (git fetch origin main); in GitHub Actions check out with fetch-depth: 0"
-        in str(err.value)
-    )
+    assert "Fetch it first (git fetch origin main); in GitHub Actions check out with fetch-depth: 0" in str(err.value)
 
 
 @pytest.mark.parametrize(
@@ -253,10 +243,7 @@ def test_the_gate_runs_only_the_touched_stages_and_its_table_says_why(repo, ran,
     }  # fmt: skip
     # A stage the change does not touch never blocks, not even under --strict.
     assert executor.verdict(outcomes, allow_skipped=False) == []
-    selected = {
-        row["stage"]: row["selected"]
-        for row in json.loads((options.out_dir / "gate.json").read_text())
-    }
+    selected = {row["stage"]: row["selected"] for row in json.loads((options.out_dir / "gate.json").read_text())}
     assert selected["dist"] == "not affected: none of the 1 changed file is under its paths"
     assert selected["hpc"] == "src/rankgate/dispatch/cli.py matches src/rankgate/dispatch/**"
     captured = capsys.readouterr()
@@ -275,9 +262,7 @@ def test_a_single_stage_the_change_misses_is_skipped_not_failed(repo, ran, tmp_p
 def test_changed_since_from_nox_posargs():
     options = Options.from_args(["--changed-since", "origin/main", "--strict", "-x"])
     assert (options.changed_since, options.strict, options.pytest_args) == (
-        "origin/main",
-        True,
-        ("-x",),
+        "origin/main", True, ("-x",)
     )
 
 
@@ -292,10 +277,7 @@ def test_the_ci_command_writes_the_stages_for_github(repo, tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert output.read_text() == 'stages=["lint", "unit", "hpc"]\n'
-    assert (
-        "| hpc | yes | src/rankgate/dispatch/cli.py matches src/rankgate/dispatch/** |"
-        in summary.read_text()
-    )
+    assert "| hpc | yes | src/rankgate/dispatch/cli.py matches src/rankgate/dispatch/** |" in summary.read_text()
 
 
 def test_ci_runs_each_stage_job_only_when_the_change_plan_names_it():
@@ -305,7 +287,7 @@ def test_ci_runs_each_stage_job_only_when_the_change_plan_names_it():
     plan_job = jobs["changes"]
     assert plan_job["steps"][0]["with"]["fetch-depth"] == 0  # the base branch's history
     (run,) = [step["run"] for step in plan_job["steps"] if "run" in step]
-    assert 'python3 -m rankgate.pipeline.changes ${BASE:+--since "$BASE"} --github' in run
+    assert "python3 -m rankgate.pipeline.changes ${BASE:+--since \"$BASE\"} --github" in run
     assert "pull_request" in plan_job["steps"][1]["env"]["BASE"]  # pushes: BASE empty, all run
     ci_stages = [s.name for s in stages.all_stages() if s.workflow.startswith("ci.yml:")]
     assert ci_stages == ["lint", "unit", "dist", "container"]

@@ -82,9 +82,7 @@ def test_ci_runs_the_gate_in_full():
 
 def test_every_test_of_the_tree_runs_in_some_stage(collected_tree):
     # A new test without a stage's marker ran nowhere, and nothing said so.
-    selected = by_stage(
-        collected_tree, {stage.name: stage.markers for stage in stages.all_stages()}
-    )
+    selected = by_stage(collected_tree, {stage.name: stage.markers for stage in stages.all_stages()})
     orphans = sorted(set(collected_tree) - set().union(*selected.values()))
     assert not orphans, (
         f"{len(orphans)} test(s) that no stage selects: mark them for one "

@@ -211,7 +211,7 @@ def test_summary_table_names_failed_tests_up_to_a_limit():
     )
     rows = table.splitlines()[3:-1]
     assert rows[0].split()[:2] == ["dist", "FAILED"]
-    assert rows[1:-1] == [f"       ✗ {test}" for test in failing[:FAILING_SHOWN]]
+    assert rows[1:-1] == [f"       ✗ {test}" for test in failing[: FAILING_SHOWN]]
     assert rows[-1] == "       ✗ and 3 more (out/report.html has them all)"
 
 
@@ -324,7 +324,8 @@ def test_only_with_a_stage_the_gate_does_not_run_names_it(value, problem):
     with pytest.raises(SystemExit) as stopped:
         Options.from_args(["--only", value])
     assert str(stopped.value) == (
-        f"--only {value!r}: {problem}; the gate's stages are lint,unit,dist,gpu,hpc,bench,container"
+        f"--only {value!r}: {problem}; the gate's stages are "
+        "lint,unit,dist,gpu,hpc,bench,container"
     )
 
 

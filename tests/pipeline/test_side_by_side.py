@@ -96,10 +96,7 @@ def test_the_gate_starts_hpc_and_container_first_and_keeps_pipeline_order(tmp_pa
     assert [row["stage"] for row in saved] == ["unit", "hpc", "bench", "container"]
     # hpc and container in the background, each with a log; unit and bench in order.
     assert sorted(started) == [
-        "bench log=None",
-        "container log=container.log",
-        "hpc log=hpc.log",
-        "unit log=None",
+        "bench log=None", "container log=container.log", "hpc log=hpc.log", "unit log=None"
     ]
     assert [s for s in started if "log=None" in s] == ["unit log=None", "bench log=None"]
 
@@ -214,7 +211,6 @@ def test_a_failing_background_stage_fails_the_gate_and_the_others_still_run(
     assert executor.verdict(outcomes, allow_skipped=True) == [f"alpha failed: {outcomes[0].reason}"]
     saved = json.loads((options.out_dir / "gate.json").read_text())
     assert [(row["stage"], row["status"]) for row in saved] == [
-        ("alpha", "failed"),
-        ("beta", "passed"),
+        ("alpha", "failed"), ("beta", "passed")
     ]
     assert "background says why" in capfd.readouterr().out

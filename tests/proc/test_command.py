@@ -170,15 +170,8 @@ def test_stop_all_gives_every_command_its_teardown_at_once(tmp_path):
 
 
 def test_finish_captures_what_the_command_said_and_its_code():
-    done = process.finish(
-        [PY, "-c", "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"]
-    )
-    assert (done.returncode, done.stdout, done.stderr, done.timed_out) == (
-        3,
-        "out\n",
-        "err\n",
-        False,
-    )
+    done = process.finish([PY, "-c", "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"])
+    assert (done.returncode, done.stdout, done.stderr, done.timed_out) == (3, "out\n", "err\n", False)
     assert done.argv[0] == PY and done.seconds > 0
 
 

@@ -101,26 +101,13 @@ def run_pytest_as_ranks(
     for rank in ranks:
         path = directory / junit_name.format(rank=rank)
         cmd = [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-o",
-            "junit_logging=all",
-            f"--junitxml={path}",
-            *args,
-            "test_ranked.py",
+            sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+            "-o", "junit_logging=all", f"--junitxml={path}", *args, "test_ranked.py",
         ]
         procs.append(
             subprocess.Popen(
-                cmd,
-                cwd=directory,
-                env={**env, "RG_TEST_RANK": str(rank)},
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
+                cmd, cwd=directory, env={**env, "RG_TEST_RANK": str(rank)},
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             )
         )
         paths.append(path)

@@ -40,14 +40,8 @@ def test_real_runs_exact_verdicts(ranked_junit: list[Path], expected_verdicts: d
     report = merge_junit(ranked_junit)
     assert report.verdicts == expected_verdicts
     assert report.counts == {
-        "tests": 10,
-        "passed": 3,
-        "failed": 2,
-        "error": 3,
-        "skipped": 1,
-        "xfailed": 1,
-        "xpassed": 0,
-        "not run": 0,
+        "tests": 10, "passed": 3, "failed": 2, "error": 3, "skipped": 1,
+        "xfailed": 1, "xpassed": 0, "not run": 0,
     }
     assert report.ranks == (0, 1, 2)
     assert report.world_size == 3
@@ -61,7 +55,9 @@ def test_real_runs_messages_name_the_ranks(ranked_junit: list[Path]) -> None:
         "test_ranked::test_fail_on_rank1": "rank 1 failed; ranks 0, 2 passed",
         "test_ranked::test_error_on_rank2": "rank 2 error; ranks 0, 1 passed",
         "test_ranked::test_skip_everywhere": "no GPU here",
-        "test_ranked::test_skip_on_rank1": ("ranks disagree: rank 1 skipped; ranks 0, 2 passed"),
+        "test_ranked::test_skip_on_rank1": (
+            "ranks disagree: rank 1 skipped; ranks 0, 2 passed"
+        ),
         "test_ranked::test_only_on_rank0": "ranks 1, 2 missing; rank 0 passed",
         "test_ranked::test_fail_everywhere": "ranks 0, 1, 2 failed",
         "test_ranked::test_xfail": "known bug",
@@ -79,9 +75,7 @@ def test_real_runs_messages_name_the_ranks(ranked_junit: list[Path]) -> None:
     assert "----- rank 1: skipped: rank 1 skips" in disagree.details
     assert "----- rank 0: passed" in disagree.details
     assert tests["test_ranked::test_only_on_rank0"].rank_outcomes == {
-        0: "passed",
-        1: "missing",
-        2: "missing",
+        0: "passed", 1: "missing", 2: "missing",
     }
 
 
@@ -92,10 +86,7 @@ def test_real_runs_written_xml(
     merge_junit(ranked_junit).write_xml(out)
     suite = ET.parse(out).getroot().find("testsuite")
     assert {k: suite.get(k) for k in ("tests", "failures", "errors", "skipped")} == {
-        "tests": "10",
-        "failures": "2",
-        "errors": "3",
-        "skipped": "2",
+        "tests": "10", "failures": "2", "errors": "3", "skipped": "2",
     }
     cases = {c.get("name"): c for c in suite.iter("testcase")}
     failure = cases["test_fail_on_rank1"].find("failure")
@@ -110,9 +101,7 @@ def test_real_runs_written_xml(
     assert "[rank 2] stderr of rank 2" in cases["test_fail_everywhere"].findtext("system-err")
     props = {p.get("name"): p.get("value") for p in cases["test_only_on_rank0"].iter("property")}
     assert props == {
-        "ranks": "0",
-        "rank_outcomes": "0=passed,1=missing,2=missing",
-        "failing_ranks": "1,2",
+        "ranks": "0", "rank_outcomes": "0=passed,1=missing,2=missing", "failing_ranks": "1,2",
     }
     # The merged file is ordinary JUnit: it reads back with the same verdicts.
     back = {c.test_id: c.outcome for c in read_junit(out).cases}
@@ -120,9 +109,7 @@ def test_real_runs_written_xml(
 
 
 def test_command_on_failing_runs(
-    ranked_junit: list[Path],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    ranked_junit: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     out = tmp_path / "merged.xml"
@@ -138,30 +125,20 @@ def test_command_on_failing_runs(
 
 
 def test_command_json(
-    ranked_junit: list[Path],
-    expected_verdicts: dict,
-    monkeypatch: pytest.MonkeyPatch,
+    ranked_junit: list[Path], expected_verdicts: dict, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     assert main(monkeypatch, "merge-junit", "--json", *map(str, ranked_junit)) == 1
     captured = capsys.readouterr()
     got = json.loads(captured.out)
     assert got["counts"] == {
-        "tests": 10,
-        "passed": 3,
-        "failed": 2,
-        "error": 3,
-        "skipped": 1,
-        "xfailed": 1,
-        "xpassed": 0,
-        "not run": 0,
+        "tests": 10, "passed": 3, "failed": 2, "error": 3, "skipped": 1,
+        "xfailed": 1, "xpassed": 0, "not run": 0,
     }
     assert {t["id"]: t["verdict"] for t in got["tests"]} == expected_verdicts
     by_id = {t["id"]: t for t in got["tests"]}
     assert by_id["test_ranked::test_error_on_rank2"]["ranks"] == {
-        "0": "passed",
-        "1": "passed",
-        "2": "error",
+        "0": "passed", "1": "passed", "2": "error",
     }
     assert captured.err.startswith("rankgate merge-junit: 10 tests")
 
@@ -182,14 +159,10 @@ def test_command_on_clean_runs_exits_0(
 
 def test_times_slowest_rank_per_test_summed_over_tests(tmp_path: Path) -> None:
     files = [
-        junit(
-            tmp_path / "junit.rank0.xml",
-            '<testcase name="a" time="1.0"/><testcase name="b" time="0.5"/>',
-        ),
-        junit(
-            tmp_path / "junit.rank1.xml",
-            '<testcase name="a" time="2.0"/><testcase name="b" time="0.25"/>',
-        ),
+        junit(tmp_path / "junit.rank0.xml", '<testcase name="a" time="1.0"/>'
+                                            '<testcase name="b" time="0.5"/>'),
+        junit(tmp_path / "junit.rank1.xml", '<testcase name="a" time="2.0"/>'
+                                            '<testcase name="b" time="0.25"/>'),
     ]
     out = tmp_path / "merged.xml"
     merge_junit(files).write_xml(out)
@@ -206,8 +179,7 @@ def test_disagreement_names_what_each_rank_did(tmp_path: Path) -> None:
     ]
     (test,) = merge_junit(files).tests
     assert (test.verdict, test.message) == (
-        "error",
-        "ranks disagree: rank 1 skipped; ranks 0, 2 passed",
+        "error", "ranks disagree: rank 1 skipped; ranks 0, 2 passed",
     )
     assert "----- rank 1: skipped: no data" in test.details
 
@@ -243,10 +215,8 @@ def test_call_failure_and_teardown_error_on_one_rank(tmp_path: Path) -> None:
     cases = case("a", '<failure message="call">c</failure>') + case(
         "a", '<error message="teardown">t</error>'
     )
-    files = [
-        junit(tmp_path / "junit.rank0.xml", cases),
-        junit(tmp_path / "junit.rank1.xml", case("a")),
-    ]
+    files = [junit(tmp_path / "junit.rank0.xml", cases), junit(tmp_path / "junit.rank1.xml",
+                                                              case("a"))]
     (test,) = merge_junit(files).tests
     assert (test.verdict, test.message) == ("failed", "rank 0 failed; rank 1 passed")
     assert test.details == "----- rank 0: failed: call; teardown\nc\nt"
@@ -255,13 +225,8 @@ def test_call_failure_and_teardown_error_on_one_rank(tmp_path: Path) -> None:
 def test_rank_from_properties(tmp_path: Path) -> None:
     files = [
         junit(tmp_path / "a.xml", case("x"), '<property name="rank" value="1"/>'),
-        junit(
-            tmp_path / "b.xml",
-            case(
-                "x",
-                '<properties><property name="rank" value="0"/></properties><failure message="m"/>',
-            ),
-        ),
+        junit(tmp_path / "b.xml", case("x", '<properties><property name="rank" value="0"/>'
+                                             '</properties><failure message="m"/>')),
     ]
     report = merge_junit(files)
     assert report.ranks == (0, 1)
@@ -305,36 +270,21 @@ def test_world_size_property(tmp_path: Path) -> None:
     [
         (lambda d: d / "junit.rank0.xml", "junit.rank0.xml: no such file"),
         (lambda d: _write(d / "junit.rank0.xml", "not <xml"), "junit.rank0.xml: not valid XML"),
-        (
-            lambda d: _write(d / "junit.rank0.xml", "<html/>"),
-            "junit.rank0.xml: not a JUnit file (root element <html>",
-        ),
+        (lambda d: _write(d / "junit.rank0.xml", "<html/>"),
+         "junit.rank0.xml: not a JUnit file (root element <html>"),
         (lambda d: junit(d / "plain.xml", case("x")), "plain.xml: cannot tell its rank"),
-        (
-            lambda d: junit(d / "junit.rank1.xml", case("x"), '<property name="rank" value="0"/>'),
-            "junit.rank1.xml: its name says rank 1 but its 'rank' property says 0",
-        ),
-        (
-            lambda d: junit(d / "junit.rank0.xml", case("x"), '<property name="rank" value="x"/>'),
-            "junit.rank0.xml: property 'rank' is 'x', not an integer",
-        ),
+        (lambda d: junit(d / "junit.rank1.xml", case("x"), '<property name="rank" value="0"/>'),
+         "junit.rank1.xml: its name says rank 1 but its 'rank' property says 0"),
+        (lambda d: junit(d / "junit.rank0.xml", case("x"), '<property name="rank" value="x"/>'),
+         "junit.rank0.xml: property 'rank' is 'x', not an integer"),
         (lambda d: d, "holds no per-rank JUnit files"),
     ],
     ids=[
-        "missing",
-        "not-xml",
-        "not-junit",
-        "no-rank",
-        "rank-conflict",
-        "rank-not-int",
-        "empty-dir",
+        "missing", "not-xml", "not-junit", "no-rank", "rank-conflict", "rank-not-int", "empty-dir",
     ],
 )
 def test_bad_input_exits_2_naming_the_file(
-    setup,
-    error: str,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    setup, error: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     path = setup(tmp_path)
@@ -357,9 +307,8 @@ def test_two_files_of_one_rank(tmp_path: Path) -> None:
     a = junit(tmp_path / "junit.rank0.xml", case("x"))
     (tmp_path / "old").mkdir()
     b = junit(tmp_path / "old" / "junit.rank0.xml", case("x"))
-    with pytest.raises(
-        ReportInputError, match=f"^{re.escape(str(a))} and {re.escape(str(b))} both hold rank 0$"
-    ):
+    with pytest.raises(ReportInputError, match=f"^{re.escape(str(a))} and {re.escape(str(b))} both "
+                                               "hold rank 0$"):
         merge_junit([a, b])
 
 
@@ -381,7 +330,7 @@ XFAILED = '<skipped type="pytest.xfail" message="known bug"/>'
 XPASSED = '<skipped message="xfail-marked test passes unexpectedly"/>'
 NOT_RUN = (
     '<error message="failed on setup with &quot;not run: rank 1 stopped the run: '
-    "t::hangs did not finish within the test's timeout of 5 s&quot;\">not run</error>"
+    't::hangs did not finish within the test\'s timeout of 5 s&quot;">not run</error>'
 )
 
 
@@ -389,29 +338,17 @@ def test_xfailed_xpassed_and_not_run_are_counted_apart(tmp_path: Path) -> None:
     for rank, last in ((0, NOT_RUN), (1, "")):
         junit(
             tmp_path / f"junit.rank{rank}.xml",
-            case("xf", XFAILED)
-            + case("xp", XPASSED)
-            + case("later", last)
-            + case("skip", '<skipped message="no GPU"/>')
-            + case("ok"),
+            case("xf", XFAILED) + case("xp", XPASSED) + case("later", last)
+            + case("skip", '<skipped message="no GPU"/>') + case("ok"),
         )
     report = merge_junit(sorted(tmp_path.glob("*.xml")))
     assert report.verdicts == {
-        "t::xf": "xfailed",
-        "t::xp": "xpassed",
-        "t::later": "not run",
-        "t::skip": "skipped",
+        "t::xf": "xfailed", "t::xp": "xpassed", "t::later": "not run", "t::skip": "skipped",
         "t::ok": "passed",
     }
     assert report.counts == {
-        "tests": 5,
-        "passed": 1,
-        "failed": 0,
-        "error": 0,
-        "skipped": 1,
-        "xfailed": 1,
-        "xpassed": 1,
-        "not run": 1,
+        "tests": 5, "passed": 1, "failed": 0, "error": 0, "skipped": 1, "xfailed": 1,
+        "xpassed": 1, "not run": 1,
     }
     later = report.tests[2]
     assert later.message == (  # the reason, not only who did what
@@ -525,7 +462,8 @@ def test_pytests_nameless_testcase_of_a_pool_run_cut_short_is_never_a_pass(
     summary = json.loads((tmp_path / "out" / "report.json").read_text())
     assert summary["verdict"] == "incomplete" and summary["ok"] is False
     assert summary["incomplete"]["stopped"] == [
-        f"{path}: a test started and never ended (its <testcase/> has no name): the run was stopped"
+        f"{path}: a test started and never ended (its <testcase/> has no name): the run was "
+        "stopped"
     ]
 
 

@@ -112,9 +112,7 @@ def test_strip_ansi() -> None:
 
 @pytest.mark.parametrize("as_dir", [False, True], ids=["file", "directory"])
 def test_merge_refuses_to_write_over_an_input(
-    as_dir: bool,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    as_dir: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     rank0 = junit_file(tmp_path / "junit.rank0.xml", "test_a")

@@ -79,7 +79,9 @@ def out_dir(tmp_path_factory) -> Path:
     bench = out / "bench"
     bench.mkdir()
     committed = json.loads((ROOT / "benchmarks/baselines/cpu/harness.json").read_text())
-    best = {size: min(values) for size, values in committed["samples"]["pool_median_ms"].items()}
+    best = {
+        size: min(values) for size, values in committed["samples"]["pool_median_ms"].items()
+    }
     rows = [{"world": int(s.split()[1]), "backend": "gloo", "pool_median_ms": v,
              "pool_ms_per_test": v, "spawn_ms_per_test": 1200.0, "pool_start_s": 1.0,
              "k_pool": 20, "k_spawn": 1} for s, v in best.items()]  # fmt: skip
@@ -152,24 +154,17 @@ def test_each_failed_test_shows_its_failing_ranks_message_and_reproduction_line(
         "rank 1 failed; rank 0 passed (world 2, backend gloo)"
     )
     repro = page.evaluate(f"{art}.querySelector('pre.reproduce').innerText")
-    assert repro.startswith(
-        "reproduce: pytest -p no:cacheprovider 'test_failing.py::test_rank1_fails' --rankgate-seed="
-    )
+    assert repro.startswith("reproduce: pytest -p no:cacheprovider 'test_failing.py::test_rank1_fails' --rankgate-seed=")
     assert page.evaluate(f"{art}.querySelector('pre.reproduce').checkVisibility()") is True
 
 
 def test_tracebacks_and_logs_are_folded_until_opened(page):
     art = "document.querySelector('article[data-test=\"test_failing::test_rank1_fails\"]')"
-    folded = page.evaluate(
-        f"[...{art}.querySelectorAll('details')].map(d => [d.dataset.rank, d.open])"
-    )
+    folded = page.evaluate(f"[...{art}.querySelectorAll('details')].map(d => [d.dataset.rank, d.open])")
     assert folded == [["1", False], ["0", False]]
     body = "document.body.innerText"
     assert page.evaluate(f"{body}.includes('AssertionError: rank 1 disagrees')") is False
-    assert (
-        page.evaluate(f"{art}.querySelector('details[data-rank=\"1\"] pre').checkVisibility()")
-        is False
-    )
+    assert page.evaluate(f"{art}.querySelector('details[data-rank=\"1\"] pre').checkVisibility()") is False
     page.evaluate(f"{art}.querySelector('details[data-rank=\"1\"] summary').click()")
     opened = page.evaluate(f"{art}.querySelector('details[data-rank=\"1\"]').innerText")
     assert "AssertionError: rank 1 disagrees" in opened
@@ -206,9 +201,6 @@ def test_summary_md_for_the_job_summary(written):
         "(pytest -m 'dist and not gpu') |" in md
     )
     assert "#### `test_failing::test_rank1_fails` rank 1 failed; rank 0 passed\n" in md
-    assert (
-        "\n`reproduce: pytest -p no:cacheprovider 'test_failing.py::test_rank1_fails' --rankgate-seed="
-        in md
-    )
+    assert "\n`reproduce: pytest -p no:cacheprovider 'test_failing.py::test_rank1_fails' --rankgate-seed=" in md
     assert "<details><summary>rank 1 failed</summary>" in md
     assert "- pool_median_ms at world 2 gloo: 200% slower (" in md

@@ -32,19 +32,9 @@ def plain_junit(tmp_path_factory: pytest.TempPathFactory, inner_env: dict[str, s
     )
     path = directory / "unit.xml"
     subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            f"--junitxml={path}",
-            "test_plain.py",
-        ],
-        cwd=directory,
-        capture_output=True,
-        timeout=120,
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={path}",
+         "test_plain.py"],
+        cwd=directory, capture_output=True, timeout=120,
         env=inner_env,
     )
     assert path.is_file()
@@ -139,11 +129,8 @@ def test_bad_input(tmp_path: Path) -> None:
 
 
 def test_command(
-    ranked_junit: list[Path],
-    clean_junit: list[Path],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    ranked_junit: list[Path], clean_junit: list[Path], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setattr(sys, "argv", ["rankgate"])  # cli.main rewrites sys.argv
     monkeypatch.chdir(tmp_path)  # report.html and summary.md go to ./out
@@ -204,9 +191,7 @@ def test_a_test_a_stopped_run_never_ran_is_red_in_the_report(tmp_path: Path) -> 
     # A file written by merge-junit (or any file without ranks) is read case by case.
     plain = tmp_path / "plain" / "merged.xml"
     plain.parent.mkdir()
-    plain.write_text(
-        f'<testsuites><testsuite name="pytest" tests="1">{case}</testsuite></testsuites>'
-    )
+    plain.write_text(f'<testsuites><testsuite name="pytest" tests="1">{case}</testsuite></testsuites>')
     (group,) = read_results([plain])
     assert [(r.outcome, r.reason) for r in group.results] == [
         ("not run", "rank 0 stopped the run: t::a hung")
@@ -222,9 +207,7 @@ def test_the_report_names_the_test_that_stopped_the_run_and_folds_the_tests_neve
     from rankgate.report.html import render_html
     from rankgate.report.markdown import render_markdown
 
-    why = (
-        "rank 0 stopped the run: t/test_x.py::test_raise was still running 3 s after rank 1 failed"
-    )
+    why = "rank 0 stopped the run: t/test_x.py::test_raise was still running 3 s after rank 1 failed"
     later = (
         '<testcase classname="t.test_x" name="test_n{n}" time="0">'
         f'<error message="failed on setup with &quot;not run: {why}&quot;" /></testcase>'

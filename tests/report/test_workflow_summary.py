@@ -23,9 +23,7 @@ def test_every_ci_stage_job_appends_its_summary_and_uploads_the_report():
         steps = jobs[job_id]["steps"]
         last = steps[-1]
         assert last["if"] == "always()", job_id
-        assert (
-            last["run"] == '[ ! -f out/summary.md ] || cat out/summary.md >> "$GITHUB_STEP_SUMMARY"'
-        )
+        assert last["run"] == '[ ! -f out/summary.md ] || cat out/summary.md >> "$GITHUB_STEP_SUMMARY"'
         uploads = [s["with"]["path"] for s in steps if "upload-artifact" in s.get("uses", "")]
         assert uploads in ([], ["out/"]), f"{job_id} uploads {uploads}, not out/ with report.html"
 

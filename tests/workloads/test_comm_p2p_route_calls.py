@@ -63,18 +63,7 @@ def dispatch(config=AUTO, prepare=None, capturing=bool, has_push=True) -> AllRed
     )  # fmt: skip
 
 
-SIZES = [
-    4,
-    1 * KiB,
-    64 * KiB,
-    256 * KiB,
-    256 * KiB + 4,
-    1 * MiB,
-    2 * MiB,
-    4 * MiB,
-    16 * MiB,
-    32 * MiB,
-]
+SIZES = [4, 1 * KiB, 64 * KiB, 256 * KiB, 256 * KiB + 4, 1 * MiB, 2 * MiB, 4 * MiB, 16 * MiB, 32 * MiB]
 
 
 @pytest.mark.parametrize("nbytes", SIZES)

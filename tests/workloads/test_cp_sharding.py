@@ -71,20 +71,11 @@ def test_local_order_within_a_sequence_is_increasing():
 @pytest.mark.parametrize(
     ("build", "message"),
     [
-        (
-            lambda: DualChunkSharding.bshd(30, 2),
-            "30 is not a positive multiple of 2\\*cp=4: pad it first",
-        ),
+        (lambda: DualChunkSharding.bshd(30, 2), "30 is not a positive multiple of 2\\*cp=4: pad it first"),
         (lambda: DualChunkSharding.bshd(8, 0), "cp=0 must be an integer >= 1"),
-        (
-            lambda: DualChunkSharding.thd([0, 8, 14], 2),
-            "sequence 1 has 6 tokens .* not a multiple of 2\\*cp=4: pack with",
-        ),
+        (lambda: DualChunkSharding.thd([0, 8, 14], 2), "sequence 1 has 6 tokens .* not a multiple of 2\\*cp=4: pack with"),
         (lambda: DualChunkSharding.thd([1, 8], 2), "must start at 0"),
-        (
-            lambda: DualChunkSharding.thd([0, 8, 8, 12], 2),
-            "must increase strictly: cu_seqlens\\[1\\]=8, cu_seqlens\\[2\\]=8",
-        ),
+        (lambda: DualChunkSharding.thd([0, 8, 8, 12], 2), "must increase strictly: cu_seqlens\\[1\\]=8, cu_seqlens\\[2\\]=8"),
         (lambda: DualChunkSharding.thd(torch.tensor([[0, 4]]), 2), "1-D integer tensor"),
         (lambda: DualChunkSharding.thd(torch.tensor([0.0, 4.0]), 2), "1-D integer tensor"),
     ],
@@ -115,9 +106,7 @@ def test_padding_to_multiples_of_two_cp():
 
 
 def test_pack_sequences_pads_each_and_labels_within_sequences():
-    packed = pack_sequences(
-        [torch.tensor([5, 6, 7]), torch.tensor([1, 2, 3, 4, 9])], cp=1, pad_id=0
-    )
+    packed = pack_sequences([torch.tensor([5, 6, 7]), torch.tensor([1, 2, 3, 4, 9])], cp=1, pad_id=0)
     assert packed.cu_seqlens.tolist() == [0, 4, 10]
     assert packed.tokens.tolist() == [5, 6, 7, 0, 1, 2, 3, 4, 9, 0]
     i = IGNORE_INDEX

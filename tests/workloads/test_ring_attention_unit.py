@@ -175,38 +175,13 @@ def test_dilated_mask_groups():
         (lambda q, k, v: ring_attention(q[0], k, v), "shaped \\(batch, heads, seq, head_dim\\)"),
         (lambda q, k, v: ring_attention(q, k, v[:, :1]), "do not match"),
         (lambda q, k, v: ring_attention(q[:, :3], k, v), "heads=3 is not a multiple of kv_heads=2"),
-        (
-            lambda q, k, v: ring_attention(q, k, v, head_chunks=3),
-            "head_chunks=3 must be >= 1 and divide kv_heads=2",
-        ),
-        (
-            lambda q, k, v: ring_attention(q, k, v, local_cu_seqlens=(0, 8)),
-            "ends at 8 but the shard has 16",
-        ),
+        (lambda q, k, v: ring_attention(q, k, v, head_chunks=3), "head_chunks=3 must be >= 1 and divide kv_heads=2"),
+        (lambda q, k, v: ring_attention(q, k, v, local_cu_seqlens=(0, 8)), "ends at 8 but the shard has 16"),
         (lambda q, k, v: ring_attention(q, k, v, local_cu_seqlens=(0, 8, 16)), "need batch 1"),
-        (
-            lambda q, k, v: ring_attention(q[:1], k[:1], v[:1], local_cu_seqlens=(0, 5, 16)),
-            "local sequence 0 has 5 rows",
-        ),
-        (
-            lambda q, k, v: ring_attention(q, k, v, kernel="flash"),
-            "kernel='flash' needs CUDA tensors",
-        ),
-        (
-            lambda q, k, v: dilated_attention(
-                q, k, v, DilatedConfig(segment_lengths=(6,), dilation_rates=(1,))
-            ),
-            "multiple of segment length 6",
-        ),
-        (
-            lambda q, k, v: dilated_attention(
-                q[:, :3],
-                k[:, :1],
-                v[:, :1],
-                DilatedConfig(segment_lengths=(4, 8), dilation_rates=(1, 2)),
-            ),
-            "multiples of the 2 head groups",
-        ),
+        (lambda q, k, v: ring_attention(q[:1], k[:1], v[:1], local_cu_seqlens=(0, 5, 16)), "local sequence 0 has 5 rows"),
+        (lambda q, k, v: ring_attention(q, k, v, kernel="flash"), "kernel='flash' needs CUDA tensors"),
+        (lambda q, k, v: dilated_attention(q, k, v, DilatedConfig(segment_lengths=(6,), dilation_rates=(1,))), "multiple of segment length 6"),
+        (lambda q, k, v: dilated_attention(q[:, :3], k[:, :1], v[:, :1], DilatedConfig(segment_lengths=(4, 8), dilation_rates=(1, 2))), "multiples of the 2 head groups"),
     ],
 )
 def test_bad_arguments_are_refused_with_the_fix(call, message):
@@ -216,9 +191,7 @@ def test_bad_arguments_are_refused_with_the_fix(call, message):
 
 
 def test_dilated_config_validation():
-    with pytest.raises(
-        ValueError, match="segment length 6 must be a positive multiple of its dilation rate 4"
-    ):
+    with pytest.raises(ValueError, match="segment length 6 must be a positive multiple of its dilation rate 4"):
         DilatedConfig(segment_lengths=(6,), dilation_rates=(4,))
     with pytest.raises(ValueError, match="equal length"):
         DilatedConfig(segment_lengths=(4, 8), dilation_rates=(1,))
