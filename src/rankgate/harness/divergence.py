@@ -222,6 +222,18 @@ def _branches(path: str) -> tuple[tuple[int, int, int, int], ...] | None:
     return tuple(found)
 
 
+TABLE_TITLE = "Collectives issued around the divergence"
+
+
+def table_in(text: str) -> str:
+    """The side-by-side table a verdict's text carries ('' when none)."""
+    start = text.find(TABLE_TITLE)
+    if start < 0:
+        return ""
+    end = text.find("\n\n", start)
+    return text[start : end if end >= 0 else len(text)].rstrip("\n") + "\n"
+
+
 def side_by_side(
     ledgers: Mapping[int, Sequence[Mapping] | None], divergence: Divergence, around: int = 3
 ) -> str:
@@ -247,7 +259,7 @@ def side_by_side(
     head = "     " + "  ".join(f"{f'rank {r}':<{width}}" for r in ranks)
     lines = [f"{seq:<5}" + "  ".join(f"{c or '-':<{width}}" for c in cells) for seq, cells in rows]
     group = "" if divergence.group == WORLD else f" (group {divergence.group})"
-    title = f"Collectives issued around the divergence{group}:"
+    title = f"{TABLE_TITLE}{group}:"
     return "\n".join([title, head.rstrip(), *(line.rstrip() for line in lines)]) + "\n"
 
 
