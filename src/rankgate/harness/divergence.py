@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePath
@@ -220,6 +221,15 @@ def _branches(path: str) -> tuple[tuple[int, int, int, int], ...] | None:
                 )
             )
     return tuple(found)
+
+
+_BLAMED = re.compile(r"likely cause: ranks? ([\d, ]+) never issued ")
+
+
+def blamed_in(message: str) -> tuple[int, ...]:
+    """The ranks a verdict's ledger cause says never issued a collective (() if none)."""
+    match = _BLAMED.search(message)
+    return tuple(int(r) for r in match.group(1).split(", ")) if match else ()
 
 
 TABLE_TITLE = "Collectives issued around the divergence"
