@@ -141,45 +141,49 @@ def _wrap(name: str, original, parameters: list[str]):
         caller = sys._getframe(1)
         if caller.f_code.co_filename == _c10d_file:
             return original(*args, **kwargs)  # torch's own call inside one recorded (recv's irecv)
-        if group_at is None:
-            group = None
-        elif len(args) > group_at:
-            group = args[group_at]
-        else:
-            group = kwargs.get("group")
-        if group is not None:
-            same = _aliases.get(group, _UNSEEN)
-            if same is _UNSEEN:  # once per group and test: is it the default one?
-                same = _aliases[group] = None if group is _group_member.WORLD else group
-            group = same  # the default group named: one count with the unnamed calls
-        if p2p:
-            group = (P2P, group)
-        seq = _counters.get(group, 0) + 1
-        _counters[group] = seq
-        arg = None
-        if tensor_arg:
-            arg = args[0] if args else next(iter(kwargs.values()), None)
-            shape = getattr(arg, "shape", None)
-            arg = (arg.dtype, shape) if shape is not None else _shape_of(arg)
-        frame = caller
-        while frame is not None:
-            file = frame.f_code.co_filename
-            outside = _outside.get(file)
-            if outside is None:
-                outside = _outside[file] = not file.startswith(_LIBRARIES)
-            if outside:
-                break
-            frame = frame.f_back
-        entry = [
-            group,
-            seq,
-            name,
-            arg,
-            file if frame else "",
-            frame.f_lineno if frame else 0,
-            ISSUED,
-        ]
-        _entries.append(entry)
+        frame = None
+        try:
+            if group_at is None:
+                group = None
+            elif len(args) > group_at:
+                group = args[group_at]
+            else:
+                group = kwargs.get("group")
+            if group is not None:
+                same = _aliases.get(group, _UNSEEN)
+                if same is _UNSEEN:  # once per group and test: is it the default one?
+                    same = _aliases[group] = None if group is _group_member.WORLD else group
+                group = same  # the default group named: one count with the unnamed calls
+            if p2p:
+                group = (P2P, group)
+            seq = _counters.get(group, 0) + 1
+            _counters[group] = seq
+            arg = None
+            if tensor_arg:
+                arg = args[0] if args else next(iter(kwargs.values()), None)
+                shape = getattr(arg, "shape", None)
+                arg = (getattr(arg, "dtype", None), shape) if shape is not None else _shape_of(arg)
+            frame = caller
+            while frame is not None:
+                file = frame.f_code.co_filename
+                outside = _outside.get(file)
+                if outside is None:
+                    outside = _outside[file] = not file.startswith(_LIBRARIES)
+                if outside:
+                    break
+                frame = frame.f_back
+            entry = [
+                group,
+                seq,
+                name,
+                arg,
+                file if frame else "",
+                frame.f_lineno if frame else 0,
+                ISSUED,
+            ]
+            _entries.append(entry)
+        except Exception:  # odd arguments (torch rejects them next): never break the call
+            entry = [None] * 7  # kept nowhere
         # No frame object is kept: it would hold the test's locals (tensors) alive.
         del frame, caller
         try:
@@ -202,7 +206,7 @@ def _shape_of(arg):
     if isinstance(arg, list | tuple) and arg:
         first = arg[0]
         shape = getattr(first, "shape", None)
-        return None if shape is None else (len(arg), (first.dtype, shape))
+        return None if shape is None else (len(arg), (getattr(first, "dtype", None), shape))
     return None
 
 
