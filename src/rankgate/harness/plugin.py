@@ -68,7 +68,9 @@ def pytest_configure(config: pytest.Config) -> None:
             "pools (-n works there)"
         )
     from rankgate.harness.adopt.hooks import ADOPT_PLUGIN, Adoption
+    from rankgate.harness.rerun_report import RERUN_PLUGIN, RerunReport
 
+    config.pluginmanager.register(RerunReport(), RERUN_PLUGIN)
     adoption = Adoption.from_config(config)
     if adoption is not None:
         config.pluginmanager.register(adoption, ADOPT_PLUGIN)
