@@ -27,8 +27,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rankgate.harness.attempts import Attempt
 from rankgate.report.failures import read_by_rank
-from rankgate.report.junit import MergedTest, merge_files
+from rankgate.report.junit import MergedTest, attempts_recorded, flaky_of, merge_files
 from rankgate.report.junitfile import CaseResult, JUnitFile, not_run_reason
 from rankgate.report.outcome_plugin import OUTCOME_PROPERTY
 
@@ -59,6 +60,10 @@ class TestResult:
     failing_ranks: tuple[int, ...] | None = None
     interrupted: bool = False
     """The test a signal stopped (its files' ``rankgate.interrupted_test``)."""
+    attempts: tuple[Attempt, ...] = ()
+    """Every attempt of a test run more than once (``--rankgate-reruns``)."""
+    flaky: str = ""
+    """``pass`` or ``fail``: the flaky policy of a test that failed, then passed a rerun."""
 
     @property
     def stage(self) -> str:
@@ -159,6 +164,8 @@ def _from_case(source: str, case: CaseResult, stopped: set[str] = frozenset()) -
         ranks=dict(sorted(ranks.items())) or None,
         failing_ranks=(bad if outcome in BAD_OUTCOMES else ()) if ranks else None,
         interrupted=case.test_id in stopped,
+        attempts=tuple(attempts_recorded([case])),
+        flaky=flaky_of(case),
     )
 
 
@@ -178,6 +185,8 @@ def _from_merged(source: str, test: MergedTest, stopped: set[str] = frozenset())
         ranks=test.rank_outcomes,
         failing_ranks=test.failing_ranks if outcome in BAD_OUTCOMES else (),
         interrupted=test.test_id in stopped,
+        attempts=tuple(test.attempts),
+        flaky=test.flaky,
     )
 
 

@@ -22,12 +22,17 @@ that holds no test, is listed under ``incomplete``. The result::
                 "examples": ["..."]}],
      "xfails": [{"reason": "...", "count": 1, "examples": ["..."]}],
      "xpassed": ["test id", ...],
+     "flaky": [{"id": "...", "outcome": "passed", "policy": "pass", "source": "...",
+                "attempts": ["attempt 1 failed: rank 1 failed; ...", "attempt 2 passed"]}],
      "slowest": [{"id": "...", "seconds": 12.5, "stage": "dist", "outcome": "passed"}],
      "tests": {"test id": "passed", ...},
      "bench": [{"file": "bench.json", "data": [...]}],
      "metrics": {"pool_median_ms world 2 gloo": 4.1}}
 
-``failing_ranks`` and ``ranks`` are null for a test of a run without ranks.
+``failing_ranks`` and ``ranks`` are null for a test of a run without ranks. A test run
+more than once (``--rankgate-reruns``) carries ``attempts`` (one line each) in
+``failing``; a flaky one (failed, then passed a rerun) is listed under ``flaky``, whatever
+``--rankgate-flaky`` made of it (``outcome``: passed under ``pass``, failed under ``fail``).
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ def summarize(
             "ranks": None if r.ranks is None else {str(k): v for k, v in r.ranks.items()},
             "message": _cut(r.reason),
             **({"interrupted": True} if r.interrupted else {}),
+            **({"attempts": [a.line() for a in r.attempts]} if r.attempts else {}),
         }
         for r in results
         if r.outcome in BAD_OUTCOMES
@@ -87,6 +93,17 @@ def summarize(
         "skips": [g.to_json() for g in group_reasons(results, "skipped")],
         "xfails": [g.to_json() for g in group_reasons(results, "xfailed")],
         "xpassed": [r.id for r in results if r.outcome == "xpassed"],
+        "flaky": [
+            {
+                "id": r.id,
+                "outcome": r.outcome,
+                "policy": r.flaky,
+                "source": r.source,
+                "attempts": [a.line() for a in r.attempts],
+            }
+            for r in results
+            if r.flaky
+        ],
         "slowest": [
             {"id": r.id, "seconds": round(r.seconds, 3), "stage": r.stage, "outcome": r.outcome}
             for r in slowest
@@ -169,6 +186,25 @@ def stage_counts(junit: Path) -> dict[str, int]:
     except ReportInputError:
         return {}
     return count(r for g in groups for r in g.results)
+
+
+def stage_flaky(junit: Path) -> list[str]:
+    """A stage's flaky tests (failed, then passed a rerun), one line each: ``id — attempt
+    1 failed, attempt 2 passed``; [] when its JUnit is missing or unreadable."""
+    from rankgate.harness.attempts import attempts_line
+
+    if not junit.exists():
+        return []
+    try:
+        groups = read_results([junit])
+    except ReportInputError:
+        return []
+    return [
+        _cut(f"{r.id} — {attempts_line(list(r.attempts))}")
+        for g in groups
+        for r in g.results
+        if r.flaky
+    ]
 
 
 def stage_failures(junit: Path) -> list[str]:
