@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rankgate.harness.attempts import Attempt
+from rankgate.harness.quarantine import QUARANTINE_PROPERTY, read_property
 from rankgate.report.failures import read_by_rank
 from rankgate.report.junit import MergedTest, attempts_recorded, flaky_of, merge_files
 from rankgate.report.junitfile import CaseResult, JUnitFile, not_run_reason
@@ -64,6 +65,9 @@ class TestResult:
     """Every attempt of a test run more than once (``--rankgate-reruns``)."""
     flaky: str = ""
     """``pass`` or ``fail``: the flaky policy of a test that failed, then passed a rerun."""
+    quarantine: dict | None = None
+    """For a quarantined test: reason, issue, streak (passes in a row before this run)
+    and needed (``rankgate.harness.quarantine``)."""
 
     @property
     def stage(self) -> str:
@@ -166,6 +170,7 @@ def _from_case(source: str, case: CaseResult, stopped: set[str] = frozenset()) -
         interrupted=case.test_id in stopped,
         attempts=tuple(attempts_recorded([case])),
         flaky=flaky_of(case),
+        quarantine=quarantine_of([case]),
     )
 
 
@@ -187,7 +192,20 @@ def _from_merged(source: str, test: MergedTest, stopped: set[str] = frozenset())
         interrupted=test.test_id in stopped,
         attempts=tuple(test.attempts),
         flaky=test.flaky,
+        quarantine=quarantine_of(test.results.values()),
     )
+
+
+def quarantine_of(cases: Iterable[CaseResult]) -> dict | None:
+    """The quarantine the first case that records one holds (merge-junit writes each
+    rank's as ``rank<r>.rankgate.quarantined``)."""
+    for case in cases:
+        for name, value in case.properties:
+            if name == QUARANTINE_PROPERTY or name.endswith("." + QUARANTINE_PROPERTY):
+                found = read_property(value)
+                if found is not None:
+                    return found
+    return None
 
 
 def _csv_ints(value: str | None) -> tuple[int, ...]:

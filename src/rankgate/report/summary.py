@@ -24,6 +24,8 @@ that holds no test, is listed under ``incomplete``. The result::
      "xpassed": ["test id", ...],
      "flaky": [{"id": "...", "outcome": "passed", "policy": "pass", "source": "...",
                 "attempts": ["attempt 1 failed: rank 1 failed; ...", "attempt 2 passed"]}],
+     "quarantined": [{"id": "...", "outcome": "failed", "reason": "...", "issue": "https://...",
+                      "streak": "0 of 5", "ready": false, "source": "..."}],
      "slowest": [{"id": "...", "seconds": 12.5, "stage": "dist", "outcome": "passed"}],
      "tests": {"test id": "passed", ...},
      "bench": [{"file": "bench.json", "data": [...]}],
@@ -41,8 +43,9 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
+from rankgate.harness.quarantine import next_streak, streak_text
 from rankgate.report.junitfile import ReportInputError
-from rankgate.report.results import BAD_OUTCOMES, count, read_results
+from rankgate.report.results import BAD_OUTCOMES, TestResult, count, read_results
 from rankgate.report.skips import group_reasons
 
 MESSAGE_CHARS = 300
@@ -104,6 +107,7 @@ def summarize(
             for r in results
             if r.flaky
         ],
+        "quarantined": [quarantined(r) for r in results if r.quarantine],
         "slowest": [
             {"id": r.id, "seconds": round(r.seconds, 3), "stage": r.stage, "outcome": r.outcome}
             for r in slowest
@@ -112,6 +116,26 @@ def summarize(
         "tests": {r.id: r.outcome for r in results},
         "bench": bench,
         "metrics": bench_metrics(bench),
+    }
+
+
+QUARANTINE_OUTCOMES = {"xfailed": "failed", "xpassed": "passed", "error": "failed"}
+"""A quarantined test runs under an xfail marker: its outcome in plain words."""
+
+
+def quarantined(r: TestResult) -> dict:
+    """A quarantined test's entry: its outcome, why it is listed, its passes in a row."""
+    q = r.quarantine
+    outcome = "flaky" if r.flaky else QUARANTINE_OUTCOMES.get(r.outcome, r.outcome)
+    streak = next_streak(int(q["streak"]), outcome)
+    return {
+        "id": r.id,
+        "outcome": outcome,
+        "reason": str(q["reason"]),
+        "issue": str(q["issue"]),
+        "streak": streak_text(streak, int(q["needed"])),
+        "ready": streak >= int(q["needed"]),
+        "source": r.source,
     }
 
 
