@@ -147,3 +147,25 @@ def test_torchrun_a_dead_peer_is_not_rerun_and_the_record_says_why(tmp_path):
     dead = _merged(tmp_path)["test_dies_on_rank_1"]
     assert dead.verdict == "failed" and not dead.attempts
     assert note in dead.results[0].text
+
+
+def test_torchrun_quarantined_failure_does_not_fail_the_run(tmp_path):
+    (tmp_path / "quarantine.toml").write_text(
+        '[[test]]\nid = "test_suite.py::test_always"\nreason = "rank 1 disagrees"\n'
+        'issue = "https://example.org/issues/1"\n'
+    )
+    proc = _torchrun(
+        tmp_path, "--rankgate-quarantine", "quarantine.toml", "--junitxml=out/junit.xml",
+        "-k", "always",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout
+    assert "2 deselected, 1 quarantined" in proc.stdout
+    assert (
+        "QUARANTINED test_suite.py::test_always: failed; passes in a row 0 of 5 — rank 1 "
+        "disagrees (https://example.org/issues/1)"
+    ) in proc.stdout
+    assert _merged(tmp_path)["test_always"].verdict == "xfailed"
+    (entry,) = summarize([tmp_path / "out"])["quarantined"]
+    assert (entry["outcome"], entry["message"]) == ("failed", "AssertionError: rank 1 always fails")
+    history = (tmp_path / "quarantine.history.json").read_text()
+    assert '"test_suite.py::test_always": 0' in history

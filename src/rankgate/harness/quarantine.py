@@ -40,6 +40,9 @@ else:  # a dependency below 3.11 (pyproject.toml)
 
 QUARANTINE_PROPERTY = "rankgate.quarantined"
 """A JSON object: reason, issue, streak (passes in a row before this run), needed."""
+FAILURE_PROPERTY = "rankgate.quarantined_failure"
+"""A quarantined test's failure text (its xfail marker keeps it out of JUnit's result)."""
+FAILURE_CHARS = 4000
 XFAIL_PREFIX = "quarantined: "
 DEFAULT_PASSES_TO_LEAVE = 5
 HISTORY_FORMAT = "rankgate.quarantine-history/1"

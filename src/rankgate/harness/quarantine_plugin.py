@@ -8,6 +8,8 @@ import pytest
 from rankgate.harness.attempts import is_flaky
 from rankgate.harness.pluginnames import INPLACE_PLUGIN
 from rankgate.harness.quarantine import (
+    FAILURE_CHARS,
+    FAILURE_PROPERTY,
     QUARANTINE_PROPERTY,
     XFAIL_PREFIX,
     QuarantineError,
@@ -63,6 +65,18 @@ class Quarantine:
             streak = self.before.get(item.nodeid, 0)
             value = property_value(entry, streak, self.listed.passes_to_leave)
             item.user_properties.append((QUARANTINE_PROPERTY, value))
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)  # outside the xfail marker's own wrapper
+    def pytest_runtest_makereport(self, item: pytest.Item, call):
+        report = yield
+        if quarantined(report) and outcome_of(report) == "failed" and report.longrepr:
+            # The expected failure's JUnit element has no text: keep it as a property
+            # (the teardown report, which JUnit reads, copies the item's).
+            text = str(report.longrepr)
+            if len(text) > FAILURE_CHARS:
+                text = "…" + text[-(FAILURE_CHARS - 1) :]
+            item.user_properties.append((FAILURE_PROPERTY, text))
+        return report
 
     def pytest_report_teststatus(self, report: pytest.TestReport):
         if report.when == "call" and quarantined(report):

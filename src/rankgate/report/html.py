@@ -306,8 +306,9 @@ def _quarantined(tests: list[dict]) -> str:
         return ""
     rows = "".join(
         f'<tr><td class="id">{escape(t["id"])}</td>'
-        f'<td class="{escape(t["outcome"])}">{escape(t["outcome"])}</td>'
-        f"<td>{escape(t['reason'])}</td><td>{escape(t['issue'])}</td>"
+        f'<td class="{escape(t["outcome"])}">{escape(t["outcome"])}'
+        + (f'<br><span class="note">{escape(t["message"])}</span>' if t.get("message") else "")
+        + f"</td><td>{escape(t['reason'])}</td><td>{escape(t['issue'])}</td>"
         f"<td>{escape(t['streak'])}</td></tr>"
         for t in tests
     )

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rankgate.harness.attempts import Attempt
-from rankgate.harness.quarantine import QUARANTINE_PROPERTY, read_property
+from rankgate.harness.quarantine import FAILURE_PROPERTY, QUARANTINE_PROPERTY, read_property
 from rankgate.report.failures import read_by_rank
 from rankgate.report.junit import MergedTest, attempts_recorded, flaky_of, merge_files
 from rankgate.report.junitfile import CaseResult, JUnitFile, not_run_reason
@@ -199,13 +199,20 @@ def _from_merged(source: str, test: MergedTest, stopped: set[str] = frozenset())
 def quarantine_of(cases: Iterable[CaseResult]) -> dict | None:
     """The quarantine the first case that records one holds (merge-junit writes each
     rank's as ``rank<r>.rankgate.quarantined``)."""
+    cases = list(cases)
     for case in cases:
         for name, value in case.properties:
             if name == QUARANTINE_PROPERTY or name.endswith("." + QUARANTINE_PROPERTY):
                 found = read_property(value)
-                if found is not None:
-                    return found
+                if found is not None:  # the failure: of the first rank that failed
+                    failure = next((f for c in cases if (f := _property(c, FAILURE_PROPERTY))), "")
+                    return {**found, "failure": failure} if failure else found
     return None
+
+
+def _property(case: CaseResult, wanted: str) -> str:
+    """A case's property, or a merged case's first rank's (``rank<r>.<name>``)."""
+    return next((v for k, v in case.properties if k == wanted or k.endswith("." + wanted)), "")
 
 
 def _csv_ints(value: str | None) -> tuple[int, ...]:

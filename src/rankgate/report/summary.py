@@ -136,7 +136,16 @@ def quarantined(r: TestResult) -> dict:
         "streak": streak_text(streak, int(q["needed"])),
         "ready": streak >= int(q["needed"]),
         "source": r.source,
+        "message": _cut(_failure_line(q.get("failure", ""))),
     }
+
+
+def _failure_line(text: str) -> str:
+    """The line of a failure's text that says what failed: pytest's first ``E`` line, a
+    Python traceback's exception line, else its first line."""
+    lines = text.splitlines()
+    marked = next((ln[1:].strip() for ln in lines if ln.startswith("E   ")), "")
+    return marked or _exception_line(text) or next((ln for ln in lines if ln.strip()), "")
 
 
 def read_bench(path: str | Path) -> object:
