@@ -65,12 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "GPUs, 256,512 on CPU)")  # fmt: skip
     add("--methods", default=",".join(METHODS), help=f"comma list of {', '.join(METHODS)}")
     add("--skip", default="", help="comma list of METHOD@WORLD not to run (e.g. ring@1)")
-    add(
-        "--ring-kernel",
-        default="auto",
-        choices=("auto", "cudnn", "flash", "math"),
-        help="ring's per-block kernel (default auto: cuDNN, else flash, on GPUs)",
-    )
+    add("--ring-kernel", default="auto", choices=("auto", "cudnn", "flash", "math"),
+        help="ring's per-block kernel (default auto: cuDNN, else flash, on GPUs)")
     add("--batch", type=int, default=1)
     add("--heads", type=int, default=None, help="query heads (default 32; 4 on CPU)")
     add("--kv-heads", type=int, default=None, help="key/value heads (default 8; 2 on CPU)")
@@ -174,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result))
     return 0
+
 
 
 # --- inside each rank ------------------------------------------------------------------
@@ -507,11 +504,8 @@ def _meta(opts: dict, device) -> dict:
 
         kernel = opts["ring_kernel"]
         if kernel == "auto":
-            kernel = (
-                "flash (cuDNN refused: " + "; ".join(FUSED_FALLBACKS.values()) + ")"
-                if FUSED_FALLBACKS
-                else "cudnn"
-            )
+            kernel = "flash (cuDNN refused: " + "; ".join(FUSED_FALLBACKS.values()) + ")" \
+                if FUSED_FALLBACKS else "cudnn"
         meta["ring_kernel"] = kernel
     return meta
 

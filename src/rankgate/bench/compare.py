@@ -215,15 +215,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = __doc__.split("\n\n", 1)[1]
     parser.add_argument("files", nargs="*", metavar="FILE", help="BASE NEW, or NEW... with --kind")
     parser.add_argument(
-        "--kind",
-        metavar="KIND",
+        "--kind", metavar="KIND",
         help="compare each file with the baseline of this machine kind ('auto': detect it)",
     )
     parser.add_argument(
-        "--baselines",
-        type=Path,
-        default=DEFAULT_BASELINES,
-        metavar="DIR",
+        "--baselines", type=Path, default=DEFAULT_BASELINES, metavar="DIR",
         help=f"where baselines live, one folder per kind (default {DEFAULT_BASELINES})",
     )
     parser.add_argument(
@@ -233,15 +229,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", dest="json_out", metavar="FILE", help="write the comparison")
     parser.add_argument("--plot", metavar="PNG", help="plot NEW/BASE per size (needs matplotlib)")
     parser.add_argument(
-        "--write-baseline",
-        metavar="FILE",
+        "--write-baseline", metavar="FILE",
         help="record the given runs (their repetitions together) as a baseline file",
     )
     parser.add_argument(
-        "--threshold",
-        action="append",
-        default=[],
-        metavar="METRIC=FRACTION",
+        "--threshold", action="append", default=[], metavar="METRIC=FRACTION",
         help="with --write-baseline: a metric's threshold, e.g. pool_median_ms=0.15",
     )
     parser.add_argument("--note", default="", help="with --write-baseline: how it was measured")
@@ -412,8 +404,7 @@ def _write_baseline(args: argparse.Namespace) -> int:
     else:
         samples.machine = {**here, **samples.machine}
     command = "rankgate bench compare --write-baseline " + shlex.join(
-        [args.write_baseline, *args.files]
-    )
+        [args.write_baseline, *args.files])
     doc = baseline_json(samples, command=command, note=args.note, sources=list(args.files))
     Path(args.write_baseline).parent.mkdir(parents=True, exist_ok=True)
     Path(args.write_baseline).write_text(json.dumps(doc, indent=1) + "\n")

@@ -137,7 +137,7 @@ def read_history(path: Path) -> dict[str, int]:
     except (OSError, ValueError) as exc:
         raise QuarantineError(f"quarantine history {path}: cannot read it ({exc})") from None
     tests = data.get("tests") if isinstance(data, dict) else None
-    if data.get("format") != HISTORY_FORMAT or not isinstance(tests, dict):
+    if not isinstance(tests, dict) or data.get("format") != HISTORY_FORMAT:
         raise QuarantineError(
             f"quarantine history {path}: not a {HISTORY_FORMAT} file; move it away or name "
             "another history in the quarantine file"
