@@ -451,6 +451,8 @@ class InPlaceSession:
         rank says through the store that it can (so all ranks rerun, or none)."""
         if attempts[-1].verdict != "failed" or len(attempts) > self.reruns:
             return False
+        if world_spec(item) is None:  # a plain test runs once, as in a pool
+            return False
         mine = self._aborted is None and not item.session.shouldstop
         try:
             said = self.control.all_gather(
