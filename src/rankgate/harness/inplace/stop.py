@@ -206,7 +206,8 @@ class RunStop:
         exchange), so nothing else touches pytest's state; the session never finishes.
         """
         rank = self.launch.rank
-        note = no_rerun_note(self.session.reruns) if item is not None else ""
+        stuck = item is not None and verdict in ("hung", "crashed")  # not a CI's signal
+        note = no_rerun_note(self.session.reruns) if stuck else ""
         if note:
             reason += note
             text += "\n" + note.strip(" ()")
