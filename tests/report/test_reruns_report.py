@@ -13,6 +13,7 @@ from rankgate.harness.attempts import ATTEMPTS_PROPERTY, FLAKY_PROPERTY, Attempt
 from rankgate.harness.quarantine import FAILURE_PROPERTY, QUARANTINE_PROPERTY
 from rankgate.pipeline.outcome import Outcome
 from rankgate.pipeline.table import summary_table
+from rankgate.report import present
 from rankgate.report.collect import ReportData
 from rankgate.report.html import render_html
 from rankgate.report.junit import merge_junit, read_junit
@@ -118,6 +119,9 @@ def test_pages_and_the_gate_table_count_flaky_tests_apart(tmp_path):
     )
     plain = summary_table([Outcome(stage="dist", status="passed")]).splitlines()
     assert plain[-1] == "gate — 1 passed, 0 failed, 0 skipped (stages)"
+    # The report's stage row counts them apart too.
+    stage = {"tests": {"tests": 3, "passed": 3}, "flaky": flaky}
+    assert present.stage_tests(stage) == "3 passed, 1 flaky"
 
 
 @pytest.mark.parametrize(("failed", "outcome", "streak", "ready"), [
