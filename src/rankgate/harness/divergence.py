@@ -280,6 +280,11 @@ def _cell(entry: Mapping | None) -> str:
     return f"{entry['op']}{arg} {_site(entry)} {entry.get('state', '')}".rstrip()
 
 
+def describe(entry: Mapping) -> str:
+    """'all_reduce #1 (float32[8]) issued at x.py:29'."""
+    return f"{name(entry)}{_arg(entry)} issued at {_site(entry)}"
+
+
 def in_flight(entries: Sequence[Mapping] | None) -> Mapping | None:
     """A rank's last collective when it did not complete (it waits in it, or it raised)."""
     if not entries or entries[-1].get("state") == "completed":
@@ -298,7 +303,5 @@ def under_crash(crashed: Mapping[int, str], ledgers: Mapping[int, Sequence[Mappi
     died = "; ".join(
         f"rank {r} crashed{' ' + where if where else ''}" for r, where in sorted(crashed.items())
     )
-    peers = "; ".join(
-        f"rank {r} was in {name(e)}{_arg(e)} issued at {_site(e)}" for r, e in waiting.items()
-    )
+    peers = "; ".join(f"rank {r} was in {describe(e)}" for r, e in waiting.items())
     return f"{died}; {peers}"

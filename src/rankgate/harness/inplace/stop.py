@@ -168,7 +168,8 @@ class RunStop:
                 who = "Ctrl-C, or the launcher passing it on"
             cause = f"rank {rank} received {name} ({who})"
         where = f"while {item.nodeid} ran" if item is not None else "between tests"
-        text, verdict = f"{cause} {where}", "crashed"
+        note = self._in_flight_note() if dead and item is not None else ""
+        text, verdict = f"{cause} {where}{note}", "crashed"
         if not dead:  # no rank failed: the run was cut short, and its files must say so
             self.interrupted = (text, item)
             text, verdict = f"{INTERRUPTED_PREFIX}{text}", "interrupted"
@@ -391,5 +392,13 @@ class RunStop:
         if not self._claim():
             threading.Event().wait()  # a signal's watcher records this rank and exits it
         cause = f"{_crashed(dead)} while {item.nodeid} ran"
-        self._record(item, cause, cause, verdict="crashed", gone=dead)
+        self._record(item, cause, cause + self._in_flight_note(), verdict="crashed", gone=dead)
+
+    def _in_flight_note(self) -> str:
+        """'; rank 0 was in all_reduce #1 (float32[4]) issued at x.py:9': the collective
+        this rank's test did not complete when a peer died ('' when none)."""
+        waiting = divergence.in_flight(ledger.now())
+        if waiting is None:
+            return ""
+        return f"; rank {self.launch.rank} was in {divergence.describe(waiting)}"
         os._exit(pytest.ExitCode.TESTS_FAILED)
