@@ -68,7 +68,11 @@ def pytest_configure(config: pytest.Config) -> None:
             "pools (-n works there)"
         )
     from rankgate.harness.adopt.hooks import ADOPT_PLUGIN, Adoption
+    from rankgate.harness.shards.plugin import SHARD_PLUGIN, ShardPlugin
 
+    # The durations file has one writer: the controller under xdist, rank 0 in place.
+    writes = not hasattr(config, "workerinput") and (launch is None or launch.rank == 0)
+    config.pluginmanager.register(ShardPlugin.from_config(config, writes=writes), SHARD_PLUGIN)
     adoption = Adoption.from_config(config)
     if adoption is not None:
         config.pluginmanager.register(adoption, ADOPT_PLUGIN)
