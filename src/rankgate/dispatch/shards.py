@@ -108,16 +108,18 @@ def run_shards(
     jobs = []
     for k in range(1, n + 1):
         job = target.job(shard_stage(stage, k, n), pytest_args)
-        extra = ["--rankgate-shard", f"{k}/{n}"]
+        # name=value: pytest would take a value given apart for a path to test, and
+        # root the run at the folder holding both (node ids then differ from ours)
+        extra = [f"--rankgate-shard={k}/{n}"]
         if profile.durations and hasattr(target, "shell"):
             # Always a snapshot, {} on the first run: a shard must never read times
             # another shard stored after the split was made.
             snapshot = f"{job.job_dir}/{SNAPSHOT_NAME}"
             target.shell.write_file(snapshot, json.dumps(durations or {}, indent=1) + "\n")
-            extra += ["--rankgate-durations", snapshot]
-            extra += ["--rankgate-store-durations", profile.durations]
+            extra += [f"--rankgate-durations={snapshot}"]
+            extra += [f"--rankgate-store-durations={profile.durations}"]
         elif profile.durations:
-            extra += ["--rankgate-durations", profile.durations]  # inside the pod: read only
+            extra += [f"--rankgate-durations={profile.durations}"]  # in the pod: read only
         jobs.append(replace(job, pytest_args=(*job.pytest_args, *extra)))
     say(f"{stage}: {n} shards, {_plan(expected)}")
     with caught_interrupts() as interrupts, ThreadPoolExecutor(max_workers=n) as pool:
