@@ -108,8 +108,8 @@ def run_shards(
     jobs = []
     for k in range(1, n + 1):
         job = target.job(shard_stage(stage, k, n), pytest_args)
-        # name=value: pytest would take a value given apart for a path to test, and
-        # root the run at the folder holding both (node ids then differ from ours)
+        # name=value: pytest counts an existing path given apart among the paths that
+        # choose its rootdir, and a rootdir above the suite's changes every node id
         extra = [f"--rankgate-shard={k}/{n}"]
         if profile.durations and hasattr(target, "shell"):
             # Always a snapshot, {} on the first run: a shard must never read times

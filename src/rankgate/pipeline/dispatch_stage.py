@@ -205,6 +205,14 @@ def _copy_merged_junit(result: DispatchResult | ShardedResult, args: argparse.Na
 
 def _dispatch(profile: Profile, args: argparse.Namespace, pytest_args: list[str]):
     if args.dry_run:
+        if profile.shards > 1:
+            durations = (
+                " --rankgate-durations=<job folder>/durations.in.json" if profile.durations else ""
+            )
+            print(
+                f"# {profile.shards} jobs like this one; job K adds "
+                f"--rankgate-shard=K/{profile.shards}{durations}"
+            )
         print(describe_stage(profile, stage=args.stage, pytest_args=pytest_args), end="")
         return None
     wait = wait_policy(
