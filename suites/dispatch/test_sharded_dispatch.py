@@ -183,3 +183,12 @@ def test_a_killed_shard_reports_its_tests_not_run_and_the_run_fails(sharded):
     assert lost.message.startswith(f"shard 2/2 (job {killed[0]} on "), lost.message
     assert "ended cancelled" in lost.message
     assert "3 tests not run: their shard left no results" in report
+    # The shards' folders alone merge into the same verdict again.
+    folders = [str(shard.job_dir) for shard in result.shards]
+    again = subprocess.run(
+        [sys.executable, "-m", "rankgate.cli", "merge-junit", "--shards", *folders, "--json"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert again.returncode == 1, again.stderr
+    verdicts = {t["id"].split("::")[-1]: t["verdict"] for t in json.loads(again.stdout)["tests"]}
+    assert verdicts == {"test_long": "passed", **{f"test_short[{i}]": "not run" for i in range(3)}}

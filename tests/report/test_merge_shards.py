@@ -113,3 +113,44 @@ def test_a_lost_shard_whose_tests_are_unknown_is_still_an_error():
     merged = merge_shards(runs)
     assert not merged.ok
     assert merged.verdicts["rankgate.merge::lost_shard_2"] == "error"
+
+
+def _shard_folder(folder, k, expected, *, node, outcome, ran=()):
+    import json
+
+    folder.mkdir()
+    (folder / "shard.json").write_text(json.dumps({"shard": k, "shards": 2, "expected": expected}))
+    summary = {"job_id": str(10 + k), "node": node, "outcome": outcome, "world_size": 2}
+    (folder / "summary.json").write_text(json.dumps(summary))
+    for rank in range(2) if ran else ():
+        cases = "".join(
+            f'<testcase classname="suites.x.test_a" name="{n}" time="0.1"/>' for n in ran
+        )
+        (folder / f"junit.rank{rank}.xml").write_text(
+            f'<testsuites><testsuite name="pytest">{cases}</testsuite></testsuites>'
+        )
+    return str(folder)
+
+
+def test_merge_junit_shards_merges_job_folders_again(tmp_path, capsys):
+    from rankgate.cli import main
+
+    one = _shard_folder(
+        tmp_path / "s1", 1, ["suites/x/test_a.py::test_one"], node="node1",
+        outcome="completed", ran=["test_one"],
+    )  # fmt: skip
+    two = _shard_folder(
+        tmp_path / "s2", 2, ["suites/x/test_a.py::test_two"], node="node2", outcome="node-fail"
+    )
+    assert main(["merge-junit", "--shards", one, two, "-o", str(tmp_path / "m.xml")]) == 1
+    out = capsys.readouterr().out
+    assert "shard 1/2: job 11 on node1, completed, 1 test on ranks 0, 1 of world 2" in out
+    assert "shard 2/2: job 12 on node2, node-fail, no results" in out
+    assert (
+        "NOT RUN suites.x.test_a::test_two: shard 2/2 (job 12 on node2) ended node-fail "
+        "and left no results"
+    ) in out
+    assert out.rstrip().endswith("1 not run -> " + str(tmp_path / "m.xml"))
+    assert main(["merge-junit", "--shards", one]) == 0
+    assert main(["merge-junit", "--shards", str(tmp_path / "none")]) == 2
+    assert "not a shard's job folder" in capsys.readouterr().err

@@ -33,7 +33,7 @@ from rankgate.harness.shards.durations import DurationsError, checked
 from rankgate.harness.shards.split import split
 from rankgate.proc.command import CommandFailed, finish
 from rankgate.report.junit import MergedReport
-from rankgate.report.shards import ShardRun, merge_shards
+from rankgate.report.shards import SHARD_FILE, ShardRun, merge_shards, shard_file
 
 SNAPSHOT_NAME = "durations.in.json"
 """The durations a shard splits by, copied into its job folder before it is submitted."""
@@ -120,6 +120,9 @@ def run_shards(
             extra += [f"--rankgate-store-durations={profile.durations}"]
         elif profile.durations:
             extra += [f"--rankgate-durations={profile.durations}"]  # in the pod: read only
+        if hasattr(target, "shell"):  # its folder alone can be merged again (merge-junit --shards)
+            mine = expected[k - 1] if expected else None
+            target.shell.write_file(f"{job.job_dir}/{SHARD_FILE}", shard_file(k, n, mine))
         jobs.append(replace(job, pytest_args=(*job.pytest_args, *extra)))
     say(f"{stage}: {n} shards, {_plan(expected)}")
     with caught_interrupts() as interrupts, ThreadPoolExecutor(max_workers=n) as pool:

@@ -10,14 +10,22 @@ A shard whose job left no results (its node failed, it was cancelled, it never
 started) is lost: each test it was to run is reported ``not run``, naming the shard,
 job, node and how it ended, so the merged run fails and the lost tests are counted. A
 test a shard was to run that none of its ranks reported is ``not run`` the same way.
+
+``rankgate merge-junit --shards DIR...`` (:func:`run`) merges the shards' job folders
+again, from the files a sharded dispatch leaves in each (:func:`read_shard_dir`).
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
-from rankgate.report.junit import MergedReport, MergedTest
+from rankgate.report.junit import MergedReport, MergedTest, merge_files
+from rankgate.report.junitfile import GREEN, ReportInputError, read_junit
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -109,3 +117,76 @@ def _lost_unknown(shard: ShardRun, labels) -> MergedTest:
         "results; which tests it was to run is unknown (no collection)"
     )
     return MergedTest("rankgate.merge", f"lost_shard_{shard.index}", "error", message, message, {})
+
+
+# --------------------------------------------------------------------------- command
+
+SHARD_FILE = "shard.json"
+"""Written into each shard's job folder before it is submitted: its K, N and the node ids
+it is to run, so its folder alone can be merged again (``merge-junit --shards``)."""
+
+
+def shard_file(index: int, count: int, expected: Sequence[str] | None) -> str:
+    """The text of ``shard.json``."""
+    data = {"shard": index, "shards": count, "expected": list(expected or [])}
+    return json.dumps(data, indent=1) + "\n"
+
+
+def read_shard_dir(folder: Path, index: int, count: int) -> ShardRun:
+    """One shard's job folder: its ranks' JUnit files merged, where and how its job ran
+    (``summary.json``), what it was to run (``shard.json``); each file optional."""
+    if not folder.is_dir():
+        raise ReportInputError(f"{folder}: not a shard's job folder (no such folder)")
+    meta = _json(folder / SHARD_FILE)
+    summary = _json(folder / "summary.json")
+    files = [read_junit(path) for path in sorted(folder.glob("junit.rank*.xml"))]
+    world = summary.get("world_size") or None
+    return ShardRun(
+        index=int(meta.get("shard", index)),
+        count=int(meta.get("shards", count)),
+        job_id=str(summary.get("job_id") or ""),
+        node=str(summary.get("node") or ""),
+        ended=str(summary.get("outcome") or ""),
+        report=merge_files(files, world) if files else None,
+        expected=tuple(meta.get("expected") or ()),
+    )
+
+
+def _json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ReportInputError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ReportInputError(f"{path}: expected a JSON object")
+    return data
+
+
+def run(args: argparse.Namespace) -> int:
+    """``rankgate merge-junit --shards DIR...``: exit 0 green, 1 not, 2 bad input."""
+    try:
+        folders = [Path(f) for f in args.files]
+        if not folders:
+            raise ReportInputError("--shards needs the shards' job folders")
+        runs = [read_shard_dir(f, k, len(folders)) for k, f in enumerate(folders, start=1)]
+        report = merge_shards(runs)
+        if args.output:
+            report.write_xml(args.output)
+    except (ReportInputError, OSError, ValueError) as exc:
+        print(f"rankgate merge-junit: error: {exc}", file=sys.stderr)
+        return 2
+    line = "rankgate merge-junit: " + report.summary_line()
+    if args.output:
+        line += f" -> {args.output}"
+    out = sys.stderr if args.json else sys.stdout
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    for shard in runs:
+        print(f"shard {shard.line()}", file=out)
+    for test in report.tests:
+        if test.verdict not in GREEN:
+            print(f"{test.verdict.upper()} {test.node_id}: {test.message}", file=out)
+    print(line, file=out)
+    return 0 if report.ok else 1
