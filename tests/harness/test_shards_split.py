@@ -116,6 +116,10 @@ def test_store_merges_into_what_the_file_holds(tmp_path):
     store_durations(path, {"t::b": 5.0, "t::c": 0.25})
     assert read_durations(path) == {"t::a": 1.0, "t::b": 5.0, "t::c": 0.25}
     assert [p.name for p in path.parent.iterdir() if not p.name.endswith(".lock")] == [path.name]
+    assert path.stat().st_mode & 0o777 == 0o644  # others on the cluster read it too
+    path.chmod(0o640)
+    store_durations(path, {"t::d": 1.0})
+    assert path.stat().st_mode & 0o777 == 0o640
 
 
 @pytest.mark.parametrize(

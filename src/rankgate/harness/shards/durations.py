@@ -80,10 +80,13 @@ def store_durations(path: str | Path, new: Mapping[str, float]) -> dict[str, flo
         merged = read_durations(path) if path.exists() else {}
         merged.update({key: round(float(value), 4) for key, value in new.items()})
         text = json.dumps(dict(sorted(merged.items())), indent=1) + "\n"
+        # mkstemp makes it private (0600): keep the file's own mode, else a shared one
+        mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
         fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(text)
+            os.chmod(temp, mode)
             os.replace(temp, path)
         except BaseException:
             Path(temp).unlink(missing_ok=True)
