@@ -72,7 +72,7 @@ def sharded(two_nodes, tmp_path):
     durations = tmp_path / "durations.json"
     durations.write_text(json.dumps(STORED))
 
-    def profile(**env):
+    def profile(shards=2, **env):
         data = {
             "partition": two_nodes.partition,
             "nodes": 1,
@@ -81,7 +81,7 @@ def sharded(two_nodes, tmp_path):
             "results_dir": str(tmp_path / "results"),
             "workdir": str(suite),
             "python": sys.executable,
-            "shards": 2,
+            "shards": shards,
             "durations": str(durations),
             "env": {"GLOO_SOCKET_IFNAME": two_nodes.ifname, "MARKERS": str(markers), **env},
         }
@@ -192,3 +192,22 @@ def test_a_killed_shard_reports_its_tests_not_run_and_the_run_fails(sharded):
     assert again.returncode == 1, again.stderr
     verdicts = {t["id"].split("::")[-1]: t["verdict"] for t in json.loads(again.stdout)["tests"]}
     assert verdicts == {"test_long": "passed", **{f"test_short[{i}]": "not run" for i in range(3)}}
+
+
+def test_a_shard_no_test_fell_to_is_not_submitted(sharded):
+    profile, _, _ = sharded
+    chosen = profile(shards=3)
+    result = run_sharded_stage(
+        chosen, stage="hpc", pytest_args=["-k", "long or short and 0"],
+        wait=wait_policy(chosen, poll_s=0.5),
+    )  # fmt: skip
+    report = render_sharded(result)
+    assert result.passed and result.exit_status == 0, report
+    assert [r.expected for r in result.runs] == [
+        ("test_sharded.py::test_long",),
+        ("test_sharded.py::test_short[0]",),
+        (),
+    ]
+    assert [bool(s.job_id) for s in result.shards] == [True, True, False]
+    assert "shard 3/3: no test fell to it, not submitted" in report
+    assert result.merged.counts["passed"] == 2 and len(result.merged.tests) == 2, report

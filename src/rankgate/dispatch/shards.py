@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rankgate.dispatch.interrupts import caught_interrupts
+from rankgate.dispatch.outcome import JobOutcome
 from rankgate.dispatch.results import MERGED_NAME, DispatchResult, render_report
 from rankgate.dispatch.target import Target, run_job
 from rankgate.dispatch.watch import Progress, WaitPolicy
@@ -52,6 +53,8 @@ class ShardedResult:
     """Local folder holding the merged JUnit file (``junit.merged.xml``) and summary.json."""
     notes: list[str] = field(default_factory=list)
     wall_s: float = 0.0
+    empty: tuple[int, ...] = ()
+    """Shards no test fell to (never submitted)."""
 
     @property
     def job_dir(self) -> Path | None:  # where dispatch_stage finds the merged JUnit file
@@ -59,7 +62,8 @@ class ShardedResult:
 
     @property
     def passed(self) -> bool:
-        return all(shard.passed for shard in self.shards) and self.merged.ok
+        ran = [s for k, s in enumerate(self.shards, start=1) if k not in self.empty]
+        return bool(ran) and all(shard.passed for shard in ran) and self.merged.ok
 
     @property
     def exit_status(self) -> int:
@@ -76,7 +80,11 @@ class ShardedResult:
             "folder": str(self.folder) if self.folder else None,
             "notes": self.notes,
             "shards": [
-                {**shard.to_json(), "shard": run.name, "expected": len(run.expected)}
+                {
+                    **shard.to_json(),
+                    "shard": run.name,
+                    "expected": None if run.expected is None else len(run.expected),
+                }
                 for shard, run in zip(self.shards, self.runs, strict=True)
             ],
             "merged": self.merged.to_dict(),
@@ -125,9 +133,12 @@ def run_shards(
             target.shell.write_file(f"{job.job_dir}/{SHARD_FILE}", shard_file(k, n, mine))
         jobs.append(replace(job, pytest_args=(*job.pytest_args, *extra)))
     say(f"{stage}: {n} shards, {_plan(expected)}")
+    # A shard no test fell to is not submitted: its pytest would find nothing and fail.
+    empty = {k for k in range(1, n + 1) if expected is not None and not expected[k - 1]}
+    notes += [f"shard {k}/{n}: no test fell to it, not submitted" for k in sorted(empty)]
     with caught_interrupts() as interrupts, ThreadPoolExecutor(max_workers=n) as pool:
-        futures = [
-            pool.submit(
+        futures = {
+            k: pool.submit(
                 run_job,
                 target,
                 job,
@@ -137,17 +148,21 @@ def run_shards(
                 interrupts=interrupts,
             )
             for k, job in enumerate(jobs, start=1)
+            if k not in empty
+        }
+        results = [
+            futures[k].result() if k in futures else _not_submitted(profile)
+            for k in range(1, n + 1)
         ]
-        results = [future.result() for future in futures]
     runs = [
         ShardRun(
             index=k,
             count=n,
             job_id=result.job_id,
             node=result.node,
-            ended=result.outcome.value,
+            ended="no tests, not submitted" if k in empty else result.outcome.value,
             report=result.merged.report if result.merged else None,
-            expected=tuple(expected[k - 1]) if expected else (),
+            expected=tuple(expected[k - 1]) if expected else None,
         )
         for k, result in enumerate(results, start=1)
     ]
@@ -161,11 +176,22 @@ def run_shards(
         folder=folder,
         notes=notes,
         wall_s=time.monotonic() - start,
+        empty=tuple(sorted(empty)),
     )
     if folder is not None:
         merged.write_xml(folder / MERGED_NAME)
         (folder / "summary.json").write_text(json.dumps(sharded.to_json(), indent=2) + "\n")
     return sharded
+
+
+def _not_submitted(profile) -> DispatchResult:
+    return DispatchResult(
+        profile=profile.name,
+        target=profile.target,
+        job_id="",
+        outcome=JobOutcome.COMPLETED,
+        message="no test fell to this shard: not submitted",
+    )
 
 
 def _prefixed(say: Progress, prefix: str) -> Progress:
@@ -256,7 +282,7 @@ def render_sharded(result: ShardedResult) -> str:
     if lost:
         lines.append(f"{len(lost)} tests not run: their shard left no results")
     for run, shard in zip(result.runs, result.shards, strict=True):
-        if not shard.passed:
+        if not shard.passed and run.index not in result.empty:
             lines += ["", f"===== shard {run.name} =====", render_report(shard)]
     if result.folder is not None:
         lines += ["", f"merged verdict: {result.folder / MERGED_NAME}"]

@@ -43,8 +43,9 @@ class ShardRun:
     """How its job ended (a :class:`~rankgate.dispatch.outcome.JobOutcome` value)."""
     report: MergedReport | None = None
     """Its ranks' merged results; None when the job left none."""
-    expected: tuple[str, ...] = ()
-    """pytest node ids the shard was to run (from the collection and the stored times)."""
+    expected: tuple[str, ...] | None = None
+    """pytest node ids the shard was to run (from the collection and the stored times);
+    None when unknown (no collection), () when no test fell to it (its job never ran)."""
 
     @property
     def name(self) -> str:
@@ -78,11 +79,11 @@ def merge_shards(shards: Sequence[ShardRun]) -> MergedReport:
         ran = shard.report.tests if shard.report else []
         seen = {t.node_id for t in ran} | {t.test_id for t in ran}
         tests += [replace(t, labels=labels) for t in ran]
-        for node_id in shard.expected:
+        for node_id in shard.expected or ():
             classname, name = case_of(node_id)
             if node_id not in seen and f"{classname}::{name}" not in seen:
                 tests.append(_not_run(classname, name, shard, labels))
-        if shard.report is None and not shard.expected:
+        if shard.report is None and shard.expected is None:
             tests.append(_lost_unknown(shard, labels))
     reports = [s.report for s in shards if s.report is not None]
     ranks = tuple(sorted({r for report in reports for r in report.ranks}))
@@ -128,7 +129,11 @@ it is to run, so its folder alone can be merged again (``merge-junit --shards``)
 
 def shard_file(index: int, count: int, expected: Sequence[str] | None) -> str:
     """The text of ``shard.json``."""
-    data = {"shard": index, "shards": count, "expected": list(expected or [])}
+    data = {
+        "shard": index,
+        "shards": count,
+        "expected": None if expected is None else list(expected),
+    }
     return json.dumps(data, indent=1) + "\n"
 
 
@@ -148,7 +153,7 @@ def read_shard_dir(folder: Path, index: int, count: int) -> ShardRun:
         node=str(summary.get("node") or ""),
         ended=str(summary.get("outcome") or ""),
         report=merge_files(files, world) if files else None,
-        expected=tuple(meta.get("expected") or ()),
+        expected=None if meta.get("expected") is None else tuple(meta["expected"]),
     )
 
 
