@@ -63,6 +63,7 @@ STORED = {
 
 @pytest.fixture
 def sharded(two_nodes, tmp_path):
+    """(profile(shards=2, **env), the markers folder, the durations file) for SUITE."""
     suite = tmp_path / "suite"
     suite.mkdir()
     (suite / "test_sharded.py").write_text(textwrap.dedent(SUITE))
@@ -211,3 +212,52 @@ def test_a_shard_no_test_fell_to_is_not_submitted(sharded):
     assert [bool(s.job_id) for s in result.shards] == [True, True, False]
     assert "shard 3/3: no test fell to it, not submitted" in report
     assert result.merged.counts["passed"] == 2 and len(result.merged.tests) == 2, report
+
+
+def _kill_node_when_running(cluster, lines: list[str], shard: str, done: list[str]) -> None:
+    end = time.monotonic() + 120
+    while time.monotonic() < end:
+        running = [
+            line
+            for line in lines
+            if line.startswith(f"shard {shard}: job ") and ": running on " in line
+        ]
+        if running:
+            node = running[0].rsplit(" ", 1)[-1]
+            time.sleep(3)  # the ranks are in the test by now
+            killed = cluster.run("kill-node", node)
+            done.append(node if killed.returncode == 0 else killed.stdout + killed.stderr)
+            return
+        time.sleep(0.2)
+
+
+@pytest.mark.slow  # SLURM declares the node down a SlurmdTimeout (30 s) and more after
+def test_a_shard_whose_node_dies_reports_its_tests_not_run(sharded, two_nodes):
+    profile, _, _ = sharded
+    lines: list[str] = []
+    killed: list[str] = []
+    killer = threading.Thread(
+        target=_kill_node_when_running, args=(two_nodes, lines, "2/2", killed), daemon=True
+    )
+    killer.start()
+    chosen = profile(WAIT_FOR_KILL="1")
+    try:
+        result = run_sharded_stage(
+            chosen, stage="hpc", pytest_args=[], wait=wait_policy(chosen, poll_s=0.5),
+            progress=lines.append,
+        )  # fmt: skip
+    finally:
+        killer.join(timeout=130)
+        revived = [two_nodes.run("revive-node", node) for node in killed if node in two_nodes.nodes]
+    report = render_sharded(result)
+    assert killed and killed[0] in two_nodes.nodes, (killed, lines)
+    assert all(r.returncode == 0 for r in revived), [r.stdout + r.stderr for r in revived]
+    assert [s.outcome for s in result.shards] == [JobOutcome.COMPLETED, JobOutcome.NODE_FAIL]
+    assert result.shards[1].node == killed[0] != result.shards[0].node, report
+    assert not result.passed and result.exit_status == 3, report
+    assert (result.merged.counts["passed"], result.merged.counts["not run"]) == (1, 3), report
+    lost = next(t for t in result.merged.tests if t.name == "test_short[0]")
+    assert lost.message == (
+        f"shard 2/2 (job {result.shards[1].job_id} on {killed[0]}) ended node-fail and left "
+        "no results"
+    ), report
