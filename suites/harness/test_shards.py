@@ -177,3 +177,30 @@ def test_in_place_every_rank_runs_the_same_shard_and_rank_0_stores(tmp_path):
     ran = {n for n in after if n not in stored}
     assert ran and all(n.split("::")[-1] in names[0] or n in stored for n in after)
     assert "rankgate: stored" in proc.stdout
+
+
+def test_under_xdist_the_controller_stores_every_workers_tests(inner, pytester):
+    source = """
+        import pytest
+
+        @pytest.mark.parametrize("i", range(6))
+        def test_plain(i):
+            pass
+
+        @pytest.mark.world(2)
+        def test_world(rank):
+            pass
+        """
+    result = inner(source, "-n", "2", "--rankgate-store-durations=d.json", subprocess=True)
+    result.assert_outcomes(passed=7)
+    assert "rankgate: stored 7 tests' durations in d.json" in result.stdout.str()
+    assert len(json.loads((pytester.path / "d.json").read_text())) == 7
+    # Each worker collects and splits alike: shard 1 of 2 runs its half, once.
+    shard = inner(
+        source, "-n", "2", "--rankgate-shard=1/2", "--rankgate-durations=d.json", subprocess=True
+    )
+    alone = inner(
+        source, "--collect-only", "-q", "--rankgate-shard=1/2", "--rankgate-durations=d.json"
+    )
+    shard.assert_outcomes(passed=len(_collected(alone)))
+    assert 0 < len(_collected(alone)) < 7
