@@ -154,3 +154,29 @@ def test_merge_junit_shards_merges_job_folders_again(tmp_path, capsys):
     assert main(["merge-junit", "--shards", one]) == 0
     assert main(["merge-junit", "--shards", str(tmp_path / "none")]) == 2
     assert "not a shard's job folder" in capsys.readouterr().err
+
+
+def test_the_report_lists_each_shard_where_it_ran(tmp_path):
+    from rankgate.report.collect import collect
+    from rankgate.report.html import render_html
+    from rankgate.report.markdown import render_markdown
+
+    runs = [
+        ShardRun(index=1, count=2, job_id="11", node="node1", ended="completed",
+                 report=_report(["test_one"]), expected=("suites/x/test_a.py::test_one",)),
+        ShardRun(index=2, count=2, job_id="12", node="node2", ended="node-fail", report=None,
+                 expected=("suites/x/test_a.py::test_two",)),
+    ]  # fmt: skip
+    (tmp_path / "junit").mkdir()
+    merge_shards(runs).write_xml(tmp_path / "junit" / "hpc.xml")
+    data = collect(tmp_path)
+    assert not data.ok
+    (group,) = data.summary["groups"]
+    assert [line.split(",")[0] for line in group["shards"]] == [
+        "1/2: job 11 on node1",
+        "2/2: job 12 on node2",
+    ]
+    md = render_markdown(data)
+    assert "- shard 2/2: job 12 on node2, node-fail, no results" in md
+    assert "1 not run: shard 2/2 (job 12 on node2) ended node-fail and left no results" in md
+    assert "<li>shard 1/2: job 11 on node1, completed, 1 test on ranks 0, 1" in render_html(data)
