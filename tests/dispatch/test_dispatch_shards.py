@@ -84,3 +84,17 @@ def test_nox_posargs_bad_shards_stop_at_once(value):
 
 def test_a_shards_job_says_which_shard_it_is():
     assert shard_stage("hpc", 2, 3) == "hpc-shard2of3"
+
+
+def test_a_durations_file_that_is_not_json_exits_2_before_any_job(tmp_path, capsys):
+    durations = tmp_path / "d.json"
+    durations.write_text("{not json")
+    profile = tmp_path / "site.toml"
+    profile.write_text(
+        f'shards = 2\ndurations = "{durations}"\nresults_dir = "{tmp_path / "results"}"\n'
+    )
+    code = main(["dispatch", "--profile", str(profile), "--stage", "hpc", "--", "-k", "x"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"profile durations = '{durations}'" in err and "not JSON" in err
+    assert not (tmp_path / "results").exists()  # nothing was submitted

@@ -26,9 +26,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rankgate.dispatch.interrupts import caught_interrupts
+from rankgate.dispatch.job import JobSpec
 from rankgate.dispatch.outcome import JobOutcome
 from rankgate.dispatch.results import MERGED_NAME, DispatchResult, render_report
-from rankgate.dispatch.target import Target, run_job
+from rankgate.dispatch.target import Target, TargetError, run_job
 from rankgate.dispatch.watch import Progress, WaitPolicy
 from rankgate.harness.shards.durations import DurationsError, checked
 from rankgate.harness.shards.split import split
@@ -113,25 +114,12 @@ def run_shards(
     notes: list[str] = []
     durations = _read_durations(target, notes)
     expected = _expected(pytest_args, durations, n, collect_cwd, notes)
-    jobs = []
-    for k in range(1, n + 1):
-        job = target.job(shard_stage(stage, k, n), pytest_args)
-        # name=value: pytest counts an existing path given apart among the paths that
-        # choose its rootdir, and a rootdir above the suite's changes every node id
-        extra = [f"--rankgate-shard={k}/{n}"]
-        if profile.durations and hasattr(target, "shell"):
-            # Always a snapshot, {} on the first run: a shard must never read times
-            # another shard stored after the split was made.
-            snapshot = f"{job.job_dir}/{SNAPSHOT_NAME}"
-            target.shell.write_file(snapshot, json.dumps(durations or {}, indent=1) + "\n")
-            extra += [f"--rankgate-durations={snapshot}"]
-            extra += [f"--rankgate-store-durations={profile.durations}"]
-        elif profile.durations:
-            extra += [f"--rankgate-durations={profile.durations}"]  # in the pod: read only
-        if hasattr(target, "shell"):  # its folder alone can be merged again (merge-junit --shards)
-            mine = expected[k - 1] if expected else None
-            target.shell.write_file(f"{job.job_dir}/{SHARD_FILE}", shard_file(k, n, mine))
-        jobs.append(replace(job, pytest_args=(*job.pytest_args, *extra)))
+    try:
+        jobs = [
+            _shard_job(target, stage, pytest_args, k, durations, expected) for k in range(1, n + 1)
+        ]
+    except CommandFailed as exc:  # the job folders are out of reach: no job was submitted
+        raise TargetError(f"cannot write the shards' files on the target: {exc}") from None
     say(f"{stage}: {n} shards, {_plan(expected)}")
     # A shard no test fell to is not submitted: its pytest would find nothing and fail.
     empty = {k for k in range(1, n + 1) if expected is not None and not expected[k - 1]}
@@ -184,6 +172,36 @@ def run_shards(
     return sharded
 
 
+def _shard_job(
+    target: Target,
+    stage: str,
+    pytest_args: Sequence[str],
+    k: int,
+    durations: dict[str, float] | None,
+    expected: list[list[str]] | None,
+) -> JobSpec:
+    """Shard ``k``'s job, and its files in its job folder (SLURM)."""
+    profile = target.profile
+    n = profile.shards
+    job = target.job(shard_stage(stage, k, n), pytest_args)
+    # name=value: pytest counts an existing path given apart among the paths that
+    # choose its rootdir, and a rootdir above the suite's changes every node id
+    extra = [f"--rankgate-shard={k}/{n}"]
+    if profile.durations and hasattr(target, "shell"):
+        # Always a snapshot, {} on the first run: a shard must never read times
+        # another shard stored after the split was made.
+        snapshot = f"{job.job_dir}/{SNAPSHOT_NAME}"
+        target.shell.write_file(snapshot, json.dumps(durations or {}, indent=1) + "\n")
+        extra += [f"--rankgate-durations={snapshot}"]
+        extra += [f"--rankgate-store-durations={profile.durations}"]
+    elif profile.durations:
+        extra += [f"--rankgate-durations={profile.durations}"]  # in the pod: read only
+    if hasattr(target, "shell"):  # its folder alone can be merged again (merge-junit --shards)
+        mine = expected[k - 1] if expected else None
+        target.shell.write_file(f"{job.job_dir}/{SHARD_FILE}", shard_file(k, n, mine))
+    return replace(job, pytest_args=(*job.pytest_args, *extra))
+
+
 def _not_submitted(profile) -> DispatchResult:
     return DispatchResult(
         profile=profile.name,
@@ -223,7 +241,11 @@ def _read_durations(target: Target, notes: list[str]) -> dict[str, float] | None
     except FileNotFoundError:
         notes.append(f"no durations in {path} here: shards split by test count")
         return None
-    except (json.JSONDecodeError, DurationsError, CommandFailed, OSError) as exc:
+    except CommandFailed as exc:  # the cluster did not answer: no job was submitted
+        raise TargetError(f"cannot read the durations file {path} on the target: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"profile durations = {path!r} is not JSON: {exc}") from None
+    except (DurationsError, OSError) as exc:
         raise ValueError(f"profile durations = {path!r}: {exc}") from None
 
 
