@@ -3,20 +3,30 @@
 # pool under pytest-xdist against the pool alone, and the harness's own overhead.
 # Usage: scripts/gpu/two-gpus.sh OUT STEP...
 #   steps: inplace pool-gpu pool-gpu-n2 same-tests pool-dist pool-harness harness cp comm
+#          attention attn-chunks
 # Writes OUT/env.txt and per step a log (OUT/<step>.txt) and its JUnit under /tmp/rg;
 # the end packs /tmp/rg into OUT/results.tgz (the device tool brings back 8 files).
-# DeepSpeed and what it needs come as wheels in .whl-ds (carried), installed beside the
-# host's packages when one of them is missing there.
+# DeepSpeed and what it needs, and expecttest (torch.testing._internal imports it), come as
+# wheels in .whl-ds (carried), installed beside the host's packages when one is missing.
+# GPUS=0,1 (CUDA_VISIBLE_DEVICES) keeps a run on some GPUs, so two runs share a 4-GPU host
+# (each with its own OUT and WORK, after one run without steps installed: SKIP_INSTALL=1).
+# INPLACE_PATHS and HARNESS_FILES narrow the inplace and pool-harness steps (one half each).
 set -uo pipefail
 out=$1; shift
 work=/tmp/rg
 mkdir -p "$work"
 export NVSHMEM_DISABLE_NVLS=1
-. scripts/gpu/install.sh "$out/pip.txt" || exit $?
-if [ -d .whl-ds ] && ! python3 -c 'import deepspeed' 2>/dev/null; then
+[ -n "${GPUS:-}" ] && export CUDA_VISIBLE_DEVICES=$GPUS RANKGATE_GPU_LEASE_DIR=/tmp/leases-${GPUS//,/-}
+work=${WORK:-$work} && mkdir -p "$work"  # one per concurrent run
+[ -d /tmp/site ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+if [ -z "${SKIP_INSTALL:-}" ]; then  # SKIP_INSTALL=1: an earlier run of this script did it
+  . scripts/gpu/install.sh "$out/pip.txt" || exit $?
+  if [ -d .whl-ds ] && ! python3 -c 'import deepspeed, expecttest' 2>/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
         .whl-ds/*.whl >>"$out/pip.txt" 2>&1 && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+  fi
 fi
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
 {
   date -u; nvidia-smi -L; nvidia-smi topo -m
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
@@ -39,7 +49,8 @@ for s in "$@"; do
     inplace)  # every rank its own pytest; merge-junit makes one verdict
       mkdir -p "$work/inplace"
       timed inplace "${INPLACE_LIMIT:-260}" torchrun --standalone --nproc-per-node=2 -m pytest \
-        -p no:cacheprovider -q -rfEs -m "dist or gpu" suites --junitxml="$work/inplace/junit.xml"
+        -p no:cacheprovider -q -rfEs -m "dist or gpu" ${INPLACE_PATHS:-suites} \
+        --junitxml="$work/inplace/junit.xml"
       (cd "$work/inplace" && python3 -m rankgate.cli merge-junit --world 2 -o merged.xml . \
         >merge-junit.txt 2>&1; echo "merge-junit rc $?" >>merge-junit.txt)
       tail -3 "$work/inplace/merge-junit.txt" ;;
@@ -56,8 +67,8 @@ for s in "$@"; do
         --junitxml="$work/pool-dist.xml" ;;
     pool-harness)  # the harness's own GPU tests and the adoption suites, in the pool
       timed pool-harness "${POOL_LIMIT:-200}" "${pytest_[@]}" -m "dist or gpu" \
-        suites/harness/test_gpu.py suites/harness/test_adopt.py \
-        suites/harness/test_adopt_torchcase.py suites/harness/test_adopt_freshgroup.py \
+        ${HARNESS_FILES:-suites/harness/test_gpu.py suites/harness/test_adopt.py \
+        suites/harness/test_adopt_torchcase.py suites/harness/test_adopt_freshgroup.py} \
         --junitxml="$work/pool-harness.xml" ;;
     harness)
       for backend in nccl gloo; do
@@ -84,6 +95,17 @@ for s in "$@"; do
         --collectives all_reduce -b 1K -e 64M -f 2 --buffer-bytes 64M --auto-thresholds defaults \
         --iters 20 --reps 5 --rounds 3 --graph-max-bytes 64M --nccl-tests .nccl-tests/build
       grep -E "^# " "$work/comm.txt" | tail -12 ;;
+    attention)  # ring against PyTorch's context parallel and one GPU, one lease
+      timed attention "${ATTN_LIMIT:-240}" python3 -m rankgate.cli bench attention --worlds 1,2 \
+        --seq-lens 16K,32K,64K,128K --reps 3 --skip ring@1 --fit-cap-gib 8 --out "$work/attention"
+      tail -8 "$work/attention.txt" ;;
+    attn-chunks)  # the ring's heads per kernel call at the short lengths, world 2
+      for chunks in 1 2 4; do
+        timed "attn-chunks-$chunks" 120 python3 -m rankgate.cli bench attention --worlds 2 \
+          --methods ring,torch-cp --seq-lens 8K,16K,32K --reps 5 --no-profile \
+          --head-chunks "$chunks" --out "$work/attn-chunks-$chunks"
+        tail -5 "$work/attn-chunks-$chunks.txt"
+      done ;;
     *) echo "unknown step $s" ;;
   esac
 done

@@ -57,6 +57,28 @@ def test_another_backend_gets_a_fresh_group_for_the_test(rank):
 
 
 @pytest.mark.world(2, backend="gloo")
+def test_a_fresh_cpu_only_group_on_a_world_bound_to_a_gpu(rank):
+    # A GPU host's world is bound to this rank's GPU, and torch's new_group hands that
+    # device to every group made after it: a backend without a GPU side then failed with
+    # "No backend type associated with device type cuda". Played here by binding the
+    # gloo world to a device by hand; the fresh group is made without it.
+    _register_other_backend()
+    world = c10d._world.default_pg
+    bound = torch.device("cuda", 0)
+    world.bound_device_id = bound
+    try:
+        with torchcase.redirecting():
+            dist.init_process_group(OTHER, rank=rank, world_size=2)
+            assert dist.get_backend() == OTHER
+            assert _sum_of_ranks() == 3.0
+            assert world.bound_device_id == bound  # the world keeps its device meanwhile
+            dist.destroy_process_group()
+    finally:
+        world.bound_device_id = None
+    assert c10d._world.default_pg is world and _sum_of_ranks() == 3.0
+
+
+@pytest.mark.world(2, backend="gloo")
 def test_the_tests_destroy_ends_the_fresh_group_and_a_second_init_gets_another(rank):
     _register_other_backend()
     world = c10d._world.default_pg

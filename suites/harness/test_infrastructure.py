@@ -270,16 +270,16 @@ def pytest_sessionstart(session):
         (
             (),
             "['rankgate', 'rankgate-harness', 'rankgate-interrupt', 'rankgate-outcomes', "
-            "'rankgate-pools', 'rankgate-shards', 'rankgate-tracing']",
+            "'rankgate-pools', 'rankgate-reruns', 'rankgate-shards', 'rankgate-tracing']",
         ),
         (("-p", "no:rankgate"), "[]"),  # every part of rankgate off, as the flag says
         (
             ("-p", "no:rankgate-tracing"),
             "['rankgate', 'rankgate-harness', 'rankgate-interrupt', 'rankgate-pools', "
-            "'rankgate-shards']",
+            "'rankgate-reruns', 'rankgate-shards']",
         ),
     ],
-    ids=["none-blocked", "no-rankgate", "no-tracing"],  # values too long to name a test
+    ids=["none-blocked", "no-rankgate", "no-rankgate-tracing"],
 )
 def test_blocking_rankgate_turns_every_rankgate_plugin_off(pytester, blocked, seen):
     pytester.makeconftest(PLUGINS_SEEN)

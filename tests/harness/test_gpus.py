@@ -11,22 +11,25 @@ def test_xdist_slot():
 
 
 @pytest.mark.parametrize(
-    ("total", "world", "slot", "block"),
+    ("total", "world", "slot", "workers", "block"),
     [
-        pytest.param(4, 2, 0, (0, 1), id="4gpus-world2-worker0"),
-        pytest.param(4, 2, 1, (2, 3), id="4gpus-world2-worker1"),
-        pytest.param(4, 2, 2, (0, 1), id="4gpus-world2-worker2-wraps"),
-        pytest.param(2, 2, 1, (0, 1), id="2gpus-world2-worker1-shares"),
-        pytest.param(2, 1, 1, (1,), id="2gpus-world1-worker1"),
-        pytest.param(3, 2, 1, (2, 0), id="3gpus-world2-worker1-wraps"),
-        pytest.param(8, 8, 5, tuple(range(8)), id="8gpus-world8"),
-        pytest.param(2, 4, 0, (), id="too-few"),
+        pytest.param(4, 2, 0, 2, (0, 1), id="4gpus-world2-worker0"),
+        pytest.param(4, 2, 1, 2, (2, 3), id="4gpus-world2-worker1"),
+        pytest.param(4, 2, 2, 3, (0, 1), id="4gpus-world2-worker2-wraps"),
+        pytest.param(4, 1, 1, 2, (2,), id="4gpus-world1-worker1-in-its-region"),
+        pytest.param(2, 2, 1, 2, (0, 1), id="2gpus-world2-worker1-shares"),
+        pytest.param(2, 1, 1, 2, (1,), id="2gpus-world1-worker1"),
+        pytest.param(3, 2, 1, 2, (2, 0), id="3gpus-world2-worker1-wraps"),
+        pytest.param(8, 8, 5, 6, tuple(range(8)), id="8gpus-world8"),
+        pytest.param(2, 4, 0, 1, (), id="too-few"),
+        pytest.param(2, 2, 0, 1, (0, 1), id="no-xdist"),
     ],
 )
-def test_each_worker_has_a_block_of_the_machines_gpus(total, world, slot, block):
-    assert gpu_block(total, world, slot) == block
+def test_each_worker_has_a_block_of_the_machines_gpus(total, world, slot, workers, block):
+    assert gpu_block(total, world, slot, workers) == block
 
 
-def test_two_workers_on_four_gpus_put_world_2_on_disjoint_pairs():
-    pairs = [set(gpu_block(4, 2, slot)) for slot in range(2)]
-    assert pairs[0].isdisjoint(pairs[1]) and pairs[0] | pairs[1] == {0, 1, 2, 3}
+@pytest.mark.parametrize("world", [1, 2])
+def test_two_workers_on_four_gpus_put_small_worlds_on_disjoint_gpus(world):
+    blocks = [set(gpu_block(4, world, slot, 2)) for slot in range(2)]
+    assert blocks[0].isdisjoint(blocks[1]) and blocks[0] | blocks[1] <= {0, 1, 2, 3}

@@ -208,6 +208,17 @@ def test_auto_head_chunks_keeps_groups_whole():
     assert auto_head_chunks(24, 2) == 2
 
 
+def test_auto_head_chunks_splits_only_long_shards():
+    from rankgate.workloads.ring_attention.ring import auto_head_chunks
+
+    # 32/8 heads at world 2: 16K tokens (8K rows a rank) in one call, 32K in two, 64K
+    # and longer in four (one per 8 query heads, the most auto takes)
+    assert [auto_head_chunks(32, 8, rows) for rows in (8192, 16384, 32768, 65536)] == [1, 2, 4, 4]
+    assert auto_head_chunks(32, 8, rows=1) == 1
+    assert auto_head_chunks(48, 6, rows=3 * 8192) == 3  # 3 divides 6
+    assert auto_head_chunks(40, 5, rows=2 * 8192) == 1  # 3 wanted; 3 and 2 do not divide 5
+
+
 def test_fused_kernel_records_why_it_left_cudnn_and_tries_flash():
     from rankgate.workloads.ring_attention import kernels
 
@@ -218,6 +229,27 @@ def test_fused_kernel_records_why_it_left_cudnn_and_tries_flash():
             kernels.FusedKernel().forward(q, q, q, True, 0.25)
         reason = kernels.FUSED_FALLBACKS[("cpu", "torch.bfloat16")]
         assert reason.startswith("cuDNN forward: ")
+    finally:
+        kernels.FUSED_FALLBACKS.clear()
+
+
+def test_fused_kernel_stays_on_cudnn_after_running_out_of_memory():
+    # Memory is not cuDNN refusing the shapes: a memory-capped probe once sent every later
+    # call of the process to flash, and the bench's header then named the wrong kernel.
+    from rankgate.workloads.ring_attention import kernels
+
+    class OutOfMemory:
+        def forward(self, *args):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 820.00 MiB")
+
+    fused = kernels.FusedKernel()
+    fused._cudnn = OutOfMemory()
+    q = torch.zeros(1, 2, 8, 16, dtype=torch.bfloat16)
+    kernels.FUSED_FALLBACKS.clear()
+    try:
+        with pytest.raises(torch.OutOfMemoryError, match=r"820\.00 MiB"):
+            fused.forward(q, q, q, True, 0.25)
+        assert kernels.FUSED_FALLBACKS == {} and fused.name == "cudnn"
     finally:
         kernels.FUSED_FALLBACKS.clear()
 

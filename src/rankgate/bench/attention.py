@@ -460,6 +460,9 @@ def _fit_check(method, w, group, sync_group, opts, device, rows, report) -> list
     mine = [r for r in rows if r["method"] == method and r["world"] == w and r.get("peak_bytes")]
     if len(mine) < 2:
         return []
+    # The two longest lengths: shorter shards may run another plan (the ring's auto head
+    # chunks call more heads at once there), which bends the line the fit extends.
+    mine = sorted(mine, key=lambda r: r["seq"])[-2:]
     peaks = torch.tensor([[r["seq"], r["peak_bytes"]] for r in mine], dtype=torch.float64)
     dist.all_reduce(peaks, op=dist.ReduceOp.MAX, group=sync_group)  # the fullest rank
     intercept, slope = linear_fit(peaks[:, 0].tolist(), peaks[:, 1].tolist())
@@ -496,8 +499,16 @@ def _meta(opts: dict, device) -> dict:
     meta = run_meta(device, opts, SAFE_ENV)
     from rankgate.workloads.ring_attention.ring import auto_head_chunks
 
-    meta["ring_head_chunks"] = opts["head_chunks"] or auto_head_chunks(
-        opts["heads"], opts["kv_heads"]
+    # auto splits by this rank's rows: one figure per length at the largest ring
+    w = max(x for x in opts["worlds"] if x > 1) if max(opts["worlds"]) > 1 else 1
+    chunks = {
+        f"{seq // 1024}K" if seq % 1024 == 0 else str(seq): auto_head_chunks(
+            opts["heads"], opts["kv_heads"], opts["batch"] * seq // w
+        )
+        for seq in opts["seq_lens"]
+    }
+    meta["ring_head_chunks"] = opts["head_chunks"] or (
+        "auto (" + ", ".join(f"{seq}: {n}" for seq, n in chunks.items()) + f" at world {w})"
     )
     if device.type == "cuda":
         from rankgate.workloads.ring_attention.kernels import FUSED_FALLBACKS

@@ -132,8 +132,8 @@ def table(result: dict) -> str:
             + (f"  ({r['note']})" if r.get("note") else "")
         )
     if result.get("fit"):
-        lines.append("# longest sequence that fits: peak memory fitted as a + b*seq over the timed "
-                     "lengths (fullest rank); checked under the cap")  # fmt: skip
+        lines.append("# longest sequence that fits: peak memory fitted as a + b*seq over the two "
+                     "longest timed lengths (fullest rank); checked under the cap")  # fmt: skip
         for f in result["fit"]:
             checks = "; ".join(
                 f"{c['probe']} {c['seq']}: {'ran' if c['ran'] else 'did not fit'}"

@@ -35,6 +35,11 @@ ATTENTION = f"{X2}/two-gpus/attention/attention.json"
 NCCL_TESTS_GRAPH = "benchmarks/reference/nvidia-h200-x2/nccl-tests-runs/nccl-tests_h200x2_turn3.txt"
 NCCL_TESTS = "benchmarks/reference/nvidia-h200-x2"
 EAGER_PUSH = "benchmarks/results/nvidia-h100-x2/two-gpus-2026-11-26/comm-oneshot-eager/comm.json"
+X4 = "benchmarks/results/nvidia-h100-x4/gpu-pool-and-attention-2026-11-26"
+X4_ATTENTION = f"{X4}/lease3/attention/attention.json"
+"""The newest attention run (ring's head chunks by length): the README's table."""
+X4_COMM = f"{X4}/lease3/comm/comm.json"
+"""The newest comm run, nccl-tests built beside it against torch's NCCL."""
 TIMES, DASH = "\u00d7", "\u2013"  # as the docs write them: 1.21x, 1\u20132 us
 KiB = 1 << 10
 MiB = 1 << 20
@@ -182,6 +187,37 @@ def comm_run10_table(load: Loader) -> str:
     return "\n".join(lines)
 
 
+def comm_auto_against_fastest(path: str) -> Callable[[Loader], str]:
+    """One run's table: auto against the fastest single backend, eager and in a graph, with
+    nccl-tests' in-place time beside it."""
+    names = {"p2p-push": "push", "p2p-oneshot": "one-shot", "p2p-twoshot": "two-shot",
+             "nccl": "NCCL"}  # fmt: skip
+
+    def render(load: Loader) -> str:
+        run = load(path)
+        rows, cross = _rows(run), run["crossovers"]
+        lines = ["| bytes | auto eager us (kernel) | fastest eager | ratio | auto graph us "
+                 "| fastest graph | ratio | nccl-tests eager / graph us |",
+                 "|---:|---|---|---:|---|---|---:|---|"]  # fmt: skip
+        for size in sorted({b for (name, b) in rows if name == "auto"}):
+            auto = rows[("auto", size)]
+            cells = [_size(size)]
+            for mode in ("eager", "graph"):
+                best = cross[mode]["fastest"][str(size)]
+                ratio = cross[mode]["auto_ratio"][str(size)]
+                kernel = auto["path"] if mode == "eager" else auto["graph_path"]
+                cells += [f"{auto[mode + '_us']:.2f} ({kernel})",
+                          f"{names[best]} {rows[(best, size)][mode + '_us']:.2f}",
+                          f"**{ratio:.3f}**" if ratio > 1.05 else f"{ratio:.3f}"]  # fmt: skip
+            nt = auto.get("nccl_tests") or {}
+            cells.append(" / ".join(f"{nt[m]['us']:.2f}" if m in nt else "-"
+                                    for m in ("eager", "graph")))  # fmt: skip
+            lines.append("| " + " | ".join(cells) + " |")
+        return "\n".join(lines)
+
+    return render
+
+
 # --- attention ---------------------------------------------------------------------------
 
 
@@ -194,7 +230,7 @@ def _attention(load: Loader, path: str = ATTENTION) -> tuple[dict, list[int], di
 
 
 def readme_attention_table(load: Loader) -> str:
-    by, seqs, _ = _attention(load)
+    by, seqs, _ = _attention(load, X4_ATTENTION)
     lines = ["| tokens | one GPU ms | ring x2 ms (speedup) | torch-cp x2 ms (speedup) |",
              "|---:|---:|---:|---:|"]  # fmt: skip
     for seq in seqs:
@@ -207,23 +243,21 @@ def readme_attention_table(load: Loader) -> str:
 
 
 def readme_attention_summary(load: Loader) -> str:
-    by, seqs, fits = _attention(load)
+    by, seqs, _ = _attention(load, X4_ATTENTION)
+    _, _, fits = _attention(load, ATTENTION)  # memory: the last run whose fit checks all ran
     long = [s for s in seqs if s >= 64 * 1024]
     effic = [100 * by[("ring", s)]["efficiency"] for s in long]
-    ahead = [100 * (by[("torch-cp", s)]["time_ms"] / by[("ring", s)]["time_ms"] - 1) for s in long]
-    first = seqs[0]
-    cp_faster = by[("torch-cp", first)]["time_ms"] < by[("ring", first)]["time_ms"]
+    ahead = [100 * (by[("torch-cp", s)]["time_ms"] / by[("ring", s)]["time_ms"] - 1) for s in seqs]
     per_token = {m: fits[m]["bytes_per_token"] / 1024 for m in ("ring", "single", "torch-cp")}
     ran = {m: max(c["seq"] for c in fits[m]["checks"] if c["ran"]) for m in ("ring", "single")}
     cap = fits["ring"]["cap_bytes"] / (1 << 30)
     return _wrap(
-        f"From {_tokens(long[0])} the ring is at {_span(effic)}% efficiency and "
-        f"{'slightly ahead of' if min(ahead) > 0 else 'not always ahead of'} PyTorch's "
-        f"context parallel ({_span(ahead)}%); at {_tokens(first)} PyTorch's is "
-        f"{'faster' if cp_faster else 'slower'} (fixed per-step costs dominate). Memory: "
-        f"{per_token['ring']:.1f} KiB per token per GPU for the ring against "
-        f"{per_token['single']:.1f} for one GPU and {per_token['torch-cp']:.1f} for "
-        f"torch-cp, so under an {cap:.0f} GiB cap {ran['ring']:,} tokens ran on the ring "
+        f"The ring is {'ahead of' if min(ahead) > 0 else 'not always ahead of'} PyTorch's "
+        f"context parallel at every length from {_tokens(seqs[0])} to {_tokens(seqs[-1])} "
+        f"({_span(ahead)}%), and from {_tokens(long[0])} at {_span(effic)}% efficiency. "
+        f"Memory (2{TIMES}H200, run 4): {per_token['ring']:.1f} KiB per token per GPU for the "
+        f"ring against {per_token['single']:.1f} for one GPU and {per_token['torch-cp']:.1f} "
+        f"for torch-cp, so under an {cap:.0f} GiB cap {ran['ring']:,} tokens ran on the ring "
         f"against {ran['single']:,} on one GPU ({ran['ring'] / ran['single']:.1f}x)."
     )
 
@@ -253,14 +287,18 @@ CLAIMS = (
           (RERUN, f"{RUN7}/bench_ar/comm.json", f"{RUN7}/bench_coll/comm.json",
            NCCL_TESTS_GRAPH, f"{NCCL_TESTS}/nccl_all_reduce.txt",
            f"{NCCL_TESTS}/nccl_broadcast.txt", EAGER_PUSH), readme_comm),
-    Claim("readme-attention-table", "README.md", (ATTENTION,), readme_attention_table),
-    Claim("readme-attention-summary", "README.md", (ATTENTION,), readme_attention_summary),
+    Claim("readme-attention-table", "README.md", (X4_ATTENTION,), readme_attention_table),
+    Claim("readme-attention-summary", "README.md", (X4_ATTENTION, ATTENTION),
+          readme_attention_summary),
     Claim("comm-run10-graph", f"{X2}/COMM.md",
           (f"{RUN10}/graph_fp32/comm.json", f"{RUN10}/graph_bf16/comm.json"), comm_run10_table),
     Claim("attention-run3", f"{X2}/attention/ATTENTION.md", (ATTENTION_RUN3,),
           attention_table(ATTENTION_RUN3)),
     Claim("attention-two-gpus", f"{X2}/attention/ATTENTION.md", (ATTENTION,),
           attention_table(ATTENTION)),
+    Claim("attention-h100x4", f"{X2}/attention/ATTENTION.md", (X4_ATTENTION,),
+          attention_table(X4_ATTENTION)),
+    Claim("comm-h100x4", f"{X4}/README.md", (X4_COMM,), comm_auto_against_fastest(X4_COMM)),
 )  # fmt: skip
 """Every rendered block, in the order the command writes them."""
 

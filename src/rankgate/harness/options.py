@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from rankgate.harness.attempts import FLAKY_POLICIES
 from rankgate.harness.spec import timeout_problem
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -56,6 +57,31 @@ def add_options(parser: pytest.Parser) -> None:
         default="auto",
         help="auto: in-place when started by torchrun/srun/mpirun, else worker pools",
     )
+    group.addoption(
+        "--rankgate-reruns",
+        default=None,
+        metavar="N",
+        help="rerun a failed (crashed, hung) world test up to N more times on a fresh world "
+        "(a new pool; in place, a new process group once every rank agrees); one that then "
+        "passes is flaky (overrides ini rankgate_reruns; default 0)",
+    )
+    group.addoption(
+        "--rankgate-flaky",
+        default=None,
+        metavar="pass|fail",
+        help="what a flaky test (failed, then passed a rerun) counts as: pass (listed apart "
+        "as flaky) or fail (overrides ini rankgate_flaky; default pass)",
+    )
+    group.addoption(
+        "--rankgate-quarantine",
+        default=None,
+        metavar="FILE",
+        help="a TOML file of quarantined tests (id, reason, issue): they run, and their "
+        "failures do not fail the run (overrides ini rankgate_quarantine; docs/harness.md)",
+    )
+    parser.addini("rankgate_reruns", "reruns of a failed world test (0)")
+    parser.addini("rankgate_flaky", "pass or fail: what a flaky test counts as (pass)")
+    parser.addini("rankgate_quarantine", "TOML file of quarantined tests (none)")
     add_shard_options(group)
     parser.addini("rankgate_timeout", f"default test timeout in seconds ({DEFAULT_TIMEOUT_S:g})")
     parser.addini(
@@ -138,6 +164,58 @@ def check(config: pytest.Config) -> None:
     rendezvous_timeout(config)
     start_timeout(config)
     worker_setup(config)
+    reruns(config)
+    flaky_policy(config)
+
+
+def _cli_or_ini(config: pytest.Config, name: str) -> tuple[str, str] | None:
+    """(where it was said, the value) of ``--rankgate-<name>``, else of ini
+    ``rankgate_<name>``; None when neither says it."""
+    cli = config.getoption(f"rankgate_{name}")
+    if cli is not None:
+        return f"--rankgate-{name}", str(cli).strip()
+    ini = (config.getini(f"rankgate_{name}") or "").strip()
+    return (f"ini option rankgate_{name}", ini) if ini else None
+
+
+def reruns(config: pytest.Config) -> int:
+    """How many times a failed world test runs again (0: never)."""
+    said = _cli_or_ini(config, "reruns")
+    if said is None:
+        return 0
+    where, raw = said
+    try:
+        value = int(raw)
+    except ValueError:
+        raise pytest.UsageError(
+            f"{where}={raw!r} is not a whole number (say 2: a failed test runs up to twice more)"
+        ) from None
+    if value < 0:
+        raise pytest.UsageError(f"{where} must be 0 or more, got {value}")
+    return value
+
+
+def flaky_policy(config: pytest.Config) -> str:
+    """``pass`` (a flaky test passes, listed apart) or ``fail``."""
+    said = _cli_or_ini(config, "flaky")
+    if said is None:
+        return "pass"
+    where, raw = said
+    if raw not in FLAKY_POLICIES:
+        raise pytest.UsageError(f"{where}={raw!r}: choose pass or fail")
+    return raw
+
+
+def quarantine_file(config: pytest.Config) -> str | None:
+    """The quarantine file named by ``--rankgate-quarantine`` or ini ``rankgate_quarantine``
+    (an ini path is relative to the ini file's folder)."""
+    said = _cli_or_ini(config, "quarantine")
+    if said is None:
+        return None
+    where, raw = said
+    if where.startswith("ini") and config.inipath is not None:
+        return str(config.inipath.parent / raw)
+    return raw
 
 
 def worker_setup(config: pytest.Config) -> str | None:

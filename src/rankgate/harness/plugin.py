@@ -68,8 +68,11 @@ def pytest_configure(config: pytest.Config) -> None:
             "pools (-n works there)"
         )
     from rankgate.harness.adopt.hooks import ADOPT_PLUGIN, Adoption
+    from rankgate.harness.rerun_report import RERUN_PLUGIN, RerunReport
     from rankgate.harness.shards.plugin import SHARD_PLUGIN, ShardPlugin
 
+    config.pluginmanager.register(RerunReport(), RERUN_PLUGIN)
+    _register_quarantine(config)
     # The durations file has one writer: the controller under xdist, rank 0 in place.
     writes = not hasattr(config, "workerinput") and (launch is None or launch.rank == 0)
     config.pluginmanager.register(ShardPlugin.from_config(config, writes=writes), SHARD_PLUGIN)
@@ -83,6 +86,21 @@ def pytest_configure(config: pytest.Config) -> None:
     else:
         config.pluginmanager.register(PoolSession(config, ignored), POOL_PLUGIN)
         config.pluginmanager.register(InterruptRecord(config), INTERRUPT_PLUGIN)
+
+
+def _register_quarantine(config: pytest.Config) -> None:
+    """The quarantine list, when one is named: a bad file is a usage error now."""
+    path = options.quarantine_file(config)
+    if path is None:
+        return
+    from rankgate.harness.quarantine import QuarantineError, load
+    from rankgate.harness.quarantine_plugin import QUARANTINE_PLUGIN, Quarantine
+
+    try:
+        listed = load(path)
+    except QuarantineError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.pluginmanager.register(Quarantine(config, listed), QUARANTINE_PLUGIN)
 
 
 def _xdist_workers(config: pytest.Config) -> str:

@@ -41,6 +41,9 @@ class Outcome:
     failing: list[str] = field(default_factory=list)
     """Its failed tests, ``id — message[: root-cause rank's error]``, from its JUnit: the
     table names them, so the last lines of a long log say what failed."""
+    flaky: list[str] = field(default_factory=list)
+    """Its flaky tests (failed, then passed a rerun: ``--rankgate-reruns``), ``id —
+    attempts``, from its JUnit: counted apart from the passes and failures."""
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -51,13 +54,14 @@ def record(outcome: Outcome, options: Options) -> None:
     from its JUnit file."""
     # Imported here, as in refresh_report: the report's modules add 0.5 s to importing
     # the executor (measured on 2 busy cores), which every nox session would pay.
-    from rankgate.report.summary import stage_counts, stage_failures
+    from rankgate.report.summary import stage_counts, stage_failures, stage_flaky
 
     out_dir = options.out_dir
     junit = out_dir / "junit" / f"{outcome.stage}.xml"
     outcome.tests = outcome.tests or stage_counts(junit)
     if outcome.status == "failed" and not outcome.failing:
         outcome.failing = stage_failures(junit)
+    outcome.flaky = outcome.flaky or stage_flaky(junit)
     folder = out_dir / "stages"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{outcome.stage}.json").write_text(json.dumps(outcome.to_json(), indent=2) + "\n")

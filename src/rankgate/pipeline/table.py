@@ -35,9 +35,15 @@ def summary_table(outcomes: list[Outcome]) -> str:
         if len(o.failing) > len(shown_tests):
             more = len(o.failing) - len(shown_tests)
             lines.append(f"{'':<{width}}  ✗ and {more} more (out/report.html has them all)")
+        lines += [f"{'':<{width}}  ~ flaky: {test}" for test in o.flaky[:FAILING_SHOWN]]
+        if len(o.flaky) > FAILING_SHOWN:
+            more = len(o.flaky) - FAILING_SHOWN
+            lines.append(f"{'':<{width}}  ~ and {more} more flaky (out/report.html has them all)")
+    flaky = sum(len(o.flaky) for o in outcomes)
     lines.append(
         f"gate — {counts['passed']} passed, {counts['failed']} failed, "
         f"{counts['skipped']} skipped (stages)"
+        + (f"; {flaky} flaky tests (failed, then passed a rerun)" if flaky else "")
     )
     return "\n".join(lines)
 

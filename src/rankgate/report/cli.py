@@ -92,6 +92,10 @@ def headline(data: ReportData) -> str:
     t = data.summary.get("totals") or {}
     counts = ", ".join(f"{t.get(k, 0)} {k}" for k in OUTCOMES)
     line = f"{data.verdict.upper()}: {t.get('tests', 0)} tests: {counts}"
+    if flaky := data.summary.get("flaky"):
+        line += f"; {len(flaky)} flaky"
+    if quarantined := data.summary.get("quarantined"):
+        line += f"; {len(quarantined)} quarantined"
     return line + f"; {len(data.summary.get('bench', []))} benchmark files"
 
 

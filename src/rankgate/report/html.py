@@ -90,6 +90,8 @@ def render_html(data: ReportData) -> str:
         _reasons("skips", "Skipped", data.summary.get("skips") or []),
         _reasons("xfails", "Expected failures (xfailed)", data.summary.get("xfails") or []),
         _xpassed(data.summary.get("xpassed") or []),
+        _flaky(data.summary.get("flaky") or []),
+        _quarantined(data.summary.get("quarantined") or []),
         _slowest(data.summary.get("slowest") or []),
         _groups(data.summary.get("groups") or []),
         _bench(data.bench, data.plots),
@@ -274,6 +276,47 @@ def _xpassed(tests: list[str]) -> str:
         f'<section id="xpassed"><h2>Passed unexpectedly (xpassed: {len(tests)})</h2>'
         f'<p class="note">marked xfail, yet they pass: drop the mark, or make it strict</p>'
         f"<ul>{items}</ul></section>"
+    )
+
+
+def _flaky(tests: list[dict]) -> str:
+    """Tests that failed, then passed a rerun, with every attempt."""
+    if not tests:
+        return ""
+    rows = "".join(
+        f'<tr><td class="id">{escape(t["id"])}</td>'
+        f'<td class="{escape(t["outcome"])}">{escape(t["outcome"])}</td>'
+        f"<td>{escape(t['policy'])}</td>"
+        f"<td>{'<br>'.join(escape(a) for a in t['attempts'])}</td></tr>"
+        for t in tests
+    )
+    return (
+        f'<section id="flaky"><h2>Flaky tests ({len(tests)})</h2>'
+        '<p class="note">failed, then passed a rerun on a fresh world (--rankgate-reruns); '
+        "--rankgate-flaky=pass counts them as passed, fail as failed</p>"
+        "<table><tr><th>test</th><th>outcome</th><th>policy</th><th>attempts</th></tr>"
+        f"{rows}</table></section>"
+    )
+
+
+def _quarantined(tests: list[dict]) -> str:
+    """Quarantined tests: their outcome, why they are quarantined, and whether they may
+    leave the list."""
+    if not tests:
+        return ""
+    rows = "".join(
+        f'<tr><td class="id">{escape(t["id"])}</td>'
+        f'<td class="{escape(t["outcome"])}">{escape(t["outcome"])}'
+        + (f'<br><span class="note">{escape(t["message"])}</span>' if t.get("message") else "")
+        + f"</td><td>{escape(t['reason'])}</td><td>{escape(t['issue'])}</td>"
+        f"<td>{escape(t['streak'])}</td></tr>"
+        for t in tests
+    )
+    return (
+        f'<section id="quarantined"><h2>Quarantined tests ({len(tests)})</h2>'
+        '<p class="note">they ran; their failures do not fail the run (--rankgate-quarantine)'
+        "</p><table><tr><th>test</th><th>outcome</th><th>reason</th><th>issue</th>"
+        f"<th>passes in a row</th></tr>{rows}</table></section>"
     )
 
 

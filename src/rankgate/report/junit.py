@@ -47,6 +47,14 @@ from pathlib import Path
 
 from rankgate.cliargs import int_at_least
 from rankgate.harness import verdict_lines
+from rankgate.harness.attempts import (
+    ATTEMPTS_PROPERTY,
+    FLAKY_PROPERTY,
+    Attempt,
+    attempts_line,
+    decode,
+    encode,
+)
 from rankgate.harness.verdict_lines import INTERRUPTED_PREFIX, INTERRUPTED_PROPERTY, NOT_RUN_PREFIX
 from rankgate.report.junitfile import (
     GREEN,
@@ -77,6 +85,18 @@ class MergedTest:
     missing: tuple[int, ...] = ()
     labels: tuple[tuple[str, str], ...] = ()
     """Where it ran when runs were merged (``shard``, ``node``, ``job``), written as properties."""
+
+    @property
+    def attempts(self) -> list[Attempt]:
+        """Every attempt of a test run more than once (``--rankgate-reruns``), as the
+        ranks recorded it ([] for a test run once)."""
+        return attempts_recorded(self.results.values())
+
+    @property
+    def flaky(self) -> str:
+        """``pass`` or ``fail`` (the policy it ran under) for a test that failed and then
+        passed a rerun; "" otherwise."""
+        return next((p for res in self.results.values() if (p := flaky_of(res))), "")
 
     @property
     def test_id(self) -> str:
@@ -136,6 +156,11 @@ class MergedReport:
         return {test.test_id: test.verdict for test in self.tests}
 
     @property
+    def flaky(self) -> list[MergedTest]:
+        """The tests that failed and then passed a rerun (whatever the policy made them)."""
+        return [test for test in self.tests if test.flaky]
+
+    @property
     def ok(self) -> bool:
         return not self.incomplete and all(test.verdict in GREEN for test in self.tests)
 
@@ -145,6 +170,8 @@ class MergedReport:
         ranks = _ranks_text(self.ranks)
         tests = verdict_lines.count(c["tests"], "test")
         line = f"{tests} on {ranks} of world {self.world_size}: {outcomes}"
+        if self.flaky:
+            line += f"; {len(self.flaky)} flaky (failed, then passed a rerun)"
         return f"{self.incomplete_line()}; {line}" if self.incomplete else line
 
     def incomplete_line(self) -> str:
@@ -169,6 +196,11 @@ class MergedReport:
                     "verdict": t.verdict,
                     "message": t.message,
                     "ranks": {str(r): o for r, o in t.rank_outcomes.items()},
+                    **(
+                        {"flaky": t.flaky, "attempts": [a.to_json() for a in t.attempts]}
+                        if t.attempts
+                        else {}
+                    ),
                     **({"labels": dict(t.labels)} if t.labels else {}),
                 }
                 for t in self.tests
@@ -280,6 +312,24 @@ def _world_from_files(files: Sequence[JUnitFile]) -> int | None:
     return worlds.pop() if worlds else None
 
 
+def flaky_of(case: CaseResult) -> str:
+    """The flaky policy a case recorded ("" for none)."""
+    return dict(case.properties).get(FLAKY_PROPERTY, "")
+
+
+def attempts_recorded(cases: Iterable[CaseResult]) -> list[Attempt]:
+    """The attempts the first case that recorded them holds (every rank records the same)."""
+    for case in cases:
+        said = dict(case.properties).get(ATTEMPTS_PROPERTY)
+        if said:
+            return decode(said)
+    return []
+
+
+RERUN_PROPERTIES = (ATTEMPTS_PROPERTY, FLAKY_PROPERTY)
+"""Written once per merged case, not once per rank."""
+
+
 def worded_outcome(outcome: str, result: CaseResult | None) -> str:
     """A failure that is an in-place hang's record, a signal's stop of the run, or a
     rank's death inside the test (its results file stops there), is worded as what it was."""
@@ -387,7 +437,16 @@ def _write_case(suite: ET.Element, test: MergedTest) -> None:
     props = [("ranks", _csv(test.results)), ("rank_outcomes", _outcomes_csv(test))]
     if test.failing_ranks:
         props.append(("failing_ranks", _csv(test.failing_ranks)))
-    props += [(f"rank{r}.{k}", v) for r, res in test.results.items() for k, v in res.properties]
+    if test.attempts:
+        props.append((ATTEMPTS_PROPERTY, encode(test.attempts)))
+    if test.flaky:
+        props.append((FLAKY_PROPERTY, test.flaky))
+    props += [
+        (f"rank{r}.{k}", v)
+        for r, res in test.results.items()
+        for k, v in res.properties
+        if k not in RERUN_PROPERTIES
+    ]
     props += list(test.labels)
     _add_properties(case, props)
     # The way pytest writes each outcome, so that merged files read back the same.
@@ -501,5 +560,8 @@ def run(args: argparse.Namespace) -> int:
         for test in report.tests:
             if test.verdict not in GREEN:
                 print(f"{test.verdict.upper()} {test.node_id}: {test.message}")
+            if test.attempts:
+                word = "FLAKY" if test.flaky else "RERUN"
+                print(f"{word} {test.node_id}: {attempts_line(test.attempts)}")
         print(line)
     return 0 if report.ok else 1

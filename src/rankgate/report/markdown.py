@@ -51,6 +51,16 @@ def render_markdown(data: ReportData) -> str:
     if data.summary.get("xpassed"):
         lines += ["### Passed unexpectedly (xpassed)", ""]
         lines += [f"- {_code(t)}" for t in data.summary["xpassed"]] + [""]
+    if flaky := data.summary.get("flaky"):
+        lines += [f"### Flaky tests ({len(flaky)}): failed, then passed a rerun", ""]
+        lines += _table(("test", "outcome", "policy", "attempts"),
+                        [(_code(t["id"]), t["outcome"], t["policy"], "; ".join(t["attempts"]))
+                         for t in flaky])  # fmt: skip
+    if quarantined := data.summary.get("quarantined"):
+        lines += [f"### Quarantined tests ({len(quarantined)}): failures do not fail the run", ""]
+        lines += _table(("test", "outcome", "reason", "issue", "passes in a row"),
+                        [(_code(t["id"]), t["outcome"], t["reason"], t["issue"], t["streak"])
+                         for t in quarantined])  # fmt: skip
     if slowest := data.summary.get("slowest"):
         lines += [f"### Slowest tests ({len(slowest)})", ""]
         lines += _table(("test", "stage", "time", "outcome"),

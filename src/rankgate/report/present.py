@@ -75,7 +75,10 @@ def stage_note(stage: dict) -> str:
 def stage_tests(stage: dict) -> str:
     """``40 passed, 2 skipped`` from a stage's test counts (only the non-zero ones)."""
     tests = stage.get("tests") or {}
-    return ", ".join(f"{tests[k]} {k}" for k in OUTCOMES if tests.get(k))
+    counted = [f"{tests[k]} {k}" for k in OUTCOMES if tests.get(k)]
+    if stage.get("flaky"):  # among the passes (or failures, under --rankgate-flaky=fail)
+        counted.append(f"{len(stage['flaky'])} flaky")
+    return ", ".join(counted)
 
 
 def stage_rows(stages: list[dict], incomplete: dict[str, list[str]]) -> list[dict]:

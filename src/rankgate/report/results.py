@@ -27,8 +27,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rankgate.harness.attempts import Attempt
+from rankgate.harness.quarantine import FAILURE_PROPERTY, QUARANTINE_PROPERTY, read_property
 from rankgate.report.failures import read_by_rank
-from rankgate.report.junit import MergedTest, merge_files
+from rankgate.report.junit import MergedTest, attempts_recorded, flaky_of, merge_files
 from rankgate.report.junitfile import CaseResult, JUnitFile, not_run_reason
 from rankgate.report.outcome_plugin import OUTCOME_PROPERTY
 
@@ -59,6 +61,13 @@ class TestResult:
     failing_ranks: tuple[int, ...] | None = None
     interrupted: bool = False
     """The test a signal stopped (its files' ``rankgate.interrupted_test``)."""
+    attempts: tuple[Attempt, ...] = ()
+    """Every attempt of a test run more than once (``--rankgate-reruns``)."""
+    flaky: str = ""
+    """``pass`` or ``fail``: the flaky policy of a test that failed, then passed a rerun."""
+    quarantine: dict | None = None
+    """For a quarantined test: reason, issue, streak (passes in a row before this run)
+    and needed (``rankgate.harness.quarantine``)."""
 
     @property
     def stage(self) -> str:
@@ -162,6 +171,9 @@ def _from_case(source: str, case: CaseResult, stopped: set[str] = frozenset()) -
         ranks=dict(sorted(ranks.items())) or None,
         failing_ranks=(bad if outcome in BAD_OUTCOMES else ()) if ranks else None,
         interrupted=case.test_id in stopped,
+        attempts=tuple(attempts_recorded([case])),
+        flaky=flaky_of(case),
+        quarantine=quarantine_of([case]),
     )
 
 
@@ -181,7 +193,29 @@ def _from_merged(source: str, test: MergedTest, stopped: set[str] = frozenset())
         ranks=test.rank_outcomes,
         failing_ranks=test.failing_ranks if outcome in BAD_OUTCOMES else (),
         interrupted=test.test_id in stopped,
+        attempts=tuple(test.attempts),
+        flaky=test.flaky,
+        quarantine=quarantine_of(test.results.values()),
     )
+
+
+def quarantine_of(cases: Iterable[CaseResult]) -> dict | None:
+    """The quarantine the first case that records one holds (merge-junit writes each
+    rank's as ``rank<r>.rankgate.quarantined``)."""
+    cases = list(cases)
+    for case in cases:
+        for name, value in case.properties:
+            if name == QUARANTINE_PROPERTY or name.endswith("." + QUARANTINE_PROPERTY):
+                found = read_property(value)
+                if found is not None:  # the failure: of the first rank that failed
+                    failure = next((f for c in cases if (f := _property(c, FAILURE_PROPERTY))), "")
+                    return {**found, "failure": failure} if failure else found
+    return None
+
+
+def _property(case: CaseResult, wanted: str) -> str:
+    """A case's property, or a merged case's first rank's (``rank<r>.<name>``)."""
+    return next((v for k, v in case.properties if k == wanted or k.endswith("." + wanted)), "")
 
 
 def _csv_ints(value: str | None) -> tuple[int, ...]:

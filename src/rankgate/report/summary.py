@@ -22,12 +22,19 @@ that holds no test, is listed under ``incomplete``. The result::
                 "examples": ["..."]}],
      "xfails": [{"reason": "...", "count": 1, "examples": ["..."]}],
      "xpassed": ["test id", ...],
+     "flaky": [{"id": "...", "outcome": "passed", "policy": "pass", "source": "...",
+                "attempts": ["attempt 1 failed: rank 1 failed; ...", "attempt 2 passed"]}],
+     "quarantined": [{"id": "...", "outcome": "failed", "reason": "...", "issue": "https://...",
+                      "streak": "0 of 5", "ready": false, "source": "..."}],
      "slowest": [{"id": "...", "seconds": 12.5, "stage": "dist", "outcome": "passed"}],
      "tests": {"test id": "passed", ...},
      "bench": [{"file": "bench.json", "data": [...]}],
      "metrics": {"pool_median_ms world 2 gloo": 4.1}}
 
-``failing_ranks`` and ``ranks`` are null for a test of a run without ranks.
+``failing_ranks`` and ``ranks`` are null for a test of a run without ranks. A test run
+more than once (``--rankgate-reruns``) carries ``attempts`` (one line each) in
+``failing``; a flaky one (failed, then passed a rerun) is listed under ``flaky``, whatever
+``--rankgate-flaky`` made of it (``outcome``: passed under ``pass``, failed under ``fail``).
 """
 
 from __future__ import annotations
@@ -36,8 +43,9 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
+from rankgate.harness.quarantine import next_streak, streak_text
 from rankgate.report.junitfile import ReportInputError
-from rankgate.report.results import BAD_OUTCOMES, count, read_results
+from rankgate.report.results import BAD_OUTCOMES, TestResult, count, read_results
 from rankgate.report.skips import group_reasons
 
 MESSAGE_CHARS = 300
@@ -67,6 +75,7 @@ def summarize(
             "ranks": None if r.ranks is None else {str(k): v for k, v in r.ranks.items()},
             "message": _cut(r.reason),
             **({"interrupted": True} if r.interrupted else {}),
+            **({"attempts": [a.line() for a in r.attempts]} if r.attempts else {}),
         }
         for r in results
         if r.outcome in BAD_OUTCOMES
@@ -93,6 +102,18 @@ def summarize(
         "skips": [g.to_json() for g in group_reasons(results, "skipped")],
         "xfails": [g.to_json() for g in group_reasons(results, "xfailed")],
         "xpassed": [r.id for r in results if r.outcome == "xpassed"],
+        "flaky": [
+            {
+                "id": r.id,
+                "outcome": r.outcome,
+                "policy": r.flaky,
+                "source": r.source,
+                "attempts": [a.line() for a in r.attempts],
+            }
+            for r in results
+            if r.flaky
+        ],
+        "quarantined": [quarantined(r) for r in results if r.quarantine],
         "slowest": [
             {"id": r.id, "seconds": round(r.seconds, 3), "stage": r.stage, "outcome": r.outcome}
             for r in slowest
@@ -102,6 +123,35 @@ def summarize(
         "bench": bench,
         "metrics": bench_metrics(bench),
     }
+
+
+QUARANTINE_OUTCOMES = {"xfailed": "failed", "xpassed": "passed", "error": "failed"}
+"""A quarantined test runs under an xfail marker: its outcome in plain words."""
+
+
+def quarantined(r: TestResult) -> dict:
+    """A quarantined test's entry: its outcome, why it is listed, its passes in a row."""
+    q = r.quarantine
+    outcome = "flaky" if r.flaky else QUARANTINE_OUTCOMES.get(r.outcome, r.outcome)
+    streak = next_streak(int(q["streak"]), outcome)
+    return {
+        "id": r.id,
+        "outcome": outcome,
+        "reason": str(q["reason"]),
+        "issue": str(q["issue"]),
+        "streak": streak_text(streak, int(q["needed"])),
+        "ready": streak >= int(q["needed"]),
+        "source": r.source,
+        "message": _cut(_failure_line(q.get("failure", ""))),
+    }
+
+
+def _failure_line(text: str) -> str:
+    """The line of a failure's text that says what failed: pytest's first ``E`` line, a
+    Python traceback's exception line, else its first line."""
+    lines = text.splitlines()
+    marked = next((ln[1:].strip() for ln in lines if ln.startswith("E   ")), "")
+    return marked or _exception_line(text) or next((ln for ln in lines if ln.strip()), "")
 
 
 def read_bench(path: str | Path) -> object:
@@ -175,6 +225,25 @@ def stage_counts(junit: Path) -> dict[str, int]:
     except ReportInputError:
         return {}
     return count(r for g in groups for r in g.results)
+
+
+def stage_flaky(junit: Path) -> list[str]:
+    """A stage's flaky tests (failed, then passed a rerun), one line each: ``id — attempt
+    1 failed, attempt 2 passed``; [] when its JUnit is missing or unreadable."""
+    from rankgate.harness.attempts import attempts_line
+
+    if not junit.exists():
+        return []
+    try:
+        groups = read_results([junit])
+    except ReportInputError:
+        return []
+    return [
+        _cut(f"{r.id} — {attempts_line(list(r.attempts))}")
+        for g in groups
+        for r in g.results
+        if r.flaky
+    ]
 
 
 def stage_failures(junit: Path) -> list[str]:

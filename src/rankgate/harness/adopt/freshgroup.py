@@ -63,14 +63,32 @@ def start(backend: str) -> None:
 
     end()  # a second init_process_group without a destroy: the last one wins
     before_default = c10d._world.default_pg
-    c10d._update_default_pg(_hidden[-1] if _hidden else before_default)  # its store, ranks
+    world = _hidden[-1] if _hidden else before_default
+    c10d._update_default_pg(world)  # its store, ranks
     before = set(c10d._world.pg_map)
+    # new_group binds every new group to the world's device (a GPU host's rank GPU): a
+    # backend with no side for that device then fails at once, so it is made unbound.
+    bound = world.bound_device_id
+    unbind = bound is not None and bound.type not in _devices_served(backend)
+    if unbind:
+        world.bound_device_id = None
     try:
         fresh = dist.new_group(backend=backend, group_desc="rankgate_fresh_for_test")
     finally:
+        if unbind:
+            world.bound_device_id = bound
         c10d._update_default_pg(before_default)
     _fresh.append((before_default, before))
     c10d._update_default_pg(fresh)
+
+
+def _devices_served(backend: str) -> list[str]:
+    """Device types ``backend`` has a side for ("cpu:gloo,cuda:nccl" names its own)."""
+    import torch.distributed as dist
+
+    if ":" in backend:
+        return [pair.split(":")[0].strip() for pair in backend.split(",")]
+    return list(dist.Backend.backend_capability.get(backend.lower(), []))
 
 
 def end() -> None:

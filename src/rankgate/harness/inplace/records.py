@@ -89,8 +89,14 @@ class RankRecords:
         if self._results is not None:
             self._results.begin(*junit_names(item.nodeid))
 
-    def log_own(self, item: pytest.Item, reports: list[pytest.TestReport]) -> None:
-        """This rank's own reports: into its JUnit file and its results file."""
+    def log_own(
+        self,
+        item: pytest.Item,
+        reports: list[pytest.TestReport],
+        properties: list[tuple[str, str]] = (),
+    ) -> None:
+        """This rank's own reports: into its JUnit file (with ``properties``, say every
+        attempt of a rerun test) and its results file."""
         reports = [plain_report(item, r) for r in reports]
         xml = self.xml()
         if xml is not None:
@@ -98,6 +104,8 @@ class RankRecords:
                 node = xml.node_reporter(reports[0])
                 if (NODE_ID_PROPERTY, item.nodeid) not in node.properties:
                     node.add_property(NODE_ID_PROPERTY, item.nodeid)
+                for name, value in properties:
+                    node.add_property(name, value)
             for report in reports:
                 xml.pytest_runtest_logreport(report=report)
         if self._results is not None:

@@ -42,6 +42,12 @@ from rankgate.harness.inplace.control import PeerGone, RunAborted
 from rankgate.harness.inplace.group import InPlaceGroup
 from rankgate.harness.inplace.hangwatch import HangWatch
 from rankgate.harness.inplace.records import RankRecords
+from rankgate.harness.inplace.reruns import (
+    attempt_of,
+    properties,
+    with_attempts,
+    with_every_attempt,
+)
 from rankgate.harness.inplace.signalwatch import SignalWatch
 from rankgate.harness.inplace.stop import RunStop
 from rankgate.harness.inplace.verdict import (
@@ -127,6 +133,9 @@ class InPlaceSession:
         self.config = config
         self.launch = launch
         self.default_timeout = options.default_timeout(config)
+        self.reruns = options.reruns(config)
+        self.flaky_policy = options.flaky_policy(config)
+        self.attempt = 1  # of the running test: its store keys name it from the second on
         self.base_seed = config.getoption("rankgate_seed")
         self.problems: list[Problem] = []
         self._failed_tests: list[tuple[str, list[int]]] = []  # node id, ranks that failed it
@@ -197,6 +206,15 @@ class InPlaceSession:
         split = tempdirs.split_temp_dirs(self.control.all_gather("tempdir", tempdirs.this_rank()))
         if split:
             self.config.issue_config_time_warning(pytest.PytestWarning(split), stacklevel=2)
+
+    def store_index(self, item: pytest.Item) -> int | str | None:
+        """The running test's name in store keys (``t<index>/...``): its index in the
+        run, and from its second attempt on, the attempt too, so no attempt reads an
+        earlier one's outcomes (None for a test outside the run's list)."""
+        index = self.index.get(item.nodeid)
+        if index is None or self.attempt == 1:
+            return index
+        return f"{index}.{self.attempt}"
 
     def shared_dir(self, nodeid: str) -> Path:
         """An empty directory for this test, the same on every rank."""
@@ -301,7 +319,7 @@ class InPlaceSession:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item):
         timeout = self._timeout(item)
-        index = self.index.get(item.nodeid)
+        index = self.store_index(item)
         # A hang here would block every rank: dump all stacks and exit so the launcher
         # tears the job down instead of waiting for the CI's global timeout.
         self.hang_watch.arm(
@@ -351,7 +369,7 @@ class InPlaceSession:
         if call.excinfo is not None and breaks_process_group(call.excinfo.value):
             self._group_trouble = True
         if report.failed:
-            index = self.index.get(item.nodeid)
+            index = self.store_index(item)
             if index is not None and report.when in ("setup", "call"):
                 self.control.set(control.failed_key(index, self.launch.rank), True)
             add_section(report, "rankgate reproduce", self.reproduction_line(item))
@@ -372,21 +390,10 @@ class InPlaceSession:
         self.current, self.current_logged = item, False
         self.current_start = time.monotonic()  # a stop's record of it keeps its duration
         self.records.begin(item)
-        own = runtestprotocol(item, nextitem=nextitem, log=False)
-        self.stop.park_if_stopping()
-        self.records.log_own(item, own)
-        self.current_logged = True
-        everyone = None
-        if index is not None and self._aborted is None:
-            self.records.last_index = index
-            everyone = self._exchange(item, index, seconds, own)
-        # A launcher's signal during the exchange (a peer crashed): its watcher reports
-        # this test, naming the crash; a second verdict here would count it twice.
-        self.stop.park_if_stopping()
-        # After the exchange every rank has finished the test: none is still connecting
-        # to a group this one destroys (see reset_state).
-        destroy_subgroups(self.group.kept_groups())
+        own, everyone, attempts = self._attempts(item, nextitem, index, seconds)
         shown = own if everyone is None else verdict_reports(item, own, everyone, self.launch.rank)
+        if not any(r.failed for r in own):  # a failure here has every attempt already
+            shown = with_every_attempt(item, shown, attempts)
         with self.stop.verdict_lock:
             if not self.stop.begun.is_set():
                 for report in shown:
@@ -397,17 +404,96 @@ class InPlaceSession:
         item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
         return True
 
+    def _attempts(self, item: pytest.Item, nextitem, index: int | None, seconds: float):
+        """Run the test, and again while it failed and reruns are left and every rank
+        agrees; log this rank's own reports of the last attempt. Returns them, with every
+        rank's result of it (None where there was no exchange)."""
+        attempts, self.attempt = [], 1
+        # With reruns, the own reports wait for the exchange: only the last attempt's go
+        # into the files, with every attempt's record.
+        hold = self.reruns > 0 and index is not None
+        while True:
+            own = runtestprotocol(item, nextitem=nextitem, log=False)
+            self.stop.park_if_stopping()
+            if not hold:
+                self.records.log_own(item, own)
+                self.current_logged = True
+            everyone = None
+            if index is not None and self._aborted is None:
+                self.records.last_index = index
+                everyone = self._exchange(item, index, seconds, own, note=not hold)
+            # A launcher's signal during the exchange (a peer crashed): its watcher
+            # reports this test, naming the crash; a second verdict would count it twice.
+            self.stop.park_if_stopping()
+            # After the exchange every rank has finished the test: none is still
+            # connecting to a group this one destroys (see reset_state).
+            destroy_subgroups(self.group.kept_groups())
+            if not hold:
+                return own, everyone, attempts
+            if everyone is not None:
+                n = self.launch.world_size
+                attempts.append(attempt_of(self.attempt, everyone, n, self.backend))
+            if everyone is None or not self._rerun(item, index, attempts, seconds):
+                break
+            self.group.renew()  # never the group of a failed attempt: a new one
+            self.attempt += 1
+        own = with_attempts(item, own, attempts, self.flaky_policy)
+        self.records.log_own(item, own, properties(attempts, self.flaky_policy))
+        self.current_logged = True
+        if everyone is not None:
+            self._note_verdict(item, everyone)
+            if len(attempts) > 1:
+                self._note_attempts(item, everyone, own)
+        return own, everyone, attempts
+
+    def _rerun(self, item: pytest.Item, index: int, attempts, seconds: float) -> bool:
+        """Whether every rank runs the test again: it failed, reruns are left, and each
+        rank says through the store that it can (so all ranks rerun, or none)."""
+        if attempts[-1].verdict != "failed" or len(attempts) > self.reruns:
+            return False
+        if world_spec(item) is None:  # a plain test runs once, as in a pool
+            return False
+        mine = self._aborted is None and not item.session.shouldstop
+        try:
+            said = self.control.all_gather(
+                f"t{index}/rerun{self.attempt}", mine, timeout=seconds, gone=self.stop.ended_here
+            )
+        except (RunAborted, TimeoutError) as exc:
+            self._stop_gracefully(item, str(exc))
+            return False
+        except PeerGone as exc:
+            self.stop.for_crashed_peers(item, exc.ranks)
+        return all(said)
+
+    def _note_attempts(self, item, everyone: list[RankResult], own) -> None:
+        """A flaky test failed by policy fails on every rank: the last line counts it."""
+        if any(r.failed for r in own) and not any(
+            res.outcome in ("failed", "error") for res in everyone
+        ):
+            self._failed_tests.append((item.nodeid, list(range(len(everyone)))))
+
     def _exchange(
-        self, item: pytest.Item, index: int, seconds: float, own: list[pytest.TestReport]
+        self,
+        item: pytest.Item,
+        index: int,
+        seconds: float,
+        own: list[pytest.TestReport],
+        *,
+        note: bool = True,
     ) -> list[RankResult] | None:
-        """Every rank's result of this test; a new group where any rank lost its own."""
+        """Every rank's result of this test; a new group where any rank lost its own.
+        ``note``: count its failures for the run's end now (else the caller does, for
+        the last attempt only)."""
         mine = own_result(own, all_output=self._shows_passes)
         mine = mine._replace(group_trouble=self._group_trouble)
         self._group_trouble = False
         try:
             # Each rank's value stays at control.outcome_key(index, rank): _failed_peers reads it.
             gathered = self.control.all_gather(
-                f"t{index}/outcome", tuple(mine), timeout=seconds, gone=self.stop.ended_here
+                f"t{self.store_index(item)}/outcome",
+                tuple(mine),
+                timeout=seconds,
+                gone=self.stop.ended_here,
             )
         except (RunAborted, TimeoutError) as exc:
             self._stop_gracefully(item, str(exc))
@@ -415,14 +501,19 @@ class InPlaceSession:
         except PeerGone as exc:
             self.stop.for_crashed_peers(item, exc.ranks)
         everyone = [RankResult(*result) for result in gathered]
-        self._note_failure(item, everyone)
-        problem = cross_rank_problem(everyone, self.launch.rank)
-        if problem is not None:
-            self.problems.append(Problem(item.nodeid, problem))
+        if note:
+            self._note_verdict(item, everyone)
         if any(result.group_trouble for result in everyone):
             self.stop.park_if_stopping()
             self.group.renew()
         return everyone
+
+    def _note_verdict(self, item: pytest.Item, everyone: list[RankResult]) -> None:
+        """What the run's end says of this test: its failures, on any rank."""
+        self._note_failure(item, everyone)
+        problem = cross_rank_problem(everyone, self.launch.rank)
+        if problem is not None:
+            self.problems.append(Problem(item.nodeid, problem))
 
     def _note_failure(self, item: pytest.Item, everyone: list[RankResult]) -> None:
         """The ranks that failed this test (or errored), for the run's last line."""

@@ -28,6 +28,7 @@ import pytest
 from rankgate.harness import leaks, locks, verdict_lines
 from rankgate.harness.failure_repr import failure_repr, item_report
 from rankgate.harness.inplace import control
+from rankgate.harness.inplace.reruns import no_rerun_note
 from rankgate.harness.inplace.verdict import RankResult
 from rankgate.harness.stacks import where as stack_where
 from rankgate.harness.verdict_lines import INTERRUPTED_PREFIX
@@ -113,7 +114,7 @@ class RunStop:
     def _failed_peers(self, item: pytest.Item) -> dict[int, str]:
         """The other ranks that failed ``item``, with their failures' texts: the results
         they sent for the exchange, which they entered once the test ended there."""
-        index = self.session.index.get(item.nodeid)
+        index = self.session.store_index(item)  # this attempt's, after a rerun
         if index is None:
             return {}
         failed = {}
@@ -205,6 +206,12 @@ class RunStop:
         exchange), so nothing else touches pytest's state; the session never finishes.
         """
         rank = self.launch.rank
+        stuck = item is not None and verdict in ("hung", "crashed")  # not a CI's signal
+        note = no_rerun_note(self.session.reruns) if stuck else ""
+        if note:
+            reason += note
+            text += "\n" + note.strip(" ()")
+            shown_text = None if shown_text is None else shown_text + "\n" + note.strip(" ()")
         # This rank exits next: a lock file that only its existence makes a lock (torch's
         # FileBaton) would hold every later run that takes it.
         held = locks.release(locks.survey([os.getpid(), *leaks.children()]), [])

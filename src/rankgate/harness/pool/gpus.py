@@ -28,14 +28,18 @@ def xdist_slot(env: Mapping[str, str] | None = None) -> tuple[int, int]:
     return int(worker[2:]), max(1, int(env.get("PYTEST_XDIST_WORKER_COUNT", "1")))
 
 
-def gpu_block(total: int, world: int, slot: int) -> tuple[int, ...]:
-    """The ``world`` GPU indices (of ``total``) worker ``slot`` puts a world's ranks on.
+def gpu_block(total: int, world: int, slot: int, workers: int = 1) -> tuple[int, ...]:
+    """The ``world`` GPU indices (of ``total``) worker ``slot`` of ``workers`` puts a
+    world's ranks on.
 
-    Consecutive workers take consecutive blocks, wrapping around: on 4 GPUs two workers'
-    world(2) pools sit on (0, 1) and (2, 3) and run side by side; on 2 GPUs both sit on
-    (0, 1) and take turns through the lease.
+    Each worker owns a region of ``total // workers`` GPUs and puts a world that fits
+    there inside it, so on 4 GPUs two workers' world(1) and world(2) pools sit on (0, 1)
+    and (2, 3) and run side by side. A larger world takes consecutive blocks, wrapping
+    around: on 2 GPUs both workers' world(2) sit on (0, 1) and take turns through the
+    lease.
     """
     if world > total:
         return ()
-    start = (slot * world) % total
+    region = max(1, total // max(1, workers))
+    start = (slot * region) % total if world <= region else (slot * world) % total
     return tuple((start + i) % total for i in range(world))

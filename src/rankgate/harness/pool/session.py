@@ -27,6 +27,15 @@ import pytest
 
 from rankgate.harness import options, verdict_lines
 from rankgate.harness.adopt.config import DEFAULT_SETUP_TIMEOUT_S
+from rankgate.harness.attempts import (
+    ATTEMPTS_PROPERTY,
+    FLAKY_PROPERTY,
+    RERUN_KEYS,
+    Attempt,
+    encode,
+    flaky_summary,
+    is_flaky,
+)
 from rankgate.harness.failure_repr import failure_repr
 from rankgate.harness.item_settings import (
     SPEC_KEY,
@@ -49,6 +58,7 @@ from rankgate.harness.pool.pool import (
     PoolStartError,
 )
 from rankgate.harness.pool.registry import PoolRegistry
+from rankgate.harness.pool.reruns import attempt_of, every_attempt_text
 from rankgate.harness.spec import resolve_backend, uses_gpus
 from rankgate.harness.verdict import (
     StrayOutcome,
@@ -83,6 +93,10 @@ class WorldRun:
     task: TestTask | None = None
     outcomes: list[RankOutcome] | None = None
     verdict: Verdict | None = None
+    attempts: list[Attempt] = dataclasses.field(default_factory=list)
+    """Every attempt, when the test ran more than once (``--rankgate-reruns``)."""
+    attempt_verdicts: list[Verdict] = dataclasses.field(default_factory=list)
+    """Each attempt's whole verdict, alongside ``attempts``."""
 
 
 def pool_settings(config: pytest.Config) -> PoolSettings:
@@ -103,6 +117,8 @@ class PoolSession:
         """Why launcher variables in the environment did not start in-place mode."""
         self.base_seed = config.getoption("rankgate_seed")
         self.default_timeout = options.default_timeout(config)
+        self.reruns = options.reruns(config)
+        self.flaky_policy = options.flaky_policy(config)
         self._registry: PoolRegistry | None = None
         self._base_dir: Path | None = None
         self._previous_handlers = _end_the_session_on_stop_signals()
@@ -132,8 +148,8 @@ class PoolSession:
     @staticmethod
     def pool_gpus(gpus: tuple[str, ...], world: int) -> tuple[str, ...]:
         """The GPUs this process puts a world's ranks on: its xdist worker's block."""
-        slot, _ = xdist_slot()
-        return tuple(gpus[i] for i in gpu_block(len(gpus), world, slot))
+        slot, workers = xdist_slot()
+        return tuple(gpus[i] for i in gpu_block(len(gpus), world, slot, workers))
 
     def pytest_report_header(self) -> str | None:
         if self.ignored_launch is None:
@@ -179,6 +195,8 @@ class PoolSession:
             # Held until the test's teardown: another worker's test on these GPUs waits.
             lease = item.stash[LEASE_KEY] = GpuLease(run.key.gpus)
             lease.acquire()
+            if lease.waited_s >= 0.1:  # in the JUnit: time spent behind other workers
+                item.user_properties.append(("rankgate.gpu_lease_wait_s", round(lease.waited_s, 1)))
         pool = self.registry.acquire(run.key)  # PoolStartError: an error, not a failure
         result = yield  # the controller's fixtures
         baseline = self._class_baselines.get(item.cls, {})  # {} for a test without a class
@@ -230,18 +248,48 @@ class PoolSession:
         pool = self.registry.acquire(run.key)
         if not self._adopted_setup_done(item, run, pool):
             return
-        run.outcomes = pool.run(run.task, timeout)
-        run.verdict = verdict = judge(run.outcomes, run.world, run.backend, test_id=item.nodeid)
+        verdict = self._run_attempts(item, run, pool, timeout)
         rankwarnings.warn_again([o.warnings for o in run.outcomes])
         _warn_of_returned_values(item.nodeid, run.outcomes)
         if verdict.status == "failed":
             raise RankFailure(verdict.summary)
+        if is_flaky(run.attempts) and self.flaky_policy == "fail":
+            raise RankFailure(flaky_summary(run.attempts, "fail"))
         if verdict.status == "disagreement":
             raise RankDisagreement(verdict.summary)
         if verdict.status == "skipped":
             skip_at_test(verdict.summary)
         if verdict.status == "xfailed":
             pytest.xfail(verdict.summary)
+
+    def _run_attempts(self, item: pytest.Item, run: WorldRun, pool: Pool, timeout: float):
+        """Run the task, and again on a fresh pool after a failure while reruns are
+        left; returns the verdict, the last attempt's unless every attempt failed (then
+        the first's, whose summary names what failed first)."""
+        while True:
+            run.outcomes = pool.run(run.task, timeout)
+            run.verdict = judge(run.outcomes, run.world, run.backend, test_id=item.nodeid)
+            run.attempt_verdicts.append(run.verdict)
+            number = len(run.attempt_verdicts)
+            run.attempts.append(attempt_of(number, run.verdict, run.outcomes))
+            if run.verdict.status not in RERUN_KEYS or number > self.reruns:
+                break
+            pool.kill()  # never the broken world again: new processes, a new group
+            pool = self.registry.acquire(run.key)
+            if not self._adopted_setup_done(item, run, pool):
+                break  # its set-up failed on the new pool: run.verdict says so
+        if number == 1:
+            run.attempts, run.attempt_verdicts = [], []
+            return run.verdict
+        if run.verdict.status == "failed":
+            first = run.attempt_verdicts[0]
+            summary = f"{first.summary}; failed {number} of {number} attempts"
+            run.verdict = dataclasses.replace(
+                first,
+                summary=summary,
+                text=summary + "\n" + every_attempt_text(run.attempt_verdicts, run.attempts),
+            )
+        return run.verdict
 
     def _adopted_setup_done(self, item: pytest.Item, run: WorldRun, pool: Pool) -> bool:
         """An adopted class's ``setup=`` (say a C++ op build) first runs on this pool's
@@ -287,7 +335,13 @@ class PoolSession:
         if run is None or call.when != "call" or run.outcomes is None:
             return report
         attach_rank_output(item, report, run)
-        if run.verdict.status in ("failed", "disagreement"):
+        attach_attempts(item, report, run, self.flaky_policy)
+        flaky_fails = is_flaky(run.attempts) and report.failed
+        if flaky_fails:
+            text = flaky_summary(run.attempts, "fail") + "\n"
+            text += every_attempt_text(run.attempt_verdicts, run.attempts)
+            report.longrepr = failure_repr(item, text)
+        elif run.verdict.status in ("failed", "disagreement"):
             command = shlex.join(["pytest", *run_options(list(item.config.invocation_params.args))])
             repro = reproduction_line(
                 item.nodeid, run.world, run.backend, run.seed, run.base_seed,
@@ -364,6 +418,24 @@ def _warn_of_returned_values(nodeid: str, outcomes: list[RankOutcome]) -> None:
             ),
             stacklevel=1,
         )
+
+
+def attach_attempts(
+    item: pytest.Item, report: pytest.TestReport, run: WorldRun, policy: str
+) -> None:
+    """A test run more than once: every attempt in a JUnit property, the failed ones'
+    texts in report sections (shown with the test's output), and flaky when it passed."""
+    if not run.attempts:
+        return
+    props: list[tuple[str, object]] = [(ATTEMPTS_PROPERTY, encode(run.attempts))]
+    if is_flaky(run.attempts):
+        props.append((FLAKY_PROPERTY, policy))
+    if is_flaky(run.attempts) and policy == "pass":  # a failure's own text has them all
+        for verdict, attempt in zip(run.attempt_verdicts, run.attempts, strict=True):
+            if attempt.verdict != "passed":
+                report.sections.append((f"rankgate {attempt.line()}", verdict.text))
+    item.user_properties.extend(props)
+    report.user_properties.extend(props)
 
 
 def attach_rank_output(item: pytest.Item, report: pytest.TestReport, run: WorldRun) -> None:

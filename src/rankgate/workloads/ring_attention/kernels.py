@@ -203,6 +203,8 @@ class FusedKernel:
         if key not in FUSED_FALLBACKS:
             try:
                 return getattr(self._cudnn, what)(*args)
+            except torch.OutOfMemoryError:
+                raise  # memory, not cuDNN refusing these shapes: flash would need it too
             except (RuntimeError, NotImplementedError) as exc:
                 FUSED_FALLBACKS[key] = f"cuDNN {what}: {str(exc).splitlines()[0][:200]}"
         return getattr(self._flash, what)(*args)

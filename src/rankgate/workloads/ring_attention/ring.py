@@ -119,21 +119,35 @@ def _contiguous(t: torch.Tensor) -> torch.Tensor:
     return t if t.is_contiguous() else t.contiguous()
 
 
-def auto_head_chunks(heads: int, kv_heads: int) -> int:
-    """Chunks of at most 8 query heads per kernel call where the heads split evenly.
+CALL_HEAD_ROWS = 1 << 18
+"""Query heads x rows one kernel call covers before auto splits the heads: on 2 H100s at
+world 2 (bf16, 32/8 heads, head_dim 128), one call per block was fastest at 16K tokens
+(8.81 ms against 9.63 with 4 calls), two at 32K (benchmarks/results/nvidia-h100-x4/
+gpu-pool-and-attention-2026-11-26/attn-chunks-*); from 64K, four bound the memory."""
+
+
+def auto_head_chunks(heads: int, kv_heads: int, rows: int | None = None) -> int:
+    """Chunks of query heads per kernel call: as few as keep each call within
+    ``CALL_HEAD_ROWS`` heads x rows (``rows``: batch x this rank's query rows; None: no
+    bound), and never more than one per 8 query heads; whole grouped-query groups only.
 
     A fused backward call holds float32 and expanded-head temporaries for the heads it
-    covers; a few heads per call bound them while keeping each call large.
+    covers: long shards split their heads to bound them, short shards do not, since each
+    extra call adds launches and merges that outweigh the memory saved.
     """
     chunks = max(1, heads // 8)
+    if rows is not None:
+        chunks = min(chunks, max(1, -(-heads * rows // CALL_HEAD_ROWS)))
     while kv_heads % chunks:
         chunks -= 1
     return chunks
 
 
-def _head_slices(heads: int, kv_heads: int, chunks: int | None):
+def _head_slices(q: torch.Tensor, kv_heads: int, chunks: int | None):
     """(query heads, key/value heads) per chunk: whole grouped-query groups together."""
-    chunks = auto_head_chunks(heads, kv_heads) if chunks is None else chunks
+    heads = q.shape[1]
+    if chunks is None:
+        chunks = auto_head_chunks(heads, kv_heads, rows=q.shape[0] * q.shape[2])
     if chunks < 1 or kv_heads % chunks:
         raise ValueError(
             f"head_chunks={chunks} must be >= 1 and divide kv_heads={kv_heads} "
@@ -160,7 +174,7 @@ def _forward(q, k, v, plan, ring: Ring, kernel: BlockKernel, scale, head_chunks,
     acc = accumulate_dtype(q.dtype)
     out = torch.zeros(b, n, h, d, dtype=acc, device=q.device).transpose(1, 2)
     lse = torch.full((b, h, n), float("-inf"), dtype=acc, device=q.device)
-    heads = _head_slices(h, k.shape[1], head_chunks)
+    heads = _head_slices(q, k.shape[1], head_chunks)
     kv = (_contiguous(k), _contiguous(v))
     for step in range(ring.size):
         source = (ring.rank - step) % ring.size
@@ -190,7 +204,7 @@ def _grad_dtype(dtype: torch.dtype) -> torch.dtype:
 def _backward(dout, q, k, v, out, lse, plan, ring: Ring, kernel, scale, head_chunks, timer):
     acc = _grad_dtype(q.dtype)
     dq = torch.zeros_like(q, dtype=acc)
-    heads = _head_slices(q.shape[1], k.shape[1], head_chunks)
+    heads = _head_slices(q, k.shape[1], head_chunks)
     kv = (_contiguous(k), _contiguous(v))
     dkv = dkv_pending = None
     for step in range(ring.size):

@@ -1,0 +1,171 @@
+"""Reruns in place (``--rankgate-reruns`` under torchrun): every rank reruns a failed test
+together, on a new process group, and each rank's JUnit file, merge-junit and the report
+say what happened to every attempt."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from rankgate.report.junit import merge_junit
+from rankgate.report.summary import summarize
+
+# slow: each test starts torchrun, and pytest on every rank
+pytestmark = [pytest.mark.dist, pytest.mark.torch_dist, pytest.mark.slow]
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+
+# In place each rank is its own pytest: tmp_path is the test's one directory on every rank,
+# kept for every attempt, so the counter survives the rerun; each attempt leaves a mark
+# beside the test file (the run removes tmp_path at its end).
+PLANTED = """
+import os, pathlib
+import pytest
+import torch
+import torch.distributed as dist
+
+def _attempt(tmp_path, rank):
+    counter = tmp_path / f"attempts-rank{rank}"
+    n = int(counter.read_text()) + 1 if counter.exists() else 1
+    counter.write_text(str(n))
+    return n
+
+@pytest.mark.world(2)
+def test_flaky(rank, tmp_path):
+    n = _attempt(tmp_path, rank)
+    t = torch.ones(1)
+    dist.all_reduce(t)  # the group of each attempt works
+    assert t.item() == 2
+    (pathlib.Path(__file__).parent / f"ran-rank{rank}-attempt{n}").write_text("")
+    assert not (rank == 1 and n == 1), "rank 1 fails its first attempt"
+
+@pytest.mark.world(2)
+def test_always(rank):
+    assert rank == 0, f"rank {rank} always fails"
+
+@pytest.mark.world(2)
+def test_dies_on_rank_1(rank):
+    if rank == 1:
+        os._exit(3)
+"""
+
+
+def _torchrun(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    (tmp_path / "test_suite.py").write_text(textwrap.dedent(PLANTED))
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    cmd = [*TORCHRUN, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args]
+    return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=180)
+
+
+def _merged(tmp_path: Path) -> dict:
+    report = merge_junit([tmp_path / "out"])
+    return {t.name: t for t in report.tests}
+
+
+def test_torchrun_flaky_passes_marked_flaky_and_always_failing_fails_with_every_attempt(
+    tmp_path,
+):
+    proc = _torchrun(
+        tmp_path, "--rankgate-reruns", "2", "--junitxml=out/junit.xml", "-k", "flaky or always"
+    )
+    out = proc.stdout
+    assert proc.returncode != 0, out
+    assert "1 failed, 1 deselected, 1 flaky" in out
+    assert (
+        "FLAKY test_suite.py::test_flaky\n"
+        "    attempt 1 failed: rank 1 failed; rank 0 passed (world 2, backend gloo)\n"
+        "    attempt 2 passed\n"
+    ) in out
+    assert (
+        "FAILED test_suite.py::test_always\n"
+        + "".join(
+            f"    attempt {n} failed: rank 1 failed; rank 0 passed (world 2, backend gloo)\n"
+            for n in (1, 2, 3)
+        )
+    ) in out
+    # Rank 0 passed test_always: its terminal still shows every attempt's failure.
+    assert "rankgate: every attempt" in out
+    assert out.count("AssertionError: rank 1 always fails") >= 3
+
+    merged = _merged(tmp_path)
+    flaky, always = merged["test_flaky"], merged["test_always"]
+    assert (flaky.verdict, flaky.flaky) == ("passed", "pass")
+    assert [(a.verdict, a.ranks) for a in flaky.attempts] == [
+        ("failed", {0: "passed", 1: "failed"}),
+        ("passed", {0: "passed", 1: "passed"}),
+    ]
+    assert "rank 1 fails its first attempt" in flaky.attempts[0].errors[1]
+    assert (always.verdict, always.flaky, always.failing_ranks) == ("failed", "", (1,))
+    assert [a.verdict for a in always.attempts] == ["failed"] * 3
+    # Both ranks ran both attempts (an all_reduce each), counting them in the one tmp_path.
+    ran = sorted(p.name for p in tmp_path.glob("ran-rank*-attempt*"))
+    assert ran == [
+        "ran-rank0-attempt1", "ran-rank0-attempt2", "ran-rank1-attempt1", "ran-rank1-attempt2",
+    ]  # fmt: skip
+
+    merge = subprocess.run(
+        [sys.executable, "-m", "rankgate.cli", "merge-junit", "out", "-o", "merged.xml"],
+        cwd=tmp_path, capture_output=True, text=True,
+    )  # fmt: skip
+    assert merge.returncode == 1, merge.stderr
+    assert "FLAKY test_suite.py::test_flaky: attempt 1 failed, attempt 2 passed" in merge.stdout
+    assert "; 1 flaky (failed, then passed a rerun)" in merge.stdout
+
+    summary = summarize([tmp_path / "out"])
+    assert [(t["id"], t["outcome"], t["policy"]) for t in summary["flaky"]] == [
+        ("test_suite::test_flaky", "passed", "pass")
+    ]
+    assert [t["id"] for t in summarize([tmp_path / "merged.xml"])["flaky"]] == [
+        "test_suite::test_flaky"
+    ]
+
+
+def test_torchrun_flaky_fail_policy_fails_it_on_every_rank(tmp_path):
+    proc = _torchrun(
+        tmp_path, "--rankgate-reruns", "1", "--rankgate-flaky=fail",
+        "--junitxml=out/junit.xml", "-k", "flaky",
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout
+    assert "1 failed, 2 deselected" in proc.stdout
+    assert "FAILED test_suite.py::test_flaky - flaky: attempt 1 failed, attempt 2 passed" in (
+        proc.stdout
+    )
+    flaky = _merged(tmp_path)["test_flaky"]
+    assert (flaky.verdict, flaky.flaky, flaky.failing_ranks) == ("failed", "fail", (0, 1))
+
+
+def test_torchrun_a_dead_peer_is_not_rerun_and_the_record_says_why(tmp_path):
+    proc = _torchrun(tmp_path, "--rankgate-reruns", "2", "--junitxml=out/junit.xml", "-k", "dies")
+    assert proc.returncode != 0
+    note = "not rerun: in place a hung or dead rank can only exit"
+    assert note in proc.stdout
+    assert "tests run more than once" not in proc.stdout
+    dead = _merged(tmp_path)["test_dies_on_rank_1"]
+    assert dead.verdict == "failed" and not dead.attempts
+    assert note in dead.results[0].text
+
+
+def test_torchrun_quarantined_failure_does_not_fail_the_run(tmp_path):
+    (tmp_path / "quarantine.toml").write_text(
+        '[[test]]\nid = "test_suite.py::test_always"\nreason = "rank 1 disagrees"\n'
+        'issue = "https://example.org/issues/1"\n'
+    )
+    proc = _torchrun(
+        tmp_path, "--rankgate-quarantine", "quarantine.toml", "--junitxml=out/junit.xml",
+        "-k", "always",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout
+    assert "2 deselected, 1 quarantined" in proc.stdout
+    assert (
+        "QUARANTINED test_suite.py::test_always: failed; passes in a row 0 of 5 — rank 1 "
+        "disagrees (https://example.org/issues/1)"
+    ) in proc.stdout
+    assert _merged(tmp_path)["test_always"].verdict == "xfailed"
+    (entry,) = summarize([tmp_path / "out"])["quarantined"]
+    assert (entry["outcome"], entry["message"]) == ("failed", "AssertionError: rank 1 always fails")
+    history = (tmp_path / "quarantine.history.json").read_text()
+    assert '"test_suite.py::test_always": 0' in history
