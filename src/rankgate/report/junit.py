@@ -83,6 +83,8 @@ class MergedTest:
     """The failing, erroring or disagreeing ranks' own texts, each headed by its rank."""
     results: dict[int, CaseResult]
     missing: tuple[int, ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
+    """Where it ran when runs were merged (``shard``, ``node``, ``job``), written as properties."""
 
     @property
     def attempts(self) -> list[Attempt]:
@@ -139,6 +141,8 @@ class MergedReport:
     incomplete: tuple[str, ...] = ()
     """Why the run did not finish, per file that says so (a signal, no test in it):
     such a run is never a pass, whatever its tests say."""
+    labels: tuple[tuple[str, str], ...] = ()
+    """The suite's own properties beyond ranks and sources (one ``shard`` per shard merged)."""
 
     @property
     def counts(self) -> dict[str, int]:
@@ -184,6 +188,7 @@ class MergedReport:
             "ranks": list(self.ranks),
             "counts": self.counts,
             "sources": list(self.sources),
+            **({"labels": [list(pair) for pair in self.labels]} if self.labels else {}),
             "tests": [
                 {
                     "id": t.test_id,
@@ -196,6 +201,7 @@ class MergedReport:
                         if t.attempts
                         else {}
                     ),
+                    **({"labels": dict(t.labels)} if t.labels else {}),
                 }
                 for t in self.tests
             ],
@@ -217,7 +223,8 @@ class MergedReport:
             suite,
             [("ranks", _csv(self.ranks)), ("world_size", str(self.world_size))]
             + [("source", s) for s in self.sources]
-            + [(INTERRUPTED_PROPERTY, why) for why in self.incomplete],
+            + [(INTERRUPTED_PROPERTY, why) for why in self.incomplete]
+            + list(self.labels),
         )
         for test in self.tests:
             _write_case(suite, test)
@@ -440,6 +447,7 @@ def _write_case(suite: ET.Element, test: MergedTest) -> None:
         for k, v in res.properties
         if k not in RERUN_PROPERTIES
     ]
+    props += list(test.labels)
     _add_properties(case, props)
     # The way pytest writes each outcome, so that merged files read back the same.
     tag, attrs = {
