@@ -54,7 +54,8 @@ pid_alive() { # pidfile
 node_ready() {
     local state
     state=$(SLURM_CONF=$conf sinfo -h -n "$node" -o %T 2>/dev/null | head -n1) || return 1
-    [[ $state == idle* || $state == mixed* || $state == allocated* ]]
+    # completing: a job just ended there, and the node is up
+    [[ $state == idle* || $state == mixed* || $state == allocated* || $state == completing* ]]
 }
 
 running() {

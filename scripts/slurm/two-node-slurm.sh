@@ -92,7 +92,9 @@ nodes_ready() {
     local states
     states=$(SLURM_CONF=$conf sinfo -h -N -o '%N %T' 2>/dev/null) || return 1
     for node in node1 node2; do
-        grep -Eq "^$node (idle|mixed|allocated)" <<<"$states" || return 1
+        # completing: a job just ended there; the node is up (a restart would kill the
+        # cluster under whoever else leased it)
+        grep -Eq "^$node (idle|mixed|allocated|completing)" <<<"$states" || return 1
     done
 }
 

@@ -27,7 +27,7 @@ _SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "rankgate.pipeline.dispatch_stage",
         "run a stage on a remote target (SLURM, interLink)",
     ),
-    "merge-junit": ("rankgate.report.junit", "merge per-rank JUnit files into one verdict"),
+    "merge-junit": ("rankgate.report.merge_command", "merge per-rank JUnit files into one verdict"),
     "report": ("rankgate.report.cli", "summarise results as JSON and HTML"),
 }
 

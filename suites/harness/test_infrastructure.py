@@ -270,13 +270,13 @@ def pytest_sessionstart(session):
         (
             (),
             "['rankgate', 'rankgate-harness', 'rankgate-interrupt', 'rankgate-outcomes', "
-            "'rankgate-pools', 'rankgate-reruns', 'rankgate-tracing']",
+            "'rankgate-pools', 'rankgate-reruns', 'rankgate-shards', 'rankgate-tracing']",
         ),
         (("-p", "no:rankgate"), "[]"),  # every part of rankgate off, as the flag says
         (
             ("-p", "no:rankgate-tracing"),
             "['rankgate', 'rankgate-harness', 'rankgate-interrupt', 'rankgate-pools', "
-            "'rankgate-reruns']",
+            "'rankgate-reruns', 'rankgate-shards']",
         ),
     ],
     ids=["none-blocked", "no-rankgate", "no-rankgate-tracing"],

@@ -40,6 +40,7 @@ def test_collection_works_without_the_dev_extras(tmp_path):
     assert [line.split(":")[0] for line in skipped] == [
         "SKIPPED [1] tests/dispatch/test_dispatch_interlink.py",  # the whole module
         "SKIPPED [2] tests/dispatch/test_dispatch_interlink_e2e.py",  # through its fixture
+        "SKIPPED [1] tests/dispatch/test_dispatch_interlink_e2e.py",  # its sharded test
     ]
     assert all(line.endswith("needs the [dev] extra") for line in skipped)
 

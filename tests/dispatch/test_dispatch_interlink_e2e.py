@@ -70,3 +70,37 @@ def test_stage_end_to_end_results_come_back_through_the_logs(
     texts = [report, json.dumps(result.to_json()), *lines, captured.out, captured.err]
     texts += [p.read_text(errors="replace") for p in (tmp_path / "back").rglob("*") if p.is_file()]
     assert not [t for t in texts if TOKEN in t]
+
+
+def test_two_shards_through_interlink_merge_into_one_verdict(
+    interlink, interlink_profile, tmp_path
+):
+    """shards = 2 on interLink: two pods, one shard each, split by a durations file read in
+    the pod's working folder, merged into one verdict."""
+    from rankgate.dispatch.run import run_sharded_stage
+    from rankgate.dispatch.shards import render_sharded
+
+    suite = tmp_path / "suite"
+    (suite / "test_remote.py").write_text(textwrap.dedent(SUITE))
+    (suite / "durations.json").write_text(
+        json.dumps({"test_remote.py::test_all_reduce": 2.0, "test_remote.py::test_rank_one": 1.0})
+    )
+    profile = profile_from_dict(
+        {**interlink_profile, "shards": 2, "durations": "durations.json"}, name="site"
+    )
+    lines: list[str] = []
+    result = run_sharded_stage(
+        profile, stage="hpc", pytest_args=["test_remote.py"], progress=lines.append,
+        local_dir=tmp_path / "back",
+    )  # fmt: skip
+    report = render_sharded(result)
+    assert result.passed and result.exit_status == 0, report
+    assert [s.outcome for s in result.shards] == [JobOutcome.COMPLETED] * 2, report
+    assert [r.expected for r in result.runs] == [
+        ("test_remote.py::test_all_reduce",),
+        ("test_remote.py::test_rank_one",),
+    ]
+    shard_of = {t.name: dict(t.labels)["shard"] for t in result.merged.tests}
+    assert shard_of == {"test_all_reduce": "1/2", "test_rank_one": "2/2"}
+    assert (tmp_path / "back" / "junit.merged.xml").is_file()
+    assert interlink.violations == [] and not interlink.pods

@@ -6,7 +6,9 @@ Main API:
   validated :class:`~rankgate.dispatch.profile.Profile`.
 - :func:`rankgate.dispatch.run.run_stage` — submit a stage to the profile's target,
   wait, and return a :class:`~rankgate.dispatch.results.DispatchResult` with every
-  rank's results merged; :func:`~rankgate.dispatch.run.wait_policy` builds the
+  rank's results merged; :func:`~rankgate.dispatch.run.run_sharded_stage` does it as
+  ``profile.shards`` jobs, one shard of the tests each, merged into one verdict
+  (:mod:`~rankgate.dispatch.shards`); :func:`~rankgate.dispatch.run.wait_policy` builds the
   :class:`~rankgate.dispatch.watch.WaitPolicy` (deadlines, poll interval) once.
 - :class:`rankgate.dispatch.target.Target` — the interface every target implements
   (submit, observe, cancel, release, fetch): :class:`~rankgate.dispatch.slurm.SlurmTarget`

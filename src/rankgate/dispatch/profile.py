@@ -10,6 +10,8 @@ A profile file holds one profile at its top level::
     time_limit = "00:30:00"
     modules = ["cuda/12.8"]
     results_dir = "/scratch/ci/rankgate"
+    shards = 2                  # two jobs, each one shard of the tests (docs/dispatch.md)
+    durations = "/scratch/ci/rankgate/durations.json"
     [container]
     runtime = "apptainer"
     image = "/scratch/images/rankgate.sif"
@@ -162,6 +164,13 @@ class Profile:
     """Further sbatch options, verbatim (e.g. ``["--exclusive"]``)."""
     interlink: Interlink = field(default_factory=Interlink)
     """interLink settings (interlink-* targets)."""
+    shards: int = 1
+    """Jobs the stage is split into, run side by side, each running one shard of its
+    tests (``--rankgate-shard K/N``) split by measured time; 1 = one job."""
+    durations: str = ""
+    """Durations file (JSON, node id -> seconds) the shards are split by. SLURM: a path
+    every node sees; each shard stores its tests' times back into it. interLink: a path
+    inside the pod's working folder, only read. Empty: shards split by test count."""
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
@@ -180,6 +189,9 @@ class Profile:
             value = getattr(self, name)
             if not least <= value <= MAX_COUNT:
                 raise ProfileError(f"{name} = {value}: must be {least} to {MAX_COUNT}")
+        if not 1 <= self.shards <= MAX_SHARDS:
+            raise ProfileError(f"shards = {self.shards}: must be 1 to {MAX_SHARDS}")
+        check_job_path("durations", self.durations)
         time_limit_minutes(self.time_limit)  # raises on a malformed value
         if self.queue_timeout <= 0:
             raise ProfileError(f"queue_timeout must be > 0 seconds, got {self.queue_timeout}")
@@ -203,6 +215,8 @@ class Profile:
             )
 
 
+MAX_SHARDS = 1000
+"""The most jobs one dispatch splits a stage into."""
 MAX_COUNT = 1_000_000
 """The most nodes, tasks, CPUs or GPUs a profile may ask for: more than any cluster has, and
 far less than the numbers SLURM's options overflow at."""

@@ -119,6 +119,8 @@ class DispatchResult:
     merged: JobResults | None = None
     queued_s: float = 0.0
     running_s: float = 0.0
+    node: str = ""
+    """The node(s) the job ran on, as the target named them."""
 
     @classmethod
     def of(cls, profile: Profile, ended: Ended) -> DispatchResult:
@@ -134,6 +136,7 @@ class DispatchResult:
             result.state, result.exit_code = last.state, last.exit_code
             result.reason = watched.why or last.reason
             result.queued_s, result.running_s = watched.queued_s, watched.running_s
+            result.node = watched.where
         return result
 
     def add_message(self, *lines: str) -> None:
@@ -174,6 +177,7 @@ class DispatchResult:
             "job_dir": str(self.job_dir) if self.job_dir else None,
             "queued_s": round(self.queued_s, 1),
             "running_s": round(self.running_s, 1),
+            "node": self.node,
             "world_size": merged.world_size if merged else None,
             "missing_ranks": merged.missing_ranks if merged else None,
             "tests": [

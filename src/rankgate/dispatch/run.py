@@ -6,6 +6,8 @@
   built once: the target's defaults (its poll interval, the profile's queue and run
   deadlines), then what the command line says.
 - :func:`run_stage`: submit, wait, fetch and merge (:func:`~rankgate.dispatch.target.run_job`).
+- :func:`run_sharded_stage`: the same as ``profile.shards`` jobs, one shard of the tests
+  each, merged into one verdict (:mod:`~rankgate.dispatch.shards`).
 - :func:`describe_stage`: what ``--dry-run`` prints (the sbatch script, the pod).
 """
 
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from rankgate.dispatch.profile import Profile
 from rankgate.dispatch.results import DispatchResult
+from rankgate.dispatch.shards import ShardedResult, run_shards
 from rankgate.dispatch.target import Target, run_job
 from rankgate.dispatch.watch import Progress, WaitPolicy
 
@@ -75,6 +78,31 @@ def run_stage(  # seven parameters: the profile, then six keywords, each with a 
     job = target.job(stage, pytest_args)
     say = progress or (lambda line: None)
     return run_job(target, job, wait or wait_policy(profile), say=say, local=local_dir)
+
+
+def run_sharded_stage(  # as run_stage, for a profile with shards > 1
+    profile: Profile,
+    *,
+    stage: str,
+    pytest_args: Sequence[str],
+    wait: WaitPolicy | None = None,
+    progress: Progress | None = None,
+    local_dir: Path | None = None,
+    target: Target | None = None,
+) -> ShardedResult:
+    """:func:`run_stage` as ``profile.shards`` jobs, one shard of the tests each, merged
+    into one verdict (:mod:`rankgate.dispatch.shards`)."""
+    target = target or target_for(profile)
+    workdir = Path(profile.workdir) if profile.workdir and Path(profile.workdir).is_dir() else None
+    return run_shards(
+        target,
+        stage=stage,
+        pytest_args=pytest_args,
+        wait=wait or wait_policy(profile),
+        say=progress or (lambda line: None),
+        local_dir=local_dir,
+        collect_cwd=workdir,
+    )
 
 
 def describe_stage(profile: Profile, *, stage: str, pytest_args: Sequence[str]) -> str:

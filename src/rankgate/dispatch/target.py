@@ -16,12 +16,13 @@ half alone (the interLink canary needs no results).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from rankgate.dispatch.ended import Ended
-from rankgate.dispatch.interrupts import caught_interrupts
+from rankgate.dispatch.interrupts import Interrupts, caught_interrupts
 from rankgate.dispatch.job import JobSpec
 from rankgate.dispatch.outcome import JobOutcome
 from rankgate.dispatch.profile import Profile
@@ -88,13 +89,23 @@ class Target(Watchable, Protocol):
         """Lines for the report about how the job ended (why it could never start ...)."""
 
 
-def wait_for_job(target: Target, job: JobSpec, policy: WaitPolicy, *, say: Progress) -> Ended:
+def wait_for_job(
+    target: Target,
+    job: JobSpec,
+    policy: WaitPolicy,
+    *,
+    say: Progress,
+    interrupts: Interrupts | None = None,
+) -> Ended:
     """Submit ``job``, watch it to its end, and release it, under one interrupt guard.
 
     Interrupts are held from before the submission until the release, so a Ctrl-C
     while the job is submitted, watched or released still ends in its cancel/delete.
+    ``interrupts``: a guard the caller holds already (the shards of one dispatch, each
+    waited for in a thread of its own, share the main thread's).
     """
-    with caught_interrupts() as interrupts:
+    scope = caught_interrupts() if interrupts is None else nullcontext(interrupts)
+    with scope as interrupts:
         try:
             job_id = target.submit(job)
         except SubmitError as exc:
@@ -119,10 +130,16 @@ def _said_by_the_target(watched: Watched) -> list[str]:
 
 
 def run_job(
-    target: Target, job: JobSpec, policy: WaitPolicy, *, say: Progress, local: Path | None
+    target: Target,
+    job: JobSpec,
+    policy: WaitPolicy,
+    *,
+    say: Progress,
+    local: Path | None,
+    interrupts: Interrupts | None = None,
 ) -> DispatchResult:
     """:func:`wait_for_job`, then fetch the job's folder and merge every rank's results."""
-    ended = wait_for_job(target, job, policy, say=say)
+    ended = wait_for_job(target, job, policy, say=say, interrupts=interrupts)
     result = DispatchResult.of(target.profile, ended)
     if ended.watched is None:
         return result

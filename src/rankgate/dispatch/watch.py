@@ -123,6 +123,8 @@ class Watched:
     running_s: float = 0.0
     why: str = ""
     """The target's reason when rankgate stopped a job that could never start."""
+    where: str = ""
+    """The node(s) the job last ran on, as the target named them ("" if never said)."""
 
     @property
     def outcome(self) -> JobOutcome:
@@ -166,6 +168,7 @@ class _Wait:
     def run(self) -> Watched:
         while True:
             seen = self.result.last = self._look()
+            self.result.where = seen.where or self.result.where
             now = time.monotonic()
             if isinstance(seen.status, JobOutcome):
                 self._account(now)

@@ -82,6 +82,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("rankgate_reruns", "reruns of a failed world test (0)")
     parser.addini("rankgate_flaky", "pass or fail: what a flaky test counts as (pass)")
     parser.addini("rankgate_quarantine", "TOML file of quarantined tests (none)")
+    add_shard_options(group)
     parser.addini("rankgate_timeout", f"default test timeout in seconds ({DEFAULT_TIMEOUT_S:g})")
     parser.addini(
         "rankgate_start_timeout",
@@ -226,3 +227,31 @@ def worker_setup(config: pytest.Config) -> str | None:
             "(say mypkg.testing:setup_rank, called as setup_rank(rank) on every rank)"
         )
     return spec or None
+
+
+# --- shards by measured duration (rankgate.harness.shards) -----------------------------
+
+
+def add_shard_options(group) -> None:
+    """``--rankgate-shard K/N`` and the durations files it splits by."""
+    group.addoption(
+        "--rankgate-store-durations",
+        metavar="FILE",
+        default=None,
+        help="record each test's time (a world test's: its wall time over all ranks) and "
+        "merge it into FILE (JSON: node id -> seconds); in place rank 0 writes it",
+    )
+    group.addoption(
+        "--rankgate-durations",
+        metavar="FILE",
+        default=None,
+        help="stored times --rankgate-shard splits by (default: the "
+        "--rankgate-store-durations file, when it exists)",
+    )
+    group.addoption(
+        "--rankgate-shard",
+        metavar="K/N",
+        default=None,
+        help="run shard K of N (1-based): tests split by stored time, longest first, each "
+        "to the shard with least so far; the other tests are deselected",
+    )

@@ -69,9 +69,13 @@ def pytest_configure(config: pytest.Config) -> None:
         )
     from rankgate.harness.adopt.hooks import ADOPT_PLUGIN, Adoption
     from rankgate.harness.rerun_report import RERUN_PLUGIN, RerunReport
+    from rankgate.harness.shards.plugin import SHARD_PLUGIN, ShardPlugin
 
     config.pluginmanager.register(RerunReport(), RERUN_PLUGIN)
     _register_quarantine(config)
+    # The durations file has one writer: the controller under xdist, rank 0 in place.
+    writes = not hasattr(config, "workerinput") and (launch is None or launch.rank == 0)
+    config.pluginmanager.register(ShardPlugin.from_config(config, writes=writes), SHARD_PLUGIN)
     adoption = Adoption.from_config(config)
     if adoption is not None:
         config.pluginmanager.register(adoption, ADOPT_PLUGIN)

@@ -15,12 +15,14 @@ import os
 import shutil
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
-from rankgate.cliargs import seconds
+from rankgate.cliargs import int_at_least, seconds
 from rankgate.dispatch.profile import Profile, ProfileError, resolve_profile
 from rankgate.dispatch.results import MERGED_NAME, DispatchResult, render_report
-from rankgate.dispatch.run import describe_stage, run_stage, wait_policy
+from rankgate.dispatch.run import describe_stage, run_sharded_stage, run_stage, wait_policy
+from rankgate.dispatch.shards import ShardedResult, render_sharded
 from rankgate.dispatch.target import TargetError
 
 
@@ -39,6 +41,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "run timeout, default 60 s) and check each outcome; exit 0 when all three match",
     )
     parser.add_argument("--markers", help="override the stage's pytest marker expression")
+    parser.add_argument(
+        "--shards",
+        type=int_at_least(1),
+        default=None,
+        metavar="N",
+        help="split the stage's tests into N jobs by their stored times (the profile's "
+        "durations) and merge their results into one verdict (default: the profile's shards)",
+    )
     _add_wait_arguments(parser)
     parser.add_argument(
         "--out", type=Path, default=None, help="local folder for fetched results (remote targets)"
@@ -118,6 +128,8 @@ def _progress(line: str) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         profile = resolve_profile(args.profile)
+        if args.shards is not None:
+            profile = replace(profile, shards=args.shards)
         if args.canary:
             return _canary(profile, args)
         result = _dispatch(profile, args, _pytest_args(profile, args))
@@ -129,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
         return 3
     if result is None:  # --dry-run
         return 0
-    print(render_report(result))
+    print(render_sharded(result) if isinstance(result, ShardedResult) else render_report(result))
     _copy_merged_junit(result, args)
     if args.json:
         print(json.dumps(result.to_json()))
@@ -178,7 +190,7 @@ def _canary(profile: Profile, args: argparse.Namespace) -> int:
     return 0 if all(check.ok for check in checks) else 1
 
 
-def _copy_merged_junit(result: DispatchResult, args: argparse.Namespace) -> None:
+def _copy_merged_junit(result: DispatchResult | ShardedResult, args: argparse.Namespace) -> None:
     """Put the merged JUnit file where the pipeline expects the stage's product."""
     target = args.junit
     if target is None and os.environ.get("RANKGATE_OUT"):
@@ -193,6 +205,14 @@ def _copy_merged_junit(result: DispatchResult, args: argparse.Namespace) -> None
 
 def _dispatch(profile: Profile, args: argparse.Namespace, pytest_args: list[str]):
     if args.dry_run:
+        if profile.shards > 1:
+            durations = (
+                " --rankgate-durations=<job folder>/durations.in.json" if profile.durations else ""
+            )
+            print(
+                f"# {profile.shards} jobs like this one; job K adds "
+                f"--rankgate-shard=K/{profile.shards}{durations}"
+            )
         print(describe_stage(profile, stage=args.stage, pytest_args=pytest_args), end="")
         return None
     wait = wait_policy(
@@ -202,7 +222,8 @@ def _dispatch(profile: Profile, args: argparse.Namespace, pytest_args: list[str]
         queue_timeout_s=args.queue_timeout,
         run_timeout_s=args.run_timeout,
     )
-    return run_stage(
+    run = run_sharded_stage if profile.shards > 1 else run_stage
+    return run(
         profile,
         stage=args.stage,
         pytest_args=pytest_args,

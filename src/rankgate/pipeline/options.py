@@ -17,6 +17,9 @@ class Options:
     """Where products go (JUnit under junit/, benchmark JSON under bench/, gate.json)."""
     profile: str = ""
     """Site profile (TOML) for ``rankgate dispatch``: gpu and hpc run remotely with it."""
+    shards: int = 0
+    """Dispatched stages run as this many jobs, one shard of the tests each (``--shards N``);
+    0 = what the profile says."""
     pytest_args: tuple[str, ...] = ()
     """Extra pytest arguments (paths, -k, -x, -n ...), given to every pytest command."""
     strict: bool = False
@@ -37,10 +40,14 @@ class Options:
 
     @classmethod
     def from_args(cls, args: list[str], *, quick: bool = False) -> Options:
-        """``[--profile P] [--out DIR] [--strict] [--quick | --full] [--changed-since REF]
-        [--only S,S] [pytest args...]``; ``quick``: the default when neither is given."""
+        """``[--profile P] [--shards N] [--out DIR] [--strict] [--quick | --full]
+        [--changed-since REF] [--only S,S] [pytest args...]``; ``quick``: the default when
+        neither is given."""
         options, rest = cls(quick=quick), list(args)
-        flags = ("--profile", "--out", "--strict", "--quick", "--full", "--changed-since", "--only")
+        flags = (
+            "--profile", "--shards", "--out", "--strict", "--quick", "--full", "--changed-since",
+            "--only",
+        )  # fmt: skip
         tiers = [flag for flag in rest if flag in ("--quick", "--full")]
         if len(set(tiers)) > 1:
             raise SystemExit("--quick and --full contradict each other: give one of them")
@@ -57,6 +64,8 @@ class Options:
             value = rest.pop(0)
             if flag == "--profile":
                 options.profile = _readable_profile(value)
+            elif flag == "--shards":
+                options.shards = _shard_count(value)
             elif flag == "--changed-since":
                 options.changed_since = value
             elif flag == "--only":
@@ -65,6 +74,13 @@ class Options:
                 options.out_dir = Path(value)
         options.pytest_args = tuple(rest)
         return options
+
+
+def _shard_count(value: str) -> int:
+    """``--shards N``: a whole number of jobs, at least 1."""
+    if not value.isdigit() or int(value) < 1:
+        raise SystemExit(f"--shards {value!r}: give a whole number of jobs, at least 1")
+    return int(value)
 
 
 def _readable_profile(spec: str) -> str:

@@ -125,8 +125,9 @@ def change_plan(options: Options, chosen: list[Stage]) -> changes.Plan:
 
 
 def _dispatch_command(stage: Stage, options: Options) -> Command:
+    shards = ("--shards", str(options.shards)) if options.shards else ()
     return Command(
-        argv=("rankgate", "dispatch", "--profile", options.profile, "--stage", stage.name),
+        argv=("rankgate", "dispatch", "--profile", options.profile, "--stage", stage.name, *shards),
         label="dispatch",
         module="rankgate.pipeline.dispatch_stage",
     )

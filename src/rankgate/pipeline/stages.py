@@ -192,12 +192,14 @@ _INTERLINK_E2E = (
         f"src/rankgate/dispatch/{name}.py"
         for name in (
             "__init__", "archive", "ended", "interrupts", "job", "outcome", "profile", "results",
-            "run", "sbatch", "shell", "slurm", "slurm_query", "target", "watch",
+            "run", "sbatch", "shards", "shell", "slurm", "slurm_query", "target", "watch",
         )
     ),
 )
 _JUNIT_MERGE = (
     "src/rankgate/report/junit.py",
+    "src/rankgate/report/shards.py",  # merge-junit --shards, a sharded dispatch's verdict
+    "src/rankgate/report/merge_command.py",
     "src/rankgate/report/junitfile.py",
     "src/rankgate/report/rankresults.py",
     "src/rankgate/cliargs.py",

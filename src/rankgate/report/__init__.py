@@ -5,6 +5,9 @@ Main API:
 - :func:`rankgate.report.junit.merge_junit` -> :class:`~rankgate.report.junit.MergedReport`:
   per-rank JUnit files (the harness's in-place mode) to one rank-aware verdict per test,
   ``MergedReport.write_xml(path)`` for one JUnit file (``rankgate merge-junit``).
+- :func:`rankgate.report.shards.merge_shards`: the shards of a sharded dispatch as one
+  verdict, each test naming its shard's node, a lost shard's tests not run
+  (``rankgate merge-junit --shards``, :mod:`~rankgate.report.merge_command`).
 - :func:`rankgate.report.summary.summarize`: a small JSON summary of JUnit and benchmark
   files; :mod:`rankgate.report.cli` (``rankgate report``) writes it with the HTML page
   (:func:`~rankgate.report.html.render_html`) and its Markdown twin.

@@ -351,7 +351,14 @@ def _groups(groups: list[dict]) -> str:
         for g in groups
     )
     table = f"<table><tr>{head}</tr>{rows}</table>"
-    return f'<section id="tests"><h2>Test results per source</h2>{table}</section>'
+    shards = "".join(
+        f"<p>{escape(g['source'])} ran in {len(g['shards'])} shards:</p><ul>"
+        + "".join(f"<li>shard {escape(line)}</li>" for line in g["shards"])
+        + "</ul>"
+        for g in groups
+        if g.get("shards")
+    )
+    return f'<section id="tests"><h2>Test results per source</h2>{table}{shards}</section>'
 
 
 def _bench(tables: list[BenchTable], plots: list[Plot]) -> str:

@@ -84,6 +84,8 @@ class MergedTest:
     """The failing, erroring or disagreeing ranks' own texts, each headed by its rank."""
     results: dict[int, CaseResult]
     missing: tuple[int, ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
+    """Where it ran when runs were merged (``shard``, ``node``, ``job``), written as properties."""
 
     @property
     def attempts(self) -> list[Attempt]:
@@ -140,6 +142,8 @@ class MergedReport:
     incomplete: tuple[str, ...] = ()
     """Why the run did not finish, per file that says so (a signal, no test in it):
     such a run is never a pass, whatever its tests say."""
+    labels: tuple[tuple[str, str], ...] = ()
+    """The suite's own properties beyond ranks and sources (one ``shard`` per shard merged)."""
 
     @property
     def counts(self) -> dict[str, int]:
@@ -185,6 +189,7 @@ class MergedReport:
             "ranks": list(self.ranks),
             "counts": self.counts,
             "sources": list(self.sources),
+            **({"labels": [list(pair) for pair in self.labels]} if self.labels else {}),
             "tests": [
                 {
                     "id": t.test_id,
@@ -197,6 +202,7 @@ class MergedReport:
                         if t.attempts
                         else {}
                     ),
+                    **({"labels": dict(t.labels)} if t.labels else {}),
                 }
                 for t in self.tests
             ],
@@ -218,7 +224,8 @@ class MergedReport:
             suite,
             [("ranks", _csv(self.ranks)), ("world_size", str(self.world_size))]
             + [("source", s) for s in self.sources]
-            + [(INTERRUPTED_PROPERTY, why) for why in self.incomplete],
+            + [(INTERRUPTED_PROPERTY, why) for why in self.incomplete]
+            + list(self.labels),
         )
         for test in self.tests:
             _write_case(suite, test)
@@ -460,6 +467,7 @@ def _write_case(suite: ET.Element, test: MergedTest) -> None:
         for k, v in res.properties
         if k not in RERUN_PROPERTIES
     ]
+    props += list(test.labels)
     _add_properties(case, props)
     # The way pytest writes each outcome, so that merged files read back the same.
     tag, attrs = {

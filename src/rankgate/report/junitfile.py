@@ -135,6 +135,9 @@ class JUnitFile:
     a test that started and never ended)."""
     interrupted_test: str = ""
     """The test that was running then (``classname::name``), when known."""
+    shards: tuple[str, ...] = ()
+    """A sharded run's merged file: one line per shard, where its job ran and how it ended
+    (its ``shard`` properties, :mod:`rankgate.report.shards`)."""
 
     @property
     def incomplete(self) -> str:
@@ -187,6 +190,7 @@ def read_junit(path: str | Path) -> JUnitFile:
         system_err=join_texts(*(s.findtext("system-err") or "" for s in suites)),
         interrupted=said.get(INTERRUPTED_PROPERTY, "") or (NAMELESS_CASE if nameless else ""),
         interrupted_test=said.get(INTERRUPTED_TEST_PROPERTY, ""),
+        shards=tuple(value for name, value in suite_props if name == "shard"),
     )
 
 

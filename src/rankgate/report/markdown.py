@@ -43,6 +43,7 @@ def render_markdown(data: ReportData) -> str:
               f"{float(s.get('seconds') or 0):.1f} s", present.stage_note(s)) for s in rows],
         )  # fmt: skip
     lines += _benchmarks(data.bench)
+    lines += _shards(data.summary.get("groups") or [])
     lines += _failures(data.failures)
     lines += _not_run(data.summary.get("not_run") or [], data.not_run)
     lines += _reasons("Skipped", data.summary.get("skips") or [])
@@ -70,6 +71,16 @@ def render_markdown(data: ReportData) -> str:
     page = Path(data.out_dir) / "report.html"
     lines.append(f"The full report, with every rank's log{plots}: `{page}`.")
     return "\n".join(lines) + "\n"
+
+
+def _shards(groups: list[dict]) -> list[str]:
+    """Where each shard of a sharded run ran, and how its job ended."""
+    lines = []
+    for g in groups:
+        if g.get("shards"):
+            lines += [f"### {_code(g['source'])}: {len(g['shards'])} shards", ""]
+            lines += [f"- shard {_inline(line)}" for line in g["shards"]] + [""]
+    return lines
 
 
 def _status(status: str) -> str:

@@ -86,6 +86,8 @@ class Group:
     results: list[TestResult] = field(default_factory=list)
     incomplete: list[str] = field(default_factory=list)
     """Why its run did not finish (a signal, no test in it); [] when it did."""
+    shards: list[str] = field(default_factory=list)
+    """A sharded run's shards: where each job ran and how it ended."""
 
     @property
     def totals(self) -> dict[str, int]:
@@ -128,7 +130,8 @@ def _plain_group(f: JUnitFile) -> Group:
     stopped = {f.interrupted_test} if f.interrupted_test else set()
     return Group(source=f.path, files=[f.path], ranks=None,
                  results=[_from_case(f.path, c, stopped) for c in by_id.values()],
-                 incomplete=[f.incomplete] if f.incomplete else [])  # fmt: skip
+                 incomplete=[f.incomplete] if f.incomplete else [],
+                 shards=list(f.shards))  # fmt: skip
 
 
 def case_outcome(case: CaseResult) -> str:

@@ -87,7 +87,13 @@ def summarize(
         "ok": not failing and not not_run and not incomplete,
         "totals": count(results),
         "groups": [
-            {"source": g.source, "files": g.files, "ranks": g.ranks, "totals": g.totals}
+            {
+                "source": g.source,
+                "files": g.files,
+                "ranks": g.ranks,
+                "totals": g.totals,
+                **({"shards": g.shards} if g.shards else {}),
+            }
             for g in groups
         ],
         "failing": failing,
