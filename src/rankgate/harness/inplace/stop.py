@@ -393,6 +393,7 @@ class RunStop:
             threading.Event().wait()  # a signal's watcher records this rank and exits it
         cause = f"{_crashed(dead)} while {item.nodeid} ran"
         self._record(item, cause, cause + self._in_flight_note(), verdict="crashed", gone=dead)
+        os._exit(pytest.ExitCode.TESTS_FAILED)
 
     def _in_flight_note(self) -> str:
         """'; rank 0 was in all_reduce #1 (float32[4]) issued at x.py:9': the collective
@@ -401,4 +402,3 @@ class RunStop:
         if waiting is None:
             return ""
         return f"; rank {self.launch.rank} was in {divergence.describe(waiting)}"
-        os._exit(pytest.ExitCode.TESTS_FAILED)
