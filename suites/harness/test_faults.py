@@ -98,8 +98,9 @@ def test_fault(rank):
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(
         [
-            "rank 1 failed; rank 0 hung; every hung rank waits in a collective: rank 0 waiting "
-            "in barrier at test_inner.py:* (world 2, backend gloo)",
+            "rank 1 failed; rank 0 hung; likely cause: rank 1 never issued barrier #1 that "
+            "rank 0 issued at test_inner.py:*; rank 1 issued no collective "
+            "(world 2, backend gloo)",
             "*rank 1: failed*",
             "AssertionError: rank 1 refuses*",
             "*rank 0: hung*",
@@ -192,9 +193,10 @@ def test_fault(rank):
     out = result.stdout.str()
     result.stdout.fnmatch_lines(
         [
-            "ranks 0, 1 hung; every hung rank waits in a collective: rank 0 waiting in "
-            "all_reduce at test_inner.py:*; rank 1 waiting in recv at test_inner.py:* "
-            "(world 2, backend gloo)",
+            # The ledgers name the cause: rank 1 went on to a point-to-point call.
+            "ranks 0, 1 hung; likely cause: rank 1 never issued all_reduce #1 (float32[[]1]) "
+            "that rank 0 issued at test_inner.py:*; rank 1's last: recv #1 at "
+            "test_inner.py:* (world 2, backend gloo)",
             "*rank 0: hung*",
             "did not finish within the test's timeout of 4 s",
             "*in all_reduce",
@@ -407,9 +409,10 @@ def test_fault(rank):
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(
         [
-            # Root cause first: rank 1 sleeps outside any collective; rank 0 waits for it.
-            "ranks 0, 1 hung; likely cause: rank 1 in user code at test_inner.py:*; "
-            "rank 0 waiting in all_reduce at test_inner.py:* (world 2, backend gloo)",
+            # Root cause first: rank 1 never joined the all_reduce rank 0 waits in.
+            "ranks 0, 1 hung; likely cause: rank 1 never issued all_reduce #1 (float32[[]1]) "
+            "that rank 0 issued at test_inner.py:*; rank 1 issued no collective (now in user "
+            "code at test_inner.py:*) (world 2, backend gloo)",
             "*rank 0: hung*",
             "did not finish within the test's timeout of 6 s",
             "*in all_reduce",
@@ -449,7 +452,9 @@ def test_after(rank, dist_tmp_path):
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(
         [
-            "rank 0 failed; rank 1 passed (world 2, backend gloo)",
+            "rank 0 failed; rank 1 passed; likely cause: rank 1 never issued all_reduce #1 "
+            "(float32[[]1]) that rank 0 issued at test_inner.py:*; rank 1 issued no collective "
+            "(world 2, backend gloo)",
             "RuntimeError: *gloo*Timed out waiting 1000ms*",
         ]
     )

@@ -265,11 +265,12 @@ def test_torchrun_hang_in_a_collective_outlives_the_rendezvous_timeout(tmp_path)
     for path in written:
         rank = path.name.split(".")[1].removeprefix("rank")
         (case,) = ET.parse(path).getroot().iter("testcase")
-        # Root cause first: rank 1 sleeps outside any collective, rank 0 waits for it.
+        # Root cause first: rank 1 never joined the all_reduce; it sleeps outside any.
         assert case.find("failure").get("message") == (
             f"rank {rank} hung (did not finish within the test's timeout of 6 s; the rank "
-            "exited); likely cause: rank 1 in user code at test_suite.py:12; "
-            "rank 0 waiting in all_reduce at test_suite.py:10"
+            "exited); likely cause: rank 1 never issued all_reduce #1 (float32[1]) that "
+            "rank 0 issued at test_suite.py:10; rank 1 issued no collective (now in user "
+            "code at test_suite.py:12)"
         )
 
 
@@ -767,16 +768,15 @@ def test_torchrun_tmp_path_shared_hang_cause_and_tests_not_run(tmp_path):
         "ranks 0, 1 not run (rank 0 stopped the run: test_suite.py::test_b_hangs did not "
         "finish within the test's timeout of 4 s)"
     )
-    assert verdicts["test_b_hangs"].message == (
-        "ranks 0, 1 hung; likely cause: rank 1 in user code at test_suite.py:16; "
-        "rank 0 waiting in barrier at test_suite.py:17"
+    cause = (
+        "likely cause: rank 1 never issued barrier #1 that rank 0 issued at test_suite.py:17; "
+        "rank 1 issued no collective (now in user code at test_suite.py:16)"
     )
+    assert verdicts["test_b_hangs"].message == f"ranks 0, 1 hung; {cause}"
     assert not merged.ok
     hung = verdicts["test_b_hangs"].results[0].message
     assert hung == (
-        "rank 0 hung (did not finish within the test's timeout of 4 s; the rank exited); "
-        "likely cause: rank 1 in user code at test_suite.py:16; "
-        "rank 0 waiting in barrier at test_suite.py:17"
+        "rank 0 hung (did not finish within the test's timeout of 4 s; the rank exited); " + cause
     )
 
 

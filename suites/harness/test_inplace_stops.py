@@ -308,3 +308,34 @@ def test_a_hang_stop_prints_the_summary_and_ends_the_tests_processes(tmp_path):
     while any(running(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert [p for p in pids if running(p)] == []
+
+
+CRASH_UNDER_A_COLLECTIVE = """
+import os
+import pytest
+import torch
+import torch.distributed as dist
+
+@pytest.mark.world(2, timeout=60)
+def test_dies_under_a_collective(rank):
+    t = torch.ones(4)
+    dist.broadcast(t, src=0)
+    if rank == 1:
+        os._exit(7)
+    dist.all_reduce(t)  # rank 0 waits here for a rank that is gone
+"""
+
+
+def test_a_peer_dying_under_a_collective_names_the_collective_the_survivor_was_in(tmp_path):
+    _write(tmp_path, CRASH_UNDER_A_COLLECTIVE)
+    proc = _torchrun(tmp_path, "-q", "--color=no", "--junitxml=out/junit.xml", "test_suite.py")
+    assert proc.returncode != 0
+    failure = _case(tmp_path / "out" / "junit.rank0.xml", "test_dies_under_a_collective")
+    message = failure.find("failure").get("message")
+    # The survivor learns of the death from gloo (its all_reduce fails) or from the
+    # launcher's SIGTERM, whichever comes first; its own ledger says where it was.
+    assert message.startswith("rank 1 crashed (ended without a result"), message
+    assert message.endswith(
+        "while test_suite.py::test_dies_under_a_collective ran; rank 0 was in all_reduce #2 "
+        "(float32[4]) issued at test_suite.py:13"
+    ), message

@@ -490,3 +490,30 @@ def test_a_file_without_node_ids_keeps_the_junit_names(tmp_path: Path) -> None:
     junit(tmp_path / "junit.rank0.xml", case("test_a", '<failure message="boom"/>'))
     (test,) = merge_junit([tmp_path / "junit.rank0.xml"]).tests
     assert test.node_id == test.test_id == "t::test_a"
+
+
+def test_ranks_ledgers_name_the_first_divergence(tmp_path: Path) -> None:
+    from rankgate.harness.inplace import ledger_file
+
+    source = tmp_path / "test_x.py"
+    source.write_text("def test_x(rank):\n    if rank == 0:\n        all_reduce()\n    barrier()\n")
+    failure = '<failure message="rank 0 hung (did not finish)">stacks</failure>'
+    paths = [
+        junit(tmp_path / "junit.rank0.xml", case("test_x", failure)),
+        junit(tmp_path / "junit.rank1.xml", case("test_x", failure)),
+    ]
+
+    def entry(op: str, line: int, arg: str = "") -> dict:
+        return {"group": "world", "ranks": [0, 1], "seq": 1, "op": op, "arg": arg,
+                "file": str(source), "line": line, "state": "issued"}  # fmt: skip
+
+    ledger_file.append(
+        ledger_file.ledger_path(paths[0]), "t", "test_x", [entry("all_reduce", 3, "float32[4]")]
+    )
+    ledger_file.append(ledger_file.ledger_path(paths[1]), "t", "test_x", [entry("barrier", 4)])
+    (test,) = merge_junit(paths).tests
+    assert test.message == (
+        "ranks 0, 1 hung; likely cause: rank 1 never issued all_reduce #1 (float32[4]) that "
+        "rank 0 issued at test_x.py:3; rank 1 issued barrier #1 at test_x.py:4 instead"
+    )
+    assert test.details.startswith("Collectives issued around the divergence:")

@@ -24,6 +24,10 @@ from rankgate.proc.progress import Progress
 _BENCHMARKS: dict[str, tuple[str, str]] = {
     "harness": ("rankgate.bench.pool_overhead", "per-test overhead: worker pool vs spawn per test"),
     "comm": ("rankgate.bench.comm", "collective bandwidth and latency, nccl-tests method"),
+    "ledger": (
+        "rankgate.bench.ledger_cost",
+        "the collective ledger's cost per call, host and gloo",
+    ),
     "compare": ("rankgate.bench.compare", "compare results with a baseline: ratios and a verdict"),
     "attention": ("rankgate.bench.attention", "ring attention vs one GPU and PyTorch's CP"),
     "packing": ("rankgate.bench.packing", "greedy vs LPT packing of sequences onto ranks"),

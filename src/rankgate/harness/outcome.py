@@ -51,6 +51,9 @@ class RankOutcome:
     warnings: list[dict] = field(default_factory=list)
     """The warnings the body recorded (``rankwarnings.records``), to warn again in the
     controller."""
+    ledger: list[dict] | None = None
+    """The collectives the rank's test issued (``ledger.snapshot``), read when the test
+    went wrong; None when there is none (the rank died, or the ledger is off)."""
 
     def __post_init__(self) -> None:
         self.outcome = RankResult(self.outcome)  # ValueError names an unknown word

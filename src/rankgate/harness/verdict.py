@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rankgate.harness import verdict_lines
+from rankgate.harness import divergence, verdict_lines
 from rankgate.harness.outcome import BAD, RankOutcome, RankResult
 from rankgate.harness.stacks import where as stack_where
 
@@ -57,7 +57,7 @@ def judge(outcomes: list[RankOutcome], world: int, backend: str, *, test_id: str
             status="failed",
             summary=summary,
             failing_ranks=tuple(sorted(o.rank for o in bad)),
-            text=summary + "\n" + "".join(_section(o) for o in bad),
+            text=summary + "\n" + _ledgers_section(outcomes) + "".join(_section(o) for o in bad),
         )
     kinds = {o.outcome for o in outcomes}
     if len(kinds) > 1:
@@ -79,8 +79,9 @@ def judge(outcomes: list[RankOutcome], world: int, backend: str, *, test_id: str
 def headline(outcomes: list[RankOutcome], test_id: str) -> str:
     """'rank 1 crashed (killed by SIGSEGV (exit code -11)); rank 0 failed', root cause first.
 
-    Several failed ranks name the one that failed first; hung ranks name the likely
-    cause from their stacks (the ranks outside every collective).
+    Several failed ranks name the one that failed first. The likely cause is the first
+    collective where the ranks' ledgers diverge, when they do; else, for hung ranks,
+    what their stacks say (the ranks outside every collective).
     """
     failed = {o.rank: o.duration for o in outcomes if o.outcome == RankResult.FAILED}
     crashed = [o.detail for o in outcomes if o.outcome == RankResult.CRASHED and o.detail]
@@ -91,7 +92,39 @@ def headline(outcomes: list[RankOutcome], test_id: str) -> str:
     )
     test_file = test_id.split("::", 1)[0]
     hung = {o.rank: stack_where(o.stack, test_file) for o in outcomes if o.outcome == "hung"}
+    ledgers = {o.rank: o.ledger for o in outcomes}
+    diverged = divergence.find(
+        ledgers, now={r: str(w) for r, w in hung.items() if w and w.collective is None}
+    )
+    if diverged is not None:
+        return verdict_lines.with_cause(line, verdict_lines.ledger_cause(diverged.text))
+    crashed = {
+        o.rank: _crash_place(o.stderr, test_file)
+        for o in outcomes
+        if o.outcome == RankResult.CRASHED and o.ledger is None
+    }
+    under = divergence.under_crash(crashed, ledgers)
+    if under:
+        return verdict_lines.with_cause(line, verdict_lines.ledger_cause(under))
     return verdict_lines.with_cause(line, verdict_lines.hang_cause(hung))
+
+
+def _crash_place(stderr: str, test_file: str) -> str:
+    """'in all_reduce at x.py:29' from a crashed rank's fatal-error stack ('' if none)."""
+    place = stack_where(stderr or "", test_file)
+    if place is None or place.frame is None:
+        return ""
+    what = f"in {place.collective} " if place.collective else ""
+    return f"{what}at {place.frame.place}"
+
+
+def _ledgers_section(outcomes: list[RankOutcome]) -> str:
+    """The ranks' ledgers side by side around their divergence ('' when none)."""
+    ledgers = {o.rank: o.ledger for o in outcomes}
+    diverged = divergence.find(ledgers)
+    if diverged is None:
+        return ""
+    return "\n" + divergence.side_by_side(ledgers, diverged)
 
 
 def _root_cause_first(outcomes: list[RankOutcome]) -> list[RankOutcome]:

@@ -126,6 +126,11 @@ def hang_cause(wheres: Mapping[int, Where | None]) -> str:
     return f"every hung rank waits in a collective: {described}"
 
 
+def ledger_cause(divergence_text: str) -> str:
+    """'likely cause: rank 1 never issued all_reduce #2 ...': the ledgers' divergence."""
+    return f"likely cause: {divergence_text}"
+
+
 _CAUSES = ("likely cause: ", "every hung rank waits in a collective: ")
 _HUNG_HEADLINE = re.compile(r"^rank \d+ hung( \(|;|$)")
 

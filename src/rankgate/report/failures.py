@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from rankgate.harness import divergence
 from rankgate.report.junit import MergedTest, merge_files
 from rankgate.report.junitfile import CaseResult, JUnitFile
 from rankgate.report.rankresults import expand, read_any
@@ -156,7 +157,7 @@ def _from_merged(directory: str, test: MergedTest) -> FailedTest:
         outcome=test.verdict,
         source=directory,
         message=_first_line(test.message),
-        ranks=_root_cause_first(ranks, ()),
+        ranks=_root_cause_first(ranks, (), divergence.blamed_in(test.message)),
         text=test.details,
         reproduce=_reproduce(*texts),
     )
@@ -183,7 +184,7 @@ def _from_case(source: str, case: CaseResult) -> FailedTest:
         )
         for rank, fields in sorted(per_rank.items())
     )
-    ranks = _root_cause_first(ranks, tuple(sections))
+    ranks = _root_cause_first(ranks, tuple(sections), divergence.blamed_in(case.message))
     return FailedTest(
         id=case.test_id,
         outcome=case.outcome,
@@ -203,16 +204,17 @@ _IN_COLLECTIVE = "torch/distributed/"
 
 
 def _root_cause_first(
-    ranks: tuple[RankDetail, ...], order: tuple[int, ...]
+    ranks: tuple[RankDetail, ...], order: tuple[int, ...], blamed: tuple[int, ...] = ()
 ) -> tuple[RankDetail, ...]:
     """Bad ranks in ``order`` (the harness's sections: root cause first), else by severity;
-    the other ranks after them, by rank. Among hung ranks, one that is not waiting in a
-    collective comes first: its peers are waiting for it."""
+    the other ranks after them, by rank. Among hung ranks, those the ledgers blame (they
+    never issued a collective their peers wait in: ``blamed``) come first, then one that
+    is not waiting in a collective: its peers are waiting for it."""
 
     def key(r: RankDetail) -> tuple:
         if not r.bad:
             return (2, 0, 0, r.rank)
-        waiting = r.outcome == "hung" and _IN_COLLECTIVE in r.traceback
+        waiting = (r.rank not in blamed, r.outcome == "hung" and _IN_COLLECTIVE in r.traceback)
         if r.rank in order:
             severity = _SEVERITY.index(r.outcome) if r.outcome in _SEVERITY else 0
             return (0, severity, waiting, order.index(r.rank))

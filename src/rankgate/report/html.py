@@ -16,6 +16,7 @@ import base64
 from html import escape
 from pathlib import Path
 
+from rankgate.harness import divergence
 from rankgate.report import present, svg
 from rankgate.report.collect import BenchTable, Plot, ReportData
 from rankgate.report.failures import FailedTest, RankDetail
@@ -207,6 +208,9 @@ def _failure(test: FailedTest) -> str:
         parts.append(f'<p class="message">{escape(test.message)}</p>')
     if test.reproduce:
         parts.append(f'<pre class="reproduce">{escape(test.reproduce)}</pre>')
+    ledgers = divergence.table_in(test.text)
+    if ledgers:  # the ranks' collectives side by side where they part
+        parts.append(f'<pre class="ledgers">{escape(ledgers)}</pre>')
     for rank in test.ranks:
         if rank.bad or rank.stdout or rank.stderr:
             parts.append(_rank_details(rank))

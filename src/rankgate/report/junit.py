@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rankgate.cliargs import int_at_least
-from rankgate.harness import verdict_lines
+from rankgate.harness import divergence, verdict_lines
 from rankgate.harness.attempts import (
     ATTEMPTS_PROPERTY,
     FLAKY_PROPERTY,
@@ -55,6 +55,7 @@ from rankgate.harness.attempts import (
     decode,
     encode,
 )
+from rankgate.harness.inplace import ledger_file
 from rankgate.harness.verdict_lines import INTERRUPTED_PREFIX, INTERRUPTED_PROPERTY, NOT_RUN_PREFIX
 from rankgate.report.junitfile import (
     GREEN,
@@ -281,7 +282,17 @@ def merge_files(files: Sequence[JUnitFile], world_size: int | None = None) -> Me
             f"results for {_ranks_text(beyond)} but the world size is {world_size} "
             f"(ranks 0..{world_size - 1}); pass the right --world"
         )
-    tests = [_merge_test(cn, n, by_rank, expected) for (cn, n), by_rank in per_test.items()]
+    ledgers = {
+        f.rank: ledger_file.read(ledger_file.ledger_path(f.path))
+        for f in files
+        if f.rank is not None
+    }
+    tests = [
+        _merge_test(
+            cn, n, by_rank, expected, {r: found.get((cn, n)) for r, found in ledgers.items()}
+        )
+        for (cn, n), by_rank in per_test.items()
+    ]
     absent = [r for r in expected if r not in ranks]
     if absent:
         tests.insert(0, _missing_ranks_test(absent, len(expected)))
@@ -343,7 +354,11 @@ def worded_outcome(outcome: str, result: CaseResult | None) -> str:
 
 
 def _merge_test(
-    classname: str, name: str, by_rank: dict[int, CaseResult], expected: Sequence[int]
+    classname: str,
+    name: str,
+    by_rank: dict[int, CaseResult],
+    expected: Sequence[int],
+    ledgers: dict[int, list | None] | None = None,
 ) -> MergedTest:
     results = dict(sorted(by_rank.items()))
     missing = tuple(r for r in expected if r not in results)
@@ -364,6 +379,9 @@ def _merge_test(
     worded = {r: worded_outcome(o, results.get(r)) for r, o in outcomes.items()}
     hung = {r: res for r, res in results.items() if worded[r] == "hung"}
     cause = next((c for res in hung.values() if (c := verdict_lines.cause_in(res.message))), "")
+    diverged = divergence.find(ledgers or {})
+    if diverged is not None and not cause:  # what a hung rank said stands: rank 0 showed it
+        cause = verdict_lines.ledger_cause(diverged.text)
     failed = {r: t for r, t in failed.items() if worded[r] == "failed"}
     what = verdict_lines.with_cause(
         verdict_lines.outcomes_line(worded, first=verdict_lines.first_failed(failed)), cause
@@ -402,6 +420,8 @@ def _merge_test(
     )
     if missing:
         details = join_texts(details, f"----- {_ranks_text(missing)}: no result for this test")
+    if diverged is not None:  # the ledgers side by side around where they part
+        details = join_texts(divergence.side_by_side(ledgers or {}, diverged), details)
     return MergedTest(classname, name, verdict, message, details, results, missing)
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from rankgate.harness import verdict_lines
 from rankgate.harness.failure_repr import item_report, not_run_report
+from rankgate.harness.inplace import ledger_file
 from rankgate.harness.inplace.results_writer import ResultsWriter, results_path
 from rankgate.harness.inplace.verdict import own_result, plain_report, report_text
 from rankgate.harness.verdict_lines import (
@@ -83,6 +84,17 @@ class RankRecords:
         # pytest's default ("no"), from the ini file, -o or nowhere alike: pytest has no
         # public way to tell them apart (config.inicfg is deprecated since pytest 9.2)
         return self.config.getini("junit_logging") == "no"
+
+    def log_ledger(self, item: pytest.Item, entries: list[dict] | None) -> None:
+        """This rank's ledger of ``item`` (a test that went wrong), beside its results
+        file, for merge-junit to compare with the other ranks'."""
+        xmlpath = self.config.option.xmlpath
+        if entries is None or not xmlpath:
+            return
+        try:
+            ledger_file.append(ledger_file.ledger_path(xmlpath), *junit_names(item.nodeid), entries)
+        except OSError:
+            pass  # the verdicts shown here carry the divergence all the same
 
     def begin(self, item: pytest.Item) -> None:
         """The test starts: a rank that dies now leaves its name in the results file."""

@@ -36,7 +36,7 @@ from typing import NamedTuple
 import pytest
 from _pytest.runner import runtestprotocol
 
-from rankgate.harness import leaks, options, verdict_lines
+from rankgate.harness import leaks, ledger, options, verdict_lines
 from rankgate.harness.inplace import collection, control, tempdirs
 from rankgate.harness.inplace.control import PeerGone, RunAborted
 from rankgate.harness.inplace.group import InPlaceGroup
@@ -156,6 +156,7 @@ class InPlaceSession:
         self._shows_passes = bool({"A", "P"} & set(config.getoption("reportchars") or ""))
         self._call_worker_setup()
         self._join()
+        ledger.install()
         self.stop = RunStop(self)
         shared_root = Path(os.environ.get("RANKGATE_SHARED_TMP", self.log_dir))
         self.shared_dirs = tempdirs.SharedDirs(shared_root, launch.rank, self.control)
@@ -413,6 +414,7 @@ class InPlaceSession:
         # into the files, with every attempt's record.
         hold = self.reruns > 0 and index is not None
         while True:
+            ledger.begin_test()
             own = runtestprotocol(item, nextitem=nextitem, log=False)
             self.stop.park_if_stopping()
             if not hold:
@@ -485,7 +487,7 @@ class InPlaceSession:
         ``note``: count its failures for the run's end now (else the caller does, for
         the last attempt only)."""
         mine = own_result(own, all_output=self._shows_passes)
-        mine = mine._replace(group_trouble=self._group_trouble)
+        mine = mine._replace(group_trouble=self._group_trouble, ledger=ledger.now())
         self._group_trouble = False
         try:
             # Each rank's value stays at control.outcome_key(index, rank): _failed_peers reads it.
@@ -501,6 +503,8 @@ class InPlaceSession:
         except PeerGone as exc:
             self.stop.for_crashed_peers(item, exc.ranks)
         everyone = [RankResult(*result) for result in gathered]
+        if any(result.outcome in ("failed", "error") for result in everyone):
+            self.records.log_ledger(item, mine.ledger)
         if note:
             self._note_verdict(item, everyone)
         if any(result.group_trouble for result in everyone):

@@ -25,7 +25,7 @@ from typing import NoReturn
 
 import pytest
 
-from rankgate.harness import leaks, locks, verdict_lines
+from rankgate.harness import divergence, leaks, ledger, locks, verdict_lines
 from rankgate.harness.failure_repr import failure_repr, item_report
 from rankgate.harness.inplace import control
 from rankgate.harness.inplace.reruns import no_rerun_note
@@ -88,32 +88,45 @@ class RunStop:
         rank = self.launch.rank
         reason = f"rank {rank} stopped the run: {item.nodeid} {why}"
         failed: dict[int, str] = {}
+        mine = ledger.now()
+        ledgers: dict[int, list | None] = {rank: mine}
+        self.session.records.log_ledger(item, mine)
         try:
             self.control.set(control.ABORT_KEY, reason)
-            failed = self._failed_peers(item)
-            wheres = self._where_hung_ranks_wait(item, stacks, failed)
+            failed = self._failed_peers(item, ledgers)
+            wheres = self._where_hung_ranks_wait(item, stacks, failed, ledgers)
         except Exception:  # the store is gone: name where this rank waits only
             wheres = {rank: stack_where(stacks, str(item.path))}
         notes = {"hung": f"{why}; the rank exited"}
-        cause = verdict_lines.hang_cause(wheres)
+        diverged = divergence.find(
+            ledgers, now={r: str(w) for r, w in wheres.items() if w and w.collective is None}
+        )
+        if diverged is not None:  # the ledgers name the cause; the stacks only where ranks wait
+            cause = verdict_lines.ledger_cause(diverged.text)
+            table = divergence.side_by_side(ledgers, diverged) + "\n"
+        else:
+            cause, table = verdict_lines.hang_cause(wheres), ""
         headline = verdict_lines.with_cause(
             verdict_lines.outcomes_line({rank: "hung"}, notes=notes), cause
         )
-        own_text = f"{headline}\nPython stacks of every thread:\n{stacks}"
+        own_text = f"{headline}\n{table}Python stacks of every thread:\n{stacks}"
         shown_text = None
         if failed:  # the terminal names the peers' failures first, with their texts
             outcomes = {**dict.fromkeys(failed, "failed"), rank: "hung"}
             sections = [f"--- rank {r}: failed ---\n{text}" for r, text in failed.items()]
-            sections.append(f"--- rank {rank}: hung ---\nPython stacks of every thread:\n{stacks}")
+            sections.append(
+                f"--- rank {rank}: hung ---\n{table}Python stacks of every thread:\n{stacks}"
+            )
             line = verdict_lines.with_cause(
                 verdict_lines.outcomes_line(outcomes, notes=notes), cause
             )
             shown_text = "\n".join([line, *sections])
         self._record(item, reason, own_text, verdict="hung", shown_text=shown_text)
 
-    def _failed_peers(self, item: pytest.Item) -> dict[int, str]:
+    def _failed_peers(self, item: pytest.Item, ledgers: dict) -> dict[int, str]:
         """The other ranks that failed ``item``, with their failures' texts: the results
-        they sent for the exchange, which they entered once the test ended there."""
+        they sent for the exchange, which they entered once the test ended there (their
+        ledgers go into ``ledgers``)."""
         index = self.session.store_index(item)  # this attempt's, after a rerun
         if index is None:
             return {}
@@ -121,6 +134,7 @@ class RunStop:
         for r in self.session.ranks_that_failed(index):
             sent = self.control.peek(control.outcome_key(index, r))
             failed[r] = RankResult(*sent).text if sent is not None else ""
+            ledgers[r] = RankResult(*sent).ledger if sent is not None else None
         return failed
 
     def _claim(self) -> bool:
@@ -154,7 +168,8 @@ class RunStop:
                 who = "Ctrl-C, or the launcher passing it on"
             cause = f"rank {rank} received {name} ({who})"
         where = f"while {item.nodeid} ran" if item is not None else "between tests"
-        text, verdict = f"{cause} {where}", "crashed"
+        note = self._in_flight_note() if dead and item is not None else ""
+        text, verdict = f"{cause} {where}{note}", "crashed"
         if not dead:  # no rank failed: the run was cut short, and its files must say so
             self.interrupted = (text, item)
             text, verdict = f"{INTERRUPTED_PREFIX}{text}", "interrupted"
@@ -321,12 +336,16 @@ class RunStop:
             leaks.reap(tree)
 
     def _where_hung_ranks_wait(
-        self, item: pytest.Item, stacks: str, failed: Sequence[int] = ()
+        self, item: pytest.Item, stacks: str, failed: Sequence[int] = (), ledgers=None
     ) -> dict:
         """Where this rank waits, and where the others that hung in this test say they do
-        (the ranks that ``failed`` it are not waited for: they are not in it any more)."""
+        (the ranks that ``failed`` it are not waited for: they are not in it any more);
+        their ledgers go into ``ledgers`` (this rank's is there)."""
         key = f"where/{item.nodeid}/"
+        ledger_key = f"ledger/{item.nodeid}/"
+        ledgers = {} if ledgers is None else ledgers
         mine = stack_where(stacks, str(item.path))
+        self.control.set(ledger_key + str(self.launch.rank), ledgers.get(self.launch.rank))
         self.control.set(key + str(self.launch.rank), mine)
         others = [
             key + str(r)
@@ -340,6 +359,7 @@ class RunStop:
         for r in range(self.launch.world_size):
             if r != self.launch.rank and self.control.store.check([key + str(r)]):
                 wheres[r] = self.control.peek(key + str(r))
+                ledgers[r] = self.control.peek(ledger_key + str(r))  # set before its where
         return wheres
 
     def _wait_for_peers_to_exit(self, gone: Sequence[int] = ()) -> bool:
@@ -372,5 +392,13 @@ class RunStop:
         if not self._claim():
             threading.Event().wait()  # a signal's watcher records this rank and exits it
         cause = f"{_crashed(dead)} while {item.nodeid} ran"
-        self._record(item, cause, cause, verdict="crashed", gone=dead)
+        self._record(item, cause, cause + self._in_flight_note(), verdict="crashed", gone=dead)
         os._exit(pytest.ExitCode.TESTS_FAILED)
+
+    def _in_flight_note(self) -> str:
+        """'; rank 0 was in all_reduce #1 (float32[4]) issued at x.py:9': the collective
+        this rank's test did not complete when a peer died ('' when none)."""
+        waiting = divergence.in_flight(ledger.now())
+        if waiting is None:
+            return ""
+        return f"; rank {self.launch.rank} was in {divergence.describe(waiting)}"

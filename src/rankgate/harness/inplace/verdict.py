@@ -20,7 +20,7 @@ import pytest
 from _pytest._code.code import ReprEntryNative, ReprExceptionInfo, ReprFileLocation, ReprTraceback
 from _pytest.skipping import xfailed_key
 
-from rankgate.harness import verdict_lines
+from rankgate.harness import divergence, verdict_lines
 from rankgate.harness.failure_repr import failure_repr
 from rankgate.harness.output import strip_ansi
 from rankgate.harness.verdict import DISAGREEMENT
@@ -45,6 +45,8 @@ class RankResult(NamedTuple):
     xfail: str = ""
     """Under an xfail marker: "xfailed" (it failed here) or "xpassed" (it passed here,
     strict or not); "" otherwise."""
+    ledger: list[dict] | None = None
+    """The collectives the test issued here (``ledger.snapshot``); None: no ledger."""
 
 
 def outcome_of(report: pytest.TestReport) -> str:
@@ -107,6 +109,10 @@ def cross_rank_problem(everyone: list[RankResult], rank: int) -> str | None:
     outcomes = {r: res.outcome for r, res in enumerate(everyone)}
     failed = {r: res.seconds for r, res in enumerate(everyone) if res.outcome == "failed"}
     line = verdict_lines.outcomes_line(outcomes, first=verdict_lines.first_failed(failed))
+    if any(res.outcome in BAD for res in everyone):
+        diverged = divergence.find({r: res.ledger for r, res in enumerate(everyone)})
+        if diverged is not None:
+            line = verdict_lines.with_cause(line, verdict_lines.ledger_cause(diverged.text))
     others_bad = [r for r, res in enumerate(everyone) if res.outcome in BAD and r != rank]
     if others_bad:
         return line + "".join(

@@ -22,9 +22,9 @@ from typing import Any
 
 from rankgate.harness import locks
 from rankgate.harness.item_settings import collective_timeout
-from rankgate.harness.outcome import RankOutcome, RankResult
+from rankgate.harness.outcome import BAD, RankOutcome, RankResult
 from rankgate.harness.output import read_clipped
-from rankgate.harness.pool import messages
+from rankgate.harness.pool import ledgerdump, messages
 
 # After one rank fails or dies, its peers usually fail fast too (gloo sees the
 # closed socket) or wait forever in a collective the failed rank never joined;
@@ -135,6 +135,7 @@ class Pool:
         if self.key.gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(self.key.gpus)
         for rank in range(self.key.world):
+            ledgerdump.make_pipe(self.directory, rank)
             parent_conn, child_conn = ctx.Pipe()
             paths = (self.directory / f"rank{rank}.out", self.directory / f"rank{rank}.err")
             config = messages.RankConfig(
@@ -295,9 +296,18 @@ class Pool:
                             f"{outcome.outcome}; stopped"
                         )
         held, hung_pids = [], [r.process.pid for r in pending.values()]
+        bad = bool(pending) or any(o.outcome in BAD for o in outcomes.values())
+        if bad:  # the ledgers name where the ranks' collectives diverged, if they did
+            alive = [r.rank for r in self.ranks if r.process.is_alive()]
+            ledgerdump.ask(self.directory, alive)
         if pending:
             held = locks.survey(hung_pids)  # before the kill: what the hung ranks hold
             self._dump_stacks(pending.values(), outcomes, why_stopped, test_id)
+        if bad:
+            ledgers = ledgerdump.collect(self.directory, alive)
+            for rank, entries in ledgers.items():
+                if entries is not None:  # None: that rank keeps no ledger
+                    outcomes[rank].ledger = entries
         unusable = any(o.outcome in ("crashed", "hung") or o.broke_group for o in outcomes.values())
         if unusable:
             self.kill()  # the registry starts a fresh pool for the next test
@@ -371,6 +381,7 @@ class Pool:
 # The worker's file as a stack names it (".../rankgate/harness/pool/worker.py"), from
 # where this module is, so a move of either keeps the frames found.
 _WORKER_FILE = "/".join(Path(__file__).with_name("worker.py").parts[-4:])
+_LEDGER_FILE = "/".join(Path(__file__).with_name("ledgerdump.py").parts[-4:])
 
 
 def trim_harness_frames(stack: str) -> str:
@@ -381,7 +392,7 @@ def trim_harness_frames(stack: str) -> str:
             skipping = False
         elif skipping:
             continue
-        elif _WORKER_FILE in line:
+        elif _WORKER_FILE in line or _LEDGER_FILE in line:
             skipping = True
             kept.append("  (rankgate worker frames omitted)")
             continue

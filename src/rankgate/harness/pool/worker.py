@@ -1,7 +1,7 @@
 """What runs inside each rank process of a pool.
 
 Imports only the standard library, torch and the harness's rank-side modules
-(messages, leaks, rankstate, rankwarnings, ranklogs; never pytest), so it can be
+(messages, leaks, ledger, ledgerdump, rankstate, rankwarnings, ranklogs; never pytest), so it can be
 preloaded into the fork server cheaply and read on its own. A rank:
 redirects fds 1 and 2 to its own log files (so C-level output, crash messages and
 faulthandler stacks land there too), joins the process group through a FileStore,
@@ -28,8 +28,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from rankgate.harness import leaks
-from rankgate.harness.pool import messages, ranklogs, rankwarnings
+from rankgate.harness import leaks, ledger
+from rankgate.harness.pool import ledgerdump, messages, ranklogs, rankwarnings
 from rankgate.harness.rankstate import (
     EnvironmentSnapshot,
     after_test_problems,
@@ -75,6 +75,8 @@ def worker_main(conn, config: messages.RankConfig) -> None:
         conn.send_bytes(messages.encode(messages.START_FAILED, rank=rank, error=_format(exc)))
         sys.stderr.flush()
         os._exit(3)
+    ledger.install()
+    ledgerdump.serve(Path(config.store_path).parent, rank)
     conn.send_bytes(messages.encode(messages.READY, rank=rank, pid=os.getpid()))
     # Taken once: a test's leftovers are ended after it, so this is also what every later
     # test starts with (a scan reads each thread's children, about 25 us a thread).
@@ -138,6 +140,7 @@ def _run_test(
     # The last test's groups: every rank has finished it, since the controller sends a
     # test only once all ranks have answered the one before.
     destroy_subgroups()
+    ledger.begin_test()
     saved_env, saved_cwd = EnvironmentSnapshot(), os.getcwd()
     start = time.perf_counter()
     outcome, detail, broke_group, returned = "passed", "", False, ""

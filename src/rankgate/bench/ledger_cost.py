@@ -1,0 +1,132 @@
+"""``rankgate bench ledger``: what the collective ledger costs per call, on the host.
+
+Two figures, best of ``--repeat-inner`` rounds of ``--calls`` calls each:
+
+- host: the ledger's wrapper around a function that does nothing, against calling that
+  function bare, from code outside torch and rankgate (as a test calls): the ledger's
+  own cost per collective, free of any backend's noise;
+- gloo: ``dist.all_reduce`` of 4 floats on a world of one, recorded and not, the two
+  interleaved round by round (the difference is within the noise of a loaded host).
+
+The pool's per-test cost with the ledger on and off: ``rankgate bench harness`` and
+``RANKGATE_LEDGER=0 rankgate bench harness`` (see docs/harness.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+
+from rankgate.cliargs import int_at_least
+
+_LOOP = """
+def loop(call, arg, calls):
+    for _ in range(calls):
+        call(arg)
+def loop_group(call, arg, calls, group):
+    for _ in range(calls):
+        call(arg, group=group)
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="end with one JSON line")
+    parser.add_argument(
+        "--calls", type=int_at_least(100), default=20000, help="calls per round (default 20000)"
+    )
+    parser.add_argument(
+        "--repeat-inner", type=int_at_least(1), default=7, help="rounds, best kept (default 7)"
+    )
+
+
+def _test_code() -> dict:
+    """Loops compiled under a file name outside torch and rankgate: the wrapper's walk to
+    the call site stops at their frame, as it stops at a test's."""
+    scope: dict = {}
+    exec(compile(_LOOP, "test_bench_ledger.py", "exec"), scope)
+    return scope
+
+
+def _best(fn, rounds: int) -> float:
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def measure_host(calls: int, rounds: int) -> dict[str, float]:
+    import torch
+
+    from rankgate.harness import ledger
+
+    ledger.install()  # sets where torch and rankgate live (for the call-site walk)
+
+    def all_reduce(tensor, op=None, group=None, async_op=False):
+        return None
+
+    code = _test_code()
+    wrapped = ledger._wrap("all_reduce", all_reduce, ["tensor", "op", "group", "async_op"])
+    t = torch.ones(4)
+    ledger.begin_test()
+    bare = _best(lambda: code["loop"](all_reduce, t, calls), rounds)
+    recorded = _best(lambda: code["loop"](wrapped, t, calls), rounds)
+    marker = object()  # a subgroup: its own count
+    bare_g = _best(lambda: code["loop_group"](all_reduce, t, calls, marker), rounds)
+    recorded_g = _best(lambda: code["loop_group"](wrapped, t, calls, marker), rounds)
+    ledger.begin_test()
+    return {
+        "host_us_per_call": round(1e6 * (recorded - bare) / calls, 3),
+        "host_us_per_call_with_group": round(1e6 * (recorded_g - bare_g) / calls, 3),
+    }
+
+
+def measure_gloo(calls: int, rounds: int) -> dict[str, float]:
+    import torch
+    import torch.distributed as dist
+
+    from rankgate.harness import ledger
+
+    ledger.install()
+    code = _test_code()
+    with tempfile.TemporaryDirectory(prefix="rankgate-bench-ledger-") as tmp:
+        store = dist.FileStore(os.path.join(tmp, "store"), 1)
+        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+        try:
+            t = torch.ones(4)
+            recorded_fn = dist.all_reduce
+            bare_fn = getattr(recorded_fn, "__wrapped__", recorded_fn)
+            code["loop"](bare_fn, t, calls // 10)  # warm up
+            bare, recorded = float("inf"), float("inf")
+            for _ in range(rounds):  # interleaved: drifts of a shared host hit both
+                ledger.begin_test()
+                bare = min(bare, _best(lambda: code["loop"](bare_fn, t, calls), 1))
+                recorded = min(recorded, _best(lambda: code["loop"](recorded_fn, t, calls), 1))
+        finally:
+            dist.destroy_process_group()
+    return {
+        "gloo_us_per_all_reduce_off": round(1e6 * bare / calls, 2),
+        "gloo_us_per_all_reduce_on": round(1e6 * recorded / calls, 2),
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    result = {
+        "calls": args.calls,
+        "rounds": args.repeat_inner,
+        **measure_host(args.calls, args.repeat_inner),
+        **measure_gloo(args.calls, args.repeat_inner),
+    }
+    print(
+        f"ledger, host cost per collective: {result['host_us_per_call']:.3f} us "
+        f"({result['host_us_per_call_with_group']:.3f} us with a group argument)\n"
+        f"gloo all_reduce of 4 floats, world 1: {result['gloo_us_per_all_reduce_off']:.2f} us "
+        f"bare, {result['gloo_us_per_all_reduce_on']:.2f} us recorded"
+    )
+    if args.json:
+        print(json.dumps(result))
+    return 0

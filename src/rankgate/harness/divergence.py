@@ -1,0 +1,307 @@
+"""The first collective where the ranks' ledgers diverge, worded for a verdict.
+
+Reads the records of :func:`rankgate.harness.ledger.snapshot` (one list per rank) and
+says, one line::
+
+    rank 1 never issued all_reduce #2 (float32[4]) that rank 0 issued at test_x.py:12;
+        rank 1's last: broadcast #1 at test_x.py:10
+    rank 1 never issued all_reduce #2 (float32[4]) that rank 0 issued at test_x.py:12;
+        rank 1 issued barrier #2 at test_x.py:15 instead
+    ranks disagree at #5: rank 0 all_reduce float32[4] at x.py:12, rank 1 broadcast
+        float32[8] at x.py:14
+
+Two ranks that issued different collectives under one number either disagree (the
+calls sit in the two branches of one ``if``, or in different files) or one of them
+skipped the call the other made first: then the rank whose call comes later in the
+file is named. Standard library only: merge-junit and the report read ledgers too.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import PurePath
+
+from rankgate.harness.verdict_lines import ranks as ranks_word
+
+WORLD = "world"
+"""The name a ledger gives the default process group."""
+P2P_PREFIX = "p2p:"
+"""Before the group's name, in a point-to-point call's entry: never compared."""
+
+
+@dataclass(frozen=True, slots=True)
+class Divergence:
+    text: str
+    """One line, as above."""
+    cause: tuple[int, ...]
+    """The ranks the ledgers single out (empty when they only show a disagreement)."""
+    group: str
+    seq: int
+    order: tuple[int, int] = field(default=(0, 0), compare=False)
+    """Where it happened in the ledgers (which divergence of several came first)."""
+
+
+def find(
+    ledgers: Mapping[int, Sequence[Mapping] | None], now: Mapping[int, str] | None = None
+) -> Divergence | None:
+    """The first divergence among the ranks' ledgers; None when they agree, or when
+    fewer than two ranks have one (a rank without a ledger is left out).
+
+    ``now``: where a hung rank's stack says it is ('in user code at x.py:16'), said of
+    a rank that never issued the collective."""
+    known = {int(r): list(entries) for r, entries in ledgers.items() if entries is not None}
+    if len(known) < 2:
+        return None
+    by_group: dict[str, dict[int, dict[int, Mapping]]] = {}
+    members: dict[str, tuple[int, ...]] = {}
+    for rank, entries in known.items():
+        for index, entry in enumerate(entries):
+            group = entry["group"]
+            if group.startswith(P2P_PREFIX):
+                continue  # point-to-point sequences differ by rank by design
+            indexed = {**entry, "_index": index}  # its place in this rank's ledger
+            by_group.setdefault(group, {}).setdefault(rank, {})[entry["seq"]] = indexed
+            members.setdefault(group, tuple(entry.get("ranks") or ()))
+    found = []
+    for group, seqs in by_group.items():
+        ranks = [r for r in (members[group] or sorted(seqs)) if r in known]
+        divergence = _first_in_group(group, ranks, seqs, known, now or {})
+        if divergence is not None:
+            found.append(divergence)
+    return min(found, key=lambda d: d.order) if found else None
+
+
+def _first_in_group(group, ranks, seqs, ledgers, now) -> Divergence | None:
+    seqs = {r: seqs.get(r, {}) for r in ranks}
+    last = {r: max(s, default=0) for r, s in seqs.items()}
+    top = max(last.values(), default=0)
+    # A full ledger dropped its oldest entries: compare from where every rank has them.
+    start = max((min(s) for s in seqs.values() if s), default=1)
+    skipped_at = None  # the first number the ranks issued from different, ordered lines
+    for seq in range(start, top + 1):
+        here = {r: seqs[r][seq] for r in ranks if seq in seqs[r]}
+        missing = [r for r in ranks if r not in here and seq > last[r]]
+        if not here:
+            continue
+        if missing:
+            if skipped_at is not None:
+                return skipped_at
+            return _never_issued(seq, here, missing, ledgers, now)
+        kinds = {(e["op"], e.get("arg", "")) for e in here.values()}
+        if len(kinds) > 1:
+            return _differ(seq, here)
+        if skipped_at is None and len({_site(e) for e in here.values()}) > 1:
+            skipped_at = _skipped(seq, here)
+    return None
+
+
+def _never_issued(seq, here, missing, ledgers, now) -> Divergence:
+    issuers = sorted(here)
+    ref = here[issuers[0]]
+    lasts = []
+    for r in missing:
+        entries = ledgers[r]
+        if entries:
+            lasts.append(f"rank {r}'s last: {name(entries[-1])} at {_site(entries[-1])}")
+        else:
+            lasts.append(f"rank {r} issued no collective")
+        if now.get(r):
+            lasts[-1] += f" (now {now[r]})"
+    text = (
+        f"{ranks_word(missing)} never issued {name(ref)}{_arg(ref)} that "
+        f"{ranks_word(issuers)} issued at {_site(ref)}; " + "; ".join(lasts)
+    )
+    return Divergence(text, tuple(missing), ref["group"], seq, _order(here))
+
+
+def _skipped(seq, here) -> Divergence | None:
+    """Same collective, different lines: if one line comes first in the file (not the
+    other branch of its ``if``), the ranks at the later line skipped it."""
+    first = min(here.values(), key=lambda e: e.get("line", 0))
+    later = {r: e for r, e in here.items() if _site(e) != _site(first)}
+    if not later or not all(_before(first, e) for e in later.values()):
+        return None
+    issuers = sorted(r for r in here if r not in later)
+    instead = "; ".join(
+        f"rank {r} issued {name(e)} at {_site(e)} instead" for r, e in later.items()
+    )
+    text = (
+        f"{ranks_word(later)} never issued {name(first)}{_arg(first)} that "
+        f"{ranks_word(issuers)} issued at {_site(first)}; {instead}"
+    )
+    return Divergence(text, tuple(sorted(later)), first["group"], seq, _order(here))
+
+
+def _differ(seq, here) -> Divergence:
+    skipped = _skipped(seq, here)
+    if skipped is not None:
+        return skipped
+    kinds: dict[tuple, list[int]] = {}
+    for r, e in sorted(here.items()):
+        kinds.setdefault((e["op"], e.get("arg", ""), _site(e)), []).append(r)
+    parts = [
+        f"{ranks_word(rs)} {op}{' ' + arg if arg else ''} at {site}"
+        for (op, arg, site), rs in kinds.items()
+    ]
+    any_entry = next(iter(here.values()))
+    where = f"#{seq}{_on(any_entry)}"
+    sizes = sorted(len(rs) for rs in kinds.values())
+    # One kind held by fewer ranks than every other: those ranks are the odd ones out.
+    cause = ()
+    if len(sizes) > 1 and sizes[0] < sizes[1]:
+        cause = tuple(next(rs for rs in kinds.values() if len(rs) == sizes[0]))
+    return Divergence(
+        f"ranks disagree at {where}: " + ", ".join(parts),
+        cause,
+        any_entry["group"],
+        seq,
+        _order(here),
+    )
+
+
+def _order(here) -> tuple[int, int]:
+    """The earliest place in a rank's ledger, then the earliest line (a tie)."""
+    return min((e["_index"], e.get("line", 0)) for e in here.values())
+
+
+def name(entry: Mapping) -> str:
+    """'all_reduce #2', 'all_reduce #1 on ranks [0, 2]'."""
+    return f"{entry['op']} #{entry['seq']}{_on(entry)}"
+
+
+def _on(entry: Mapping) -> str:
+    if entry.get("group", "").removeprefix(P2P_PREFIX) == WORLD:
+        return ""
+    return f" on ranks {list(entry.get('ranks') or [])}"
+
+
+def _arg(entry: Mapping) -> str:
+    return f" ({entry['arg']})" if entry.get("arg") else ""
+
+
+def _site(entry: Mapping) -> str:
+    if not entry.get("file"):
+        return "an unknown place"
+    return f"{PurePath(entry['file']).name}:{entry['line']}"
+
+
+def _before(a: Mapping, b: Mapping) -> bool:
+    """Whether ``a``'s call comes before ``b``'s in one file, on a path that runs
+    both (not the two branches of one ``if``)."""
+    if a.get("file") != b.get("file") or not a.get("file") or a["line"] >= b["line"]:
+        return False
+    branches = _branches(a["file"])
+    if branches is None:
+        return False  # the source cannot be read here: claim no order
+    return not any(
+        (lo1 <= a["line"] <= hi1 and lo2 <= b["line"] <= hi2) for lo1, hi1, lo2, hi2 in branches
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _branches(path: str) -> tuple[tuple[int, int, int, int], ...] | None:
+    """(body start, body end, else start, else end) of every ``if`` with an ``else``."""
+    try:
+        tree = ast.parse(open(path, encoding="utf-8").read(), path)  # noqa: SIM115
+    except (OSError, SyntaxError, ValueError):
+        return None
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and node.orelse:
+            found.append(
+                (
+                    node.body[0].lineno,
+                    node.body[-1].end_lineno or node.body[-1].lineno,
+                    node.orelse[0].lineno,
+                    node.orelse[-1].end_lineno or node.orelse[-1].lineno,
+                )
+            )
+    return tuple(found)
+
+
+_BLAMED = re.compile(r"likely cause: ranks? ([\d, ]+) never issued ")
+
+
+def blamed_in(message: str) -> tuple[int, ...]:
+    """The ranks a verdict's ledger cause says never issued a collective (() if none)."""
+    match = _BLAMED.search(message)
+    return tuple(int(r) for r in match.group(1).split(", ")) if match else ()
+
+
+TABLE_TITLE = "Collectives issued around the divergence"
+
+
+def table_in(text: str) -> str:
+    """The side-by-side table a verdict's text carries ('' when none)."""
+    start = text.find(TABLE_TITLE)
+    if start < 0:
+        return ""
+    end = text.find("\n\n", start)
+    return text[start : end if end >= 0 else len(text)].rstrip("\n") + "\n"
+
+
+def side_by_side(
+    ledgers: Mapping[int, Sequence[Mapping] | None], divergence: Divergence, around: int = 3
+) -> str:
+    """The ranks' entries of the diverging group, a few numbers either side of it."""
+    ranks = sorted(r for r, entries in ledgers.items() if entries is not None)
+    lo, hi = max(1, divergence.seq - around), divergence.seq + around
+    rows = []
+    for seq in range(lo, hi + 1):
+        cells = []
+        for r in ranks:
+            entry = next(
+                (e for e in ledgers[r] or () if e["group"] == divergence.group and e["seq"] == seq),
+                None,
+            )
+            cells.append(_cell(entry))
+        if any(cells):
+            mark = ">" if seq == divergence.seq else " "
+            rows.append((f"{mark}#{seq}", cells))
+    if not rows:
+        return ""
+    width = max(len(c) for _, cells in rows for c in cells)
+    width = max(width, max(len(f"rank {r}") for r in ranks))
+    head = "     " + "  ".join(f"{f'rank {r}':<{width}}" for r in ranks)
+    lines = [f"{seq:<5}" + "  ".join(f"{c or '-':<{width}}" for c in cells) for seq, cells in rows]
+    group = "" if divergence.group == WORLD else f" (group {divergence.group})"
+    title = f"{TABLE_TITLE}{group}:"
+    return "\n".join([title, head.rstrip(), *(line.rstrip() for line in lines)]) + "\n"
+
+
+def _cell(entry: Mapping | None) -> str:
+    if entry is None:
+        return ""
+    arg = f" {entry['arg']}" if entry.get("arg") else ""
+    return f"{entry['op']}{arg} {_site(entry)} {entry.get('state', '')}".rstrip()
+
+
+def describe(entry: Mapping) -> str:
+    """'all_reduce #1 (float32[8]) issued at x.py:29'."""
+    return f"{name(entry)}{_arg(entry)} issued at {_site(entry)}"
+
+
+def in_flight(entries: Sequence[Mapping] | None) -> Mapping | None:
+    """A rank's last collective when it did not complete (it waits in it, or it raised)."""
+    if not entries or entries[-1].get("state") == "completed":
+        return None
+    return entries[-1]
+
+
+def under_crash(crashed: Mapping[int, str], ledgers: Mapping[int, Sequence[Mapping] | None]) -> str:
+    """'rank 0 crashed in all_reduce at x.py:29; rank 1 was in all_reduce #1 (float64[4])
+    issued at x.py:29': where the ranks that died (no ledger left) were, from their stacks
+    (``crashed``: rank -> 'in all_reduce at x.py:29', or ''), and the collective their
+    peers were in. '' when no peer was in one."""
+    waiting = {r: e for r, entries in sorted(ledgers.items()) if (e := in_flight(entries))}
+    if not waiting or not crashed:
+        return ""
+    died = "; ".join(
+        f"rank {r} crashed{' ' + where if where else ''}" for r, where in sorted(crashed.items())
+    )
+    peers = "; ".join(f"rank {r} was in {describe(e)}" for r, e in waiting.items())
+    return f"{died}; {peers}"

@@ -1,0 +1,282 @@
+"""Each rank's ledger of the collectives its test issued: the evidence a hang's verdict
+names the first diverging collective from (:mod:`rankgate.harness.divergence`).
+
+``install()`` wraps torch.distributed's collective functions once per rank process
+(the pool's ranks and in-place ranks alike). Each call appends one entry to a bounded
+ring: the sequence number on its process group, the op, the first tensor argument's
+dtype and shape, the call site (the innermost frame outside torch and rankgate) and
+its state. It records on the host when the call is made, so it works the same on
+gloo and NCCL, where a collective returns before the GPU runs it. ``begin_test()``
+empties it; ``snapshot()`` turns it into plain records (JSON-ready), safe to call from
+another thread while the test is stuck.
+
+Why a wrapper and not torch's Flight Recorder: this torch records gloo in it too
+(``TORCH_FR_BUFFER_SIZE``), but it added 2.8 us to a gloo all_reduce here against
+2.1 us for this wrapper (0.8 us in a hot loop: ``rankgate bench ledger``), it keeps
+its entries across tests, it counts the collectives torch's own helpers issue inside
+one call, and its dump must be asked for from the stuck process all the same.
+
+Point-to-point calls (send, recv, isend, irecv) are recorded with a count of their
+own and never compared (their sequences differ by rank by design): they say where a
+rank was. batch_isend_irecv and functional collectives (DTensor's) bypass these
+functions and are not recorded.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+CAPACITY = 512
+"""Entries kept per rank and test: the newest; sequence numbers go on counting."""
+
+ENV = "RANKGATE_LEDGER"
+"""Set to 0 to leave torch.distributed unwrapped (no ledger; verdicts from stacks)."""
+
+COLLECTIVES = (
+    "all_reduce",
+    "broadcast",
+    "reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "gather",
+    "scatter",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "all_to_all",
+    "all_to_all_single",
+    "barrier",
+    "monitored_barrier",
+    "all_gather_object",
+    "broadcast_object_list",
+    "gather_object",
+    "scatter_object_list",
+)
+"""The torch.distributed functions recorded: every collective of the public API."""
+
+POINT_TO_POINT = ("send", "recv", "isend", "irecv")
+"""Recorded too, counted apart from the collectives and never compared."""
+
+ISSUED, COMPLETED, FAILED = "issued", "completed", "failed"
+"""An entry's state: called and not returned (or async and not finished), returned
+(or its work finished), raised."""
+
+_GROUP, _SEQ, _OP, _ARG, _FILE, _LINE, _STATE = range(7)
+P2P = "p2p"
+
+_entries: deque[list] = deque(maxlen=CAPACITY)
+_counters: dict[Any, int] = {}
+_aliases: dict[Any, Any] = {}
+"""Per group object passed this test: None for the default group, else itself."""
+_UNSEEN = object()
+_installed = False
+_c10d_file = ""
+"""torch.distributed's own module: a call from there is inside a recorded one."""
+_group_member: Any = None
+"""torch's GroupMember, whose WORLD is the default group of the moment."""
+_outside: dict[str, bool] = {}
+"""Per file name: whether its frames are the test's own code (cached, one lookup a frame)."""
+
+
+def _library_dirs() -> tuple[str, ...]:
+    import torch
+
+    here = Path(__file__).resolve().parents[1]  # the rankgate package
+    return (str(Path(torch.__file__).parent) + os.sep, str(here) + os.sep)
+
+
+_LIBRARIES: tuple[str, ...] = ()
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "1") != "0"
+
+
+def install() -> bool:
+    """Wrap torch.distributed's collectives (once per process). False when turned off."""
+    global _installed, _LIBRARIES, _group_member, _c10d_file
+    if _installed:
+        return True
+    if not enabled():
+        return False
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    _LIBRARIES = _library_dirs()
+    _group_member = c10d.GroupMember
+    _c10d_file = c10d.__file__
+    for name in COLLECTIVES + POINT_TO_POINT:
+        original = getattr(dist, name, None)
+        if original is None:
+            continue
+        wrapped = _wrap(name, original, list(inspect.signature(original).parameters))
+        setattr(dist, name, wrapped)
+        if getattr(c10d, name, None) is original:  # the same function under its home module
+            setattr(c10d, name, wrapped)
+    _installed = True
+    return True
+
+
+def installed() -> bool:
+    return _installed
+
+
+def begin_test() -> None:
+    """A new test: empty the ledger and restart every group's count."""
+    _entries.clear()
+    _counters.clear()
+    _aliases.clear()
+
+
+def _wrap(name: str, original, parameters: list[str]):
+    group_at = parameters.index("group") if "group" in parameters else None
+    tensor_arg = name not in ("barrier", "monitored_barrier") and "object" not in name
+    p2p = name in POINT_TO_POINT
+
+    def collective(*args, **kwargs):
+        # Kept lean: it runs on every collective (benchmarked by `rankgate bench ledger`).
+        caller = sys._getframe(1)
+        if caller.f_code.co_filename == _c10d_file:
+            return original(*args, **kwargs)  # torch's own call inside one recorded (recv's irecv)
+        frame = None
+        try:
+            if group_at is None:
+                group = None
+            elif len(args) > group_at:
+                group = args[group_at]
+            else:
+                group = kwargs.get("group")
+            if group is not None:
+                same = _aliases.get(group, _UNSEEN)
+                if same is _UNSEEN:  # once per group and test: is it the default one?
+                    same = _aliases[group] = None if group is _group_member.WORLD else group
+                group = same  # the default group named: one count with the unnamed calls
+            if p2p:
+                group = (P2P, group)
+            seq = _counters.get(group, 0) + 1
+            _counters[group] = seq
+            arg = None
+            if tensor_arg:
+                arg = args[0] if args else next(iter(kwargs.values()), None)
+                shape = getattr(arg, "shape", None)
+                arg = (getattr(arg, "dtype", None), shape) if shape is not None else _shape_of(arg)
+            frame = caller
+            while frame is not None:
+                file = frame.f_code.co_filename
+                outside = _outside.get(file)
+                if outside is None:
+                    outside = _outside[file] = not file.startswith(_LIBRARIES)
+                if outside:
+                    break
+                frame = frame.f_back
+            entry = [
+                group,
+                seq,
+                name,
+                arg,
+                file if frame else "",
+                frame.f_lineno if frame else 0,
+                ISSUED,
+            ]
+            _entries.append(entry)
+        except Exception:  # odd arguments (torch rejects them next): never break the call
+            entry = [None] * 7  # kept nowhere
+        # No frame object is kept: it would hold the test's locals (tensors) alive.
+        del frame, caller
+        try:
+            result = original(*args, **kwargs)
+        except BaseException:
+            entry[_STATE] = FAILED
+            raise
+        entry[_STATE] = COMPLETED if result is None else result  # async: its Work
+        return result
+
+    collective.__name__ = collective.__qualname__ = name
+    collective.__doc__ = original.__doc__
+    collective.__wrapped__ = original
+    collective.__rankgate_ledger__ = True
+    return collective
+
+
+def _shape_of(arg):
+    """(count, (dtype, shape)) of a list of tensors, else None."""
+    if isinstance(arg, list | tuple) and arg:
+        first = arg[0]
+        shape = getattr(first, "shape", None)
+        return None if shape is None else (len(arg), (getattr(first, "dtype", None), shape))
+    return None
+
+
+# --- reading it back ---------------------------------------------------------------
+
+
+def snapshot() -> list[dict]:
+    """The ledger as plain records, oldest first (see :func:`record`)."""
+    entries = list(_entries)  # one C call under the GIL: a consistent copy
+    groups: dict[Any, tuple[str, tuple[int, ...]]] = {}
+    return [record(e, groups) for e in entries]
+
+
+def now() -> list[dict] | None:
+    """:func:`snapshot`, or None where no ledger is kept (turned off)."""
+    return snapshot() if _installed else None
+
+
+def record(entry: list, groups: dict) -> dict:
+    """One entry as ``{group, ranks, seq, op, arg, file, line, state}``: ``group`` a name
+    every rank gives the same group ("world" for the default one; "p2p:" before it for
+    a point-to-point call), ``ranks`` its global ranks, ``arg`` like "float32[4]" ("" for
+    none)."""
+    group = entry[_GROUP]
+    p2p = entry[_OP] in POINT_TO_POINT
+    if p2p:
+        group = group[1]
+    if group not in groups:
+        groups[group] = _describe_group(group)
+    name, ranks = groups[group]
+    return {
+        "group": f"{P2P}:{name}" if p2p else name,
+        "ranks": list(ranks),
+        "seq": entry[_SEQ],
+        "op": entry[_OP],
+        "arg": describe_arg(entry[_ARG]),
+        "file": entry[_FILE],
+        "line": entry[_LINE],
+        "state": _state(entry[_STATE]),
+    }
+
+
+def _state(state) -> str:
+    if isinstance(state, str):
+        return state
+    try:  # an async call's Work
+        return COMPLETED if state.is_completed() else ISSUED
+    except Exception:
+        return ISSUED
+
+
+def _describe_group(group) -> tuple[str, tuple[int, ...]]:
+    import torch.distributed as dist
+
+    try:
+        world = dist.group.WORLD
+        if group is None or group is world:
+            return "world", tuple(range(dist.get_world_size()))
+        ranks = tuple(dist.get_process_group_ranks(group))
+        return getattr(group, "group_name", "") or f"ranks {list(ranks)}", ranks
+    except Exception:  # destroyed meanwhile, or no default group any more
+        return "unknown", ()
+
+
+def describe_arg(arg) -> str:
+    """'float32[4]', '2x float32[4]' (a list), '' (none)."""
+    if arg is None:
+        return ""
+    if isinstance(arg[0], int):
+        return f"{arg[0]}x {describe_arg(arg[1])}"
+    dtype, shape = arg
+    return f"{str(dtype).removeprefix('torch.')}[{', '.join(map(str, shape))}]"

@@ -1,0 +1,214 @@
+"""The first collective where the ranks' ledgers diverge, and its wording."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from rankgate.harness import divergence
+
+pytestmark = pytest.mark.unit
+
+SOURCE = """\
+def test_x(rank):
+    t = torch.ones(4)
+    dist.broadcast(t, src=0)
+    if rank == 0:
+        dist.all_reduce(t)
+    dist.barrier()
+    if rank == 0:
+        dist.all_reduce(t)
+    else:
+        dist.broadcast(t, src=1)
+"""
+
+
+@pytest.fixture
+def test_file(tmp_path):
+    path = tmp_path / "test_x.py"
+    path.write_text(textwrap.dedent(SOURCE))
+    return str(path)
+
+
+def entry(seq, op, line, file, *, arg="float32[4]", state="completed", group="world", ranks=(0, 1)):
+    return {
+        "group": group,
+        "ranks": list(ranks),
+        "seq": seq,
+        "op": op,
+        "arg": arg,
+        "file": file,
+        "line": line,
+        "state": state,
+    }
+
+
+def test_agreeing_ledgers_blame_no_one(test_file):
+    same = [entry(1, "broadcast", 3, test_file), entry(2, "barrier", 6, test_file, arg="")]
+    assert divergence.find({0: same, 1: list(same)}) is None
+
+
+def test_a_rank_that_stopped_short_never_issued_the_next_one(test_file):
+    found = divergence.find(
+        {
+            0: [
+                entry(1, "broadcast", 3, test_file),
+                entry(2, "all_reduce", 5, test_file, state="issued"),
+            ],
+            1: [entry(1, "broadcast", 3, test_file)],
+        }
+    )
+    assert found.text == (
+        "rank 1 never issued all_reduce #2 (float32[4]) that rank 0 issued at test_x.py:5; "
+        "rank 1's last: broadcast #1 at test_x.py:3"
+    )
+    assert found.cause == (1,)
+
+
+def test_a_skipped_call_is_named_from_the_line_order(test_file):
+    found = divergence.find(
+        {
+            0: [
+                entry(1, "broadcast", 3, test_file),
+                entry(2, "all_reduce", 5, test_file, state="issued"),
+            ],
+            1: [
+                entry(1, "broadcast", 3, test_file),
+                entry(2, "barrier", 6, test_file, arg="", state="issued"),
+            ],
+        }
+    )
+    assert found.text == (
+        "rank 1 never issued all_reduce #2 (float32[4]) that rank 0 issued at test_x.py:5; "
+        "rank 1 issued barrier #2 at test_x.py:6 instead"
+    )
+    assert found.cause == (1,)
+
+
+def test_the_same_op_from_a_later_line_is_a_skip_too(test_file):
+    # Rank 0's extra all_reduce pairs with rank 1's next one; the lines tell.
+    found = divergence.find(
+        {
+            0: [
+                entry(1, "all_reduce", 5, test_file),
+                entry(2, "all_reduce", 8, test_file, state="issued"),
+            ],
+            1: [entry(1, "all_reduce", 8, test_file)],
+        }
+    )
+    assert found.text == (
+        "rank 1 never issued all_reduce #1 (float32[4]) that rank 0 issued at test_x.py:5; "
+        "rank 1 issued all_reduce #1 at test_x.py:8 instead"
+    )
+
+
+def test_the_two_branches_of_one_if_disagree(test_file):
+    found = divergence.find(
+        {
+            0: [entry(1, "all_reduce", 8, test_file, state="issued")],
+            1: [entry(1, "broadcast", 10, test_file, state="issued")],
+        }
+    )
+    assert found.text == (
+        "ranks disagree at #1: rank 0 all_reduce float32[4] at test_x.py:8, "
+        "rank 1 broadcast float32[4] at test_x.py:10"
+    )
+    assert found.cause == ()
+
+
+def test_different_shapes_disagree_and_the_odd_rank_is_the_cause(test_file):
+    found = divergence.find(
+        {
+            0: [entry(1, "all_reduce", 5, test_file, ranks=(0, 1, 2))],
+            1: [entry(1, "all_reduce", 5, test_file, ranks=(0, 1, 2))],
+            2: [entry(1, "all_reduce", 5, test_file, arg="float32[8]", ranks=(0, 1, 2))],
+        }
+    )
+    assert found.text == (
+        "ranks disagree at #1: ranks 0, 1 all_reduce float32[4] at test_x.py:5, "
+        "rank 2 all_reduce float32[8] at test_x.py:5"
+    )
+    assert found.cause == (2,)
+
+
+def test_a_subgroup_only_some_ranks_join(test_file):
+    sub = {"group": "1", "ranks": (0, 1)}
+    found = divergence.find(
+        {
+            0: [entry(1, "all_reduce", 5, test_file, state="issued", **sub)],
+            1: [entry(1, "barrier", 6, test_file, arg="", state="issued")],
+            2: [entry(1, "barrier", 6, test_file, arg="", state="issued", ranks=(0, 1, 2))],
+        }
+    )
+    assert found.text.startswith(
+        "rank 1 never issued all_reduce #1 on ranks [0, 1] (float32[4]) that rank 0 issued at "
+        "test_x.py:5; rank 1's last: barrier #1 at test_x.py:6"
+    )
+
+
+def test_an_unreadable_source_claims_no_order():
+    found = divergence.find(
+        {
+            0: [entry(1, "all_reduce", 5, "/nowhere/test_x.py", state="issued")],
+            1: [entry(1, "barrier", 6, "/nowhere/test_x.py", arg="", state="issued")],
+        }
+    )
+    assert found.text.startswith(
+        "ranks disagree at #1: rank 0 all_reduce float32[4] at test_x.py:5"
+    )
+
+
+def test_one_ledger_or_none_compares_nothing(test_file):
+    assert divergence.find({0: [entry(1, "all_reduce", 5, test_file)], 1: None}) is None
+
+
+def test_a_full_ledger_is_compared_where_every_rank_has_entries(test_file):
+    # Rank 0's ring dropped #1: its first kept entry is #2, and #1 is not a divergence.
+    found = divergence.find(
+        {
+            0: [entry(2, "barrier", 6, test_file, arg="")],
+            1: [entry(1, "broadcast", 3, test_file), entry(2, "barrier", 6, test_file, arg="")],
+        }
+    )
+    assert found is None
+
+
+def test_under_a_crash_names_the_peers_collective(test_file):
+    text = divergence.under_crash(
+        {0: "in all_reduce at test_x.py:5"},
+        {0: None, 1: [entry(1, "all_reduce", 5, test_file, arg="float64[4]", state="failed")]},
+    )
+    assert text == (
+        "rank 0 crashed in all_reduce at test_x.py:5; "
+        "rank 1 was in all_reduce #1 (float64[4]) issued at test_x.py:5"
+    )
+    assert divergence.under_crash({0: ""}, {1: [entry(1, "all_reduce", 5, test_file)]}) == ""
+
+
+def test_side_by_side_marks_the_divergence(test_file):
+    ledgers = {
+        0: [
+            entry(1, "broadcast", 3, test_file),
+            entry(2, "all_reduce", 5, test_file, state="issued"),
+        ],
+        1: [entry(1, "broadcast", 3, test_file)],
+    }
+    table = divergence.side_by_side(ledgers, divergence.find(ledgers))
+    assert table.splitlines() == [
+        "Collectives issued around the divergence:",
+        "     rank 0                                      rank 1",
+        " #1  broadcast float32[4] test_x.py:3 completed  broadcast float32[4] test_x.py:3 completed",
+        ">#2  all_reduce float32[4] test_x.py:5 issued    -",
+    ]
+
+
+def test_a_rank_that_never_issued_it_is_placed_by_its_stack(test_file):
+    found = divergence.find(
+        {0: [entry(1, "barrier", 6, test_file, arg="", state="issued")], 1: []},
+        now={1: "in user code at test_x.py:5"},
+    )
+    assert found.text == (
+        "rank 1 never issued barrier #1 that rank 0 issued at test_x.py:6; "
+        "rank 1 issued no collective (now in user code at test_x.py:5)"
+    )

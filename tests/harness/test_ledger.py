@@ -1,0 +1,130 @@
+"""The ledger's wrapper: what one recorded call leaves behind (no process group needed)."""
+
+from __future__ import annotations
+
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from rankgate.harness import ledger
+
+pytestmark = pytest.mark.unit
+
+WORLD = object()
+SUB = object()
+PARAMS = ["tensor", "op", "group", "async_op"]
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """A fresh ledger whose default group is WORLD, and groups named without torch."""
+    monkeypatch.setattr(ledger, "_group_member", SimpleNamespace(WORLD=WORLD))
+    monkeypatch.setattr(ledger, "_LIBRARIES", ("/nowhere/torch/",))
+    monkeypatch.setattr(
+        ledger,
+        "_describe_group",
+        lambda g: ("world", (0, 1)) if g is None else ("sub", (0,)),
+    )
+    ledger.begin_test()
+    yield
+    ledger.begin_test()
+
+
+class Work:
+    def __init__(self, done: bool) -> None:
+        self.done = done
+
+    def is_completed(self) -> bool:
+        return self.done
+
+
+def test_each_call_is_numbered_per_group_with_its_call_site(recorded):
+    all_reduce = ledger._wrap("all_reduce", lambda *a, **k: None, PARAMS)
+    t = torch.ones(4)
+    all_reduce(t)
+    line = sys._getframe().f_lineno - 1
+    all_reduce(t, group=SUB)
+    all_reduce(t, group=WORLD)  # the default group named: the same count as unnamed
+    records = ledger.snapshot()
+    assert [(r["group"], r["seq"]) for r in records] == [("world", 1), ("sub", 1), ("world", 2)]
+    assert records[0] == {
+        "group": "world",
+        "ranks": [0, 1],
+        "seq": 1,
+        "op": "all_reduce",
+        "arg": "float32[4]",
+        "file": __file__,
+        "line": line,
+        "state": "completed",
+    }
+
+
+def test_states_follow_the_call(recorded):
+    def raising(*args, **kwargs):
+        raise RuntimeError("gloo says no")
+
+    failing = ledger._wrap("all_reduce", raising, PARAMS)
+    pending = ledger._wrap("all_reduce", lambda *a, **k: Work(False), PARAMS)
+    finished = ledger._wrap("all_reduce", lambda *a, **k: Work(True), PARAMS)
+    with pytest.raises(RuntimeError):
+        failing(torch.ones(1))
+    pending(torch.ones(1), async_op=True)
+    finished(torch.ones(1), async_op=True)
+    assert [r["state"] for r in ledger.snapshot()] == ["failed", "issued", "completed"]
+
+
+def test_lists_of_tensors_and_no_tensor(recorded):
+    all_gather = ledger._wrap(
+        "all_gather", lambda *a, **k: None, ["tensor_list", "tensor", "group", "async_op"]
+    )
+    barrier = ledger._wrap("barrier", lambda *a, **k: None, ["group", "async_op"])
+    all_gather([torch.zeros(2, 3, dtype=torch.bfloat16)] * 2, torch.zeros(2, 3))
+    barrier()
+    assert [r["arg"] for r in ledger.snapshot()] == ["2x bfloat16[2, 3]", ""]
+
+
+def test_a_new_test_starts_empty_and_counts_from_one(recorded):
+    all_reduce = ledger._wrap("all_reduce", lambda *a, **k: None, PARAMS)
+    all_reduce(torch.ones(1))
+    ledger.begin_test()
+    all_reduce(torch.ones(1))
+    assert [r["seq"] for r in ledger.snapshot()] == [1]
+
+
+def test_the_ledger_keeps_the_newest_entries(recorded):
+    all_reduce = ledger._wrap("all_reduce", lambda *a, **k: None, PARAMS)
+    for _ in range(ledger.CAPACITY + 5):
+        all_reduce(torch.ones(1))
+    seqs = [r["seq"] for r in ledger.snapshot()]
+    assert len(seqs) == ledger.CAPACITY
+    assert seqs[0] == 6 and seqs[-1] == ledger.CAPACITY + 5
+
+
+def test_a_call_from_inside_torch_is_not_recorded_twice(recorded, monkeypatch):
+    irecv = ledger._wrap("irecv", lambda *a, **k: None, ["tensor", "src", "group", "tag"])
+    scope: dict = {"irecv": irecv}
+    exec(compile("def recv(t):\n    return irecv(t)\n", "/torch/c10d.py", "exec"), scope)
+    monkeypatch.setattr(ledger, "_c10d_file", "/torch/c10d.py")
+    recv = ledger._wrap("recv", scope["recv"], ["tensor", "src", "group", "tag"])
+    recv(torch.ones(1))
+    assert [(r["op"], r["group"]) for r in ledger.snapshot()] == [("recv", "p2p:world")]
+
+
+def test_turned_off_it_wraps_nothing(monkeypatch):
+    monkeypatch.setenv(ledger.ENV, "0")
+    monkeypatch.setattr(ledger, "_installed", False)
+    import torch.distributed as dist
+
+    before = dist.all_reduce
+    assert ledger.install() is False
+    assert dist.all_reduce is before
+    assert ledger.now() is None
+
+
+def test_odd_arguments_never_break_the_call(recorded):
+    called = []
+    all_reduce = ledger._wrap("all_reduce", lambda *a, **k: called.append(a), PARAMS)
+    all_reduce(torch.ones(1), None, [])  # an unhashable "group": torch's to reject, not ours
+    assert called and ledger.snapshot() == []
