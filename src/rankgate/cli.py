@@ -21,7 +21,7 @@ _SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "run": ("rankgate.pipeline.run_stages", "run test stages by marker (seed runner options)"),
     "bench": (
         "rankgate.bench.cli",
-        "run a benchmark (harness, comm, attention, packing) or compare results (compare)",
+        "run a benchmark (harness, comm, attention, packing, ledger) or compare results (compare)",
     ),
     "dispatch": (
         "rankgate.pipeline.dispatch_stage",
