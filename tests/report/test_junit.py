@@ -458,7 +458,7 @@ def test_pytests_nameless_testcase_of_a_pool_run_cut_short_is_never_a_pass(
     assert read.interrupted.startswith("a test started and never ended")
     assert main(monkeypatch, "report", str(path), "--out", str(tmp_path / "out")) == 1
     out = capsys.readouterr().out
-    assert out.startswith("rankgate report: INCOMPLETE: 1 tests: 1 passed")
+    assert out.startswith("rankgate report: INCOMPLETE: 1 test: 1 passed")
     summary = json.loads((tmp_path / "out" / "report.json").read_text())
     assert summary["verdict"] == "incomplete" and summary["ok"] is False
     assert summary["incomplete"]["stopped"] == [

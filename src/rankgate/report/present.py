@@ -16,7 +16,12 @@ def counts_text(totals: dict) -> str:
     if not totals:
         return "no test results"
     counts = ", ".join(f"{totals.get(k, 0)} {k}" for k in OUTCOMES)
-    return f"{totals.get('tests', 0)} tests: {counts}"
+    return f"{tests_count(totals.get('tests', 0))}: {counts}"
+
+
+def tests_count(n: int) -> str:
+    """``1 test``, ``2 tests``."""
+    return f"{n} test" if n == 1 else f"{n} tests"
 
 
 def incomplete_text(incomplete: dict[str, list[str]]) -> str:
