@@ -332,16 +332,47 @@ def test_a_peer_dying_under_a_collective_names_the_collective_the_survivor_was_i
     assert proc.returncode != 0
     failure = _case(tmp_path / "out" / "junit.rank0.xml", "test_dies_under_a_collective")
     message = failure.find("failure").get("message")
-    # The survivor learns of the death from gloo (its all_reduce fails) or from the
-    # launcher's SIGTERM, whichever comes first; its own ledger says where it was.
-    if message.startswith("RuntimeError:"):
-        # gloo first: its own failure reached the JUnit before the death was known (a
-        # race still open: the crash verdict then reaches only the terminal)
-        assert "Connection closed by peer" in message or "Connection reset by peer" in message
-        assert "rankgate: rank 1 crashed (ended without a result" in proc.stdout, proc.stdout
-        return
+    # The survivor learns of the death from the launcher's SIGTERM or from gloo (its
+    # all_reduce fails: "Connection closed by peer"), whichever comes first: either way
+    # its JUnit names the crash, and its own ledger says where it was.
     assert message.startswith("rank 1 crashed (ended without a result"), message
     assert message.endswith(
         "while test_suite.py::test_dies_under_a_collective ran; rank 0 was in all_reduce #2 "
         "(float32[4]) issued at test_suite.py:13"
     ), message
+
+
+FAILS_THEN_PEER_DIES = """
+import os
+import time
+import pytest
+
+@pytest.mark.world(2, timeout=60)
+def test_fails_then_peer_dies(rank):
+    if rank == 1:
+        time.sleep(1)  # rank 0 has failed and waits in the exchange of results
+        os._exit(7)
+    assert rank == 1, "rank 0 fails first"
+"""
+
+
+def test_a_peer_dying_after_this_rank_failed_is_in_the_junit_with_the_own_failure(tmp_path):
+    _write(tmp_path, FAILS_THEN_PEER_DIES)
+    proc = _torchrun(tmp_path, "-q", "--color=no", "--junitxml=out/junit.xml", "test_suite.py")
+    assert proc.returncode != 0
+    failure = _case(tmp_path / "out" / "junit.rank0.xml", "test_fails_then_peer_dies")
+    failure = failure.find("failure")
+    # The terminal and the JUnit give one verdict, the crash, and keep rank 0's own failure.
+    assert failure.get("message").startswith("rank 1 crashed (ended without a result"), (
+        failure.get("message")
+    )
+    assert "rank 0's own result before that: failed" in failure.text, failure.text
+    assert "AssertionError: rank 0 fails first" in failure.text, failure.text
+    assert "rankgate: rank 1 crashed (ended without a result" in proc.stdout, proc.stdout
+    merged = subprocess.run(
+        [sys.executable, "-m", "rankgate.cli", "merge-junit", "out", "-o", "merged.xml"],
+        cwd=tmp_path, capture_output=True, text=True,
+    )  # fmt: skip
+    assert "FAILED test_suite.py::test_fails_then_peer_dies: rank 1 crashed; rank 0 failed" in (
+        merged.stdout
+    ), merged.stdout

@@ -7,6 +7,7 @@ torch's symmetric memory ("Failed to send fd"); the warning names it before any 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -44,7 +45,7 @@ def _torchrun(tmp_path: Path, per_rank_tmpdir: bool) -> subprocess.CompletedProc
         rank_cmd = ["--no-python", *pytest_cmd]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            *rank_cmd]  # fmt: skip
-    env = {**__import__("os").environ, "BASE": str(base), "TMPDIR": str(base)}
+    env = {**os.environ, "BASE": str(base), "TMPDIR": str(base)}
     return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
 
 
@@ -66,3 +67,37 @@ def test_ranks_that_share_a_temp_dir_get_no_warning(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "different temp dirs" not in proc.stdout
     assert "1 passed" in proc.stdout
+
+
+BASETEMP_SUITE = """
+import os
+import pathlib
+
+def test_plain_tmp_path(tmp_path_factory):
+    rank = os.environ["RANK"]
+    pathlib.Path(f"basetemp-rank{rank}").write_text(str(tmp_path_factory.getbasetemp()))
+"""
+
+
+@pytest.mark.parametrize("basetemp", [False, True], ids=["pytest-root", "basetemp"])
+def test_each_rank_has_its_own_pytest_temp_dirs(tmp_path, basetemp):
+    # Ranks that shared pytest's temp root removed its old dirs under each other
+    # ("PytestWarning: (rm_rf) error removing ..."), one run in tens on a loaded host.
+    (tmp_path / "test_suite.py").write_text(textwrap.dedent(BASETEMP_SUITE))
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    chosen = ["--basetemp", str(tmp_path / "bt")] if basetemp else []
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           "-m", "pytest", "-p", "no:cacheprovider", "-q", *chosen, "test_suite.py"]  # fmt: skip
+    env = {**os.environ, "TMPDIR": str(temp)}
+    env.pop("PYTEST_DEBUG_TEMPROOT", None)
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rank0 = Path((tmp_path / "basetemp-rank0").read_text())
+    rank1 = Path((tmp_path / "basetemp-rank1").read_text())
+    if basetemp:
+        assert (rank0, rank1) == (tmp_path / "bt", tmp_path / "bt-rank1")
+    else:
+        assert rank0.parent.parent == temp, rank0  # pytest's: <temp>/pytest-of-<user>/pytest-N
+        assert rank1.parent.parent == temp / "pytest-rank1", rank1

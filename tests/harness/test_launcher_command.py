@@ -1,6 +1,6 @@
 import pytest
 
-from rankgate.harness.inplace.session import launcher_command
+from rankgate.harness.inplace.reproduce import launcher_command
 from rankgate.launch.env import LaunchEnv
 
 pytestmark = pytest.mark.unit

@@ -36,6 +36,21 @@ def test_stdout_is_copied_into_the_product_file(tmp_path, capsys):
     assert capsys.readouterr().out == "[1]\n"
 
 
+def test_pytest_runs_with_this_python_whatever_pytest_is_first_on_path(tmp_path, capsys):
+    # A venv used without activating it: another interpreter's pytest first on PATH.
+    fake = tmp_path / "bin" / "pytest"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho another pytest\nexit 9\n")
+    fake.chmod(0o755)
+    env = {"PATH": f"{fake.parent}:{os.environ['PATH']}"}
+    code = process.run(["pytest", "--version"], env=env, stdout_path=tmp_path / "out.txt")
+    assert code == 0
+    assert (tmp_path / "out.txt").read_text().startswith("pytest ")
+    assert capsys.readouterr().err == "rankgate > pytest --version\n"
+    assert process.with_this_python(["pytest", "-q"]) == [PY, "-m", "pytest", "-q"]
+    assert process.with_this_python(["ruff", "check"]) == ["ruff", "check"]
+
+
 def test_missing_program_names_it():
     with pytest.raises(process.CommandFailed, match="no-such-tool-xyz not found on PATH"):
         process.run(["no-such-tool-xyz"], echo=False)

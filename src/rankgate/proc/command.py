@@ -108,6 +108,16 @@ def say(line: str, log_path: Path | None = None) -> None:
         log.write(line + "\n")
 
 
+def with_this_python(argv: list[str]) -> list[str]:
+    """``pytest ...`` runs as ``<this python> -m pytest ...``: the pytest that has rankgate's
+    plugin. The first ``pytest`` on PATH may belong to another interpreter (a venv used
+    without activating it), which runs the tests without the plugin and fails every
+    world test with "fixture 'rank' not found"."""
+    if argv and argv[0] == "pytest":
+        return [sys.executable, "-m", "pytest", *argv[1:]]
+    return list(argv)
+
+
 def run(
     argv: list[str],
     *,
@@ -128,7 +138,8 @@ def run(
     """
     if echo:
         say(f"rankgate > {shlex.join(argv)}", log_path)
-    if shutil.which(argv[0]) is None:
+    program = with_this_python(argv)
+    if shutil.which(program[0]) is None:
         raise CommandFailed(argv, 127, f"{argv[0]} not found on PATH")
     full_env = {**os.environ, **(env or {})}
     for path in (stdout_path, log_path):
@@ -139,7 +150,7 @@ def run(
         own = log if log_path is not None else None
         pipe = subprocess.PIPE if stdout_path is not None else own
         proc = subprocess.Popen(
-            argv, env=full_env, stdout=pipe, stderr=own, text=True, start_new_session=True
+            program, env=full_env, stdout=pipe, stderr=own, text=True, start_new_session=True
         )
         tee = threading.Thread(target=_tee, args=(proc.stdout, product, terminal), daemon=True)
         if proc.stdout is not None:

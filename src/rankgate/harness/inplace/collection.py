@@ -16,6 +16,10 @@ from typing import NamedTuple
 
 import pytest
 
+from rankgate.harness import verdict_lines
+from rankgate.harness.item_settings import NOT_ADOPTED_KEY, world_spec
+from rankgate.launch.env import LaunchEnv
+
 SESSION_SEEDS = ("randomly_seed",)
 """Options a plugin fills with a seed it drew in each process (pytest-randomly's)."""
 
@@ -70,3 +74,29 @@ def _difference(everyone: list[Collected], differing: list[int], log_dir: Path) 
         "rankgate in-place: ranks collected different tests, so their results cannot be "
         "merged:\n  " + "\n  ".join(lines)
     )
+
+
+def skip_reason(item: pytest.Item, launch: LaunchEnv, has_gpus: bool, backend: str) -> str | None:
+    """Why this run skips the test, known before it starts (None: it runs)."""
+    n = launch.world_size
+    if item.get_closest_marker("launches") is not None:
+        not_adopted = item.stash.get(NOT_ADOPTED_KEY, None)
+        what = (
+            f"runs its own way, not on rankgate's ranks ({not_adopted[0]}): {not_adopted[1]}"
+            if not_adopted is not None
+            else "starts pytest sessions or launchers of its own"
+        )
+        return (
+            f"{what}: run it without a launcher (in place each of the "
+            f"{verdict_lines.count(n, 'rank')} would start them)"
+        )
+    spec = world_spec(item)
+    if spec is None:
+        return None
+    launched = f"{verdict_lines.count(n, 'rank')} launched by {launch.launcher}"
+    if spec.size != n:
+        needs = verdict_lines.count(spec.size, "rank")
+        return f"world({spec.size}) needs {needs}; this run has {launched}"
+    if spec.backend == "nccl" and not has_gpus:
+        return f"backend 'nccl' requested; this run's process group is {backend}"
+    return None

@@ -121,6 +121,22 @@ class ControlChannel:
             time.sleep(pause)
             pause = min(POLL_S, pause * 2)
 
+    def end_together(self) -> bool:
+        """At the run's end: hold every rank until rank 0 has written its summary
+        (launchers kill the job when one rank exits non-zero), then until rank 0 knows
+        that nobody reads the store again. False when the run was aborted or timed out."""
+        try:
+            self.all_gather("end", None)
+            # Each rank's last store operation is then a write; once rank 0 has seen them
+            # all its file can go (a read of a deleted FileStore would recreate the file
+            # and wait in it for ever).
+            self.set(f"left/{self.rank}", True)
+            if self.rank == 0:
+                self.wait({r: f"left/{r}" for r in range(self.world)}, what="left")
+        except (RunAborted, TimeoutError):
+            return False
+        return True
+
 
 def outcome_key(test_index: int, rank: int) -> str:
     return f"t{test_index}/outcome/{rank}"

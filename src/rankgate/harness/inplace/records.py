@@ -9,7 +9,9 @@ Failures are counted from what the terminal shows, which is the same on every ra
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -32,6 +34,21 @@ def junit_names(nodeid: str) -> tuple[str, str]:
 
     names = mangle_test_address(nodeid)
     return ".".join(names[:-1]), names[-1]
+
+
+def per_rank_files(config: pytest.Config, rank: int) -> Path:
+    """Rank-suffixed JUnit path (``--junitxml`` rewritten); the terminal of ranks > 0 goes
+    to ``pytest.rank<r>.log``. Returns the directory of both."""
+    xmlpath = config.option.xmlpath
+    out_dir = (Path(xmlpath).parent if xmlpath else Path.cwd()).resolve()
+    if xmlpath:
+        path = Path(xmlpath)
+        config.option.xmlpath = str(path.with_name(f"{path.stem}.rank{rank}{path.suffix}"))
+    if rank != 0:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        # Runs before the terminal reporter is created, which binds to sys.stdout.
+        sys.stdout = open(out_dir / f"pytest.rank{rank}.log", "w", buffering=1)  # noqa: SIM115
+    return out_dir
 
 
 class RankRecords:
@@ -106,11 +123,14 @@ class RankRecords:
         item: pytest.Item,
         reports: list[pytest.TestReport],
         properties: list[tuple[str, str]] = (),
+        *,
+        junit: bool = True,
+        results: bool = True,
     ) -> None:
         """This rank's own reports: into its JUnit file (with ``properties``, say every
-        attempt of a rerun test) and its results file."""
+        attempt of a rerun test) and its results file (``junit``/``results``: only one)."""
         reports = [plain_report(item, r) for r in reports]
-        xml = self.xml()
+        xml = self.xml() if junit else None
         if xml is not None:
             if reports:  # merge-junit names the test as pytest does, not as JUnit mangles it
                 node = xml.node_reporter(reports[0])
@@ -120,7 +140,7 @@ class RankRecords:
                     node.add_property(name, value)
             for report in reports:
                 xml.pytest_runtest_logreport(report=report)
-        if self._results is not None:
+        if self._results is not None and results:
             mine = own_result(reports)
             classname, name = junit_names(item.nodeid)
             failed = [r for r in reports if r.failed or r.skipped]
@@ -150,10 +170,13 @@ class RankRecords:
         item: pytest.Item,
         reports: list[pytest.TestReport],
         shown: list[pytest.TestReport] | None = None,
+        *,
+        results: bool = True,
     ) -> None:
-        """A report this rank makes for itself (not run, hung): its files, and its terminal
+        """A report this rank makes for itself (not run, hung): its files (``results``:
+        False when the results file has this rank's own result already), and its terminal
         (``shown`` there instead, when given)."""
-        self.log_own(item, reports)
+        self.log_own(item, reports, results=results)
         shown = reports if shown is None else shown
         for report in shown:
             self.log_shown(report=report)

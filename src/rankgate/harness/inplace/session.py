@@ -25,23 +25,20 @@ launcher stopping the survivors of a dead rank) or SIGINT (Ctrl-C), stops the ru
 from __future__ import annotations
 
 import os
-import shlex
 import socket
-import sys
 import time
 import traceback
 from pathlib import Path
-from typing import NamedTuple
 
 import pytest
 from _pytest.runner import runtestprotocol
 
 from rankgate.harness import leaks, ledger, options, verdict_lines
-from rankgate.harness.inplace import collection, control, tempdirs
+from rankgate.harness.inplace import collection, control, reproduce, summary, tempdirs
 from rankgate.harness.inplace.control import PeerGone, RunAborted
 from rankgate.harness.inplace.group import InPlaceGroup
 from rankgate.harness.inplace.hangwatch import HangWatch
-from rankgate.harness.inplace.records import RankRecords
+from rankgate.harness.inplace.records import RankRecords, per_rank_files
 from rankgate.harness.inplace.reruns import (
     attempt_of,
     properties,
@@ -50,15 +47,14 @@ from rankgate.harness.inplace.reruns import (
 )
 from rankgate.harness.inplace.signalwatch import SignalWatch
 from rankgate.harness.inplace.stop import RunStop
+from rankgate.harness.inplace.summary import Problem
 from rankgate.harness.inplace.verdict import (
-    DISAGREE_PREFIX,
     RankResult,
     cross_rank_problem,
     own_result,
     verdict_reports,
 )
 from rankgate.harness.item_settings import (
-    NOT_ADOPTED_KEY,
     collective_timeout,
     seed_for_test,
     skip_at_test,
@@ -79,29 +75,8 @@ from rankgate.harness.rankstate import (
     set_collective_timeout,
 )
 from rankgate.harness.spec import WorldSpec
-from rankgate.harness.verdict import disagreement_status, reproduction_line, run_options
+from rankgate.harness.verdict import disagreement_status
 from rankgate.launch.env import LaunchEnv
-
-
-class Problem(NamedTuple):
-    """A test that failed (or whose ranks disagreed) on another rank than this one."""
-
-    nodeid: str
-    text: str
-
-
-def launcher_command(launch: LaunchEnv) -> str:
-    """How to start this job's launcher again, for the reproduction line."""
-    n, local = launch.world_size, launch.local_world_size
-    if launch.launcher == "torchrun":
-        if n == local:
-            return f"torchrun --standalone --nproc-per-node={local}"
-        return f"torchrun --nnodes={n // max(local, 1)} --nproc-per-node={local}"
-    if launch.launcher == "slurm":
-        return f"srun -n {n} python"
-    if launch.launcher == "mpi":
-        return f"mpirun -np {n} python"
-    return f"mpiexec -n {n} python"
 
 
 def add_section(report: pytest.TestReport, title: str, text: str) -> None:
@@ -112,13 +87,19 @@ def add_section(report: pytest.TestReport, title: str, text: str) -> None:
         report.longrepr += f"\n{text}"
 
 
-def _cwd_relative(config: pytest.Config, nodeid: str) -> str:
-    """A node id relative to where pytest was started (pytest 9.2 takes a NodeId)."""
+def _call_worker_setup(config: pytest.Config, rank: int) -> None:
+    """The ini option rankgate_worker_setup, on this rank before it joins the group,
+    as each rank of a pool calls it: a failure stops the run before any test."""
+    spec = options.worker_setup(config)
     try:
-        from _pytest.nodeid import coerce_node_id
-    except ImportError:  # before pytest 9.2: a str
-        return config.cwd_relative_nodeid(nodeid)
-    return str(config.cwd_relative_nodeid(coerce_node_id(nodeid)))
+        call_worker_setup(spec, rank)
+    except WorkerSetupError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    except Exception:
+        raise pytest.UsageError(
+            f"ini option rankgate_worker_setup = {spec} failed on rank {rank}:\n"
+            + traceback.format_exc()
+        ) from None
 
 
 class AfterTestProblem(AssertionError):
@@ -141,12 +122,15 @@ class InPlaceSession:
         self._failed_tests: list[tuple[str, list[int]]] = []  # node id, ranks that failed it
         self.current: pytest.Item | None = None
         self.current_logged = False  # its own reports are in the JUnit file already
+        # Its own reports in the results file, the JUnit's still to come: a stop during the
+        # exchange records its verdict in the JUnit with them (a peer's death, say).
+        self.current_own: list[pytest.TestReport] | None = None
         self.current_start = 0.0  # time.monotonic() when the current test began
         self.records = RankRecords(config, launch, self.skip_reason)
         # The real stderr, before pytest's capture swaps fd 2 during tests: hang stacks
         # written to the capture file would vanish with the process.
         self.hang_watch = HangWatch(launch.rank, os.fdopen(os.dup(2), "w"))
-        self.log_dir = self._per_rank_files()
+        self.log_dir = per_rank_files(config, launch.rank)
         self._collect_errors: list[str] = []
         self.index: dict[str, int] = {}  # each test's place in the run, alike on every rank
         self._group_trouble = False  # this rank's group was lost or broken in this test
@@ -154,44 +138,17 @@ class InPlaceSession:
         # -rA/-rP show a passed test's output: then every rank sends its output, not
         # only a failure's, so rank 0's terminal shows all of them as the pool's does.
         self._shows_passes = bool({"A", "P"} & set(config.getoption("reportchars") or ""))
-        self._call_worker_setup()
+        _call_worker_setup(config, launch.rank)
         self._join()
         ledger.install()
         self.stop = RunStop(self)
         shared_root = Path(os.environ.get("RANKGATE_SHARED_TMP", self.log_dir))
         self.shared_dirs = tempdirs.SharedDirs(shared_root, launch.rank, self.control)
         self._signals = SignalWatch(self.stop.on_signal)
-        self._warn_of_split_temp_dirs()
+        tempdirs.warn_if_split(config, self.control)
+        tempdirs.own_pytest_temp_root(config, launch.rank)
 
     # -- set-up ---------------------------------------------------------------------
-
-    def _per_rank_files(self) -> Path:
-        """Rank-suffixed JUnit path; the terminal of ranks > 0 goes to a log file."""
-        rank = self.launch.rank
-        xmlpath = self.config.option.xmlpath
-        out_dir = (Path(xmlpath).parent if xmlpath else Path.cwd()).resolve()
-        if xmlpath:
-            path = Path(xmlpath)
-            self.config.option.xmlpath = str(path.with_name(f"{path.stem}.rank{rank}{path.suffix}"))
-        if rank != 0:
-            out_dir.mkdir(parents=True, exist_ok=True)
-            # Runs before the terminal reporter is created, which binds to sys.stdout.
-            sys.stdout = open(out_dir / f"pytest.rank{rank}.log", "w", buffering=1)  # noqa: SIM115
-        return out_dir
-
-    def _call_worker_setup(self) -> None:
-        """The ini option rankgate_worker_setup, on this rank before it joins the group,
-        as each rank of a pool calls it: a failure stops the run before any test."""
-        spec = options.worker_setup(self.config)
-        try:
-            call_worker_setup(spec, self.launch.rank)
-        except WorkerSetupError as exc:
-            raise pytest.UsageError(str(exc)) from None
-        except Exception:
-            raise pytest.UsageError(
-                f"ini option rankgate_worker_setup = {spec} failed on rank {self.launch.rank}:\n"
-                + traceback.format_exc()
-            ) from None
 
     def _join(self) -> None:
         """Open the store, join this run's generation in it, start the process group."""
@@ -202,11 +159,6 @@ class InPlaceSession:
             self.group.device,
         )
         self.control = self.group.control
-
-    def _warn_of_split_temp_dirs(self) -> None:
-        split = tempdirs.split_temp_dirs(self.control.all_gather("tempdir", tempdirs.this_rank()))
-        if split:
-            self.config.issue_config_time_warning(pytest.PytestWarning(split), stacklevel=2)
 
     def store_index(self, item: pytest.Item) -> int | str | None:
         """The running test's name in store keys (``t<index>/...``): its index in the
@@ -230,17 +182,7 @@ class InPlaceSession:
         return self.device
 
     def reproduction_line(self, item: pytest.Item) -> str:
-        seeded = world_spec(item) is not None  # plain tests are not seeded
-        options = run_options(list(self.config.invocation_params.args))
-        return reproduction_line(
-            item.nodeid,
-            self.launch.world_size,
-            self.backend,
-            seed_for_test(self.base_seed, item.nodeid) if seeded else None,
-            self.base_seed,
-            command=shlex.join([*launcher_command(self.launch).split(), "-m", "pytest", *options]),
-            timeout=self.config.getoption("rankgate_timeout"),
-        )
+        return reproduce.line(item, self.config, self.launch, self.backend, self.base_seed)
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.records.start(session)
@@ -267,28 +209,7 @@ class InPlaceSession:
 
     def skip_reason(self, item: pytest.Item) -> str | None:
         """Why this run skips the test, known before it starts (None: it runs)."""
-        n = self.launch.world_size
-        if item.get_closest_marker("launches") is not None:
-            not_adopted = item.stash.get(NOT_ADOPTED_KEY, None)
-            what = (
-                f"runs its own way, not on rankgate's ranks ({not_adopted[0]}): {not_adopted[1]}"
-                if not_adopted is not None
-                else "starts pytest sessions or launchers of its own"
-            )
-            return (
-                f"{what}: run it without a launcher (in place each of the "
-                f"{verdict_lines.count(n, 'rank')} would start them)"
-            )
-        spec = world_spec(item)
-        if spec is None:
-            return None
-        launched = f"{verdict_lines.count(n, 'rank')} launched by {self.launch.launcher}"
-        if spec.size != n:
-            needs = verdict_lines.count(spec.size, "rank")
-            return f"world({spec.size}) needs {needs}; this run has {launched}"
-        if spec.backend == "nccl" and not self.has_gpus:
-            return f"backend 'nccl' requested; this run's process group is {self.backend}"
-        return None
+        return collection.skip_reason(item, self.launch, self.has_gpus, self.backend)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
@@ -388,7 +309,7 @@ class InPlaceSession:
             set_collective_timeout(seconds)
         index = self.index.get(item.nodeid)
         item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
-        self.current, self.current_logged = item, False
+        self.current, self.current_logged, self.current_own = item, False, None
         self.current_start = time.monotonic()  # a stop's record of it keeps its duration
         self.records.begin(item)
         own, everyone, attempts = self._attempts(item, nextitem, index, seconds)
@@ -417,9 +338,9 @@ class InPlaceSession:
             ledger.begin_test()
             own = runtestprotocol(item, nextitem=nextitem, log=False)
             self.stop.park_if_stopping()
-            if not hold:
-                self.records.log_own(item, own)
-                self.current_logged = True
+            if not hold:  # a rank that dies in the exchange leaves its result
+                self.records.log_own(item, own, junit=False)
+                self.current_own = own
             everyone = None
             if index is not None and self._aborted is None:
                 self.records.last_index = index
@@ -431,6 +352,7 @@ class InPlaceSession:
             # connecting to a group this one destroys (see reset_state).
             destroy_subgroups(self.group.kept_groups())
             if not hold:
+                self._log_own_in_junit(item, own)
                 return own, everyone, attempts
             if everyone is not None:
                 n = self.launch.world_size
@@ -447,6 +369,15 @@ class InPlaceSession:
             if len(attempts) > 1:
                 self._note_attempts(item, everyone, own)
         return own, everyone, attempts
+
+    def _log_own_in_junit(self, item: pytest.Item, own: list[pytest.TestReport]) -> None:
+        """After the exchange: this rank's own reports into its JUnit file, unless a stop
+        (a launcher's signal) records the test there first, naming them."""
+        with self.stop.verdict_lock:
+            if not self.stop.begun.is_set():
+                self.records.log_own(item, own, results=False)
+                self.current_logged, self.current_own = True, None
+        self.stop.park_if_stopping()
 
     def _rerun(self, item: pytest.Item, index: int, attempts, seconds: float) -> bool:
         """Whether every rank runs the test again: it failed, reruns are left, and each
@@ -527,23 +458,6 @@ class InPlaceSession:
         if bad:
             self._failed_tests.append((item.nodeid, bad))
 
-    def _torchrun_note(self, tr) -> None:
-        """Rank 0's line under torchrun, in its summary: torchrun's own summary follows
-        the run, and its "Root Cause" is the first rank to exit: every rank exits 1 when
-        any rank failed a test, so that rank is often not the one that failed."""
-        if self.launch.launcher != "torchrun" or self.launch.rank != 0 or not self._failed_tests:
-            return
-        ranks = sorted({r for _, bad in self._failed_tests for r in bad})
-        ids = ", ".join(nodeid for nodeid, _ in self._failed_tests[:3])
-        more = ", ..." if len(self._failed_tests) > 3 else ""
-        tr.write_line(
-            f"rankgate: {verdict_lines.count(len(self._failed_tests), 'test')} failed on "
-            f'{verdict_lines.ranks(ranks)}: {ids}{more} (torchrun\'s "Root Cause" after the run '
-            "is the first rank to exit, not the rank that failed: every rank exits 1 when any "
-            "rank fails a test)",
-            red=True,
-        )
-
     def _stop_gracefully(self, item: pytest.Item, reason: str) -> None:
         """Another rank stopped the run: finish this session, the rest as not run."""
         self._aborted = reason
@@ -557,15 +471,8 @@ class InPlaceSession:
         return disagreement_status(report)
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
-        tr = terminalreporter
-        if self.problems:
-            tr.section("rankgate: failures on other ranks", sep="=", red=True, bold=True)
-        for nodeid, text in self.problems:
-            # pytest's word for the test: no rank failed a test whose ranks disagree
-            word = "ERROR" if text.startswith(DISAGREE_PREFIX) else "FAILED"
-            where = _cwd_relative(self.config, nodeid)  # as pytest's own summary says it
-            tr.write_line(f"{word} {where}: {text.splitlines()[0]}")
-        self._torchrun_note(tr)
+        summary.write_end(terminalreporter, self.config, self.launch, self.problems,
+                          self._failed_tests)  # fmt: skip
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -588,18 +495,7 @@ class InPlaceSession:
             return
         if dist.is_initialized():
             dist.destroy_process_group()
-        try:
-            # Launchers kill the job when one rank exits non-zero: hold every rank here
-            # until rank 0 has written its summary.
-            self.control.all_gather("end", None)
-            # Then each rank's last store operation is a write; once rank 0 has seen them
-            # all, nobody reads the store again and its file can go (a read of a deleted
-            # FileStore would recreate the file and wait in it for ever).
-            self.control.set(f"left/{self.launch.rank}", True)
-            if self.launch.rank == 0:
-                others = {r: f"left/{r}" for r in range(self.launch.world_size)}
-                self.control.wait(others, what="left")
-        except (RunAborted, TimeoutError):
+        if not self.control.end_together():
             return
         if self.launch.rank == 0:
             self.shared_dirs.remove()

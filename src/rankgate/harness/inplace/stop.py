@@ -29,7 +29,7 @@ from rankgate.harness import divergence, leaks, ledger, locks, verdict_lines
 from rankgate.harness.failure_repr import failure_repr, item_report
 from rankgate.harness.inplace import control
 from rankgate.harness.inplace.reruns import no_rerun_note
-from rankgate.harness.inplace.verdict import RankResult
+from rankgate.harness.inplace.verdict import RankResult, own_result
 from rankgate.harness.stacks import where as stack_where
 from rankgate.harness.verdict_lines import INTERRUPTED_PREFIX
 
@@ -43,6 +43,17 @@ STORE_TIMEOUT_WHEN_STOPPING = timedelta(seconds=2)
 WHERE_WAIT_S = 2.0
 """A hung rank waits this long for the other hung ranks to say where they wait (the
 ranks of one test time out together), to name the likely cause."""
+
+
+def _own_result_note(own: list[pytest.TestReport] | None, rank: int) -> str:
+    """What this rank's test had come to before the stop, for its JUnit ('' if unknown):
+    its own failure (say gloo's 'Connection closed by peer' as the peer died) stays."""
+    if own is None:
+        return ""
+    result = own_result(own)
+    if result.outcome in ("failed", "error"):
+        return f"\n\nrank {rank}'s own result before that: {result.outcome}\n" + result.text
+    return f"\n\nrank {rank}'s own result before that: {result.outcome}"
 
 
 def _crashed(ranks: Sequence[int]) -> str:
@@ -248,7 +259,8 @@ class RunStop:
         except Exception:
             pass  # the store is gone; the others learn it from the launcher
         if item is not None:
-            report = self._stop_report(item, text, captured, verdict)
+            own = self.session.current_own if item is self.session.current else None
+            report = self._stop_report(item, text + _own_result_note(own, rank), captured, verdict)
             shown = (
                 report
                 if shown_text is None
@@ -256,8 +268,8 @@ class RunStop:
             )
             if self.session.current_logged:  # its own result is in the JUnit file already
                 self.session.records.log_shown(report=shown)
-            else:
-                self.session.records.log_both(item, [report], shown=[shown])
+            else:  # the results file may hold its own result (the exchange was next)
+                self.session.records.log_both(item, [report], shown=[shown], results=own is None)
             self.session.records.last_index = self.session.index.get(
                 item.nodeid, self.session.records.last_index
             )

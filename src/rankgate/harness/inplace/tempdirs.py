@@ -10,11 +10,14 @@ reach each other there, and fail with "Failed to send fd" or wait for each other
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import socket
 import tempfile
 from collections import defaultdict
 from pathlib import Path
+
+import pytest
 
 from rankgate.harness.verdict_lines import ranks
 
@@ -43,6 +46,39 @@ def split_temp_dirs(everyone: list[tuple[str, str]]) -> str | None:
         "file-based stores in the temp dir fail between them. Give every rank on a host the "
         "same TMPDIR."
     )
+
+
+def warn_if_split(config, control) -> None:
+    """One warning, on every rank before any test, when ranks on one host have different
+    temp dirs (``control``: the ranks' channel, to gather each one's)."""
+    split = split_temp_dirs(control.all_gather("tempdir", this_rank()))
+    if split:
+        config.issue_config_time_warning(pytest.PytestWarning(split), stacklevel=2)
+
+
+PYTEST_TEMP_ROOT = "PYTEST_DEBUG_TEMPROOT"
+"""pytest's root of its temp dirs (``pytest-of-<user>/pytest-<N>``), read when a test
+first asks for one."""
+
+
+def own_pytest_temp_root(config, rank: int) -> None:
+    """Ranks above 0 keep pytest's temp dirs (a plain test's ``tmp_path``) apart from
+    rank 0's: under ``<temp dir>/pytest-rank<R>``, or in ``<--basetemp>-rank<R>``.
+
+    Each pytest process, at its first ``tmp_path``, removes old numbered dirs of its
+    root (or the whole ``--basetemp``): the ranks of one run do it at the same moment,
+    and remove the same dirs under each other ("PytestWarning: (rm_rf) error removing
+    ... Directory not empty"). A root the user chose (``PYTEST_DEBUG_TEMPROOT``) stays.
+    Called before pytest makes its temp dir factory (this plugin's configure runs first).
+    """
+    if rank == 0:
+        return
+    if config.option.basetemp:
+        config.option.basetemp = f"{config.option.basetemp}-rank{rank}"
+    elif PYTEST_TEMP_ROOT not in os.environ:
+        root = Path(tempfile.gettempdir()) / f"pytest-rank{rank}"
+        root.mkdir(mode=0o700, exist_ok=True)
+        os.environ[PYTEST_TEMP_ROOT] = str(root)
 
 
 class SharedDirs:

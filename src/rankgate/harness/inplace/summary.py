@@ -1,0 +1,66 @@
+"""What rank 0's terminal says at an in-place run's end, below pytest's own summary: the
+tests that failed on other ranks, and under torchrun, which ranks failed which tests
+(torchrun's "Root Cause" that follows names the first rank to exit)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import pytest
+
+from rankgate.harness import verdict_lines
+from rankgate.harness.inplace.verdict import DISAGREE_PREFIX
+from rankgate.launch.env import LaunchEnv
+
+
+class Problem(NamedTuple):
+    """A test that failed (or whose ranks disagreed) on another rank than this one."""
+
+    nodeid: str
+    text: str
+
+
+def write_end(
+    tr,
+    config: pytest.Config,
+    launch: LaunchEnv,
+    problems: list[Problem],
+    failed_tests: list[tuple[str, list[int]]],
+) -> None:
+    """The failures on other ranks (each rank's terminal shows its own), then the
+    torchrun line. ``failed_tests``: each failed test's node id and the ranks it failed on."""
+    if problems:
+        tr.section("rankgate: failures on other ranks", sep="=", red=True, bold=True)
+    for nodeid, text in problems:
+        # pytest's word for the test: no rank failed a test whose ranks disagree
+        word = "ERROR" if text.startswith(DISAGREE_PREFIX) else "FAILED"
+        where = _cwd_relative(config, nodeid)  # as pytest's own summary says it
+        tr.write_line(f"{word} {where}: {text.splitlines()[0]}")
+    _torchrun_note(tr, launch, failed_tests)
+
+
+def _cwd_relative(config: pytest.Config, nodeid: str) -> str:
+    """A node id relative to where pytest was started (pytest 9.2 takes a NodeId)."""
+    try:
+        from _pytest.nodeid import coerce_node_id
+    except ImportError:  # before pytest 9.2: a str
+        return config.cwd_relative_nodeid(nodeid)
+    return str(config.cwd_relative_nodeid(coerce_node_id(nodeid)))
+
+
+def _torchrun_note(tr, launch: LaunchEnv, failed_tests: list[tuple[str, list[int]]]) -> None:
+    """Rank 0's line under torchrun, in its summary: torchrun's own summary follows
+    the run, and its "Root Cause" is the first rank to exit: every rank exits 1 when
+    any rank failed a test, so that rank is often not the one that failed."""
+    if launch.launcher != "torchrun" or launch.rank != 0 or not failed_tests:
+        return
+    ranks = sorted({r for _, bad in failed_tests for r in bad})
+    ids = ", ".join(nodeid for nodeid, _ in failed_tests[:3])
+    more = ", ..." if len(failed_tests) > 3 else ""
+    tr.write_line(
+        f"rankgate: {verdict_lines.count(len(failed_tests), 'test')} failed on "
+        f'{verdict_lines.ranks(ranks)}: {ids}{more} (torchrun\'s "Root Cause" after the run '
+        "is the first rank to exit, not the rank that failed: every rank exits 1 when any "
+        "rank fails a test)",
+        red=True,
+    )
