@@ -76,7 +76,7 @@ CASES = [
     # run: a profile the dispatched stages could not read, before the local stages
     (["run", "--profile", "/nonexistent/site.toml", "--stage", "unit"],
      "rankgate run: error: --profile /nonexistent/site.toml: /nonexistent/site.toml: "
-     "no such profile file"),
+     "no such file"),
     # run: options checked before any stage starts
     (["run", "--parallel", "abc"],
      "rankgate run: error: argument --parallel: 'abc' is not a number of workers "
@@ -119,10 +119,10 @@ def test_a_usage_error_is_one_line_and_exit_2_before_any_work(argv, line, monkey
 # Inputs that are files: each case runs in a folder holding them (see ``inputs``).
 FILE_CASES = [
     (["dispatch", "--profile", "folder", "--stage", "gpu", "--dry-run"],
-     "rankgate dispatch: error: folder: a folder, not a profile file (NAME.toml)"),
+     "rankgate dispatch: error: folder: a folder, not a TOML file"),
     (["dispatch", "--profile", "latin1.toml", "--stage", "gpu", "--dry-run"],
      "rankgate dispatch: error: latin1.toml: not UTF-8 text (byte 0xe9 at offset 12); "
-     "save the profile as UTF-8"),
+     "save it as UTF-8"),
     (["dispatch", "--profile", "huge.toml", "--stage", "gpu", "--dry-run"],
      "rankgate dispatch: error: huge.toml: nodes = 99999999999999999999999: must be 1 to "
      "1000000"),

@@ -92,7 +92,7 @@ def test_src_has_no_import_cycle():
 
 
 FLOORS: tuple[tuple[str, ...], ...] = (
-    ("rankgate", "proc", "cliargs"),  # the version, starting commands, argument types
+    ("rankgate", "proc", "cliargs", "tomlfile"),  # the version, starting commands, arguments, TOML
     ("launch",),  # rank environments and launcher commands
     ("harness", "workloads", "parity", "envcheck"),  # the plugin; what the suites exercise
     ("report",),  # results of runs: JUnit, summaries, launched jobs

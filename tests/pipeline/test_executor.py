@@ -257,7 +257,7 @@ def test_options_flag_without_value_names_the_fix():
 @pytest.mark.parametrize(
     ("spec", "problem"),
     [
-        ("nowhere.toml", "--profile nowhere.toml: nowhere.toml: no such profile file"),
+        ("nowhere.toml", "--profile nowhere.toml: nowhere.toml: no such file"),
         ("bad.toml", "--profile bad.toml: bad.toml: not valid TOML"),
         ("nosite", "--profile nosite: no profile 'nosite': looked for nosite.toml in profiles"),
     ],

@@ -31,10 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+from rankgate import tomlfile
 
 TARGETS = ("slurm", "slurm-ssh", "interlink-kube", "interlink-rest")
 RUNTIMES = ("none", "apptainer", "singularity", "enroot")
@@ -329,20 +326,9 @@ def load_profile(path: str | Path) -> Profile:
     """Read and validate the profile in TOML file ``path`` (its name is the file's stem)."""
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ProfileError(f"{path}: no such profile file") from None
-    except IsADirectoryError:
-        raise ProfileError(f"{path}: a folder, not a profile file (NAME.toml)") from None
-    except UnicodeDecodeError as exc:
-        raise ProfileError(
-            f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
-            "save the profile as UTF-8"
-        ) from None
-    except OSError as exc:
-        raise ProfileError(f"{path}: cannot read ({exc.strerror})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ProfileError(f"{path}: not valid TOML: {exc}") from None
+        data = tomlfile.read(path)
+    except tomlfile.TomlFileError as exc:
+        raise ProfileError(str(exc)) from None
     return profile_from_dict(data, name=data.pop("name", path.stem), where=str(path))
 
 

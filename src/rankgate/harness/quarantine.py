@@ -29,14 +29,10 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # a dependency below 3.11 (pyproject.toml)
-    import tomli as tomllib
+from rankgate import tomlfile
 
 QUARANTINE_PROPERTY = "rankgate.quarantined"
 """A JSON object: reason, issue, streak (passes in a row before this run), needed."""
@@ -75,13 +71,9 @@ def load(path: str | Path) -> QuarantineList:
     """Read and check a quarantine file; raises QuarantineError naming what is wrong."""
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise QuarantineError(f"quarantine file {path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise QuarantineError(f"quarantine file {path}: cannot read it ({exc})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise QuarantineError(f"quarantine file {path}: not valid TOML ({exc})") from None
+        data = tomlfile.read(path)
+    except tomlfile.TomlFileError as exc:
+        raise QuarantineError(f"quarantine file {exc}") from None
     unknown = sorted(set(data) - {"test", "passes_to_leave", "history"})
     if unknown:
         raise QuarantineError(
