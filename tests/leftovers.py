@@ -13,7 +13,10 @@ and the ranks on one host share one dir: torch's symmetric memory passes file
 descriptors over a socket under TMPDIR, and file-based stores live there, so ranks with
 different temp dirs cannot reach each other. The dir is named after the launcher's run,
 every rank registers as an owner, and local rank 0 (whose terminal the user reads)
-waits for the others to leave, then checks and removes it.
+waits for the others to leave, then checks and removes it. Nodes that share one file
+system (the two-node SLURM of the hpc suites: one machine) share the dir too: of their
+local ranks 0, the lowest rank checks, and the others leave as any rank does (two that
+waited for each other would each wait out OTHERS_LEAVE_S).
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from rankgate.launch.env import LaunchEnv, detect_launch
 
 PATTERN = "rankgate-*"
 RUN_DIR_PREFIX = "pytest-run-tmp-"
+CHECKER_PREFIX = "checker."
+"""``checker.<rank>``: a local rank 0 of this run that would check the dir."""
 OWNER_PREFIX = "owner."
 """In each run's dir while the run lives: one empty file ``owner.<pid>`` per process that
 uses it (one, or every rank of a launcher run on this host), so that a later run can tell
@@ -44,6 +49,7 @@ OTHERS_LEAVE_S = 120.0
 _KEY = pytest.StashKey[Path]()
 _CHECKS = pytest.StashKey[bool]()
 _LEFT = pytest.StashKey[list]()
+_RANK = pytest.StashKey[int]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -55,6 +61,9 @@ def pytest_configure(config: pytest.Config) -> None:
     private = join_run_dir(parent, launch)
     config.stash[_KEY] = private
     config.stash[_CHECKS] = launch is None or launch.local_rank == 0
+    if launch is not None and launch.local_rank == 0:
+        (private / f"{CHECKER_PREFIX}{launch.rank}").touch()
+        config.stash[_RANK] = launch.rank
     os.environ["TMPDIR"] = str(private)
     tempfile.tempdir = None  # gettempdir() reads TMPDIR again
 
@@ -110,6 +119,15 @@ def _owners_locked(private: Path):
         yield
 
 
+def checker_ranks(run_dir: Path) -> list[int]:
+    """The ranks of the local ranks 0 that share ``run_dir``."""
+    found = []
+    for path in run_dir.glob(f"{CHECKER_PREFIX}*"):
+        with contextlib.suppress(ValueError):
+            found.append(int(path.name.removeprefix(CHECKER_PREFIX)))
+    return found
+
+
 def owners(run_dir: Path) -> list[int]:
     found = []
     for path in run_dir.glob(f"{OWNER_PREFIX}*"):
@@ -128,6 +146,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if private is None:
         return
     checks = session.config.stash[_CHECKS]  # else another rank of this run on this host checks
+    rank = session.config.stash.get(_RANK, None)
+    if checks and rank is not None:  # every rank joined before the first test ran
+        checks = rank == min(checker_ranks(private))
     others_gone = checks and others_left(private)
     leave_run_dir(private)
     if not others_gone:
