@@ -205,9 +205,11 @@ def test_a_folder_rank_1_leaves_fails_the_run_on_rank_0s_terminal(tmp_path):
     assert [p.name for p in parent.glob("pytest-run-tmp-*")] == [shared.name], "kept for a look"
 
 
-def _two_agents_on_one_file_system(tmp_path: Path, leak_on_rank: str = "") -> tuple:
-    """Two torchrun agents (two "nodes", one rank each, both local rank 0) on this one
-    machine, as the hpc suites' two-node SLURM runs them: they share one temp dir."""
+def _two_nodes_on_one_file_system(tmp_path: Path, leak_on_rank: str = "") -> tuple:
+    """Two ranks, each the only rank of its "node" (both local rank 0), on this one machine,
+    as the hpc suites' two-node SLURM runs them: they share one temp dir. Started with the
+    variables torchrun gives its ranks, without torchrun's agents: an agent whose rank
+    passed waits up to 300 s at its exit for an agent whose rank failed."""
     import socket
     import subprocess
 
@@ -216,27 +218,31 @@ def _two_agents_on_one_file_system(tmp_path: Path, leak_on_rank: str = "") -> tu
         folder.mkdir()
     (project / "test_inner.py").write_text(SEES_ITS_TEMP_DIR)
     (project / "conftest.py").write_text('pytest_plugins = ["leftovers"]')
-    env = {**os.environ, "TMPDIR": str(parent), "SEEN": str(seen), "LEAK_ON_RANK": leak_on_rank,
-           "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]
-    agent = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node",
-             "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id",
-             "two-agents", "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_inner.py"]  # fmt: skip
+    env = {**os.environ, "TMPDIR": str(parent), "SEEN": str(seen), "LEAK_ON_RANK": leak_on_rank,
+           "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+           "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+           "TORCHELASTIC_RUN_ID": "two-nodes"}  # fmt: skip
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_inner.py"]
     out = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
-    agents = [subprocess.Popen(agent, cwd=project, env=env, **out) for _ in range(2)]
-    outs = [a.communicate(timeout=300)[0] for a in agents]
-    return [a.returncode for a in agents], outs, parent, {p.name: p.read_text() for p in seen.iterdir()}
+    ranks = [
+        subprocess.Popen(cmd, cwd=project, env={**env, "RANK": str(r), "GROUP_RANK": str(r)}, **out)
+        for r in range(2)
+    ]
+    outs = [rank.communicate(timeout=300)[0] for rank in ranks]
+    return [r.returncode for r in ranks], outs, parent, {p.name: p.read_text() for p in seen.iterdir()}
 
 
 @pytest.mark.dist
 @pytest.mark.torch_dist
-@pytest.mark.slow  # starts two torchrun agents
+@pytest.mark.slow  # starts two ranks
 @pytest.mark.parametrize("leak_on_rank", ["", "1"], ids=["clean", "leak-on-rank-1"])
 def test_two_nodes_on_one_file_system_check_their_shared_dir_once(tmp_path, leak_on_rank):
     # Both ranks are local rank 0 of a node: each waited for the other to leave, 120 s.
-    codes, outs, parent, seen = _two_agents_on_one_file_system(tmp_path, leak_on_rank)
+    codes, outs, parent, seen = _two_nodes_on_one_file_system(tmp_path, leak_on_rank)
     both = "\n".join(outs)
     assert sorted(seen) == ["0", "1"] and seen["0"] == seen["1"], seen
     assert "other ranks still use" not in both, both
