@@ -121,18 +121,19 @@ def _owners_locked(private: Path):
 
 def checker_ranks(run_dir: Path) -> list[int]:
     """The ranks of the local ranks 0 that share ``run_dir``."""
-    found = []
-    for path in run_dir.glob(f"{CHECKER_PREFIX}*"):
-        with contextlib.suppress(ValueError):
-            found.append(int(path.name.removeprefix(CHECKER_PREFIX)))
-    return found
+    return _numbers_named(run_dir, CHECKER_PREFIX)
 
 
 def owners(run_dir: Path) -> list[int]:
+    return _numbers_named(run_dir, OWNER_PREFIX)
+
+
+def _numbers_named(run_dir: Path, prefix: str) -> list[int]:
+    """N of each file ``<prefix>N`` in ``run_dir``."""
     found = []
-    for path in run_dir.glob(f"{OWNER_PREFIX}*"):
+    for path in run_dir.glob(f"{prefix}*"):
         with contextlib.suppress(ValueError):
-            found.append(int(path.name.removeprefix(OWNER_PREFIX)))
+            found.append(int(path.name.removeprefix(prefix)))
     return found
 
 

@@ -22,11 +22,11 @@ import sys
 from pathlib import Path
 
 from rankgate.cliargs import existing_file, png_file
+from rankgate.harness import verdict_lines
 from rankgate.report.collect import ReportData, collect
 from rankgate.report.html import render_html
 from rankgate.report.junitfile import ReportInputError
 from rankgate.report.markdown import render_markdown
-from rankgate.report.present import tests_count
 from rankgate.report.results import OUTCOMES
 
 
@@ -92,7 +92,7 @@ def headline(data: ReportData) -> str:
     """``FAILED: 12 tests: 9 passed, 2 failed, ...; 3 benchmark files``."""
     t = data.summary.get("totals") or {}
     counts = ", ".join(f"{t.get(k, 0)} {k}" for k in OUTCOMES)
-    line = f"{data.verdict.upper()}: {tests_count(t.get('tests', 0))}: {counts}"
+    line = f"{data.verdict.upper()}: {verdict_lines.count(t.get('tests', 0), 'test')}: {counts}"
     if flaky := data.summary.get("flaky"):
         line += f"; {len(flaky)} flaky"
     if quarantined := data.summary.get("quarantined"):

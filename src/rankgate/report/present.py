@@ -5,6 +5,7 @@ The HTML page and summary.md say the same things; this module says them once.
 
 from __future__ import annotations
 
+from rankgate.harness import verdict_lines
 from rankgate.report.results import OUTCOMES
 from rankgate.report.runinfo import gpu_summary
 
@@ -16,12 +17,7 @@ def counts_text(totals: dict) -> str:
     if not totals:
         return "no test results"
     counts = ", ".join(f"{totals.get(k, 0)} {k}" for k in OUTCOMES)
-    return f"{tests_count(totals.get('tests', 0))}: {counts}"
-
-
-def tests_count(n: int) -> str:
-    """``1 test``, ``2 tests``."""
-    return f"{n} test" if n == 1 else f"{n} tests"
+    return f"{verdict_lines.count(totals.get('tests', 0), 'test')}: {counts}"
 
 
 def incomplete_text(incomplete: dict[str, list[str]]) -> str:
