@@ -143,6 +143,8 @@ def pool_verdicts(request, tmp_path_factory) -> dict[str, str]:
     _write(folder, backend)
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--junitxml=j.xml"]
     done = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, timeout=300)
+    # Kept beside j.xml: the terminal's verdicts, for a run kept with --basetemp.
+    (folder / "output.txt").write_text(done.stdout + done.stderr)
     assert done.returncode == 1, done.stdout + done.stderr
     verdicts = {}
     for case in ET.parse(folder / "j.xml").getroot().iter("testcase"):
