@@ -17,6 +17,10 @@ passed as extra buffers), so both sides use the same layout. One JSON line per r
 path, once as the suite's test does it (the context closed with the GPU's work still
 queued) and once synchronized inside the context: {"rank", "path",
 "synchronized_in_context", "forward", "backward", "rel_l2": {...}, "max_abs": {...}}.
+
+``--ring-first`` runs rankgate's ring attention (forward and backward, on this rank's
+shards) before PyTorch's, as the suite's test does: whether what ran before in the
+process changes PyTorch's result. Only that option imports rankgate.
 """
 
 from __future__ import annotations
@@ -110,6 +114,19 @@ def run_path(path, forced, q, k, v, dout, baseline, mesh, synchronize):
     }
 
 
+def run_rankgate_ring_first(q, k, v, dout, rank, world) -> None:
+    """rankgate's ring on this rank's dual-chunk shards, forward and backward, as the
+    suite's test runs it before PyTorch's context parallel."""
+    from rankgate.workloads.cp import DualChunkSharding
+    from rankgate.workloads.ring_attention import ring_attention
+
+    sharding = DualChunkSharding.bshd(q.shape[2], world)
+    leaves = [sharding.shard(t, rank, dim=2).requires_grad_() for t in (q, k, v)]
+    out = ring_attention(*leaves, causal=True)
+    torch.autograd.grad(out, leaves, sharding.shard(dout, rank, dim=2))
+    torch.cuda.synchronize()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seq", type=int, default=4096)
@@ -118,6 +135,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--seed", type=int, default=70)
     parser.add_argument("--paths", default=",".join(PATHS))
+    parser.add_argument("--ring-first", action="store_true",
+                        help="run rankgate's ring attention first, as the suite's test does")
     args = parser.parse_args()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local_rank)
@@ -127,6 +146,8 @@ def main() -> None:
     mesh = init_device_mesh("cuda", (world,))
     q, k, v, dout = global_inputs(args, device)
     baseline = fp32_baseline(q, k, v, dout)
+    if args.ring_first:
+        run_rankgate_ring_first(q, k, v, dout, rank, world)
     runs = [(path, sync) for path in args.paths.split(",") for sync in (False, True)]
     for path, sync in runs:
         try:
@@ -138,6 +159,7 @@ def main() -> None:
             "world": world,
             "torch": torch.__version__,
             "gpu": torch.cuda.get_device_name(device),
+            "ring_first": args.ring_first,
             **row,
         }
         print(json.dumps(row), flush=True)

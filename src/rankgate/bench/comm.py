@@ -4,7 +4,9 @@ For each backend, collective and message size (``-b`` to ``-e`` by ``-f``): one 
 on reference data checked against the host (#wrong), ``--warmup`` calls, then
 ``--reps`` repetitions of ``--iters`` back-to-back calls timed with device events
 (perf_counter on the CPU); the median repetition gives the time per call, averaged
-over ranks as nccl-tests does. Sizes up to ``--graph-max-bytes`` are timed a second
+over ranks as nccl-tests does. Every backend is alive for the whole sweep, and at each
+size they are timed in turn, the order reversed every size and every ``--rounds`` round.
+Sizes up to ``--graph-max-bytes`` are timed a second
 time with the calls captured in a CUDA graph. algbw and busbw follow nccl-tests
 (``rankgate.bench.busbw``). Output: an nccl-tests-style table, ``--json`` (the last
 line printed), and with ``--out DIR`` the JSON, the table and a PNG per collective
@@ -148,9 +150,6 @@ def _measure_all(opts: CommOptions, device) -> tuple[list[dict], dict | None]:
     import torch
     import torch.distributed as dist
 
-    from rankgate.bench.busbw import fit_size
-    from rankgate.workloads.comm.reference import DTYPES
-
     cpu_group = dist.new_group(backend="gloo")
 
     def sync() -> None:
@@ -158,29 +157,17 @@ def _measure_all(opts: CommOptions, device) -> tuple[list[dict], dict | None]:
             torch.cuda.synchronize(device)
         dist.barrier(group=cpu_group)
 
-    dtype = DTYPES[opts.dtype]
-
     def sweeps(backends: tuple[str, ...], auto_config: dict | None) -> list[dict]:
-        # Backends are timed one after another, minutes apart on a long sweep; a machine
-        # that drifts meanwhile (clocks, host load) would favour whichever ran at the
-        # good moment. Rounds in alternating order share any drift out between them.
-        rounds = []
-        for index in range(opts.rounds):
-            rows: list[dict] = []
-            for name in backends if index % 2 == 0 else backends[::-1]:
-                backend = _make_backend(name, device, opts, auto_config)
-                for collective in opts.collectives:
-                    if name in FORCED and collective != "all_reduce":
-                        continue
-                    for size in opts.sizes:
-                        nbytes, count = fit_size(collective, size, dtype.itemsize, world)
-                        if name in FORCED and nbytes > _forced_limit(name, opts):
-                            continue
-                        rows.append(
-                            _measure_one(backend, name, collective, (nbytes, count), opts, sync)
-                        )
+        # A machine drifts (clocks, host load) over a sweep of minutes. Every backend stays
+        # alive for the whole sweep and, at each size, they are timed one right after
+        # another, in an order that turns around every size and every round: drift falls
+        # on all of them alike, not on whichever backend swept its sizes at a good moment.
+        made = {name: _make_backend(name, device, opts, auto_config) for name in backends}
+        try:
+            rounds = [_one_round(made, index, opts, world, sync) for index in range(opts.rounds)]
+        finally:
+            for backend in made.values():
                 backend.destroy()
-            rounds.append(rows)
         return median_over_rounds(rounds)
 
     world = dist.get_world_size()
@@ -191,6 +178,26 @@ def _measure_all(opts: CommOptions, device) -> tuple[list[dict], dict | None]:
         # so one slow moment of one round cannot choose its kernels.
         auto_config = _measured_thresholds(sweeps(singles, None), cpu_group, opts)
     return sweeps(opts.backends, auto_config), auto_config
+
+
+def _one_round(made: dict, index: int, opts: CommOptions, world: int, sync) -> list[dict]:
+    """Round ``index`` over every size, ``made``'s backends in turn at each size."""
+    from rankgate.bench.busbw import fit_size
+    from rankgate.workloads.comm.reference import DTYPES
+
+    itemsize = DTYPES[opts.dtype].itemsize
+    names = tuple(made)
+    rows: list[dict] = []
+    for collective in opts.collectives:
+        for step, size in enumerate(opts.sizes):
+            for name in names if (index + step) % 2 == 0 else names[::-1]:
+                if name in FORCED and collective != "all_reduce":
+                    continue
+                nbytes, count = fit_size(collective, size, itemsize, world)
+                if name in FORCED and nbytes > _forced_limit(name, opts):
+                    continue
+                rows.append(_measure_one(made[name], name, collective, (nbytes, count), opts, sync))
+    return rows
 
 
 def median_over_rounds(rounds: list[list[dict]]) -> list[dict]:

@@ -56,8 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--warmup", type=int_at_least(0), default=5, help="untimed calls first (default 5)")
     add("--reps", type=int_at_least(1), default=5,
         help="timed repetitions; the median counts (default 5)")  # fmt: skip
-    add("--rounds", type=int_at_least(1), default=1, help="sweeps over every backend, in reverse "
-        "order every other one; each figure is the median over rounds (default 1)")  # fmt: skip
+    add("--rounds", type=int_at_least(1), default=1, help="sweeps over every size; at each size "
+        "every backend is timed in turn, the order reversed every size and every round; each "
+        "figure is the median over rounds (default 1)")  # fmt: skip
     add("--graph-max-bytes", type=size_or_zero, default="64M",
         help="also time in a CUDA graph up to this (0: off)")  # fmt: skip
     add("--check-max-bytes", type=size_or_zero, default="64M",
@@ -102,7 +103,7 @@ class CommOptions:
     reps: int = 5
     """Timed repetitions; their median is the figure."""
     rounds: int = 1
-    """Sweeps over every backend (every other one reversed); the median over rounds counts."""
+    """Sweeps over every size, the backends in turn at each; the median over rounds counts."""
     graph_max: int = 0
     """Sizes up to this are timed in a CUDA graph too (0: never; always 0 on the CPU)."""
     check_max: int = 64 << 20

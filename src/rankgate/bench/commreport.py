@@ -118,7 +118,7 @@ def table(result: dict, references: dict) -> str:
     ]
     rounds = meta["options"].get("rounds", 1)
     if rounds > 1:
-        lines.append(f"# median over {rounds} rounds, every other one in reverse backend order")
+        lines.append(f"# median over {rounds} rounds")
     live = result.get("nccl_tests")
     if live:
         lines += nccl_tests_header(live)
