@@ -3,7 +3,7 @@
 # pool under pytest-xdist against the pool alone, and the harness's own overhead.
 # Usage: scripts/gpu/two-gpus.sh OUT STEP...
 #   steps: inplace pool-gpu pool-gpu-n2 same-tests pool-dist pool-harness harness cp comm
-#          attention attn-chunks
+#          attention attn-chunks   (COMM_TIMING: the comm step's --iters/--reps/--rounds)
 # Writes OUT/env.txt and per step a log (OUT/<step>.txt) and its JUnit under /tmp/rg;
 # the end packs /tmp/rg into OUT/results.tgz (the device tool brings back 8 files).
 # DeepSpeed and what it needs, and expecttest (torch.testing._internal imports it), come as
@@ -80,6 +80,10 @@ for s in "$@"; do
          # script with the test's shapes, then the test itself (its xfail names the kernels)
       timed cp-script 120 torchrun --standalone --nproc-per-node=2 scripts/cp/pytorch_cp_sdpa_kernels.py
       grep '^{' "$work/cp-script.txt" >"$work/cp-script.jsonl"
+      # the same after rankgate's ring ran in the process, as in the suite's test
+      timed cp-script-ring-first 120 torchrun --standalone --nproc-per-node=2 \
+        scripts/cp/pytorch_cp_sdpa_kernels.py --ring-first --paths default,cudnn,flash
+      grep '^{' "$work/cp-script-ring-first.txt" >"$work/cp-script-ring-first.jsonl"
       timed cp-test 120 "${pytest_[@]}" -rxX \
         "suites/parallel/test_parallel_peer.py::test_ring_matches_pytorch_context_parallel_gpu" ;;
     comm)  # nccl-tests built here against torch's NCCL, then the comm bench beside it
@@ -93,7 +97,8 @@ for s in "$@"; do
       export LD_LIBRARY_PATH=$nccl/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
       timed comm "${COMM_LIMIT:-300}" python3 -m rankgate.bench.comm --out "$work/comm" \
         --collectives all_reduce -b 1K -e 64M -f 2 --buffer-bytes 64M --auto-thresholds defaults \
-        --iters 20 --reps 5 --rounds 3 --graph-max-bytes 64M --nccl-tests .nccl-tests/build
+        ${COMM_TIMING:---iters 20 --reps 5 --rounds 3} --graph-max-bytes 64M \
+        --nccl-tests .nccl-tests/build
       grep -E "^# " "$work/comm.txt" | tail -12 ;;
     attention)  # ring against PyTorch's context parallel and one GPU, one lease
       timed attention "${ATTN_LIMIT:-240}" python3 -m rankgate.cli bench attention --worlds 1,2 \
