@@ -172,10 +172,10 @@ class CudnnKernel:
             self.forward(tiny, tiny, tiny, False, 1.0)
         cum_q, cum_k, seed, offset = self._rest
         # PyTorch (2.11) caches one cuDNN backward graph per q/k/v layout, with the
-        # output's strides of the first call baked in. Passed in any other layout, ours
-        # would make a later PyTorch SDPA backward on the same q/k/v read its output
-        # wrongly (dq and dk off, dv right): give it the layout PyTorch's forward makes.
-        out = in_layout_of(q, out)
+        # first call's output and output-gradient strides baked in. Passed in other
+        # layouts, ours would make a later PyTorch SDPA backward on the same q/k/v read
+        # them wrongly: give both the layout PyTorch's forward gives its output.
+        out, dout = in_layout_of(q, out), in_layout_of(q, dout)
         dq, dk, dv = torch.ops.aten._scaled_dot_product_cudnn_attention_backward(
             dout, q, k, v, out, lse.contiguous().unsqueeze(-1), seed, offset, None,
             cum_q, cum_k, q.shape[2], k.shape[2], 0.0, causal, scale=scale,
