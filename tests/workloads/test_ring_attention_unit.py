@@ -261,22 +261,3 @@ def test_forced_fused_kernels_need_cuda_half_precision():
             ring_attention(q, q, q, kernel=name)
     with pytest.raises(ValueError, match="unknown kernel 'fa3'"):
         ring_attention(q, q, q, kernel="fa3")
-
-
-def test_in_layout_of_gives_the_layout_pytorchs_fused_forward_gives_its_output():
-    """cuDNN's backward gets the output dense and in q's order: a block of a head-major
-    shard (a slice along the sequence) and of a sequence-major one."""
-    from rankgate.workloads.ring_attention.kernels import in_layout_of
-
-    q = torch.randn(1, 8, 64, 16)[:, :, 32:]  # (b, h, s, d) in memory, half the sequence
-    out = torch.randn(1, 64, 8, 16).transpose(1, 2)[:, :, 32:]  # (b, s, h, d) in memory
-    dense = in_layout_of(q, out)
-    assert dense.stride() == (8 * 32 * 16, 32 * 16, 16, 1)
-    assert torch.equal(dense, out)
-
-    q_bshd = torch.randn(1, 64, 8, 16).transpose(1, 2)
-    dense = in_layout_of(q_bshd, out)
-    assert dense.stride() == (32 * 8 * 16, 16, 8 * 16, 1)
-    assert torch.equal(dense, out)
-    already = in_layout_of(q_bshd, q_bshd)
-    assert already is q_bshd  # nothing to copy

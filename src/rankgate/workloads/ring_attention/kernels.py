@@ -171,30 +171,11 @@ class CudnnKernel:
             tiny = torch.zeros(1, 1, 8, q.shape[-1], device=q.device, dtype=q.dtype)
             self.forward(tiny, tiny, tiny, False, 1.0)
         cum_q, cum_k, seed, offset = self._rest
-        # PyTorch (2.11) caches one cuDNN backward graph per q/k/v layout, with the
-        # first call's output and output-gradient strides baked in. Passed in other
-        # layouts, ours would make a later PyTorch SDPA backward on the same q/k/v read
-        # them wrongly: give both the layout PyTorch's forward gives its output.
-        out, dout = in_layout_of(q, out), in_layout_of(q, dout)
         dq, dk, dv = torch.ops.aten._scaled_dot_product_cudnn_attention_backward(
             dout, q, k, v, out, lse.contiguous().unsqueeze(-1), seed, offset, None,
             cum_q, cum_k, q.shape[2], k.shape[2], 0.0, causal, scale=scale,
         )  # fmt: skip
         return dq, dk, dv
-
-
-def in_layout_of(q: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-    """``t`` dense, its dimensions in memory in ``q``'s order (innermost: ``q``'s smallest
-    stride): the layout PyTorch's fused attention forward gives its output for ``q``."""
-    inner_first = sorted(range(q.dim()), key=lambda d: (q.stride(d), d))
-    strides = [0] * t.dim()
-    step = 1
-    for d in inner_first:
-        strides[d] = step
-        step *= t.shape[d]
-    if tuple(strides) == t.stride():
-        return t
-    return torch.empty_strided(t.shape, strides, dtype=t.dtype, device=t.device).copy_(t)
 
 
 FUSED_FALLBACKS: dict[tuple[str, str], str] = {}
