@@ -120,16 +120,19 @@ class RunStop:
         headline = verdict_lines.with_cause(
             verdict_lines.outcomes_line({rank: "hung"}, notes=notes), cause
         )
-        own_text = f"{headline}\n{table}Python stacks of every thread:\n{stacks}"
+        own_body = f"{table}Python stacks of every thread:\n{stacks}"
+        own_text = f"{headline}\n{own_body}"  # this rank's JUnit: its own outcome
         shown_text = None
-        if failed:  # the terminal names the peers' failures first, with their texts
-            outcomes = {**dict.fromkeys(failed, "failed"), rank: "hung"}
+        if failed or len(wheres) > 1:
+            # The terminal names every rank's outcome, as the pool does: the peers that
+            # failed (first, with their texts) and every rank that said it hangs here.
+            outcomes = {**dict.fromkeys(failed, "failed"), **dict.fromkeys(wheres, "hung")}
             sections = [f"--- rank {r}: failed ---\n{text}" for r, text in failed.items()]
-            sections.append(
-                f"--- rank {rank}: hung ---\n{table}Python stacks of every thread:\n{stacks}"
-            )
+            sections.append(f"--- rank {rank}: hung ---\n{own_body}" if failed else own_body)
+            exited = "the ranks exited" if len(wheres) > 1 else "the rank exited"
             line = verdict_lines.with_cause(
-                verdict_lines.outcomes_line(outcomes, notes=notes), cause
+                verdict_lines.outcomes_line(outcomes, notes={"hung": f"{why}; {exited}"}),
+                cause,
             )
             shown_text = "\n".join([line, *sections])
         self._record(item, reason, own_text, verdict="hung", shown_text=shown_text)
