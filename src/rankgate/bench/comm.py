@@ -190,10 +190,10 @@ def _one_round(made: dict, index: int, opts: CommOptions, world: int, sync) -> l
     rows: list[dict] = []
     for collective in opts.collectives:
         for step, size in enumerate(opts.sizes):
+            nbytes, count = fit_size(collective, size, itemsize, world)
             for name in names if (index + step) % 2 == 0 else names[::-1]:
                 if name in FORCED and collective != "all_reduce":
                     continue
-                nbytes, count = fit_size(collective, size, itemsize, world)
                 if name in FORCED and nbytes > _forced_limit(name, opts):
                     continue
                 rows.append(_measure_one(made[name], name, collective, (nbytes, count), opts, sync))
