@@ -84,3 +84,16 @@ def test_an_in_place_hang_stack_stops_at_pytests_frames():
     assert without_pytest_frames(block) == [*block[:3], "  (pytest frames omitted)"]
     other_thread = block[:2]
     assert without_pytest_frames(other_thread) == other_thread
+
+
+def test_an_in_place_hang_stack_leaves_out_the_ledgers_wrapper():
+    block = [
+        "Thread 0x00007f69ca87bb80 (most recent call first):",
+        '  File "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 4800 in barrier',
+        '  File "/venv/lib/python3.11/site-packages/rankgate/harness/ledger.py", line 196 in collective',
+        '  File "/proj/test_hang.py", line 16 in test_hang',
+        '  File "/venv/lib/python3.11/site-packages/_pytest/python.py", line 187 in pytest_pyfunc_call',
+    ]
+    assert without_pytest_frames(block) == [
+        *block[:2], block[3], "  (pytest frames omitted)"
+    ]  # fmt: skip

@@ -34,3 +34,23 @@ def test_the_worker_frames_under_the_test_are_dropped():
         "Thread 0x00007e (most recent call first):",
         '  File "/usr/lib/python3.11/threading.py", line 320 in wait',
     ]
+
+
+def test_the_ledgers_wrapper_between_torch_and_the_test_is_dropped():
+    from rankgate.harness import ledger
+
+    wrapper = Path(ledger.__file__)
+    assert wrapper.is_file()
+    stack = "\n".join(
+        [
+            "Current thread 0x00007f (most recent call first):",
+            '  File "/venv/torch/distributed/distributed_c10d.py", line 4800 in barrier',
+            f'  File "{wrapper}", line 196 in collective',
+            '  File "/proj/test_hang.py", line 16 in test_hang',
+        ]
+    )
+    assert pool.trim_harness_frames(stack).splitlines() == [
+        "Current thread 0x00007f (most recent call first):",
+        '  File "/venv/torch/distributed/distributed_c10d.py", line 4800 in barrier',
+        '  File "/proj/test_hang.py", line 16 in test_hang',
+    ]

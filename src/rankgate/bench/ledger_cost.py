@@ -5,8 +5,10 @@ Two figures, best of ``--repeat-inner`` rounds of ``--calls`` calls each:
 - host: the ledger's wrapper around a function that does nothing, against calling that
   function bare, from code outside torch and rankgate (as a test calls): the ledger's
   own cost per collective, free of any backend's noise;
-- gloo: ``dist.all_reduce`` of 4 floats on a world of one, recorded and not, the two
-  interleaved round by round (the difference is within the noise of a loaded host).
+- in situ, per ``--backends`` entry (gloo, nccl): ``dist.all_reduce`` of 4 floats on a
+  world of one, recorded and not, the two interleaved round by round. On NCCL each round
+  ends with a device synchronize, so the figure is the call's whole cost as a test
+  sees it: host time the GPU does not hide.
 
 The pool's per-test cost with the ledger on and off: ``rankgate bench harness`` and
 ``RANKGATE_LEDGER=0 rankgate bench harness`` (see docs/harness.md).
@@ -21,6 +23,8 @@ import tempfile
 import time
 
 from rankgate.cliargs import int_at_least
+
+BACKENDS = ("gloo", "nccl")
 
 _LOOP = """
 def loop(call, arg, calls):
@@ -40,6 +44,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--repeat-inner", type=int_at_least(1), default=7, help="rounds, best kept (default 7)"
     )
+    parser.add_argument(
+        "--backends",
+        type=_backends,
+        default=("gloo",),
+        help="comma-separated, of gloo, nccl: the in-situ all_reduce's backends (default gloo)",
+    )
+
+
+def _backends(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in BACKENDS]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected a comma-separated list of {', '.join(BACKENDS)}"
+        )
+    return names
 
 
 def _test_code() -> dict:
@@ -85,32 +105,46 @@ def measure_host(calls: int, rounds: int) -> dict[str, float]:
     }
 
 
-def measure_gloo(calls: int, rounds: int) -> dict[str, float]:
+def measure_backend(backend: str, calls: int, rounds: int) -> dict[str, float]:
+    """One all_reduce of 4 floats on a world of one, bare and recorded, per call (us)."""
     import torch
     import torch.distributed as dist
 
     from rankgate.harness import ledger
 
+    if backend == "nccl" and not torch.cuda.is_available():
+        raise SystemExit("rankgate bench ledger: --backends nccl needs a CUDA GPU; none is visible")
     ledger.install()
     code = _test_code()
+    device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else None
+    sync = torch.cuda.synchronize if device is not None else (lambda: None)
+
+    def timed(fn) -> float:
+        def round_() -> None:
+            code["loop"](fn, t, calls)
+            sync()  # NCCL: the queued calls finish inside the round
+
+        return _best(round_, 1)
+
     with tempfile.TemporaryDirectory(prefix="rankgate-bench-ledger-") as tmp:
         store = dist.FileStore(os.path.join(tmp, "store"), 1)
-        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+        dist.init_process_group(backend, store=store, rank=0, world_size=1, device_id=device)
         try:
-            t = torch.ones(4)
+            t = torch.ones(4, device=device)
             recorded_fn = dist.all_reduce
             bare_fn = getattr(recorded_fn, "__wrapped__", recorded_fn)
             code["loop"](bare_fn, t, calls // 10)  # warm up
+            sync()
             bare, recorded = float("inf"), float("inf")
             for _ in range(rounds):  # interleaved: drifts of a shared host hit both
                 ledger.begin_test()
-                bare = min(bare, _best(lambda: code["loop"](bare_fn, t, calls), 1))
-                recorded = min(recorded, _best(lambda: code["loop"](recorded_fn, t, calls), 1))
+                bare = min(bare, timed(bare_fn))
+                recorded = min(recorded, timed(recorded_fn))
         finally:
             dist.destroy_process_group()
     return {
-        "gloo_us_per_all_reduce_off": round(1e6 * bare / calls, 2),
-        "gloo_us_per_all_reduce_on": round(1e6 * recorded / calls, 2),
+        f"{backend}_us_per_all_reduce_off": round(1e6 * bare / calls, 2),
+        f"{backend}_us_per_all_reduce_on": round(1e6 * recorded / calls, 2),
     }
 
 
@@ -119,14 +153,19 @@ def run(args: argparse.Namespace) -> int:
         "calls": args.calls,
         "rounds": args.repeat_inner,
         **measure_host(args.calls, args.repeat_inner),
-        **measure_gloo(args.calls, args.repeat_inner),
     }
     print(
         f"ledger, host cost per collective: {result['host_us_per_call']:.3f} us "
-        f"({result['host_us_per_call_with_group']:.3f} us with a group argument)\n"
-        f"gloo all_reduce of 4 floats, world 1: {result['gloo_us_per_all_reduce_off']:.2f} us "
-        f"bare, {result['gloo_us_per_all_reduce_on']:.2f} us recorded"
+        f"({result['host_us_per_call_with_group']:.3f} us with a group argument)"
     )
+    for backend in args.backends:
+        figures = measure_backend(backend, args.calls, args.repeat_inner)
+        result.update(figures)
+        print(
+            f"{backend} all_reduce of 4 floats, world 1: "
+            f"{figures[f'{backend}_us_per_all_reduce_off']:.2f} us bare, "
+            f"{figures[f'{backend}_us_per_all_reduce_on']:.2f} us recorded"
+        )
     if args.json:
         print(json.dumps(result))
     return 0

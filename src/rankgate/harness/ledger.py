@@ -34,6 +34,11 @@ from typing import Any
 CAPACITY = 512
 """Entries kept per rank and test: the newest; sequence numbers go on counting."""
 
+WRAPPER_FILE = "/".join(Path(__file__).parts[-3:])
+"""This module as a stack names it ("rankgate/harness/ledger.py"). Its wrapper's frame sits
+between torch's and the test's in every recorded collective's stack; the hang stacks
+shown leave it out (:func:`without_wrapper_frames`), as they leave out the harness's."""
+
 ENV = "RANKGATE_LEDGER"
 """Set to 0 to leave torch.distributed unwrapped (no ledger; verdicts from stacks)."""
 
@@ -209,6 +214,12 @@ def _shape_of(arg):
         shape = getattr(first, "shape", None)
         return None if shape is None else (len(arg), (getattr(first, "dtype", None), shape))
     return None
+
+
+def without_wrapper_frames(lines: list[str]) -> list[str]:
+    """A stack's lines without the wrapper's frame: a hung test reads as torch's
+    collective called from the test's own line, as it would without the ledger."""
+    return [line for line in lines if not (line.startswith('  File "') and WRAPPER_FILE in line)]
 
 
 # --- reading it back ---------------------------------------------------------------

@@ -26,6 +26,8 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TextIO
 
+from rankgate.harness import ledger
+
 FALLBACK_S = 10.0
 PEER_POLL_S = 0.25
 """How often a running test's rank asks whether a peer failed the same test."""
@@ -132,7 +134,9 @@ stacks leave out its worker's."""
 
 def without_pytest_frames(block: list[str]) -> list[str]:
     """One thread's stack (most recent call first) down to the first pytest frame: that
-    frame and every one below it are pytest running the test (and rankgate's hooks)."""
+    frame and every one below it are pytest running the test (and rankgate's hooks).
+    The ledger's wrapper frame goes too (:func:`ledger.without_wrapper_frames`)."""
+    block = ledger.without_wrapper_frames(block)
     for i, line in enumerate(block):
         if line.startswith('  File "') and any(part in line for part in PYTEST_FRAMES):
             return [*block[:i], "  (pytest frames omitted)"]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rankgate.harness import locks
+from rankgate.harness import ledger, locks
 from rankgate.harness.item_settings import collective_timeout
 from rankgate.harness.outcome import BAD, RankOutcome, RankResult
 from rankgate.harness.output import read_clipped
@@ -385,9 +385,10 @@ _LEDGER_FILE = "/".join(Path(__file__).with_name("ledgerdump.py").parts[-4:])
 
 
 def trim_harness_frames(stack: str) -> str:
-    """Drop the worker's and multiprocessing's frames under the test's own frames."""
+    """Drop the worker's and multiprocessing's frames under the test's own frames, and the
+    ledger's wrapper between torch's collective and the test."""
     kept, skipping = [], False
-    for line in stack.splitlines():
+    for line in ledger.without_wrapper_frames(stack.splitlines()):
         if not line.startswith('  File "'):
             skipping = False
         elif skipping:
