@@ -2,8 +2,8 @@
 # The 2-GPU evidence of one lease: every GPU and dist test in place and in the pool, the
 # pool under pytest-xdist against the pool alone, and the harness's own overhead.
 # Usage: scripts/gpu/two-gpus.sh OUT STEP...
-#   steps: inplace pool-gpu pool-gpu-n2 same-tests pool-dist pool-harness harness ledger cp
-#          comm attention attn-chunks   (COMM_TIMING: the comm step's --iters/--reps/--rounds)
+#   steps: inplace pool-gpu pool-gpu-n2 same-tests pool-dist pool-harness harness ledger
+#          ledger-pool cp comm attention attn-chunks   (COMM_TIMING: the comm step's --iters/--reps/--rounds)
 # Writes OUT/env.txt and per step a log (OUT/<step>.txt) and its JUnit under /tmp/rg;
 # the end packs /tmp/rg into OUT/results.tgz (the device tool brings back 8 files).
 # DeepSpeed and what it needs, and expecttest (torch.testing._internal imports it), come as
@@ -76,16 +76,24 @@ for s in "$@"; do
           >"$work/harness_$backend.txt" 2>&1
         echo "$backend rc $?"; tail -6 "$work/harness_$backend.txt"
       done ;;
-    ledger)  # the collective ledger's cost: per call on NCCL and gloo, then the NCCL pool's
-             # per test with it on and off (RANKGATE_LEDGER=0), alternated, three of each
+    ledger)  # the collective ledger's cost per call, NCCL and gloo, and where it goes
       timed ledger-cost 120 python3 -m rankgate.cli bench ledger --backends nccl,gloo --json
-      for i in 1 2 3; do
-        for ledger in 1 0; do
-          RANKGATE_LEDGER=$ledger timeout 90 python3 -m rankgate.cli bench harness \
-            --backend nccl --worlds 2 --k 100 --spawn-k 1 --json >"$work/harness_ledger$ledger-$i.txt" 2>&1
-          echo "ledger $ledger run $i rc $?: $(grep -o '"pool_ms_per_test[^,]*' \
-            "$work/harness_ledger$ledger-$i.txt" | head -1)"
+      for backend in nccl gloo; do
+        for gc in "" --no-gc; do
+          timeout 120 python3 scripts/ledger/wrapper_breakdown.py $backend $gc \
+            >>"$work/ledger-breakdown.txt" 2>&1
         done
+      done
+      grep -v '^{' "$work/ledger-breakdown.txt" ;;
+    ledger-pool)  # the NCCL pool's per test with the ledger on (1) and off (0 is
+                  # RANKGATE_LEDGER=0), in the order 0 1 1 0 0 1 1 0: a drift hits both alike
+      i=0
+      for ledger in 0 1 1 0 0 1 1 0; do
+        i=$((i + 1))
+        RANKGATE_LEDGER=$ledger timeout 90 python3 -m rankgate.cli bench harness --backend nccl \
+          --worlds 2 --k 100 --spawn-k 1 --json >"$work/harness-run$i-ledger$ledger.txt" 2>&1
+        echo "run $i ledger $ledger rc $?: $(grep -o '"pool_[a-z_]*ms[a-z_]*": [0-9.]*' \
+          "$work/harness-run$i-ledger$ledger.txt" | tr '\n' ' ')"
       done ;;
     cp)  # PyTorch's context parallel: the kernels that ran and each rank's errors, from the
          # script with the test's shapes, then the test itself (its xfail names the kernels)
