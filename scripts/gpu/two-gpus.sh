@@ -3,7 +3,7 @@
 # pool under pytest-xdist against the pool alone, and the harness's own overhead.
 # Usage: scripts/gpu/two-gpus.sh OUT STEP...
 #   steps: inplace pool-gpu pool-gpu-n2 same-tests pool-dist pool-harness harness ledger
-#          ledger-pool cp comm attention attn-chunks   (COMM_TIMING: the comm step's --iters/--reps/--rounds)
+#          ledger-pool ledger-variants cp comm attention attn-chunks   (COMM_TIMING: the comm step's --iters/--reps/--rounds)
 # Writes OUT/env.txt and per step a log (OUT/<step>.txt) and its JUnit under /tmp/rg;
 # the end packs /tmp/rg into OUT/results.tgz (the device tool brings back 8 files).
 # DeepSpeed and what it needs, and expecttest (torch.testing._internal imports it), come as
@@ -94,6 +94,19 @@ for s in "$@"; do
           --worlds 2 --k 100 --spawn-k 1 --json >"$work/harness-run$i-ledger$ledger.txt" 2>&1
         echo "run $i ledger $ledger rc $?: $(grep -o '"pool_[a-z_]*ms[a-z_]*": [0-9.]*' \
           "$work/harness-run$i-ledger$ledger.txt" | tr '\n' ' ')"
+      done ;;
+    ledger-variants)  # the NCCL pool's per test: ledger off, its wrappers forwarding only
+                      # (scripts/ledger/pool_variant), and recording, interleaved
+      i=0
+      for variant in off pass full full pass off off pass full; do
+        i=$((i + 1))
+        log="$work/harness-variant$i-$variant.txt"
+        RANKGATE_LEDGER=$([ $variant = off ] && echo 0 || echo 1) \
+        LEDGER_VARIANT=$([ $variant = pass ] && echo passthrough || echo none) \
+        PYTHONPATH=$PWD/scripts/ledger/pool_variant${PYTHONPATH:+:$PYTHONPATH} \
+          timeout 90 python3 -m rankgate.cli bench harness --backend nccl --worlds 2 --k 100 \
+          --spawn-k 1 --json >"$log" 2>&1
+        echo "run $i $variant rc $?: $(grep -o '"pool_[a-z_]*ms[a-z_]*": [0-9.]*' "$log" | tr '\n' ' ')"
       done ;;
     cp)  # PyTorch's context parallel: the kernels that ran and each rank's errors, from the
          # script with the test's shapes, then the test itself (its xfail names the kernels)
