@@ -42,6 +42,8 @@ X4_COMM = f"{X4}/lease3/comm/comm.json"
 """The newest comm run, nccl-tests built beside it against torch's NCCL."""
 X2_INTERLEAVED = "benchmarks/results/nvidia-h100-x2/comm-interleaved-2026-11-26"
 X2_INTERLEAVED_COMM = f"{X2_INTERLEAVED}/comm.json"
+X2_LEDGER_LEASE = "benchmarks/results/nvidia-h100-x2/ledger-and-comm-2026-11-26"
+X2_LEDGER_LEASE_COMM = f"{X2_LEDGER_LEASE}/comm/comm.json"
 """The first comm run with the backends timed in turn at each size."""
 TIMES, DASH = "\u00d7", "\u2013"  # as the docs write them: 1.21x, 1\u20132 us
 KiB = 1 << 10
@@ -304,6 +306,8 @@ CLAIMS = (
     Claim("comm-h100x4", f"{X4}/README.md", (X4_COMM,), comm_auto_against_fastest(X4_COMM)),
     Claim("comm-h100x2-interleaved", f"{X2_INTERLEAVED}/README.md", (X2_INTERLEAVED_COMM,),
           comm_auto_against_fastest(X2_INTERLEAVED_COMM)),
+    Claim("comm-h100x2-second-run", f"{X2_LEDGER_LEASE}/README.md", (X2_LEDGER_LEASE_COMM,),
+          comm_auto_against_fastest(X2_LEDGER_LEASE_COMM)),
 )  # fmt: skip
 """Every rendered block, in the order the command writes them."""
 
