@@ -128,3 +128,45 @@ def test_odd_arguments_never_break_the_call(recorded):
     all_reduce = ledger._wrap("all_reduce", lambda *a, **k: called.append(a), PARAMS)
     all_reduce(torch.ones(1), None, [])  # an unhashable "group": torch's to reject, not ours
     assert called and ledger.snapshot() == []
+
+
+def _raise_in_collective(recorded_call) -> RuntimeError:
+    try:
+        recorded_call(torch.ones(4))
+    except RuntimeError as exc:
+        return exc
+    raise AssertionError("the collective did not raise")
+
+
+def test_a_failures_traceback_in_the_pool_leaves_out_the_wrapper(recorded):
+    from rankgate.harness.pool import worker
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("Connection reset by peer")
+
+    exc = _raise_in_collective(ledger._wrap("barrier", broken, PARAMS))
+    shown = worker._format(exc)
+    assert "rankgate/harness/ledger.py" not in shown and "in collective" not in shown
+    assert f'File "{__file__}"' in shown  # the test's own frame and torch's are kept
+    assert "in broken" in shown
+    assert shown.endswith("RuntimeError: Connection reset by peer\n")
+
+
+def test_pytest_hides_the_wrapper_frame(recorded):
+    def broken(*args, **kwargs):
+        raise RuntimeError("peer gone")
+
+    exc = _raise_in_collective(ledger._wrap("barrier", broken, PARAMS))
+    tb = exc.__traceback__
+    hidden = []
+    while tb is not None:  # pytest drops every frame whose locals say so
+        if tb.tb_frame.f_locals.get("__tracebackhide__"):
+            hidden.append(tb.tb_frame.f_code.co_filename)
+        tb = tb.tb_next
+    assert hidden == [ledger.__file__]
+
+
+def test_a_wrapper_file_is_known_by_its_path_tail():
+    assert ledger.is_wrapper_file("/venv/lib/python3.12/site-packages/rankgate/harness/ledger.py")
+    assert ledger.is_wrapper_file(ledger.__file__)
+    assert not ledger.is_wrapper_file("/proj/tests/ledger.py")

@@ -36,8 +36,9 @@ CAPACITY = 512
 
 WRAPPER_FILE = "/".join(Path(__file__).parts[-3:])
 """This module as a stack names it ("rankgate/harness/ledger.py"). Its wrapper's frame sits
-between torch's and the test's in every recorded collective's stack; the hang stacks
-shown leave it out (:func:`without_wrapper_frames`), as they leave out the harness's."""
+between torch's and the test's in every recorded collective's stack; the stacks and
+tracebacks shown leave it out (:func:`without_wrapper_frames`, :func:`is_wrapper_file`,
+and ``__tracebackhide__`` for pytest's own), as they leave out the harness's."""
 
 ENV = "RANKGATE_LEDGER"
 """Set to 0 to leave torch.distributed unwrapped (no ledger; verdicts from stacks)."""
@@ -144,6 +145,7 @@ def _wrap(name: str, original, parameters: list[str]):
 
     def collective(*args, **kwargs):
         # Kept lean: it runs on every collective (benchmarked by `rankgate bench ledger`).
+        __tracebackhide__ = True  # pytest leaves this frame out of a failure's traceback
         caller = sys._getframe(1)
         if caller.f_code.co_filename == _c10d_file:
             return original(*args, **kwargs)  # torch's own call inside one recorded (recv's irecv)
@@ -214,6 +216,11 @@ def _shape_of(arg):
         shape = getattr(first, "shape", None)
         return None if shape is None else (len(arg), (getattr(first, "dtype", None), shape))
     return None
+
+
+def is_wrapper_file(filename: str) -> bool:
+    """Whether a traceback entry's file is this module (its frames are the wrapper's)."""
+    return filename.replace(os.sep, "/").endswith(WRAPPER_FILE)
 
 
 def without_wrapper_frames(lines: list[str]) -> list[str]:

@@ -241,9 +241,14 @@ def _classify(exc: BaseException) -> tuple[str, str]:
 
 def _format(exc: BaseException) -> str:
     frames = traceback.extract_tb(exc.__traceback__)
-    # Drop the harness's own frames: the user's frames are what explain the failure.
+    # Drop the harness's own frames (the worker's, the ledger's wrapper): the user's
+    # frames are what explain the failure.
     own = str(Path(__file__).resolve())
-    kept = [f for f in frames if str(Path(f.filename).resolve()) != own]
+    kept = [
+        f
+        for f in frames
+        if str(Path(f.filename).resolve()) != own and not ledger.is_wrapper_file(f.filename)
+    ]
     lines = ["Traceback (most recent call last):\n", *traceback.format_list(kept)]
     lines += traceback.format_exception_only(type(exc), exc)
     return "".join(lines)
