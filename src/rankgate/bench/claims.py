@@ -42,9 +42,10 @@ X4_COMM = f"{X4}/lease3/comm/comm.json"
 """The newest comm run, nccl-tests built beside it against torch's NCCL."""
 X2_INTERLEAVED = "benchmarks/results/nvidia-h100-x2/comm-interleaved-2026-11-26"
 X2_INTERLEAVED_COMM = f"{X2_INTERLEAVED}/comm.json"
+"""The first comm run with the backends timed in turn at each size."""
 X2_LEDGER_LEASE = "benchmarks/results/nvidia-h100-x2/ledger-and-comm-2026-11-26"
 X2_LEDGER_LEASE_COMM = f"{X2_LEDGER_LEASE}/comm/comm.json"
-"""The first comm run with the backends timed in turn at each size."""
+"""The second, on another host (the lease that measured the ledger's cost on NCCL)."""
 TIMES, DASH = "\u00d7", "\u2013"  # as the docs write them: 1.21x, 1\u20132 us
 KiB = 1 << 10
 MiB = 1 << 20
