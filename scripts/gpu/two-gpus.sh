@@ -95,14 +95,15 @@ for s in "$@"; do
         echo "run $i ledger $ledger rc $?: $(grep -o '"pool_[a-z_]*ms[a-z_]*": [0-9.]*' \
           "$work/harness-run$i-ledger$ledger.txt" | tr '\n' ' ')"
       done ;;
-    ledger-variants)  # the NCCL pool's per test: ledger off, its wrappers forwarding only
-                      # (scripts/ledger/pool_variant), and recording, interleaved
+    ledger-variants)  # the NCCL pool's per test: ledger off, its wrappers forwarding only,
+                      # recording on torch.distributed alone (scripts/ledger/pool_variant),
+                      # and recording, interleaved; LEDGER_RUNS picks the runs' order
       i=0
-      for variant in off pass full full pass off off pass full; do
+      for variant in ${LEDGER_RUNS:-off pass full full pass off off pass full}; do
         i=$((i + 1))
         log="$work/harness-variant$i-$variant.txt"
         RANKGATE_LEDGER=$([ $variant = off ] && echo 0 || echo 1) \
-        LEDGER_VARIANT=$([ $variant = pass ] && echo passthrough || echo none) \
+        LEDGER_VARIANT=$(case $variant in pass) echo passthrough ;; dist) echo dist-only ;; *) echo none ;; esac) \
         PYTHONPATH=$PWD/scripts/ledger/pool_variant${PYTHONPATH:+:$PYTHONPATH} \
           timeout 90 python3 -m rankgate.cli bench harness --backend nccl --worlds 2 --k 100 \
           --spawn-k 1 --json >"$log" 2>&1
