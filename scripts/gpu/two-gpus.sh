@@ -3,7 +3,8 @@
 # pool under pytest-xdist against the pool alone, and the harness's own overhead.
 # Usage: scripts/gpu/two-gpus.sh OUT STEP...
 #   steps: inplace pool-gpu pool-gpu-n2 same-tests pool-dist pool-harness harness ledger
-#          ledger-pool ledger-variants cp comm attention attn-chunks   (COMM_TIMING: the comm step's --iters/--reps/--rounds)
+#          ledger-pool cp comm attention attn-chunks   (COMM_TIMING: the comm step's
+#          --iters/--reps/--rounds; LEDGER_RUNS: the ledger-pool step's runs)
 # Writes OUT/env.txt and per step a log (OUT/<step>.txt) and its JUnit under /tmp/rg;
 # the end packs /tmp/rg into OUT/results.tgz (the device tool brings back 8 files).
 # DeepSpeed and what it needs, and expecttest (torch.testing._internal imports it), come as
@@ -85,23 +86,14 @@ for s in "$@"; do
         done
       done
       grep -v '^{' "$work/ledger-breakdown.txt" ;;
-    ledger-pool)  # the NCCL pool's per test with the ledger on (1) and off (0 is
-                  # RANKGATE_LEDGER=0), in the order 0 1 1 0 0 1 1 0: a drift hits both alike
+    ledger-pool)  # the NCCL pool's per test, runs in the order LEDGER_RUNS gives (default
+                  # off full full off off full full off: a drift hits both alike): off is
+                  # RANKGATE_LEDGER=0, full the ledger, pass its wrappers forwarding only,
+                  # dist recording on torch.distributed alone (scripts/ledger/pool_variant)
       i=0
-      for ledger in 0 1 1 0 0 1 1 0; do
+      for variant in ${LEDGER_RUNS:-off full full off off full full off}; do
         i=$((i + 1))
-        RANKGATE_LEDGER=$ledger timeout 90 python3 -m rankgate.cli bench harness --backend nccl \
-          --worlds 2 --k 100 --spawn-k 1 --json >"$work/harness-run$i-ledger$ledger.txt" 2>&1
-        echo "run $i ledger $ledger rc $?: $(grep -o '"pool_[a-z_]*ms[a-z_]*": [0-9.]*' \
-          "$work/harness-run$i-ledger$ledger.txt" | tr '\n' ' ')"
-      done ;;
-    ledger-variants)  # the NCCL pool's per test: ledger off, its wrappers forwarding only,
-                      # recording on torch.distributed alone (scripts/ledger/pool_variant),
-                      # and recording, interleaved; LEDGER_RUNS picks the runs' order
-      i=0
-      for variant in ${LEDGER_RUNS:-off pass full full pass off off pass full}; do
-        i=$((i + 1))
-        log="$work/harness-variant$i-$variant.txt"
+        log="$work/harness-run$i-$variant.txt"
         RANKGATE_LEDGER=$([ $variant = off ] && echo 0 || echo 1) \
         LEDGER_VARIANT=$(case $variant in pass) echo passthrough ;; dist) echo dist-only ;; *) echo none ;; esac) \
         PYTHONPATH=$PWD/scripts/ledger/pool_variant${PYTHONPATH:+:$PYTHONPATH} \

@@ -1,6 +1,6 @@
 """Loaded by every Python process started with this folder on PYTHONPATH (the pool's
 ranks included), to tell apart what the ledger's cost on NCCL comes from (see
-scripts/gpu/two-gpus.sh, step ledger-variants):
+scripts/gpu/two-gpus.sh, step ledger-pool):
 
 - LEDGER_VARIANT=passthrough: the ledger wraps torch.distributed's collectives as usual,
   but its wrappers only forward the call, recording nothing;
