@@ -3,8 +3,9 @@
 # pool under pytest-xdist against the pool alone, and the harness's own overhead.
 # Usage: scripts/gpu/two-gpus.sh OUT STEP...
 #   steps: inplace pool-gpu pool-gpu-n2 same-tests pool-dist pool-harness harness ledger
-#          ledger-pool cp comm attention attn-chunks   (COMM_TIMING: the comm step's
-#          --iters/--reps/--rounds; LEDGER_RUNS: the ledger-pool step's runs)
+#          ledger-pool cp comm attention attn-chunks
+#   (COMM_TIMING, COMM_SIZES: the comm step's --iters/--reps/--rounds and -b/-e;
+#   LEDGER_RUNS, LEDGER_COLLECTIVES, LEDGER_K, LEDGER_BACKEND: the ledger-pool step's runs)
 # Writes OUT/env.txt and per step a log (OUT/<step>.txt) and its JUnit under /tmp/rg;
 # the end packs /tmp/rg into OUT/results.tgz (the device tool brings back 8 files).
 # DeepSpeed and what it needs, and expecttest (torch.testing._internal imports it), come as
@@ -89,17 +90,20 @@ for s in "$@"; do
     ledger-pool)  # the NCCL pool's per test, runs in the order LEDGER_RUNS gives (default
                   # off full full off off full full off: a drift hits both alike): off is
                   # RANKGATE_LEDGER=0, full the ledger, pass its wrappers forwarding only,
-                  # dist recording on torch.distributed alone (scripts/ledger/pool_variant)
+                  # dist recording on torch.distributed alone (scripts/ledger/pool_variant);
+                  # each for every count in LEDGER_COLLECTIVES (all_reduce calls per test)
       i=0
-      for variant in ${LEDGER_RUNS:-off full full off off full full off}; do
-        i=$((i + 1))
-        log="$work/harness-run$i-$variant.txt"
-        RANKGATE_LEDGER=$([ $variant = off ] && echo 0 || echo 1) \
-        LEDGER_VARIANT=$(case $variant in pass) echo passthrough ;; dist) echo dist-only ;; *) echo none ;; esac) \
-        PYTHONPATH=$PWD/scripts/ledger/pool_variant${PYTHONPATH:+:$PYTHONPATH} \
-          timeout 90 python3 -m rankgate.cli bench harness --backend nccl --worlds 2 --k 100 \
-          --spawn-k 1 --json >"$log" 2>&1
-        echo "run $i $variant rc $?: $(grep -o '"pool_[a-z_]*ms[a-z_]*": [0-9.]*' "$log" | tr '\n' ' ')"
+      for collectives in ${LEDGER_COLLECTIVES:-1}; do
+        for variant in ${LEDGER_RUNS:-off full full off off full full off}; do
+          i=$((i + 1))
+          log="$work/pool-body-run$i-c$collectives-$variant.txt"
+          RANKGATE_LEDGER=$([ $variant = off ] && echo 0 || echo 1) \
+          LEDGER_VARIANT=$(case $variant in pass) echo passthrough ;; dist) echo dist-only ;; *) echo none ;; esac) \
+          PYTHONPATH=$PWD/scripts/ledger/pool_variant${PYTHONPATH:+:$PYTHONPATH} \
+            timeout 90 python3 scripts/ledger/pool_body.py --backend "${LEDGER_BACKEND:-nccl}" \
+            --collectives "$collectives" --k "${LEDGER_K:-200}" >"$log" 2>&1
+          echo "run $i c$collectives $variant rc $?: $(grep '^{' "$log")"
+        done
       done ;;
     cp)  # PyTorch's context parallel: the kernels that ran and each rank's errors, from the
          # script with the test's shapes, then the test itself (its xfail names the kernels)
@@ -121,7 +125,7 @@ for s in "$@"; do
         CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
       export LD_LIBRARY_PATH=$nccl/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
       timed comm "${COMM_LIMIT:-300}" python3 -m rankgate.bench.comm --out "$work/comm" \
-        --collectives all_reduce -b 1K -e 64M -f 2 --buffer-bytes 64M --auto-thresholds defaults \
+        --collectives all_reduce ${COMM_SIZES:--b 1K -e 64M} -f 2 --buffer-bytes 64M --auto-thresholds defaults \
         ${COMM_TIMING:---iters 20 --reps 5 --rounds 3} --graph-max-bytes 64M \
         --nccl-tests .nccl-tests/build
       grep -E "^# " "$work/comm.txt" | tail -12 ;;

@@ -35,8 +35,7 @@ import torch.distributed as dist
 @pytest.mark.parametrize("i", range({count}))
 def test_trivial_w{world}(i, rank, device):
     t = torch.ones(1, device=device)
-    dist.all_reduce(t)
-    assert t.item() == {world}
+{collectives}    assert t.item() == {world} ** {count_collectives}
 """
 
 _TIMING_CONFTEST = """
@@ -130,11 +129,20 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def measure_pool(worlds: list[int], backend: str, k: int) -> dict[int, dict[str, float]]:
+def measure_pool(
+    worlds: list[int], backend: str, k: int, collectives: int = 1
+) -> dict[int, dict]:
+    """Per world: the first test's seconds, the steady tests' mean and median ms and each
+    steady test's ms (``steady_ms``). ``collectives``: all_reduce calls per test (the
+    benchmark's is one; scripts/ledger/pool_body.py varies it)."""
+    body = "    dist.all_reduce(t)\n" * collectives
     with tempfile.TemporaryDirectory(prefix="rankgate-bench-") as tmp:
         root = Path(tmp)
         for world in worlds:
-            source = _TEST_FILE.format(world=world, backend=backend, count=k + 1)
+            source = _TEST_FILE.format(
+                world=world, backend=backend, count=k + 1, collectives=body,
+                count_collectives=collectives,
+            )  # fmt: skip
             (root / f"test_bench_w{world}.py").write_text(textwrap.dedent(source))
         (root / "conftest.py").write_text(_TIMING_CONFTEST)
         (root / "pytest.ini").write_text("[pytest]\n")  # keep the caller's config out
@@ -159,6 +167,7 @@ def measure_pool(worlds: list[int], backend: str, k: int) -> dict[int, dict[str,
             "first_test_s": ordered[0],
             "per_test_ms": 1000 * sum(steady) / len(steady),
             "median_ms": 1000 * statistics.median(steady),
+            "steady_ms": [1000 * s for s in steady],
         }
     return results
 
