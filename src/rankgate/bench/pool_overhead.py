@@ -35,7 +35,7 @@ import torch.distributed as dist
 @pytest.mark.parametrize("i", range({count}))
 def test_trivial_w{world}(i, rank, device):
     t = torch.ones(1, device=device)
-{collectives}    assert t.item() == {world} ** {count_collectives}
+{calls}    assert t.item() == {world} ** {collectives}
 """
 
 _TIMING_CONFTEST = """
@@ -135,13 +135,13 @@ def measure_pool(
     """Per world: the first test's seconds, the steady tests' mean and median ms and each
     steady test's ms (``steady_ms``). ``collectives``: all_reduce calls per test (the
     benchmark's is one; scripts/ledger/pool_body.py varies it)."""
-    body = "    dist.all_reduce(t)\n" * collectives
+    calls = "    dist.all_reduce(t)\n" * collectives
     with tempfile.TemporaryDirectory(prefix="rankgate-bench-") as tmp:
         root = Path(tmp)
         for world in worlds:
             source = _TEST_FILE.format(
-                world=world, backend=backend, count=k + 1, collectives=body,
-                count_collectives=collectives,
+                world=world, backend=backend, count=k + 1, calls=calls,
+                collectives=collectives,
             )  # fmt: skip
             (root / f"test_bench_w{world}.py").write_text(textwrap.dedent(source))
         (root / "conftest.py").write_text(_TIMING_CONFTEST)
