@@ -57,7 +57,7 @@ for s in "$@"; do
         >merge-junit.txt 2>&1; echo "merge-junit rc $?" >>merge-junit.txt)
       tail -3 "$work/inplace/merge-junit.txt" ;;
     pool-gpu)
-      timed pool-gpu "${POOL_LIMIT:-200}" "${pytest_[@]}" -m gpu suites --junitxml="$work/pool-gpu.xml" ;;
+      timed pool-gpu "${POOL_LIMIT:-320}" "${pytest_[@]}" -m gpu suites --junitxml="$work/pool-gpu.xml" ;;
     pool-gpu-n2)
       timed pool-gpu-n2 "${POOL_LIMIT:-200}" "${pytest_[@]}" -n 2 -m gpu suites \
         --junitxml="$work/pool-gpu-n2.xml" ;;
