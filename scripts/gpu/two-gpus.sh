@@ -68,7 +68,7 @@ for s in "$@"; do
       timed pool-dist "${DIST_LIMIT:-300}" "${pytest_[@]}" -n 4 -m "dist and not gpu" suites \
         --junitxml="$work/pool-dist.xml" ;;
     pool-harness)  # the harness's own GPU tests and the adoption suites, in the pool
-      timed pool-harness "${POOL_LIMIT:-200}" "${pytest_[@]}" -m "dist or gpu" \
+      timed pool-harness "${POOL_LIMIT:-300}" "${pytest_[@]}" -m "dist or gpu" \
         ${HARNESS_FILES:-suites/harness/test_gpu.py suites/harness/test_adopt.py \
         suites/harness/test_adopt_torchcase.py suites/harness/test_adopt_freshgroup.py} \
         --junitxml="$work/pool-harness.xml" ;;
