@@ -20,13 +20,8 @@ import time
 import torch
 import torch.distributed as dist
 
+from rankgate.bench.ledger_cost import _test_code
 from rankgate.harness import ledger
-
-_LOOP = """
-def loop(call, arg, calls):
-    for _ in range(calls):
-        call(arg)
-"""
 
 
 def wrappers(original) -> dict:
@@ -79,9 +74,7 @@ def main() -> None:
     parser.add_argument("--no-gc", action="store_true", help="the collector off while timing")
     args = parser.parse_args()
     ledger.install()
-    scope: dict = {}
-    exec(compile(_LOOP, "test_wrapper_breakdown.py", "exec"), scope)  # a test's own file
-    loop = scope["loop"]
+    loop = _test_code()["loop"]  # compiled as a test's own file, as `rankgate bench ledger` does
     device = torch.device("cuda", 0) if args.backend == "nccl" else None
     sync = torch.cuda.synchronize if device is not None else (lambda: None)
     with tempfile.TemporaryDirectory() as tmp:
