@@ -184,6 +184,31 @@ def test_stop_all_gives_every_command_its_teardown_at_once(tmp_path):
     assert abs(told[0] - told[1]) < 4  # one after the other, they would be 8 s apart
 
 
+def test_stop_all_finds_a_command_its_thread_has_not_yet_recorded(tmp_path, monkeypatch):
+    """On busy cores the command can be up before the thread that started it records it
+    (a CI run's SIGTERM missed one of two stages); stop_all must still reach it."""
+
+    class SlowToRecord(set):
+        def add(self, proc):
+            time.sleep(1.0)
+            super().add(proc)
+
+    monkeypatch.setattr(process, "_running", SlowToRecord())
+    name = str(tmp_path / "late")
+    ended = []
+    thread = threading.Thread(
+        target=lambda: ended.append(process.run([PY, "-c", TEARDOWN_ON_TERM, name, "0"], echo=False))
+    )
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not Path(name + ".ready").exists():
+        assert time.monotonic() < deadline, "the command never started"
+        time.sleep(0.01)
+    process.stop_all()
+    thread.join(timeout=30)
+    assert Path(name + ".done").exists() and ended == [0]
+
+
 def test_finish_captures_what_the_command_said_and_its_code():
     done = process.finish([PY, "-c", "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"])
     assert (done.returncode, done.stdout, done.stderr, done.timed_out) == (3, "out\n", "err\n", False)

@@ -63,12 +63,17 @@ def die_of(signum: int) -> None:
 
 _running: set[subprocess.Popen] = set()
 """Commands :func:`run` is waiting on, from any thread (background stages run in threads)."""
+_starting = threading.Lock()
+"""Held from a command's start until it is in ``_running``: a :func:`stop_all` in another
+thread then either finds it or runs before it started, never between the two."""
 
 
 def stop_all() -> None:
     """End every command :func:`run` is waiting on, in any thread (process group, TERM
     then KILL): an interrupt reaches only the main thread, not the threads that wait."""
-    _end_trees(list(_running))
+    with _starting:
+        procs = list(_running)
+    _end_trees(procs)
 
 
 class CommandFailed(RuntimeError):
@@ -149,13 +154,14 @@ def run(
         terminal = log if log_path is not None else sys.stdout
         own = log if log_path is not None else None
         pipe = subprocess.PIPE if stdout_path is not None else own
-        proc = subprocess.Popen(
-            program, env=full_env, stdout=pipe, stderr=own, text=True, start_new_session=True
-        )
+        with _starting:
+            proc = subprocess.Popen(
+                program, env=full_env, stdout=pipe, stderr=own, text=True, start_new_session=True
+            )
+            _running.add(proc)
         tee = threading.Thread(target=_tee, args=(proc.stdout, product, terminal), daemon=True)
         if proc.stdout is not None:
             tee.start()
-        _running.add(proc)
         try:
             with signals_raise_ended():
                 proc.wait(timeout=timeout)
