@@ -176,7 +176,34 @@ def test_fault(rank):
     )
 
 
-def test_hang_inside_a_collective_dumps_every_rank_stack(inner):
+def _record_order(monkeypatch) -> list[str]:
+    """'ledgers' when the controller has the ranks' ledgers, 'stacks' when it starts the
+    stack dump, in the order they happen."""
+    from rankgate.harness.pool import ledgerdump
+    from rankgate.harness.pool.pool import Pool
+
+    order: list[str] = []
+    collect, dump = ledgerdump.collect, Pool._dump_stacks
+
+    def collecting(*args, **kwargs):
+        found = collect(*args, **kwargs)
+        order.append("ledgers")
+        return found
+
+    def dumping(self, *args, **kwargs):
+        order.append("stacks")
+        return dump(self, *args, **kwargs)
+
+    monkeypatch.setattr(ledgerdump, "collect", collecting)
+    monkeypatch.setattr(Pool, "_dump_stacks", dumping)
+    return order
+
+
+def test_hang_inside_a_collective_dumps_every_rank_stack(inner, monkeypatch):
+    # The ledgers are in before the stack signal: faulthandler's handler walks every
+    # thread's frames without the GIL, and a rank's ledger thread still encoding its answer
+    # crashed the rank mid-dump (a CI run: rank 1's stack cut off by a segfault).
+    order = _record_order(monkeypatch)
     result, seconds = run_fault(
         inner,
         """
@@ -205,6 +232,8 @@ def test_fault(rank):
         ]
     )
     assert out.count("Python stacks of every thread (faulthandler):") == 2
+    assert "Fatal Python error" not in out
+    assert order == ["ledgers", "stacks"]
     assert seconds < 60
 
 

@@ -50,13 +50,18 @@ def serve(directory: Path, rank: int) -> None:
 def _answer_forever(ask: Path, answer: Path) -> None:
     from rankgate.harness import ledger
 
+    # Plain strings: from the answer's os.replace back to the blocking open, the thread
+    # calls no Python function (a Path would), so a stack dump that follows the answer
+    # never finds this thread's frames changing under it.
+    ask_at, answer_at = os.fspath(ask), os.fspath(answer)
+    tmp_at = os.fspath(answer.with_suffix(".tmp"))
     while True:
         try:
-            with open(ask, "rb") as pipe:  # blocks until the controller writes
+            with open(ask_at, "rb") as pipe:  # blocks until the controller writes
                 pipe.read()
-            tmp = answer.with_suffix(".tmp")
-            tmp.write_text(json.dumps(ledger.now()))
-            os.replace(tmp, answer)  # the controller never reads half a file
+            with open(tmp_at, "w") as tmp:
+                tmp.write(json.dumps(ledger.now()))
+            os.replace(tmp_at, answer_at)  # the controller never reads half a file
         except OSError:
             return  # the pool's directory is gone: the pool is over
 

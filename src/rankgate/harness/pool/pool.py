@@ -297,17 +297,20 @@ class Pool:
                         )
         held, hung_pids = [], [r.process.pid for r in pending.values()]
         bad = bool(pending) or any(o.outcome in BAD for o in outcomes.values())
+        ledgers: dict[int, list] = {}
         if bad:  # the ledgers name where the ranks' collectives diverged, if they did
             alive = [r.rank for r in self.ranks if r.process.is_alive()]
             ledgerdump.ask(self.directory, alive)
+            # Answered before the stack signal: faulthandler's handler reads every thread's
+            # frames without the GIL, and a rank's ledger thread still encoding its JSON
+            # then crashed the rank mid-dump (a CI run: rank 1's stack cut off).
+            ledgers = ledgerdump.collect(self.directory, alive)
         if pending:
             held = locks.survey(hung_pids)  # before the kill: what the hung ranks hold
             self._dump_stacks(pending.values(), outcomes, why_stopped, test_id)
-        if bad:
-            ledgers = ledgerdump.collect(self.directory, alive)
-            for rank, entries in ledgers.items():
-                if entries is not None:  # None: that rank keeps no ledger
-                    outcomes[rank].ledger = entries
+        for rank, entries in ledgers.items():
+            if entries is not None:  # None: that rank keeps no ledger
+                outcomes[rank].ledger = entries
         unusable = any(o.outcome in ("crashed", "hung") or o.broke_group for o in outcomes.values())
         if unusable:
             self.kill()  # the registry starts a fresh pool for the next test
