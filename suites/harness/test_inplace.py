@@ -280,12 +280,7 @@ def test_torchrun_hang_in_a_collective_outlives_the_rendezvous_timeout(tmp_path)
 )
 def test_mpirun_runs_the_same_file(tmp_path):
     _write(tmp_path, SUITE)
-    cmd = [
-        "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2",
-        sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--color=no",
-        "--junitxml=out/junit.xml", "test_suite.py",
-    ]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    proc = _launch("mpirun", tmp_path, "--junitxml=out/junit.xml", "test_suite.py")
     assert proc.returncode != 0
     assert "FAILED test_suite.py::test_fails_on_rank_1 - rank 1 failed; rank 0 passed" in proc.stdout
     assert "2 failed, 2 passed, 1 skipped" in proc.stdout
