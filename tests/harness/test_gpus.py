@@ -1,6 +1,7 @@
 import pytest
 
 from rankgate.harness.pool.gpus import gpu_block, xdist_slot
+from rankgate.harness.pool.pool import threads_per_rank
 
 pytestmark = pytest.mark.unit
 
@@ -33,3 +34,23 @@ def test_each_worker_has_a_block_of_the_machines_gpus(total, world, slot, worker
 def test_two_workers_on_four_gpus_put_small_worlds_on_disjoint_gpus(world):
     blocks = [set(gpu_block(4, world, slot, 2)) for slot in range(2)]
     assert blocks[0].isdisjoint(blocks[1]) and blocks[0] | blocks[1] <= {0, 1, 2, 3}
+
+
+@pytest.mark.parametrize(
+    ("cores", "workers", "world", "threads"),
+    [
+        pytest.param(64, 1, 2, 32, id="one-process"),
+        pytest.param(64, 2, 2, 16, id="two-workers-share-the-host"),
+        pytest.param(64, 4, 1, 16, id="four-workers-world1"),
+        pytest.param(2, 2, 2, 1, id="never-below-one"),
+        pytest.param(16, 3, 2, 2, id="uneven"),
+    ],
+)
+def test_pool_ranks_share_this_workers_part_of_the_cores(cores, workers, world, threads):
+    assert threads_per_rank(world, cores=cores, workers=workers) == threads
+
+
+def test_pool_ranks_read_the_worker_count_from_xdist(monkeypatch):
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "4")
+    assert threads_per_rank(2, cores=64) == 8

@@ -25,6 +25,7 @@ from rankgate.harness.item_settings import collective_timeout
 from rankgate.harness.outcome import BAD, RankOutcome, RankResult
 from rankgate.harness.output import read_clipped
 from rankgate.harness.pool import ledgerdump, messages
+from rankgate.harness.pool.gpus import xdist_slot
 
 # After one rank fails or dies, its peers usually fail fast too (gloo sees the
 # closed socket) or wait forever in a collective the failed rank never joined;
@@ -50,6 +51,22 @@ def _fork_context():
             ["torch", "torch.distributed", "rankgate.harness.pool.worker"]
         )
     return _context
+
+
+def threads_per_rank(world: int, cores: int | None = None, workers: int | None = None) -> int:
+    """torch's intra-op threads for one rank: this process's share of the cores, split
+    over the world.
+
+    Every xdist worker runs its own pools at once, so each gets ``cores // workers``.
+    Given the whole host each, two workers' world(2) pools ran twice as many threads as
+    cores, and a test's multi-threaded CPU work (the comm suites' reference sums) slowed
+    several times over: torch's threads wait for each other at every parallel region.
+    """
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if workers is None:
+        workers = xdist_slot()[1]
+    return max(1, (cores or 1) // max(1, workers) // world)
 
 
 class PoolStartError(RuntimeError):
@@ -127,7 +144,7 @@ class Pool:
         ctx = _fork_context()
         from rankgate.harness.pool.worker import worker_main  # imports torch: only when needed
 
-        threads = max(1, (os.cpu_count() or 1) // self.key.world)
+        threads = threads_per_rank(self.key.world)
         self.environ, self.cwd = dict(os.environ), os.getcwd()
         env = {**self.environ, **self.settings.env}
         env["WORLD_SIZE"] = env["LOCAL_WORLD_SIZE"] = str(self.key.world)
