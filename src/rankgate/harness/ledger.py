@@ -41,7 +41,8 @@ tracebacks shown leave it out (:func:`without_wrapper_frames`, :func:`is_wrapper
 and ``__tracebackhide__`` for pytest's own), as they leave out the harness's."""
 
 ENV = "RANKGATE_LEDGER"
-"""Set to 0 to leave torch.distributed unwrapped (no ledger; verdicts from stacks)."""
+"""1: record on every backend; 0: on none (torch.distributed unwrapped, verdicts from
+stacks); unset: on every backend but NCCL (:func:`enabled`)."""
 
 COLLECTIVES = (
     "all_reduce",
@@ -98,16 +99,35 @@ def _library_dirs() -> tuple[str, ...]:
 _LIBRARIES: tuple[str, ...] = ()
 
 
-def enabled() -> bool:
-    return os.environ.get(ENV, "1") != "0"
+def setting_problem() -> str | None:
+    """What is wrong with RANKGATE_LEDGER's value, if anything (None: unset, 0 or 1)."""
+    value = os.environ.get(ENV)
+    if value is None or value in ("0", "1"):
+        return None
+    return f"{ENV}={value!r}: set 1 to record collectives on every backend, 0 on none"
 
 
-def install() -> bool:
-    """Wrap torch.distributed's collectives (once per process). False when turned off."""
+def enabled(backend: str = "") -> bool:
+    """Whether a rank whose process group runs ``backend`` records its collectives.
+
+    Unset, every backend but NCCL: there the pool's time per test grew by 0.25-0.96 ms
+    with torch.distributed wrapped on four of five H100 hosts, and the wrapper cost
+    1.65 us a call on one (docs/harness.md, "Cost"), beyond the ledger's goal of 1 us and
+    no change in the pool. A group with NCCL in it ("cpu:gloo,cuda:nccl") counts as NCCL.
+    """
+    value = os.environ.get(ENV)
+    if value in ("0", "1"):
+        return value == "1"
+    return "nccl" not in backend
+
+
+def install(backend: str = "") -> bool:
+    """Wrap torch.distributed's collectives (once per process) for a rank whose group runs
+    ``backend`` (empty: whichever; the ledger's benchmark). False when not recording."""
     global _installed, _LIBRARIES, _group_member, _c10d_file
     if _installed:
         return True
-    if not enabled():
+    if not enabled(backend):
         return False
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d

@@ -140,7 +140,7 @@ class InPlaceSession:
         self._shows_passes = bool({"A", "P"} & set(config.getoption("reportchars") or ""))
         _call_worker_setup(config, launch.rank)
         self._join()
-        ledger.install()
+        ledger.install(self.backend)
         self.stop = RunStop(self)
         shared_root = Path(os.environ.get("RANKGATE_SHARED_TMP", self.log_dir))
         self.shared_dirs = tempdirs.SharedDirs(shared_root, launch.rank, self.control)
