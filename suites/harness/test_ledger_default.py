@@ -50,9 +50,10 @@ def test_pool_ranks_record_as_the_setting_and_their_backend_say(
         result.assert_outcomes(passed=1, skipped=1)
 
 
-def test_in_place_the_ledger_follows_the_sessions_group(tmp_path, monkeypatch):
-    """In place one group serves every test: on a host where each rank has a GPU it
-    holds NCCL ("cpu:gloo,cuda:nccl"), and unasked the ranks keep no ledger."""
+def test_in_place_each_test_gets_what_a_pool_of_its_backend_would(tmp_path, monkeypatch):
+    """In place one process runs every test. Where each rank has a GPU its group is
+    "cpu:gloo,cuda:nccl" (no ledger unasked), while a gloo-marked test's body gets a gloo
+    group (a ledger), as a gloo pool would: the ledger is put on and off test by test."""
     monkeypatch.delenv(ledger.ENV, raising=False)
     (tmp_path / "test_suite.py").write_text(
         textwrap.dedent(
@@ -61,21 +62,30 @@ def test_in_place_the_ledger_follows_the_sessions_group(tmp_path, monkeypatch):
             import torch
             from rankgate.harness import ledger
 
+            EVERY_RANK_HAS_A_GPU = torch.cuda.device_count() >= 2
+
             @pytest.mark.world(2)
-            def test_default(rank):
-                every_rank_has_a_gpu = torch.cuda.device_count() >= 2
-                assert ledger.installed() is not every_rank_has_a_gpu
+            def test_a_default(rank):
+                assert ledger.installed() is not EVERY_RANK_HAS_A_GPU
+
+            @pytest.mark.world(2, backend="gloo")
+            def test_b_gloo(rank):
+                assert ledger.installed()
+
+            @pytest.mark.world(2)
+            def test_c_default_again(rank):
+                assert ledger.installed() is not EVERY_RANK_HAS_A_GPU
             """
         )
     )
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     cmd = [
         *(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"),
-        *("-m", "pytest", "-p", "no:cacheprovider", "-q", "test_suite.py"),
+        *("-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q", "test_suite.py"),
     ]
     done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "1 passed" in done.stdout
+    assert "3 passed" in done.stdout
 
 
 def test_a_setting_other_than_0_or_1_is_a_usage_error(inner, monkeypatch):
