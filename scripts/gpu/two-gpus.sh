@@ -70,7 +70,8 @@ for s in "$@"; do
     pool-harness)  # the harness's own GPU tests and the adoption suites, in the pool
       timed pool-harness "${POOL_LIMIT:-300}" "${pytest_[@]}" -m "dist or gpu" \
         ${HARNESS_FILES:-suites/harness/test_gpu.py suites/harness/test_adopt.py \
-        suites/harness/test_adopt_torchcase.py suites/harness/test_adopt_freshgroup.py} \
+        suites/harness/test_adopt_torchcase.py suites/harness/test_adopt_freshgroup.py \
+        suites/harness/test_ledger_default.py} \
         --junitxml="$work/pool-harness.xml" ;;
     harness)
       for backend in nccl gloo; do

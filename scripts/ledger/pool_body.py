@@ -17,6 +17,7 @@ import os
 import statistics
 
 from rankgate.bench.pool_overhead import measure_pool
+from rankgate.harness import ledger
 
 
 def main() -> None:
@@ -32,7 +33,7 @@ def main() -> None:
             {
                 "backend": args.backend,
                 "collectives": args.collectives,
-                "ledger": os.environ.get("RANKGATE_LEDGER", "1"),
+                "ledger": "1" if ledger.enabled(args.backend) else "0",
                 "variant": os.environ.get("LEDGER_VARIANT", "none"),
                 "k": args.k,
                 "mean_ms": round(statistics.fmean(steady), 3),

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from rankgate.harness import ledger
 from rankgate.harness.item_settings import seed_for_test
 from rankgate.harness.leaks import running
 from rankgate.report.junit import merge_junit
@@ -237,9 +238,10 @@ def test_torchrun_hang_dumps_stacks_and_ends_at_the_timeout(tmp_path):
     assert time.monotonic() - start < 60
 
 
-def test_torchrun_hang_in_a_collective_outlives_the_rendezvous_timeout(tmp_path):
+def test_torchrun_hang_in_a_collective_outlives_the_rendezvous_timeout(tmp_path, monkeypatch):
     # The group's operation timeout must not end the hang first (as a gloo error, with
     # no stacks and a broken outcome exchange): the hang watch ends it.
+    monkeypatch.setenv(ledger.ENV, "1")  # the cause below is the ledger's, GPUs seen or not
     _write(
         tmp_path,
         """
@@ -748,7 +750,8 @@ def test_e_later(rank):
 """
 
 
-def test_torchrun_tmp_path_shared_hang_cause_and_tests_not_run(tmp_path):
+def test_torchrun_tmp_path_shared_hang_cause_and_tests_not_run(tmp_path, monkeypatch):
+    monkeypatch.setenv(ledger.ENV, "1")  # the cause below is the ledger's, GPUs seen or not
     _write(tmp_path, TMP_AND_STOP)
     proc = _torchrun(tmp_path, "test_suite.py", "--junitxml=out/junit.xml")
     assert proc.returncode != 0

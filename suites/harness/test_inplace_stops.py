@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from rankgate.harness import ledger
 from rankgate.harness.leaks import running
 from rankgate.report.junit import merge_junit
 
@@ -327,7 +328,10 @@ def test_dies_under_a_collective(rank):
 """
 
 
-def test_a_peer_dying_under_a_collective_names_the_collective_the_survivor_was_in(tmp_path):
+def test_a_peer_dying_under_a_collective_names_the_collective_the_survivor_was_in(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv(ledger.ENV, "1")  # the collective named is the ledger's, GPUs seen or not
     _write(tmp_path, CRASH_UNDER_A_COLLECTIVE)
     proc = _torchrun(tmp_path, "-q", "--color=no", "--junitxml=out/junit.xml", "test_suite.py")
     assert proc.returncode != 0

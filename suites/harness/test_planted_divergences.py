@@ -9,6 +9,7 @@ asserts one case's exact verdict (the failure message in the inner JUnit file).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from rankgate.harness import ledger
 from rankgate.report.junit import merge_junit
 
 pytestmark = pytest.mark.dist
@@ -142,7 +144,9 @@ def pool_verdicts(request, tmp_path_factory) -> dict[str, str]:
     folder = tmp_path_factory.mktemp(f"planted-{backend}")
     _write(folder, backend)
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--junitxml=j.xml"]
-    done = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, timeout=300)
+    # Asked for: unasked, NCCL ranks keep no ledger (docs/harness.md, "Cost").
+    env = {**os.environ, ledger.ENV: "1"}
+    done = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
     # Kept beside j.xml: the terminal's verdicts, for a run kept with --basetemp.
     (folder / "output.txt").write_text(done.stdout + done.stderr)
     assert done.returncode == 1, done.stdout + done.stderr
@@ -245,7 +249,8 @@ def test_a_correct_test_blames_no_one(pool_verdicts):
 
 @pytest.mark.torch_dist
 @pytest.mark.slow  # starts torchrun and pytest on every rank
-def test_in_place_the_skipped_async_collective_is_named_everywhere(tmp_path):
+def test_in_place_the_skipped_async_collective_is_named_everywhere(tmp_path, monkeypatch):
+    monkeypatch.setenv(ledger.ENV, "1")  # a GPU node's in-place group holds NCCL
     _write(tmp_path, "gloo")
     cmd = [
         *(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"),

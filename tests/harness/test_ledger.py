@@ -123,6 +123,56 @@ def test_turned_off_it_wraps_nothing(monkeypatch):
     assert ledger.now() is None
 
 
+@pytest.mark.parametrize(
+    ("setting", "backend", "records"),
+    [
+        (None, "gloo", True),
+        (None, "nccl", False),
+        (None, "cpu:gloo,cuda:nccl", False),  # in place on GPUs
+        (None, "", True),  # the ledger's own benchmark: no group yet
+        ("1", "nccl", True),
+        ("0", "gloo", False),
+    ],
+)
+def test_unasked_it_records_on_every_backend_but_nccl(monkeypatch, setting, backend, records):
+    if setting is None:
+        monkeypatch.delenv(ledger.ENV, raising=False)
+    else:
+        monkeypatch.setenv(ledger.ENV, setting)
+    assert ledger.enabled(backend) is records
+    assert ledger.setting_problem() is None
+
+
+def test_follow_puts_the_wrappers_on_and_takes_them_off(monkeypatch):
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    monkeypatch.delenv(ledger.ENV, raising=False)
+    was_installed = ledger.installed()
+    ledger.uninstall()
+    own = dist.all_reduce
+    try:
+        assert ledger.follow("gloo") is True and ledger.installed()
+        wrapped = dist.all_reduce
+        assert wrapped is not own and wrapped.__wrapped__ is own and c10d.all_reduce is wrapped
+        assert ledger.follow("cpu:gloo,cuda:nccl") is False and not ledger.installed()
+        assert dist.all_reduce is own and c10d.all_reduce is own
+        assert ledger.now() is None
+        assert ledger.follow("gloo") is True and dist.all_reduce is wrapped  # the same wrapper
+    finally:
+        ledger.uninstall()
+        assert dist.all_reduce is own
+        if was_installed:
+            ledger.install()
+
+
+def test_a_setting_other_than_0_or_1_names_the_variable(monkeypatch):
+    monkeypatch.setenv(ledger.ENV, "on")
+    assert ledger.setting_problem() == (
+        "RANKGATE_LEDGER='on': set 1 to record collectives on every backend, 0 on none"
+    )
+
+
 def test_odd_arguments_never_break_the_call(recorded):
     called = []
     all_reduce = ledger._wrap("all_reduce", lambda *a, **k: called.append(a), PARAMS)

@@ -31,8 +31,8 @@ elif _VARIANT == "dist-only":
 
     _install = ledger.install
 
-    def _install_on_dist_only() -> bool:
-        done = _install()
+    def _install_on_dist_only(backend: str = "") -> bool:
+        done = _install(backend)
         if done:
             import torch.distributed.distributed_c10d as c10d
 

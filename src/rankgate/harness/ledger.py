@@ -1,8 +1,9 @@
 """Each rank's ledger of the collectives its test issued: the evidence a hang's verdict
 names the first diverging collective from (:mod:`rankgate.harness.divergence`).
 
-``install()`` wraps torch.distributed's collective functions once per rank process
-(the pool's ranks and in-place ranks alike). Each call appends one entry to a bounded
+``install()`` wraps torch.distributed's collective functions in a rank process (a pool's
+rank once; an in-place rank before each test whose group should record: ``follow()``),
+unless ``enabled()`` says no for the rank's backend. Each call appends one entry to a bounded
 ring: the sequence number on its process group, the op, the first tensor argument's
 dtype and shape, the call site (the innermost frame outside torch and rankgate) and
 its state. It records on the host when the call is made, so it works the same on
@@ -41,7 +42,8 @@ tracebacks shown leave it out (:func:`without_wrapper_frames`, :func:`is_wrapper
 and ``__tracebackhide__`` for pytest's own), as they leave out the harness's."""
 
 ENV = "RANKGATE_LEDGER"
-"""Set to 0 to leave torch.distributed unwrapped (no ledger; verdicts from stacks)."""
+"""1: record on every backend; 0: on none (torch.distributed unwrapped, verdicts from
+stacks); unset: on every backend but NCCL (:func:`enabled`)."""
 
 COLLECTIVES = (
     "all_reduce",
@@ -80,6 +82,8 @@ _aliases: dict[Any, Any] = {}
 """Per group object passed this test: None for the default group, else itself."""
 _UNSEEN = object()
 _installed = False
+_swaps: dict[str, tuple[Any, Any, bool]] = {}
+"""Per function: (torch's own, its wrapper, whether c10d holds it under the same name)."""
 _c10d_file = ""
 """torch.distributed's own module: a call from there is inside a recorded one."""
 _group_member: Any = None
@@ -98,33 +102,82 @@ def _library_dirs() -> tuple[str, ...]:
 _LIBRARIES: tuple[str, ...] = ()
 
 
-def enabled() -> bool:
-    return os.environ.get(ENV, "1") != "0"
+def setting_problem() -> str | None:
+    """What is wrong with RANKGATE_LEDGER's value, if anything (None: unset, 0 or 1)."""
+    value = os.environ.get(ENV)
+    if value is None or value in ("0", "1"):
+        return None
+    return f"{ENV}={value!r}: set 1 to record collectives on every backend, 0 on none"
 
 
-def install() -> bool:
-    """Wrap torch.distributed's collectives (once per process). False when turned off."""
+def enabled(backend: str = "") -> bool:
+    """Whether a rank whose process group runs ``backend`` records its collectives.
+
+    Unset, every backend but NCCL: there the pool's time per test grew by 0.25-0.96 ms
+    with torch.distributed wrapped on four of five H100 hosts, and the wrapper cost
+    1.65 us a call on one (docs/harness.md, "Cost"), beyond the ledger's goal of 1 us and
+    no change in the pool. A group with NCCL in it ("cpu:gloo,cuda:nccl") counts as NCCL.
+    """
+    value = os.environ.get(ENV)
+    if value in ("0", "1"):
+        return value == "1"
+    return "nccl" not in backend
+
+
+def install(backend: str = "") -> bool:
+    """Wrap torch.distributed's collectives for a rank whose group runs ``backend`` (empty:
+    whichever; the ledger's benchmark). False when not recording."""
     global _installed, _LIBRARIES, _group_member, _c10d_file
     if _installed:
         return True
-    if not enabled():
+    if not enabled(backend):
         return False
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 
-    _LIBRARIES = _library_dirs()
-    _group_member = c10d.GroupMember
-    _c10d_file = c10d.__file__
-    for name in COLLECTIVES + POINT_TO_POINT:
-        original = getattr(dist, name, None)
-        if original is None:
-            continue
-        wrapped = _wrap(name, original, list(inspect.signature(original).parameters))
-        setattr(dist, name, wrapped)
-        if getattr(c10d, name, None) is original:  # the same function under its home module
-            setattr(c10d, name, wrapped)
+    if not _swaps:  # built once per process; a later install puts the same wrappers back
+        _LIBRARIES = _library_dirs()
+        _group_member = c10d.GroupMember
+        _c10d_file = c10d.__file__
+        for name in COLLECTIVES + POINT_TO_POINT:
+            original = getattr(dist, name, None)
+            if original is None:
+                continue
+            wrapped = _wrap(name, original, list(inspect.signature(original).parameters))
+            # the same function under its home module, too
+            _swaps[name] = (original, wrapped, getattr(c10d, name, None) is original)
+    _put(dist, c10d, wrapped=True)
     _installed = True
     return True
+
+
+def uninstall() -> None:
+    """Put torch.distributed's own functions back: nothing is recorded until ``install``."""
+    global _installed
+    if not _installed:
+        return
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    _put(dist, c10d, wrapped=False)
+    _installed = False
+
+
+def follow(backend: str) -> bool:
+    """Record or not, as :func:`enabled` says for ``backend``: in place one process runs
+    tests on gloo and on NCCL groups, and each gets what a pool of its backend would."""
+    if enabled(backend):
+        return install(backend)
+    uninstall()
+    return False
+
+
+def _put(dist, c10d, *, wrapped: bool) -> None:
+    for name, (original, wrapper, in_c10d) in _swaps.items():
+        function = wrapper if wrapped else original
+        setattr(dist, name, function)
+        if in_c10d:
+            setattr(c10d, name, function)
 
 
 def installed() -> bool:

@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from rankgate.harness import ledger
 from rankgate.harness.attempts import FLAKY_POLICIES
 from rankgate.harness.spec import timeout_problem
 
@@ -166,6 +167,9 @@ def check(config: pytest.Config) -> None:
     worker_setup(config)
     reruns(config)
     flaky_policy(config)
+    problem = ledger.setting_problem()
+    if problem:
+        raise pytest.UsageError(problem)
 
 
 def _cli_or_ini(config: pytest.Config, name: str) -> tuple[str, str] | None:

@@ -140,7 +140,7 @@ class InPlaceSession:
         self._shows_passes = bool({"A", "P"} & set(config.getoption("reportchars") or ""))
         _call_worker_setup(config, launch.rank)
         self._join()
-        ledger.install()
+        ledger.install(self.backend)
         self.stop = RunStop(self)
         shared_root = Path(os.environ.get("RANKGATE_SHARED_TMP", self.log_dir))
         self.shared_dirs = tempdirs.SharedDirs(shared_root, launch.rank, self.control)
@@ -334,7 +334,11 @@ class InPlaceSession:
         # With reruns, the own reports wait for the exchange: only the last attempt's go
         # into the files, with every attempt's record.
         hold = self.reruns > 0 and index is not None
+        # The backend of the group the test's body gets (InPlaceGroup.default_group_for).
+        spec = world_spec(item)
+        body_backend = "gloo" if spec is not None and spec.backend == "gloo" else self.backend
         while True:
+            ledger.follow(body_backend)
             ledger.begin_test()
             own = runtestprotocol(item, nextitem=nextitem, log=False)
             self.stop.park_if_stopping()

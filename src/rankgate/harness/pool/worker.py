@@ -75,7 +75,7 @@ def worker_main(conn, config: messages.RankConfig) -> None:
         conn.send_bytes(messages.encode(messages.START_FAILED, rank=rank, error=_format(exc)))
         sys.stderr.flush()
         os._exit(3)
-    ledger.install()
+    ledger.install(config.backend)
     ledgerdump.serve(Path(config.store_path).parent, rank)
     conn.send_bytes(messages.encode(messages.READY, rank=rank, pid=os.getpid()))
     # Taken once: a test's leftovers are ended after it, so this is also what every later
