@@ -68,6 +68,16 @@ class InnerRun:
 
 
 @pytest.fixture
+def auto_backend() -> str:
+    """What ``world(2)`` resolves to on this host, where a launcher puts both ranks:
+    ``cpu:gloo,cuda:nccl`` with two GPUs, gloo otherwise (pool and in place agree)."""
+    from rankgate.harness.pool.gpus import visible_gpu_count
+    from rankgate.harness.spec import resolve_backend
+
+    return resolve_backend("auto", 2, visible_gpu_count())
+
+
+@pytest.fixture
 def inner(pytester: pytest.Pytester) -> InnerRun:
     return InnerRun(pytester)
 

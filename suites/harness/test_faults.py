@@ -13,7 +13,7 @@ import pytest
 pytestmark = pytest.mark.dist
 
 NEXT = """
-@pytest.mark.world(2)
+@pytest.mark.world(2, backend="gloo")
 def test_next(rank):
     t = torch.ones(1)
     dist.all_reduce(t)
@@ -38,7 +38,7 @@ def test_exception_on_one_rank(inner):
     result, _ = run_fault(
         inner,
         """
-@pytest.mark.world(2)
+@pytest.mark.world(2, backend="gloo")
 def test_fault(rank):
     print(f"stdout of rank {rank}")
     if rank == 1:
@@ -67,7 +67,7 @@ def test_assertion_on_one_rank_shows_rewritten_values(inner):
     result, _ = run_fault(
         inner,
         """
-@pytest.mark.world(2)
+@pytest.mark.world(2, backend="gloo")
 def test_fault(rank):
     expected = [1, 2, 3]
     got = [1, 2, 3 + rank]
@@ -89,7 +89,7 @@ def test_failed_rank_does_not_leave_peer_waiting_until_timeout(inner):
     result, seconds = run_fault(
         inner,
         """
-@pytest.mark.world(2, timeout=120)
+@pytest.mark.world(2, backend="gloo", timeout=120)
 def test_fault(rank):
     assert rank == 0, "rank 1 refuses"
     dist.barrier()
@@ -128,7 +128,7 @@ def test_crash_fails_within_seconds_naming_the_signal(inner, action, expected):
     result, cases = inner.junit(
         source=HEADER
         + f"""
-@pytest.mark.world(2, timeout=120)
+@pytest.mark.world(2, backend="gloo", timeout=120)
 def test_fault(rank):
     print(f"before the crash on rank {{rank}}", flush=True)
     if rank == 1:
@@ -160,7 +160,7 @@ def test_segfault_report_carries_the_rank_fatal_error_stack(inner):
     result, _ = run_fault(
         inner,
         """
-@pytest.mark.world(2)
+@pytest.mark.world(2, backend="gloo")
 def test_fault(rank):
     if rank == 1:
         ctypes.string_at(0)
@@ -207,7 +207,7 @@ def test_hang_inside_a_collective_dumps_every_rank_stack(inner, monkeypatch):
     result, seconds = run_fault(
         inner,
         """
-@pytest.mark.world(2, timeout=4)
+@pytest.mark.world(2, backend="gloo", timeout=4)
 def test_fault(rank):
     t = torch.zeros(1)
     if rank == 0:
@@ -241,7 +241,7 @@ def test_hang_outside_a_collective(inner):
     result, _ = run_fault(
         inner,
         """
-@pytest.mark.world(2, timeout=3)
+@pytest.mark.world(2, backend="gloo", timeout=3)
 def test_fault(rank):
     time.sleep(1000)
 """,
@@ -266,7 +266,7 @@ def test_fault(rank):
 
 def test_timeout_from_command_line_and_ini(inner):
     body = """
-@pytest.mark.world(2)
+@pytest.mark.world(2, backend="gloo")
 def test_fault(rank):
     time.sleep(1000)
 """
@@ -280,11 +280,11 @@ def test_timeout_precedence_marker_over_command_line_over_ini(inner):
     result, _ = run_fault(
         inner,
         """
-@pytest.mark.world(2, timeout=2)
+@pytest.mark.world(2, backend="gloo", timeout=2)
 def test_marker(rank):
     time.sleep(1000)
 
-@pytest.mark.world(2)
+@pytest.mark.world(2, backend="gloo")
 def test_command_line(rank):
     time.sleep(1000)
 """,
@@ -343,7 +343,7 @@ def test_skip_disagreement_is_an_error(inner):
     result, _ = run_fault(
         inner,
         """
-@pytest.mark.world(2)
+@pytest.mark.world(2, backend="gloo")
 def test_fault(rank):
     if rank == 0:
         pytest.skip("only rank 0 skips")
@@ -365,7 +365,7 @@ def test_skip_on_every_rank_is_a_skip(inner):
     result, _ = run_fault(
         inner,
         """
-@pytest.mark.world(2)
+@pytest.mark.world(2, backend="gloo")
 def test_fault(rank):
     pytest.skip("not on this machine")
 """,
@@ -378,7 +378,7 @@ def test_rank_output_and_verdict_in_junit(inner):
     result, cases = inner.junit(
         source=HEADER
         + """
-@pytest.mark.world(2)
+@pytest.mark.world(2, backend="gloo")
 def test_fault(rank):
     print(f"out {rank}")
     os.write(2, f"err {rank}\\n".encode())
@@ -407,7 +407,7 @@ def test_summary_line_is_the_headline_on_ci(inner, monkeypatch):
     result, _ = run_fault(
         inner,
         """
-@pytest.mark.world(2)
+@pytest.mark.world(2, backend="gloo")
 def test_fault(rank):
     assert rank == 0, "rank-one-only-message"
 """,
@@ -425,7 +425,7 @@ def test_hang_in_a_collective_outlives_the_rendezvous_timeout(inner):
     result, _ = run_fault(
         inner,
         """
-@pytest.mark.world(2, timeout=6)
+@pytest.mark.world(2, backend="gloo", timeout=6)
 def test_fault(rank):
     t = torch.zeros(1)
     if rank == 0:
@@ -463,7 +463,7 @@ from datetime import timedelta
 def record(dist_tmp_path, name):
     (dist_tmp_path.parent / name).write_text(str(os.getpid()))
 
-@pytest.mark.world(2)
+@pytest.mark.world(2, backend="gloo")
 def test_fault(rank, dist_tmp_path):
     record(dist_tmp_path, f"fault{rank}")
     dist.distributed_c10d._set_pg_timeout(timedelta(seconds=1))
@@ -472,7 +472,7 @@ def test_fault(rank, dist_tmp_path):
     else:
         time.sleep(2)
 
-@pytest.mark.world(2)
+@pytest.mark.world(2, backend="gloo")
 def test_after(rank, dist_tmp_path):
     record(dist_tmp_path, f"after{rank}")
 """,

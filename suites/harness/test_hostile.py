@@ -98,7 +98,7 @@ def test_destroying_the_process_group_fails_that_test_only(inner):
     result = inner(
         HEADER
         + """
-@pytest.mark.world(2)
+@pytest.mark.world(2, backend="gloo")
 def test_fault(rank):
     dist.barrier()
     dist.destroy_process_group()
@@ -180,7 +180,7 @@ def test_child_in_its_own_session_is_named_and_ended(inner):
     result = inner(
         HEADER
         + """
-@pytest.mark.world(2)
+@pytest.mark.world(2, backend="gloo")
 def test_fault(rank, dist_tmp_path):
     if rank == 1:
         child = subprocess.Popen(["sleep", "1000"], start_new_session=True)

@@ -31,7 +31,7 @@ def slow_rank_1(rank):
 TEST = """
 import pytest
 
-@pytest.mark.world(2)
+@pytest.mark.world(2, backend="gloo")
 def test_needs_pool():
     pass
 
@@ -59,7 +59,7 @@ def test_pool_that_cannot_start_is_not_retried_for_later_tests(inner):
         """
         import pytest
 
-        @pytest.mark.world(2)
+        @pytest.mark.world(2, backend="gloo")
         @pytest.mark.parametrize("i", range(3))
         def test_needs_pool(i):
             pass

@@ -72,7 +72,7 @@ def _torchrun(tmp_path: Path, *args: str, timeout: float = 120) -> subprocess.Co
     return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=timeout)
 
 
-def test_torchrun_runs_tests_on_every_rank_and_rank_0_reports_all(tmp_path):
+def test_torchrun_runs_tests_on_every_rank_and_rank_0_reports_all(tmp_path, auto_backend):
     _write(tmp_path, SUITE)
     proc = _torchrun(tmp_path, "--junitxml=out/junit.xml", "-rfEs", "test_suite.py")
     out = proc.stdout
@@ -94,7 +94,8 @@ def test_torchrun_runs_tests_on_every_rank_and_rank_0_reports_all(tmp_path):
         assert (
             "reproduce: torchrun --standalone --nproc-per-node=2 -m pytest -p no:cacheprovider "
             f"'{nodeid}' "
-            f"--rankgate-seed=0  # world=2 backend=gloo seed={seed_for_test(0, nodeid)}"
+            f"--rankgate-seed=0  # world=2 backend={auto_backend} "
+            f"seed={seed_for_test(0, nodeid)}"
         ) in out
     assert (
         "test_suite.py:20: world(4) needs 4 ranks; this run has 2 ranks launched by torchrun"
@@ -280,7 +281,7 @@ def test_torchrun_hang_in_a_collective_outlives_the_rendezvous_timeout(tmp_path,
 @pytest.mark.skipif(
     shutil.which("mpirun") is None, reason="mpirun is not installed (apt-get install openmpi-bin)"
 )
-def test_mpirun_runs_the_same_file(tmp_path):
+def test_mpirun_runs_the_same_file(tmp_path, auto_backend):
     _write(tmp_path, SUITE)
     proc = _launch("mpirun", tmp_path, "--junitxml=out/junit.xml", "test_suite.py")
     assert proc.returncode != 0
@@ -289,7 +290,7 @@ def test_mpirun_runs_the_same_file(tmp_path):
     assert (
         "reproduce: mpirun -np 2 python -m pytest -p no:cacheprovider "
         "'test_suite.py::test_fails_on_every_rank' "
-        "--rankgate-seed=0  # world=2 backend=gloo seed="
+        f"--rankgate-seed=0  # world=2 backend={auto_backend} seed="
     ) in proc.stdout
     merged = merge_junit(sorted((tmp_path / "out").glob("junit.rank*.xml")))
     assert {t.name: t.verdict for t in merged.tests} == {

@@ -34,16 +34,16 @@ def _attempt(tmp_path, rank, pids=None):
         (pids / f"pid-rank{rank}-attempt{n}").write_text(str(os.getpid()))
     return n
 
-@pytest.mark.world(2)
+@pytest.mark.world(2, backend="gloo")
 def test_flaky(rank, tmp_path, pids):
     n = _attempt(tmp_path, rank, pids)
     assert not (rank == 1 and n == 1), "rank 1 fails its first attempt"
 
-@pytest.mark.world(2)
+@pytest.mark.world(2, backend="gloo")
 def test_always(rank):
     assert rank == 0, f"rank {rank} always fails"
 
-@pytest.mark.world(2, timeout=2)
+@pytest.mark.world(2, backend="gloo", timeout=2)
 def test_hangs_first(rank, tmp_path):
     if _attempt(tmp_path, rank) == 1 and rank == 0:
         time.sleep(60)

@@ -67,7 +67,7 @@ def _merged(tmp_path: Path) -> dict:
 
 
 def test_torchrun_flaky_passes_marked_flaky_and_always_failing_fails_with_every_attempt(
-    tmp_path,
+    tmp_path, auto_backend
 ):
     proc = _torchrun(
         tmp_path, "--rankgate-reruns", "2", "--junitxml=out/junit.xml", "-k", "flaky or always"
@@ -77,13 +77,13 @@ def test_torchrun_flaky_passes_marked_flaky_and_always_failing_fails_with_every_
     assert "1 failed, 1 deselected, 1 flaky" in out
     assert (
         "FLAKY test_suite.py::test_flaky\n"
-        "    attempt 1 failed: rank 1 failed; rank 0 passed (world 2, backend gloo)\n"
+        f"    attempt 1 failed: rank 1 failed; rank 0 passed (world 2, backend {auto_backend})\n"
         "    attempt 2 passed\n"
     ) in out
     assert (
         "FAILED test_suite.py::test_always\n"
         + "".join(
-            f"    attempt {n} failed: rank 1 failed; rank 0 passed (world 2, backend gloo)\n"
+            f"    attempt {n} failed: rank 1 failed; rank 0 passed (world 2, backend {auto_backend})\n"
             for n in (1, 2, 3)
         )
     ) in out

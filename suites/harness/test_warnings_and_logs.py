@@ -22,37 +22,37 @@ import pytest
 import torch.distributed as dist
 
 
-@pytest.mark.world(2)
+@pytest.mark.world(2, backend="gloo")
 def test_future_warning_on_rank_1_is_an_error_by_the_ini(rank):
     dist.barrier()
     if rank == 1:
         warnings.warn("old argument", FutureWarning)
 
 
-@pytest.mark.world(2)
+@pytest.mark.world(2, backend="gloo")
 @pytest.mark.filterwarnings("error")
 def test_a_mark_makes_every_warning_an_error(rank):
     warnings.warn(f"loose end on rank {rank}", UserWarning)
 
 
-@pytest.mark.world(2)
+@pytest.mark.world(2, backend="gloo")
 @pytest.mark.filterwarnings("ignore:noise")
 def test_an_ignored_warning_is_not_shown(rank):
     warnings.warn("noise from every rank", UserWarning)
 
 
-@pytest.mark.world(2)
+@pytest.mark.world(2, backend="gloo")
 def test_the_same_warning_on_both_ranks_is_shown_once(rank):
     warnings.warn("shared concern", UserWarning)
 
 
-@pytest.mark.world(2)
+@pytest.mark.world(2, backend="gloo")
 def test_a_deprecation_on_rank_1_is_shown(rank):
     if rank == 1:
         warnings.warn("rank one's api is deprecated", DeprecationWarning)
 
 
-@pytest.mark.world(2)
+@pytest.mark.world(2, backend="gloo")
 def test_pytest_warns_in_the_body(rank):
     with pytest.warns(UserWarning, match="expected"):
         warnings.warn("expected", UserWarning)
