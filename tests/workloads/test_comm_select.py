@@ -67,6 +67,17 @@ def test_auto_keeps_to_a_group_without_nccl_on_gpu_ranks():
     assert decide("nccl", facts).name == "nccl"
 
 
+def test_auto_names_the_group_before_ranks_sharing_a_gpu():
+    # A gloo pool's ranks never pick a GPU, so every one sits on GPU 0: the group is why.
+    gloo = "the process group is gloo, without NCCL"
+    sel = decide("auto", [gpu_rank(0, group=gloo), gpu_rank(0, group=gloo)])
+    assert sel.name == "gloo" and sel.passed_over["nccl"] == f"rank 0: {gloo}"
+    named = decide("gloo", [gpu_rank(0, group=gloo), gpu_rank(0, group=gloo)])
+    assert named.name == "gloo"
+    with pytest.raises(BackendUnavailableError, match="ranks 0 and 1 share GPU0 on h0"):
+        decide("nccl", [gpu_rank(0, group=gloo), gpu_rank(0, group=gloo)])
+
+
 def test_auto_on_cpu_falls_to_gloo_with_reasons():
     sel = decide("auto", [cpu_rank(), cpu_rank()])
     assert sel.name == "gloo"

@@ -115,6 +115,10 @@ def _first(facts: list[dict], key: str) -> str | None:
 def problems_of(facts: list[dict], requested: str = "auto") -> dict[str, str | None]:
     """Backend -> why it cannot run on these ranks (None: it can)."""
     nccl = _first(facts, "nccl")
+    if nccl is None and requested == "auto":
+        # auto keeps the group it is given, whatever GPUs the ranks sit on: say so first
+        # (a gloo pool's ranks all sit on GPU 0, so sharing would be named instead)
+        nccl = _first(facts, "group")
     if nccl is None:
         seen: dict[tuple, int] = {}
         for r, f in enumerate(facts):
@@ -123,8 +127,6 @@ def problems_of(facts: list[dict], requested: str = "auto") -> dict[str, str | N
                 nccl = f"ranks {seen[key]} and {r} share GPU{f['device']} on {f['host']}"
                 break
             seen[key] = r
-    if nccl is None and requested == "auto":
-        nccl = _first(facts, "group")
     p2p = _first(facts, "p2p")
     if p2p is None:
         p2p = f"needs nccl for fallback, which cannot run ({nccl})" if nccl else peer_problem(facts)
