@@ -45,11 +45,38 @@ RUNS_FOR_S = 1.5
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
 
 
+FOUR_WAITS = """
+import time
+import pytest
+
+@pytest.mark.world(2, timeout=120)
+@pytest.mark.parametrize("n", range(4))
+def test_waits(rank, n):
+    open(f"running{n}-{rank}", "w").close()
+    time.sleep(100)
+"""
+
+
+def _both_ranks_waiting(tmp_path: Path) -> bool:
+    return all((tmp_path / f"running{r}").exists() for r in (0, 1))
+
+
+def _waiting_tests(tmp_path: Path) -> list[int]:
+    """The FOUR_WAITS cases both of whose ranks are inside the test."""
+    return [n for n in range(4) if all((tmp_path / f"running{n}-{r}").exists() for r in (0, 1))]
+
+
 def _interrupt(
-    tmp_path: Path, cmd: list[str], signum: int, env: dict | None = None
+    tmp_path: Path,
+    cmd: list[str],
+    signum: int,
+    env: dict | None = None,
+    source: str = SUITE,
+    ready=_both_ranks_waiting,
 ) -> tuple[int, str]:
-    """Run ``cmd`` in its own session; once both ranks are in test_waits, send ``signum``."""
-    (tmp_path / "test_suite.py").write_text(textwrap.dedent(SUITE))
+    """Run ``cmd`` in its own session; once ``ready`` (both ranks in test_waits), send
+    ``signum``."""
+    (tmp_path / "test_suite.py").write_text(textwrap.dedent(source))
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     job = subprocess.Popen(
         cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -57,7 +84,7 @@ def _interrupt(
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 120
-        while not all((tmp_path / f"running{r}").exists() for r in (0, 1)):
+        while not ready(tmp_path):
             assert time.monotonic() < deadline and job.poll() is None, job.communicate()
             time.sleep(0.1)
         time.sleep(RUNS_FOR_S)  # its JUnit time says how long it ran before the signal
@@ -110,6 +137,42 @@ def test_a_signal_to_a_pool_run_leaves_a_junit_that_reads_incomplete(tmp_path, s
     assert report.returncode == 1, report.stderr
     assert report.stdout.startswith(
         "rankgate report: INCOMPLETE: 3 tests: 1 passed, 1 failed, 0 error, 1 not run, "
+    ), report.stdout
+
+
+def test_sigterm_to_an_xdist_run_fails_each_running_test_and_lists_the_rest(tmp_path):
+    # The controller runs no test: it learns from its two workers which tests ran.
+    cmd = [*PYTEST, "-n", "2"]
+    code, out = _interrupt(
+        tmp_path, cmd, signal.SIGTERM, source=FOUR_WAITS,
+        ready=lambda path: len(_waiting_tests(path)) == 2,
+    )  # fmt: skip
+    assert code != 0, out
+    running = [f"test_suite.py::test_waits[{n}]" for n in _waiting_tests(tmp_path)]
+    assert len(running) == 2, out  # one test at a time on each worker
+    stopped = {f"received SIGTERM while {', '.join(order)} ran" for order in (running, running[::-1])}
+    junit = tmp_path / "out" / "junit.xml"
+    cases = [c for c in ET.parse(junit).getroot().iter("testcase")]
+    assert sorted(c.get("name") or "" for c in cases) == [f"test_waits[{n}]" for n in range(4)]
+    (why,) = {
+        m.removeprefix("interrupted: ").removesuffix("; the test did not end")
+        for c in cases if (m := (c.find("failure") is not None and c.find("failure").get("message")))
+    }  # fmt: skip
+    assert why in stopped, out
+    for case in cases:
+        nodeid = f"test_suite.py::{case.get('name')}"
+        if nodeid in running:
+            assert case.find("failure").get("message") == f"interrupted: {why}; the test did not end"
+            assert float(case.get("time")) >= RUNS_FOR_S
+        else:
+            assert case.find("error").get("message") == (
+                f'failed on setup with "not run: interrupted: {why}"'
+            )
+    assert f"rankgate: interrupted: {why}; 2 later test(s) not run" in out
+    report = _rankgate("report", str(junit), "--out", "rep", cwd=tmp_path)
+    assert report.returncode == 1, report.stderr
+    assert report.stdout.startswith(
+        "rankgate report: INCOMPLETE: 4 tests: 0 passed, 2 failed, 0 error, 2 not run, "
     ), report.stdout
 
 

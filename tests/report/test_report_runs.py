@@ -419,11 +419,11 @@ def test_an_interrupted_gate_never_reads_passed(interrupted, chromium, tmp_path)
     work, summary = interrupted
     out = work / "out"
     assert summary["verdict"] == "incomplete" and summary["ok"] is False
-    # The unit stage's own JUnit says how pytest stopped (xdist's controller does not know
-    # which test each worker ran, hence "between tests").
+    # The unit stage's own JUnit says how pytest stopped and which test its xdist worker
+    # was running.
+    stopped = "out/junit/unit.xml: received SIGTERM while test_long.py::test_runs_until_released ran"
     assert summary["incomplete"] == {
-        "interrupted": ["unit"], "never ran": ["dist"],
-        "stopped": ["out/junit/unit.xml: received SIGTERM between tests"],
+        "interrupted": ["unit"], "never ran": ["dist"], "stopped": [stopped],
     }  # fmt: skip
     assert summary["run"]["planned"] == ["env-check", "lint", "unit", "dist"]
     assert not (out / "gate.json").exists()
@@ -435,7 +435,7 @@ def test_an_interrupted_gate_never_reads_passed(interrupted, chromium, tmp_path)
     assert gfm.headings(tokens, 2) == ["rankgate: INCOMPLETE"]
     assert (
         "**Incomplete run**: interrupted during unit (no outcome); never ran: dist; stopped: "
-        "out/junit/unit.xml: received SIGTERM between tests." in md
+        f"{stopped}." in md
     )
     stages = next(t for t in gfm.tables(tokens) if t[0][0] == "stage")
     assert [row[:2] for row in stages[1:]] == [
@@ -447,7 +447,7 @@ def test_an_interrupted_gate_never_reads_passed(interrupted, chromium, tmp_path)
         assert page.evaluate("document.title") == "rankgate report — INCOMPLETE"
         assert page.evaluate("document.querySelector('#incomplete').innerText").startswith(
             "Incomplete run: interrupted during unit (no outcome); never ran: dist; stopped: "
-            "out/junit/unit.xml: received SIGTERM between tests."
+            f"{stopped}."
         )
         assert [r[:2] for r in _rows(page, "#stages tr[data-stage]")] == [
             ["env-check", "passed"], ["lint", "passed"], ["unit", "running"],

@@ -133,8 +133,9 @@ class JUnitFile:
     """Why the run that wrote it ended before its last test ("" when it did not): its
     ``rankgate.interrupted`` property, or a nameless ``<testcase/>`` (pytest's record of
     a test that started and never ended)."""
-    interrupted_test: str = ""
-    """The test that was running then (``classname::name``), when known."""
+    interrupted_tests: tuple[str, ...] = ()
+    """The tests that were running then (``classname::name``), when known: one, or one
+    per xdist worker."""
     shards: tuple[str, ...] = ()
     """A sharded run's merged file: one line per shard, where its job ran and how it ended
     (its ``shard`` properties, :mod:`rankgate.report.shards`)."""
@@ -189,7 +190,7 @@ def read_junit(path: str | Path) -> JUnitFile:
         system_out=join_texts(*(s.findtext("system-out") or "" for s in suites)),
         system_err=join_texts(*(s.findtext("system-err") or "" for s in suites)),
         interrupted=said.get(INTERRUPTED_PROPERTY, "") or (NAMELESS_CASE if nameless else ""),
-        interrupted_test=said.get(INTERRUPTED_TEST_PROPERTY, ""),
+        interrupted_tests=tuple(v for name, v in suite_props if name == INTERRUPTED_TEST_PROPERTY),
         shards=tuple(value for name, value in suite_props if name == "shard"),
     )
 

@@ -109,7 +109,7 @@ def read_results(junit_paths: Iterable[str | Path]) -> list[Group]:
     groups = [_plain_group(f) for f in plain]
     for directory, files in per_rank.items():
         report = merge_files(files)
-        stopped = {f.interrupted_test for f in files if f.interrupted_test}
+        stopped = {test for f in files for test in f.interrupted_tests}
         groups.append(
             Group(
                 source=directory,
@@ -127,7 +127,7 @@ def _plain_group(f: JUnitFile) -> Group:
     for case in f.cases:
         prev = by_id.get(case.test_id)
         by_id[case.test_id] = case if prev is None else prev.combine(case)
-    stopped = {f.interrupted_test} if f.interrupted_test else set()
+    stopped = set(f.interrupted_tests)
     return Group(source=f.path, files=[f.path], ranks=None,
                  results=[_from_case(f.path, c, stopped) for c in by_id.values()],
                  incomplete=[f.incomplete] if f.incomplete else [],

@@ -8,11 +8,16 @@ JUnit file, the running test as failed naming the signal, every test after it as
 ``not run`` (with the same reason), and the run as interrupted (the testsuite property
 ``rankgate.interrupted``), so merge-junit and the report say INCOMPLETE. In-place mode
 records its own (``inplace.stop``: every rank, from its signal watch).
+
+Under pytest-xdist this process is the controller: it runs no test and collects none, so
+it learns the tests from its workers (the ids they collected, each test's start and end)
+and records every test a worker was running, and every test no worker started.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import pytest
 from _pytest.junitxml import mangle_test_address, xml_key
@@ -36,6 +41,20 @@ def why_interrupted(exc: BaseException) -> str:
     return "received SIGINT (Ctrl-C)"
 
 
+@dataclass(frozen=True)
+class _WorkerTest:
+    """A test as the xdist controller knows it (it holds no items): what reports need."""
+
+    nodeid: str
+    location: tuple
+    keywords: tuple = ()
+
+    @classmethod
+    def from_id(cls, nodeid: str) -> _WorkerTest:
+        path, _, name = nodeid.partition("::")
+        return cls(nodeid, (path, None, name))
+
+
 class InterruptRecord:
     """Writes an interrupted run's truth into pytest's JUnit file (see the module doc)."""
 
@@ -45,6 +64,11 @@ class InterruptRecord:
         self._next = 0  # index of the first test not yet started
         self.reason: str | None = None
         self._started = 0.0  # time.monotonic() when the running test began
+        # Under xdist, on the controller: the tests the workers collected, and those that
+        # started and did not end: location, start time, and the worker that runs it.
+        self._worker_ids: list[str] = []
+        self._worker_running: dict[str, tuple[tuple, float, object]] = {}
+        self._worker_started: set[str] = set()
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self._items = list(session.items)
@@ -59,6 +83,25 @@ class InterruptRecord:
         except (KeyboardInterrupt, Exit) as exc:
             self._record_running(item, exc)
             raise
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids: list[str]) -> None:
+        if not self._worker_ids:
+            self._worker_ids = list(ids)  # every worker collects the same tests
+
+    def pytest_runtest_logstart(self, nodeid: str, location: tuple) -> None:
+        if self._worker_ids:
+            self._worker_running[nodeid] = (location, time.monotonic(), None)
+            self._worker_started.add(nodeid)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        running = self._worker_running.get(report.nodeid)
+        if running is not None and running[2] is None:
+            # pytest's JUnit keys a test by (id, worker): the record joins the worker's own
+            self._worker_running[report.nodeid] = (*running[:2], getattr(report, "node", None))
+
+    def pytest_runtest_logfinish(self, nodeid: str) -> None:
+        self._worker_running.pop(nodeid, None)
 
     def _index_of(self, item: pytest.Item) -> int:
         if self._next < len(self._items) and self._items[self._next] is item:
@@ -89,16 +132,28 @@ class InterruptRecord:
             xml.pytest_runtest_logreport(report=report)
 
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo) -> None:
-        if self.reason is None:  # between tests, or in collection
-            self.reason = f"{why_interrupted(excinfo.value)} between tests"
+        if self.reason is not None:
+            return
+        why = why_interrupted(excinfo.value)
+        if self._worker_running:  # the xdist controller: what its workers were running
+            self.reason = f"{why} while {', '.join(self._worker_running)} ran"
+        else:  # between tests, or in collection
+            self.reason = f"{why} between tests"
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Before pytest's JUnit writer: the run's reason, and the tests never started."""
         if self.reason is None:
             return
-        rest = self._items[self._next :]
         xml = _xml(self.config)
+        if self._items:
+            rest = self._items[self._next :]
+        else:  # the xdist controller
+            for nodeid, (location, started, worker) in self._worker_running.items():
+                self._record_worker_test(xml, nodeid, location, started, worker)
+            rest = [
+                _WorkerTest.from_id(i) for i in self._worker_ids if i not in self._worker_started
+            ]
         if xml is not None:
             xml.add_global_property(INTERRUPTED_PROPERTY, self.reason)
             for item in rest:
@@ -112,6 +167,26 @@ class InterruptRecord:
                 f"rankgate: interrupted: {self.reason}; {len(rest)} later test(s) not run",
                 red=True,
             )
+
+    def _record_worker_test(self, xml, nodeid: str, location, started: float, worker) -> None:
+        """A test a worker was running when the controller was stopped: failed."""
+        test = _WorkerTest(nodeid, tuple(location))
+        extra = {"node": worker} if worker is not None else {}
+        report = item_report(
+            test,
+            outcome="failed",
+            longrepr=failure_repr(test, f"{INTERRUPTED_PREFIX}{self.reason}; the test did not end"),
+            when="call",
+            duration=time.monotonic() - started,
+            **extra,
+        )
+        if xml is not None:
+            report.duration -= xml.node_reporter(report).duration  # its set-up's, counted
+            names = mangle_test_address(nodeid)
+            xml.add_global_property(
+                INTERRUPTED_TEST_PROPERTY, "::".join([".".join(names[:-1]), names[-1]])
+            )
+            xml.pytest_runtest_logreport(report=report)
 
 
 def _xml(config: pytest.Config):
