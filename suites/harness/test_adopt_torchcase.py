@@ -235,6 +235,7 @@ def test_torch_test_cases_run_in_place_under_torchrun(pytester):
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
         "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs", "--junitxml=out/junit.xml",
+        "--rankgate-timeout=60",  # a hang ends in rankgate's verdict, inside our timeout
     ]  # fmt: skip
     proc = subprocess.run(cmd, cwd=pytester.path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr  # the planted failure only
