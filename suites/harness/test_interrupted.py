@@ -109,6 +109,12 @@ def _rankgate(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
+def _report_reads_incomplete(junit: Path, totals: str) -> None:
+    report = _rankgate("report", str(junit), "--out", "rep", cwd=junit.parent.parent)
+    assert report.returncode == 1, report.stderr
+    assert report.stdout.startswith(f"rankgate report: INCOMPLETE: {totals}, "), report.stdout
+
+
 def _cases(path: Path) -> dict[str, ET.Element]:
     return {c.get("name"): c for c in ET.parse(path).getroot().iter("testcase")}
 
@@ -133,11 +139,7 @@ def test_a_signal_to_a_pool_run_leaves_a_junit_that_reads_incomplete(tmp_path, s
         f'failed on setup with "not run: interrupted: {stopped}"'
     )
     assert f"rankgate: interrupted: {stopped}; 1 later test(s) not run" in out
-    report = _rankgate("report", str(junit), "--out", "rep", cwd=tmp_path)
-    assert report.returncode == 1, report.stderr
-    assert report.stdout.startswith(
-        "rankgate report: INCOMPLETE: 3 tests: 1 passed, 1 failed, 0 error, 1 not run, "
-    ), report.stdout
+    _report_reads_incomplete(junit, "3 tests: 1 passed, 1 failed, 0 error, 1 not run")
 
 
 def test_sigterm_to_an_xdist_run_fails_each_running_test_and_lists_the_rest(tmp_path):
@@ -169,11 +171,7 @@ def test_sigterm_to_an_xdist_run_fails_each_running_test_and_lists_the_rest(tmp_
                 f'failed on setup with "not run: interrupted: {why}"'
             )
     assert f"rankgate: interrupted: {why}; 2 later test(s) not run" in out
-    report = _rankgate("report", str(junit), "--out", "rep", cwd=tmp_path)
-    assert report.returncode == 1, report.stderr
-    assert report.stdout.startswith(
-        "rankgate report: INCOMPLETE: 4 tests: 0 passed, 2 failed, 0 error, 2 not run, "
-    ), report.stdout
+    _report_reads_incomplete(junit, "4 tests: 0 passed, 2 failed, 0 error, 2 not run")
 
 
 def test_sigint_to_torchrun_leaves_every_rank_junit_saying_interrupted(tmp_path):
