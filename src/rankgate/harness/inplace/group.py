@@ -147,6 +147,11 @@ class InPlaceGroup:
         """Groups of the session's own that the cleanup after a test must not destroy."""
         return () if self._gloo_world is None else (self._gloo_world,)
 
+    def body_backend(self, requested: str) -> str:
+        """The backend of the default group a world test asking for ``requested`` sees in
+        its body: gloo when it asks for gloo, the session's group otherwise."""
+        return "gloo" if requested == "gloo" else self.backend
+
     @contextmanager
     def default_group_for(self, backend: str, collective_s: float) -> Iterator[None]:
         """The default group a world test's body sees.
@@ -156,7 +161,7 @@ class InPlaceGroup:
         ranks for its body, so ``dist.get_backend()``, DeviceMesh and the comm layer's
         ``auto`` see what a gloo pool shows them.
         """
-        if backend != "gloo" or self.backend == "gloo" or not dist.is_initialized():
+        if self.body_backend(backend) == self.backend or not dist.is_initialized():
             yield
             return
         from torch.distributed.distributed_c10d import _set_pg_timeout, _world

@@ -334,9 +334,8 @@ class InPlaceSession:
         # With reruns, the own reports wait for the exchange: only the last attempt's go
         # into the files, with every attempt's record.
         hold = self.reruns > 0 and index is not None
-        # The backend of the group the test's body gets (InPlaceGroup.default_group_for).
         spec = world_spec(item)
-        body_backend = "gloo" if spec is not None and spec.backend == "gloo" else self.backend
+        body_backend = self.group.body_backend(spec.backend if spec is not None else self.backend)
         while True:
             ledger.follow(body_backend)
             ledger.begin_test()
