@@ -2,8 +2,8 @@
 # The 2-GPU evidence of one lease: every GPU and dist test in place and in the pool, the
 # pool under pytest-xdist against the pool alone, and the harness's own overhead.
 # Usage: scripts/gpu/two-gpus.sh OUT STEP...
-#   steps: inplace pool-gpu pool-gpu-n2 same-tests pool-dist pool-harness harness ledger
-#          ledger-pool cp comm attention attn-chunks
+#   steps: inplace pool-gpu pool-gpu-n2 same-tests pool-dist pool-rest pool-harness harness
+#          ledger ledger-pool cp comm attention attn-chunks
 #   (COMM_TIMING, COMM_SIZES: the comm step's --iters/--reps/--rounds and -b/-e;
 #   LEDGER_RUNS, LEDGER_COLLECTIVES, LEDGER_K, LEDGER_BACKEND: the ledger-pool step's runs)
 # Writes OUT/env.txt and per step a log (OUT/<step>.txt) and its JUnit under /tmp/rg;
@@ -12,7 +12,8 @@
 # wheels in .whl-ds (carried), installed beside the host's packages when one is missing.
 # GPUS=0,1 (CUDA_VISIBLE_DEVICES) keeps a run on some GPUs, so two runs share a 4-GPU host
 # (each with its own OUT and WORK, after one run without steps installed: SKIP_INSTALL=1).
-# INPLACE_PATHS and HARNESS_FILES narrow the inplace and pool-harness steps (one half each).
+# INPLACE_PATHS and HARNESS_FILES narrow the inplace and pool-harness steps (one half each);
+# XDIST is pool-rest's and pool-harness's number of xdist workers.
 set -uo pipefail
 out=$1; shift
 work=/tmp/rg
@@ -67,8 +68,11 @@ for s in "$@"; do
     pool-dist)  # the CPU world tests, on this host's cores, four xdist workers
       timed pool-dist "${DIST_LIMIT:-300}" "${pytest_[@]}" -n 4 -m "dist and not gpu" suites \
         --junitxml="$work/pool-dist.xml" ;;
+    pool-rest)  # every dist or gpu test of the suites but the harness's own, in the pool
+      timed pool-rest "${POOL_LIMIT:-400}" "${pytest_[@]}" -n "${XDIST:-3}" -m "dist or gpu" \
+        suites --ignore=suites/harness --junitxml="$work/pool-rest.xml" ;;
     pool-harness)  # the harness's own GPU tests and the adoption suites, in the pool
-      timed pool-harness "${POOL_LIMIT:-300}" "${pytest_[@]}" -m "dist or gpu" \
+      timed pool-harness "${POOL_LIMIT:-300}" "${pytest_[@]}" ${XDIST:+-n $XDIST} -m "dist or gpu" \
         ${HARNESS_FILES:-suites/harness/test_gpu.py suites/harness/test_adopt.py \
         suites/harness/test_adopt_torchcase.py suites/harness/test_adopt_freshgroup.py \
         suites/harness/test_ledger_default.py} \
