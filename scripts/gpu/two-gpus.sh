@@ -40,7 +40,8 @@ step() { echo "=== $1 $(date -u +%T)"; }
 timed() {  # timed NAME LIMIT CMD...: the command's log in OUT/NAME.txt, its wall time after it
   local name=$1 limit=$2; shift 2
   local start=$SECONDS
-  timeout "$limit" "$@" >"$work/$name.txt" 2>&1
+  # STOP_SIGNAL=INT: pytest prints its summary and JUnit on SIGINT wherever SIGTERM left none
+  timeout -s "${STOP_SIGNAL:-TERM}" -k 30 "$limit" "$@" >"$work/$name.txt" 2>&1
   local rc=$?
   echo "rc $rc wall $((SECONDS - start)) s" | tee -a "$work/$name.txt"
   tail -4 "$work/$name.txt" | head -3

@@ -33,24 +33,26 @@ def test_next(rank):
 
 def test_pytest_timeout_interrupting_a_test_does_not_shift_later_verdicts(inner):
     # pytest-timeout raises inside the controller's wait while the ranks still run test_a;
-    # before, test_b then got test_a's results, test_c test_b's, and so on.
+    # before, test_b then got test_a's results, test_c test_b's, and so on. Gloo: on a
+    # machine with GPUs an NCCL world's set-up waits for GPUs other workers' tests hold,
+    # inside the 8 s, and pytest-timeout would stop that wait instead of test_a.
     result = inner(
         HEADER
         + """
-@pytest.mark.world(2)
+@pytest.mark.world(2, backend="gloo")
 def test_0_start_the_pool(rank):
     pass
 
-@pytest.mark.world(2)
+@pytest.mark.world(2, backend="gloo")
 def test_a_slow(rank):
     time.sleep(30)
     print(f"A finished on {rank}")
 
-@pytest.mark.world(2)
+@pytest.mark.world(2, backend="gloo")
 def test_b_fails(rank):
     assert rank != 0, "B fails on purpose on rank 0"
 
-@pytest.mark.world(2)
+@pytest.mark.world(2, backend="gloo")
 def test_c_ok(rank):
     print(f"C ran on {rank}")
 """,
