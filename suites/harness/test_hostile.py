@@ -6,6 +6,7 @@ a pool poisoned for every later test, output cut silently, a process left runnin
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -75,15 +76,23 @@ def test_c_ok(rank):
 @pytest.mark.parametrize(
     ("marker", "message"),
     [
-        ('world(2, timeout=float("inf"))', "timeout must be a finite number of seconds up to 604800 (a week), got inf"),
-        ("world(2, timeout=3e6)", "timeout must be a finite number of seconds up to 604800 (a week), got 3e+06"),
+        (
+            'world(2, timeout=float("inf"))',
+            "timeout must be a finite number of seconds up to 604800 (a week), got inf",
+        ),
+        (
+            "world(2, timeout=3e6)",
+            "timeout must be a finite number of seconds up to 604800 (a week), got 3e+06",
+        ),
     ],
     ids=["inf", "huge"],
 )
 def test_endless_marker_timeout_is_a_collection_error(inner, marker, message):
     result = inner(HEADER + f"\n@pytest.mark.{marker}\ndef test_fault(rank):\n    pass\n" + NEXT)
     result.assert_outcomes(errors=1)  # a collection error stops the session
-    result.stdout.fnmatch_lines([f"*test_inner.py::test_fault: invalid @pytest.mark.world: {message}*"])
+    result.stdout.fnmatch_lines(
+        [f"*test_inner.py::test_fault: invalid @pytest.mark.world: {message}*"]
+    )
 
 
 @pytest.mark.parametrize("value", ["inf", "1e7", "3e6"])
@@ -92,7 +101,9 @@ def test_endless_command_line_timeout_is_a_usage_error(inner, value):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     shown = f"{float(value):g}"
     result.stderr.fnmatch_lines(
-        [f"ERROR: --rankgate-timeout must be a finite number of seconds up to 604800 (a week), got {shown}*"]
+        [
+            f"ERROR: --rankgate-timeout must be a finite number of seconds up to 604800 (a week), got {shown}*"
+        ]
     )
 
 
@@ -133,7 +144,10 @@ def test_fault(rank):
     out = result.stdout.str()
     section = out.split("Captured stdout call (rank 1)")[1]
     assert "\nline 0\n" in section and "\nline 199999\n" in section
-    assert "[rankgate: " in section and " bytes of this output cut here; its start and end are kept]" in section
+    assert (
+        "[rankgate: " in section
+        and " bytes of this output cut here; its start and end are kept]" in section
+    )
     junit_text = inner.properties(cases["test_fault"])["rankgate.rank1.stdout"]
     assert junit_text.startswith("line 0\n")
     assert junit_text.endswith("line 199999\n")
@@ -153,10 +167,15 @@ def test_fault(rank):
     ],
 )
 def test_per_process_fixture_in_a_world_test_is_a_clear_collection_error(inner, fixture, instead):
-    result = inner(HEADER + f"\n@pytest.mark.world(2)\ndef test_fault(rank, {fixture}):\n    pass\n" + NEXT)
+    result = inner(
+        HEADER + f"\n@pytest.mark.world(2)\ndef test_fault(rank, {fixture}):\n    pass\n" + NEXT
+    )
     result.assert_outcomes(errors=1)
     out = result.stdout.str()
-    assert f"fixture {fixture!r} belongs to one process, and a world test's body runs on every rank" in out
+    assert (
+        f"fixture {fixture!r} belongs to one process, and a world test's body runs on every rank"
+        in out
+    )
     assert f"Use instead: {instead}" in out
     assert "picklable" not in out
 
@@ -173,8 +192,11 @@ def test_fault(rank):
         + NEXT
     )
     result.assert_outcomes(errors=1)
+    assert "During handling" not in result.stdout.str()
     result.stdout.fnmatch_lines(
-        ["*invalid @pytest.mark.world: the test has 2 different world markers (world(3), world(2)); keep one*"]
+        [
+            "*invalid @pytest.mark.world: the test has 2 different world markers (world(3), world(2)); keep one*"
+        ]
     )
 
 
@@ -216,9 +238,12 @@ def test_fault(rank):
         + NEXT
     )
     result.assert_outcomes(passed=1, failed=1)
-    frames = [line for line in result.stdout.lines if line.endswith(" in test_fault") and "test_inner.py\", line" in line]
+    frames = [
+        line
+        for line in result.stdout.lines
+        if line.endswith(" in test_fault") and 'test_inner.py", line' in line
+    ]
     assert len(frames) == 2, frames  # one per rank: in the verdict, not again in captured stderr
-
 
 
 INHERITED = """
@@ -248,3 +273,48 @@ def test_an_inherited_world_test_runs_on_the_class_it_was_collected_on(inner):
     out = result.stdout.str()
     assert "ran as child on 1" in out
     assert "ran as other on 1" in out
+
+
+FAKE_GPU = """
+import rankgate.harness.pool.session as session
+
+session.visible_gpu_count = lambda: 1  # one GPU, named by CUDA_VISIBLE_DEVICES below
+"""
+
+
+def test_a_gpu_another_process_holds_ends_in_an_error_naming_it_within_the_timeout(
+    inner, tmp_path, monkeypatch
+):
+    # A run stopped with its workers left behind holds its GPUs' leases: a later run's
+    # world test waited for them without end, and without a word.
+    from rankgate.harness.pool.gpulease import LEASE_DIR_ENV, GpuLease
+
+    leases = tmp_path / "leases"
+    monkeypatch.setenv(LEASE_DIR_ENV, str(leases))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-held-elsewhere")
+    inner.pytester.makeconftest(FAKE_GPU)
+    held = GpuLease(["GPU-held-elsewhere"], leases)
+    held.acquire()
+    try:
+        result = inner(
+            HEADER
+            + """
+@pytest.mark.world(1, backend="nccl", timeout=2)
+def test_needs_the_gpu(rank):
+    pass
+""",
+            subprocess=True,
+        )
+    finally:
+        held.release()
+    result.assert_outcomes(errors=1)
+    assert "During handling" not in result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at setup of test_needs_the_gpu*",
+            "rankgate: waited 2.* s for GPU "
+            f"GPU-held-elsewhere (lease {leases}/gpu-GPU-held-elsewhere), the test's timeout: "
+            f"held by pid {os.getpid()} (*",
+        ]
+    )
+    assert result.duration < 60

@@ -15,6 +15,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from jobs import end_session
 
 from rankgate.harness import ledger
 from rankgate.harness.leaks import running
@@ -124,13 +125,20 @@ def test_sigterm_to_the_job_leaves_every_rank_junit_naming_the_signal(tmp_path):
     _write(tmp_path, SIGNALLED)
     cmd = [*TORCHRUN, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--color=no",
            "--junitxml=out/junit.xml", "test_suite.py"]  # fmt: skip
-    job = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    job = subprocess.Popen(
+        cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
     deadline = time.monotonic() + 90
     while not all((tmp_path / f"running{r}").exists() for r in (0, 1)):
-        assert time.monotonic() < deadline and job.poll() is None, job.communicate()
+        if time.monotonic() > deadline or job.poll() is not None:
+            pytest.fail(f"the ranks never reached test_waits:\n{end_session(job)}")
         time.sleep(0.1)
     job.send_signal(signal.SIGTERM)  # what a CI runner's cancel does to the job's launcher
-    out, err = (s.decode() for s in job.communicate(timeout=60))
+    try:
+        out, err = (s.decode() for s in job.communicate(timeout=60))
+    finally:
+        if job.returncode is None:
+            end_session(job)
     assert job.returncode != 0
     for rank in (0, 1):
         path = tmp_path / "out" / f"junit.rank{rank}.xml"

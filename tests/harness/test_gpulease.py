@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rankgate.harness.pool.gpulease import GpuLease
+from rankgate.harness.pool.gpulease import GpuLease, GpuLeaseTimeout
 
 pytestmark = pytest.mark.unit
 
@@ -79,4 +79,27 @@ def test_a_lease_is_not_taken_twice_by_one_holder(tmp_path):
     lease.acquire()
     with pytest.raises(RuntimeError, match="GPUs 0 are already leased here"):
         lease.acquire()
+    lease.release()
+
+
+def test_a_bounded_wait_ends_naming_the_process_that_holds_the_gpu(tmp_path):
+    holder = _holder(tmp_path, "0,1", hold_s=300)
+    try:
+        lease = GpuLease(["1"], tmp_path)
+        started = time.monotonic()
+        with pytest.raises(GpuLeaseTimeout) as caught:
+            lease.acquire(timeout_s=0.5)
+        assert 0.5 <= time.monotonic() - started < 5
+        assert not lease.held
+        waited, _, rest = str(caught.value).removeprefix("waited ").partition(" s for GPU 1 ")
+        assert 0.5 <= float(waited) < 5, caught.value
+        assert rest.startswith(
+            f"(lease {tmp_path / 'gpu-1'}), the test's timeout: held by pid {holder.pid} "
+            f"({sys.executable} -c import sys, time from pathlib import Path"
+        ), caught.value
+    finally:
+        holder.kill()
+        holder.wait()
+    lease.acquire(timeout_s=5)  # the holder died: the GPU is free at once
+    assert lease.held and lease.waited_s < 1
     lease.release()

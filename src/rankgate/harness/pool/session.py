@@ -46,7 +46,7 @@ from rankgate.harness.item_settings import (
 from rankgate.harness.outcome import RankOutcome
 from rankgate.harness.output import JUNIT_LIMIT, clip_text
 from rankgate.harness.pool import classstate, rankwarnings
-from rankgate.harness.pool.gpulease import GpuLease
+from rankgate.harness.pool.gpulease import GpuLease, GpuLeaseTimeout
 from rankgate.harness.pool.gpus import gpu_block, visible_gpu_count, xdist_slot
 from rankgate.harness.pool.item_to_task import FixtureCrossingError, build_task, is_unittest
 from rankgate.harness.pool.messages import TestTask
@@ -194,7 +194,13 @@ class PoolSession:
         if run.key.gpus:
             # Held until the test's teardown: another worker's test on these GPUs waits.
             lease = item.stash[LEASE_KEY] = GpuLease(run.key.gpus)
-            lease.acquire()
+            try:
+                lease.acquire(timeout_s=test_timeout(item, self.default_timeout))
+                held_elsewhere = None
+            except GpuLeaseTimeout as exc:
+                held_elsewhere = f"rankgate: {exc}"
+            if held_elsewhere:  # out of the except: the error is this line alone
+                pytest.fail(held_elsewhere, pytrace=False)
             if lease.waited_s >= 0.1:  # in the JUnit: time spent behind other workers
                 item.user_properties.append(("rankgate.gpu_lease_wait_s", round(lease.waited_s, 1)))
         pool = self.registry.acquire(run.key)  # PoolStartError: an error, not a failure
