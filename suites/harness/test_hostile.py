@@ -275,6 +275,7 @@ def test_an_inherited_world_test_runs_on_the_class_it_was_collected_on(inner):
     assert "ran as other on 1" in out
 
 
+
 FAKE_GPU = """
 import rankgate.harness.pool.session as session
 
@@ -282,11 +283,11 @@ session.visible_gpu_count = lambda: 1  # one GPU, named by CUDA_VISIBLE_DEVICES 
 """
 
 
-def test_a_gpu_another_process_holds_ends_in_an_error_naming_it_within_the_timeout(
+def test_a_gpu_held_past_its_holders_time_ends_in_an_error_naming_the_holder(
     inner, tmp_path, monkeypatch
 ):
-    # A run stopped with its workers left behind holds its GPUs' leases: a later run's
-    # world test waited for them without end, and without a word.
+    # A run stopped with a worker left behind holds its GPUs' leases: a later run's world
+    # test waited for them without end, and without a word.
     from rankgate.harness.pool.gpulease import LEASE_DIR_ENV, GpuLease
 
     leases = tmp_path / "leases"
@@ -294,12 +295,12 @@ def test_a_gpu_another_process_holds_ends_in_an_error_naming_it_within_the_timeo
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-held-elsewhere")
     inner.pytester.makeconftest(FAKE_GPU)
     held = GpuLease(["GPU-held-elsewhere"], leases)
-    held.acquire()
+    held.acquire(holds_for_s=0, what="a test of a stopped run")
     try:
         result = inner(
             HEADER
             + """
-@pytest.mark.world(1, backend="nccl", timeout=2)
+@pytest.mark.world(1, backend="nccl")
 def test_needs_the_gpu(rank):
     pass
 """,
@@ -312,9 +313,10 @@ def test_needs_the_gpu(rank):
     result.stdout.fnmatch_lines(
         [
             "*ERROR at setup of test_needs_the_gpu*",
-            "rankgate: waited 2.* s for GPU "
-            f"GPU-held-elsewhere (lease {leases}/gpu-GPU-held-elsewhere), the test's timeout: "
-            f"held by pid {os.getpid()} (*",
+            f"rankgate: GPU GPU-held-elsewhere is held by pid {os.getpid()} (*), which took it "
+            "for a test of a stopped run and is * s past the 0 s it was given: it is stuck, or "
+            "a stopped run left it behind; end it to free the GPU "
+            f"(lease {leases}/gpu-GPU-held-elsewhere)",
         ]
     )
     assert result.duration < 60

@@ -4,13 +4,18 @@ A lease is an exclusive ``flock`` on one file per GPU in a directory every pytes
 process on the machine shares (xdist workers, and other runs too). The kernel drops a
 lock when its holder dies, so a killed run never leaves a GPU taken. GPUs are locked
 in one global order, so two tests that want overlapping GPUs never deadlock: the
-later one waits, at most the test's timeout; then the test errors naming the process
-that holds the GPUs (a run stopped with its workers left behind, say), never a silent hang.
+later one waits.
+
+A holder notes beside the lock (``gpu-N.holder``) its pid, its test and until when it
+may hold the GPU: its test's timeout and a margin. A test waits as long as the holder
+is within that time, however long; a holder past it is stuck, or was left behind by a
+stopped run, and the waiting test errors naming it, never waiting without end or word.
 """
 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import re
 import time
@@ -18,7 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 POLL_S = 0.02
-"""A bounded wait retries a non-blocking lock this often (flock itself has no timeout)."""
+"""A waiter retries the lock this often, reading the holder's note in between."""
 
 LEASE_DIR_ENV = "RANKGATE_GPU_LEASE_DIR"
 """Where the lease files live; default /dev/shm/rankgate-gpu-leases (or /tmp's)."""
@@ -47,29 +52,29 @@ def _make_shared_dir(directory: Path) -> None:
             pass  # another user made it a moment ago
 
 
-class GpuLeaseTimeout(TimeoutError):
-    """Other processes held the GPUs for longer than the test may wait."""
+class GpuHeldTooLong(RuntimeError):
+    """The GPU's holder is past the time it took the GPU for."""
 
 
-def lock_holders(path: Path) -> list[str]:
-    """'pid N (command line)' of each process with a flock on ``path``, from Linux's
-    /proc/locks; [] where that cannot be read."""
+def lock_holders(path: Path) -> set[str] | None:
+    """The pids with a flock on ``path``, from Linux's /proc/locks; None where that
+    cannot be read."""
     try:
         st = os.stat(path)
         table = Path("/proc/locks").read_text()
     except OSError:
-        return []
+        return None
     # /proc/locks names a file as major:minor:inode, the device numbers in hex
     ident = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    holders = []
+    pids = set()
     for line in table.splitlines():
         fields = line.split()  # "1: FLOCK ADVISORY WRITE <pid> <ident> 0 EOF"; waiters have "->"
         if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == ident:
-            holders.append(f"pid {fields[4]} ({_command_line(fields[4])})")
-    return holders
+            pids.add(fields[4])
+    return pids
 
 
-def _command_line(pid: str) -> str:
+def command_line(pid: str) -> str:
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
@@ -85,51 +90,87 @@ class GpuLease:
         self.gpus = tuple(sorted(set(gpus), key=_file_name))  # one global locking order
         self.directory = directory or lease_dir()
         self._files: list[int] = []
+        self._notes: list[Path] = []
         self.waited_s = 0.0
         """How long the last ``acquire`` waited for other holders."""
 
-    def acquire(self, timeout_s: float | None = None) -> None:
-        """Wait until every GPU is free and take them; GpuLeaseTimeout after ``timeout_s``
-        (None: no limit), holding none."""
+    def acquire(self, holds_for_s: float | None = None, what: str = "") -> None:
+        """Wait until every GPU is free and take them, noting ``what`` takes them for at
+        most ``holds_for_s`` (None: no note, no limit). GpuHeldTooLong when a holder is
+        past its own time; nothing is held then."""
         if self._files:
             raise RuntimeError(f"GPUs {', '.join(self.gpus)} are already leased here")
         _make_shared_dir(self.directory)
         started = time.monotonic()
-        deadline = None if timeout_s is None else started + timeout_s
         try:
             for gpu in self.gpus:
                 # Read-only is enough to lock, and opens a file another user made.
                 path = self.directory / _file_name(gpu)
                 fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)
                 self._files.append(fd)
-                self._lock(fd, path, gpu, started, deadline)
+                _lock(fd, path, gpu)
+                if holds_for_s is not None:
+                    self._note(path, holds_for_s, what)
         except BaseException:
-            self.release()  # a signal or the time limit while waiting: hold nothing
+            self.release()  # a signal or a stuck holder while waiting: hold nothing
             raise
         self.waited_s = time.monotonic() - started
 
-    def _lock(self, fd: int, path: Path, gpu: str, started: float, deadline: float | None):
-        if deadline is None:
-            fcntl.flock(fd, fcntl.LOCK_EX)  # waits while another test holds it
-            return
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                pass
-            if time.monotonic() >= deadline:
-                holders = "; ".join(lock_holders(path)) or "a process /proc/locks does not name"
-                raise GpuLeaseTimeout(
-                    f"waited {time.monotonic() - started:.1f} s for GPU {gpu} (lease "
-                    f"{path}), the test's timeout: held by {holders}"
-                )
-            time.sleep(POLL_S)
+    def _note(self, path: Path, holds_for_s: float, what: str) -> None:
+        note = _note_path(path)
+        text = json.dumps({"pid": os.getpid(), "what": what, "until": time.time() + holds_for_s,
+                           "allowed_s": holds_for_s})  # fmt: skip
+        part = note.with_name(f"{note.name}.{os.getpid()}")
+        try:
+            part.write_text(text)
+            os.chmod(part, 0o666)
+            os.replace(part, note)  # a waiter reads a whole note or the one before
+        except OSError:
+            return  # another user's note that this user cannot replace: no limit then
+        self._notes.append(note)
 
     def release(self) -> None:
+        while self._notes:  # before the locks: a note never outlives its holder's lock
+            self._notes.pop().unlink(missing_ok=True)
         while self._files:
             os.close(self._files.pop())  # closing drops the lock
 
     @property
     def held(self) -> bool:
         return bool(self._files)
+
+
+def _note_path(path: Path) -> Path:
+    return path.with_name(path.name + ".holder")
+
+
+def _lock(fd: int, path: Path, gpu: str) -> None:
+    """Lock ``fd``, waiting while its holder is within its time (see the module doc)."""
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        _raise_if_held_too_long(path, gpu)
+        time.sleep(POLL_S)
+
+
+def _raise_if_held_too_long(path: Path, gpu: str) -> None:
+    try:
+        note = json.loads(_note_path(path).read_text())
+        pid, until = str(note["pid"]), float(note["until"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # no note (a holder that set no limit), or one being replaced
+    over = time.time() - until
+    if over <= 0:
+        return
+    holders = lock_holders(path)
+    if holders is not None and pid not in holders:
+        return  # a note its holder left when it died: the lock has another holder now
+    raise GpuHeldTooLong(
+        f"GPU {gpu} is held by pid {pid} ({command_line(pid)}), which took it for "
+        f"{note.get('what') or 'a test'} and is {over:.0f} s past the "
+        f"{float(note.get('allowed_s', 0)):.0f} s it was given: it is stuck, or a stopped run "
+        f"left it behind; end it to free the GPU (lease {path})"
+    )

@@ -46,7 +46,7 @@ from rankgate.harness.item_settings import (
 from rankgate.harness.outcome import RankOutcome
 from rankgate.harness.output import JUNIT_LIMIT, clip_text
 from rankgate.harness.pool import classstate, rankwarnings
-from rankgate.harness.pool.gpulease import GpuLease, GpuLeaseTimeout
+from rankgate.harness.pool.gpulease import GpuHeldTooLong, GpuLease
 from rankgate.harness.pool.gpus import gpu_block, visible_gpu_count, xdist_slot
 from rankgate.harness.pool.item_to_task import FixtureCrossingError, build_task, is_unittest
 from rankgate.harness.pool.messages import TestTask
@@ -71,6 +71,10 @@ from rankgate.harness.verdict import (
 
 RUN_KEY = pytest.StashKey["WorldRun"]()
 LEASE_KEY = pytest.StashKey[GpuLease]()
+LEASE_MARGIN_S = 300.0
+"""Past its attempts' pool starts and timeouts, a test may hold its GPUs this much longer
+(an adopted class's set-up, stacks of a hung rank, killing its pool, its teardown)
+before a test waiting for them calls it stuck."""
 
 
 class RankFailure(AssertionError):
@@ -194,13 +198,14 @@ class PoolSession:
         if run.key.gpus:
             # Held until the test's teardown: another worker's test on these GPUs waits.
             lease = item.stash[LEASE_KEY] = GpuLease(run.key.gpus)
+            holds_for = self._lease_allowance(item)
             try:
-                lease.acquire(timeout_s=test_timeout(item, self.default_timeout))
-                held_elsewhere = None
-            except GpuLeaseTimeout as exc:
-                held_elsewhere = f"rankgate: {exc}"
-            if held_elsewhere:  # out of the except: the error is this line alone
-                pytest.fail(held_elsewhere, pytrace=False)
+                lease.acquire(holds_for_s=holds_for, what=item.nodeid)
+                stuck_holder = None
+            except GpuHeldTooLong as exc:
+                stuck_holder = f"rankgate: {exc}"
+            if stuck_holder:  # out of the except: the error is this line alone
+                pytest.fail(stuck_holder, pytrace=False)
             if lease.waited_s >= 0.1:  # in the JUnit: time spent behind other workers
                 item.user_properties.append(("rankgate.gpu_lease_wait_s", round(lease.waited_s, 1)))
         pool = self.registry.acquire(run.key)  # PoolStartError: an error, not a failure
@@ -212,6 +217,11 @@ class PoolSession:
             return result
         run.task = build_task(item, run.seed, pool, baseline)  # FixtureCrossingError: setup error
         return result
+
+    def _lease_allowance(self, item: pytest.Item) -> float:
+        """How long this test may hold its GPUs: every attempt's pool start and timeout."""
+        attempt = test_timeout(item, self.default_timeout) + options.start_timeout(self.config)
+        return (self.reruns + 1) * attempt + LEASE_MARGIN_S
 
     def _unittest_method_on_the_ranks(
         self, item: pytest.Item, run: WorldRun, pool: Pool, baseline: dict
