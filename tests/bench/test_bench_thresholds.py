@@ -48,7 +48,7 @@ def test_a_mode_where_no_p2p_kernel_won_keeps_the_defaults():
     assert thresholds_from_crossovers(cross, limit=32 * MiB) is None
 
 
-def test_median_over_rounds_keeps_the_first_rounds_order_and_the_worst_wrong():
+def test_median_over_rounds_keeps_the_first_rounds_order_and_the_worst_checked_wrong():
     from rankgate.bench.comm import median_over_rounds
 
     def row(backend, nbytes, eager, graph=None, wrong=0):
@@ -57,10 +57,12 @@ def test_median_over_rounds_keeps_the_first_rounds_order_and_the_worst_wrong():
 
     first = [row("nccl", 8, 3.0, 1.0), row("auto", 8, 9.0, 2.0)]
     second = [row("auto", 8, 1.0, 4.0, wrong=2), row("nccl", 8, 2.0, 5.0)]
-    third = [row("nccl", 8, 4.0, 3.0), row("auto", 8, 2.0, 6.0)]
+    third = [row("nccl", 8, 4.0, 3.0, wrong=None), row("auto", 8, 2.0, 6.0, wrong=None)]
     merged = median_over_rounds([first, second, third])
     assert [(r["backend"], r["eager_s"], r["graph_s"], r["wrong"]) for r in merged] == [
         ("nccl", 3.0, 3.0, 0), ("auto", 2.0, 4.0, 2)]
     assert merged[1]["eager_rounds_s"] == [9.0, 1.0, 2.0]
     cpu = median_over_rounds([[row("gloo", 8, 5.0)]])
     assert cpu[0]["graph_s"] is None and cpu[0]["eager_s"] == 5.0
+    unchecked = median_over_rounds([[row("gloo", 1 << 30, 5.0, wrong=None)]] * 2)
+    assert unchecked[0]["wrong"] is None  # past --check-max-bytes: no round checked it

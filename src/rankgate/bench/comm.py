@@ -1,7 +1,7 @@
 """``rankgate bench comm``: collective bandwidth and latency, measured like nccl-tests.
 
 For each backend, collective and message size (``-b`` to ``-e`` by ``-f``): one call
-on reference data checked against the host (#wrong), ``--warmup`` calls, then
+on reference data checked against the host (#wrong; in the first round), ``--warmup`` calls, then
 ``--reps`` repetitions of ``--iters`` back-to-back calls timed with device events
 (perf_counter on the CPU); the median repetition gives the time per call, averaged
 over ranks as nccl-tests does. Every backend is alive for the whole sweep, and at each
@@ -196,15 +196,17 @@ def _one_round(made: dict, index: int, opts: CommOptions, world: int, sync) -> l
                     continue
                 if name in FORCED and nbytes > _forced_limit(name, opts):
                     continue
-                rows.append(_measure_one(made[name], name, collective, (nbytes, count), opts, sync))
+                fitted, check = (nbytes, count), index == 0
+                rows.append(_measure_one(made[name], name, collective, fitted, opts, sync, check))
     return rows
 
 
 def median_over_rounds(rounds: list[list[dict]]) -> list[dict]:
     """One row per measurement, in the first round's order: median times over rounds.
 
-    #wrong is the worst round's; the rounds' own times stay in ``eager_rounds_s`` and
-    ``graph_rounds_s``.
+    #wrong is the checked rounds' worst (the first round checks; each check of a 64 MiB
+    result costs seconds of host time, which nine rounds of five backends made minutes);
+    the rounds' own times stay in ``eager_rounds_s`` and ``graph_rounds_s``.
     """
     import statistics
 
@@ -223,8 +225,8 @@ def median_over_rounds(rounds: list[list[dict]]) -> list[dict]:
             times = [r[f"{mode}_s"] for r in same if r[f"{mode}_s"] is not None]
             merged[f"{mode}_s"] = statistics.median(times) if times else None
             merged[f"{mode}_rounds_s"] = times
-        wrong = [r["wrong"] for r in same]
-        merged["wrong"] = None if any(w is None for w in wrong) else max(wrong)
+        checked = [r["wrong"] for r in same if r["wrong"] is not None]
+        merged["wrong"] = max(checked) if checked else None
         out.append(merged)
     return out
 
@@ -277,15 +279,17 @@ def thresholds_from_crossovers(cross: dict, limit: int) -> dict | None:
     return config or None
 
 
-def _measure_one(backend, name, collective, fitted, opts: CommOptions, sync) -> dict:
-    """One row: ``collective`` on ``backend`` at ``fitted`` = (bytes, element count)."""
+def _measure_one(backend, name, collective, fitted, opts: CommOptions, sync, check: bool) -> dict:
+    """One row: ``collective`` on ``backend`` at ``fitted`` = (bytes, element count);
+    with ``check``, its result on reference data checked on the host first."""
     from rankgate.bench.timing import time_eager, time_graph
     from rankgate.workloads.comm.reference import DTYPES
 
     nbytes, count = fitted
     dtype = DTYPES[opts.dtype]
     fn, reset, path, graph_path = _workload(backend, collective, count, dtype)
-    wrong = _validate(backend, collective, count, dtype) if nbytes <= opts.check_max else None
+    checked = check and nbytes <= opts.check_max
+    wrong = _validate(backend, collective, count, dtype) if checked else None
     fallbacks_before = sum(getattr(backend, "fallbacks", {}).values())
 
     kw = {"device": backend.device, "iters": opts.iters, "warmup": opts.warmup,
