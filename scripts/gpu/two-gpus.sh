@@ -9,7 +9,8 @@
 # Writes OUT/env.txt and per step a log (OUT/<step>.txt) and its JUnit under /tmp/rg;
 # the end packs /tmp/rg into OUT/results.tgz (the device tool brings back 8 files).
 # DeepSpeed and what it needs, and expecttest (torch.testing._internal imports it), come as
-# wheels in .whl-ds (carried), installed beside the host's packages when one is missing.
+# wheels in .whl-ds (scripts/gpu/wheels.sh builds it; carried), installed beside the host's
+# packages when one is missing.
 # GPUS=0,1 (CUDA_VISIBLE_DEVICES) keeps a run on some GPUs, so two runs share a 4-GPU host
 # (each with its own OUT and WORK, after one run without steps installed: SKIP_INSTALL=1).
 # INPLACE_PATHS and HARNESS_FILES narrow the inplace and pool-harness steps (one half each);
