@@ -125,8 +125,9 @@ class GpuLease:
             part.write_text(text)
             os.chmod(part, 0o666)
             os.replace(part, note)  # a waiter reads a whole note or the one before
-        except OSError:
-            return  # another user's note that this user cannot replace: no limit then
+        except OSError:  # another user's note that this user cannot replace: no limit then
+            part.unlink(missing_ok=True)
+            return
         self._notes.append(note)
 
     def release(self) -> None:
