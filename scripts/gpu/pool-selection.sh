@@ -23,7 +23,7 @@ for file in suites/harness/test_*.py; do
 done
 
 left() { echo $((budget - SECONDS)); }
-run() {  # run NAME GPUS WORKERS STEP [LIMIT] [FILES...]: one two-gpus.sh step on one pair
+run() {  # run NAME GPUS WORKERS STEP LIMIT [FILES...]: one two-gpus.sh step on one pair
   local name=$1 gpus=$2 workers=$3 step=$4 limit=$5; shift 5
   mkdir -p "$out/$name"
   GPUS=$gpus WORK=/tmp/rg-$name XDIST=$workers POOL_LIMIT=$limit HARNESS_FILES="$*" \

@@ -7,9 +7,10 @@ in one global order, so two tests that want overlapping GPUs never deadlock: the
 later one waits.
 
 A holder notes beside the lock (``gpu-N.holder``) its pid, its test and until when it
-may hold the GPU: its test's timeout and a margin. A test waits as long as the holder
-is within that time, however long; a holder past it is stuck, or was left behind by a
-stopped run, and the waiting test errors naming it, never waiting without end or word.
+may hold the GPU: its attempts' pool starts and timeouts, and a margin. A test waits as
+long as the holder is within that time, however long; a holder past it is stuck, or was
+left behind by a stopped run, and the waiting test errors naming it, never waiting
+without end or word.
 """
 
 from __future__ import annotations

@@ -198,14 +198,10 @@ class PoolSession:
         if run.key.gpus:
             # Held until the test's teardown: another worker's test on these GPUs waits.
             lease = item.stash[LEASE_KEY] = GpuLease(run.key.gpus)
-            holds_for = self._lease_allowance(item)
             try:
-                lease.acquire(holds_for_s=holds_for, what=item.nodeid)
-                stuck_holder = None
-            except GpuHeldTooLong as exc:
-                stuck_holder = f"rankgate: {exc}"
-            if stuck_holder:  # out of the except: the error is this line alone
-                pytest.fail(stuck_holder, pytrace=False)
+                lease.acquire(holds_for_s=self._lease_allowance(item), what=item.nodeid)
+            except GpuHeldTooLong as exc:  # from None: the error is this line alone
+                raise pytest.fail.Exception(f"rankgate: {exc}", pytrace=False) from None
             if lease.waited_s >= 0.1:  # in the JUnit: time spent behind other workers
                 item.user_properties.append(("rankgate.gpu_lease_wait_s", round(lease.waited_s, 1)))
         pool = self.registry.acquire(run.key)  # PoolStartError: an error, not a failure
