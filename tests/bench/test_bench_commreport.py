@@ -65,6 +65,31 @@ def test_choice_ratio_judges_the_kernel_auto_took_by_the_singles_own_times():
     assert cross["graph"]["auto_ratio"]["1024"] == pytest.approx(6.6 / 5.0)
 
 
+def test_the_paired_ratio_is_the_median_of_autos_ratio_within_each_round():
+    # 64 KiB eagerly on 2 x H100 (pool-selection-2026-11-27, 7 rounds, rounded): the
+    # host's drift moved both times round to round; the medians of the times compare
+    # auto's fast rounds with push's slow ones and the other way round
+    auto_us = [10.9, 10.2, 10.4, 11.6, 8.8, 9.4, 8.6]
+    push_us = [10.7, 10.7, 11.0, 8.9, 8.9, 8.8, 8.5]
+    results = [
+        dict(row("p2p-push", 64 << 10, 8.9), eager_rounds_us=push_us),
+        dict(row("auto", 64 << 10, 10.2), eager_rounds_us=auto_us, path="push"),
+        dict(row("nccl", 64 << 10, 25.0), eager_rounds_us=[25.0] * 7),
+    ]
+    eager = crossovers(results)["eager"]
+    assert eager["auto_ratio"]["65536"] == pytest.approx(10.2 / 8.9, abs=1e-3)  # 1.146
+    assert eager["auto_paired_ratio"] == {"65536": pytest.approx(8.6 / 8.5, abs=1e-3)}
+    assert eager["auto_paired_worst_1K_1G"] == pytest.approx(8.6 / 8.5)
+    meta = {"world": 2, "gpu": "GPU", "torch": "2.x", "nccl": "2.28.9",
+            "options": {"iters": 20, "warmup": 5, "reps": 5, "rounds": 7}}  # fmt: skip
+    text = table({"meta": meta, "results": results, "crossovers": crossovers(results)}, {})
+    assert ("# auto / fastest (eager), median over rounds of the ratio within a round, "
+            "worst over 1 KiB..1 GiB: 1.012") in text  # fmt: skip
+    # one round: no paired figure, and no line for it
+    assert crossovers(RESULTS)["eager"]["auto_paired_worst_1K_1G"] is None
+    assert crossovers(RESULTS)["eager"]["auto_paired_ratio"] == {}
+
+
 def test_a_forced_kernel_that_fell_back_to_nccl_is_no_single_backend():
     # bf16 on 2 x H200 (run 6): at 64 MiB the forced one-shot went to NCCL and "won",
     # which made auto use one-shot up to 32 MiB in a graph (1.6x slower at 16 MiB).

@@ -25,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from rankgate.bench.commreport import KERNEL_BACKEND, crossovers
+
 X2 = "benchmarks/results/nvidia-h200-x2"
 RERUN = f"{X2}/rerun-graph-fp32/comm.json"
 RUN10 = f"{X2}/run10-graph-defaults"
@@ -45,8 +47,13 @@ X2_INTERLEAVED_COMM = f"{X2_INTERLEAVED}/comm.json"
 """The first comm run with the backends timed in turn at each size."""
 X2_LEDGER_LEASE = "benchmarks/results/nvidia-h100-x2/ledger-and-comm-2026-11-26"
 X2_LEDGER_LEASE_COMM = f"{X2_LEDGER_LEASE}/comm/comm.json"
+X4_SELECTION = "benchmarks/results/nvidia-h100-x4/pool-selection-2026-11-27"
+X4_EAGER_COMM = f"{X4_SELECTION}/comm/comm.json"
+"""The newest eager sweep of auto against every single backend (7 rounds): the README's."""
 """The second, on another host (the lease that measured the ledger's cost on NCCL)."""
 TIMES, DASH = "\u00d7", "\u2013"  # as the docs write them: 1.21x, 1\u20132 us
+BACKEND_NAMES = {"p2p-push": "push", "p2p-oneshot": "one-shot", "p2p-twoshot": "two-shot",
+                 "nccl": "NCCL"}  # fmt: skip
 KiB = 1 << 10
 MiB = 1 << 20
 
@@ -157,14 +164,42 @@ def readme_comm(load: Loader) -> str:
         f"kernel's launch through ctypes took {_span(push_eager, '.0f')} us. A later run on "
         f"2{TIMES}H100 (`nvidia-h100-x2/two-gpus-2026-11-26/comm-oneshot-eager/`) had push "
         f"the fastest eager backend from 2 to 256 KiB ({_span(h100_push)} us against "
-        f"one-shot's {_span(h100_one)}), so eager calls now push up to 256 KiB by default."
+        f"one-shot's {_span(h100_one)}), so eager calls now push up to 256 KiB by default. "
+        + _auto_eager_now(load(X4_EAGER_COMM))
+    )
+
+
+def _auto_eager_now(run: dict) -> str:
+    """The newest eager sweep: auto's kernel, its time by both ratios, and where it missed."""
+    cross = run["crossovers"]["eager"]
+    rows = _rows(run)
+    sizes = sorted(int(k) for k in cross["auto_ratio"])
+    kernel = {s: KERNEL_BACKEND.get(rows[("auto", s)]["path"] or "nccl") for s in sizes}
+    other = [s for s in sizes if kernel[s] != cross["fastest"][str(s)]]
+    over = [s for s in sizes if cross["auto_ratio"][str(s)] > 1.05]
+    worst = max(sizes, key=lambda s: cross["auto_ratio"][str(s)])
+    paired = crossovers(run["results"])["eager"]
+    others = "; ".join(
+        f"at {_size(s)} {BACKEND_NAMES[kernel[s]]}, whose own time was "
+        f"{cross['choice_ratio'][str(s)]:.3f}{TIMES} {BACKEND_NAMES[cross['fastest'][str(s)]]}'s"
+        for s in other
+    )  # fmt: skip
+    return (
+        f"The latest eager sweep (2{TIMES}H100, `{X4_SELECTION}/`, "
+        f"{run['meta']['options']['rounds']} rounds, {_size(sizes[0])}{DASH}{_size(sizes[-1])}): "
+        f"auto ran the fastest single backend's kernel at {len(sizes) - len(other)} of "
+        f"{len(sizes)} sizes{f' ({others})' if other else ''}, and its median time was within "
+        f"1.05{TIMES} of the fastest at {len(sizes) - len(over)} of {len(sizes)} sizes (worst "
+        f"{cross['auto_ratio'][str(worst)]:.3f}{TIMES} at {_size(worst)}"
+        f"{', the same kernel' if worst not in other else ''}); the median of its ratio within "
+        f"each round, which the host's drift between rounds leaves out, was at worst "
+        f"{paired['auto_paired_worst_1K_1G']:.3f}{TIMES}."
     )
 
 
 def comm_run10_table(load: Loader) -> str:
     """COMM.md's run-10 table: auto as shipped against the fastest single backend, in a graph."""
-    names = {"p2p-push": "push", "p2p-oneshot": "one-shot", "p2p-twoshot": "two-shot",
-             "nccl": "NCCL"}  # fmt: skip
+    names = BACKEND_NAMES
     runs = {d: load(f"{RUN10}/graph_{d}/comm.json") for d in ("fp32", "bf16")}
     lines = [
         "| bytes | fp32 fastest single (us) | fp32 auto: kernel, us, ratio "
@@ -194,30 +229,43 @@ def comm_run10_table(load: Loader) -> str:
 
 
 def comm_auto_against_fastest(path: str) -> Callable[[Loader], str]:
-    """One run's table: auto against the fastest single backend, eager and in a graph, with
-    nccl-tests' in-place time beside it."""
-    names = {"p2p-push": "push", "p2p-oneshot": "one-shot", "p2p-twoshot": "two-shot",
-             "nccl": "NCCL"}  # fmt: skip
+    """One run's table: auto against the fastest single backend, eagerly and in a graph
+    (where the run timed graphs), with nccl-tests' in-place time beside it where it ran.
+    'ratio' is of the medians over rounds, 'paired' the median of the ratios within a round."""
+    names = BACKEND_NAMES
+
+    def ratio_cell(ratio: float | None) -> str:
+        return "-" if ratio is None else f"**{ratio:.3f}**" if ratio > 1.05 else f"{ratio:.3f}"
 
     def render(load: Loader) -> str:
         run = load(path)
         rows, cross = _rows(run), run["crossovers"]
-        lines = ["| bytes | auto eager us (kernel) | fastest eager | ratio | auto graph us "
-                 "| fastest graph | ratio | nccl-tests eager / graph us |",
-                 "|---:|---|---|---:|---|---|---:|---|"]  # fmt: skip
+        # runs from before the paired ratio was kept: it comes from their rounds' own times
+        paired = crossovers(run["results"])
+        modes = [m for m in ("eager", "graph") if cross.get(m, {}).get("auto_ratio")]
+        beside = any("nccl_tests" in r for r in run["results"])
+        head, align = ["bytes"], ["---:"]
+        for mode in modes:
+            head += [f"auto {mode} us (kernel)", f"fastest {mode}", "ratio", "paired"]
+            align += ["---", "---", "---:", "---:"]
+        if beside:
+            head.append("nccl-tests eager / graph us")
+            align.append("---")
+        lines = ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
         for size in sorted({b for (name, b) in rows if name == "auto"}):
             auto = rows[("auto", size)]
             cells = [_size(size)]
-            for mode in ("eager", "graph"):
+            for mode in modes:
                 best = cross[mode]["fastest"][str(size)]
-                ratio = cross[mode]["auto_ratio"][str(size)]
                 kernel = auto["path"] if mode == "eager" else auto["graph_path"]
                 cells += [f"{auto[mode + '_us']:.2f} ({kernel})",
                           f"{names[best]} {rows[(best, size)][mode + '_us']:.2f}",
-                          f"**{ratio:.3f}**" if ratio > 1.05 else f"{ratio:.3f}"]  # fmt: skip
-            nt = auto.get("nccl_tests") or {}
-            cells.append(" / ".join(f"{nt[m]['us']:.2f}" if m in nt else "-"
-                                    for m in ("eager", "graph")))  # fmt: skip
+                          ratio_cell(cross[mode]["auto_ratio"][str(size)]),
+                          ratio_cell(paired[mode]["auto_paired_ratio"].get(str(size)))]  # fmt: skip
+            if beside:
+                nt = auto.get("nccl_tests") or {}
+                cells.append(" / ".join(f"{nt[m]['us']:.2f}" if m in nt else "-"
+                                        for m in ("eager", "graph")))  # fmt: skip
             lines.append("| " + " | ".join(cells) + " |")
         return "\n".join(lines)
 
@@ -292,7 +340,7 @@ CLAIMS = (
     Claim("readme-comm", "README.md",
           (RERUN, f"{RUN7}/bench_ar/comm.json", f"{RUN7}/bench_coll/comm.json",
            NCCL_TESTS_GRAPH, f"{NCCL_TESTS}/nccl_all_reduce.txt",
-           f"{NCCL_TESTS}/nccl_broadcast.txt", EAGER_PUSH), readme_comm),
+           f"{NCCL_TESTS}/nccl_broadcast.txt", EAGER_PUSH, X4_EAGER_COMM), readme_comm),
     Claim("readme-attention-table", "README.md", (X4_ATTENTION,), readme_attention_table),
     Claim("readme-attention-summary", "README.md", (X4_ATTENTION, ATTENTION),
           readme_attention_summary),
@@ -309,6 +357,8 @@ CLAIMS = (
           comm_auto_against_fastest(X2_INTERLEAVED_COMM)),
     Claim("comm-h100x2-second-run", f"{X2_LEDGER_LEASE}/README.md", (X2_LEDGER_LEASE_COMM,),
           comm_auto_against_fastest(X2_LEDGER_LEASE_COMM)),
+    Claim("comm-h100x4-eager", f"{X4_SELECTION}/README.md", (X4_EAGER_COMM,),
+          comm_auto_against_fastest(X4_EAGER_COMM)),
 )  # fmt: skip
 """Every rendered block, in the order the command writes them."""
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from pathlib import Path
+from statistics import median
 
 from rankgate.bench.nccltests import IN_PLACE, parse_sections
 
@@ -53,9 +54,13 @@ def crossovers(results: list[dict]) -> dict:
     ``auto_ratio`` is auto's time over the fastest single backend's at the same size
     and mode (1.0 = as fast). ``choice_ratio`` judges auto's choice without its own
     timing noise: the time of the single backend running the kernel auto chose, over
-    the fastest's (1.0 = auto chose the fastest kernel).
+    the fastest's (1.0 = auto chose the fastest kernel). ``auto_paired_ratio`` (runs of
+    several rounds only): the median over rounds of auto's time over the fastest's in the
+    same round; a round times every backend back to back, so the host's drift between
+    rounds, which moves both times alike, leaves the ratio.
     """
     table: dict[str, dict[int, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
+    per_round: dict[str, dict[int, dict[str, list]]] = defaultdict(lambda: defaultdict(dict))
     chosen: dict[str, dict[int, str]] = defaultdict(dict)
     for r in results:
         if r["collective"] != "all_reduce":
@@ -65,13 +70,15 @@ def crossovers(results: list[dict]) -> dict:
         for mode in ("eager", "graph"):
             if r[f"{mode}_us"] is not None:
                 table[mode][r["bytes"]][r["backend"]] = r[f"{mode}_us"]
+            if len(r.get(f"{mode}_rounds_us") or []) > 1:
+                per_round[mode][r["bytes"]][r["backend"]] = r[f"{mode}_rounds_us"]
             if r["backend"] == "auto":
                 path = r.get("path") if mode == "eager" else r.get("graph_path")
                 if path is not None:  # None: not known (a table read back shows no graph path)
                     chosen[mode][r["bytes"]] = KERNEL_BACKEND.get(path or "nccl", "")
     out: dict = {}
     for mode, by_size in table.items():
-        best, ratio, choice, ranges = {}, {}, {}, []
+        best, ratio, paired, choice, ranges = {}, {}, {}, {}, []
         for size in sorted(by_size):
             times = by_size[size]
             singles = {b: t for b, t in times.items() if b in SINGLE}
@@ -81,6 +88,9 @@ def crossovers(results: list[dict]) -> dict:
             best[size] = name
             if "auto" in times:
                 ratio[size] = times["auto"] / singles[name]
+            rounds = per_round[mode][size]
+            if "auto" in rounds and name in rounds:
+                paired[size] = median(a / b for a, b in zip(rounds["auto"], rounds[name]))
             if chosen[mode].get(size) in singles:
                 choice[size] = singles[chosen[mode][size]] / singles[name]
             if ranges and ranges[-1]["backend"] == name:
@@ -92,6 +102,8 @@ def crossovers(results: list[dict]) -> dict:
             "ranges": ranges,
             "auto_ratio": {str(k): round(v, 3) for k, v in ratio.items()},
             "auto_worst_1K_1G": _worst_1k_1g(ratio),
+            "auto_paired_ratio": {str(k): round(v, 3) for k, v in paired.items()},
+            "auto_paired_worst_1K_1G": _worst_1k_1g(paired),
             "choice_ratio": {str(k): round(v, 3) for k, v in choice.items()},
             "choice_worst_1K_1G": _worst_1k_1g(choice),
         }
@@ -173,6 +185,11 @@ def table(result: dict, references: dict) -> str:
             lines.append(
                 f"# auto / fastest ({mode}), worst over 1 KiB..1 GiB: "
                 f"{info['auto_worst_1K_1G']:.3f}"
+            )
+        if info.get("auto_paired_worst_1K_1G") is not None:
+            lines.append(
+                f"# auto / fastest ({mode}), median over rounds of the ratio within a round, "
+                f"worst over 1 KiB..1 GiB: {info['auto_paired_worst_1K_1G']:.3f}"
             )
         if info.get("choice_worst_1K_1G") is not None:
             lines.append(
