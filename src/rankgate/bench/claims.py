@@ -47,10 +47,10 @@ X2_INTERLEAVED_COMM = f"{X2_INTERLEAVED}/comm.json"
 """The first comm run with the backends timed in turn at each size."""
 X2_LEDGER_LEASE = "benchmarks/results/nvidia-h100-x2/ledger-and-comm-2026-11-26"
 X2_LEDGER_LEASE_COMM = f"{X2_LEDGER_LEASE}/comm/comm.json"
+"""The second, on another host (the lease that measured the ledger's cost on NCCL)."""
 X4_SELECTION = "benchmarks/results/nvidia-h100-x4/pool-selection-2026-11-27"
 X4_EAGER_COMM = f"{X4_SELECTION}/comm/comm.json"
 """The newest eager sweep of auto against every single backend (7 rounds): the README's."""
-"""The second, on another host (the lease that measured the ledger's cost on NCCL)."""
 TIMES, DASH = "\u00d7", "\u2013"  # as the docs write them: 1.21x, 1\u20132 us
 BACKEND_NAMES = {"p2p-push": "push", "p2p-oneshot": "one-shot", "p2p-twoshot": "two-shot",
                  "nccl": "NCCL"}  # fmt: skip
