@@ -248,10 +248,15 @@ def _stop_abandoned_fit(thread: threading.Thread) -> str:
 def worker_logs(ray_root: Path, limit: int = 20_000) -> str:
     """Every Ray worker's stdout/stderr file of this instance, for a failure report."""
     sections = []
-    for path in sorted((ray_root / "ray").glob("session_*/logs/worker-*")):
+    # session_latest links to the session's own folder: each file once, by its real path
+    paths = {p.resolve() for p in (ray_root / "ray").glob("session_*/logs/worker-*")}
+    for path in sorted(paths):
         if path.suffix not in (".out", ".err"):
             continue
-        text = path.read_text(errors="replace").strip()
+        try:
+            text = path.read_text(errors="replace").strip()
+        except FileNotFoundError:  # gone between the listing and the read (seen in CI)
+            continue
         if text:
             sections.append(f"--- {path.name} ---\n{text[-limit:]}")
     return "\n".join(sections) or "(no Ray worker wrote a log)"
