@@ -44,19 +44,28 @@ def _is_lock_file(path: Path) -> bool:
     return path.is_absolute() and (path.name in LOCK_NAMES or path.suffix == ".lock")
 
 
-def kernel_locked(path: Path, pid: int) -> bool:
-    """Whether ``pid`` holds a kernel lock (fcntl, flock) on ``path``: it ends with it."""
+def kernel_lock_holders(path: Path) -> set[str] | None:
+    """The pids (as /proc/locks writes them) holding a kernel lock (fcntl, flock) on
+    ``path``; None where that cannot be read."""
     try:
-        inode = path.stat().st_ino
+        st = os.stat(path)
         text = Path("/proc/locks").read_text()
     except OSError:
-        return False
+        return None
+    # /proc/locks names a file as major:minor:inode, the device numbers in hex
+    ident = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    holders = set()
     for line in text.splitlines():
         fields = line.split()
-        # "1: POSIX  ADVISORY  WRITE 1234 08:01:5678 0 EOF": pid, then major:minor:inode
-        if len(fields) >= 6 and fields[4] == str(pid) and fields[5].endswith(f":{inode}"):
-            return True
-    return False
+        # "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"; a waiter's has "->" after "1:"
+        if len(fields) >= 6 and fields[1] != "->" and fields[5] == ident:
+            holders.add(fields[4])
+    return holders
+
+
+def kernel_locked(path: Path, pid: int) -> bool:
+    """Whether ``pid`` holds a kernel lock (fcntl, flock) on ``path``: it ends with it."""
+    return str(pid) in (kernel_lock_holders(path) or ())
 
 
 def survey(pids) -> list[tuple[Path, bool]]:

@@ -23,6 +23,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from rankgate.harness.locks import kernel_lock_holders
+
 POLL_S = 0.02
 """A waiter retries the lock this often, reading the holder's note in between."""
 
@@ -55,24 +57,6 @@ def _make_shared_dir(directory: Path) -> None:
 
 class GpuHeldTooLong(RuntimeError):
     """The GPU's holder is past the time it took the GPU for."""
-
-
-def lock_holders(path: Path) -> set[str] | None:
-    """The pids with a flock on ``path``, from Linux's /proc/locks; None where that
-    cannot be read."""
-    try:
-        st = os.stat(path)
-        table = Path("/proc/locks").read_text()
-    except OSError:
-        return None
-    # /proc/locks names a file as major:minor:inode, the device numbers in hex
-    ident = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    pids = set()
-    for line in table.splitlines():
-        fields = line.split()  # "1: FLOCK ADVISORY WRITE <pid> <ident> 0 EOF"; waiters have "->"
-        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == ident:
-            pids.add(fields[4])
-    return pids
 
 
 def command_line(pid: str) -> str:
@@ -167,7 +151,7 @@ def _raise_if_held_too_long(path: Path, gpu: str) -> None:
     over = time.time() - until
     if over <= 0:
         return
-    holders = lock_holders(path)
+    holders = kernel_lock_holders(path)
     if holders is not None and pid not in holders:
         return  # a note its holder left when it died: the lock has another holder now
     raise GpuHeldTooLong(
