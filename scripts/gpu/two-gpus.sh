@@ -3,7 +3,7 @@
 # pool under pytest-xdist against the pool alone, and the harness's own overhead.
 # Usage: scripts/gpu/two-gpus.sh OUT STEP...
 #   steps: inplace pool-gpu pool-gpu-n2 same-tests pool-dist pool-rest pool-harness harness
-#          ledger ledger-pool cp comm attention attn-chunks
+#          pool-all ledger ledger-pool cp comm attention attn-chunks
 #   (COMM_TIMING, COMM_SIZES: the comm step's --iters/--reps/--rounds and -b/-e;
 #   LEDGER_RUNS, LEDGER_COLLECTIVES, LEDGER_K, LEDGER_BACKEND: the ledger-pool step's runs)
 # Writes OUT/env.txt and per step a log (OUT/<step>.txt) and its JUnit under /tmp/rg;
@@ -14,7 +14,8 @@
 # GPUS=0,1 (CUDA_VISIBLE_DEVICES) keeps a run on some GPUs, so two runs share a 4-GPU host
 # (each with its own OUT and WORK, after one run without steps installed: SKIP_INSTALL=1).
 # INPLACE_PATHS and HARNESS_FILES narrow the inplace and pool-harness steps (one half each);
-# XDIST is pool-rest's and pool-harness's number of xdist workers.
+# XDIST is pool-rest's, pool-harness's and pool-all's number of xdist workers; NPROC the
+# inplace step's ranks (default 2; 4 on a whole 4-GPU host).
 set -uo pipefail
 out=$1; shift
 work=/tmp/rg
@@ -53,10 +54,10 @@ for s in "$@"; do
   case $s in
     inplace)  # every rank its own pytest; merge-junit makes one verdict
       mkdir -p "$work/inplace"
-      timed inplace "${INPLACE_LIMIT:-260}" torchrun --standalone --nproc-per-node=2 -m pytest \
+      timed inplace "${INPLACE_LIMIT:-260}" torchrun --standalone --nproc-per-node="${NPROC:-2}" -m pytest \
         -p no:cacheprovider -q -rfEs -m "dist or gpu" ${INPLACE_PATHS:-suites} \
         --junitxml="$work/inplace/junit.xml"
-      (cd "$work/inplace" && python3 -m rankgate.cli merge-junit --world 2 -o merged.xml . \
+      (cd "$work/inplace" && python3 -m rankgate.cli merge-junit --world "${NPROC:-2}" -o merged.xml . \
         >merge-junit.txt 2>&1; echo "merge-junit rc $?" >>merge-junit.txt)
       tail -3 "$work/inplace/merge-junit.txt" ;;
     pool-gpu)
@@ -73,6 +74,9 @@ for s in "$@"; do
     pool-rest)  # every dist or gpu test of the suites but the harness's own, in the pool
       timed pool-rest "${POOL_LIMIT:-400}" "${pytest_[@]}" -n "${XDIST:-3}" -m "dist or gpu" \
         suites --ignore=suites/harness --junitxml="$work/pool-rest.xml" ;;
+    pool-all)  # the whole dist or gpu selection of the suites, one pool run on every GPU
+      timed pool-all "${POOL_LIMIT:-540}" "${pytest_[@]}" -n "${XDIST:-4}" -m "dist or gpu" \
+        suites --junitxml="$work/pool-all.xml" ;;
     pool-harness)  # the harness's own GPU tests and the adoption suites, in the pool
       timed pool-harness "${POOL_LIMIT:-300}" "${pytest_[@]}" ${XDIST:+-n $XDIST} -m "dist or gpu" \
         ${HARNESS_FILES:-suites/harness/test_gpu.py suites/harness/test_adopt.py \
