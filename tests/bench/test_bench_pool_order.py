@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from rankgate.bench.pool_overhead import measure_pool
+from rankgate.bench.pool_overhead import PHASES, measure_pool
 
 pytestmark = [pytest.mark.dist, pytest.mark.slow]  # a pytest run of its own, with ranks
 
@@ -23,3 +23,14 @@ def test_the_pool_start_is_the_first_test_and_not_among_the_steady_ones(monkeypa
     # milliseconds. Shuffled, the start would be test 0 one time in eleven.
     assert result["first_test_s"] > 0.3, result
     assert result["per_test_ms"] < 1000 * result["first_test_s"] / 3, result
+
+
+def test_each_steady_test_is_split_into_its_phases(monkeypatch):
+    monkeypatch.delenv("PYTEST_ADDOPTS", raising=False)
+    result = measure_pool([2], "gloo", k=5)[2]
+    phases = result["phases_median_ms"]
+    assert sorted(phases) == sorted(PHASES)
+    # The call phase holds the ranks' round trip: never nothing. The medians of the parts
+    # need not add up to the median of the whole, but none can exceed the slowest test.
+    assert phases["call"] > 0, phases
+    assert all(0 <= phases[p] <= max(result["steady_ms"]) for p in PHASES[:-1]), phases

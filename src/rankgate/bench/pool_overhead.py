@@ -43,6 +43,7 @@ import json, os, time
 import pytest
 
 _durations = {}
+_phases = {}
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
@@ -52,10 +53,18 @@ def pytest_runtest_protocol(item, nextitem):
     finally:
         _durations[item.nodeid] = time.perf_counter() - start
 
+def pytest_runtest_logreport(report):
+    _phases.setdefault(report.nodeid, {})[report.when] = report.duration
+
 def pytest_sessionfinish(session):
     with open(os.environ["RANKGATE_BENCH_TIMINGS"], "w") as f:
-        json.dump(_durations, f)
+        json.dump({"protocol": _durations, "phases": _phases}, f)
 """
+
+PHASES = ("setup", "call", "teardown", "rest")
+"""Where a pool test's time goes: pytest's set-up (GPU leases, the pool, the task), call
+(the ranks' round trip and the verdict) and teardown phases, and the rest of its protocol
+(pytest's reports, logging and terminal hooks around the phases)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -103,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
                 "backend": args.backend,
                 "pool_start_s": round(pool[world]["first_test_s"], 3),
                 "pool_median_ms": round(pool[world]["median_ms"], 3),
+                "pool_phases_median_ms": pool[world]["phases_median_ms"],
                 "k_pool": args.k,
                 "k_spawn": args.spawn_k,
             }
@@ -126,12 +136,15 @@ def format_table(rows: list[dict]) -> str:
             f"{r['pool_median_ms']:>8.2f} {r['spawn_ms_per_test']:>14.1f} "
             f"{speedup:>8.0f}x {r['pool_start_s']:>13.2f}"
         )
+    by_phase = []
+    for r in rows:
+        phases = r["pool_phases_median_ms"]
+        by_phase.append(f"world {r['world']} " + " ".join(f"{p} {phases[p]:.2f}" for p in PHASES))
+    lines.append("pool test's median ms by phase: " + "; ".join(by_phase))
     return "\n".join(lines)
 
 
-def measure_pool(
-    worlds: list[int], backend: str, k: int, collectives: int = 1
-) -> dict[int, dict]:
+def measure_pool(worlds: list[int], backend: str, k: int, collectives: int = 1) -> dict[int, dict]:
     """Per world: the first test's seconds, the steady tests' mean and median ms and each
     steady test's ms (``steady_ms``). ``collectives``: all_reduce calls per test (the
     benchmark's is one; scripts/ledger/pool_body.py varies it)."""
@@ -159,17 +172,28 @@ def measure_pool(
         timings = json.loads(timings_path.read_text())
     results = {}
     for world in worlds:
-        ordered = [
-            timings[f"test_bench_w{world}.py::test_trivial_w{world}[{i}]"] for i in range(k + 1)
-        ]
+        ids = [f"test_bench_w{world}.py::test_trivial_w{world}[{i}]" for i in range(k + 1)]
+        ordered = [timings["protocol"][i] for i in ids]
         steady = ordered[1:]
         results[world] = {
             "first_test_s": ordered[0],
             "per_test_ms": 1000 * sum(steady) / len(steady),
             "median_ms": 1000 * statistics.median(steady),
             "steady_ms": [1000 * s for s in steady],
+            "phases_median_ms": _phase_medians(timings, ids[1:]),
         }
     return results
+
+
+def _phase_medians(timings: dict, ids: list[str]) -> dict[str, float]:
+    """Each phase's median over the steady tests, in ms (``rest``: protocol - phases)."""
+    columns: dict[str, list[float]] = {phase: [] for phase in PHASES}
+    for nodeid in ids:
+        phases = timings["phases"][nodeid]
+        for phase in PHASES[:-1]:
+            columns[phase].append(phases.get(phase, 0.0))
+        columns["rest"].append(timings["protocol"][nodeid] - sum(phases.values()))
+    return {phase: round(1000 * statistics.median(v), 3) for phase, v in columns.items()}
 
 
 def _spawned_rank(rank: int, world: int, backend: str, store_path: str) -> None:
