@@ -7,6 +7,7 @@ samples inside them. Usage: python3 scripts/gpu/spy_summary.py RAW [RATE_HZ]
 import collections
 import re
 import sys
+from pathlib import Path
 
 LOOPS = {"controller": "pytest_runtestloop (", "rank": "_serve (rankgate/harness/pool/worker.py"}
 INTERESTING = re.compile(r"rankgate/|_pytest/|pluggy/|torch/distributed/|torch/cuda/")
@@ -17,8 +18,8 @@ def main() -> None:
     own: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     inside: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     total: collections.Counter = collections.Counter()
-    for line in open(path):
-        stack, _, count = line.rstrip("\n").rpartition(" ")
+    for line in Path(path).read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
         frames = stack.split(";")
         kind = next((k for k, mark in LOOPS.items() if any(mark in f for f in frames)), None)
         if kind is None:
