@@ -293,9 +293,19 @@ def test_options_from_posargs(posargs, profile, out, strict, rest, tmp_path, mon
 
 def test_options_flag_without_value_names_the_fix():
     with pytest.raises(
-        SystemExit, match=r"--profile needs a value, e\.g\. nox -s gpu -- --profile"
+        SystemExit, match=r"--profile needs a value: a site profile \(TOML\), e\.g\. nox -s gpu -- --profile"
     ):
         Options.from_args(["--profile"])
+
+
+@pytest.mark.parametrize("posargs", [["--only"], ["--only", "--strict"]])
+def test_only_without_value_names_the_gates_stages(posargs):
+    with pytest.raises(SystemExit) as raised:
+        Options.from_args(posargs, quick=True)
+    assert str(raised.value) == (
+        "--only needs a value: some of the gate's stages "
+        "lint,unit,dist,gpu,hpc,bench,container, e.g. nox -s gate -- --only lint,unit"
+    )
 
 
 @pytest.mark.parametrize(
