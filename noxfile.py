@@ -38,9 +38,10 @@ def _session_for(stage: stages.Stage):
                 session.error("gate did not pass: " + "; ".join(blockers))
             return
         outcome = executor.run_stage(stage, options)
-        if outcome.status == "failed":
-            session.error(f"{stage.name} failed: {outcome.reason}")
-        if outcome.status == "skipped" and options.strict and not outcome.not_affected:
+        if outcome.status in ("failed", "incomplete"):
+            session.error(f"{stage.name} {outcome.status}: {outcome.reason}")
+        on_purpose = outcome.not_affected or outcome.empty_on_purpose
+        if outcome.status == "skipped" and options.strict and not on_purpose:
             session.error(f"{stage.name} skipped under --strict: {outcome.reason}")
         if outcome.status == "skipped":
             session.skip(outcome.reason)

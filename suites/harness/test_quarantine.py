@@ -152,3 +152,26 @@ def test_a_missing_quarantine_file_is_a_usage_error(inner, pytester):
     result = inner("def test_x():\n    pass\n", "--rankgate-quarantine", "nowhere.toml")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: quarantine file nowhere.toml: no such file"])
+
+
+def test_an_entry_that_matches_no_test_is_a_warning_naming_it_and_the_file(inner, pytester):
+    listed = _listed(pytester, LIST + STALE)
+    result, _ = inner.junit("--rankgate-quarantine", listed, "-k", "not_listed", source=SOURCE)
+    assert result.ret == 0  # a warning: the run's verdict stands
+    result.stdout.fnmatch_lines(
+        [
+            f"rankgate: WARNING: quarantine entry 'test_inner.py::test_renamed' in {listed} "
+            "matches no test (test_inner.py defines no test_renamed): remove it from the "
+            "list, or correct its id"
+        ]
+    )
+    # The listed tests this run deselected (-k) are no stale entries.
+    assert "test_inner.py::test_always' in" not in result.stdout.str()
+
+
+STALE = """
+[[test]]
+id = "test_inner.py::test_renamed"
+reason = "was renamed"
+issue = "https://example.org/issues/4"
+"""

@@ -12,6 +12,7 @@ from rankgate.harness.quarantine import (
     load,
     next_streak,
     read_history,
+    stale,
     streak_text,
     write_history,
 )
@@ -78,3 +79,23 @@ def test_history_round_trip_and_a_foreign_file_is_refused(tmp_path):
         with pytest.raises(QuarantineError) as raised:
             read_history(path)
         assert "not a rankgate.quarantine-history/1 file" in str(raised.value)
+
+
+def test_an_entry_that_matches_no_test_is_named_with_its_file(tmp_path):
+    (tmp_path / "t.py").write_text(
+        "import pytest\n\n"
+        "@pytest.mark.parametrize('x', [1])\ndef test_a(x):\n    pass\n\n"
+        "class TestK:\n    def test_m(self):\n        pass\n"
+    )
+    path = tmp_path / "q.toml"
+    ids = ["t.py::test_a", "t.py::test_a[1]", "t.py::TestK::test_m", "t.py::test_renamed",
+           "t.py::TestK::test_gone", "gone.py::test_a"]  # fmt: skip
+    path.write_text("".join(ENTRY.replace("t.py::test_a", i) for i in ids))
+    assert stale(load(path), tmp_path) == [
+        f"quarantine entry 't.py::test_renamed' in {path} matches no test (t.py defines no "
+        "test_renamed): remove it from the list, or correct its id",
+        f"quarantine entry 't.py::TestK::test_gone' in {path} matches no test (t.py defines "
+        "no TestK::test_gone): remove it from the list, or correct its id",
+        f"quarantine entry 'gone.py::test_a' in {path} matches no test (no file gone.py under "
+        f"{tmp_path}): remove it from the list, or correct its id",
+    ]

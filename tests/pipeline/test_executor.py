@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 
@@ -135,10 +136,40 @@ def test_missing_module_skips_that_command(calls, options, monkeypatch):
     assert "bench harness: rankgate.bench.pool_overhead is not in this rankgate" in outcome.reason
 
 
-def test_no_tests_selected_is_a_skip_not_a_pass(calls, options):
+def test_no_tests_selected_is_incomplete_never_a_pass(calls, options):
     calls.codes["pytest"] = stage_commands.NO_TESTS
+    options.pytest_args = ("tests",)
     outcome = executor.run_stage(stages.get("unit"), options, FakeMachine())
-    assert (outcome.status, outcome.reason) == ("skipped", "no tests selected by -m 'unit'")
+    assert (outcome.status, outcome.reason) == (
+        "incomplete",
+        "ran no test: pytest selected none by -m 'unit' tests; check the markers and paths",
+    )
+    # It blocks every gate, skips allowed or not, and the report says INCOMPLETE.
+    blocker = f"unit incomplete: {outcome.reason}"
+    assert executor.verdict([outcome], allow_skipped=True) == [blocker]
+    summary = json.loads((options.out_dir / "report.json").read_text())
+    assert (summary["verdict"], summary["ok"]) == ("incomplete", False)
+    assert summary["incomplete"]["stages"] == [f"unit: {outcome.reason}"]
+
+
+def test_a_stage_empty_on_purpose_is_skipped_saying_why(calls, options):
+    calls.codes["pytest"] = stage_commands.NO_TESTS
+    options.strict = True
+    stage = dataclasses.replace(stages.get("unit"), empty_on_purpose="no unit tests yet")
+    outcome = executor.run_stage(stage, options, FakeMachine())
+    assert (outcome.status, outcome.reason, outcome.empty_on_purpose) == (
+        "skipped", "empty on purpose: no unit tests yet (no test selected by -m 'unit')", True,
+    )  # fmt: skip
+    assert executor.verdict([outcome], allow_skipped=False) == []  # not even under --strict
+    summary = json.loads((options.out_dir / "report.json").read_text())
+    assert (summary["verdict"], summary["ok"]) == ("passed", True)
+
+
+def test_a_stage_with_one_empty_selection_is_incomplete_whatever_else_passed(calls, options):
+    calls.codes["pytest"] = stage_commands.NO_TESTS
+    outcome = executor.run_stage(stages.get("bench"), options, FakeMachine())
+    assert [c[0] for c in calls] == ["pytest", "rankgate", "rankgate", "rankgate"]
+    assert outcome.status == "incomplete"
 
 
 def test_failure_stops_the_stage_and_names_the_command(calls, options):
@@ -190,6 +221,17 @@ def test_gate_runs_env_check_then_stages_writes_json_and_prints_table(calls, opt
     assert out.rstrip().endswith("gate — 2 passed, 0 failed, 1 skipped (stages)")
 
 
+def test_a_gate_whose_stage_ran_no_test_is_incomplete(calls, options, capsys):
+    calls.codes["pytest"] = stage_commands.NO_TESTS
+    outcomes = executor.run_gate(options, FakeMachine(), include=("unit",))
+    assert [(o.stage, o.status) for o in outcomes] == [("env-check", "passed"), ("unit", "incomplete")]
+    assert executor.verdict(outcomes, allow_skipped=True) == [f"unit incomplete: {outcomes[1].reason}"]
+    out = capsys.readouterr().out
+    assert "unit       INCOMPLETE" in out
+    assert out.rstrip().endswith("gate — 1 passed, 0 failed, 1 incomplete, 0 skipped (stages)")
+    assert (options.out_dir / "summary.md").read_text().startswith("## rankgate: INCOMPLETE")
+
+
 def test_summary_table_shouts_failures_and_skips():
     table = executor.summary_table(
         [
@@ -223,6 +265,8 @@ def test_summary_table_names_failed_tests_up_to_a_limit():
         (["passed", "skipped"], False, 1),
         (["failed", "skipped"], True, 1),
         (["failed", "skipped"], False, 2),
+        (["passed", "incomplete"], True, 1),
+        (["incomplete", "skipped"], False, 2),
     ],
 )
 def test_verdict(statuses, allow_skipped, blocked):
@@ -249,9 +293,19 @@ def test_options_from_posargs(posargs, profile, out, strict, rest, tmp_path, mon
 
 def test_options_flag_without_value_names_the_fix():
     with pytest.raises(
-        SystemExit, match=r"--profile needs a value, e\.g\. nox -s gpu -- --profile"
+        SystemExit, match=r"--profile needs a value: a site profile \(TOML\), e\.g\. nox -s gpu -- --profile"
     ):
         Options.from_args(["--profile"])
+
+
+@pytest.mark.parametrize("posargs", [["--only"], ["--only", "--strict"]])
+def test_only_without_value_names_the_gates_stages(posargs):
+    with pytest.raises(SystemExit) as raised:
+        Options.from_args(posargs, quick=True)
+    assert str(raised.value) == (
+        "--only needs a value: some of the gate's stages "
+        "lint,unit,dist,gpu,hpc,bench,container, e.g. nox -s gate -- --only lint,unit"
+    )
 
 
 @pytest.mark.parametrize(
@@ -370,7 +424,9 @@ def test_no_tests_selected_in_quick_names_the_expression_that_ran(calls, options
     calls.codes["pytest"] = stage_commands.NO_TESTS
     options.quick = True
     outcome = executor.run_stage(stages.get("unit"), options, FakeMachine())
-    assert outcome.reason == "no tests selected by -m '(unit) and not slow'"
+    assert outcome.reason == (
+        "ran no test: pytest selected none by -m '(unit) and not slow'; check the markers and paths"
+    )
 
 
 @pytest.mark.parametrize(

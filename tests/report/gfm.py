@@ -24,6 +24,11 @@ def parse(text: str) -> list:
     return tokens
 
 
+def render(text: str) -> str:
+    """``text`` as HTML, raw HTML passed through as CommonMark does: what a page shows."""
+    return MarkdownIt("commonmark").enable("table").render(text)
+
+
 def headings(tokens: list, level: int) -> list[str]:
     """The text of every heading of ``level`` (2 for ##)."""
     return [

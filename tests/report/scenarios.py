@@ -222,7 +222,8 @@ def report(out: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
 
 def interrupted_gate(work: Path) -> Path:
     """A gate (env-check, lint, unit, dist) killed with SIGTERM while unit runs, as
-    ``timeout`` kills it: unit never records an outcome, dist never starts."""
+    ``timeout`` kills it: on its way out it records unit INCOMPLETE (stopped before any
+    test ended); dist never starts."""
     plant(work, "test_long.py", INTERRUPTED)
     started, release = work / "started.flag", work / "release.flag"
     code = (
@@ -248,5 +249,5 @@ def interrupted_gate(work: Path) -> Path:
             gate.kill()
             gate.wait()
     marker = json.loads((work / "out" / "stages" / "unit.json").read_text())
-    assert marker["status"] == "running", marker
+    assert marker["status"] == "incomplete", marker
     return release  # the caller touches it after reading the report: the orphan ends

@@ -12,6 +12,7 @@ import pytest
 
 from rankgate import cli
 from rankgate.report.junit import ReportInputError, merge_junit, read_junit
+from rankgate.report.junitfile import NO_TEST
 
 pytestmark = pytest.mark.unit
 
@@ -422,7 +423,7 @@ INTERRUPTED = (
         # what a rank killed by SIGINT in a world test wrote before: only the finished tests
         ([case("test_a"), case("test_a")], None),
         # ... or nothing at all (tests="0"): never "0 tests, passed"
-        (["", ""], "rank 0: it holds no test: the run ended before any test did"),
+        (["", ""], f"rank 0: {NO_TEST}"),
     ],
     ids=["finished-tests-only-marked", "no-test"],
 )
@@ -445,6 +446,20 @@ def test_an_interrupted_in_place_run_is_incomplete_and_exits_1(
     files = [str(tmp_path / f"junit.rank{r}.xml") for r in (0, 1)]
     assert main(monkeypatch, "report", *files, "--out", str(tmp_path / "out")) == 1
     assert capsys.readouterr().out.startswith("rankgate report: INCOMPLETE: ")
+
+
+def test_a_selection_that_ran_no_test_is_incomplete_and_says_so(tmp_path, monkeypatch, capsys):
+    # What pytest writes for -m nosuchmarker (exit 5), byte for byte, on rank 0 in place.
+    (tmp_path / "junit.rank0.xml").write_text(
+        '<?xml version="1.0" encoding="utf-8"?><testsuites name="pytest tests"><testsuite '
+        'name="pytest" errors="0" failures="0" skipped="0" tests="0" time="0.018" '
+        'timestamp="2026-11-27T22:45:25.530894+00:00" hostname="vm" /></testsuites>'
+    )
+    assert main(monkeypatch, "merge-junit", str(tmp_path)) == 1
+    assert capsys.readouterr().out.startswith(
+        "rankgate merge-junit: INCOMPLETE: rank 0: it holds no test: its selection ran none, "
+        "or the run ended before any test did; 0 tests on rank 0 of world 1"
+    )
 
 
 def test_pytests_nameless_testcase_of_a_pool_run_cut_short_is_never_a_pass(

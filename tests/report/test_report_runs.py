@@ -422,35 +422,42 @@ def test_an_interrupted_gate_never_reads_passed(interrupted, chromium, tmp_path)
     # The unit stage's own JUnit says how pytest stopped and which test its xdist worker
     # was running.
     stopped = "out/junit/unit.xml: received SIGTERM while test_long.py::test_runs_until_released ran"
+    # The gate itself, on its way out, recorded the stage it was running.
+    unit = (
+        "unit: stopped by SIGTERM while it ran: no test ended; "
+        "test_long::test_runs_until_released was running"
+    )
     assert summary["incomplete"] == {
-        "interrupted": ["unit"], "never ran": ["dist"], "stopped": [stopped],
+        "interrupted": [], "stages": [unit], "never ran": ["dist"], "stopped": [stopped],
     }  # fmt: skip
     assert summary["run"]["planned"] == ["env-check", "lint", "unit", "dist"]
-    assert not (out / "gate.json").exists()
+    gate = json.loads((out / "gate.json").read_text())
+    assert [(s["stage"], s["status"]) for s in gate] == [
+        ("env-check", "passed"), ("lint", "passed"), ("unit", "incomplete"),
+    ]  # fmt: skip
     assert [(s["stage"], s["status"]) for s in summary["stages"]] == [
-        ("env-check", "passed"), ("lint", "passed"), ("unit", "running"),
+        ("env-check", "passed"), ("lint", "passed"), ("unit", "incomplete"),
     ]
     md = (out / "summary.md").read_text()
     tokens = gfm.parse(md)
     assert gfm.headings(tokens, 2) == ["rankgate: INCOMPLETE"]
     assert (
-        "**Incomplete run**: interrupted during unit (no outcome); never ran: dist; stopped: "
-        f"{stopped}." in md
+        f"**Incomplete run**: incomplete stages: {unit}; never ran: dist; stopped: {stopped}."
+        in md
     )
     stages = next(t for t in gfm.tables(tokens) if t[0][0] == "stage")
     assert [row[:2] for row in stages[1:]] == [
-        ["env-check", "passed"], ["lint", "passed"], ["unit", "**RUNNING**"],
+        ["env-check", "passed"], ["lint", "passed"], ["unit", "**INCOMPLETE**"],
         ["dist", "**NEVER RAN**"],
     ]  # fmt: skip
     page = chromium(out)
     try:
         assert page.evaluate("document.title") == "rankgate report — INCOMPLETE"
         assert page.evaluate("document.querySelector('#incomplete').innerText").startswith(
-            "Incomplete run: interrupted during unit (no outcome); never ran: dist; stopped: "
-            f"{stopped}."
+            f"Incomplete run: incomplete stages: {unit}; never ran: dist; stopped: {stopped}."
         )
         assert [r[:2] for r in _rows(page, "#stages tr[data-stage]")] == [
-            ["env-check", "passed"], ["lint", "passed"], ["unit", "running"],
+            ["env-check", "passed"], ["lint", "passed"], ["unit", "incomplete"],
             ["dist", "never ran"],
         ]  # fmt: skip
         _screenshot(page, "interrupted", tmp_path)

@@ -6,8 +6,10 @@ import json
 import re
 import subprocess
 import sys
+from html import escape
 from pathlib import Path
 
+import gfm
 import pytest
 
 from rankgate import cli
@@ -268,3 +270,36 @@ def test_the_summary_leads_with_this_runs_benchmark_and_folds_the_committed_chec
     )
     assert md.index(line) > first
     assert md.count("| pool_median_ms |") == 2  # this run's rows; the committed ones folded
+
+
+HOSTILE = '<img src=x onerror="alert(1)">'
+
+
+def test_text_from_the_run_is_escaped_in_summary_md_and_the_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A skip reason, an xfail reason and a stage's note are the run's text, not markup:
+    # shown as written in both pages, never rendered as an element.
+    junit = tmp_path / "out" / "junit" / "unit.xml"
+    junit.parent.mkdir(parents=True)
+    junit.write_text(
+        '<testsuites><testsuite name="pytest" tests="3">'
+        '<testcase classname="t" name="test_ok" time="0.1" />'
+        f'<testcase classname="t" name="test_skip" time="0"><skipped message="{escape(HOSTILE)}" />'
+        "</testcase>"
+        f'<testcase classname="t" name="test_x" time="0"><skipped type="pytest.xfail" '
+        f'message="{escape(HOSTILE)}" /></testcase></testsuite></testsuites>'
+    )
+    (tmp_path / "out" / "stages").mkdir()
+    (tmp_path / "out" / "stages" / "unit.json").write_text(
+        json.dumps({"stage": "unit", "status": "passed", "reason": HOSTILE, "seconds": 1.0})
+    )
+    monkeypatch.setattr(sys, "argv", ["rankgate"])  # cli.main rewrites sys.argv
+    assert cli.main(["report", "--out", str(tmp_path / "out")]) == 0
+    md = (tmp_path / "out" / "summary.md").read_text()
+    assert "<img" not in md
+    assert md.count('&lt;img src=x onerror="alert(1)"&gt;') == 3  # the stage, the skip, the xfail
+    rendered = gfm.render(md)
+    assert "<img" not in rendered and rendered.count("&lt;img src=x onerror=") == 3
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "<img" not in page and page.count("&lt;img src=x onerror=") == 3

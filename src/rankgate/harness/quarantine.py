@@ -119,6 +119,50 @@ def _entry(path: Path, number: int, table: object) -> Entry:
                  issue=table["issue"].strip())  # fmt: skip
 
 
+def stale(listed: QuarantineList, rootdir: Path) -> list[str]:
+    """One line per entry that names no test: its file is gone, or holds no function (or
+    class method) of that name. Read from the source, so a narrower run (``-k``, ``-m``,
+    a path, xdist) sees the same; a test made at run time (a loop of ``def``) reads as
+    missing, and its line says to check."""
+    lines = []
+    for entry in listed.entries.values():
+        path, _, name = entry.id.split("[", 1)[0].partition("::")
+        source = rootdir / path
+        if not source.is_file():
+            why = f"no file {path} under {rootdir}"
+        elif name and name not in _test_names(source):
+            why = f"{path} defines no {name}"
+        else:
+            continue
+        lines.append(
+            f"quarantine entry {entry.id!r} in {listed.path} matches no test ({why}): "
+            "remove it from the list, or correct its id"
+        )
+    return lines
+
+
+def _test_names(path: Path) -> set[str]:
+    """``func`` and ``Class::method`` for every def of the module; every name when it
+    cannot be read (pytest says why when it collects the file)."""
+    import ast
+
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, SyntaxError):
+        return _Everything()
+    defs = (ast.FunctionDef, ast.AsyncFunctionDef)
+    names = {node.name for node in tree.body if isinstance(node, defs)}
+    for cls in (node for node in tree.body if isinstance(node, ast.ClassDef)):
+        names.add(cls.name)
+        names |= {f"{cls.name}::{node.name}" for node in cls.body if isinstance(node, defs)}
+    return names
+
+
+class _Everything(set):
+    def __contains__(self, item: object) -> bool:
+        return True
+
+
 def read_history(path: Path) -> dict[str, int]:
     """Each test's passes in a row; {} for a file not there yet. A file that is not a
     history is an error: writing over it would lose what it holds."""

@@ -17,6 +17,7 @@ from rankgate.harness.quarantine import (
     next_streak,
     property_value,
     read_history,
+    stale,
     streak_text,
     write_history,
 )
@@ -103,6 +104,9 @@ class Quarantine:
         return after
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
+        if self._reports():  # once per run: a stale entry should not stay on the list unseen
+            for line in stale(self.listed, self.config.rootpath):
+                terminalreporter.write_line(f"rankgate: WARNING: {line}", yellow=True, bold=True)
         if not self.outcomes:
             return
         tr, needed = terminalreporter, self.listed.passes_to_leave

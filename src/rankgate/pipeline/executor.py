@@ -21,6 +21,7 @@ from rankgate.pipeline.outcome import Outcome, record, refresh_report
 from rankgate.pipeline.probe import Machine
 from rankgate.pipeline.stage_commands import announce, change_plan, run_command, run_stage
 from rankgate.pipeline.stages import Stage
+from rankgate.pipeline.stopped import rewrite_on_stop
 from rankgate.pipeline.table import summary_table
 from rankgate.proc import command
 from rankgate.proc.progress import Progress
@@ -115,11 +116,21 @@ GATE_STEPS: tuple[Callable[[GateRun], None], ...] = (plan, checks, run_stages, g
 def run_gate(
     options: Options, machine: Machine | None = None, include: tuple[str, ...] | None = None
 ) -> list[Outcome]:
-    """The gate's own commands (env-check), then each included stage; prints the table."""
+    """The gate's own commands (env-check), then each included stage; prints the table.
+    Stopped by a signal, it writes its table, gate.json and report on the way out
+    (:mod:`rankgate.pipeline.stopped`)."""
     run = GateRun(options=options, machine=machine, include=include)
+    gate = stages.get("gate")
+
+    def planned() -> list[str]:
+        return [step.name for step in gate.commands] + [stage.name for stage in run.chosen]
+
     with tracing.span("gate", {"rankgate.stage": "gate"}):
-        for step in GATE_STEPS:
-            step(run)
+        # Stopped (Ctrl-C, SIGTERM), the gate still leaves its table, gate.json and a page
+        # saying INCOMPLETE, never the page written when the running stage started.
+        with rewrite_on_stop(options, planned, gate=True):
+            for step in GATE_STEPS:
+                step(run)
         tracing.mark("failed" if any(o.status == "failed" for o in run.outcomes) else "passed")
     tracing.flush()
     return run.outcomes
@@ -148,14 +159,16 @@ def gate_checks(options: Options, progress: Progress | None = None) -> list[Outc
 def verdict(outcomes: list[Outcome], *, allow_skipped: bool) -> list[str]:
     """Why these outcomes do not pass a gate (empty list: they do).
 
-    A failure always blocks; a skip blocks unless ``allow_skipped`` (the local gate
-    allows skips, the release gate and ``--strict`` do not).
+    A failure and an incomplete stage (it ran no test, or was stopped) always block; a
+    skip blocks unless ``allow_skipped`` (the local gate allows skips, the release gate
+    and ``--strict`` do not), or the change does not touch it, or it is empty on purpose.
     """
-    blockers = [f"{o.stage} failed: {o.reason}" for o in outcomes if o.status == "failed"]
+    blocking = ("failed", "incomplete")
+    blockers = [f"{o.stage} {o.status}: {o.reason}" for o in outcomes if o.status in blocking]
     if not allow_skipped:
         blockers += [
             f"{o.stage} skipped: {o.reason}"
             for o in outcomes
-            if o.status == "skipped" and not o.not_affected
+            if o.status == "skipped" and not o.not_affected and not o.empty_on_purpose
         ]
     return blockers

@@ -59,8 +59,8 @@ class Options:
             if flag in ("--quick", "--full"):
                 options.quick = flag == "--quick"
                 continue
-            if not rest:
-                raise SystemExit(f"{flag} needs a value, e.g. nox -s gpu -- {flag} site.toml")
+            if not rest or rest[0] in flags:  # "--only --strict": --only was given no value
+                raise SystemExit(f"{flag} needs a value: {_VALUES[flag]()}")
             value = rest.pop(0)
             if flag == "--profile":
                 options.profile = _readable_profile(value)
@@ -74,6 +74,19 @@ class Options:
                 options.out_dir = Path(value)
         options.pytest_args = tuple(rest)
         return options
+
+
+_VALUES = {
+    "--profile": lambda: "a site profile (TOML), e.g. nox -s gpu -- --profile site.toml",
+    "--shards": lambda: "a number of jobs, e.g. nox -s gpu -- --profile site.toml --shards 4",
+    "--out": lambda: "the output folder, e.g. nox -s unit -- --out out",
+    "--changed-since": lambda: "a git ref, e.g. nox -s gate -- --changed-since origin/main",
+    "--only": lambda: (
+        f"some of the gate's stages {','.join(stages.get('gate').includes)}, "
+        "e.g. nox -s gate -- --only lint,unit"
+    ),
+}
+"""What each option's value is, with an example: the one line a missing value gets."""
 
 
 def _shard_count(value: str) -> int:

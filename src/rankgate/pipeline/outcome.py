@@ -17,7 +17,9 @@ from typing import Literal
 from rankgate.pipeline.options import Options
 from rankgate.proc import command
 
-Status = Literal["passed", "failed", "skipped"]
+Status = Literal["passed", "failed", "incomplete", "skipped"]
+"""incomplete: it ran and proves nothing, never a pass: its selection ran no test, or a
+signal stopped it (the tests that ran before are counted)."""
 _REPORT_LOCK = threading.Lock()
 
 
@@ -28,7 +30,7 @@ class Outcome:
     stage: str
     status: Status
     reason: str = ""
-    """Why it failed or was skipped; for a pass, what it could not check (a note)."""
+    """Why it failed, is incomplete or was skipped; for a pass, what it could not check."""
     seconds: float = 0.0
     products: tuple[str, ...] = ()
     """Product files that exist after the run."""
@@ -36,6 +38,9 @@ class Outcome:
     """With ``--changed-since``: why the change made it run (or, skipped, why not)."""
     not_affected: bool = False
     """Skipped because the change does not touch it: never blocks a gate."""
+    empty_on_purpose: bool = False
+    """Skipped because it selected no test and its stage says why it may
+    (``Stage.empty_on_purpose``): never blocks a gate, not even under ``--strict``."""
     tests: dict[str, int] = field(default_factory=dict)
     """Its tests by outcome (passed ... xfailed, xpassed), from its JUnit; {} without one."""
     failing: list[str] = field(default_factory=list)

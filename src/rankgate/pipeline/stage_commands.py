@@ -8,6 +8,7 @@ stage, pytest's with the stage's markers and JUnit file.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import shutil
 import time
@@ -18,10 +19,13 @@ from rankgate.pipeline.options import Options
 from rankgate.pipeline.outcome import Outcome, Status, record, refresh_report
 from rankgate.pipeline.probe import Machine, module_missing
 from rankgate.pipeline.stages import Command, Stage
+from rankgate.pipeline.stopped import rewrite_on_stop
 from rankgate.proc import command
 from rankgate.report import runinfo, tracing
 
 NO_TESTS = 5  # pytest's exit code when the marker expression selects nothing
+EMPTY_ON_PURPOSE = "empty on purpose"
+"""How a skip of a stage that may select no test (Stage.empty_on_purpose) starts."""
 SLOW_STAGE_LEFT_OUT = "slow stage, left out of the quick gate (--full runs it)"
 SLOW_TESTS_LEFT_OUT = "quick: tests marked slow left out (--full runs them)"
 
@@ -60,7 +64,13 @@ def run_stage(
         runinfo.begin(options.out_dir, planned=[stage.name])
     # Marked running until its outcome replaces the mark: a killed run reads incomplete.
     runinfo.stage_started(options.out_dir, stage.name, stage.products)
-    with tracing.span(f"stage {stage.name}", {"rankgate.stage": stage.name}) as trace_env:
+    # A stage run alone rewrites its page when stopped; in a gate, the gate does.
+    on_stop = (
+        contextlib.nullcontext()
+        if in_gate
+        else rewrite_on_stop(options, lambda: [stage.name], gate=False)
+    )
+    with on_stop, tracing.span(f"stage {stage.name}", {"rankgate.stage": stage.name}) as trace_env:
         outcome = _run_selected(stage, options, machine or Machine(), trace_env, log)
         tracing.mark(outcome.status, **{"rankgate.reason": outcome.reason})
     tracing.flush()
@@ -93,26 +103,31 @@ def _run_selected(
             skipped = Outcome(stage=stage.name, status="skipped", reason="; ".join(blocked))
             return announce(skipped, log)
         steps = list(stage.commands)
-    status, notes, tool_absent = "skipped", [], False
+    statuses, notes, tool_absent = [], [], False
     for step in steps:
         step_status, note = run_command(step, stage, options, trace_env, log)
+        statuses.append(step_status)
         if note:
             notes.append(note)
         if step_status == "failed":
-            status = "failed"
             break
-        if step_status == "passed":
-            status = "passed"
-        elif step.optional:
+        if step_status == "skipped" and step.optional:
             tool_absent = True
+    # The worst of its commands: a failure, then a selection that ran no test (never a
+    # pass, whatever the other commands did), then a pass; skipped when none ran.
+    status: Status = next(
+        (s for s in ("failed", "incomplete", "passed") if s in statuses), "skipped"
+    )
     if status == "passed" and tool_absent and options.strict:
         # Strict (CI, the release gate): a check that did not run is not a pass.
         status = "skipped"
     products = tuple(p for p in stage.products if (options.out_dir / p).exists())
     seconds = time.monotonic() - start
     outcome = Outcome(
-        stage=stage.name, status=status, reason="; ".join(notes), seconds=seconds, products=products
-    )
+        stage=stage.name, status=status, reason="; ".join(notes), seconds=seconds,
+        products=products,
+        empty_on_purpose=status == "skipped" and any(n.startswith(EMPTY_ON_PURPOSE) for n in notes),
+    )  # fmt: skip
     return announce(outcome, log)
 
 
@@ -167,10 +182,21 @@ def run_command(
     except command.CommandFailed as exc:
         return "failed", f"{step.name}: {exc.reason} ({shlex.join(exc.argv)})"
     if argv[0] == "pytest" and code == NO_TESTS:
-        return "skipped", f"no tests selected by -m {markers!r}"
+        return empty_selection(stage, markers, options)
     if argv[0] == "pytest" and options.quick:
         return "passed", SLOW_TESTS_LEFT_OUT
     return "passed", ""
+
+
+def empty_selection(stage: Stage, markers: str, options: Options) -> tuple[Status, str]:
+    """pytest selected no test: INCOMPLETE (a typo in a marker or a path must never read
+    as a pass), or skipped when the stage says why it may be empty."""
+    what = " ".join(filter(None, (f"-m {markers!r}" if markers else "", *options.pytest_args)))
+    what = what or "its paths"
+    if stage.empty_on_purpose:
+        why = stage.empty_on_purpose
+        return "skipped", f"{EMPTY_ON_PURPOSE}: {why} (no test selected by {what})"
+    return "incomplete", f"ran no test: pytest selected none by {what}; check the markers and paths"
 
 
 def quick_markers(markers: str) -> str:

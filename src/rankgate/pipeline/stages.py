@@ -81,6 +81,10 @@ class Stage:
     """What it runs locally, in order."""
     includes: tuple[str, ...] = ()
     """Stages it runs after its own commands (only the gate has any)."""
+    empty_on_purpose: str = ""
+    """Why its pytest may select no test (e.g. "no GPU tests yet"): a run that selects
+    none is then skipped, "empty on purpose: <why>". Without it, a selection that runs no
+    test is INCOMPLETE and blocks the gate: a typo in a marker never passes."""
     beside: bool = False
     """The gate starts it first, in the background, and runs its other stages meanwhile:
     it waits more than it computes (on a scheduler, on an image build), so it shares the

@@ -9,8 +9,9 @@ FAILING_SHOWN = 10
 
 
 def summary_table(outcomes: list[Outcome]) -> str:
-    """Plain-text table: one row per stage; failed and skipped rows in capitals."""
-    counts = {s: sum(o.status == s for o in outcomes) for s in ("passed", "failed", "skipped")}
+    """Plain-text table: one row per stage; rows that did not pass in capitals."""
+    statuses = ("passed", "failed", "incomplete", "skipped")
+    counts = {s: sum(o.status == s for o in outcomes) for s in statuses}
     width = max([len(o.stage) for o in outcomes] + [5])
     lines = [
         "",
@@ -40,8 +41,10 @@ def summary_table(outcomes: list[Outcome]) -> str:
             more = len(o.flaky) - FAILING_SHOWN
             lines.append(f"{'':<{width}}  ~ and {more} more flaky (out/report.html has them all)")
     flaky = sum(len(o.flaky) for o in outcomes)
+    # "incomplete" only when a stage is: the usual line stays as CI logs have read it
+    incomplete = f"{counts['incomplete']} incomplete, " if counts["incomplete"] else ""
     lines.append(
-        f"gate — {counts['passed']} passed, {counts['failed']} failed, "
+        f"gate — {counts['passed']} passed, {counts['failed']} failed, {incomplete}"
         f"{counts['skipped']} skipped (stages)"
         + (f"; {flaky} flaky tests (failed, then passed a rerun)" if flaky else "")
     )

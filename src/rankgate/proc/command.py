@@ -23,7 +23,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,8 +52,30 @@ def signals_raise_ended():
             signal.signal(sig, handler)
 
 
+_last_words: list[Callable[[int], None]] = []
+"""What :func:`die_of` runs first, newest first (:func:`last_words`)."""
+
+
+@contextlib.contextmanager
+def last_words(callback: Callable[[int], None]):
+    """While the block runs, :func:`die_of` calls ``callback(signum)`` before this process
+    dies of an END_SIGNAL, once the commands' trees have ended: a stopped gate rewrites
+    its page on the way out. A callback's error is one line; the process dies anyway."""
+    _last_words.append(callback)
+    try:
+        yield
+    finally:
+        _last_words.remove(callback)
+
+
 def die_of(signum: int) -> None:
-    """End this process by ``signum``, as it would have without the handler."""
+    """End this process by ``signum``, as it would have without the handler, after the
+    :func:`last_words` callbacks."""
+    for callback in reversed(list(_last_words)):
+        try:
+            callback(signum)
+        except Exception as exc:  # dying of the signal matters more than any last word
+            print(f"rankgate: on the way out: {type(exc).__name__}: {exc}", file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
     signal.signal(signum, signal.SIG_DFL)

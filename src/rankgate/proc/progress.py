@@ -20,7 +20,9 @@ import sys
 from collections.abc import Iterator
 from typing import TextIO
 
-_COLOURS = {"passed": "green", "failed": "bold red", "skipped": "yellow"}
+_COLOURS = {
+    "passed": "green", "failed": "bold red", "incomplete": "bold magenta", "skipped": "yellow",
+}  # fmt: skip
 
 
 def mode(stream: TextIO) -> str:

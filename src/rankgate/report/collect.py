@@ -25,12 +25,12 @@ from pathlib import Path
 from rankgate.proc.contention import PROBE_KEY
 from rankgate.report import history, rankresults, runinfo
 from rankgate.report.failures import FailedTest, failed_tests, stopper_first
-from rankgate.report.junitfile import ReportInputError
+from rankgate.report.junitfile import NO_TEST, ReportInputError
 from rankgate.report.results import count
 from rankgate.report.summary import summarize
 
 STAGE_ORDER = ("env-check", "lint", "unit", "dist", "gpu", "hpc", "bench", "container")
-STATUSES = ("passed", "failed", "skipped", runinfo.RUNNING)
+STATUSES = ("passed", "failed", "incomplete", "skipped", runinfo.RUNNING)
 """A stage file's statuses; ``running`` is the marker of a stage that has not ended."""
 
 
@@ -80,8 +80,9 @@ class ReportData:
     run: dict | None = None
     """run.json: started, command, commit, machine, planned; None when absent."""
     incomplete: dict[str, list[str]] = field(default_factory=dict)
-    """``interrupted`` (stages still marked running), ``never ran`` (planned, no result)
-    and ``stopped`` (JUnit of a run a signal cut short, or with no test: ``source: why``)."""
+    """``interrupted`` (stages still marked running), ``stages`` (stages that ended
+    incomplete, ``stage: why``), ``never ran`` (planned, no result) and ``stopped`` (JUnit
+    of a run a signal cut short, or with no test: ``source: why``)."""
     trend: history.Trend | None = None
     out_dir: str = "out"
     """The output folder the report is written to (summary.md links its report.html)."""
@@ -173,26 +174,41 @@ def summarize_nothing() -> dict:
 
 
 def incomplete(run: dict | None, stages: list[dict]) -> dict[str, list[str]]:
-    """Stages still marked running (interrupted) and planned stages with no result."""
+    """Stages still marked running (interrupted), stages that ended incomplete (their
+    selection ran no test, or a signal stopped them: ``stage: why``) and planned stages
+    with no result."""
     seen = {s["stage"] for s in stages}
     planned = (run or {}).get("planned") or []
+    ended = [f"{s['stage']}: {s.get('reason') or 'incomplete'}"
+             for s in stages if s["status"] == "incomplete"]  # fmt: skip
     return {
         "interrupted": [s["stage"] for s in stages if s["status"] == runinfo.RUNNING],
+        **({"stages": ended} if ended else {}),
         "never ran": [name for name in planned if name not in seen],
     }
 
 
 def _stopped(summary: dict, stages: list[dict]) -> dict[str, list[str]]:
     """``{"stopped": [...]}``: JUnit sources whose run a signal cut short, or that hold no
-    test, with why ({} when none); a stage that selected no test (skipped) may leave an
-    empty file, which is no loss."""
-    skipped = {s["stage"] for s in stages if s.get("status") == "skipped"}
+    test, with why ({} when none). A skipped stage may leave an empty file, which is no
+    loss; an incomplete stage's empty file is said by the stage's own reason."""
+    said = {s["stage"]: s.get("status") for s in stages if s.get("status") in _EMPTY_SAID}
     found = [
         f"{short_path(item['source'])}: {item['why']}"
         for item in summary.get("incomplete") or ()
-        if Path(item["source"]).stem not in skipped and Path(item["source"]).name not in skipped
+        if not _empty_said(item, said)
     ]
     return {"stopped": found} if found else {}
+
+
+_EMPTY_SAID = ("skipped", "incomplete")
+
+
+def _empty_said(item: dict, said: dict[str, str]) -> bool:
+    """A JUnit source whose stage already says why it is empty (or skipped)."""
+    source = Path(item["source"])
+    status = said.get(source.stem) or said.get(source.name)
+    return status == "skipped" or (status == "incomplete" and item["why"].startswith(NO_TEST))
 
 
 def short_path(path: str) -> str:

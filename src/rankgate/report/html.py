@@ -42,7 +42,7 @@ code,.id{font-family:ui-monospace,monospace;font-size:12.5px}
 .passed{color:#1e7e34;font-weight:600}
 .failed,.error,.regressed,.xpassed{color:#b02a37;font-weight:600}
 .skipped,.noisy,.xfailed{color:#8a6d00;font-weight:600} .improved{color:#1e7e34}
-.running,.never{color:#6f42c1;font-weight:600}
+.running,.never,.incomplete{color:#6f42c1;font-weight:600}
 tr.regressed td{background:#fbe9eb}
 .banner{background:#efe7fb;border:1px solid #6f42c1;padding:8px 12px;margin:14px 0}
 .tiles{display:flex;gap:8px;flex-wrap:wrap;margin:12px 0}

@@ -145,7 +145,12 @@ class JUnitFile:
         """Why this file cannot stand for a finished run: interrupted, or no test in it."""
         if self.interrupted:
             return self.interrupted
-        return "" if self.cases else "it holds no test: the run ended before any test did"
+        return "" if self.cases else NO_TEST
+
+
+NO_TEST = "it holds no test: its selection ran none, or the run ended before any test did"
+"""Why a JUnit file without a test is INCOMPLETE, never a pass: a marker or path that
+selects nothing (pytest's exit 5) reads the same as a run that never got to a test."""
 
 
 NAMELESS_CASE = "a test started and never ended (its <testcase/> has no name): the run was stopped"

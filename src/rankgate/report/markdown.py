@@ -84,7 +84,7 @@ def _shards(groups: list[dict]) -> list[str]:
 
 
 def _status(status: str) -> str:
-    return status if status == "passed" else f"**{status.upper()}**"
+    return Markdown(status if status == "passed" else f"**{status.upper()}**")
 
 
 def _failures(failures: list[FailedTest]) -> list[str]:
@@ -180,7 +180,8 @@ def _comparison(table: BenchTable) -> list[str]:
     verdict = f"**{verdict}**" if "regressed" in verdict else verdict
     lines = [f"### Benchmark: {_inline(table.title)}: {verdict}", ""]
     lines += [f"- {_inline(n)}" for n in table.notes] + ([""] if table.notes else [])
-    cells = [tuple(f"**{c}**" if c == "regressed" else c for c in row) for row in table.rows]
+    cells = [tuple(Markdown("**regressed**") if c == "regressed" else c for c in row)
+             for row in table.rows]  # fmt: skip
     return lines + _table(table.columns, cells)
 
 
@@ -210,8 +211,15 @@ def _table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
     return [*lines, ""]
 
 
+class Markdown(str):
+    """A table cell that is Markdown already (a code span, bold): kept as it is. Any other
+    cell is text from the run (a skip reason, a stage's note, a command line): escaped,
+    so ``<img onerror=…>`` in a skip reason is shown, never rendered."""
+
+
 def _cell(text: str) -> str:
-    return str(text).replace("\n", " ").replace("|", "\\|")
+    cell = str(text) if isinstance(text, Markdown) else escape(str(text), quote=False)
+    return cell.replace("\n", " ").replace("|", "\\|")
 
 
 def _inline(text: str) -> str:
@@ -224,4 +232,4 @@ def _code(text: str) -> str:
     longest = max((len(m) for m in _BACKTICKS.findall(text)), default=0)
     ticks = "`" * (longest + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""
-    return f"{ticks}{pad}{text}{pad}{ticks}"
+    return Markdown(f"{ticks}{pad}{text}{pad}{ticks}")

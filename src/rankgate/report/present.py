@@ -25,6 +25,8 @@ def incomplete_text(incomplete: dict[str, list[str]]) -> str:
     parts = []
     if incomplete.get("interrupted"):
         parts.append(f"interrupted during {', '.join(incomplete['interrupted'])} (no outcome)")
+    if incomplete.get("stages"):
+        parts.append(f"incomplete stages: {'; '.join(incomplete['stages'])}")
     if incomplete.get("never ran"):
         parts.append(f"never ran: {', '.join(incomplete['never ran'])}")
     if incomplete.get("stopped"):

@@ -36,7 +36,9 @@ _TOPOLOGY_LINK = re.compile(r"^(NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")
 def begin(
     out_dir: Path, planned: list[str], argv: list[str] | None = None, *, gate: bool = False
 ) -> Path:
-    """Start a run: write run.json; a gate's run also drops the last gate's table."""
+    """Start a run: write run.json, and drop what an earlier run left of the planned stages
+    (their outcomes; a gate's, its table): a stage this run never reaches reads "never
+    ran", not the last run's verdict."""
     out_dir.mkdir(parents=True, exist_ok=True)
     argv = command_line() if argv is None else list(argv)
     doc = {
@@ -50,6 +52,8 @@ def begin(
     }
     path = out_dir / "run.json"
     path.write_text(json.dumps(doc, indent=2) + "\n")
+    for name in planned:
+        (out_dir / "stages" / f"{name}.json").unlink(missing_ok=True)
     if gate:
         (out_dir / "gate.json").unlink(missing_ok=True)
     return path

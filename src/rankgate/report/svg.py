@@ -9,7 +9,7 @@ from __future__ import annotations
 from html import escape
 
 COLOURS = {
-    "passed": "#1e7e34", "failed": "#b02a37", "skipped": "#c69500",
+    "passed": "#1e7e34", "failed": "#b02a37", "skipped": "#c69500", "incomplete": "#6f42c1",
     "running": "#6f42c1", "never ran": "#8a8f98",
 }  # fmt: skip
 
