@@ -11,7 +11,7 @@ mkdir -p $o
 { nvidia-smi --query-gpu=name,driver_version --format=csv
   python3 -c "import torch; print('torch', torch.__version__, 'nccl', torch.cuda.nccl.version())"
   uptime; nproc; } >$o/env.txt 2>&1
-for i in 1 2; do
+for i in ${RUNS:-1 2}; do
   for backend in nccl gloo; do
     timeout 120 python3 -m rankgate.cli bench harness --backend $backend --worlds 2 4 --k 100 \
       --spawn-k 1 --json >>$o/harness-$backend.txt 2>&1; echo "run $i rc $?" >>$o/harness-$backend.txt
@@ -19,7 +19,7 @@ for i in 1 2; do
 done
 bash scripts/gpu/spy-pool.sh $o nccl 2 >>$o/spy.log 2>&1
 bash scripts/gpu/spy-pool.sh $o nccl 4 >>$o/spy.log 2>&1
-bash scripts/gpu/spy-pool.sh $o gloo 2 >>$o/spy.log 2>&1
+[ -n "${GLOO_SPY:-}" ] && bash scripts/gpu/spy-pool.sh $o gloo 2 >>$o/spy.log 2>&1
 rm -f $o/*.raw
 start=$SECONDS
 timeout 200 python3 -m rankgate.bench.comm --world 4 -b 1K -e 64M -f 4 --iters 20 --reps 5 \
