@@ -34,7 +34,7 @@ import pytest
 from _pytest.runner import runtestprotocol
 
 from rankgate.harness import leaks, ledger, options, verdict_lines
-from rankgate.harness.inplace import collection, control, reproduce, summary, tempdirs
+from rankgate.harness.inplace import collection, control, reproduce, run_id, summary, tempdirs
 from rankgate.harness.inplace.control import PeerGone, RunAborted
 from rankgate.harness.inplace.group import InPlaceGroup
 from rankgate.harness.inplace.hangwatch import HangWatch
@@ -102,6 +102,15 @@ def _call_worker_setup(config: pytest.Config, rank: int) -> None:
         ) from None
 
 
+def _agree_on_run_id(channel: control.ControlChannel) -> str:
+    """This launch's id, the same on every rank (``run_id``); a bad RANKGATE_RUN_ID stops
+    the run before any test."""
+    try:
+        return run_id.agree(channel)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
 class AfterTestProblem(AssertionError):
     """A test that lost the process group or left processes running."""
 
@@ -126,7 +135,6 @@ class InPlaceSession:
         # exchange records its verdict in the JUnit with them (a peer's death, say).
         self.current_own: list[pytest.TestReport] | None = None
         self.current_start = 0.0  # time.monotonic() when the current test began
-        self.records = RankRecords(config, launch, self.skip_reason)
         # The real stderr, before pytest's capture swaps fd 2 during tests: hang stacks
         # written to the capture file would vanish with the process.
         self.hang_watch = HangWatch(launch.rank, os.fdopen(os.dup(2), "w"))
@@ -140,6 +148,8 @@ class InPlaceSession:
         self._shows_passes = bool({"A", "P"} & set(config.getoption("reportchars") or ""))
         _call_worker_setup(config, launch.rank)
         self._join()
+        self.run_id = _agree_on_run_id(self.control)
+        self.records = RankRecords(config, launch, self.skip_reason, self.run_id)
         ledger.install(self.backend)
         self.stop = RunStop(self)
         shared_root = Path(os.environ.get("RANKGATE_SHARED_TMP", self.log_dir))
@@ -202,7 +212,7 @@ class InPlaceSession:
         everyone = self.control.all_gather("collected", mine)
         self.stop.peers = [c.where for c in everyone]
         collection.make_one(session, everyone, self.log_dir)  # UsageError: they differ
-        self.records.items = list(session.items)
+        self.records.collected(session.items)
         self.index = {item.nodeid: i for i, item in enumerate(self.records.items)}
 
     # -- running ----------------------------------------------------------------------
