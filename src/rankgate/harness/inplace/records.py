@@ -20,7 +20,8 @@ from rankgate.harness.failure_repr import item_report, not_run_report
 from rankgate.harness.inplace import ledger_file
 from rankgate.harness.inplace.results_writer import ResultsWriter, results_path
 from rankgate.harness.inplace.run_id import RUN_ID_PROPERTY
-from rankgate.harness.inplace.verdict import own_result, plain_report, report_text
+from rankgate.harness.inplace.verdict import clipped, own_result, plain_report, report_text
+from rankgate.harness.output import JUNIT_LIMIT
 from rankgate.harness.verdict_lines import (
     INTERRUPTED_PROPERTY,
     INTERRUPTED_TEST_PROPERTY,
@@ -147,7 +148,8 @@ class RankRecords:
     ) -> None:
         """This rank's own reports: into its JUnit file (with ``properties``, say every
         attempt of a rerun test) and its results file (``junit``/``results``: only one)."""
-        reports = [plain_report(item, r) for r in reports]
+        # Each stream cut as the pool cuts a rank's in its JUnit (harness.output).
+        reports = clipped([plain_report(item, r) for r in reports], JUNIT_LIMIT)
         xml = self.xml() if junit else None
         if xml is not None:
             if reports:  # merge-junit names the test as pytest does, not as JUnit mangles it

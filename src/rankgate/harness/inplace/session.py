@@ -50,6 +50,7 @@ from rankgate.harness.inplace.stop import RunStop
 from rankgate.harness.inplace.summary import Problem
 from rankgate.harness.inplace.verdict import (
     RankResult,
+    clipped,
     cross_rank_problem,
     own_result,
     verdict_reports,
@@ -61,6 +62,7 @@ from rankgate.harness.item_settings import (
     test_timeout,
     world_spec,
 )
+from rankgate.harness.output import TERMINAL_LIMIT
 from rankgate.harness.rankstate import (
     EnvironmentSnapshot,
     WorkerSetupError,
@@ -349,7 +351,7 @@ class InPlaceSession:
         while True:
             ledger.follow(body_backend)
             ledger.begin_test()
-            own = runtestprotocol(item, nextitem=nextitem, log=False)
+            own = clipped(runtestprotocol(item, nextitem=nextitem, log=False), TERMINAL_LIMIT)
             self.stop.park_if_stopping()
             if not hold:  # a rank that dies in the exchange leaves its result
                 self.records.log_own(item, own, junit=False)
