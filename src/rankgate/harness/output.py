@@ -40,9 +40,7 @@ def clip_text(text: str, limit: int) -> str:
     return _join(head, tail, cut)
 
 
-def clip_sections(
-    sections: list[tuple[str, str]], limit: int
-) -> list[tuple[str, str]]:
+def clip_sections(sections: list[tuple[str, str]], limit: int) -> list[tuple[str, str]]:
     """A report's sections, each stream's captured output (``Captured stdout ...``, one
     section per phase) cut to ``limit`` bytes in all, as ``clip_text`` cuts one text: a
     short phase's output stays whole and a long one is cut (each gets an equal share of
