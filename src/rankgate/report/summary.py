@@ -18,6 +18,7 @@ that holds no test, is listed under ``incomplete``. The result::
      "not_run": [{"reason": "not run: rank 1 stopped the run: ...", "count": 4,
                   "examples": ["..."]}],
      "incomplete": [{"source": "out/junit/dist.xml", "why": "received SIGTERM while ..."}],
+     "other_runs": ["out/junit/dist holds files of 2 runs: read run ... (the newest); ..."],
      "skips": [{"reason": "world(4/8, ...) needs 4/8 GPUs; 2 visible ...", "count": 13,
                 "examples": ["..."]}],
      "xfails": [{"reason": "...", "count": 1, "examples": ["..."]}],
