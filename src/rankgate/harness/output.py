@@ -40,6 +40,26 @@ def clip_text(text: str, limit: int) -> str:
     return _join(head, tail, cut)
 
 
+def clip_sections(sections: list[tuple[str, str]], limit: int) -> list[tuple[str, str]]:
+    """A report's sections, each stream's captured output (``Captured stdout ...``, one
+    section per phase) cut to ``limit`` bytes in all, as ``clip_text`` cuts one text: a
+    short phase's output stays whole and a long one is cut (each gets an equal share of
+    what the shorter ones leave). Other sections stay as they are."""
+    streams: dict[str, list[int]] = {}
+    for i, (title, _) in enumerate(sections):
+        if title.startswith("Captured "):
+            streams.setdefault(" ".join(title.split(" ", 2)[:2]), []).append(i)
+    out = list(sections)
+    for indices in streams.values():
+        budget = limit
+        by_size = sorted(indices, key=lambda i: len(sections[i][1].encode("utf-8", "replace")))
+        for n, i in enumerate(by_size):
+            title, text = sections[i]
+            out[i] = (title, clip_text(text, budget // (len(by_size) - n)))
+            budget -= min(len(out[i][1].encode("utf-8", "replace")), budget)
+    return out
+
+
 def read_clipped(
     path: Path, start: int, end: int | None = None, limit: int = TERMINAL_LIMIT
 ) -> str:

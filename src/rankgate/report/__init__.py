@@ -13,6 +13,9 @@ Main API:
   (:func:`~rankgate.report.html.render_html`) and its Markdown twin.
 - :func:`rankgate.report.junitfile.read_junit` / :func:`~rankgate.report.rankresults.read_any`:
   one rank's JUnit or results file, as the harness wrote it.
+- :func:`rankgate.report.runs.pick_run`: one in-place run's files of a folder holding
+  several runs' (the newest, or the one named); :mod:`~rankgate.report.mergedcase`
+  reads a merged file's cases back into each rank's texts.
 - :func:`rankgate.report.runinfo.git_commit` and ``describe_machine``: what a run ran on.
 - :func:`rankgate.report.launched.run_pytest_under` -> ``LaunchedRun``: pytest under
   torchrun, srun or mpirun, with every rank's output and the merged verdicts.

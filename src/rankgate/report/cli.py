@@ -54,6 +54,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "whose outcome changed since the last of them",
     )  # fmt: skip
     parser.add_argument(
+        "--run-id", metavar="ID",
+        help="of a folder holding several in-place runs' per-rank files, read run ID's "
+        "(default: each folder's newest run)",
+    )  # fmt: skip
+    parser.add_argument(
         "-o", "--output", metavar="OUT.json", help="also write the JSON summary here"
     )
     parser.add_argument(
@@ -65,7 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         history = args.history or default_history(args.out)
-        data = collect(args.out, args.junit, args.bench, args.plot, history)
+        data = collect(args.out, args.junit, args.bench, args.plot, history, args.run_id)
         write(data, args.out)
         text = json.dumps(data.summary, indent=2)
         if args.output:
@@ -80,11 +85,12 @@ def run(args: argparse.Namespace) -> int:
         f"rankgate report: {headline(data)}; wrote {args.out / 'report.html'} and "
         f"{args.out / 'summary.md'}"
     )
+    notes = [f"rankgate report: {note}" for note in data.summary.get("other_runs") or ()]
     if args.json:
         print(text)
-        print(line, file=sys.stderr)
+        print("\n".join([*notes, line]), file=sys.stderr)
     else:
-        print(line)
+        print("\n".join([*notes, line]))
     return 0 if data.ok else 1
 
 

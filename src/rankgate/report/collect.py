@@ -118,8 +118,10 @@ def collect(
     bench: Iterable[str | Path] = (),
     plots: Iterable[str | Path] = (),
     history_dir: Path | None = None,
+    run_id: str | None = None,
 ) -> ReportData:
-    """Gather a report; explicit files win over what ``out_dir`` holds."""
+    """Gather a report; explicit files win over what ``out_dir`` holds. ``run_id``: of a
+    folder of several in-place runs' files, that run's (else the newest's)."""
     junit = [str(p) for p in junit] or _junit_files(out_dir)
     bench = [str(p) for p in bench] or sorted(str(p) for p in (out_dir / "bench").glob("*.json"))
     plots = [Path(p) for p in plots] or sorted((out_dir / "bench").rglob("*.png"))
@@ -130,7 +132,7 @@ def collect(
             f"nothing to report in {out_dir}: no junit/*.xml, stages/*.json, gate.json or "
             "bench/*.json (run a stage first, e.g. nox -s unit, or name the files)"
         )
-    summary = summarize(junit, bench) if junit or bench else summarize_nothing()
+    summary = summarize(junit, bench, run_id) if junit or bench else summarize_nothing()
     tables = [
         table
         for item in summary.get("bench", [])
@@ -140,7 +142,7 @@ def collect(
         summary=summary,
         stages=stages,
         failures=stopper_first(
-            failed_tests(junit) if junit else [],
+            failed_tests(junit, run_id) if junit else [],
             [g["reason"] for g in summary.get("not_run") or ()],
         ),
         bench=tables,
@@ -168,7 +170,7 @@ def collect(
 def summarize_nothing() -> dict:
     """The summary of a run that produced no test results yet (only stage outcomes)."""
     return {"ok": True, "totals": count(()), "groups": [], "failing": [], "not_run": [],
-            "incomplete": [], "skips": [],
+            "incomplete": [], "other_runs": [], "skips": [],
             "xfails": [], "xpassed": [], "slowest": [], "tests": {}, "bench": [],
             "metrics": {}}  # fmt: skip
 
@@ -228,13 +230,14 @@ def _plot_name(path: Path, out_dir: Path) -> str:
 
 
 def _junit_files(out_dir: Path) -> list[str]:
-    """junit/'s JUnit files, and the results files of ranks that died before writing one."""
+    """junit/'s JUnit files, and the results files of ranks that died before writing one
+    (which of them stand is :mod:`rankgate.report.runs`'s choice)."""
     folder = out_dir / "junit"
     if not folder.is_dir():
         return []
     junit = sorted(str(p) for p in folder.rglob("*.xml"))
     with_results = sorted({p.parent for p in folder.rglob(f"*{rankresults.SUFFIX}")})
-    return junit + [f for d in with_results for f in rankresults.results_without_junit(d)]
+    return junit + [f for d in with_results for f in rankresults.results_files(d)]
 
 
 def read_stages(out_dir: Path) -> list[dict]:

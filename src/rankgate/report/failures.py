@@ -9,7 +9,9 @@ from:
 - one file from a pool run: the harness's ``rankgate.rank<r>.*`` properties give each
   rank's outcome and output, and its failure text holds one ``--- rank r: failed ---``
   section per failing rank;
-- a file written by ``rankgate merge-junit``: its ``rank_outcomes`` property;
+- a file written by ``rankgate merge-junit``: its ``rank_outcomes`` property, and each
+  rank's section of the failure text and lines of its output (:mod:`.mergedcase`), so it
+  reads as the per-rank files it was merged from;
 - an ordinary test: no ranks, the failure text as it is.
 """
 
@@ -22,9 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rankgate.harness import divergence
+from rankgate.report import mergedcase
 from rankgate.report.junit import MergedTest, merge_files
 from rankgate.report.junitfile import CaseResult, JUnitFile
 from rankgate.report.rankresults import expand, read_any
+from rankgate.report.runs import with_run
 
 _RANK_SECTION = re.compile(r"^-{3,} rank (\d+): (\w+) -{3,}$", re.MULTILINE)
 """The harness's heading of one failing rank's section in a failure text."""
@@ -86,9 +90,10 @@ class FailedTest:
         return tuple(r.rank for r in self.ranks if r.outcome == "hung")
 
 
-def failed_tests(junit_paths: Iterable[str | Path]) -> list[FailedTest]:
+def failed_tests(junit_paths: Iterable[str | Path], run_id: str | None = None) -> list[FailedTest]:
     """Every failed or errored test of these JUnit files, in file order (a test that
-    never ran is no failure of its own: the report lists those apart)."""
+    never ran is no failure of its own: the report lists those apart); of a folder of
+    several runs' files, run ``run_id``'s where it is there, else the newest's."""
     plain, per_rank = read_by_rank(junit_paths)
     found: list[FailedTest] = []
     for f in plain:
@@ -99,7 +104,8 @@ def failed_tests(junit_paths: Iterable[str | Path]) -> list[FailedTest]:
         red = ("failed", "error")
         found += [_from_case(f.path, c) for c in by_id.values() if c.outcome in red]
     for directory, files in per_rank.items():
-        bad = [t for t in merge_files(files).tests if t.verdict in ("failed", "error")]
+        merged = merge_files(files, run_id=with_run(files, run_id))
+        bad = [t for t in merged.tests if t.verdict in ("failed", "error")]
         found += [_from_merged(directory, t) for t in bad]
     return found
 
@@ -169,11 +175,18 @@ def _from_case(source: str, case: CaseResult) -> FailedTest:
     for name, value in case.properties:
         if match := _RANK_PROP.match(name):
             per_rank.setdefault(int(match.group(1)), {})[match.group(2)] = value
+    sections = _rank_sections(case.text)
+    order = tuple(sections)  # the pool's sections come root cause first
     if not per_rank and props.get("rank_outcomes"):  # written by merge-junit
+        sections, order = mergedcase.rank_texts(case.text), ()  # ordered as from the folder
+        logs = {"stdout": mergedcase.rank_logs(case.system_out),
+                "stderr": mergedcase.rank_logs(case.system_err)}  # fmt: skip
         for pair in props["rank_outcomes"].split(","):
             rank, _, outcome = pair.partition("=")
             per_rank[int(rank)] = {"outcome": outcome}
-    sections = _rank_sections(case.text)
+            per_rank[int(rank)].update((k, v[int(rank)]) for k, v in logs.items() if int(rank) in v)
+            if outcome == "missing":  # as the folder's merge says it
+                sections.setdefault(int(rank), "no result")
     ranks = tuple(
         RankDetail(
             rank=rank,
@@ -184,7 +197,7 @@ def _from_case(source: str, case: CaseResult) -> FailedTest:
         )
         for rank, fields in sorted(per_rank.items())
     )
-    ranks = _root_cause_first(ranks, tuple(sections), divergence.blamed_in(case.message))
+    ranks = _root_cause_first(ranks, order, divergence.blamed_in(case.message))
     return FailedTest(
         id=case.test_id,
         outcome=case.outcome,

@@ -31,32 +31,36 @@ A file that says its run was interrupted (the ``rankgate.interrupted`` property,
 pytest's nameless ``<testcase/>`` of a test cut short), or that holds no test, makes the
 merged run INCOMPLETE: never a pass, whatever its tests say.
 
-Command line: ``rankgate merge-junit FILES... [-o OUT.xml] [--world N] [--json]``;
-exit 0 when nothing failed or errored and the run is complete, 1 otherwise, 2 on bad input.
+A folder may hold files of several in-place runs (a killed run's results files beside
+an earlier run's JUnit files): one run's files are read, the newest or the one named
+(:mod:`rankgate.report.runs`). A merged file keeps the run id, and the tests a signal
+stopped (``rankgate.interrupted_test``), so a report on it says what one on the folder
+says. The command line is :mod:`rankgate.report.merge_command`'s.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rankgate.cliargs import int_at_least
 from rankgate.harness import divergence, verdict_lines
 from rankgate.harness.attempts import (
     ATTEMPTS_PROPERTY,
     FLAKY_PROPERTY,
     Attempt,
-    attempts_line,
     decode,
     encode,
 )
 from rankgate.harness.inplace import ledger_file
-from rankgate.harness.verdict_lines import INTERRUPTED_PREFIX, INTERRUPTED_PROPERTY, NOT_RUN_PREFIX
+from rankgate.harness.inplace.run_id import RUN_ID_PROPERTY
+from rankgate.harness.verdict_lines import (
+    INTERRUPTED_PREFIX,
+    INTERRUPTED_PROPERTY,
+    INTERRUPTED_TEST_PROPERTY,
+    NOT_RUN_PREFIX,
+)
 from rankgate.report.junitfile import (
     GREEN,
     OUTCOMES,
@@ -69,6 +73,7 @@ from rankgate.report.junitfile import (
     read_junit,  # noqa: F401  (part of this module's API)
 )
 from rankgate.report.rankresults import crashed_in, expand, read_any
+from rankgate.report.runs import pick_run
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +149,13 @@ class MergedReport:
     such a run is never a pass, whatever its tests say."""
     labels: tuple[tuple[str, str], ...] = ()
     """The suite's own properties beyond ranks and sources (one ``shard`` per shard merged)."""
+    interrupted_tests: tuple[str, ...] = ()
+    """The tests a signal stopped (``classname::name``): the report counts them as the
+    run's interruption, not as failures of their own."""
+    run_id: str = ""
+    """The in-place launch its files came from ("" when they name none)."""
+    other_runs: str = ""
+    """One line naming the files of other runs in the folder that were left out."""
 
     @property
     def counts(self) -> dict[str, int]:
@@ -189,6 +201,8 @@ class MergedReport:
             "ranks": list(self.ranks),
             "counts": self.counts,
             "sources": list(self.sources),
+            **({"run_id": self.run_id} if self.run_id else {}),
+            **({"other_runs": self.other_runs} if self.other_runs else {}),
             **({"labels": [list(pair) for pair in self.labels]} if self.labels else {}),
             "tests": [
                 {
@@ -225,6 +239,8 @@ class MergedReport:
             [("ranks", _csv(self.ranks)), ("world_size", str(self.world_size))]
             + [("source", s) for s in self.sources]
             + [(INTERRUPTED_PROPERTY, why) for why in self.incomplete]
+            + [(INTERRUPTED_TEST_PROPERTY, test) for test in self.interrupted_tests]
+            + ([(RUN_ID_PROPERTY, self.run_id)] if self.run_id else [])
             + list(self.labels),
         )
         for test in self.tests:
@@ -238,23 +254,31 @@ class MergedReport:
 # --------------------------------------------------------------------------- merging
 
 
-def merge_junit(paths: Iterable[str | Path], world_size: int | None = None) -> MergedReport:
+def merge_junit(
+    paths: Iterable[str | Path], world_size: int | None = None, run_id: str | None = None
+) -> MergedReport:
     """Read per-rank JUnit files and merge them; see the module docstring for the rules.
 
     ``world_size`` names the ranks expected (0..world_size-1); by default it comes from
     a ``world_size`` property of the files, else from the ranks seen. A rank with no
     file at all becomes one errored test, ``rankgate.merge::missing_ranks``; a rank
     that left only its results file (it died) is read from that file
-    (:mod:`rankgate.report.rankresults`), its last test crashed.
+    (:mod:`rankgate.report.rankresults`), its last test crashed. Of files of several
+    runs, those of run ``run_id`` are read, else the newest run's
+    (:mod:`rankgate.report.runs`).
     """
     files = [read_any(p) for p in expand(paths)]
-    return merge_files(files, world_size)
+    return merge_files(files, world_size, run_id)
 
 
-def merge_files(files: Sequence[JUnitFile], world_size: int | None = None) -> MergedReport:
+def merge_files(
+    files: Sequence[JUnitFile], world_size: int | None = None, run_id: str | None = None
+) -> MergedReport:
     """:func:`merge_junit` on files already read."""
     if not files:
         raise ReportInputError("no JUnit files given")
+    picked = pick_run(files, run_id)
+    files = picked.files
     holder: dict[int, str] = {}
     for f in files:
         if f.rank is not None and f.rank in holder:
@@ -283,7 +307,7 @@ def merge_files(files: Sequence[JUnitFile], world_size: int | None = None) -> Me
             f"(ranks 0..{world_size - 1}); pass the right --world"
         )
     ledgers = {
-        f.rank: ledger_file.read(ledger_file.ledger_path(f.path))
+        f.rank: ledger_file.read(ledger_file.ledger_path(f.path), f.run_id)
         for f in files
         if f.rank is not None
     }
@@ -306,6 +330,9 @@ def merge_files(files: Sequence[JUnitFile], world_size: int | None = None) -> Me
         system_out=_prefixed((f.rank, f.system_out) for f in files),
         system_err=_prefixed((f.rank, f.system_err) for f in files),
         incomplete=tuple(_incomplete(f) for f in files if f.incomplete),
+        interrupted_tests=tuple(dict.fromkeys(t for f in files for t in f.interrupted_tests)),
+        run_id=picked.run_id,
+        other_runs=picked.other_runs,
     )
 
 
@@ -413,8 +440,8 @@ def _merge_test(
     disagree = verdict == "error" and not bad and not missing
     shown = results if disagree else bad  # a disagreement shows what every rank did
     details = "\n\n".join(
-        f"----- rank {r}: {res.outcome}"
-        + (f": {res.message}" if res.message else "")
+        f"----- rank {r}: {res.outcome}"  # one line: mergedcase reads each rank's text back
+        + (f": {res.message.splitlines()[0]}" if res.message.strip() else "")
         + (f"\n{res.text.rstrip()}" if res.text.strip() else "")
         for r, res in shown.items()
     )
@@ -520,68 +547,3 @@ def _csv(ranks: Iterable[int]) -> str:
 
 def _ranks_text(ranks: Sequence[int]) -> str:
     return verdict_lines.ranks(ranks)
-
-
-# --------------------------------------------------------------------------- command
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "files",
-        nargs="*",
-        metavar="FILE",
-        help="per-rank JUnit files (junit.rank<r>.xml), or directories holding them",
-    )
-    parser.add_argument("-o", "--output", metavar="OUT.xml", help="write the merged JUnit here")
-    parser.add_argument(
-        "--world",
-        type=int_at_least(1),
-        metavar="N",
-        help="expected number of ranks; a rank without a file is an error",
-    )
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help="print the merged verdicts as JSON on stdout (the summary goes to stderr)",
-    )
-
-
-def _refuse_output_among_inputs(output: str, inputs: Sequence[str]) -> None:
-    """Writing the merge over one of its inputs would lose that rank's results."""
-    target = Path(output).resolve()
-    for given in expand(inputs):
-        if Path(given).resolve() == target:
-            raise ReportInputError(
-                f"-o {output} is one of the inputs; write the merge to another file"
-            )
-
-
-def run(args: argparse.Namespace) -> int:
-    """Exit 0 when nothing failed or errored, 1 otherwise, 2 on bad input."""
-    if args.world is not None and args.world < 1:
-        print(f"rankgate merge-junit: --world must be ≥ 1, got {args.world}", file=sys.stderr)
-        return 2
-    try:
-        if args.output:
-            _refuse_output_among_inputs(args.output, args.files)
-        report = merge_junit(args.files, world_size=args.world)
-        if args.output:
-            report.write_xml(args.output)
-    except (ReportInputError, OSError) as exc:
-        print(f"rankgate merge-junit: error: {exc}", file=sys.stderr)
-        return 2
-    line = "rankgate merge-junit: " + report.summary_line()
-    if args.output:
-        line += f" -> {args.output}"
-    if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
-        print(line, file=sys.stderr)
-    else:
-        for test in report.tests:
-            if test.verdict not in GREEN:
-                print(f"{test.verdict.upper()} {test.node_id}: {test.message}")
-            if test.attempts:
-                word = "FLAKY" if test.flaky else "RERUN"
-                print(f"{word} {test.node_id}: {attempts_line(test.attempts)}")
-        print(line)
-    return 0 if report.ok else 1

@@ -15,6 +15,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
+from rankgate.harness.inplace.run_id import RUN_ID_PROPERTY
 from rankgate.harness.verdict_lines import (
     INTERRUPTED_PROPERTY,
     INTERRUPTED_TEST_PROPERTY,
@@ -139,6 +140,8 @@ class JUnitFile:
     shards: tuple[str, ...] = ()
     """A sharded run's merged file: one line per shard, where its job ran and how it ended
     (its ``shard`` properties, :mod:`rankgate.report.shards`)."""
+    run_id: str = ""
+    """The in-place launch that wrote it (its ``rankgate.run_id``); "" when unknown."""
 
     @property
     def incomplete(self) -> str:
@@ -197,6 +200,7 @@ def read_junit(path: str | Path) -> JUnitFile:
         interrupted=said.get(INTERRUPTED_PROPERTY, "") or (NAMELESS_CASE if nameless else ""),
         interrupted_tests=tuple(v for name, v in suite_props if name == INTERRUPTED_TEST_PROPERTY),
         shards=tuple(value for name, value in suite_props if name == "shard"),
+        run_id=said.get(RUN_ID_PROPERTY, ""),
     )
 
 

@@ -6,22 +6,24 @@ removes it once that JUnit file is written). A rank that dies without writing it
 JUnit file (``os._exit``, a signal, the OOM killer) leaves this file instead, whose
 last ``begin`` without an ``end`` names the test it died in, so a crash loses at most
 that test's own result. ``rankgate merge-junit`` falls back to it for a rank that has
-no JUnit file.
+no JUnit file of the same run (an earlier run's JUnit file may still be there).
 
-One JSON object per line: ``{"event": "rank", "rank", "world_size"}`` first, then
-``{"event": "begin", "classname", "name"}`` when a test starts and ``{"event": "end",
-"classname", "name", "outcome", "message", "text", "time", "stdout", "stderr"}`` when
-it ends. A torn last line (the rank died while writing it) is ignored.
+One JSON object per line: ``{"event": "rank", "rank", "world_size", "run_id"}`` first,
+``{"event": "collected", "tests": [...]}`` (the run's tests: those the rank never began
+are "not run"), then ``{"event": "begin", "classname", "name"}`` when a test starts and
+``{"event": "end", "classname", "name", "outcome", "message", "text", "time", "stdout",
+"stderr"}`` when it ends. A torn last line (the rank died while writing it) is ignored.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
 
 from rankgate.harness.inplace.results_writer import SUFFIX, results_path
-from rankgate.harness.verdict_lines import NODE_ID_PROPERTY
+from rankgate.harness.verdict_lines import NODE_ID_PROPERTY, NOT_RUN_PREFIX
 from rankgate.report.junitfile import (
     CaseResult,
     JUnitFile,
@@ -54,9 +56,13 @@ def read_results(path: str | Path) -> JUnitFile:
     rank, world = records[0].get("rank"), records[0].get("world_size")
     cases: dict[tuple[str, str], CaseResult] = {}
     for record in records[1:]:
+        if record.get("event") == "collected":
+            cases.update(_not_run(record.get("tests") or (), rank, path))
+            continue
         key = (record.get("classname", ""), record.get("name", ""))
-        if record.get("event") == "begin":
-            cases[key] = _crashed(key, rank, path)
+        if record.get("event") == "begin":  # its node id, from the collected list
+            props = cases[key].properties if key in cases else ()
+            cases[key] = dataclasses.replace(_crashed(key, rank, path), properties=props)
         elif record.get("event") == "end":
             cases[key] = CaseResult(
                 classname=key[0],
@@ -72,8 +78,28 @@ def read_results(path: str | Path) -> JUnitFile:
                 source=path,
             )
     return JUnitFile(
-        path=path, rank=rank, world_size=world, suite_names=(), cases=tuple(cases.values())
+        path=path,
+        rank=rank,
+        world_size=world,
+        suite_names=(),
+        cases=tuple(cases.values()),
+        run_id=str(records[0].get("run_id") or ""),
     )
+
+
+def _not_run(tests, rank: int, path: str) -> dict[tuple[str, str], CaseResult]:
+    """The collected tests, each "not run" until the file says it began."""
+    message = f"{NOT_RUN_PREFIX}rank {rank} ended before this test began"
+    found = {}
+    for test in tests:
+        if not isinstance(test, dict):
+            raise ReportInputError(f"{path}: its collected tests are not records")
+        key = (test.get("classname", ""), test.get("name", ""))
+        nodeid = test.get("nodeid")
+        props = ((NODE_ID_PROPERTY, nodeid),) if nodeid else ()
+        found[key] = CaseResult(key[0], key[1], rank, "not run", message, properties=props,
+                                source=path)  # fmt: skip
+    return found
 
 
 CRASHED_PREFIX = "crashed on rank "
@@ -94,15 +120,16 @@ def _crashed(key: tuple[str, str], rank: int, path: str) -> CaseResult:
 
 
 def expand(paths) -> list[str]:
-    """Paths to read: each directory's per-rank JUnit files, and its results files of ranks
-    without one; a named JUnit file that is missing gives way to its results file.
+    """Paths to read: each directory's per-rank JUnit files and results files (which run
+    each belongs to, and which file of a rank stands, :mod:`rankgate.report.runs`
+    decides); a named JUnit file that is missing gives way to its results file.
     """
     out: list[str] = []
     for p in paths:
         path = Path(p)
         if path.is_dir():
             junit = sorted(str(f) for f in path.glob("*.xml") if _RANK_IN_NAME.search(f.name))
-            results = results_without_junit(path)
+            results = results_files(path)
             if not junit and not results:
                 raise ReportInputError(
                     f"{path}: directory holds no per-rank JUnit files (*rank<r>*.xml) "
@@ -116,13 +143,10 @@ def expand(paths) -> list[str]:
     return out
 
 
-def results_without_junit(directory: Path) -> list[str]:
-    """The results files in ``directory`` of ranks that wrote no JUnit file (they died)."""
-    return sorted(
-        str(f)
-        for f in directory.glob(f"*{SUFFIX}")
-        if _RANK_IN_NAME.search(f.name) and not f.with_suffix(".xml").is_file()
-    )
+def results_files(directory: Path) -> list[str]:
+    """The per-rank results files in ``directory``: of ranks that died before writing
+    their JUnit file, in this run or an earlier one into the same folder."""
+    return sorted(str(f) for f in directory.glob(f"*{SUFFIX}") if _RANK_IN_NAME.search(f.name))
 
 
 def read_any(path: str) -> JUnitFile:

@@ -33,6 +33,7 @@ from rankgate.report.failures import read_by_rank
 from rankgate.report.junit import MergedTest, attempts_recorded, flaky_of, merge_files
 from rankgate.report.junitfile import CaseResult, JUnitFile, not_run_reason
 from rankgate.report.outcome_plugin import OUTCOME_PROPERTY
+from rankgate.report.runs import with_run
 
 OUTCOMES = ("passed", "failed", "error", "not run", "skipped", "xfailed", "xpassed")
 """The outcomes a report counts apart, in the order it shows them."""
@@ -88,6 +89,10 @@ class Group:
     """Why its run did not finish (a signal, no test in it); [] when it did."""
     shards: list[str] = field(default_factory=list)
     """A sharded run's shards: where each job ran and how it ended."""
+    run_id: str = ""
+    """The in-place launch its per-rank files came from."""
+    other_runs: str = ""
+    """One line naming the other runs' files in its folder that were left out."""
 
     @property
     def totals(self) -> dict[str, int]:
@@ -103,13 +108,14 @@ def count(results: Iterable[TestResult]) -> dict[str, int]:
     return totals
 
 
-def read_results(junit_paths: Iterable[str | Path]) -> list[Group]:
-    """One group per plain JUnit file and per directory of per-rank files."""
+def read_results(junit_paths: Iterable[str | Path], run_id: str | None = None) -> list[Group]:
+    """One group per plain JUnit file and per directory of per-rank files (of one run:
+    ``run_id`` where the directory holds it, else its newest, :mod:`rankgate.report.runs`)."""
     plain, per_rank = read_by_rank(junit_paths)
     groups = [_plain_group(f) for f in plain]
     for directory, files in per_rank.items():
-        report = merge_files(files)
-        stopped = {test for f in files for test in f.interrupted_tests}
+        report = merge_files(files, run_id=with_run(files, run_id))
+        stopped = set(report.interrupted_tests)
         groups.append(
             Group(
                 source=directory,
@@ -117,6 +123,8 @@ def read_results(junit_paths: Iterable[str | Path]) -> list[Group]:
                 ranks=list(report.ranks),
                 results=[_from_merged(directory, t, stopped) for t in report.tests],
                 incomplete=list(report.incomplete),
+                run_id=report.run_id,
+                other_runs=report.other_runs,
             )
         )
     return groups

@@ -18,6 +18,7 @@ that holds no test, is listed under ``incomplete``. The result::
      "not_run": [{"reason": "not run: rank 1 stopped the run: ...", "count": 4,
                   "examples": ["..."]}],
      "incomplete": [{"source": "out/junit/dist.xml", "why": "received SIGTERM while ..."}],
+     "other_runs": ["out/junit/dist holds files of 2 runs: read run ... (the newest); ..."],
      "skips": [{"reason": "world(4/8, ...) needs 4/8 GPUs; 2 visible ...", "count": 13,
                 "examples": ["..."]}],
      "xfails": [{"reason": "...", "count": 1, "examples": ["..."]}],
@@ -57,14 +58,24 @@ BASELINE_FORMAT = "rankgate.baseline/1"
 
 
 def summarize(
-    junit_paths: Iterable[str | Path] = (), bench_paths: Iterable[str | Path] = ()
+    junit_paths: Iterable[str | Path] = (),
+    bench_paths: Iterable[str | Path] = (),
+    run_id: str | None = None,
 ) -> dict:
-    """Summarise JUnit and benchmark files; raises :class:`ReportInputError` on bad input."""
+    """Summarise JUnit and benchmark files; raises :class:`ReportInputError` on bad input.
+    ``run_id``: of a folder of several in-place runs' files, read that run's (else the
+    newest's); no folder holding it is bad input."""
     junit_paths = list(junit_paths)
     bench = [{"file": str(p), "data": read_bench(p)} for p in bench_paths]
-    groups = read_results(junit_paths) if junit_paths else []
+    groups = read_results(junit_paths, run_id) if junit_paths else []
     if not groups and not bench:
         raise ReportInputError("no JUnit or benchmark files given")
+    if run_id is not None and not any(g.run_id == run_id for g in groups):
+        held = sorted({g.run_id for g in groups if g.run_id})
+        raise ReportInputError(
+            f"--run-id {run_id}: no per-rank files of that run here; the runs read: "
+            f"{', '.join(held) or 'none with a run id'}"
+        )
     results = [r for g in groups for r in g.results]
     failing = [
         {
@@ -99,6 +110,7 @@ def summarize(
         "failing": failing,
         "not_run": [g.to_json() for g in not_run],
         "incomplete": incomplete,
+        "other_runs": [g.other_runs for g in groups if g.other_runs],
         "skips": [g.to_json() for g in group_reasons(results, "skipped")],
         "xfails": [g.to_json() for g in group_reasons(results, "xfailed")],
         "xpassed": [r.id for r in results if r.outcome == "xpassed"],

@@ -19,7 +19,9 @@ from rankgate.harness import verdict_lines
 from rankgate.harness.failure_repr import item_report, not_run_report
 from rankgate.harness.inplace import ledger_file
 from rankgate.harness.inplace.results_writer import ResultsWriter, results_path
-from rankgate.harness.inplace.verdict import own_result, plain_report, report_text
+from rankgate.harness.inplace.run_id import RUN_ID_PROPERTY
+from rankgate.harness.inplace.verdict import clipped, own_result, plain_report, report_text
+from rankgate.harness.output import JUNIT_LIMIT
 from rankgate.harness.verdict_lines import (
     INTERRUPTED_PROPERTY,
     INTERRUPTED_TEST_PROPERTY,
@@ -59,9 +61,12 @@ class RankRecords:
         config: pytest.Config,
         launch: LaunchEnv,
         skip_reason: Callable[[pytest.Item], str | None],
+        run_id: str = "",
     ) -> None:
         self.config = config
         self.launch = launch
+        self.run_id = run_id
+        """The launch's id (:mod:`.run_id`), in every file this rank writes."""
         self._skip_reason = skip_reason
         self.items: list[pytest.Item] = []
         """The session's tests, in the order every rank runs them."""
@@ -85,12 +90,15 @@ class RankRecords:
         if xml is not None:  # merge-junit reads these: a missing rank is then a failure
             xml.add_global_property("rank", str(self.launch.rank))
             xml.add_global_property("world_size", str(self.launch.world_size))
+            if self.run_id:
+                xml.add_global_property(RUN_ID_PROPERTY, self.run_id)
             if self._junit_logging_unset():
                 xml.logging = "out-err"  # every rank's output in its file, as pool mode does
             self._results = ResultsWriter(
                 results_path(self.config.option.xmlpath),
                 self.launch.rank,
                 self.launch.world_size,
+                self.run_id,
             )
             others.append(xml)
         self.log_shown = self.config.pluginmanager.subset_hook_caller(
@@ -102,6 +110,16 @@ class RankRecords:
         # public way to tell them apart (config.inicfg is deprecated since pytest 9.2)
         return self.config.getini("junit_logging") == "no"
 
+    def collected(self, items: list[pytest.Item]) -> None:
+        """The run's tests, in the results file: a rank killed mid-run leaves the tests
+        after the one it died in "not run", not unmentioned."""
+        self.items = list(items)
+        if self._results is not None:
+            self._results.collected(
+                [dict(zip(("classname", "name"), junit_names(i.nodeid)), nodeid=i.nodeid)
+                 for i in self.items]
+            )  # fmt: skip
+
     def log_ledger(self, item: pytest.Item, entries: list[dict] | None) -> None:
         """This rank's ledger of ``item`` (a test that went wrong), beside its results
         file, for merge-junit to compare with the other ranks'."""
@@ -109,7 +127,8 @@ class RankRecords:
         if entries is None or not xmlpath:
             return
         try:
-            ledger_file.append(ledger_file.ledger_path(xmlpath), *junit_names(item.nodeid), entries)
+            path = ledger_file.ledger_path(xmlpath)
+            ledger_file.append(path, *junit_names(item.nodeid), entries, self.run_id)
         except OSError:
             pass  # the verdicts shown here carry the divergence all the same
 
@@ -129,7 +148,8 @@ class RankRecords:
     ) -> None:
         """This rank's own reports: into its JUnit file (with ``properties``, say every
         attempt of a rerun test) and its results file (``junit``/``results``: only one)."""
-        reports = [plain_report(item, r) for r in reports]
+        # Each stream cut as the pool cuts a rank's in its JUnit (harness.output).
+        reports = clipped([plain_report(item, r) for r in reports], JUNIT_LIMIT)
         xml = self.xml() if junit else None
         if xml is not None:
             if reports:  # merge-junit names the test as pytest does, not as JUnit mangles it

@@ -5,7 +5,10 @@ In-place mode writes ``<junit stem>.rank<r>.jsonl`` beside the rank's JUnit file
 removes it once that JUnit file is written). A rank that dies without writing its
 JUnit file leaves this file instead; ``rankgate.report.rankresults`` reads it back.
 
-One JSON object per line: ``{"event": "rank", "rank", "world_size"}`` first, then
+One JSON object per line: ``{"event": "rank", "rank", "world_size", "run_id"}`` first
+(the run id, :mod:`.run_id`, ties the file to one launch), then once collection is done
+``{"event": "collected", "tests": [{"classname", "name", "nodeid"}, ...]}`` (every test
+the run is to run, so a rank killed mid-run leaves the later ones "not run"), then
 ``{"event": "begin", "classname", "name"}`` when a test starts and ``{"event": "end",
 "classname", "name", "outcome", "message", "text", "time", "stdout", "stderr"}`` when
 it ends. Standard library only.
@@ -28,11 +31,16 @@ def results_path(junit_path: str | Path) -> Path:
 class ResultsWriter:
     """Appends one rank's records, each line flushed to the OS as it is written."""
 
-    def __init__(self, path: Path, rank: int, world_size: int) -> None:
+    def __init__(self, path: Path, rank: int, world_size: int, run_id: str = "") -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        self._write({"event": "rank", "rank": rank, "world_size": world_size})
+        record = {"event": "rank", "rank": rank, "world_size": world_size}
+        self._write({**record, "run_id": run_id} if run_id else record)
+
+    def collected(self, tests: list[dict]) -> None:
+        """``tests``: each test's classname, name and nodeid, in the order of the run."""
+        self._write({"event": "collected", "tests": tests})
 
     def begin(self, classname: str, name: str) -> None:
         self._write({"event": "begin", "classname": classname, "name": name})

@@ -34,7 +34,7 @@ import pytest
 from _pytest.runner import runtestprotocol
 
 from rankgate.harness import leaks, ledger, options, verdict_lines
-from rankgate.harness.inplace import collection, control, reproduce, summary, tempdirs
+from rankgate.harness.inplace import collection, control, reproduce, run_id, summary, tempdirs
 from rankgate.harness.inplace.control import PeerGone, RunAborted
 from rankgate.harness.inplace.group import InPlaceGroup
 from rankgate.harness.inplace.hangwatch import HangWatch
@@ -50,6 +50,7 @@ from rankgate.harness.inplace.stop import RunStop
 from rankgate.harness.inplace.summary import Problem
 from rankgate.harness.inplace.verdict import (
     RankResult,
+    clipped,
     cross_rank_problem,
     own_result,
     verdict_reports,
@@ -61,6 +62,7 @@ from rankgate.harness.item_settings import (
     test_timeout,
     world_spec,
 )
+from rankgate.harness.output import TERMINAL_LIMIT
 from rankgate.harness.rankstate import (
     EnvironmentSnapshot,
     WorkerSetupError,
@@ -102,6 +104,15 @@ def _call_worker_setup(config: pytest.Config, rank: int) -> None:
         ) from None
 
 
+def _agree_on_run_id(channel: control.ControlChannel) -> str:
+    """This launch's id, the same on every rank (``run_id``); a bad RANKGATE_RUN_ID stops
+    the run before any test."""
+    try:
+        return run_id.agree(channel)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
 class AfterTestProblem(AssertionError):
     """A test that lost the process group or left processes running."""
 
@@ -126,7 +137,6 @@ class InPlaceSession:
         # exchange records its verdict in the JUnit with them (a peer's death, say).
         self.current_own: list[pytest.TestReport] | None = None
         self.current_start = 0.0  # time.monotonic() when the current test began
-        self.records = RankRecords(config, launch, self.skip_reason)
         # The real stderr, before pytest's capture swaps fd 2 during tests: hang stacks
         # written to the capture file would vanish with the process.
         self.hang_watch = HangWatch(launch.rank, os.fdopen(os.dup(2), "w"))
@@ -140,6 +150,8 @@ class InPlaceSession:
         self._shows_passes = bool({"A", "P"} & set(config.getoption("reportchars") or ""))
         _call_worker_setup(config, launch.rank)
         self._join()
+        self.run_id = _agree_on_run_id(self.control)
+        self.records = RankRecords(config, launch, self.skip_reason, self.run_id)
         ledger.install(self.backend)
         self.stop = RunStop(self)
         shared_root = Path(os.environ.get("RANKGATE_SHARED_TMP", self.log_dir))
@@ -202,7 +214,7 @@ class InPlaceSession:
         everyone = self.control.all_gather("collected", mine)
         self.stop.peers = [c.where for c in everyone]
         collection.make_one(session, everyone, self.log_dir)  # UsageError: they differ
-        self.records.items = list(session.items)
+        self.records.collected(session.items)
         self.index = {item.nodeid: i for i, item in enumerate(self.records.items)}
 
     # -- running ----------------------------------------------------------------------
@@ -339,7 +351,7 @@ class InPlaceSession:
         while True:
             ledger.follow(body_backend)
             ledger.begin_test()
-            own = runtestprotocol(item, nextitem=nextitem, log=False)
+            own = clipped(runtestprotocol(item, nextitem=nextitem, log=False), TERMINAL_LIMIT)
             self.stop.park_if_stopping()
             if not hold:  # a rank that dies in the exchange leaves its result
                 self.records.log_own(item, own, junit=False)

@@ -30,6 +30,7 @@ from rankgate.harness.failure_repr import failure_repr, item_report
 from rankgate.harness.inplace import control
 from rankgate.harness.inplace.reruns import no_rerun_note
 from rankgate.harness.inplace.verdict import RankResult, own_result
+from rankgate.harness.output import TERMINAL_LIMIT, clip_text
 from rankgate.harness.stacks import where as stack_where
 from rankgate.harness.verdict_lines import INTERRUPTED_PREFIX
 
@@ -300,8 +301,8 @@ class RunStop:
             outcome="failed",
             longrepr=failure_repr(item, f"{text}\n{self.session.reproduction_line(item)}"),
             when="call",
-            sections=[
-                (f"Captured {name} call", out)
+            sections=[  # the terminal's share, as the pool's (the files cut it again)
+                (f"Captured {name} call", clip_text(out, TERMINAL_LIMIT))
                 for name, out in zip(("stdout", "stderr"), captured, strict=True)
                 if out
             ],

@@ -22,7 +22,7 @@ from _pytest.skipping import xfailed_key
 
 from rankgate.harness import divergence, verdict_lines
 from rankgate.harness.failure_repr import failure_repr
-from rankgate.harness.output import strip_ansi
+from rankgate.harness.output import clip_sections, strip_ansi
 from rankgate.harness.verdict import DISAGREEMENT
 
 WORST_FIRST = ("error", "failed", "skipped", "passed")
@@ -194,6 +194,19 @@ def _as_xfailed(item: pytest.Item, report: pytest.TestReport) -> pytest.TestRepo
     xfailed.wasxfail = marked.reason if marked is not None else getattr(report, "wasxfail", "")
     xfailed.longrepr = None
     return xfailed
+
+
+def clipped(reports: list[pytest.TestReport], limit: int) -> list[pytest.TestReport]:
+    """``reports`` with each stream's captured output cut to ``limit`` bytes, as the pool
+    cuts a rank's (``rankgate.harness.output``): the terminal's share, or a file's."""
+    out = []
+    for report in reports:
+        sections = clip_sections(list(report.sections), limit)
+        if sections != list(report.sections):
+            report = copy.copy(report)
+            report.sections = sections
+        out.append(report)
+    return out
 
 
 def plain_report(item: pytest.Item, report: pytest.TestReport) -> pytest.TestReport:

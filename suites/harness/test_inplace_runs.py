@@ -1,0 +1,155 @@
+"""In place, two runs into one JUnit folder: merge-junit and the report read one run's files.
+
+A passing run writes ``out/junit.rank*.xml``; a second run into the same folder is
+SIGKILLed mid-test (the OOM killer, a lost node, a CI hard kill), leaving only its
+results files. Each test starts pytest on 2 gloo ranks with torchrun, for real.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from jobs import end_session
+
+from rankgate.harness.inplace.run_id import RUN_ID_PROPERTY
+
+# slow: each test starts torchrun twice, and pytest on every rank
+pytestmark = [pytest.mark.dist, pytest.mark.torch_dist, pytest.mark.slow]
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+PYTEST = ["-m", "pytest", "-p", "no:cacheprovider", "-q", "--color=no"]
+
+SUITE = """
+import os
+import time
+import pytest
+
+@pytest.mark.world(2)
+def test_first(rank):
+    pass
+
+@pytest.mark.world(2, timeout=120)
+def test_sleeps(rank):
+    if os.environ.get("PLANTED_SLEEP") == "1":
+        with open(f"running{rank}", "w") as f:
+            f.write(str(os.getpid()))
+        time.sleep(100)
+
+@pytest.mark.world(2)
+def test_after(rank):
+    pass
+"""
+
+
+def _rankgate(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "rankgate.cli", *args], cwd=cwd, capture_output=True, text=True
+    )
+
+
+def _run_id(path: Path) -> str:
+    (value,) = [
+        p.get("value") for p in ET.parse(path).getroot().iter("property")
+        if p.get("name") == RUN_ID_PROPERTY
+    ]  # fmt: skip
+    return value
+
+
+def _killed_run_over_a_passing_one(tmp_path: Path) -> str:
+    """A passing run into out/, then a second one SIGKILLed inside test_sleeps; returns
+    the first run's id."""
+    (tmp_path / "test_suite.py").write_text(textwrap.dedent(SUITE))
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    cmd = [*TORCHRUN, *PYTEST, "--junitxml=out/junit.xml", "test_suite.py"]
+    first = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stdout + first.stderr
+    old = _run_id(tmp_path / "out" / "junit.rank0.xml")
+    assert _run_id(tmp_path / "out" / "junit.rank1.xml") == old  # one id per launch
+    time.sleep(0.05)  # the second run's files are newer, whatever the clock's resolution
+    job = subprocess.Popen(
+        cmd, cwd=tmp_path, env={**os.environ, "PLANTED_SLEEP": "1"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 90
+        running = [tmp_path / f"running{r}" for r in (0, 1)]
+        while not all(p.is_file() and p.read_text() for p in running):
+            if time.monotonic() > deadline or job.poll() is not None:
+                pytest.fail(f"the ranks never reached test_sleeps:\n{end_session(job)}")
+            time.sleep(0.1)
+        # A hard kill: no rank gets to write anything more (torchrun's ranks run in
+        # sessions of their own, so each is killed by its pid).
+        os.kill(job.pid, signal.SIGKILL)
+        for path in running:
+            os.kill(int(path.read_text()), signal.SIGKILL)
+        job.wait(timeout=30)
+    finally:
+        end_session(job)
+    return old
+
+
+def test_a_killed_run_over_a_passing_one_never_reads_passed(tmp_path):
+    old = _killed_run_over_a_passing_one(tmp_path)
+    out = tmp_path / "out"
+    # The first run's JUnit files are still there; the second left its results files.
+    assert sorted(p.name for p in out.glob("junit.rank*")) == [
+        "junit.rank0.jsonl", "junit.rank0.xml", "junit.rank1.jsonl", "junit.rank1.xml",
+    ]  # fmt: skip
+    merged = _rankgate(tmp_path, "merge-junit", "out")
+    assert merged.returncode == 1, merged.stdout + merged.stderr
+    lines = merged.stdout.splitlines()
+    (note,) = [line for line in lines if "holds files of 2 runs" in line]
+    assert note.startswith("rankgate merge-junit: out holds files of 2 runs: read run ")
+    assert note.endswith(
+        f"(the newest); left out {old} (junit.rank0.xml, junit.rank1.xml); "
+        "--run-id ID reads another"
+    )
+    assert "FAILED test_suite.py::test_sleeps: ranks 0, 1 crashed" in lines
+    assert (
+        "NOT RUN test_suite.py::test_after: ranks 0, 1 not run "
+        "(rank 0 ended before this test began)"
+    ) in lines
+    assert lines[-1] == (
+        "rankgate merge-junit: 3 tests on ranks 0, 1 of world 2: 1 passed, 1 failed, "
+        "0 error, 0 skipped, 0 xfailed, 0 xpassed, 1 not run"
+    )
+    report = _rankgate(tmp_path, "report", "out", "--out", "page")
+    assert report.returncode == 1, report.stdout + report.stderr
+    first, verdict = report.stdout.splitlines()
+    assert first == note.replace("rankgate merge-junit:", "rankgate report:", 1)
+    assert verdict.startswith(
+        "rankgate report: FAILED: 3 tests: 1 passed, 1 failed, 0 error, 1 not run, "
+        "0 skipped, 0 xfailed, 0 xpassed;"
+    )
+    # The earlier run, named, is read as it was: it passed.
+    named = _rankgate(tmp_path, "merge-junit", "out", "--run-id", old)
+    assert named.returncode == 0, named.stdout + named.stderr
+    assert f"read run {old} (as named)" in named.stdout
+    assert "3 passed" in named.stdout.splitlines()[-1]
+    unknown = _rankgate(tmp_path, "merge-junit", "out", "--run-id", "nosuch")
+    assert unknown.returncode == 2
+    assert unknown.stderr.startswith("rankgate merge-junit: error: no file of run 'nosuch' in out")
+
+
+def test_a_killed_runs_results_files_alone_count_its_later_tests_not_run(tmp_path):
+    _killed_run_over_a_passing_one(tmp_path)
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    for path in (tmp_path / "out").glob("junit.rank*.jsonl"):
+        shutil.copy(path, alone / path.name)
+    merged = _rankgate(tmp_path, "merge-junit", "alone")
+    assert merged.returncode == 1, merged.stdout + merged.stderr
+    assert "holds files of" not in merged.stdout  # one run only: nothing to say
+    assert merged.stdout.splitlines()[-1] == (
+        "rankgate merge-junit: 3 tests on ranks 0, 1 of world 2: 1 passed, 1 failed, "
+        "0 error, 0 skipped, 0 xfailed, 0 xpassed, 1 not run"
+    )
