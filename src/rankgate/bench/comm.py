@@ -36,7 +36,7 @@ import time
 from rankgate.bench.commoptions import FORCED, CommOptions, add_arguments
 from rankgate.bench.ranks import init_bench_group, run_meta, run_ranks
 from rankgate.bench.results import save_run
-from rankgate.cliargs import make_output_folder
+from rankgate.cliargs import OneLineParser, UsageError, make_output_folder
 
 __all__ = ["add_arguments", "main", "run"]
 
@@ -53,8 +53,6 @@ SAFE_ENV = {
 def options_from(args: argparse.Namespace) -> CommOptions:
     """The run's options; a bad value or a run this machine cannot do is a UsageError."""
     import torch
-
-    from rankgate.cliargs import UsageError
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     try:
@@ -416,11 +414,16 @@ def _meta(opts: CommOptions, device) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="rankgate bench comm", description=__doc__.splitlines()[0]
     )
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    try:
+        validate(args)
+    except UsageError as exc:
+        parser.error(str(exc))
+    return run(args)
 
 
 if __name__ == "__main__":
