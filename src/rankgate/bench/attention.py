@@ -42,8 +42,6 @@ import math
 import os
 import time
 
-from rankgate.bench.ranks import init_bench_group, run_meta, run_ranks
-from rankgate.bench.results import save_run
 from rankgate.bench.benchargs import (
     int_list,
     length_list,
@@ -51,6 +49,8 @@ from rankgate.bench.benchargs import (
     name_list,
     number_at_least,
 )
+from rankgate.bench.ranks import init_bench_group, run_meta, run_ranks
+from rankgate.bench.results import save_run
 from rankgate.cliargs import OneLineParser, UsageError, int_at_least, make_output_folder
 
 SAFE_ENV = {

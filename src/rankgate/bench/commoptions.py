@@ -44,9 +44,11 @@ def size_or_zero(text: str) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
-    add("--backends", type=name_list(BACKENDS), default=None, help=f"comma list of {', '.join(BACKENDS)} "
+    add("--backends", type=name_list(BACKENDS), default=None,
+        help=f"comma list of {', '.join(BACKENDS)} "
         f"(default: {GPU_DEFAULT_BACKENDS} with GPUs, gloo without)")  # fmt: skip
-    add("--collectives", type=name_list(COLLECTIVES), default=None, help="comma list (default: all_reduce on CPU; "
+    add("--collectives", type=name_list(COLLECTIVES), default=None,
+        help="comma list (default: all_reduce on CPU; "
         f"{GPU_DEFAULT_COLLECTIVES} on GPUs)")  # fmt: skip
     add("--dtype", default="fp32", choices=DTYPES)
     add("-b", "--min-bytes", type=byte_size, default="8", help="smallest size (default 8)")
