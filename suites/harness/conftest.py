@@ -69,13 +69,22 @@ class InnerRun:
 
 
 @pytest.fixture
-def auto_backend() -> str:
+def auto_backend(auto_backend_for) -> str:
     """What ``world(2)`` resolves to on this host, where a launcher puts both ranks:
     ``cpu:gloo,cuda:nccl`` with two GPUs, gloo otherwise (pool and in place agree)."""
+    return auto_backend_for(2)
+
+
+@pytest.fixture
+def auto_backend_for():
+    """What ``world(k)`` resolves to on this host, for any k: the harness's own auto rule
+    (``resolve_backend``) on the GPUs every process here sees. A test that expects a
+    device or a backend of an auto world asks this, never assumes the CPU."""
     from rankgate.harness.pool.gpus import visible_gpu_count
     from rankgate.harness.spec import resolve_backend
 
-    return resolve_backend("auto", 2, visible_gpu_count())
+    visible = visible_gpu_count()
+    return lambda k: resolve_backend("auto", k, visible)
 
 
 @pytest.fixture

@@ -5,8 +5,11 @@ group over a FileStore or env://, and reads ``world_size`` from a property."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +17,31 @@ import torch
 from rankgate.report.junit import merge_junit, read_junit
 
 pytestmark = [pytest.mark.dist, pytest.mark.slow]  # pytest runs of their own
+
+TORCH_TESTING_NEEDS = ("expecttest", "numpy")
+"""What torch.testing._internal imports that torch itself does not need."""
+
+
+def missing_for_torch_testing() -> str | None:
+    """Why the planted suite cannot import torch.testing._internal here, or None.
+
+    Checked by importing the modules it needs, not torch.testing._internal itself: that
+    import sets global state (default dtype, signal handlers) this process should not get.
+    """
+    missing = []
+    for name in TORCH_TESTING_NEEDS:
+        try:
+            __import__(name)
+        except ImportError:
+            missing.append(name)
+    if not missing:
+        return None
+    return (f"torch.testing._internal needs {' and '.join(missing)}, not installed here "
+            f"(pip install {' '.join(missing)})")  # fmt: skip
+
+
+MISSING = missing_for_torch_testing()
+needs_torch_testing = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
 
 TESTS = '''
 import os
@@ -190,6 +218,7 @@ NOT_ADOPTED = (
 )
 
 
+@needs_torch_testing
 def test_torch_test_cases_run_on_the_pool(pytester):
     _plant(pytester)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rA", "--junitxml=junit.xml")
@@ -229,6 +258,7 @@ def test_torch_test_cases_run_on_the_pool(pytester):
     result.stdout.fnmatch_lines(["*" + NOT_ADOPTED])
 
 
+@needs_torch_testing
 @pytest.mark.torch_dist
 def test_torch_test_cases_run_in_place_under_torchrun(pytester):
     _plant(pytester)
@@ -267,3 +297,34 @@ def test_torch_test_cases_run_in_place_under_torchrun(pytester):
     assert proc.stdout.rstrip().splitlines()[-1].startswith(stats)
     assert "world(4) needs 4 ranks; this run has 2 ranks launched by torchrun" in proc.stdout
     assert "world_size=0 is not a number of ranks: run it without a launcher" in proc.stdout
+
+
+def test_both_skip_saying_why_where_expecttest_is_missing(tmp_path):
+    """A host without expecttest (this file's outer process and every process it starts
+    see an expecttest that cannot be imported): both tests skip with the reason, before
+    any inner run imports torch.testing._internal."""
+    blocked = tmp_path / "blocked"
+    blocked.mkdir()
+    (blocked / "expecttest.py").write_text(
+        textwrap.dedent(
+            """
+            raise ImportError("No module named 'expecttest'", name="expecttest")
+            """
+        )
+    )
+    here = Path(__file__)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocked), os.environ.get(
+        "PYTHONPATH", "")])}  # fmt: skip
+    cmd = [
+        sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q",
+        "-rs", "-o", "addopts=",
+        f"{here}::test_torch_test_cases_run_on_the_pool",
+        f"{here}::test_torch_test_cases_run_in_place_under_torchrun",
+    ]  # fmt: skip
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    why = ("torch.testing._internal needs expecttest, not installed here "
+           "(pip install expecttest)")  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count(why) == 2, done.stdout
+    assert done.stdout.rstrip().splitlines()[-1].startswith("2 skipped"), done.stdout

@@ -61,8 +61,11 @@ def test_in_place_each_test_gets_what_a_pool_of_its_backend_would(tmp_path, monk
             import pytest
             import torch
             from rankgate.harness import ledger
+            from rankgate.harness.pool.gpus import visible_gpu_count
+            from rankgate.harness.spec import resolve_backend, uses_gpus
 
-            EVERY_RANK_HAS_A_GPU = torch.cuda.device_count() >= 2
+            # the harness's auto rule for world(2): a GPU for every rank, or gloo
+            EVERY_RANK_HAS_A_GPU = uses_gpus(resolve_backend("auto", 2, visible_gpu_count()))
 
             @pytest.mark.world(2)
             def test_a_default(rank):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from rankgate.harness.spec import uses_gpus
+
 pytestmark = pytest.mark.dist
 
 
@@ -63,12 +65,15 @@ def test_nccl_without_enough_gpus_is_a_skip_saying_how_many(inner):
     result.stdout.fnmatch_lines([f"SKIPPED*{why}*"])
 
 
-def test_fixtures_parametrize_and_rank_values(inner):
-    result = inner(
-        """
+def test_fixtures_parametrize_and_rank_values(inner, auto_backend_for):
+    # world(3) is on GPUs where this host has 3 (the harness's auto rule), else on the CPU
+    on_gpus = uses_gpus(auto_backend_for(3))
+    source = """
         import pytest
         import torch
         import torch.distributed as dist
+
+        ON_GPUS = None
 
         @pytest.fixture
         def table(tmp_path):
@@ -79,7 +84,7 @@ def test_fixtures_parametrize_and_rank_values(inner):
         def test_body(rank, world_size, device, dist_tmp_path, table, scale):
             assert world_size == dist.get_world_size() == 3
             assert rank == dist.get_rank()
-            assert device == torch.device("cpu")
+            assert device == (torch.device("cuda", rank) if ON_GPUS else torch.device("cpu"))
             assert table["where"].is_dir()
             (dist_tmp_path / f"rank{rank}").write_text(str(scale * sum(table["rows"])))
             dist.barrier()
@@ -92,9 +97,8 @@ def test_fixtures_parametrize_and_rank_values(inner):
                 t = torch.tensor([rank])
                 dist.all_reduce(t)
                 assert t.item() == 1
-        """,
-        "-v",
-    )
+        """
+    result = inner(source.replace("ON_GPUS = None", f"ON_GPUS = {on_gpus!r}"), "-v")
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(
         ["*test_body?1? PASSED*", "*test_body?10? PASSED*", "*test_method PASSED*"]

@@ -291,7 +291,10 @@ def test_write_baseline_records_every_run_and_the_thresholds(tmp_path):
     assert bad.returncode == 2
     assert "--threshold pool_p99=0.3: harness has no metric 'pool_p99' (it has pool_median_ms," in bad.stderr
     bad = run_compare("--write-baseline", str(out), "--threshold", "pool_median_ms=15", *runs)
-    assert "threshold 15.0 is a fraction (0.15 = 15%)" in bad.stderr
+    assert bad.returncode == 2 and bad.stderr.endswith(
+        "error: argument --threshold: 'pool_median_ms=15': expected METRIC=FRACTION, the "
+        "fraction above 0 and below 10 (e.g. pool_median_ms=0.15)\n"
+    ), bad.stderr
 
 
 def test_bad_input_names_the_file_and_what_it_should_be(tmp_path):

@@ -42,9 +42,16 @@ import math
 import os
 import time
 
+from rankgate.bench.benchargs import (
+    int_list,
+    length_list,
+    method_at_world_list,
+    name_list,
+    number_at_least,
+)
 from rankgate.bench.ranks import init_bench_group, run_meta, run_ranks
 from rankgate.bench.results import save_run
-from rankgate.cliargs import make_output_folder
+from rankgate.cliargs import OneLineParser, UsageError, int_at_least, make_output_folder
 
 SAFE_ENV = {
     "NCCL_NVLS_ENABLE": "0",
@@ -59,75 +66,68 @@ DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
-    add("--worlds", default=None, help="comma list of world sizes (default: 1 and powers of "
-        "two up to the visible GPUs; 1,2 on CPU)")  # fmt: skip
-    add("--seq-lens", default=None, help="comma list, K = 1024 (default 16K,32K,64K,128K on "
-        "GPUs, 256,512 on CPU)")  # fmt: skip
-    add("--methods", default=",".join(METHODS), help=f"comma list of {', '.join(METHODS)}")
-    add("--skip", default="", help="comma list of METHOD@WORLD not to run (e.g. ring@1)")
+    add("--worlds", type=int_list(1), default=None, help="comma list of world sizes (default: "
+        "1 and powers of two up to the visible GPUs; 1,2 on CPU)")  # fmt: skip
+    add("--seq-lens", type=length_list, default=None, help="comma list, K = 1024 (default "
+        "16K,32K,64K,128K on GPUs, 256,512 on CPU)")  # fmt: skip
+    add("--methods", type=name_list(METHODS), default=",".join(METHODS),
+        help=f"comma list of {', '.join(METHODS)}")  # fmt: skip
+    add("--skip", type=method_at_world_list(METHODS), default=[],
+        help="comma list of METHOD@WORLD not to run (e.g. ring@1)")  # fmt: skip
     add("--ring-kernel", default="auto", choices=("auto", "cudnn", "flash", "math"),
         help="ring's per-block kernel (default auto: cuDNN, else flash, on GPUs)")
-    add("--batch", type=int, default=1)
-    add("--heads", type=int, default=None, help="query heads (default 32; 4 on CPU)")
-    add("--kv-heads", type=int, default=None, help="key/value heads (default 8; 2 on CPU)")
-    add("--head-dim", type=int, default=None, help="default 128 (16 on CPU)")
+    add("--batch", type=int_at_least(1), default=1, help="sequences per iteration (default 1)")
+    add("--heads", type=int_at_least(1), default=None, help="query heads (default 32; 4 on CPU)")
+    add("--kv-heads", type=int_at_least(1), default=None,
+        help="key/value heads (default 8; 2 on CPU)")  # fmt: skip
+    add("--head-dim", type=int_at_least(1), default=None, help="default 128 (16 on CPU)")
     add("--dtype", choices=DTYPES, default=None, help="default bf16 on GPUs, fp32 on CPU")
     add("--full", action="store_true", help="full attention instead of causal")
-    add("--head-chunks", type=int, default=None, help="ring's heads per kernel call "
-        "(default: auto, <= 8 query heads)")  # fmt: skip
-    add("--warmup", type=int, default=1)
-    add("--reps", type=int, default=5)
-    add("--min-rep-seconds", type=float, default=0.2, help="iterations per repetition: enough "
-        "for this long (default 0.2)")  # fmt: skip
+    add("--head-chunks", type=int_at_least(1), default=None, help="ring's heads per kernel "
+        "call, dividing --kv-heads (default: auto, <= 8 query heads)")  # fmt: skip
+    add("--warmup", type=int_at_least(0), default=1, help="untimed iterations first (default 1)")
+    add("--reps", type=int_at_least(1), default=5,
+        help="timed repetitions; the median counts (default 5)")  # fmt: skip
+    add("--min-rep-seconds", type=number_at_least(0), default=0.2, help="iterations per "
+        "repetition: enough for this long (default 0.2)")  # fmt: skip
     add("--no-profile", action="store_true", help="skip the profiled iteration (comm kernels)")
-    add("--fit-cap-gib", type=float, default=0.0, help="memory cap for the longest-sequence "
-        "check (0: off)")  # fmt: skip
+    add("--fit-cap-gib", type=number_at_least(0), default=0.0, help="memory cap for the "
+        "longest-sequence check (0: off)")  # fmt: skip
     add("--cpu", action="store_true", help="stay on the CPU even where GPUs are visible")
     add("--out", default=None, help="folder for attention.json, attention.txt and PNG plots")
     add("--json", action="store_true", help="end with the results as one JSON line")
 
 
-def parse_length(text: str) -> int:
-    text = text.strip().upper()
-    return int(text[:-1]) * 1024 if text.endswith("K") else int(text)
-
-
 def _options(args: argparse.Namespace) -> dict:
+    """The run's options with the machine's defaults; options that contradict each other,
+    or a world this machine cannot start, are a UsageError."""
     import torch
 
     gpus = 0 if args.cpu or not torch.cuda.is_available() else torch.cuda.device_count()
     on_gpu = gpus >= 1
-    if args.worlds:
-        worlds = [int(w) for w in args.worlds.split(",")]
-    else:
-        worlds = [w for w in (1, 2, 4, 8) if w <= gpus] if on_gpu else [1, 2]
+    worlds = args.worlds or ([w for w in (1, 2, 4, 8) if w <= gpus] if on_gpu else [1, 2])
     if on_gpu and max(worlds) > gpus:
-        raise SystemExit(f"--worlds asks for {max(worlds)} ranks but {gpus} GPUs are visible")
+        raise UsageError(f"--worlds asks for {max(worlds)} ranks but {gpus} GPUs are visible")
     for w in worlds:
-        if w < 1 or max(worlds) % w:
-            raise SystemExit(f"--worlds {worlds}: each must divide the largest ({max(worlds)}), "
-                             "which runs the smaller ones as groups side by side")  # fmt: skip
+        if max(worlds) % w:
+            raise UsageError(f"--worlds {','.join(map(str, worlds))}: each must divide the "
+                             f"largest ({max(worlds)}), which runs the smaller ones as groups "
+                             "side by side")  # fmt: skip
     methods = args.methods.split(",")
-    for m in methods:
-        if m not in METHODS:
-            raise SystemExit(f"unknown method {m!r}; valid: {', '.join(METHODS)}")
-    default_lens = "16K,32K,64K,128K" if on_gpu else "256,512"
-    seqs = [parse_length(s) for s in (args.seq_lens or default_lens).split(",")]
+    seqs = args.seq_lens or length_list("16K,32K,64K,128K" if on_gpu else "256,512")
     for s in seqs:
         for w in worlds:
             if s % (2 * w):
-                raise SystemExit(f"sequence length {s} is not a multiple of 2*world={2 * w}")
+                raise UsageError(f"--seq-lens: {s} is not a multiple of 2*world={2 * w} "
+                                 f"(--worlds {','.join(map(str, worlds))})")  # fmt: skip
     heads = args.heads or (32 if on_gpu else 4)
     kv_heads = args.kv_heads or (8 if on_gpu else 2)
     if heads % kv_heads:
-        raise SystemExit(f"--heads {heads} must be a multiple of --kv-heads {kv_heads}")
-    skip = [s for s in args.skip.split(",") if s]
-    for s in skip:
-        method, _, world = s.partition("@")
-        if method not in METHODS or not world.isdigit():
-            raise SystemExit(f"--skip {s!r}: expected METHOD@WORLD, e.g. ring@1")
+        raise UsageError(f"--heads {heads} must be a multiple of --kv-heads {kv_heads}")
+    if args.head_chunks and kv_heads % args.head_chunks:
+        raise UsageError(f"--head-chunks {args.head_chunks} must divide --kv-heads {kv_heads}")
     return {
-        "skip": skip,
+        "skip": args.skip,
         "ring_kernel": args.ring_kernel,
         "world": max(worlds),
         "worlds": worlds,
@@ -151,6 +151,7 @@ def _options(args: argparse.Namespace) -> dict:
 
 def validate(args: argparse.Namespace) -> None:
     """Before the run starts (``rankgate bench`` calls it)."""
+    _options(args)
     make_output_folder("--out", args.out)
 
 
@@ -522,10 +523,15 @@ def _meta(opts: dict, device) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rankgate bench attention",
+    parser = OneLineParser(prog="rankgate bench attention",
                                      description=__doc__.splitlines()[0])  # fmt: skip
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    try:
+        validate(args)
+    except UsageError as exc:
+        parser.error(str(exc))
+    return run(args)
 
 
 if __name__ == "__main__":

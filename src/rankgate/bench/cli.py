@@ -64,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
     for i in range(1, args.repeat + 1):
         start = time.monotonic()
         window = contention.Window()
-        with progress.step(i, "run"):
+        # a benchmark that prints its own progress lines gets no spinner over them
+        with progress.step(i, "run", spinner=not getattr(module, "PRINTS_PROGRESS", False)):
             code = int(module.run(args) or 0)
         if args.repeat > 1 and getattr(args, "json", False):
             # How busy the machine was during this run: compare judges CPU timings by it.

@@ -1,7 +1,8 @@
 """``rankgate bench comm``: collective bandwidth and latency, measured like nccl-tests.
 
 For each backend, collective and message size (``-b`` to ``-e`` by ``-f``): one call
-on reference data checked against the host (#wrong; in the first round), ``--warmup`` calls, then
+on reference data checked against the host (#wrong; in the first round, once per backend
+in a run, against a reference built once per size), ``--warmup`` calls, then
 ``--reps`` repetitions of ``--iters`` back-to-back calls timed with device events
 (perf_counter on the CPU); the median repetition gives the time per call, averaged
 over ranks as nccl-tests does. Every backend is alive for the whole sweep, and at each
@@ -14,6 +15,10 @@ line printed), and with ``--out DIR`` the JSON, the table and a PNG per collecti
 ``--nccl-tests DIR`` runs the nccl-tests binaries built there right after the ranks, in
 this process tree, and puts their figures beside every backend's
 (``rankgate.bench.nccltests``).
+
+The timed calls work on views of buffers filled once per run at the largest size
+(``rankgate.bench.commbuffers``). Rank 0 prints one line per size and backend on stderr
+as it goes (``rankgate.bench.commprogress``); docs/bench.md says where a sweep's time goes.
 
 Backends: the names of ``rankgate.workloads.comm`` (auto, p2p, nccl, gloo) and
 ``p2p-push`` / ``p2p-oneshot`` / ``p2p-twoshot``, the p2p all-reduce forced onto one
@@ -32,13 +37,24 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rankgate.bench.commoptions import FORCED, CommOptions, add_arguments
 from rankgate.bench.ranks import init_bench_group, run_meta, run_ranks
 from rankgate.bench.results import save_run
-from rankgate.cliargs import make_output_folder
+from rankgate.cliargs import OneLineParser, UsageError, make_output_folder
+
+if TYPE_CHECKING:  # torch is imported inside the ranks only
+    from rankgate.bench.commbuffers import Buffers
+    from rankgate.bench.commchecks import HostChecks
+    from rankgate.bench.commprogress import SweepProgress
 
 __all__ = ["add_arguments", "main", "run"]
+
+PRINTS_PROGRESS = True
+"""Rank 0 prints a line per size and backend (rankgate.bench.commprogress): no spinner."""
 
 SAFE_ENV = {
     "NCCL_NVLS_ENABLE": "0",
@@ -53,8 +69,6 @@ SAFE_ENV = {
 def options_from(args: argparse.Namespace) -> CommOptions:
     """The run's options; a bad value or a run this machine cannot do is a UsageError."""
     import torch
-
-    from rankgate.cliargs import UsageError
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     try:
@@ -150,37 +164,72 @@ def _measure_all(opts: CommOptions, device) -> tuple[list[dict], dict | None]:
     import torch
     import torch.distributed as dist
 
+    from rankgate.bench.commbuffers import Buffers, elements_needed
+    from rankgate.bench.commchecks import HostChecks
+    from rankgate.bench.commprogress import SweepProgress
+    from rankgate.workloads.comm.reference import DTYPES
+
     cpu_group = dist.new_group(backend="gloo")
+    world, rank = dist.get_world_size(), dist.get_rank()
+    dtype = DTYPES[opts.dtype]
 
     def sync() -> None:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         dist.barrier(group=cpu_group)
 
-    def sweeps(backends: tuple[str, ...], auto_config: dict | None) -> list[dict]:
+    # Made once for the run, not per size: the buffers (filled at the largest size and
+    # viewed), the host checks' references (one per size, shared by the backends) and
+    # the backends (the calibrating sweep's stay alive for the final one).
+    run = _Run(
+        buffers=Buffers(elements_needed(opts.collectives, opts.sizes, dtype.itemsize, world),
+                        dtype, device, rank),
+        checks=HostChecks(dtype),
+        progress=SweepProgress(rank == 0, opts.rounds),
+        sync=sync,
+    )  # fmt: skip
+    made: dict = {}
+
+    def sweeps(backends: tuple[str, ...], auto_config: dict | None, stage: str) -> list[dict]:
         # A machine drifts (clocks, host load) over a sweep of minutes. Every backend stays
         # alive for the whole sweep and, at each size, they are timed one right after
         # another, in an order that turns around every size and every round: drift falls
         # on all of them alike, not on whichever backend swept its sizes at a good moment.
-        made = {name: _make_backend(name, device, opts, auto_config) for name in backends}
-        try:
-            rounds = [_one_round(made, index, opts, world, sync) for index in range(opts.rounds)]
-        finally:
-            for backend in made.values():
-                backend.destroy()
+        for name in backends:
+            if name not in made:
+                made[name] = _make_backend(name, device, opts, auto_config)
+        alive = {name: made[name] for name in backends}
+        rounds = [_one_round(alive, index, opts, world, run, stage)
+                  for index in range(opts.rounds)]  # fmt: skip
         return median_over_rounds(rounds)
 
-    world = dist.get_world_size()
     singles = tuple(b for b in opts.backends if b not in ("auto", "p2p"))
     auto_config = None
-    if opts.auto_thresholds == "measured" and len(singles) < len(opts.backends):
-        # auto's sizes come from sweeps of the single backends alone (as many rounds),
-        # so one slow moment of one round cannot choose its kernels.
-        auto_config = _measured_thresholds(sweeps(singles, None), cpu_group, opts)
-    return sweeps(opts.backends, auto_config), auto_config
+    try:
+        if opts.auto_thresholds == "measured" and len(singles) < len(opts.backends):
+            # auto's sizes come from sweeps of the single backends alone (as many rounds),
+            # so one slow moment of one round cannot choose its kernels.
+            auto_config = _measured_thresholds(
+                sweeps(singles, None, "calibration"), cpu_group, opts
+            )
+        return sweeps(opts.backends, auto_config, "final"), auto_config
+    finally:
+        for backend in made.values():
+            backend.destroy()
 
 
-def _one_round(made: dict, index: int, opts: CommOptions, world: int, sync) -> list[dict]:
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """What every measurement of a run shares."""
+
+    buffers: Buffers
+    checks: HostChecks
+    progress: SweepProgress
+    sync: Callable[[], None]
+
+
+def _one_round(made: dict, index: int, opts: CommOptions, world: int, run: _Run,
+               stage: str) -> list[dict]:  # fmt: skip
     """Round ``index`` over every size, ``made``'s backends in turn at each size."""
     from rankgate.bench.busbw import fit_size
     from rankgate.workloads.comm.reference import DTYPES
@@ -191,14 +240,23 @@ def _one_round(made: dict, index: int, opts: CommOptions, world: int, sync) -> l
     for collective in opts.collectives:
         for step, size in enumerate(opts.sizes):
             nbytes, count = fit_size(collective, size, itemsize, world)
-            for name in names if (index + step) % 2 == 0 else names[::-1]:
-                if name in FORCED and collective != "all_reduce":
-                    continue
-                if name in FORCED and nbytes > _forced_limit(name, opts):
-                    continue
-                fitted, check = (nbytes, count), index == 0
-                rows.append(_measure_one(made[name], name, collective, fitted, opts, sync, check))
+            order = names if (index + step) % 2 == 0 else names[::-1]
+            here = [n for n in order if _serves(n, collective, nbytes, opts)]
+            for turn, name in enumerate(here, 1):
+                # the final sweep's first round checks (the calibrating sweep's backends
+                # are the same): one host reference per size, every backend checked on it
+                fitted, check = (nbytes, count), index == 0 and stage == "final"
+                rows.append(_measure_one(made[name], name, collective, fitted, opts, run, check))
+                run.progress.measured(stage, index, collective, nbytes, turn, len(here), name)
     return rows
+
+
+def _serves(name: str, collective: str, nbytes: int, opts: CommOptions) -> bool:
+    """Whether backend ``name`` is measured at this collective and size (a forced p2p
+    kernel: all-reduce only, up to its limit)."""
+    if name not in FORCED:
+        return True
+    return collective == "all_reduce" and nbytes <= _forced_limit(name, opts)
 
 
 def median_over_rounds(rounds: list[list[dict]]) -> list[dict]:
@@ -279,21 +337,20 @@ def thresholds_from_crossovers(cross: dict, limit: int) -> dict | None:
     return config or None
 
 
-def _measure_one(backend, name, collective, fitted, opts: CommOptions, sync, check: bool) -> dict:
+def _measure_one(backend, name, collective, fitted, opts: CommOptions, run: _Run,
+                 check: bool) -> dict:  # fmt: skip
     """One row: ``collective`` on ``backend`` at ``fitted`` = (bytes, element count);
     with ``check``, its result on reference data checked on the host first."""
     from rankgate.bench.timing import time_eager, time_graph
-    from rankgate.workloads.comm.reference import DTYPES
 
     nbytes, count = fitted
-    dtype = DTYPES[opts.dtype]
-    fn, reset, path, graph_path = _workload(backend, collective, count, dtype)
+    fn, reset, path, graph_path = _workload(backend, collective, count, run.buffers)
     checked = check and nbytes <= opts.check_max
-    wrong = _validate(backend, collective, count, dtype) if checked else None
+    wrong = run.checks.wrong(backend, collective, count) if checked else None
     fallbacks_before = sum(getattr(backend, "fallbacks", {}).values())
 
     kw = {"device": backend.device, "iters": opts.iters, "warmup": opts.warmup,
-          "reps": opts.reps, "sync": sync, "reset": reset}  # fmt: skip
+          "reps": opts.reps, "sync": run.sync, "reset": reset}  # fmt: skip
     reset()
     eager = time_eager(fn, **kw).median
     in_graph = backend.device.type == "cuda" and nbytes <= opts.graph_max
@@ -313,70 +370,38 @@ def _measure_one(backend, name, collective, fitted, opts: CommOptions, sync, che
     }
 
 
-def _workload(backend, collective: str, count: int, dtype):
-    """(call, reset, path, graph path): the timed call on fresh buffers, a refill, and
-    the p2p path it takes eagerly and when captured in a CUDA graph."""
-    import torch
-
-    dev, world, rank = backend.device, backend.world_size, backend.rank
-    gen = torch.Generator(device="cpu").manual_seed(rank)
-
-    def data(n):
-        if dtype.is_floating_point:
-            return (torch.randn(n, generator=gen) * 2**-10).to(dtype).to(dev)
-        return torch.randint(-8, 9, (n,), generator=gen, dtype=torch.int32).to(dev)
-
+def _workload(backend, collective: str, count: int, buffers):
+    """(call, reset, path, graph path): the timed call on views of the run's buffers, a
+    refill, and the p2p path it takes eagerly and when captured in a CUDA graph."""
+    world, rank = backend.world_size, backend.rank
+    data, out = buffers.data, buffers.out
     path = graph_path = ""
     if collective == "all_reduce":
-        pristine = data(count)
-        buf = pristine.clone()
+        pristine, buf = data(count), buffers.work_copy(count)
         if hasattr(backend, "all_reduce_path"):
             path = backend.all_reduce_path(buf, capturing=False)[0]
             graph_path = backend.all_reduce_path(buf, capturing=True)[0]
         return (lambda: backend.all_reduce(buf)), (lambda: buf.copy_(pristine)), path, graph_path
     if collective == "broadcast":
-        buf = data(count)
+        buf = buffers.work_copy(count)  # written on every rank but the root
         if hasattr(backend, "all_reduce_path"):
             limit = min(backend.config.broadcast_max_bytes, backend.config.buffer_bytes)
             path = "p2p" if buf.nbytes <= limit else "nccl"
         return (lambda: backend.broadcast(buf, 0)), (lambda: None), path, graph_path
     if collective == "all_gather":
-        inp, out = data(count), torch.empty(world * count, dtype=dtype, device=dev)
-        return (lambda: backend.all_gather(out, inp)), (lambda: None), path, graph_path
+        inp, got = data(count), out(world * count)
+        return (lambda: backend.all_gather(got, inp)), (lambda: None), path, graph_path
     if collective == "reduce_scatter":
-        inp, out = data(world * count), torch.empty(count, dtype=dtype, device=dev)
-        return (lambda: backend.reduce_scatter(out, inp)), (lambda: None), path, graph_path
+        inp, got = data(world * count), out(count)
+        return (lambda: backend.reduce_scatter(got, inp)), (lambda: None), path, graph_path
     if collective == "gather":
         inp = data(count)
         return (lambda: backend.gather(inp, 0)), (lambda: None), path, graph_path
     if collective == "send_recv":
-        send, recv = data(count), torch.empty(count, dtype=dtype, device=dev)
+        send, recv = data(count), out(count)
         nxt, prev = (rank + 1) % world, (rank - 1) % world
         return (lambda: backend.send_recv(send, nxt, recv, prev)), (lambda: None), path, graph_path
     raise SystemExit(f"unknown collective {collective!r}")
-
-
-def _validate(backend, collective: str, count: int, dtype) -> int:
-    """Elements wrong on this rank after one call on reference data (nccl-tests' #wrong)."""
-    import torch
-
-    from rankgate.workloads.comm.reference import expected, mismatches, rank_input, run_collective
-
-    world, rank = backend.world_size, backend.rank
-    numel = world * count if collective == "reduce_scatter" else count
-    inputs = [rank_input(r, numel, dtype, seed=numel) for r in range(world)]
-    if collective == "send_recv":  # the simultaneous exchange this benchmark times
-        got = torch.empty(count, dtype=dtype, device=backend.device)
-        mine = inputs[rank].to(backend.device)
-        backend.send_recv(mine, (rank + 1) % world, got, (rank - 1) % world)
-    else:
-        got = run_collective(backend, collective, inputs)
-    want = expected(collective, inputs, rank)
-    if collective == "gather":
-        if want is None:
-            return 0 if got is None else 1
-        return sum(mismatches(g, w) for g, w in zip(got, want))
-    return mismatches(got, want)
 
 
 def _combine(every: list[list[dict]]) -> list[dict]:
@@ -416,11 +441,14 @@ def _meta(opts: CommOptions, device) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="rankgate bench comm", description=__doc__.splitlines()[0]
-    )
+    parser = OneLineParser(prog="rankgate bench comm", description=__doc__.splitlines()[0])
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    try:
+        validate(args)
+    except UsageError as exc:
+        parser.error(str(exc))
+    return run(args)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import dataclasses
 import os
 from dataclasses import dataclass
 
+from rankgate.bench.benchargs import existing_path, name_list
 from rankgate.bench.busbw import parse_size
 from rankgate.cliargs import int_at_least
 
@@ -43,9 +44,11 @@ def size_or_zero(text: str) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
-    add("--backends", default=None, help=f"comma list of {', '.join(BACKENDS)} "
+    add("--backends", type=name_list(BACKENDS), default=None,
+        help=f"comma list of {', '.join(BACKENDS)} "
         f"(default: {GPU_DEFAULT_BACKENDS} with GPUs, gloo without)")  # fmt: skip
-    add("--collectives", default=None, help="comma list (default: all_reduce on CPU; "
+    add("--collectives", type=name_list(COLLECTIVES), default=None,
+        help="comma list (default: all_reduce on CPU; "
         f"{GPU_DEFAULT_COLLECTIVES} on GPUs)")  # fmt: skip
     add("--dtype", default="fp32", choices=DTYPES)
     add("-b", "--min-bytes", type=byte_size, default="8", help="smallest size (default 8)")
@@ -72,7 +75,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--world", type=int_at_least(2), default=None,
         help="ranks (default: visible GPUs, or 2 on CPU)")  # fmt: skip
     add("--cpu", action="store_true", help="stay on the CPU even where GPUs are visible")
-    add("--reference", action="append", default=[], help="nccl-tests output file or folder")
+    add("--reference", type=existing_path, action="append", default=[],
+        help="nccl-tests output file or folder")  # fmt: skip
     add("--nccl-tests", default=None, metavar="DIR", help="folder of nccl-tests binaries "
         "(all_reduce_perf, ...): run them after the ranks, eagerly and in a CUDA graph, and "
         "put their time beside every backend's")  # fmt: skip

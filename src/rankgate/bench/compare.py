@@ -36,6 +36,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from rankgate.bench.benchargs import metric_fraction
 from rankgate.bench.kind import machine_description, machine_kind
 from rankgate.bench.results import (
     METRICS,
@@ -233,7 +234,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="record the given runs (their repetitions together) as a baseline file",
     )
     parser.add_argument(
-        "--threshold", action="append", default=[], metavar="METRIC=FRACTION",
+        "--threshold", type=metric_fraction, action="append", default=[],
+        metavar="METRIC=FRACTION",
         help="with --write-baseline: a metric's threshold, e.g. pool_median_ms=0.15",
     )
     parser.add_argument("--note", default="", help="with --write-baseline: how it was measured")

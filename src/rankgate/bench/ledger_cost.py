@@ -22,7 +22,7 @@ import os
 import tempfile
 import time
 
-from rankgate.cliargs import int_at_least
+from rankgate.cliargs import UsageError, int_at_least
 
 BACKENDS = ("gloo", "nccl")
 
@@ -60,6 +60,16 @@ def _backends(text: str) -> tuple[str, ...]:
             f"{text!r}: expected a comma-separated list of {', '.join(BACKENDS)}"
         )
     return names
+
+
+def validate(args: argparse.Namespace) -> None:
+    """nccl needs a GPU (before the host measurement, which takes seconds)."""
+    if "nccl" not in args.backends:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise UsageError("--backends nccl needs a CUDA GPU; none is visible. Use --backends gloo")
 
 
 def _test_code() -> dict:

@@ -12,17 +12,19 @@ from __future__ import annotations
 import argparse
 import json
 
+from rankgate.cliargs import int_at_least
 from rankgate.workloads.packing import ALGORITHMS, DISTRIBUTIONS, measure, sample_lengths
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
-    parser.add_argument("--samples", type=int, default=1024, help="sequences per batch (1024)")
-    parser.add_argument("--ranks", type=int, default=8, help="ranks to pack onto (8)")
-    parser.add_argument("--cap", type=int, default=8192, help="max tokens per rank (8192)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the lengths (0)")
-    parser.add_argument("--repeats", type=int, default=5, help="timed packings per row (5)")
-    parser.add_argument(
+    add = parser.add_argument
+    add("--samples", type=int_at_least(1), default=1024, help="sequences per batch (1024)")
+    add("--ranks", type=int_at_least(1), default=8, help="ranks to pack onto (8)")
+    add("--cap", type=int_at_least(1), default=8192, help="max tokens per rank (8192)")
+    add("--seed", type=int, default=0, help="seed of the lengths (0)")
+    add("--repeats", type=int_at_least(1), default=5, help="timed packings per row (5)")
+    add(
         "--distributions",
         nargs="+",
         default=list(DISTRIBUTIONS),
@@ -32,9 +34,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    for name in ("samples", "ranks", "cap", "repeats"):
-        if getattr(args, name) < 1:
-            raise SystemExit(f"--{name} must be >= 1, got {getattr(args, name)}")
     rows = []
     for distribution in args.distributions:
         lengths = sample_lengths(distribution, args.samples, args.cap, args.seed)
