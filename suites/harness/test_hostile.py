@@ -252,7 +252,8 @@ def test_fault(rank, dist_tmp_path):
     pid = int((inner.pytester.path / "bt" / "child").read_text())
     result.stdout.fnmatch_lines(
         [
-            "rank 1 failed; rank 0 passed (world 2, backend gloo)",
+            f"rank 1 failed; rank 0 passed; rank 1 left processes running: pid {pid} "
+            "(sleep 1000), in its own session (world 2, backend gloo)",
             f"rankgate: the test left processes running; they were ended: pid {pid} (sleep 1000), in its own session. End what a test starts*",
         ]
     )

@@ -34,6 +34,7 @@ import pytest
 from _pytest.runner import runtestprotocol
 
 from rankgate.harness import leaks, ledger, options, verdict_lines
+from rankgate.harness.failure_repr import failure_repr
 from rankgate.harness.inplace import collection, control, reproduce, summary, tempdirs
 from rankgate.harness.inplace.control import PeerGone, RunAborted
 from rankgate.harness.inplace.group import InPlaceGroup
@@ -290,6 +291,9 @@ class InPlaceSession:
         report = yield
         if call.excinfo is not None and breaks_process_group(call.excinfo.value):
             self._group_trouble = True
+        if call.excinfo is not None and isinstance(call.excinfo.value, AfterTestProblem):
+            # The harness's own check: its frames say nothing; its text says what to fix.
+            report.longrepr = failure_repr(item, str(call.excinfo.value))
         if report.failed:
             index = self.store_index(item)
             if index is not None and report.when in ("setup", "call"):
