@@ -104,7 +104,8 @@ def _call_worker_setup(config: pytest.Config, rank: int) -> None:
 
 
 class AfterTestProblem(AssertionError):
-    """A test that lost the process group or left processes running."""
+    """A test that lost the process group or left processes running. Its report is its
+    text alone: the frames of the hook that raised it say nothing of the test."""
 
 
 class InPlaceSession:
@@ -292,8 +293,7 @@ class InPlaceSession:
         if call.excinfo is not None and breaks_process_group(call.excinfo.value):
             self._group_trouble = True
         if call.excinfo is not None and isinstance(call.excinfo.value, AfterTestProblem):
-            # The harness's own check: its frames say nothing; its text says what to fix.
-            report.longrepr = failure_repr(item, str(call.excinfo.value))
+            report.longrepr = failure_repr(item, str(call.excinfo.value))  # no hook frames
         if report.failed:
             index = self.store_index(item)
             if index is not None and report.when in ("setup", "call"):
