@@ -183,6 +183,7 @@ def test_sigterm_to_an_xdist_run_fails_each_running_test_and_lists_the_rest(tmp_
                 f'failed on setup with "not run: interrupted: {why}"'
             )
     assert f"rankgate: interrupted: {why}; 2 later test(s) not run" in out
+    assert re.search(r"^2 failed, 2 not run in [\d.]+s", out, re.MULTILINE), out
     _report_reads_incomplete(junit, "4 tests: 0 passed, 2 failed, 0 error, 2 not run")
 
 
