@@ -262,3 +262,20 @@ def test_a_destroy_that_ends_nothing_is_not_recorded(recorded):
     # An adopted torch test's destroy is redirected and leaves rankgate's group in place.
     ledger._wrap_destroy(lambda group=None: None)()
     assert ledger.snapshot() == []
+
+
+def test_the_harness_own_destroy_is_not_recorded(recorded, monkeypatch):
+    # Between tests (in place, a new group) and at a pool's end, called from rankgate
+    # under pytest's or multiprocessing's frames, which are outside torch and rankgate.
+    member = SimpleNamespace(WORLD=WORLD)
+    monkeypatch.setattr(ledger, "_group_member", member)
+    monkeypatch.setattr(ledger, "_LIBRARIES", ("/nowhere/torch/", "/nowhere/rankgate/"))
+
+    def destroy(group=None):
+        member.WORLD = None
+
+    scope: dict = {"destroy_process_group": ledger._wrap_destroy(destroy)}
+    harness = "def renew():\n    destroy_process_group()\n"
+    exec(compile(harness, "/nowhere/rankgate/harness/group.py", "exec"), scope)
+    scope["renew"]()
+    assert ledger.snapshot() == []

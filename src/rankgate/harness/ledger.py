@@ -311,12 +311,14 @@ def _wrap_destroy(original):
 
 
 def _user_site(frame) -> tuple[str, int] | None:
-    """(file, line) of the innermost frame outside torch and rankgate; None when every
-    frame is theirs (the harness's own call)."""
+    """(file, line) of the innermost caller outside torch; None when that is rankgate
+    (the harness's own destroy, between tests or at a pool's end)."""
     while frame is not None:
         file = frame.f_code.co_filename
         if not file.startswith(_LIBRARIES):
             return file, frame.f_lineno
+        if not file.startswith(_LIBRARIES[:1]):  # rankgate's, not torch's
+            return None
         frame = frame.f_back
     return None
 
