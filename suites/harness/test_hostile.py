@@ -121,10 +121,45 @@ def test_fault(rank):
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(
         [
-            "ranks 0, 1 failed (world 2, backend gloo)",
+            # "(rank N first)" when one rank's failure came clearly first
+            "ranks 0, 1 failed*; likely cause: ranks 0, 1 destroyed the default process group "
+            "at test_inner.py:9 (world 2, backend gloo)",
             "rankgate: the test destroyed the default process group (dist.destroy_process_group()); *remove the call*",
         ]
     )
+
+
+DESTROYED_ON_ONE_RANK = """
+@pytest.mark.world(2, backend="gloo")
+def test_fault(rank):
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    if rank == 1:
+        dist.destroy_process_group()
+        return
+    dist.all_reduce(t)
+"""
+
+
+def test_a_group_destroyed_on_one_rank_is_the_headline(inner):
+    # Before, the ledger named rank 1's group after the destroy ("ranks []"), and the
+    # headline said rank 1 never issued the all_reduce #1 it had completed.
+    result = inner(HEADER + DESTROYED_ON_ONE_RANK + NEXT, "--rankgate-timeout=10")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "ranks 0, 1 failed; likely cause: rank 1 destroyed the default process group at "
+            "test_inner.py:11; rank 0 was in all_reduce #2 (float32[4]) issued at "
+            "test_inner.py:13 (world 2, backend gloo)",
+            "Collectives issued around the divergence:",
+            "     rank 0                                            rank 1",
+            " #1  all_reduce float32[4] test_inner.py:9 completed   "
+            "all_reduce float32[4] test_inner.py:9 completed",
+            ">#2  all_reduce float32[4] test_inner.py:13 failed     "
+            "destroy_process_group test_inner.py:11 completed",
+        ]
+    )
+    assert "never issued" not in result.stdout.str()
 
 
 def test_long_output_keeps_its_head_and_tail_and_says_it_was_cut(inner):
@@ -217,7 +252,8 @@ def test_fault(rank, dist_tmp_path):
     pid = int((inner.pytester.path / "bt" / "child").read_text())
     result.stdout.fnmatch_lines(
         [
-            "rank 1 failed; rank 0 passed (world 2, backend gloo)",
+            f"rank 1 failed; rank 0 passed; rank 1 left processes running: pid {pid} "
+            "(sleep 1000), in its own session (world 2, backend gloo)",
             f"rankgate: the test left processes running; they were ended: pid {pid} (sleep 1000), in its own session. End what a test starts*",
         ]
     )
@@ -273,7 +309,6 @@ def test_an_inherited_world_test_runs_on_the_class_it_was_collected_on(inner):
     out = result.stdout.str()
     assert "ran as child on 1" in out
     assert "ran as other on 1" in out
-
 
 
 FAKE_GPU = """

@@ -9,6 +9,7 @@ timeout: nothing leans on the signal dispositions this process inherited.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -143,6 +144,9 @@ def test_a_signal_to_a_pool_run_leaves_a_junit_that_reads_incomplete(tmp_path, s
         f'failed on setup with "not run: interrupted: {stopped}"'
     )
     assert f"rankgate: interrupted: {stopped}; 1 later test(s) not run" in out
+    # pytest's own count was "1 passed" (green): the terminal counts what the JUnit holds.
+    (stats,) = [line for line in out.splitlines() if " in " in line and "passed" in line]
+    assert re.fullmatch(r"1 failed, 1 passed, 1 not run in [\d.]+s", stats), out
     _report_reads_incomplete(junit, "3 tests: 1 passed, 1 failed, 0 error, 1 not run")
 
 
@@ -179,6 +183,7 @@ def test_sigterm_to_an_xdist_run_fails_each_running_test_and_lists_the_rest(tmp_
                 f'failed on setup with "not run: interrupted: {why}"'
             )
     assert f"rankgate: interrupted: {why}; 2 later test(s) not run" in out
+    assert re.search(r"^2 failed, 2 not run in [\d.]+s", out, re.MULTILINE), out
     _report_reads_incomplete(junit, "4 tests: 0 passed, 2 failed, 0 error, 2 not run")
 
 

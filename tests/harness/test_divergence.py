@@ -212,3 +212,41 @@ def test_a_rank_that_never_issued_it_is_placed_by_its_stack(test_file):
         "rank 1 never issued barrier #1 that rank 0 issued at test_x.py:6; "
         "rank 1 issued no collective (now in user code at test_x.py:5)"
     )
+
+
+def test_a_destroyed_default_group_is_the_cause(test_file):
+    destroyed = entry(2, "destroy_process_group", 7, test_file, arg="")
+    ledgers = {
+        0: [
+            entry(1, "broadcast", 3, test_file),
+            entry(2, "barrier", 6, test_file, arg="", state="failed"),
+        ],
+        1: [entry(1, "broadcast", 3, test_file), destroyed],
+    }
+    found = divergence.find(ledgers)
+    assert found.text == (
+        "rank 1 destroyed the default process group at test_x.py:7; "
+        "rank 0 was in barrier #2 issued at test_x.py:6"
+    )
+    assert found.cause == (1,)
+    assert divergence.blamed_in(f"rank 1 failed; likely cause: {found.text}") == (1,)
+    assert divergence.side_by_side(ledgers, found).splitlines()[-1] == (
+        ">#2  barrier test_x.py:6 failed"
+        "                   destroy_process_group test_x.py:7 completed"
+    )
+
+
+def test_a_default_group_made_again_after_a_destroy_is_not_the_cause(test_file):
+    again = [
+        entry(1, "destroy_process_group", 7, test_file, arg=""),
+        entry(2, "broadcast", 3, test_file),
+    ]
+    assert divergence.find({0: again, 1: list(again)}) is None
+
+
+def test_a_call_under_a_group_read_too_late_is_not_one_never_issued(test_file):
+    # A ledger written before groups were named at call time: rank 1's entry reads
+    # "unknown" with no ranks. Its own entry shows it issued the call.
+    unnamed = entry(1, "all_reduce", 5, test_file, group="unknown", ranks=())
+    ledgers = {0: [entry(1, "all_reduce", 5, test_file)], 1: [unnamed]}
+    assert divergence.find(ledgers) is None

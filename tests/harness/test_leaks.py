@@ -41,3 +41,14 @@ def test_running_is_false_for_a_zombie_and_for_a_reaped_process():
     assert Path(f"/proc/{child.pid}").exists()
     child.wait()
     assert not leaks.running(child.pid)
+
+
+def test_the_processes_a_test_left_are_read_back_from_its_failure_text():
+    problem = leaks.left_running_problem(
+        ["pid 12 (sleep 1000)", "pid 13 (sleep 5), in its own session"]
+    )
+    text = f"some output\n{problem}\nreproduce: pytest x"
+    assert (
+        leaks.left_running_in(text) == "pid 12 (sleep 1000); pid 13 (sleep 5), in its own session"
+    )
+    assert leaks.left_running_in("AssertionError: boom") == ""

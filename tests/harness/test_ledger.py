@@ -220,3 +220,62 @@ def test_a_wrapper_file_is_known_by_its_path_tail():
     assert ledger.is_wrapper_file("/venv/lib/python3.12/site-packages/rankgate/harness/ledger.py")
     assert ledger.is_wrapper_file(ledger.__file__)
     assert not ledger.is_wrapper_file("/proj/tests/ledger.py")
+
+
+def test_a_group_is_named_as_it_was_when_called(recorded, monkeypatch):
+    # A test that destroys its group before the verdict reads the ledger: its entries
+    # still name the group they were issued on (before, "ranks []").
+    all_reduce = ledger._wrap("all_reduce", lambda *a, **k: None, PARAMS)
+    all_reduce(torch.ones(1))
+    monkeypatch.setattr(ledger, "_describe_group", lambda g: ("unknown", ()))
+    (record,) = ledger.snapshot()
+    assert (record["group"], record["ranks"]) == ("world", [0, 1])
+
+
+def test_a_tests_destroy_of_the_default_group_is_recorded_where_it_was_called(
+    recorded, monkeypatch
+):
+    member = SimpleNamespace(WORLD=WORLD)
+    monkeypatch.setattr(ledger, "_group_member", member)
+    all_reduce = ledger._wrap("all_reduce", lambda *a, **k: None, PARAMS)
+
+    def destroy(group=None):
+        member.WORLD = None
+
+    destroy_process_group = ledger._wrap_destroy(destroy)
+    all_reduce(torch.ones(1))
+    destroy_process_group()
+    line = sys._getframe().f_lineno - 1
+    records = ledger.snapshot()
+    assert [(r["group"], r["ranks"], r["seq"], r["op"]) for r in records] == [
+        ("world", [0, 1], 1, "all_reduce"),
+        ("world", [0, 1], 2, "destroy_process_group"),
+    ]
+    assert (records[1]["file"], records[1]["line"], records[1]["state"]) == (
+        __file__,
+        line,
+        "completed",
+    )
+
+
+def test_a_destroy_that_ends_nothing_is_not_recorded(recorded):
+    # An adopted torch test's destroy is redirected and leaves rankgate's group in place.
+    ledger._wrap_destroy(lambda group=None: None)()
+    assert ledger.snapshot() == []
+
+
+def test_the_harness_own_destroy_is_not_recorded(recorded, monkeypatch):
+    # Between tests (in place, a new group) and at a pool's end, called from rankgate
+    # under pytest's or multiprocessing's frames, which are outside torch and rankgate.
+    member = SimpleNamespace(WORLD=WORLD)
+    monkeypatch.setattr(ledger, "_group_member", member)
+    monkeypatch.setattr(ledger, "_LIBRARIES", ("/nowhere/torch/", "/nowhere/rankgate/"))
+
+    def destroy(group=None):
+        member.WORLD = None
+
+    scope: dict = {"destroy_process_group": ledger._wrap_destroy(destroy)}
+    harness = "def renew():\n    destroy_process_group()\n"
+    exec(compile(harness, "/nowhere/rankgate/harness/group.py", "exec"), scope)
+    scope["renew"]()
+    assert ledger.snapshot() == []

@@ -77,3 +77,10 @@ def test_hang_cause_names_the_ranks_outside_collectives_first():
     both = verdict_lines.hang_cause({0: where(WAITING), 1: where(WAITING)})
     assert both.startswith("every hung rank waits in a collective: rank 0 waiting in all_gather")
     assert verdict_lines.hang_cause({0: None}) == ""
+
+
+def test_processes_left_running_are_named_with_their_rank():
+    assert verdict_lines.left_running_cause({0: "", 1: "pid 12 (sleep 1000)"}) == (
+        "rank 1 left processes running: pid 12 (sleep 1000)"
+    )
+    assert verdict_lines.left_running_cause({0: ""}) == ""

@@ -9,6 +9,11 @@ says, one line::
         rank 1 issued barrier #2 at test_x.py:15 instead
     ranks disagree at #5: rank 0 all_reduce float32[4] at x.py:12, rank 1 broadcast
         float32[8] at x.py:14
+    rank 1 destroyed the default process group at test_x.py:11; rank 0 was in
+        all_reduce #2 (float32[4]) issued at test_x.py:13
+
+A destroy of the default group comes first: the harness fails the test for it, and
+every collective a peer issues on the group after it waits or fails.
 
 Two ranks that issued different collectives under one number either disagree (the
 calls sit in the two branches of one ``if``, or in different files) or one of them
@@ -31,6 +36,10 @@ WORLD = "world"
 """The name a ledger gives the default process group."""
 P2P_PREFIX = "p2p:"
 """Before the group's name, in a point-to-point call's entry: never compared."""
+DESTROY = "destroy_process_group"
+"""The op of a ledger's entry for the test's destroy of the default group (ledger.DESTROY)."""
+UNKNOWN = "unknown"
+"""The name of a group the ledger could not describe (destroyed before it was read)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +63,9 @@ def find(
     ``now``: where a hung rank's stack says it is ('in user code at x.py:16'), said of
     a rank that never issued the collective."""
     known = {int(r): list(entries) for r, entries in ledgers.items() if entries is not None}
+    destroyed = _destroyed(known)
+    if destroyed is not None:
+        return destroyed
     if len(known) < 2:
         return None
     by_group: dict[str, dict[int, dict[int, Mapping]]] = {}
@@ -61,7 +73,7 @@ def find(
     for rank, entries in known.items():
         for index, entry in enumerate(entries):
             group = entry["group"]
-            if group.startswith(P2P_PREFIX):
+            if group.startswith(P2P_PREFIX) or entry["op"] == DESTROY:
                 continue  # point-to-point sequences differ by rank by design
             indexed = {**entry, "_index": index}  # its place in this rank's ledger
             by_group.setdefault(group, {}).setdefault(rank, {})[entry["seq"]] = indexed
@@ -99,9 +111,41 @@ def _first_in_group(group, ranks, seqs, ledgers, now) -> Divergence | None:
     return None
 
 
-def _never_issued(seq, here, missing, ledgers, now) -> Divergence:
+def _destroyed(ledgers: Mapping[int, list]) -> Divergence | None:
+    """The ranks whose test destroyed the default group and issued nothing on a new one
+    after it, and where their peers were; None when no rank did."""
+    destroys = {}
+    for rank, entries in sorted(ledgers.items()):
+        for index, entry in enumerate(entries):
+            if entry["op"] == DESTROY:
+                destroys[rank] = {**entry, "_index": index}
+            elif entry["group"] == WORLD and rank in destroys:
+                del destroys[rank]  # a default group made after it was used: not the cause
+    if not destroys:
+        return None
+    by_site: dict[str, list[int]] = {}
+    for rank, entry in destroys.items():
+        by_site.setdefault(_site(entry), []).append(rank)
+    parts = [
+        f"{ranks_word(rs)} destroyed the default process group at {site}"
+        for site, rs in by_site.items()
+    ]
+    for rank, entries in sorted(ledgers.items()):
+        waiting = None if rank in destroys else in_flight(entries)
+        if waiting is not None:
+            parts.append(f"rank {rank} was in {describe(waiting)}")
+    first = min(destroys.values(), key=lambda e: e["_index"])
+    return Divergence("; ".join(parts), tuple(destroys), WORLD, first["seq"], _order(destroys))
+
+
+def _never_issued(seq, here, missing, ledgers, now) -> Divergence | None:
     issuers = sorted(here)
     ref = here[issuers[0]]
+    # A rank whose ledger holds this very call under a group it could not name (read
+    # after the group was gone) did issue it: claim nothing its own entry contradicts.
+    missing = [r for r in missing if not _holds(ledgers[r], ref)]
+    if not missing:
+        return None
     lasts = []
     for r in missing:
         entries = ledgers[r]
@@ -116,6 +160,18 @@ def _never_issued(seq, here, missing, ledgers, now) -> Divergence:
         f"{ranks_word(issuers)} issued at {_site(ref)}; " + "; ".join(lasts)
     )
     return Divergence(text, tuple(missing), ref["group"], seq, _order(here))
+
+
+def _holds(entries: Sequence[Mapping], ref: Mapping) -> bool:
+    """Whether ``entries`` hold ``ref``'s call (its op, number and line) under a group
+    that may be ``ref``'s: the same, or one that was not named."""
+    return any(
+        e["op"] == ref["op"]
+        and e["seq"] == ref["seq"]
+        and _site(e) == _site(ref)
+        and (e["group"] == ref["group"] or e["group"] == UNKNOWN or not e.get("ranks"))
+        for e in entries
+    )
 
 
 def _skipped(seq, here) -> Divergence | None:
@@ -223,11 +279,14 @@ def _branches(path: str) -> tuple[tuple[int, int, int, int], ...] | None:
     return tuple(found)
 
 
-_BLAMED = re.compile(r"likely cause: ranks? ([\d, ]+) never issued ")
+_BLAMED = re.compile(
+    r"likely cause: ranks? ([\d, ]+) (?:never issued |destroyed the default process group)"
+)
 
 
 def blamed_in(message: str) -> tuple[int, ...]:
-    """The ranks a verdict's ledger cause says never issued a collective (() if none)."""
+    """The ranks a verdict's ledger cause says never issued a collective, or destroyed
+    the default group (() if none)."""
     match = _BLAMED.search(message)
     return tuple(int(r) for r in match.group(1).split(", ")) if match else ()
 

@@ -157,6 +157,27 @@ def end_leftovers(before: set[int]) -> list[str]:
     return names
 
 
+LEFT_RUNNING = "rankgate: the test left processes running; they were ended: "
+"""How a rank's failure of a test that left processes running begins its line."""
+_FIX = ". End what a test starts (Popen.terminate() and wait(), or a fixture's teardown)"
+
+
+def left_running_problem(names: list[str]) -> str:
+    """The failure's line naming the processes a test left running (``end_leftovers``)."""
+    return LEFT_RUNNING + "; ".join(names) + _FIX
+
+
+def left_running_in(text: str) -> str:
+    """'pid 123 (sleep 1000)' from a rank's failure text: the processes its test left
+    running, for the verdict's headline ('' when none)."""
+    start = text.find(LEFT_RUNNING)
+    if start < 0:
+        return ""
+    rest = text[start + len(LEFT_RUNNING) :]
+    end = rest.find(_FIX)
+    return rest[:end] if end >= 0 else rest.split("\n", 1)[0]
+
+
 def _signal_tree(pid: int, sig: int) -> None:
     """Signal ``pid`` and, when it leads its own process group, the whole group."""
     try:

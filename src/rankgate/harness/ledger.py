@@ -17,6 +17,11 @@ Why a wrapper and not torch's Flight Recorder: this torch records gloo in it too
 its entries across tests, it counts the collectives torch's own helpers issue inside
 one call, and its dump must be asked for from the stuck process all the same.
 
+Each entry names its group as it was when the call was made (a group the test destroys
+later still reads as the one it was). A test's ``destroy_process_group()`` of the default
+group is recorded too, as an entry of its own (op DESTROY, never compared): a peer then
+waits in, or fails, a collective the destroying rank can no longer join.
+
 Point-to-point calls (send, recv, isend, irecv) are recorded with a count of their
 own and never compared (their sequences differ by rank by design): they say where a
 rank was. batch_isend_irecv and functional collectives (DTensor's) bypass these
@@ -69,17 +74,23 @@ COLLECTIVES = (
 POINT_TO_POINT = ("send", "recv", "isend", "irecv")
 """Recorded too, counted apart from the collectives and never compared."""
 
+DESTROY = "destroy_process_group"
+"""The op of a test's destroy of the default group: it takes the next number in the
+group's count (the collective a peer waits in has that number) and is never compared."""
+
 ISSUED, COMPLETED, FAILED = "issued", "completed", "failed"
 """An entry's state: called and not returned (or async and not finished), returned
 (or its work finished), raised."""
 
-_GROUP, _SEQ, _OP, _ARG, _FILE, _LINE, _STATE = range(7)
+_GROUP, _SEQ, _OP, _ARG, _FILE, _LINE, _STATE, _DESCRIBED = range(8)
 P2P = "p2p"
 
 _entries: deque[list] = deque(maxlen=CAPACITY)
 _counters: dict[Any, int] = {}
 _aliases: dict[Any, Any] = {}
 """Per group object passed this test: None for the default group, else itself."""
+_described: dict[Any, tuple[str, tuple[int, ...]]] = {}
+"""Per group this test: its name and ranks, read at its first call (a destroy ends them)."""
 _UNSEEN = object()
 _installed = False
 _swaps: dict[str, tuple[Any, Any, bool]] = {}
@@ -146,6 +157,12 @@ def install(backend: str = "") -> bool:
             wrapped = _wrap(name, original, list(inspect.signature(original).parameters))
             # the same function under its home module, too
             _swaps[name] = (original, wrapped, getattr(c10d, name, None) is original)
+        original = dist.destroy_process_group
+        _swaps[DESTROY] = (
+            original,
+            _wrap_destroy(original),
+            c10d.destroy_process_group is original,
+        )
     _put(dist, c10d, wrapped=True)
     _installed = True
     return True
@@ -174,10 +191,12 @@ def follow(backend: str) -> bool:
 
 def _put(dist, c10d, *, wrapped: bool) -> None:
     for name, (original, wrapper, in_c10d) in _swaps.items():
-        function = wrapper if wrapped else original
-        setattr(dist, name, function)
-        if in_c10d:
-            setattr(c10d, name, function)
+        function, replaced = (wrapper, original) if wrapped else (original, wrapper)
+        for module in (dist, c10d) if in_c10d else (dist,):
+            # Only where ours is found: an adopted torch test's redirect of
+            # destroy_process_group (adopt/torchcase.py) may sit there, and stays.
+            if getattr(module, name, None) is replaced:
+                setattr(module, name, function)
 
 
 def installed() -> bool:
@@ -189,6 +208,7 @@ def begin_test() -> None:
     _entries.clear()
     _counters.clear()
     _aliases.clear()
+    _described.clear()
 
 
 def _wrap(name: str, original, parameters: list[str]):
@@ -215,6 +235,9 @@ def _wrap(name: str, original, parameters: list[str]):
                 if same is _UNSEEN:  # once per group and test: is it the default one?
                     same = _aliases[group] = None if group is _group_member.WORLD else group
                 group = same  # the default group named: one count with the unnamed calls
+            described = _described.get(group)
+            if described is None:  # read now: the test may destroy the group before the verdict
+                described = _described[group] = _describe_group(group)
             if p2p:
                 group = (P2P, group)
             seq = _counters.get(group, 0) + 1
@@ -241,10 +264,11 @@ def _wrap(name: str, original, parameters: list[str]):
                 file if frame else "",
                 frame.f_lineno if frame else 0,
                 ISSUED,
+                described,
             ]
             _entries.append(entry)
         except Exception:  # odd arguments (torch rejects them next): never break the call
-            entry = [None] * 7  # kept nowhere
+            entry = [None] * 8  # kept nowhere
         # No frame object is kept: it would hold the test's locals (tensors) alive.
         del frame, caller
         try:
@@ -260,6 +284,43 @@ def _wrap(name: str, original, parameters: list[str]):
     collective.__wrapped__ = original
     collective.__rankgate_ledger__ = True
     return collective
+
+
+def _wrap_destroy(original):
+    """torch's destroy_process_group, recording a test's destroy of the default group:
+    called from the test's code (not the harness's), and only once the group is gone (an
+    adopted torch test's destroy is redirected and ends nothing)."""
+
+    def destroy_process_group(group=None):
+        __tracebackhide__ = True
+        default = group is None or group is _group_member.WORLD
+        site = _user_site(sys._getframe(1)) if default else None
+        described = (_described.get(None) or _describe_group(None)) if site else None
+        result = original(group)
+        if site is not None and _group_member.WORLD is None:
+            seq = _counters.get(None, 0) + 1  # the number a peer's next collective has
+            _counters[None] = seq
+            _entries.append([None, seq, DESTROY, None, *site, COMPLETED, described])
+            _described.pop(None, None)  # a default group made next is another group
+        return result
+
+    destroy_process_group.__doc__ = original.__doc__
+    destroy_process_group.__wrapped__ = original
+    destroy_process_group.__rankgate_ledger__ = True
+    return destroy_process_group
+
+
+def _user_site(frame) -> tuple[str, int] | None:
+    """(file, line) of the innermost caller outside torch; None when that is rankgate
+    (the harness's own destroy, between tests or at a pool's end)."""
+    while frame is not None:
+        file = frame.f_code.co_filename
+        if not file.startswith(_LIBRARIES):
+            return file, frame.f_lineno
+        if not file.startswith(_LIBRARIES[:1]):  # rankgate's, not torch's
+            return None
+        frame = frame.f_back
+    return None
 
 
 def _shape_of(arg):
@@ -306,9 +367,12 @@ def record(entry: list, groups: dict) -> dict:
     p2p = entry[_OP] in POINT_TO_POINT
     if p2p:
         group = group[1]
-    if group not in groups:
-        groups[group] = _describe_group(group)
-    name, ranks = groups[group]
+    described = entry[_DESCRIBED] if len(entry) > _DESCRIBED else None
+    if described is None:  # read lazily (an entry made without one)
+        if group not in groups:
+            groups[group] = _describe_group(group)
+        described = groups[group]
+    name, ranks = described
     return {
         "group": f"{P2P}:{name}" if p2p else name,
         "ranks": list(ranks),

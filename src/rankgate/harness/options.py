@@ -80,39 +80,44 @@ def add_options(parser: pytest.Parser) -> None:
         help="a TOML file of quarantined tests (id, reason, issue): they run, and their "
         "failures do not fail the run (overrides ini rankgate_quarantine; docs/harness.md)",
     )
-    parser.addini("rankgate_reruns", "reruns of a failed world test (0)")
-    parser.addini("rankgate_flaky", "pass or fail: what a flaky test counts as (pass)")
-    parser.addini("rankgate_quarantine", "TOML file of quarantined tests (none)")
     add_shard_options(group)
-    parser.addini("rankgate_timeout", f"default test timeout in seconds ({DEFAULT_TIMEOUT_S:g})")
-    parser.addini(
-        "rankgate_start_timeout",
+    for name, (help_text, kind) in INI_OPTIONS.items():
+        parser.addini(name, help_text, type=kind)
+
+
+INI_OPTIONS: dict[str, tuple[str, str | None]] = {
+    "rankgate_reruns": ("reruns of a failed world test (0)", None),
+    "rankgate_flaky": ("pass or fail: what a flaky test counts as (pass)", None),
+    "rankgate_quarantine": ("TOML file of quarantined tests (none)", None),
+    "rankgate_timeout": (f"default test timeout in seconds ({DEFAULT_TIMEOUT_S:g})", None),
+    "rankgate_start_timeout": (
         f"seconds for a pool to start and rendezvous ({DEFAULT_START_TIMEOUT_S:g})",
-    )
-    parser.addini(
-        "rankgate_rendezvous_timeout",
+        None,
+    ),
+    "rankgate_rendezvous_timeout": (
         "seconds ranks wait for each other while joining the process group "
         f"({DEFAULT_RENDEZVOUS_TIMEOUT_S:g}); collectives in a test get the test's timeout "
         "plus a margin instead",
-    )
-    parser.addini(
-        "rankgate_worker_setup",
+        None,
+    ),
+    "rankgate_worker_setup": (
         "module:function called as function(rank) in every rank before rendezvous",
-    )
-    parser.addini(
-        "rankgate_spawn_helpers",
+        None,
+    ),
+    "rankgate_spawn_helpers": (
         "a suite's own spawn helpers to run on rankgate's ranks, one a line: module:function "
         "world=PARAM backend=PARAM args=PARAM kwargs=PARAM env=NAME={local_rank},... "
         "(docs/adopting.md)",
-        type="linelist",
-    )
-    parser.addini(
-        "rankgate_world_classes",
+        "linelist",
+    ),
+    "rankgate_world_classes": (
         "a suite's own distributed test base classes, one a line: module:Class "
         "world=ATTR marker=MARKER backend=ATTR launcher=ATTR launches=ATTR:VALUE "
         "setup=module:function env=NAME={local_world_size},... (docs/adopting.md)",
-        type="linelist",
-    )
+        "linelist",
+    ),
+}
+"""rankgate's ini options: name -> (help, pytest's type; None for a string)."""
 
 
 def register_markers(config: pytest.Config) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from _pytest.mark import deselect_by_mark  # pytest's own `-m`, run once markers settle
 
-from rankgate.harness import options
+from rankgate.harness import options, unknown_options
 from rankgate.harness.item_settings import MARKERS_SEEN_KEY, SPEC_KEY
 from rankgate.harness.pluginnames import (
     INPLACE_PLUGIN,
@@ -39,9 +39,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     options.add_options(parser)
 
 
+def pytest_load_initial_conftests(early_config, parser: pytest.Parser, args: list[str]) -> None:
+    """A misspelt ``--rankgate-*`` option: a usage error naming the nearest one, before
+    pytest's own "unrecognized arguments" (which names none)."""
+    problem = unknown_options.cli_problem(args, unknown_options.cli_options(parser))
+    if problem:
+        raise pytest.UsageError(problem)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     options.register_markers(config)
+    problem = unknown_options.ini_problem(config)  # a misspelt key would read as unset
+    if problem:
+        raise pytest.UsageError(problem)
     options.check(config)
     mode = config.getoption("rankgate_mode")
     try:

@@ -33,11 +33,7 @@ def after_test_problems(children_before: set[int]) -> list[str]:
         problems.append(f"rankgate: {GROUP_DESTROYED}")
     left = leaks.end_leftovers(children_before)
     if left:
-        problems.append(
-            "rankgate: the test left processes running; they were ended: "
-            + "; ".join(left)
-            + ". End what a test starts (Popen.terminate() and wait(), or a fixture's teardown)"
-        )
+        problems.append(leaks.left_running_problem(left))
     return problems
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rankgate.harness import divergence, verdict_lines
+from rankgate.harness import divergence, leaks, verdict_lines
 from rankgate.harness.outcome import BAD, RankOutcome, RankResult
 from rankgate.harness.stacks import where as stack_where
 
@@ -106,7 +106,10 @@ def headline(outcomes: list[RankOutcome], test_id: str) -> str:
     under = divergence.under_crash(crashed, ledgers)
     if under:
         return verdict_lines.with_cause(line, verdict_lines.ledger_cause(under))
-    return verdict_lines.with_cause(line, verdict_lines.hang_cause(hung))
+    cause = verdict_lines.hang_cause(hung) or verdict_lines.left_running_cause(
+        {o.rank: leaks.left_running_in(o.detail) for o in outcomes if o.outcome in BAD}
+    )
+    return verdict_lines.with_cause(line, cause)
 
 
 def _crash_place(stderr: str, test_file: str) -> str:

@@ -131,6 +131,14 @@ def ledger_cause(divergence_text: str) -> str:
     return f"likely cause: {divergence_text}"
 
 
+def left_running_cause(left: Mapping[int, str]) -> str:
+    """'rank 1 left processes running: pid 123 (sleep 1000)' from {rank: the processes
+    its test left running ('' for none)}: the failure's cause, said in the headline."""
+    return "; ".join(
+        f"rank {r} left processes running: {names}" for r, names in sorted(left.items()) if names
+    )
+
+
 _CAUSES = ("likely cause: ", "every hung rank waits in a collective: ")
 _HUNG_HEADLINE = re.compile(r"^rank \d+ hung( \(|;|$)")
 

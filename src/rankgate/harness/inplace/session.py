@@ -34,6 +34,7 @@ import pytest
 from _pytest.runner import runtestprotocol
 
 from rankgate.harness import leaks, ledger, options, verdict_lines
+from rankgate.harness.failure_repr import failure_repr
 from rankgate.harness.inplace import collection, control, reproduce, run_id, summary, tempdirs
 from rankgate.harness.inplace.control import PeerGone, RunAborted
 from rankgate.harness.inplace.group import InPlaceGroup
@@ -114,7 +115,8 @@ def _agree_on_run_id(channel: control.ControlChannel) -> str:
 
 
 class AfterTestProblem(AssertionError):
-    """A test that lost the process group or left processes running."""
+    """A test that lost the process group or left processes running. Its report is its
+    text alone: the frames of the hook that raised it say nothing of the test."""
 
 
 class InPlaceSession:
@@ -271,19 +273,13 @@ class InPlaceSession:
         finally:
             self.hang_watch.disarm()
             problems = after_test_problems(children)
-            self._group_trouble |= not self._group_alive()
+            self._group_trouble |= not _group_alive()
             # What a pool's rank undoes after every test (environment, cwd, default dtype;
             # subgroups after the exchange): a world test finds the same process here.
             if spec is not None:
                 reset_state(saved_env, saved_cwd)
             if problems:
                 raise AfterTestProblem("\n".join(problems))
-
-    @staticmethod
-    def _group_alive() -> bool:
-        import torch.distributed as dist
-
-        return dist.is_initialized()
 
     def _peer_failed(self, index: int) -> str | None:
         """What the hang watch polls: "rank N failed" for the first peer that failed."""
@@ -302,6 +298,8 @@ class InPlaceSession:
         report = yield
         if call.excinfo is not None and breaks_process_group(call.excinfo.value):
             self._group_trouble = True
+        if call.excinfo is not None and isinstance(call.excinfo.value, AfterTestProblem):
+            report.longrepr = failure_repr(item, str(call.excinfo.value))  # no hook frames
         if report.failed:
             index = self.store_index(item)
             if index is not None and report.when in ("setup", "call"):
@@ -317,7 +315,7 @@ class InPlaceSession:
         """Run the phases unlogged, exchange, then log own results and the verdict."""
         # Longer than the hang watch's timeout, which ends a hang with stacks.
         seconds = collective_timeout(self._timeout(item))
-        if self._group_alive():
+        if _group_alive():
             set_collective_timeout(seconds)
         index = self.index.get(item.nodeid)
         item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
@@ -516,3 +514,9 @@ class InPlaceSession:
             self.shared_dirs.remove()
             if self.group.store_path is not None:
                 self.group.store_path.unlink(missing_ok=True)
+
+
+def _group_alive() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_initialized()

@@ -20,7 +20,7 @@ import pytest
 from _pytest._code.code import ReprEntryNative, ReprExceptionInfo, ReprFileLocation, ReprTraceback
 from _pytest.skipping import xfailed_key
 
-from rankgate.harness import divergence, verdict_lines
+from rankgate.harness import divergence, leaks, verdict_lines
 from rankgate.harness.failure_repr import failure_repr
 from rankgate.harness.output import clip_sections, strip_ansi
 from rankgate.harness.verdict import DISAGREEMENT
@@ -113,6 +113,9 @@ def cross_rank_problem(everyone: list[RankResult], rank: int) -> str | None:
         diverged = divergence.find({r: res.ledger for r, res in enumerate(everyone)})
         if diverged is not None:
             line = verdict_lines.with_cause(line, verdict_lines.ledger_cause(diverged.text))
+        else:  # processes a test left running, named as the pool's headline names them
+            left = {r: leaks.left_running_in(res.text) for r, res in enumerate(everyone)}
+            line = verdict_lines.with_cause(line, verdict_lines.left_running_cause(left))
     others_bad = [r for r, res in enumerate(everyone) if res.outcome in BAD and r != rank]
     if others_bad:
         return line + "".join(

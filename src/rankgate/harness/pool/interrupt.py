@@ -6,7 +6,9 @@ for the test that was running a nameless ``<testcase/>`` (its set-up's duration,
 result): read as it is, an interrupted run looks passed. This plugin records, in the
 JUnit file, the running test as failed naming the signal, every test after it as
 ``not run`` (with the same reason), and the run as interrupted (the testsuite property
-``rankgate.interrupted``), so merge-junit and the report say INCOMPLETE. In-place mode
+``rankgate.interrupted``), so merge-junit and the report say INCOMPLETE. The terminal
+counts the same reports: its last line says "1 failed, 1 passed, 1 not run", never
+pytest's green "1 passed" of the tests that ended. In-place mode
 records its own (``inplace.stop``: every rank, from its signal watch).
 
 Under pytest-xdist this process is the controller: it runs no test and collects none, so
@@ -28,6 +30,7 @@ from rankgate.harness.verdict_lines import (
     INTERRUPTED_PREFIX,
     INTERRUPTED_PROPERTY,
     INTERRUPTED_TEST_PROPERTY,
+    NOT_RUN_PREFIX,
 )
 
 INTERRUPT_PLUGIN = "rankgate-interrupt"
@@ -129,7 +132,24 @@ class InterruptRecord:
             xml.add_global_property(
                 INTERRUPTED_TEST_PROPERTY, "::".join([".".join(names[:-1]), names[-1]])
             )
+        self._log(xml, report)
+
+    def _log(self, xml, report: pytest.TestReport) -> None:
+        """A report this plugin makes, in the JUnit file and on the terminal, whose last
+        line then counts it as the JUnit file does. Only those two: the run's other
+        plugins (stored durations, say) never saw a test that did not end."""
+        if xml is not None:
             xml.pytest_runtest_logreport(report=report)
+        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+        if terminal is not None:
+            terminal.pytest_runtest_logreport(report=report)
+
+    def pytest_report_teststatus(self, report: pytest.TestReport):
+        """A test an interrupt kept from starting: "not run" on the terminal, as merge-junit
+        and the report count it (pytest's word would be an error at set-up)."""
+        if report.when == "setup" and str(report.longrepr).startswith(NOT_RUN_PREFIX):
+            return "not run", "n", ("NOT RUN", {"red": True})
+        return None
 
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo) -> None:
         if self.reason is not None:
@@ -156,10 +176,8 @@ class InterruptRecord:
             ]
         if xml is not None:
             xml.add_global_property(INTERRUPTED_PROPERTY, self.reason)
-            for item in rest:
-                xml.pytest_runtest_logreport(
-                    report=not_run_report(item, f"{INTERRUPTED_PREFIX}{self.reason}")
-                )
+        for item in rest:
+            self._log(xml, not_run_report(item, f"{INTERRUPTED_PREFIX}{self.reason}"))
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
         if tr is not None:
             tr.ensure_newline()
@@ -186,7 +204,7 @@ class InterruptRecord:
             xml.add_global_property(
                 INTERRUPTED_TEST_PROPERTY, "::".join([".".join(names[:-1]), names[-1]])
             )
-            xml.pytest_runtest_logreport(report=report)
+        self._log(xml, report)
 
 
 def _xml(config: pytest.Config):
