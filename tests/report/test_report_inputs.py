@@ -47,7 +47,7 @@ def run_report(monkeypatch, capsys):
         ("stages/unit.json", "{bad", "stages/unit.json: not JSON (Expecting property name"),
         ("stages/unit.json", "[]", "stages/unit.json: not a stage outcome (an object with 'stage'"),
         ("stages/unit.json", '{"stage": "unit", "status": "weird"}',
-         "stages/unit.json: stage 'unit' has status 'weird'; known: passed, failed, incomplete, skipped, running"),
+         "stages/unit.json: stage 'unit' has status 'weird'; known: passed, failed, incomplete"),
         ("stages/unit.json", '{"stage": "unit", "status": "passed", "seconds": "fast"}',
          "stages/unit.json: stage 'unit' has seconds 'fast'"),
         ("gate.json", '{"garbage": 1}', "gate.json: not the gate's table (a JSON list of stage"),

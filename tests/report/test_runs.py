@@ -11,6 +11,8 @@ import pytest
 from rankgate.report.junit import merge_junit
 from rankgate.report.junitfile import ReportInputError
 
+pytestmark = pytest.mark.unit
+
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest">
 <properties><property name="rank" value="{rank}"/><property name="world_size" value="2"/>
