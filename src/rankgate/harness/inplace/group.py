@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from rankgate.harness.inplace.control import ControlChannel
+from rankgate.harness.inplace.schedule import WHOLE_WORLD, Share
 from rankgate.harness.spec import AUTO_ON_GPUS
 from rankgate.launch.env import LaunchEnv
 
@@ -52,6 +53,12 @@ class InPlaceGroup:
             self.where,
         )
         self._groups_made = 0
+        self.current = WHOLE_WORLD
+        """The (phase, sub-world) of the default group (``schedule.Share.group``)."""
+        self.members: tuple[int, ...] = tuple(range(launch.world_size))
+        """The global ranks of the default group, in the order of their ranks in it."""
+        self.changes: list[float] = []
+        """Seconds each change of sub-world took to start its group (docs/harness.md)."""
         self._gloo_world: dist.ProcessGroup | None = None
         """Every rank in a gloo-only group, made at the first gloo test on a mixed group."""
         if self.has_gpus:
@@ -127,13 +134,17 @@ class InPlaceGroup:
     def _init_group(self) -> None:
         """A new default process group, under a key prefix no earlier group used."""
         self._groups_made += 1
-        store = dist.PrefixStore(f"group{self._groups_made}", self._base)
+        phase, subworld = self.current
+        name = f"group{self._groups_made}"
+        if self.current != WHOLE_WORLD:
+            name = f"phase{phase}/subworld{subworld}/{name}"
+        store = dist.PrefixStore(name, self._base)
         try:
             dist.init_process_group(
                 self.backend,
                 store=store,
-                rank=self.launch.rank,
-                world_size=self.launch.world_size,
+                rank=self.members.index(self.launch.rank),
+                world_size=len(self.members),
                 # Bounds the rendezvous only: each test sets its collectives' timeout.
                 timeout=timedelta(seconds=self.rendezvous_s),
             )
@@ -142,6 +153,27 @@ class InPlaceGroup:
                 f"rankgate in-place: could not start the {self.backend} process group "
                 f"through {self.where}: {exc}"
             ) from None
+
+    def enter(self, share: Share, meet) -> None:
+        """The default group of ``share``'s ranks, made when this rank is not in it yet:
+        leave the current one, ``meet()`` the other ranks of the new one (each may still
+        run the last phase's tests), start it."""
+        if share.group == self.current:
+            return
+        self._leave()
+        self.current, self.members, self._groups_made = share.group, share.ranks, 0
+        meet()
+        started = time.monotonic()
+        self._init_group()
+        self.changes.append(time.monotonic() - started)
+
+    def _leave(self) -> None:
+        self._gloo_world = None
+        if dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception:
+                pass  # a broken group may fail to leave cleanly; it is dropped either way
 
     def kept_groups(self) -> tuple:
         """Groups of the session's own that the cleanup after a test must not destroy."""
@@ -179,11 +211,6 @@ class InPlaceGroup:
                 dist.GroupMember.WORLD = session_group
 
     def renew(self) -> None:
-        """Leave what is left of the default group and join a new one (every rank)."""
-        self._gloo_world = None
-        if dist.is_initialized():
-            try:
-                dist.destroy_process_group()
-            except Exception:
-                pass  # a broken group may fail to leave cleanly; it is dropped either way
+        """Leave what is left of the default group and join a new one (every rank of it)."""
+        self._leave()
         self._init_group()

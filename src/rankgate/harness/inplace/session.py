@@ -5,9 +5,10 @@ Only rank 0 writes to the terminal (rank r > 0 writes to ``pytest.rank<r>.log``)
 each rank writes its own JUnit file (``<name>.rank<r>.xml``, with the rank and the
 world size as properties), and after every test the ranks exchange their outcomes
 (through the store, see ``control``) so rank 0's summary and exit status count a
-failure on any rank. world(n) with n different from the launched world is skipped
-with a reason: in-place mode never runs a test on a subgroup, because a subgroup's
-idle ranks would report a pass they did not earn.
+failure on any rank. The ranks share the tests out (``schedule``): world(k) tests with k
+below the launched world run in sub-worlds of k ranks, each plain test on one rank; a
+rank runs, records and exchanges only its share, with the ranks of its share. world(k)
+with k above the launched world is skipped with a reason.
 
 Every rank shows and counts each test's cross-rank verdict (``verdict``), so
 ``-x``/``--maxfail`` stop every rank after the same test. Beside its JUnit file each
@@ -35,7 +36,15 @@ from _pytest.runner import runtestprotocol
 
 from rankgate.harness import leaks, ledger, options, verdict_lines
 from rankgate.harness.failure_repr import failure_repr
-from rankgate.harness.inplace import collection, control, reproduce, run_id, summary, tempdirs
+from rankgate.harness.inplace import (
+    collection,
+    control,
+    reproduce,
+    run_id,
+    schedule,
+    summary,
+    tempdirs,
+)
 from rankgate.harness.inplace.control import PeerGone, RunAborted
 from rankgate.harness.inplace.group import InPlaceGroup
 from rankgate.harness.inplace.hangwatch import HangWatch
@@ -145,6 +154,8 @@ class InPlaceSession:
         self.log_dir = per_rank_files(config, launch.rank)
         self._collect_errors: list[str] = []
         self.index: dict[str, int] = {}  # each test's place in the run, alike on every rank
+        self.shares: dict[str, schedule.Share] = {}  # which ranks run each test (schedule)
+        self.longest_timeout = 0.0  # of the run's tests: how long a peer may still be in one
         self._group_trouble = False  # this rank's group was lost or broken in this test
         self._aborted: str | None = None
         # -rA/-rP show a passed test's output: then every rank sends its output, not
@@ -157,7 +168,9 @@ class InPlaceSession:
         ledger.install(self.backend)
         self.stop = RunStop(self)
         shared_root = Path(os.environ.get("RANKGATE_SHARED_TMP", self.log_dir))
-        self.shared_dirs = tempdirs.SharedDirs(shared_root, launch.rank, self.control)
+        self.shared_dirs = tempdirs.SharedDirs(
+            shared_root, launch.rank, self.control, self.run_id
+        )
         self._signals = SignalWatch(self.stop.on_signal)
         tempdirs.warn_if_split(config, self.control)
         tempdirs.own_pytest_temp_root(config, launch.rank)
@@ -184,8 +197,27 @@ class InPlaceSession:
         return f"{index}.{self.attempt}"
 
     def shared_dir(self, nodeid: str) -> Path:
-        """An empty directory for this test, the same on every rank."""
-        return self.shared_dirs.get(nodeid, self.index.get(nodeid))
+        """An empty directory for this test, the same on every rank that runs it."""
+        return self.shared_dirs.get(nodeid, self.index.get(nodeid), self.ranks_of(nodeid))
+
+    def ranks_of(self, nodeid: str) -> tuple[int, ...]:
+        """The global ranks that run the test (every rank, for a test outside the plan)."""
+        share = self.shares.get(nodeid)
+        return tuple(range(self.launch.world_size)) if share is None else share.ranks
+
+    def rank_in_test(self, item: pytest.Item) -> int:
+        """The ``rank`` fixture: a world test's rank in its (sub-)world, else the global."""
+        share = self.shares.get(item.nodeid)
+        if share is None or not share.world_test:
+            return self.launch.rank
+        return share.local_rank(self.launch.rank)
+
+    def world_in_test(self, item: pytest.Item) -> int:
+        """The ``world_size`` fixture: a world test's (sub-)world size, else the launched."""
+        share = self.shares.get(item.nodeid)
+        if share is None or not share.world_test:
+            return self.launch.world_size
+        return len(share.ranks)
 
     def device_for(self, spec: WorldSpec | None):
         """The ``device`` fixture: cuda:<local rank> on GPUs, cpu for gloo tests."""
@@ -216,8 +248,12 @@ class InPlaceSession:
         everyone = self.control.all_gather("collected", mine)
         self.stop.peers = [c.where for c in everyone]
         collection.make_one(session, everyone, self.log_dir)  # UsageError: they differ
-        self.records.collected(session.items)
-        self.index = {item.nodeid: i for i, item in enumerate(self.records.items)}
+        planned = schedule.plan(session.items, self.launch.world_size, self.skip_reason)
+        self.index = {item.nodeid: i for i, (item, _) in enumerate(planned)}
+        self.shares = {item.nodeid: share for item, share in planned}
+        self.longest_timeout = max((self._timeout(i) for i, _ in planned), default=0.0)
+        session.items[:] = [item for item, share in planned if self.launch.rank in share.ranks]
+        self.records.collected(session.items, self.ranks_of)
 
     # -- running ----------------------------------------------------------------------
 
@@ -287,9 +323,11 @@ class InPlaceSession:
         return f"rank {failed[0]} failed" if failed else None
 
     def ranks_that_failed(self, index: int) -> list[int]:
-        """The other ranks that marked test ``index`` failed (control.failed_key)."""
+        """The other ranks of the running test that marked test ``index`` failed
+        (control.failed_key)."""
+        ranks = self.ranks_of(self.current.nodeid) if self.current is not None else ()
         return [
-            r for r in range(self.launch.world_size)
+            r for r in ranks
             if r != self.launch.rank and self.control.peek(control.failed_key(index, r))
         ]  # fmt: skip
 
@@ -313,6 +351,16 @@ class InPlaceSession:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem) -> bool:
         """Run the phases unlogged, exchange, then log own results and the verdict."""
+        stopped = self.control.aborted()
+        if stopped is not None and self._aborted is None:  # another sub-world stopped the run
+            self._stop_gracefully(item, stopped)
+            return True  # it and the rest are recorded "not run" at the session's end
+        share = self.shares.get(item.nodeid)
+        if share is not None and share.world_test:
+            try:
+                self.group.enter(share, lambda: self._meet(item, share))
+            except _Stopped:
+                return True
         # Longer than the hang watch's timeout, which ends a hang with stacks.
         seconds = collective_timeout(self._timeout(item))
         if _group_alive():
@@ -336,6 +384,24 @@ class InPlaceSession:
         item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
         return True
 
+    def _meet(self, item: pytest.Item, share: schedule.Share) -> None:
+        """Before a new sub-world's group: wait until each of its ranks is here (they
+        may still run the last phase's tests), or until one of them stops the run."""
+        phase, subworld = share.group
+        try:
+            self.control.all_gather(
+                f"phase{phase}/subworld{subworld}/meet",
+                True,
+                ranks=share.ranks,
+                timeout=MEET_TIMEOUT_S,
+                gone=self.stop.ended_here,
+            )
+        except (RunAborted, TimeoutError) as exc:
+            self._stop_gracefully(item, str(exc))
+            raise _Stopped from None
+        except PeerGone as exc:
+            self.stop.for_crashed_peers(item, exc.ranks)
+
     def _attempts(self, item: pytest.Item, nextitem, index: int | None, seconds: float):
         """Run the test, and again while it failed and reruns are left and every rank
         agrees; log this rank's own reports of the last attempt. Returns them, with every
@@ -356,7 +422,7 @@ class InPlaceSession:
                 self.current_own = own
             everyone = None
             if index is not None and self._aborted is None:
-                self.records.last_index = index
+                self.records.reached(item)
                 everyone = self._exchange(item, index, seconds, own, note=not hold)
             # A launcher's signal during the exchange (a peer crashed): its watcher
             # reports this test, naming the crash; a second verdict would count it twice.
@@ -368,7 +434,7 @@ class InPlaceSession:
                 self._log_own_in_junit(item, own)
                 return own, everyone, attempts
             if everyone is not None:
-                n = self.launch.world_size
+                n = len(everyone)
                 attempts.append(attempt_of(self.attempt, everyone, n, self.backend))
             if everyone is None or not self._rerun(item, index, attempts, seconds):
                 break
@@ -402,7 +468,11 @@ class InPlaceSession:
         mine = self._aborted is None and not item.session.shouldstop
         try:
             said = self.control.all_gather(
-                f"t{index}/rerun{self.attempt}", mine, timeout=seconds, gone=self.stop.ended_here
+                f"t{index}/rerun{self.attempt}",
+                mine,
+                timeout=seconds,
+                gone=self.stop.ended_here,
+                ranks=self.ranks_of(item.nodeid),
             )
         except (RunAborted, TimeoutError) as exc:
             self._stop_gracefully(item, str(exc))
@@ -411,12 +481,12 @@ class InPlaceSession:
             self.stop.for_crashed_peers(item, exc.ranks)
         return all(said)
 
-    def _note_attempts(self, item, everyone: list[RankResult], own) -> None:
+    def _note_attempts(self, item, everyone: dict[int, RankResult], own) -> None:
         """A flaky test failed by policy fails on every rank: the last line counts it."""
         if any(r.failed for r in own) and not any(
-            res.outcome in ("failed", "error") for res in everyone
+            res.outcome in ("failed", "error") for res in everyone.values()
         ):
-            self._failed_tests.append((item.nodeid, list(range(len(everyone)))))
+            self._failed_tests.append((item.nodeid, list(everyone)))
 
     def _exchange(
         self,
@@ -440,41 +510,43 @@ class InPlaceSession:
                 tuple(mine),
                 timeout=seconds,
                 gone=self.stop.ended_here,
+                ranks=self.ranks_of(item.nodeid),
             )
         except (RunAborted, TimeoutError) as exc:
             self._stop_gracefully(item, str(exc))
             return None
         except PeerGone as exc:
             self.stop.for_crashed_peers(item, exc.ranks)
-        everyone = [RankResult(*result) for result in gathered]
-        if any(result.outcome in ("failed", "error") for result in everyone):
+        ranks = self.ranks_of(item.nodeid)
+        everyone = {r: RankResult(*result) for r, result in zip(ranks, gathered, strict=True)}
+        if any(result.outcome in ("failed", "error") for result in everyone.values()):
             self.records.log_ledger(item, mine.ledger)
         if note:
             self._note_verdict(item, everyone)
-        if any(result.group_trouble for result in everyone):
+        if any(result.group_trouble for result in everyone.values()):
             self.stop.park_if_stopping()
             self.group.renew()
         return everyone
 
-    def _note_verdict(self, item: pytest.Item, everyone: list[RankResult]) -> None:
+    def _note_verdict(self, item: pytest.Item, everyone: dict[int, RankResult]) -> None:
         """What the run's end says of this test: its failures, on any rank."""
         self._note_failure(item, everyone)
         problem = cross_rank_problem(everyone, self.launch.rank)
         if problem is not None:
             self.problems.append(Problem(item.nodeid, problem))
 
-    def _note_failure(self, item: pytest.Item, everyone: list[RankResult]) -> None:
+    def _note_failure(self, item: pytest.Item, everyone: dict[int, RankResult]) -> None:
         """The ranks that failed this test (or errored), for the run's last line."""
-        if verdict_lines.xfailed_as_one({r: res.xfail for r, res in enumerate(everyone)}):
+        if verdict_lines.xfailed_as_one({r: res.xfail for r, res in everyone.items()}):
             return
-        bad = [r for r, res in enumerate(everyone) if res.outcome in ("failed", "error")]
+        bad = [r for r, res in everyone.items() if res.outcome in ("failed", "error")]
         if bad:
             self._failed_tests.append((item.nodeid, bad))
 
     def _stop_gracefully(self, item: pytest.Item, reason: str) -> None:
         """Another rank stopped the run: finish this session, the rest as not run."""
         self._aborted = reason
-        self.control.set(control.ABORT_KEY, reason)  # a timeout here stops the others too
+        self.control.abort(reason)  # a timeout here stops the others too
         self.problems.append(Problem(item.nodeid, reason))
         item.session.shouldstop = f"rankgate: {reason}"
 
@@ -505,6 +577,9 @@ class InPlaceSession:
 
         if self._aborted is not None:
             self.control.set(control.exited_key(self.launch.rank), True)
+            # A launcher stops every rank once one exits with a failure: the ranks of
+            # other sub-worlds first finish the test they are in (stop.py).
+            self.stop.wait_for_peers_to_exit()
             return
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -514,6 +589,15 @@ class InPlaceSession:
             self.shared_dirs.remove()
             if self.group.store_path is not None:
                 self.group.store_path.unlink(missing_ok=True)
+
+
+MEET_TIMEOUT_S = 24 * 3600.0
+"""How long the ranks of a new sub-world wait for each other: the others' tests of the
+last phase end or time out (and stop the run) first."""
+
+
+class _Stopped(Exception):
+    """The run stopped while this rank waited for a new sub-world."""
 
 
 def _group_alive() -> bool:
