@@ -563,6 +563,26 @@ class InPlaceSession:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self._aborted is not None:
             self.records.report_not_run(self._aborted)  # before the JUnit file is written
+        else:
+            self._learn_others_failures()
+
+    def _learn_others_failures(self) -> None:
+        """The tests that failed on ranks that did not share them with this one, for
+        its summary and exit status: each rank ran only its share (``schedule``)."""
+        mine = [
+            (nodeid, bad) for nodeid, bad in self._failed_tests
+            if self.ranks_of(nodeid)[0] == self.launch.rank
+        ]  # fmt: skip
+        try:
+            everyone = self.control.all_gather(
+                "failures", mine, timeout=MEET_TIMEOUT_S, gone=self.stop.ended_here
+            )
+        except (RunAborted, TimeoutError, PeerGone):
+            return  # the run is stopping: its files say what each rank did
+        for nodeid, bad in (failure for theirs in everyone for failure in theirs):
+            if self.launch.rank not in self.ranks_of(nodeid):
+                self._failed_tests.append((nodeid, bad))
+                self.problems.append(Problem(nodeid, f"{verdict_lines.ranks(bad)} failed"))
 
     @pytest.hookimpl(trylast=True, specname="pytest_sessionfinish")
     def pytest_sessionfinish_last(self, session: pytest.Session) -> None:

@@ -184,6 +184,10 @@ class RunStop:
             cause = f"rank {rank} received {name} ({who})"
         where = f"while {item.nodeid} ran" if item is not None else "between tests"
         note = self._in_flight_note() if dead and item is not None else ""
+        if dead and item is not None and not set(dead) & set(self.session.ranks_of(item.nodeid)):
+            # Another sub-world's rank died: this rank's test is not to blame. It is
+            # recorded "not run" with the rest, naming the crash.
+            item, note = None, ""
         text, verdict = f"{cause} {where}{note}", "crashed"
         if not dead:  # no rank failed: the run was cut short, and its files must say so
             self.interrupted = (text, item)
