@@ -249,17 +249,21 @@ def test_a_wrong_value_names_its_global_rank(everything):
 
 
 def test_a_hang_in_one_sub_world_leaves_the_others_verdicts(tmp_path):
-    proc, merged, report, records = launch(tmp_path / "hang", HANG, timeout_s=8)
+    proc, merged, report, _records = launch(tmp_path / "hang", HANG, timeout_s=8)
     tests = by_id(report)
     hung = tests["test_w2[1]"]
     assert hung["verdict"] == "failed"
     assert hung["ranks"]["2"] == "hung", hung
     assert set(hung["ranks"]) == {"2", "3"}
     assert tests["test_w2[0]"]["verdict"] == tests["test_w2[2]"]["verdict"] == "passed"
-    assert tests["test_w2[0]"]["ranks"] == tests["test_w2[2]"]["ranks"] == {
-        "0": "passed",
-        "1": "passed",
-    }
+    assert (
+        tests["test_w2[0]"]["ranks"]
+        == tests["test_w2[2]"]["ranks"]
+        == {
+            "0": "passed",
+            "1": "passed",
+        }
+    )
     # ranks 0 and 1 ran their plain tests; ranks 2 and 3 stopped: theirs are not run, saying why
     assert tests["test_plain[0]"]["verdict"] == tests["test_plain[1]"]["verdict"] == "passed"
     for i in (2, 3):
@@ -271,7 +275,7 @@ def test_a_hang_in_one_sub_world_leaves_the_others_verdicts(tmp_path):
 
 
 def test_a_crash_in_a_sub_world_names_its_global_rank(tmp_path):
-    proc, merged, report, records = launch(tmp_path / "crash", CRASH)
+    _proc, merged, report, _records = launch(tmp_path / "crash", CRASH)
     tests = by_id(report)
     crashed = tests["test_w3_crash"]
     assert crashed["verdict"] == "failed"

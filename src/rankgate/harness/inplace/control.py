@@ -76,9 +76,7 @@ class ControlChannel:
         only (a sub-world's), which alone can stop this wait (``wait``'s ``scope``)."""
         self.set(f"{name}/{self.rank}", value)
         keys = {r: f"{name}/{r}" for r in (range(self.world) if ranks is None else ranks)}
-        self.wait(
-            keys, what=name, test_index=test_index, timeout=timeout, gone=gone, scope=ranks
-        )
+        self.wait(keys, what=name, test_index=test_index, timeout=timeout, gone=gone, scope=ranks)
         return [pickle.loads(self.store.get(k)) for k in keys.values()]
 
     def broadcast(
@@ -120,8 +118,9 @@ class ControlChannel:
         """Until each rank's key is set.
 
         Raises RunAborted when a rank stopped the run (one of ``scope``'s ranks, when
-        given: a sub-world's test ends before another sub-world's stop ends the run), PeerLeft when, inside test
-        ``test_index``, a rank whose key is missing has already finished that test, and
+        given: a sub-world's test ends before another sub-world's stop ends the run),
+        PeerLeft when, inside test ``test_index``, a rank whose key is missing has
+        already finished that test, and
         PeerGone when ``gone(missing ranks)`` names ranks whose process has ended.
         """
         timeout = self.timeout if timeout is None else timeout

@@ -27,7 +27,7 @@ from rankgate.harness.attempts import (
     is_flaky,
 )
 from rankgate.harness.failure_repr import failure_repr
-from rankgate.harness.inplace.verdict import BAD, RankResult, by_rank, report_text
+from rankgate.harness.inplace.verdict import BAD, by_rank, report_text
 
 
 def attempt_of(number: int, everyone, world: int, backend: str) -> Attempt:

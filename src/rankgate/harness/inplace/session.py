@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 from _pytest.runner import runtestprotocol
 
-from rankgate.harness import leaks, ledger, options, verdict_lines
+from rankgate.harness import leaks, ledger, options
 from rankgate.harness.failure_repr import failure_repr
 from rankgate.harness.inplace import (
     collection,
@@ -55,13 +55,13 @@ from rankgate.harness.inplace.reruns import (
     with_attempts,
     with_every_attempt,
 )
+from rankgate.harness.inplace.shares import ShareMixin, Stopped
 from rankgate.harness.inplace.signalwatch import SignalWatch
 from rankgate.harness.inplace.stop import RunStop
 from rankgate.harness.inplace.summary import Problem
 from rankgate.harness.inplace.verdict import (
     RankResult,
     clipped,
-    cross_rank_problem,
     own_result,
     verdict_reports,
 )
@@ -86,7 +86,6 @@ from rankgate.harness.rankstate import (
     seed_everything,
     set_collective_timeout,
 )
-from rankgate.harness.spec import WorldSpec
 from rankgate.harness.verdict import disagreement_status
 from rankgate.launch.env import LaunchEnv
 
@@ -128,7 +127,7 @@ class AfterTestProblem(AssertionError):
     text alone: the frames of the hook that raised it say nothing of the test."""
 
 
-class InPlaceSession:
+class InPlaceSession(ShareMixin):
     """In-place mode's pytest hooks on one rank: set-up, each test on every rank and the
     exchange of outcomes, reporting, the session's end. A stop is ``RunStop``'s (stop.py)."""
 
@@ -168,9 +167,7 @@ class InPlaceSession:
         ledger.install(self.backend)
         self.stop = RunStop(self)
         shared_root = Path(os.environ.get("RANKGATE_SHARED_TMP", self.log_dir))
-        self.shared_dirs = tempdirs.SharedDirs(
-            shared_root, launch.rank, self.control, self.run_id
-        )
+        self.shared_dirs = tempdirs.SharedDirs(shared_root, launch.rank, self.control, self.run_id)
         self._signals = SignalWatch(self.stop.on_signal)
         tempdirs.warn_if_split(config, self.control)
         tempdirs.own_pytest_temp_root(config, launch.rank)
@@ -199,33 +196,6 @@ class InPlaceSession:
     def shared_dir(self, nodeid: str) -> Path:
         """An empty directory for this test, the same on every rank that runs it."""
         return self.shared_dirs.get(nodeid, self.index.get(nodeid), self.ranks_of(nodeid))
-
-    def ranks_of(self, nodeid: str) -> tuple[int, ...]:
-        """The global ranks that run the test (every rank, for a test outside the plan)."""
-        share = self.shares.get(nodeid)
-        return tuple(range(self.launch.world_size)) if share is None else share.ranks
-
-    def rank_in_test(self, item: pytest.Item) -> int:
-        """The ``rank`` fixture: a world test's rank in its (sub-)world, else the global."""
-        share = self.shares.get(item.nodeid)
-        if share is None or not share.world_test:
-            return self.launch.rank
-        return share.local_rank(self.launch.rank)
-
-    def world_in_test(self, item: pytest.Item) -> int:
-        """The ``world_size`` fixture: a world test's (sub-)world size, else the launched."""
-        share = self.shares.get(item.nodeid)
-        if share is None or not share.world_test:
-            return self.launch.world_size
-        return len(share.ranks)
-
-    def device_for(self, spec: WorldSpec | None):
-        """The ``device`` fixture: cuda:<local rank> on GPUs, cpu for gloo tests."""
-        import torch
-
-        if self.device is None or (spec is not None and spec.backend == "gloo"):
-            return torch.device("cpu")
-        return self.device
 
     def reproduction_line(self, item: pytest.Item) -> str:
         return reproduce.line(item, self.config, self.launch, self.backend, self.base_seed)
@@ -359,7 +329,7 @@ class InPlaceSession:
         if share is not None and share.world_test:
             try:
                 self.group.enter(share, lambda: self._meet(item, share))
-            except _Stopped:
+            except Stopped:
                 return True
         # Longer than the hang watch's timeout, which ends a hang with stacks.
         seconds = collective_timeout(self._timeout(item))
@@ -383,24 +353,6 @@ class InPlaceSession:
         self.records.count_failure(item, shown)
         item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
         return True
-
-    def _meet(self, item: pytest.Item, share: schedule.Share) -> None:
-        """Before a new sub-world's group: wait until each of its ranks is here (they
-        may still run the last phase's tests), or until one of them stops the run."""
-        phase, subworld = share.group
-        try:
-            self.control.all_gather(
-                f"phase{phase}/subworld{subworld}/meet",
-                True,
-                ranks=share.ranks,
-                timeout=MEET_TIMEOUT_S,
-                gone=self.stop.ended_here,
-            )
-        except (RunAborted, TimeoutError) as exc:
-            self._stop_gracefully(item, str(exc))
-            raise _Stopped from None
-        except PeerGone as exc:
-            self.stop.for_crashed_peers(item, exc.ranks)
 
     def _attempts(self, item: pytest.Item, nextitem, index: int | None, seconds: float):
         """Run the test, and again while it failed and reruns are left and every rank
@@ -481,13 +433,6 @@ class InPlaceSession:
             self.stop.for_crashed_peers(item, exc.ranks)
         return all(said)
 
-    def _note_attempts(self, item, everyone: dict[int, RankResult], own) -> None:
-        """A flaky test failed by policy fails on every rank: the last line counts it."""
-        if any(r.failed for r in own) and not any(
-            res.outcome in ("failed", "error") for res in everyone.values()
-        ):
-            self._failed_tests.append((item.nodeid, list(everyone)))
-
     def _exchange(
         self,
         item: pytest.Item,
@@ -528,21 +473,6 @@ class InPlaceSession:
             self.group.renew()
         return everyone
 
-    def _note_verdict(self, item: pytest.Item, everyone: dict[int, RankResult]) -> None:
-        """What the run's end says of this test: its failures, on any rank."""
-        self._note_failure(item, everyone)
-        problem = cross_rank_problem(everyone, self.launch.rank)
-        if problem is not None:
-            self.problems.append(Problem(item.nodeid, problem))
-
-    def _note_failure(self, item: pytest.Item, everyone: dict[int, RankResult]) -> None:
-        """The ranks that failed this test (or errored), for the run's last line."""
-        if verdict_lines.xfailed_as_one({r: res.xfail for r, res in everyone.items()}):
-            return
-        bad = [r for r, res in everyone.items() if res.outcome in ("failed", "error")]
-        if bad:
-            self._failed_tests.append((item.nodeid, bad))
-
     def _stop_gracefully(self, item: pytest.Item, reason: str) -> None:
         """Another rank stopped the run: finish this session, the rest as not run."""
         self._aborted = reason
@@ -565,24 +495,6 @@ class InPlaceSession:
             self.records.report_not_run(self._aborted)  # before the JUnit file is written
         else:
             self._learn_others_failures()
-
-    def _learn_others_failures(self) -> None:
-        """The tests that failed on ranks that did not share them with this one, for
-        its summary and exit status: each rank ran only its share (``schedule``)."""
-        mine = [
-            (nodeid, bad) for nodeid, bad in self._failed_tests
-            if self.ranks_of(nodeid)[0] == self.launch.rank
-        ]  # fmt: skip
-        try:
-            everyone = self.control.all_gather(
-                "failures", mine, timeout=MEET_TIMEOUT_S, gone=self.stop.ended_here
-            )
-        except (RunAborted, TimeoutError, PeerGone):
-            return  # the run is stopping: its files say what each rank did
-        for nodeid, bad in (failure for theirs in everyone for failure in theirs):
-            if self.launch.rank not in self.ranks_of(nodeid):
-                self._failed_tests.append((nodeid, bad))
-                self.problems.append(Problem(nodeid, f"{verdict_lines.ranks(bad)} failed"))
 
     @pytest.hookimpl(trylast=True, specname="pytest_sessionfinish")
     def pytest_sessionfinish_last(self, session: pytest.Session) -> None:
@@ -609,15 +521,6 @@ class InPlaceSession:
             self.shared_dirs.remove()
             if self.group.store_path is not None:
                 self.group.store_path.unlink(missing_ok=True)
-
-
-MEET_TIMEOUT_S = 24 * 3600.0
-"""How long the ranks of a new sub-world wait for each other: the others' tests of the
-last phase end or time out (and stop the run) first."""
-
-
-class _Stopped(Exception):
-    """The run stopped while this rank waited for a new sub-world."""
 
 
 def _group_alive() -> bool:

@@ -109,9 +109,7 @@ class SharedDirs:
             shutil.rmtree(path, ignore_errors=True)  # a rerun of the same test
             path.mkdir()
         # Nobody looks before the first rank made it.
-        self.control.broadcast(
-            f"t{index}/tmp", True, src=first, test_index=index, scope=ranks
-        )
+        self.control.broadcast(f"t{index}/tmp", True, src=first, test_index=index, scope=ranks)
         self._dirs[nodeid] = path
         return path
 

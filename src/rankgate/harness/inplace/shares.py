@@ -1,0 +1,114 @@
+"""In place, what one rank does with its share of the run (``schedule``): the ranks of
+each test, the ``rank`` and ``world_size`` a test's body sees, meeting a new sub-world's
+ranks, and learning at the end the failures of the tests other ranks ran."""
+
+from __future__ import annotations
+
+import pytest
+
+from rankgate.harness import verdict_lines
+from rankgate.harness.inplace import schedule
+from rankgate.harness.inplace.control import PeerGone, RunAborted
+from rankgate.harness.inplace.summary import Problem
+from rankgate.harness.inplace.verdict import RankResult, cross_rank_problem
+from rankgate.harness.spec import WorldSpec
+
+MEET_TIMEOUT_S = 24 * 3600.0
+"""How long the ranks of a new sub-world wait for each other: the others' tests of the
+last phase end or time out (and stop the run) first."""
+
+
+class Stopped(Exception):
+    """The run stopped while this rank waited for a new sub-world."""
+
+
+class ShareMixin:
+    """The share-related part of ``InPlaceSession`` (its ``shares``, ``launch``,
+    ``control``, ``stop``, ``problems`` and ``_failed_tests``)."""
+
+    def ranks_of(self, nodeid: str) -> tuple[int, ...]:
+        """The global ranks that run the test (every rank, for a test outside the plan)."""
+        share = self.shares.get(nodeid)
+        return tuple(range(self.launch.world_size)) if share is None else share.ranks
+
+    def rank_in_test(self, item: pytest.Item) -> int:
+        """The ``rank`` fixture: a world test's rank in its (sub-)world, else the global."""
+        share = self.shares.get(item.nodeid)
+        if share is None or not share.world_test:
+            return self.launch.rank
+        return share.local_rank(self.launch.rank)
+
+    def world_in_test(self, item: pytest.Item) -> int:
+        """The ``world_size`` fixture: a world test's (sub-)world size, else the launched."""
+        share = self.shares.get(item.nodeid)
+        if share is None or not share.world_test:
+            return self.launch.world_size
+        return len(share.ranks)
+
+    def device_for(self, spec: WorldSpec | None):
+        """The ``device`` fixture: cuda:<local rank> on GPUs, cpu for gloo tests."""
+        import torch
+
+        if self.device is None or (spec is not None and spec.backend == "gloo"):
+            return torch.device("cpu")
+        return self.device
+
+    def _meet(self, item: pytest.Item, share: schedule.Share) -> None:
+        """Before a new sub-world's group: wait until each of its ranks is here (they
+        may still run the last phase's tests), or until one of them stops the run."""
+        phase, subworld = share.group
+        try:
+            self.control.all_gather(
+                f"phase{phase}/subworld{subworld}/meet",
+                True,
+                ranks=share.ranks,
+                timeout=MEET_TIMEOUT_S,
+                gone=self.stop.ended_here,
+            )
+        except (RunAborted, TimeoutError) as exc:
+            self._stop_gracefully(item, str(exc))
+            raise Stopped from None
+        except PeerGone as exc:
+            self.stop.for_crashed_peers(item, exc.ranks)
+
+    def _learn_others_failures(self) -> None:
+        """The tests that failed on ranks that did not share them with this one, for
+        its summary and exit status: each rank ran only its share (``schedule``)."""
+        mine = [
+            (nodeid, bad) for nodeid, bad in self._failed_tests
+            if self.ranks_of(nodeid)[0] == self.launch.rank
+        ]  # fmt: skip
+        try:
+            everyone = self.control.all_gather(
+                "failures", mine, timeout=MEET_TIMEOUT_S, gone=self.stop.ended_here
+            )
+        except (RunAborted, TimeoutError, PeerGone):
+            return  # the run is stopping: its files say what each rank did
+        for nodeid, bad in (failure for theirs in everyone for failure in theirs):
+            if self.launch.rank not in self.ranks_of(nodeid):
+                self._failed_tests.append((nodeid, bad))
+                self.problems.append(Problem(nodeid, f"{verdict_lines.ranks(bad)} failed"))
+
+    # -- what the run's end says of each test ------------------------------------
+
+    def _note_attempts(self, item, everyone: dict[int, RankResult], own) -> None:
+        """A flaky test failed by policy fails on every rank: the last line counts it."""
+        if any(r.failed for r in own) and not any(
+            res.outcome in ("failed", "error") for res in everyone.values()
+        ):
+            self._failed_tests.append((item.nodeid, list(everyone)))
+
+    def _note_verdict(self, item: pytest.Item, everyone: dict[int, RankResult]) -> None:
+        """What the run's end says of this test: its failures, on any rank."""
+        self._note_failure(item, everyone)
+        problem = cross_rank_problem(everyone, self.launch.rank)
+        if problem is not None:
+            self.problems.append(Problem(item.nodeid, problem))
+
+    def _note_failure(self, item: pytest.Item, everyone: dict[int, RankResult]) -> None:
+        """The ranks that failed this test (or errored), for the run's last line."""
+        if verdict_lines.xfailed_as_one({r: res.xfail for r, res in everyone.items()}):
+            return
+        bad = [r for r, res in everyone.items() if res.outcome in ("failed", "error")]
+        if bad:
+            self._failed_tests.append((item.nodeid, bad))
