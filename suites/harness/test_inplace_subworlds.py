@@ -159,8 +159,24 @@ def test_plain(i):
 """
 
 
-def launch(folder: Path, suite: str, timeout_s: int = 60):
-    """torchrun with 4 ranks on ``suite``, then merge-junit: (torchrun, merged json, notes)."""
+PLAIN_COLLECTIVE = """\
+import torch
+import torch.distributed as dist
+
+
+def test_uses_the_group():  # needs @pytest.mark.every_rank
+    t = torch.ones(1)
+    dist.all_reduce(t)
+
+
+def test_alone():
+    pass
+"""
+
+
+def launch(folder: Path, suite: str, timeout_s: int = 60, ranks: int = 4):
+    """torchrun with ``ranks`` ranks on ``suite``, then merge-junit: (torchrun, merged json,
+    notes)."""
     folder.mkdir()
     (folder / "test_suite.py").write_text(suite)
     (folder / "note.py").write_text(NOTE)
@@ -169,7 +185,7 @@ def launch(folder: Path, suite: str, timeout_s: int = 60):
     notes.mkdir()
     env = {**os.environ, "SUBWORLD_NOTES": str(notes), "PYTHONPATH": _pythonpath(folder)}
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks),
         "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q", "--color=no",
         f"--rankgate-timeout={timeout_s}", "--junitxml=out/junit.xml", "test_suite.py",
     ]  # fmt: skip
@@ -286,4 +302,22 @@ def test_a_crash_in_a_sub_world_names_its_global_rank(tmp_path):
     assert tests["test_plain[3]"]["verdict"] == "passed"  # rank 3 idled in world(3)'s phase
     for i in (0, 1, 2):
         assert tests[f"test_plain[{i}]"]["verdict"] == "not run", tests[f"test_plain[{i}]"]
+    assert merged.returncode == 1
+
+
+def test_a_plain_test_in_a_collective_of_the_group_is_told_of_every_rank(tmp_path):
+    # It ran on every rank before sub-worlds; now on rank 0 alone, whose peer never joins.
+    _proc, merged, report, _records = launch(
+        tmp_path / "plain", PLAIN_COLLECTIVE, timeout_s=5, ranks=2
+    )
+    tests = by_id(report)
+    hung = tests["test_uses_the_group"]
+    assert hung["verdict"] == "failed" and hung["ranks"] == {"0": "hung"}, hung
+    assert hung["message"].startswith("rank 0 hung"), hung["message"]
+    assert hung["message"].endswith(
+        "; a plain test runs on one rank in place; one that uses the launcher's group needs "
+        "@pytest.mark.every_rank"
+    ), hung["message"]
+    assert tests["test_alone"]["verdict"] == "passed"
+    assert tests["test_alone"]["ranks"] == {"1": "passed"}
     assert merged.returncode == 1

@@ -26,6 +26,12 @@ import pytest
 from rankgate.harness.item_settings import world_spec
 
 EVERY_RANK_MARKER = "every_rank"
+EVERY_RANK_HINT = (
+    "a plain test runs on one rank in place; one that uses the launcher's group needs "
+    "@pytest.mark.every_rank"
+)
+"""What a plain test shared out to one rank is told when it waited in, or failed, a
+collective of the default group: the other ranks never join it (they run other tests)."""
 WHOLE_WORLD = (0, 0)
 """The (phase, sub-world) of the launcher's group over every rank."""
 

@@ -45,6 +45,16 @@ class ShareMixin:
             return self.launch.world_size
         return len(share.ranks)
 
+    def every_rank_hint(self, item: pytest.Item, entries=None, in_collective=False) -> str:
+        """``schedule.EVERY_RANK_HINT`` for a plain test shared out to one rank that used
+        the default group (its ledger ``entries`` name it, or it hung or failed
+        ``in_collective``), else ''."""
+        share = self.shares.get(item.nodeid)
+        if share is None or share.world_test or len(share.ranks) == self.launch.world_size:
+            return ""
+        used = any(e.get("group") in ("world", "p2p:world") for e in entries or ())
+        return schedule.EVERY_RANK_HINT if used or in_collective else ""
+
     def device_for(self, spec: WorldSpec | None):
         """The ``device`` fixture: cuda:<local rank> on GPUs, cpu for gloo tests."""
         import torch

@@ -121,6 +121,10 @@ class RunStop:
         headline = verdict_lines.with_cause(
             verdict_lines.outcomes_line({rank: "hung"}, notes=notes), cause
         )
+        waits = wheres.get(rank) is not None and wheres[rank].collective is not None
+        hint = self.session.every_rank_hint(item, mine, waits)
+        if hint:  # a plain test on one rank waits for ranks that never join it
+            headline = f"{headline}; {hint}"
         own_body = f"{table}Python stacks of every thread:\n{stacks}"
         own_text = f"{headline}\n{own_body}"  # this rank's JUnit: its own outcome
         shown_text = None
