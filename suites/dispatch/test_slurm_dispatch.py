@@ -41,6 +41,7 @@ def test_all_reduce(rank, world_size):
     assert t.item() == 3
 
 
+@pytest.mark.every_rank  # in place, a plain test runs on one rank: this one needs both
 @pytest.mark.skipif(os.environ.get("SUITE_MODE") != "fail-rank1", reason="fail mode only")
 def test_fails_on_rank_1(rank):
     print(f"rank {rank} reached the check")
