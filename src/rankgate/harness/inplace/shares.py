@@ -11,6 +11,7 @@ from rankgate.harness.inplace import schedule
 from rankgate.harness.inplace.control import PeerGone, RunAborted
 from rankgate.harness.inplace.summary import Problem
 from rankgate.harness.inplace.verdict import RankResult, cross_rank_problem
+from rankgate.harness.quarantine_plugin import QUARANTINE_PLUGIN
 from rankgate.harness.spec import WorldSpec
 
 MEET_TIMEOUT_S = 24 * 3600.0
@@ -24,7 +25,7 @@ class Stopped(Exception):
 
 class ShareMixin:
     """The share-related part of ``InPlaceSession`` (its ``shares``, ``launch``,
-    ``control``, ``stop``, ``problems`` and ``_failed_tests``)."""
+    ``config``, ``control``, ``stop``, ``problems`` and ``_failed_tests``)."""
 
     def ranks_of(self, nodeid: str) -> tuple[int, ...]:
         """The global ranks that run the test (every rank, for a test outside the plan)."""
@@ -84,20 +85,27 @@ class ShareMixin:
     def _learn_others_failures(self) -> None:
         """The tests that failed on ranks that did not share them with this one, for
         its summary and exit status: each rank ran only its share (``schedule``)."""
-        mine = [
-            (nodeid, bad) for nodeid, bad in self._failed_tests
-            if self.ranks_of(nodeid)[0] == self.launch.rank
-        ]  # fmt: skip
+        mine = [(nodeid, bad) for nodeid, bad in self._failed_tests if self._first_to_run(nodeid)]
+        quarantine = self.config.pluginmanager.get_plugin(QUARANTINE_PLUGIN)
+        outcomes = {} if quarantine is None else quarantine.outcomes
+        quarantined = {n: said for n, said in outcomes.items() if self._first_to_run(n)}
         try:
             everyone = self.control.all_gather(
-                "failures", mine, timeout=MEET_TIMEOUT_S, gone=self.stop.ended_here
+                "failures", (mine, quarantined), timeout=MEET_TIMEOUT_S, gone=self.stop.ended_here
             )
         except (RunAborted, TimeoutError, PeerGone):
             return  # the run is stopping: its files say what each rank did
-        for nodeid, bad in (failure for theirs in everyone for failure in theirs):
+        for nodeid, bad in (failure for theirs, _ in everyone for failure in theirs):
             if self.launch.rank not in self.ranks_of(nodeid):
                 self._failed_tests.append((nodeid, bad))
                 self.problems.append(Problem(nodeid, f"{verdict_lines.ranks(bad)} failed"))
+        # The quarantined tests other ranks ran: rank 0 keeps their history and lists them.
+        for nodeid, said in (q for _, theirs in everyone for q in theirs.items()):
+            if self.launch.rank not in self.ranks_of(nodeid):
+                outcomes[nodeid] = said
+
+    def _first_to_run(self, nodeid: str) -> bool:
+        return self.ranks_of(nodeid)[0] == self.launch.rank
 
     # -- what the run's end says of each test ------------------------------------
 
