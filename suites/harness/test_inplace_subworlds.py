@@ -321,3 +321,13 @@ def test_a_plain_test_in_a_collective_of_the_group_is_told_of_every_rank(tmp_pat
     assert tests["test_alone"]["verdict"] == "passed"
     assert tests["test_alone"]["ranks"] == {"1": "passed"}
     assert merged.returncode == 1
+
+
+def test_a_rank_whose_share_is_empty_exits_0(tmp_path):
+    # One plain test at N=2: rank 1 runs nothing, which is no "no tests collected" (exit 5).
+    suite = "from note import note\n\n\ndef test_once():\n    note('once')\n"
+    proc, merged, report, records = launch(tmp_path / "one", suite, ranks=2)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert by_id(report)["test_once"]["ranks"] == {"0": "passed"}
+    assert [r["name"] for r in records] == ["once"]
+    assert merged.returncode == 0

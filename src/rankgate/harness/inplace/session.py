@@ -221,6 +221,7 @@ class InPlaceSession(ShareMixin):
         planned = schedule.plan(session.items, self.launch.world_size, self.skip_reason)
         self.index = {item.nodeid: i for i, (item, _) in enumerate(planned)}
         self.shares = {item.nodeid: share for item, share in planned}
+        self.run_tests = len(planned)  # the run's, not this rank's share (shares.py)
         self.longest_timeout = max((self._timeout(i) for i, _ in planned), default=0.0)
         session.items[:] = [item for item, share in planned if self.launch.rank in share.ranks]
         self.records.collected(session.items, self.ranks_of)

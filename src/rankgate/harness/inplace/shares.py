@@ -27,6 +27,17 @@ class ShareMixin:
     """The share-related part of ``InPlaceSession`` (its ``shares``, ``launch``,
     ``config``, ``control``, ``stop``, ``problems`` and ``_failed_tests``)."""
 
+    run_tests = 0
+    """How many tests the run has, over every rank's share."""
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_collection(self, session: pytest.Session):
+        result = yield
+        # pytest counts this rank's share: a rank whose share is empty would exit 5 (no
+        # tests collected) and fail the launch; the run's tests are what it collected.
+        session.testscollected = max(session.testscollected, self.run_tests)
+        return result
+
     def ranks_of(self, nodeid: str) -> tuple[int, ...]:
         """The global ranks that run the test (every rank, for a test outside the plan)."""
         share = self.shares.get(nodeid)
