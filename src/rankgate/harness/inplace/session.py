@@ -316,9 +316,8 @@ class InPlaceSession(ShareMixin):
             add_section(report, "rankgate reproduce", self.reproduction_line(item))
             hint = hint_for(call.excinfo.value) if call.excinfo is not None else ""
             if call.excinfo is not None and report.when == "call":
-                hint = self.every_rank_hint(
-                    item, ledger.now(), breaks_process_group(call.excinfo.value)
-                ) or hint
+                in_group = breaks_process_group(call.excinfo.value)
+                hint = self.every_rank_hint(item, ledger.now(), in_group) or hint
             if hint:
                 add_section(report, "rankgate hint", hint)
         return report
