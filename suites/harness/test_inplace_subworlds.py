@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -288,6 +289,10 @@ def test_a_hang_in_one_sub_world_leaves_the_others_verdicts(tmp_path):
         assert "stopped the run" in plain["message"], plain
     assert report["counts"]["tests"] == 7
     assert proc.returncode != 0 and merged.returncode == 1
+    # Rank 0 had finished its share: its terminal still says the run was stopped.
+    assert re.search(
+        r"^rankgate: rank [23] stopped the run: test_suite.py::test_w2\[1\] ", proc.stdout, re.M
+    ), proc.stdout[-3000:]
 
 
 def test_a_crash_in_a_sub_world_names_its_global_rank(tmp_path):

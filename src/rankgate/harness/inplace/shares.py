@@ -104,8 +104,13 @@ class ShareMixin:
             everyone = self.control.all_gather(
                 "failures", (mine, quarantined), timeout=MEET_TIMEOUT_S, gone=self.stop.ended_here
             )
-        except (RunAborted, TimeoutError, PeerGone):
-            return  # the run is stopping: its files say what each rank did
+        except (RunAborted, TimeoutError) as exc:
+            # Another sub-world's rank stopped the run after this rank's share had ended:
+            # its terminal and exit status say so (its files say what it ran).
+            self.problems.append(Problem("", str(exc)))
+            return
+        except PeerGone:
+            return  # the launcher stops this rank next, naming the dead one
         for nodeid, bad in (failure for theirs, _ in everyone for failure in theirs):
             if self.launch.rank not in self.ranks_of(nodeid):
                 self._failed_tests.append((nodeid, bad))
