@@ -12,6 +12,7 @@ from rankgate.harness.inplace.control import PeerGone, RunAborted
 from rankgate.harness.inplace.summary import Problem
 from rankgate.harness.inplace.verdict import RankResult, cross_rank_problem
 from rankgate.harness.quarantine_plugin import QUARANTINE_PLUGIN
+from rankgate.harness.shards.plugin import SHARD_PLUGIN
 from rankgate.harness.spec import WorldSpec
 
 MEET_TIMEOUT_S = 24 * 3600.0
@@ -100,9 +101,15 @@ class ShareMixin:
         quarantine = self.config.pluginmanager.get_plugin(QUARANTINE_PLUGIN)
         outcomes = {} if quarantine is None else quarantine.outcomes
         quarantined = {n: said for n, said in outcomes.items() if self._first_to_run(n)}
+        shards = self.config.pluginmanager.get_plugin(SHARD_PLUGIN)
+        times = {} if shards is None else shards.times
+        timed = {n: t for n, t in times.items() if self._first_to_run(n)}
         try:
             everyone = self.control.all_gather(
-                "failures", (mine, quarantined), timeout=MEET_TIMEOUT_S, gone=self.stop.ended_here
+                "failures",
+                (mine, quarantined, timed),
+                timeout=MEET_TIMEOUT_S,
+                gone=self.stop.ended_here,
             )
         except (RunAborted, TimeoutError) as exc:
             # Another sub-world's rank stopped the run after this rank's share had ended:
@@ -111,14 +118,19 @@ class ShareMixin:
             return
         except PeerGone:
             return  # the launcher stops this rank next, naming the dead one
-        for nodeid, bad in (failure for theirs, _ in everyone for failure in theirs):
+        for nodeid, bad in (failure for theirs, _, _ in everyone for failure in theirs):
             if self.launch.rank not in self.ranks_of(nodeid):
                 self._failed_tests.append((nodeid, bad))
                 self.problems.append(Problem(nodeid, f"{verdict_lines.ranks(bad)} failed"))
-        # The quarantined tests other ranks ran: rank 0 keeps their history and lists them.
-        for nodeid, said in (q for _, theirs in everyone for q in theirs.items()):
-            if self.launch.rank not in self.ranks_of(nodeid):
-                outcomes[nodeid] = said
+        # The quarantined tests and the times of the tests other ranks ran: rank 0 keeps
+        # the quarantine's history and the durations file (--rankgate-store-durations).
+        for _, theirs, their_times in everyone:
+            for nodeid, said in theirs.items():
+                if self.launch.rank not in self.ranks_of(nodeid):
+                    outcomes[nodeid] = said
+            for nodeid, seconds in their_times.items():
+                if self.launch.rank not in self.ranks_of(nodeid):
+                    times[nodeid] = seconds
 
     def _first_to_run(self, nodeid: str) -> bool:
         return self.ranks_of(nodeid)[0] == self.launch.rank
