@@ -122,3 +122,27 @@ def test_a_killed_runs_results_files_make_it_incomplete_with_the_crashed_test_fa
     again = collect(tmp_path / "out2", junit=[tmp_path / "merged.xml"])
     assert again.verdict == "incomplete"
     assert again.summary["totals"]["failed"] == 1
+
+
+def test_the_page_and_summary_say_which_run_was_read_and_what_was_left_out(tmp_path):
+    """The line `rankgate report` prints about other runs' files is in report.html and
+    summary.md too: a reader of the page alone knows the folder held another run."""
+    from rankgate.report.collect import collect
+    from rankgate.report.html import render_html
+    from rankgate.report.markdown import render_markdown
+
+    folder = tmp_path / "junit"
+    folder.mkdir()
+    for rank in (0, 1):
+        _junit(folder, rank, "old", 1000)
+        _junit(folder, rank, "new", 2000)
+        (folder / f"junit.rank{rank}.xml").rename(folder / f"junit.new.rank{rank}.xml")
+        _junit(folder, rank, "old", 1000)
+    data = collect(tmp_path / "out", junit=[folder])
+    note = (
+        f"{folder} holds files of 2 runs: read run new (the newest); left out old "
+        "(junit.rank0.xml, junit.rank1.xml); --run-id ID reads another"
+    )
+    assert data.summary["other_runs"] == [note]
+    assert f"**Other runs**: {note}." in render_markdown(data).splitlines()
+    assert f"<li>{note}</li>" in render_html(data)

@@ -83,6 +83,7 @@ def render_html(data: ReportData) -> str:
         f"<p>{escape(counts)} · {len(data.stages)} stages · generated {escape(data.generated)}"
         "</p></header><main>",
         _incomplete(data.incomplete),
+        _other_runs(data.summary.get("other_runs") or []),
         _tiles(data.summary.get("totals") or {}),
         _machine(data.run),
         _stages(present.stage_rows(data.stages, data.incomplete)),
@@ -110,6 +111,14 @@ def _incomplete(incomplete: dict[str, list[str]]) -> str:
         f'<p class="banner" id="incomplete"><b>Incomplete run</b>: {escape(why)}. '
         "What it did before it stopped is below; it is not a pass.</p>"
     )
+
+
+def _other_runs(notes: list[str]) -> str:
+    """A folder of several in-place runs' files: which run was read, which files left out."""
+    if not notes:
+        return ""
+    items = "".join(f"<li>{escape(note)}</li>" for note in notes)
+    return f'<section id="other-runs" class="note"><b>Other runs</b><ul>{items}</ul></section>'
 
 
 def _tiles(totals: dict) -> str:

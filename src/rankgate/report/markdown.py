@@ -33,6 +33,9 @@ def render_markdown(data: ReportData) -> str:
     lines = [f"## rankgate: {title}", "", present.counts_text(data.summary.get("totals") or {}), ""]
     if why := present.incomplete_text(data.incomplete):
         lines += [f"**Incomplete run**: {_inline(why)}. Its results so far are below.", ""]
+    # A folder of several in-place runs' files: which run was read, which files left out.
+    lines += [f"**Other runs**: {_inline(note)}." for note in data.summary.get("other_runs") or ()]
+    lines += [""] if data.summary.get("other_runs") else []
     lines += _table(("machine", ""), present.machine_rows(data.run))
     rows = present.stage_rows(data.stages, data.incomplete)
     if rows:
