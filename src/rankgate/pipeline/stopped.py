@@ -136,4 +136,3 @@ def _since(marker: dict) -> float:
         return 0.0
     since = datetime.now(timezone.utc) - started.replace(tzinfo=timezone.utc)
     return max(0.0, since.total_seconds())
-

@@ -64,6 +64,11 @@ def render_markdown(data: ReportData) -> str:
         lines += _table(("test", "outcome", "reason", "issue", "passes in a row"),
                         [(_code(t["id"]), t["outcome"], t["reason"], t["issue"], t["streak"])
                          for t in quarantined])  # fmt: skip
+    if stale := data.summary.get("quarantine_stale"):
+        lines += [f"### Stale quarantine entries ({len(stale)}): they match no test", ""]
+        rows = [(_code(s["entry"]), _code(s["list"]), s["why"]) for s in stale]
+        lines += _table(("entry", "list file", "why"), rows)
+        lines += ["Remove each from its list, or correct its id.", ""]
     if slowest := data.summary.get("slowest"):
         lines += [f"### Slowest tests ({len(slowest)})", ""]
         lines += _table(("test", "stage", "time", "outcome"),
