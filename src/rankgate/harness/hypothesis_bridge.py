@@ -68,9 +68,9 @@ class HypothesisBridge:
         """In place: a rank that passed every example another rank failed passes; the
         failing rank's report carries the example (the pool's worker does the same)."""
         report = yield
-        if call.when == "call" and call.excinfo is not None:
-            if call.excinfo.errisinstance(AnotherRankFailedExample):
-                report.outcome, report.longrepr = "passed", None
+        excinfo = call.excinfo
+        if call.when == "call" and excinfo and excinfo.errisinstance(AnotherRankFailedExample):
+            report.outcome, report.longrepr = "passed", None
         return report
 
 
