@@ -16,6 +16,7 @@ import pytest
 from _pytest.mark import deselect_by_mark  # pytest's own `-m`, run once markers settle
 
 from rankgate.harness import (
+    coverage_ranks,
     hypothesis_bridge,
     options,
     rerun_bridge,
@@ -92,6 +93,7 @@ def pytest_configure(config: pytest.Config) -> None:
     timeout_bridge.register(config)
     hypothesis_bridge.register(config)
     rerun_bridge.register(config)
+    coverage_ranks.register(config)
     _register_quarantine(config)
     # The durations file has one writer: the controller under xdist, rank 0 in place.
     writes = not hasattr(config, "workerinput") and (launch is None or launch.rank == 0)
