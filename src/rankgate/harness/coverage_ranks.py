@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pytest
 
+from rankgate.harness.pluginnames import COVERAGE_ENV as ENV
 from rankgate.harness.pluginnames import INPLACE_PLUGIN, POOL_PLUGIN
-from rankgate.harness.pool.rankcoverage import ENV
 
 COVERAGE_RANKS = "rankgate-coverage-ranks"
 PYTEST_COV = "_cov"

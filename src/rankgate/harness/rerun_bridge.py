@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import pytest
 
+from rankgate.harness.pluginnames import INPLACE_PLUGIN
+
 RERUNFAILURES = "rerunfailures"
 """pytest-rerunfailures's name in pytest's plugin manager (its entry point)."""
 RERUN_BRIDGE = "rankgate-rerun-bridge"
@@ -58,8 +60,10 @@ class RerunBridge:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem) -> bool | None:
         """A world test runs once here: its reruns are rankgate's (options.reruns)."""
-        if not _is_world_test(item):
-            return None
+        if not _is_world_test(item) or global_reruns(item.config) is None:
+            return None  # pytest-rerunfailures would not rerun it (a flaky marker is refused)
+        if item.config.pluginmanager.has_plugin(INPLACE_PLUGIN):
+            return None  # in place rankgate runs every test's protocol itself
         from _pytest.runner import runtestprotocol
 
         item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)

@@ -7,8 +7,7 @@ from __future__ import annotations
 import json
 import os
 
-ENV = "RANKGATE_COVERAGE"
-"""The controller's coverage settings, as JSON, in a pool rank's environment."""
+from rankgate.harness.pluginnames import COVERAGE_ENV as ENV
 
 _measuring = None  # the pool rank's coverage.Coverage
 
