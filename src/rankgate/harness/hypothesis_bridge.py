@@ -138,5 +138,8 @@ def _exchange(code: int) -> list[int]:
         device = torch.device("cuda", torch.cuda.current_device())
     codes = torch.zeros(dist.get_world_size(), dtype=torch.int32, device=device)
     codes[dist.get_rank()] = code
-    dist.all_reduce(codes)
+    # Past the ledger's wrapper: rankgate's own agreement is none of the test's collectives
+    # (counted, it would shift every later call's number and stand in hang verdicts).
+    unrecorded = getattr(dist.all_reduce, "__wrapped__", dist.all_reduce)
+    unrecorded(codes)
     return codes.tolist()
