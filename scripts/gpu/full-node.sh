@@ -22,13 +22,13 @@ for s in "$@"; do
               mv $work/inplace $work/inplace2; mv $work/inplace.txt $work/inplace2.txt ;;
     pool-all) XDIST=${XDIST:-4} bash scripts/gpu/two-gpus.sh "$out" pool-all ;;
     bench)
-      for i in 1 2; do
+      for i in $(seq "${BENCH_RUNS:-2}"); do
         timeout 120 python3 -m rankgate.cli bench harness --backend nccl --worlds 2 4 --k 100 \
           --spawn-k 1 --json >>$work/harness_nccl.txt 2>&1; echo "run $i rc $?" >>$work/harness_nccl.txt
       done
       grep -h "ms by phase\|plain test" $work/harness_nccl.txt
       start=$SECONDS
-      timeout 200 python3 -m rankgate.bench.comm --world 4 -b 1K -e 64M -f 4 --iters 20 --reps 5 \
+      timeout "${COMM_LIMIT:-200}" python3 -m rankgate.bench.comm --world 4 -b 1K -e 64M -f 4 --iters 20 --reps 5 \
         --rounds 1 --out $work/comm-w4 >$work/comm-w4.txt 2>&1
       echo "comm rc $? wall $((SECONDS - start)) s" | tee -a $work/comm-w4.txt ;;
     *) echo "unknown step $s" ;;
