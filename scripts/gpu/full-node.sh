@@ -16,9 +16,9 @@ export SKIP_INSTALL=1 STOP_SIGNAL=INT
 for s in "$@"; do
   echo "=== $s $(date -u +%T)"
   case $s in
-    inplace4) NPROC=4 INPLACE_LIMIT=${INPLACE_LIMIT:-400} bash scripts/gpu/two-gpus.sh "$out" inplace
+    inplace4) NPROC=4 INPLACE_LIMIT=${INPLACE4_LIMIT:-400} bash scripts/gpu/two-gpus.sh "$out" inplace
               mv $work/inplace $work/inplace4; mv $work/inplace.txt $work/inplace4.txt ;;
-    inplace2) NPROC=2 INPLACE_LIMIT=${INPLACE_LIMIT:-400} bash scripts/gpu/two-gpus.sh "$out" inplace
+    inplace2) NPROC=2 INPLACE_LIMIT=${INPLACE2_LIMIT:-400} bash scripts/gpu/two-gpus.sh "$out" inplace
               mv $work/inplace $work/inplace2; mv $work/inplace.txt $work/inplace2.txt ;;
     pool-all) XDIST=${XDIST:-4} bash scripts/gpu/two-gpus.sh "$out" pool-all ;;
     bench)
