@@ -12,7 +12,6 @@ import pytest
 import torch  # noqa: F401
 
 import rankgate.harness.pool.worker  # noqa: F401
-from rankgate.harness.pool.gpulease import LEASE_DIR_ENV
 
 
 class InnerRun:
@@ -90,20 +89,6 @@ def auto_backend_for():
 @pytest.fixture
 def inner(pytester: pytest.Pytester) -> InnerRun:
     return InnerRun(pytester)
-
-
-@pytest.fixture(autouse=True)
-def gpu_leases_of_its_own(request: pytest.FixtureRequest, monkeypatch, tmp_path_factory) -> None:
-    """The sessions a test starts (marker ``launches``) lease GPUs in a folder of their own.
-
-    Under ``-n 2`` on a 4-GPU host the other xdist worker's world tests hold GPUs for
-    seconds at a time; an inner session that leased from the same folder waited for them
-    (and they for its planted hangs), which held ``-n 2`` to about 1.35x over one process.
-    Its ranks may now share a GPU with an outer test's: NCCL runs two processes on one GPU
-    as on a one-GPU workstation.
-    """
-    if request.node.get_closest_marker("launches") is not None:
-        monkeypatch.setenv(LEASE_DIR_ENV, str(tmp_path_factory.mktemp("gpu-leases")))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

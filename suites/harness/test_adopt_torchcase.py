@@ -270,6 +270,7 @@ def test_torch_test_cases_run_in_place_under_torchrun(pytester):
     proc = subprocess.run(cmd, cwd=pytester.path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr  # the planted failure only
     merged = merge_junit(sorted((pytester.path / "out").glob("junit.rank*.xml")), world_size=2)
+    why = "\n".join(f"{t.name}: {t.message}" for t in merged.tests if t.verdict == "failed")
     assert {t.name: t.verdict for t in merged.tests} == {
         "test_all_reduce": "passed",
         "test_no_group_before_its_init": "passed",
@@ -282,7 +283,7 @@ def test_torch_test_cases_run_in_place_under_torchrun(pytester):
         "test_default_world": "skipped",  # world(4) in a run of 2 ranks
         "test_class_attribute": "passed",
         "test_without_ranks": "skipped",  # its own way would start processes on each rank
-    }
+    }, why + "\n" + proc.stdout[-3000:]
     (wrong,) = [t for t in merged.tests if t.name == "test_wrong_on_rank_1"]
     assert wrong.message == "rank 1 failed; rank 0 passed"
     assert wrong.node_id == "test_torchcase.py::TestFileStore::test_wrong_on_rank_1"

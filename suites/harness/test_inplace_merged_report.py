@@ -6,6 +6,7 @@ torchrun, for real, then reports the folder and the merged file.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 from jobs import end_session
 
-from rankgate.harness import divergence
+from rankgate.harness import divergence, ledger
 from rankgate.report.collect import ReportData, collect
 
 # slow: each test starts torchrun, and pytest on every rank
@@ -101,9 +102,11 @@ def _seen(data: ReportData) -> list[tuple]:
 
 def test_a_merged_file_reports_every_ranks_traceback_stacks_and_ledgers(tmp_path):
     _plant(tmp_path, FAILS_AND_HANGS)
+    # The ledger asked for: on a GPU host world(2) is cpu:gloo,cuda:nccl, whose ranks keep
+    # none unasked, and the ledger table is part of what the two reports must agree on.
     run = subprocess.run(
         [*TORCHRUN, *PYTEST, "test_suite.py"], cwd=tmp_path, capture_output=True, text=True,
-        timeout=180,
+        timeout=180, env={**os.environ, ledger.ENV: "1"},
     )  # fmt: skip
     assert run.returncode != 0
     merged = _merge(tmp_path, expect=1)

@@ -50,6 +50,13 @@ def test_after(rank):
 """
 
 
+UNFINISHED = (
+    "rank 0 ended inside test_suite::test_sleeps and wrote no JUnit file (killed, os._exit "
+    "or the OOM killer): its run did not finish (junit.rank0.jsonl)"
+)
+"""Why a killed run reads INCOMPLETE: rank 0's results file (rank 1's says the same)."""
+
+
 def _rankgate(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "rankgate.cli", *args], cwd=cwd, capture_output=True, text=True
@@ -118,16 +125,18 @@ def test_a_killed_run_over_a_passing_one_never_reads_passed(tmp_path):
         "NOT RUN test_suite.py::test_after: ranks 0, 1 not run "
         "(rank 0 ended before this test began)"
     ) in lines
+    # INCOMPLETE, not FAILED: the ranks were killed, the run did not finish (test_after
+    # never ran), as a signal-stopped run; test_sleeps, where they died, counts as failed.
     assert lines[-1] == (
-        "rankgate merge-junit: 3 tests on ranks 0, 1 of world 2: 1 passed, 1 failed, "
-        "0 error, 0 skipped, 0 xfailed, 0 xpassed, 1 not run"
+        f"rankgate merge-junit: INCOMPLETE: {UNFINISHED} (and 1 more); 3 tests on ranks 0, 1 "
+        "of world 2: 1 passed, 1 failed, 0 error, 0 skipped, 0 xfailed, 0 xpassed, 1 not run"
     )
     report = _rankgate(tmp_path, "report", "out", "--out", "page")
     assert report.returncode == 1, report.stdout + report.stderr
     first, verdict = report.stdout.splitlines()
     assert first == note.replace("rankgate merge-junit:", "rankgate report:", 1)
     assert verdict.startswith(
-        "rankgate report: FAILED: 3 tests: 1 passed, 1 failed, 0 error, 1 not run, "
+        "rankgate report: INCOMPLETE: 3 tests: 1 passed, 1 failed, 0 error, 1 not run, "
         "0 skipped, 0 xfailed, 0 xpassed;"
     )
     # The earlier run, named, is read as it was: it passed.
@@ -150,6 +159,6 @@ def test_a_killed_runs_results_files_alone_count_its_later_tests_not_run(tmp_pat
     assert merged.returncode == 1, merged.stdout + merged.stderr
     assert "holds files of" not in merged.stdout  # one run only: nothing to say
     assert merged.stdout.splitlines()[-1] == (
-        "rankgate merge-junit: 3 tests on ranks 0, 1 of world 2: 1 passed, 1 failed, "
-        "0 error, 0 skipped, 0 xfailed, 0 xpassed, 1 not run"
+        f"rankgate merge-junit: INCOMPLETE: {UNFINISHED} (and 1 more); 3 tests on ranks 0, 1 "
+        "of world 2: 1 passed, 1 failed, 0 error, 0 skipped, 0 xfailed, 0 xpassed, 1 not run"
     )

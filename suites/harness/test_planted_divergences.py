@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from rankgate.harness import ledger
-from rankgate.harness.pool.gpulease import LEASE_DIR_ENV
 from rankgate.report.junit import merge_junit
 
 pytestmark = pytest.mark.dist
@@ -146,9 +145,7 @@ def pool_verdicts(request, tmp_path_factory) -> dict[str, str]:
     _write(folder, backend)
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--junitxml=j.xml"]
     # Asked for: unasked, NCCL ranks keep no ledger (docs/harness.md, "Cost").
-    # GPU leases of its own, as conftest's gpu_leases_of_its_own gives every launching test
-    # (a module fixture is set up before that one): its planted hangs hold the GPUs.
-    env = {**os.environ, ledger.ENV: "1", LEASE_DIR_ENV: str(folder / "gpu-leases")}
+    env = {**os.environ, ledger.ENV: "1"}
     done = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
     # Kept beside j.xml: the terminal's verdicts, for a run kept with --basetemp.
     (folder / "output.txt").write_text(done.stdout + done.stderr)

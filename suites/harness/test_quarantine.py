@@ -5,11 +5,16 @@ fail the run, the terminal, JUnit and report list them, and a test that passes
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import textwrap
+import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
-from rankgate.harness.quarantine import FAILURE_PROPERTY, QUARANTINE_PROPERTY
+from rankgate.harness.quarantine import FAILURE_PROPERTY, QUARANTINE_PROPERTY, STALE_PROPERTY
+from rankgate.report.junit import merge_junit
 from rankgate.report.summary import summarize
 
 pytestmark = pytest.mark.dist
@@ -175,3 +180,72 @@ id = "test_inner.py::test_renamed"
 reason = "was renamed"
 issue = "https://example.org/issues/4"
 """
+
+
+def _report_of(junit: Path, out: Path) -> tuple[dict, str, str]:
+    """The report (JSON, summary.md, report.html) `rankgate report` writes for ``junit``."""
+    from rankgate.report.cli import write
+    from rankgate.report.collect import collect
+
+    write(collect(out, junit=[junit]), out)
+    return (
+        json.loads((out / "report.json").read_text()),
+        (out / "summary.md").read_text(),
+        (out / "report.html").read_text(),
+    )
+
+
+def _assert_reported_once(junit: Path, out: Path, listed: str) -> None:
+    why = "test_inner.py defines no test_renamed"
+    summary, md, html = _report_of(junit, out)
+    assert summary["quarantine_stale"] == [
+        {"entry": "test_inner.py::test_renamed", "list": listed, "why": why}
+    ]
+    assert "### Stale quarantine entries (1): they match no test" in md
+    assert f"| `test_inner.py::test_renamed` | `{listed}` | {why} |" in md
+    assert "<h2>Stale quarantine entries (1)</h2>" in html
+    assert (
+        f'<tr><td class="id">test_inner.py::test_renamed</td><td>{listed}</td><td>{why}</td></tr>'
+    ) in html
+
+
+@pytest.mark.parametrize("xdist", [False, True], ids=["pool", "xdist"])
+def test_an_entry_that_matches_no_test_is_listed_in_the_report(inner, pytester, xdist):
+    """Not only a terminal warning: the run's JUnit file carries it (written once, by the
+    process that reports), and report.html and summary.md list the entry and its file."""
+    listed = _listed(pytester, LIST + STALE)
+    workers = ("-n", "2") if xdist else ()
+    result = inner(
+        SOURCE, "--junitxml=junit.xml", "--rankgate-quarantine", listed, "-k", "not_listed",
+        *workers, subprocess=xdist,
+    )  # fmt: skip
+    assert result.ret == 0
+    root = ET.parse(pytester.path / "junit.xml").getroot()
+    said = [p.get("value") for p in root.iter("property") if p.get("name") == STALE_PROPERTY]
+    assert len(said) == 1  # the controller's, never one per xdist worker
+    _assert_reported_once(pytester.path / "junit.xml", pytester.path / "out", listed)
+
+
+@pytest.mark.torch_dist
+@pytest.mark.slow  # starts torchrun, and pytest on every rank
+def test_in_place_rank_0_records_an_entry_that_matches_no_test_once(pytester):
+    listed = _listed(pytester, LIST + STALE)
+    pytester.makepyfile(test_inner=textwrap.dedent(SOURCE))
+    pytester.makeini("[pytest]\n")
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc-per-node", "2", "-m", "pytest", "-p", "no:cacheprovider", "-q"]  # fmt: skip
+    done = subprocess.run(
+        [*torchrun, "--junitxml=out/junit.xml", "--rankgate-quarantine", listed,
+         "-k", "not_listed", "test_inner.py"],
+        cwd=pytester.path, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for rank, count in ((0, 1), (1, 0)):
+        root = ET.parse(pytester.path / "out" / f"junit.rank{rank}.xml").getroot()
+        names = [p.get("name") for p in root.iter("property")]
+        assert names.count(STALE_PROPERTY) == count
+    merged = pytester.path / "merged.xml"
+    merge_junit([pytester.path / "out"]).write_xml(merged)
+    # From the folder of per-rank files and from merge-junit's file alike.
+    _assert_reported_once(pytester.path / "out", pytester.path / "page", listed)
+    _assert_reported_once(merged, pytester.path / "page-merged", listed)

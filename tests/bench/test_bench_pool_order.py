@@ -34,3 +34,5 @@ def test_each_steady_test_is_split_into_its_phases(monkeypatch):
     # need not add up to the median of the whole, but none can exceed the slowest test.
     assert phases["call"] > 0, phases
     assert all(0 <= phases[p] <= max(result["steady_ms"]) for p in PHASES[:-1]), phases
+    # A plain test in the same session (pytest's own cost) needs no round trip to ranks.
+    assert 0 < result["plain_median_ms"] < result["median_ms"], result

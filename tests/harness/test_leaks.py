@@ -52,3 +52,25 @@ def test_the_processes_a_test_left_are_read_back_from_its_failure_text():
         leaks.left_running_in(text) == "pid 12 (sleep 1000); pid 13 (sleep 5), in its own session"
     )
     assert leaks.left_running_in("AssertionError: boom") == ""
+
+
+def test_a_child_started_from_another_thread_is_found_among_many_threads():
+    # The kernel lists a child under the thread that forked it; a rank on NCCL has
+    # about 40 threads, every one of them read.
+    import threading
+
+    started, stop = [], threading.Event()
+    idle = [threading.Thread(target=stop.wait) for _ in range(40)]
+    for thread in idle:
+        thread.start()
+    forker = threading.Thread(target=lambda: started.append(subprocess.Popen(["sleep", "30"])))
+    forker.start()
+    forker.join()
+    try:
+        assert started[0].pid in leaks.children()
+    finally:
+        stop.set()
+        started[0].kill()
+        started[0].wait()
+        for thread in idle:
+            thread.join()

@@ -6,7 +6,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -214,3 +216,78 @@ def test_a_failing_background_stage_fails_the_gate_and_the_others_still_run(
         ("alpha", "failed"), ("beta", "passed")
     ]
     assert "background says why" in capfd.readouterr().out
+
+
+def test_an_interrupted_gate_marks_every_running_stage_incomplete(tmp_path, monkeypatch, capfd):
+    """Stopped while a background stage and a foreground one ran, both read INCOMPLETE
+    with the same words: the background one's command ended by the stop (exit -15) is
+    never its failure."""
+    monkeypatch.setattr(executor, "gate_checks", lambda options, progress: [])
+    background = _late("alpha", tmp_path)
+    foreground = dataclasses.replace(_late("beta", tmp_path), beside=False)
+    options = Options(out_dir=tmp_path / "out")
+    with ctrl_c_after(1.5), pytest.raises(KeyboardInterrupt):
+        executor.run_gate(
+            options, Machine(), include=_registered(monkeypatch, background, foreground)
+        )
+    saved = json.loads((options.out_dir / "gate.json").read_text())
+    reason = "stopped by SIGINT while it ran: no test ended"
+    assert [(row["stage"], row["status"], row["reason"]) for row in saved] == [
+        ("alpha", "incomplete", reason), ("beta", "incomplete", reason),
+    ]  # fmt: skip
+    shown = capfd.readouterr()
+    assert "gate INCOMPLETE — stopped by SIGINT while alpha, beta ran" in shown.out
+    summary = json.loads((options.out_dir / "report.json").read_text())
+    assert summary["verdict"] == "incomplete"
+    assert summary["incomplete"]["stages"] == [f"alpha: {reason}", f"beta: {reason}"]
+    assert "FAILED" not in (options.out_dir / "summary.md").read_text()
+
+
+_GATE_OF_TWO = """
+import dataclasses, sys
+from pathlib import Path
+from rankgate.pipeline import executor, stages
+from rankgate.pipeline.stages import Command, Stage
+
+late = "import pathlib, sys, time; pathlib.Path(sys.argv[1] + '.began').touch(); time.sleep(60)"
+def stage(name, beside):
+    argv = (sys.executable, "-c", late, name)
+    return Stage(
+        name=name, description=name, where=("local",), paths=("x",), beside=beside,
+        commands=(Command(argv=argv),), dagger=name, workflow=f"ci.yml:{name}",
+    )
+for made in (stage("alpha", True), stage("beta", False)):
+    stages._STAGES[made.name] = made
+executor.gate_checks = lambda options, progress: []
+executor.run_gate(executor.Options(out_dir=Path("out")), include=("alpha", "beta"))
+"""
+
+
+def test_a_gate_stopped_by_sigterm_marks_its_background_stage_incomplete(tmp_path):
+    """SIGTERM reaches the foreground stage's command, which ends every tree and dies
+    from there: the background stage's outcome must still read INCOMPLETE."""
+    gate = subprocess.Popen(
+        [sys.executable, "-c", _GATE_OF_TWO], cwd=tmp_path, start_new_session=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not ((tmp_path / "alpha.began").exists() and (tmp_path / "beta.began").exists()):
+            assert gate.poll() is None, gate.communicate()
+            assert time.monotonic() < deadline, "the stages never began"
+            time.sleep(0.05)
+        os.kill(gate.pid, signal.SIGTERM)
+        stdout, stderr = gate.communicate(timeout=60)
+    finally:
+        if gate.poll() is None:
+            gate.kill()
+            gate.wait()
+    assert gate.returncode == -signal.SIGTERM, stderr[-3000:]
+    saved = json.loads((tmp_path / "out" / "gate.json").read_text())
+    reason = "stopped by SIGTERM while it ran: no test ended"
+    assert [(row["stage"], row["status"], row["reason"]) for row in saved] == [
+        ("alpha", "incomplete", reason), ("beta", "incomplete", reason),
+    ]  # fmt: skip
+    assert "gate INCOMPLETE — stopped by SIGTERM while alpha, beta ran" in stdout
+    summary = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert summary["incomplete"]["stages"] == [f"alpha: {reason}", f"beta: {reason}"]

@@ -59,7 +59,13 @@ def test_long():
 
 
 def _env(work: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}
+    # Not this run's xdist worker variables: the inner gate's own controller would read as
+    # a worker, and its conftest (which records the controller's reports) as not one.
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k != "GITHUB_STEP_SUMMARY" and not k.startswith("PYTEST_XDIST_")
+    }
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
     env["PYTEST_ADDOPTS"] = "-p no:randomly"
     env["RANKGATE_PROGRESS"] = "plain"

@@ -91,3 +91,58 @@ def test_an_unknown_run_id_is_one_line_naming_the_runs_there(tmp_path):
         f"no file of run 'b' in {tmp_path}; runs there: a (pass one of them to --run-id, "
         "or leave it out to read the newest)"
     )
+
+
+def test_a_killed_runs_results_files_make_it_incomplete_with_the_crashed_test_failed(tmp_path):
+    """A rank that left its results file (no JUnit file of its run) did not finish: the
+    run is INCOMPLETE, as a signal-stopped one is, never FAILED alone; the test it died in
+    still counts as failed, and the tests after it as not run."""
+    from rankgate.report.collect import collect
+
+    for rank in (0, 1):
+        _junit(tmp_path, rank, "old", 1000)
+        _results(tmp_path, rank, "new", 2000)
+    merged = merge_junit([tmp_path])
+    assert merged.counts["failed"] == 1 and merged.counts["not run"] == 1
+    assert not merged.ok
+    assert merged.interrupted_tests == ("t::test_a",)
+    why = (
+        "rank 0 ended inside t::test_a and wrote no JUnit file (killed, os._exit or the OOM "
+        "killer): its run did not finish (junit.rank0.jsonl)"
+    )
+    assert merged.summary_line() == (
+        f"INCOMPLETE: {why} (and 1 more); 2 tests on ranks 0, 1 of world 2: 0 passed, "
+        "1 failed, 0 error, 0 skipped, 0 xfailed, 0 xpassed, 1 not run"
+    )
+    data = collect(tmp_path / "out", junit=[tmp_path])
+    assert data.verdict == "incomplete"
+    assert (data.summary["totals"]["failed"], data.summary["totals"]["not run"]) == (1, 1)
+    # merge-junit's file says the same to a report read from it.
+    merged.write_xml(tmp_path / "merged.xml")
+    again = collect(tmp_path / "out2", junit=[tmp_path / "merged.xml"])
+    assert again.verdict == "incomplete"
+    assert again.summary["totals"]["failed"] == 1
+
+
+def test_the_page_and_summary_say_which_run_was_read_and_what_was_left_out(tmp_path):
+    """The line `rankgate report` prints about other runs' files is in report.html and
+    summary.md too: a reader of the page alone knows the folder held another run."""
+    from rankgate.report.collect import collect
+    from rankgate.report.html import render_html
+    from rankgate.report.markdown import render_markdown
+
+    folder = tmp_path / "junit"
+    folder.mkdir()
+    for rank in (0, 1):
+        _junit(folder, rank, "old", 1000)
+        _junit(folder, rank, "new", 2000)
+        (folder / f"junit.rank{rank}.xml").rename(folder / f"junit.new.rank{rank}.xml")
+        _junit(folder, rank, "old", 1000)
+    data = collect(tmp_path / "out", junit=[folder])
+    note = (
+        f"{folder} holds files of 2 runs: read run new (the newest); left out old "
+        "(junit.rank0.xml, junit.rank1.xml); --run-id ID reads another"
+    )
+    assert data.summary["other_runs"] == [note]
+    assert f"**Other runs**: {note}." in render_markdown(data).splitlines()
+    assert f"<li>{note}</li>" in render_html(data)

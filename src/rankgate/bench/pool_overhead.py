@@ -38,6 +38,15 @@ def test_trivial_w{world}(i, rank, device):
 {calls}    assert t.item() == {world} ** {collectives}
 """
 
+_PLAIN_FILE = """
+import pytest
+
+@pytest.mark.parametrize("i", range({count}))
+def test_plain(i):
+    assert i >= 0
+"""
+"""The floor: pytest's own cost of a test that needs no ranks, in the same session."""
+
 _TIMING_CONFTEST = """
 import json, os, time
 import pytest
@@ -113,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
                 "pool_start_s": round(pool[world]["first_test_s"], 3),
                 "pool_median_ms": round(pool[world]["median_ms"], 3),
                 "pool_phases_median_ms": pool[world]["phases_median_ms"],
+                "plain_median_ms": round(pool[world]["plain_median_ms"], 3),
                 "k_pool": args.k,
                 "k_spawn": args.spawn_k,
             }
@@ -141,6 +151,8 @@ def format_table(rows: list[dict]) -> str:
         phases = r["pool_phases_median_ms"]
         by_phase.append(f"world {r['world']} " + " ".join(f"{p} {phases[p]:.2f}" for p in PHASES))
     lines.append("pool test's median ms by phase: " + "; ".join(by_phase))
+    if rows:  # the same session's plain tests: what pytest itself costs a test
+        lines.append(f"a plain test's median ms (no ranks): {rows[0]['plain_median_ms']:.2f}")
     return "\n".join(lines)
 
 
@@ -157,6 +169,7 @@ def measure_pool(worlds: list[int], backend: str, k: int, collectives: int = 1) 
                 collectives=collectives,
             )  # fmt: skip
             (root / f"test_bench_w{world}.py").write_text(textwrap.dedent(source))
+        (root / "test_bench_plain.py").write_text(_PLAIN_FILE.format(count=k + 1))
         (root / "conftest.py").write_text(_TIMING_CONFTEST)
         (root / "pytest.ini").write_text("[pytest]\n")  # keep the caller's config out
         timings_path = root / "timings.json"
@@ -170,6 +183,7 @@ def measure_pool(worlds: list[int], backend: str, k: int, collectives: int = 1) 
         if proc.returncode != 0:
             raise SystemExit(f"pool benchmark run failed:\n{proc.stdout}\n{proc.stderr}")
         timings = json.loads(timings_path.read_text())
+    plain = [timings["protocol"][f"test_bench_plain.py::test_plain[{i}]"] for i in range(1, k + 1)]
     results = {}
     for world in worlds:
         ids = [f"test_bench_w{world}.py::test_trivial_w{world}[{i}]" for i in range(k + 1)]
@@ -181,6 +195,7 @@ def measure_pool(worlds: list[int], backend: str, k: int, collectives: int = 1) 
             "median_ms": 1000 * statistics.median(steady),
             "steady_ms": [1000 * s for s in steady],
             "phases_median_ms": _phase_medians(timings, ids[1:]),
+            "plain_median_ms": 1000 * statistics.median(plain),
         }
     return results
 

@@ -12,6 +12,7 @@ import zlib
 
 import pytest
 
+from rankgate.harness import timeout_bridge
 from rankgate.harness.spec import WorldSpec
 
 SPEC_KEY = pytest.StashKey[WorldSpec]()
@@ -37,9 +38,10 @@ def seed_for_test(base_seed: int, nodeid: str) -> int:
 
 
 def test_timeout(item: pytest.Item, default: float) -> float:
-    """Seconds before the test counts as hung: its marker's timeout, else ``default``."""
+    """Seconds before the test counts as hung: its world marker's timeout, else its
+    pytest-timeout marker's (``timeout_bridge``), else ``default``."""
     spec = world_spec(item)
-    return (spec.timeout if spec else None) or default
+    return (spec.timeout if spec else None) or timeout_bridge.marker_seconds(item) or default
 
 
 # A collective's own timeout ends a hang as a plain error, without stacks and with

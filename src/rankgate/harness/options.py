@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from rankgate.harness import ledger
+from rankgate.harness import ledger, rerun_bridge, timeout_bridge
 from rankgate.harness.attempts import FLAKY_POLICIES
 from rankgate.harness.spec import timeout_problem
 
@@ -150,6 +150,10 @@ def default_timeout(config: pytest.Config) -> float:
         if problem:
             raise pytest.UsageError(problem)
         return cli
+    if not config.getini("rankgate_timeout"):
+        borrowed = timeout_bridge.session_seconds(config)  # pytest-timeout's --timeout
+        if borrowed is not None:
+            return borrowed
     value = _positive_float(config, "rankgate_timeout", DEFAULT_TIMEOUT_S)
     problem = timeout_problem(value, "ini option rankgate_timeout")
     if problem:
@@ -192,7 +196,7 @@ def _cli_or_ini(config: pytest.Config, name: str) -> tuple[str, str] | None:
 
 def reruns(config: pytest.Config) -> int:
     """How many times a failed world test runs again (0: never)."""
-    said = _cli_or_ini(config, "reruns")
+    said = _cli_or_ini(config, "reruns") or rerun_bridge.global_reruns(config)
     if said is None:
         return 0
     where, raw = said

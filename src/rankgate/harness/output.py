@@ -7,6 +7,7 @@ boundaries, and puts one marker line between them that says how much is missing.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -65,6 +66,8 @@ def read_clipped(
 ) -> str:
     """Bytes ``start``..``end`` (end of file when None) of ``path``, clipped to ``limit``."""
     try:
+        if end is None and os.stat(path).st_size <= start:
+            return ""  # the usual test prints nothing: a stat, not an open, a seek and a read
         with open(path, "rb") as f:
             if end is None:
                 end = f.seek(0, 2)

@@ -15,7 +15,14 @@ from pathlib import Path
 import pytest
 from _pytest.mark import deselect_by_mark  # pytest's own `-m`, run once markers settle
 
-from rankgate.harness import options, unknown_options
+from rankgate.harness import (
+    coverage_ranks,
+    hypothesis_bridge,
+    options,
+    rerun_bridge,
+    timeout_bridge,
+    unknown_options,
+)
 from rankgate.harness.item_settings import MARKERS_SEEN_KEY, SPEC_KEY
 from rankgate.harness.pluginnames import (
     INPLACE_PLUGIN,
@@ -83,6 +90,10 @@ def pytest_configure(config: pytest.Config) -> None:
     from rankgate.harness.shards.plugin import SHARD_PLUGIN, ShardPlugin
 
     config.pluginmanager.register(RerunReport(), RERUN_PLUGIN)
+    timeout_bridge.register(config)
+    hypothesis_bridge.register(config)
+    rerun_bridge.register(config)
+    coverage_ranks.register(config)
     _register_quarantine(config)
     # The durations file has one writer: the controller under xdist, rank 0 in place.
     writes = not hasattr(config, "workerinput") and (launch is None or launch.rank == 0)

@@ -7,6 +7,9 @@ INPLACE_PLUGIN = "rankgate-inplace"
 POOL_PLUGIN = "rankgate-pools"
 HARNESS_PLUGIN = "rankgate-harness"
 """rankgate.harness.plugin, registered by the pytest entry point (rankgate.pytest_plugin)."""
+COVERAGE_ENV = "RANKGATE_COVERAGE"
+"""The controller's pytest-cov settings, as JSON, in a pool rank's environment
+(rankgate.harness.coverage_ranks sets it, pool.rankcoverage reads it)."""
 TRACING_PLUGIN = "rankgate-tracing"
 """rankgate.report.tracing_plugin, registered by the same entry point."""
 

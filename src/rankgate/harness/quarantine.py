@@ -38,6 +38,9 @@ QUARANTINE_PROPERTY = "rankgate.quarantined"
 """A JSON object: reason, issue, streak (passes in a row before this run), needed."""
 FAILURE_PROPERTY = "rankgate.quarantined_failure"
 """A quarantined test's failure text (its xfail marker keeps it out of JUnit's result)."""
+STALE_PROPERTY = "rankgate.quarantine_stale"
+"""A testsuite property per entry that matches no test (written once, by the process that
+reports): a JSON object, entry, list (the quarantine file) and why."""
 FAILURE_CHARS = 4000
 XFAIL_PREFIX = "quarantined: "
 DEFAULT_PASSES_TO_LEAVE = 5
@@ -120,11 +123,24 @@ def _entry(path: Path, number: int, table: object) -> Entry:
 
 
 def stale(listed: QuarantineList, rootdir: Path) -> list[str]:
-    """One line per entry that names no test: its file is gone, or holds no function (or
-    class method) of that name. Read from the source, so a narrower run (``-k``, ``-m``,
-    a path, xdist) sees the same; a test made at run time (a loop of ``def``) reads as
-    missing, and its line says to check."""
-    lines = []
+    """One line per entry that names no test (:func:`stale_entries`)."""
+    return [stale_line(found) for found in stale_entries(listed, rootdir)]
+
+
+def stale_line(found: dict) -> str:
+    """The warning for one of :func:`stale_entries` (or a :data:`STALE_PROPERTY`'s value)."""
+    return (
+        f"quarantine entry {found['entry']!r} in {found['list']} matches no test "
+        f"({found['why']}): remove it from the list, or correct its id"
+    )
+
+
+def stale_entries(listed: QuarantineList, rootdir: Path) -> list[dict]:
+    """Each entry that names no test, as {entry, list, why}: its file is gone, or holds no
+    function (or class method) of that name. Read from the source, so a narrower run
+    (``-k``, ``-m``, a path, xdist) sees the same; a test made at run time (a loop of
+    ``def``) reads as missing, and its line says to check."""
+    found = []
     for entry in listed.entries.values():
         path, _, name = entry.id.split("[", 1)[0].partition("::")
         source = rootdir / path
@@ -134,11 +150,20 @@ def stale(listed: QuarantineList, rootdir: Path) -> list[str]:
             why = f"{path} defines no {name}"
         else:
             continue
-        lines.append(
-            f"quarantine entry {entry.id!r} in {listed.path} matches no test ({why}): "
-            "remove it from the list, or correct its id"
-        )
-    return lines
+        found.append({"entry": entry.id, "list": str(listed.path), "why": why})
+    return found
+
+
+def read_stale(value: str) -> dict | None:
+    """A :data:`STALE_PROPERTY` value; None when it is not one (a hand-edited file)."""
+    try:
+        found = json.loads(value)
+    except ValueError:
+        return None
+    keys = ("entry", "list", "why")
+    if not isinstance(found, dict) or not all(isinstance(found.get(k), str) for k in keys):
+        return None
+    return {k: found[k] for k in keys}
 
 
 def _test_names(path: Path) -> set[str]:

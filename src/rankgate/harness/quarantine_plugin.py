@@ -3,7 +3,10 @@ listed tests, words their outcome, keeps the history of their passes in a row.""
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from _pytest.junitxml import xml_key
 
 from rankgate.harness.attempts import is_flaky
 from rankgate.harness.pluginnames import INPLACE_PLUGIN
@@ -11,13 +14,15 @@ from rankgate.harness.quarantine import (
     FAILURE_CHARS,
     FAILURE_PROPERTY,
     QUARANTINE_PROPERTY,
+    STALE_PROPERTY,
     XFAIL_PREFIX,
     QuarantineError,
     QuarantineList,
     next_streak,
     property_value,
     read_history,
-    stale,
+    stale_entries,
+    stale_line,
     streak_text,
     write_history,
 )
@@ -55,6 +60,19 @@ class Quarantine:
             raise pytest.UsageError(str(exc)) from None
         self.outcomes: dict[str, str] = {}
         """node id -> passed, failed or skipped, in the order they ended."""
+        self.stale: list[dict] = []
+        """Entries that match no test, found once by the process that reports."""
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if not self._reports():  # once per run: the pool's controller, rank 0 in place
+            return
+        self.stale = stale_entries(self.listed, self.config.rootpath)
+        # In the run's JUnit file too, so that the report lists them (report.html,
+        # summary.md), not only this terminal.
+        xml = self.config.stash.get(xml_key, None)
+        if xml is not None:
+            for found in self.stale:
+                xml.add_global_property(STALE_PROPERTY, json.dumps(found))
 
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         for item in items:
@@ -104,9 +122,9 @@ class Quarantine:
         return after
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
-        if self._reports():  # once per run: a stale entry should not stay on the list unseen
-            for line in stale(self.listed, self.config.rootpath):
-                terminalreporter.write_line(f"rankgate: WARNING: {line}", yellow=True, bold=True)
+        for found in self.stale:  # a stale entry should not stay on the list unseen
+            line = stale_line(found)
+            terminalreporter.write_line(f"rankgate: WARNING: {line}", yellow=True, bold=True)
         if not self.outcomes:
             return
         tr, needed = terminalreporter, self.listed.passes_to_leave

@@ -17,7 +17,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from rankgate.harness import leaks
+from rankgate.harness import hypothesis_bridge, leaks
 
 GROUP_DESTROYED = (
     "the test destroyed the default process group (dist.destroy_process_group()); the "
@@ -166,6 +166,7 @@ def same_examples_on_every_rank(test, seed: int) -> None:
     function = getattr(test, "__func__", test)  # a method: the function under it
     if not getattr(function, "is_hypothesis_test", False):
         return
+    hypothesis_bridge.agree_on_each_example(function)
     chosen = getattr(function, "_hypothesis_internal_use_seed", None)
     if chosen is not None and getattr(function, _SEEDED_BY_RANKGATE, None) != chosen:
         return  # the test's own @seed(...)

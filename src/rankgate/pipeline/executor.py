@@ -46,6 +46,8 @@ class GateRun:
     """With ``--changed-since``: which stages the change touches."""
     progress: Progress | None = None
     outcomes: list[Outcome] = field(default_factory=list)
+    stopped_beside: list[str] = field(default_factory=list)
+    """Background stages the gate's stop ended while they ran (they read INCOMPLETE)."""
 
 
 def plan(run: GateRun) -> None:
@@ -82,6 +84,7 @@ def run_stages(run: GateRun) -> None:
 
     beside = [(i, stage) for i, stage in numbered if stage.beside] if len(run.chosen) > 1 else []
     background = side_by_side.start(beside, stage_run, options.out_dir)
+    run.stopped_beside = background.stopped  # the same list: stop() fills it in
     by_name: dict[str, Outcome] = {}
     # Leaving the block early (Ctrl-C, SIGTERM between two commands, the gate's own
     # error) stops the background stages: nothing runs on without the gate.
@@ -128,7 +131,10 @@ def run_gate(
     with tracing.span("gate", {"rankgate.stage": "gate"}):
         # Stopped (Ctrl-C, SIGTERM), the gate still leaves its table, gate.json and a page
         # saying INCOMPLETE, never the page written when the running stage started.
-        with rewrite_on_stop(options, planned, gate=True):
+        # A background stage the stop ended has recorded its command's exit (-15): it
+        # reads INCOMPLETE too, as the foreground one does.
+        stopped_beside = lambda: run.stopped_beside  # noqa: E731
+        with rewrite_on_stop(options, planned, gate=True, also_stopped=stopped_beside):
             for step in GATE_STEPS:
                 step(run)
         tracing.mark("failed" if any(o.status == "failed" for o in run.outcomes) else "passed")

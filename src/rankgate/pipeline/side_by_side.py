@@ -10,6 +10,7 @@ when its block ends early: an interrupt, a signal, a failure of the gate itself.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import sys
 from collections.abc import Callable
@@ -55,23 +56,42 @@ class Running(Generic[Outcome]):
             )
             for _, stage in numbered
         }
+        self.stopped: list[str] = []
+        """The stages a stop ended while they ran: their outcome (a command ended by
+        TERM) is the stop's doing, never their failure. Noted when the first
+        :func:`command.stop_all` begins, whichever thread or signal started it."""
+        self._stop_began = False
+        self._hooks = contextlib.ExitStack()
 
     @property
     def names(self) -> set[str]:
         return set(self._futures)
 
     def __enter__(self) -> Running[Outcome]:
+        self._hooks.enter_context(command.before_stop_all(self._note_stopped))
+        # SIGTERM in a foreground command dies from there: the stages' threads must
+        # have returned (their outcomes recorded) before the page is rewritten.
+        self._hooks.enter_context(command.last_words(lambda signum: self.stop()))
         return self
 
     def __exit__(self, kind, error, traceback) -> None:
         """Whatever ends the block early (Ctrl-C lands in the main thread, not in the
         stages' threads; SIGTERM/SIGHUP as :class:`command.Ended`): every stage's tree
         goes, and on a signal this process dies of it."""
-        if error is None:
+        try:
+            if error is None:
+                return
+            self.stop()
+            if isinstance(error, command.Ended):
+                command.die_of(error.args[0])
+        finally:
+            self._hooks.close()
+
+    def _note_stopped(self) -> None:
+        if self._stop_began:
             return
-        self.stop()
-        if isinstance(error, command.Ended):
-            command.die_of(error.args[0])
+        self._stop_began = True
+        self.stopped[:] = [name for name, future in self._futures.items() if not future.done()]
 
     def wait(self, progress: Progress) -> dict[str, Outcome]:
         """Wait for every stage, then show each one's log and verdict; name -> outcome."""

@@ -34,13 +34,19 @@ _FIELDS = {f.name for f in dataclasses.fields(Outcome)}
 
 @contextlib.contextmanager
 def rewrite_on_stop(
-    options: Options, planned: Callable[[], list[str]], *, gate: bool
+    options: Options,
+    planned: Callable[[], list[str]],
+    *,
+    gate: bool,
+    also_stopped: Callable[[], list[str]] = list,
 ) -> Iterator[None]:
     """While the block runs, a stop (SIGINT, SIGTERM, SIGHUP) rewrites the page of the run
-    whose stages ``planned()`` names (in order) before the stop goes on."""
+    whose stages ``planned()`` names (in order) before the stop goes on. ``also_stopped()``:
+    stages the stop ended while they ran that have already recorded an outcome (a gate's
+    background stages, whose commands the stop ended before the page is rewritten)."""
 
     def stopped(signame: str) -> None:
-        write_stopped(options, planned(), signame, gate=gate)
+        write_stopped(options, planned(), signame, gate=gate, also_stopped=also_stopped())
 
     with command.last_words(lambda signum: stopped(signal.Signals(signum).name)):
         try:
@@ -50,12 +56,23 @@ def rewrite_on_stop(
             raise
 
 
-def write_stopped(options: Options, planned: list[str], signame: str, *, gate: bool) -> None:
-    """Mark the stages still running INCOMPLETE; a gate's table and gate.json; the report."""
+def write_stopped(
+    options: Options,
+    planned: list[str],
+    signame: str,
+    *,
+    gate: bool,
+    also_stopped: list[str] | tuple[str, ...] = (),
+) -> None:
+    """Mark the stages still running (and ``also_stopped``) INCOMPLETE; a gate's table and
+    gate.json; the report."""
     folder = options.out_dir / "stages"
     rows = {name: _read(folder / f"{name}.json") for name in planned}
     rows = {name: row for name, row in rows.items() if row is not None}
-    stopped = [name for name, row in rows.items() if row.get("status") == runinfo.RUNNING]
+    stopped = [
+        name for name, row in rows.items()
+        if row.get("status") == runinfo.RUNNING or name in also_stopped
+    ]  # fmt: skip
     for name in stopped:
         rows[name] = stop_running(options, name, rows[name], signame)
     never = [name for name in planned if name not in rows]
@@ -109,11 +126,13 @@ def _read(path: Path) -> dict | None:
 
 
 def _since(marker: dict) -> float:
-    """Seconds since the stage's running mark was written (0 when it has no time)."""
+    """Seconds since the stage's running mark was written (0 when it has no time); a stage
+    that recorded its outcome as the stop ended it: the seconds it recorded."""
+    if isinstance(marker.get("seconds"), (int, float)):
+        return float(marker["seconds"])
     try:
         started = datetime.strptime(marker["started"], "%Y-%m-%dT%H:%M:%SZ")
     except (KeyError, TypeError, ValueError):
         return 0.0
     since = datetime.now(timezone.utc) - started.replace(tzinfo=timezone.utc)
     return max(0.0, since.total_seconds())
-

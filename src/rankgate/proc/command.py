@@ -90,9 +90,26 @@ _starting = threading.Lock()
 thread then either finds it or runs before it started, never between the two."""
 
 
+_before_stop: list[Callable[[], None]] = []
+"""What :func:`stop_all` calls before it ends anything (:func:`before_stop_all`)."""
+
+
+@contextlib.contextmanager
+def before_stop_all(callback: Callable[[], None]):
+    """While the block runs, :func:`stop_all` calls ``callback()`` before it ends any
+    command: a gate notes which background stages a stop ends while they run."""
+    _before_stop.append(callback)
+    try:
+        yield
+    finally:
+        _before_stop.remove(callback)
+
+
 def stop_all() -> None:
     """End every command :func:`run` is waiting on, in any thread (process group, TERM
     then KILL): an interrupt reaches only the main thread, not the threads that wait."""
+    for callback in list(_before_stop):
+        callback()
     with _starting:
         procs = list(_running)
     _end_trees(procs)

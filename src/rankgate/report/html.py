@@ -83,6 +83,7 @@ def render_html(data: ReportData) -> str:
         f"<p>{escape(counts)} · {len(data.stages)} stages · generated {escape(data.generated)}"
         "</p></header><main>",
         _incomplete(data.incomplete),
+        _other_runs(data.summary.get("other_runs") or []),
         _tiles(data.summary.get("totals") or {}),
         _machine(data.run),
         _stages(present.stage_rows(data.stages, data.incomplete)),
@@ -93,6 +94,7 @@ def render_html(data: ReportData) -> str:
         _xpassed(data.summary.get("xpassed") or []),
         _flaky(data.summary.get("flaky") or []),
         _quarantined(data.summary.get("quarantined") or []),
+        _stale_quarantine(data.summary.get("quarantine_stale") or []),
         _slowest(data.summary.get("slowest") or []),
         _groups(data.summary.get("groups") or []),
         _bench(data.bench, data.plots),
@@ -110,6 +112,14 @@ def _incomplete(incomplete: dict[str, list[str]]) -> str:
         f'<p class="banner" id="incomplete"><b>Incomplete run</b>: {escape(why)}. '
         "What it did before it stopped is below; it is not a pass.</p>"
     )
+
+
+def _other_runs(notes: list[str]) -> str:
+    """A folder of several in-place runs' files: which run was read, which files left out."""
+    if not notes:
+        return ""
+    items = "".join(f"<li>{escape(note)}</li>" for note in notes)
+    return f'<section id="other-runs" class="note"><b>Other runs</b><ul>{items}</ul></section>'
 
 
 def _tiles(totals: dict) -> str:
@@ -321,6 +331,23 @@ def _quarantined(tests: list[dict]) -> str:
         '<p class="note">they ran; their failures do not fail the run (--rankgate-quarantine)'
         "</p><table><tr><th>test</th><th>outcome</th><th>reason</th><th>issue</th>"
         f"<th>passes in a row</th></tr>{rows}</table></section>"
+    )
+
+
+def _stale_quarantine(entries: list[dict]) -> str:
+    """Quarantine entries that match no test: each with its list file and why."""
+    if not entries:
+        return ""
+    rows = "".join(
+        f'<tr><td class="id">{escape(e["entry"])}</td><td>{escape(e["list"])}</td>'
+        f"<td>{escape(e['why'])}</td></tr>"
+        for e in entries
+    )
+    return (
+        f'<section id="quarantine-stale"><h2>Stale quarantine entries ({len(entries)})</h2>'
+        '<p class="note">they match no test: remove each from its list, or correct its id'
+        "</p><table><tr><th>entry</th><th>list file</th><th>why</th></tr>"
+        f"{rows}</table></section>"
     )
 
 

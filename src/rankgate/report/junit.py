@@ -55,6 +55,7 @@ from rankgate.harness.attempts import (
 )
 from rankgate.harness.inplace import ledger_file
 from rankgate.harness.inplace.run_id import RUN_ID_PROPERTY
+from rankgate.harness.quarantine import STALE_PROPERTY
 from rankgate.harness.verdict_lines import (
     INTERRUPTED_PREFIX,
     INTERRUPTED_PROPERTY,
@@ -157,6 +158,8 @@ class MergedReport:
     """The in-place launch its files came from ("" when they name none)."""
     other_runs: str = ""
     """One line naming the files of other runs in the folder that were left out."""
+    stale_quarantine: tuple[str, ...] = ()
+    """Quarantine entries that matched no test (rank 0 in place records them), kept."""
 
     @property
     def counts(self) -> dict[str, int]:
@@ -242,6 +245,7 @@ class MergedReport:
             + [(INTERRUPTED_PROPERTY, why) for why in self.incomplete]
             + [(INTERRUPTED_TEST_PROPERTY, test) for test in self.interrupted_tests]
             + ([(RUN_ID_PROPERTY, self.run_id)] if self.run_id else [])
+            + [(STALE_PROPERTY, found) for found in self.stale_quarantine]
             + list(self.labels),
         )
         for test in self.tests:
@@ -344,6 +348,7 @@ def merge_files(
         interrupted_tests=tuple(dict.fromkeys(t for f in files for t in f.interrupted_tests)),
         run_id=picked.run_id,
         other_runs=picked.other_runs,
+        stale_quarantine=tuple(dict.fromkeys(v for f in files for v in f.stale_quarantine)),
     )
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rankgate.harness.inplace.run_id import RUN_ID_PROPERTY
+from rankgate.harness.quarantine import STALE_PROPERTY
 from rankgate.harness.verdict_lines import (
     INTERRUPTED_PROPERTY,
     INTERRUPTED_TEST_PROPERTY,
@@ -142,6 +143,9 @@ class JUnitFile:
     (its ``shard`` properties, :mod:`rankgate.report.shards`)."""
     run_id: str = ""
     """The in-place launch that wrote it (its ``rankgate.run_id``); "" when unknown."""
+    stale_quarantine: tuple[str, ...] = ()
+    """Quarantine entries that matched no test (its ``rankgate.quarantine_stale``
+    properties, JSON objects; :mod:`rankgate.harness.quarantine`)."""
 
     @property
     def incomplete(self) -> str:
@@ -201,6 +205,7 @@ def read_junit(path: str | Path) -> JUnitFile:
         interrupted_tests=tuple(v for name, v in suite_props if name == INTERRUPTED_TEST_PROPERTY),
         shards=tuple(value for name, value in suite_props if name == "shard"),
         run_id=said.get(RUN_ID_PROPERTY, ""),
+        stale_quarantine=tuple(v for name, v in suite_props if name == STALE_PROPERTY),
     )
 
 

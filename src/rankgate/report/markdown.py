@@ -33,6 +33,9 @@ def render_markdown(data: ReportData) -> str:
     lines = [f"## rankgate: {title}", "", present.counts_text(data.summary.get("totals") or {}), ""]
     if why := present.incomplete_text(data.incomplete):
         lines += [f"**Incomplete run**: {_inline(why)}. Its results so far are below.", ""]
+    # A folder of several in-place runs' files: which run was read, which files left out.
+    lines += [f"**Other runs**: {_inline(note)}." for note in data.summary.get("other_runs") or ()]
+    lines += [""] if data.summary.get("other_runs") else []
     lines += _table(("machine", ""), present.machine_rows(data.run))
     rows = present.stage_rows(data.stages, data.incomplete)
     if rows:
@@ -61,6 +64,11 @@ def render_markdown(data: ReportData) -> str:
         lines += _table(("test", "outcome", "reason", "issue", "passes in a row"),
                         [(_code(t["id"]), t["outcome"], t["reason"], t["issue"], t["streak"])
                          for t in quarantined])  # fmt: skip
+    if stale := data.summary.get("quarantine_stale"):
+        lines += [f"### Stale quarantine entries ({len(stale)}): they match no test", ""]
+        rows = [(_code(s["entry"]), _code(s["list"]), s["why"]) for s in stale]
+        lines += _table(("entry", "list file", "why"), rows)
+        lines += ["Remove each from its list, or correct its id.", ""]
     if slowest := data.summary.get("slowest"):
         lines += [f"### Slowest tests ({len(slowest)})", ""]
         lines += _table(("test", "stage", "time", "outcome"),

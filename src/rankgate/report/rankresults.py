@@ -77,13 +77,28 @@ def read_results(path: str | Path) -> JUnitFile:
                 properties=_properties(record),
                 source=path,
             )
+    crashed = [c.test_id for c in cases.values() if crashed_in(c.message)]
     return JUnitFile(
         path=path,
         rank=rank,
         world_size=world,
         suite_names=(),
         cases=tuple(cases.values()),
+        # A rank that finished writes its JUnit file: one that left this file did not
+        # finish its run. The run is INCOMPLETE, as a signal-stopped one is; the test it
+        # died in still counts as failed (crashed), but as the run's interruption.
+        interrupted=_unfinished(rank, path, crashed),
+        interrupted_tests=tuple(crashed),
         run_id=str(records[0].get("run_id") or ""),
+    )
+
+
+def _unfinished(rank: int, path: str, crashed: list[str]) -> str:
+    """Why a rank's results file (with no JUnit file of its run) is an unfinished run."""
+    where = f"inside {crashed[0]}" if crashed else "after its last recorded test"
+    return (
+        f"rank {rank} ended {where} and wrote no JUnit file (killed, os._exit or the OOM "
+        f"killer): its run did not finish ({Path(path).name})"
     )
 
 

@@ -93,6 +93,8 @@ class Group:
     """The in-place launch its per-rank files came from."""
     other_runs: str = ""
     """One line naming the other runs' files in its folder that were left out."""
+    stale_quarantine: list[str] = field(default_factory=list)
+    """Quarantine entries its run found matching no test (``rankgate.quarantine_stale``)."""
 
     @property
     def totals(self) -> dict[str, int]:
@@ -125,6 +127,7 @@ def read_results(junit_paths: Iterable[str | Path], run_id: str | None = None) -
                 incomplete=list(report.incomplete),
                 run_id=report.run_id,
                 other_runs=report.other_runs,
+                stale_quarantine=list(report.stale_quarantine),
             )
         )
     return groups
@@ -139,7 +142,7 @@ def _plain_group(f: JUnitFile) -> Group:
     return Group(source=f.path, files=[f.path], ranks=None,
                  results=[_from_case(f.path, c, stopped) for c in by_id.values()],
                  incomplete=[f.incomplete] if f.incomplete else [],
-                 shards=list(f.shards))  # fmt: skip
+                 shards=list(f.shards), stale_quarantine=list(f.stale_quarantine))  # fmt: skip
 
 
 def case_outcome(case: CaseResult) -> str:

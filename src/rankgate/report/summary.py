@@ -27,6 +27,8 @@ that holds no test, is listed under ``incomplete``. The result::
                 "attempts": ["attempt 1 failed: rank 1 failed; ...", "attempt 2 passed"]}],
      "quarantined": [{"id": "...", "outcome": "failed", "reason": "...", "issue": "https://...",
                       "streak": "0 of 5", "ready": false, "source": "..."}],
+     "quarantine_stale": [{"entry": "t.py::test_gone", "list": "quarantine.toml",
+                           "why": "t.py defines no test_gone"}],
      "slowest": [{"id": "...", "seconds": 12.5, "stage": "dist", "outcome": "passed"}],
      "tests": {"test id": "passed", ...},
      "bench": [{"file": "bench.json", "data": [...]}],
@@ -44,7 +46,7 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from rankgate.harness.quarantine import next_streak, streak_text
+from rankgate.harness.quarantine import next_streak, read_stale, streak_text
 from rankgate.report.junitfile import ReportInputError
 from rankgate.report.results import BAD_OUTCOMES, TestResult, count, read_results
 from rankgate.report.skips import group_reasons
@@ -126,6 +128,7 @@ def summarize(
             if r.flaky
         ],
         "quarantined": [quarantined(r) for r in results if r.quarantine],
+        "quarantine_stale": _stale_entries(groups),
         "slowest": [
             {"id": r.id, "seconds": round(r.seconds, 3), "stage": r.stage, "outcome": r.outcome}
             for r in slowest
@@ -135,6 +138,16 @@ def summarize(
         "bench": bench,
         "metrics": bench_metrics(bench),
     }
+
+
+def _stale_entries(groups) -> list[dict]:
+    """Each quarantine entry that matched no test, once ({entry, list, why})."""
+    found = {}
+    for value in (v for g in groups for v in g.stale_quarantine):
+        entry = read_stale(value)
+        if entry is not None:
+            found.setdefault((entry["entry"], entry["list"]), entry)
+    return list(found.values())
 
 
 QUARANTINE_OUTCOMES = {"xfailed": "failed", "xpassed": "passed", "error": "failed"}

@@ -105,19 +105,27 @@ class GpuLease:
         note = _note_path(path)
         text = json.dumps({"pid": os.getpid(), "what": what, "until": time.time() + holds_for_s,
                            "allowed_s": holds_for_s})  # fmt: skip
-        part = note.with_name(f"{note.name}.{os.getpid()}")
+        part = f"{note}.{os.getpid()}"
         try:
-            part.write_text(text)
-            os.chmod(part, 0o666)
+            # os-level calls: a note per GPU per test, on the pool's per-test path
+            fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+            try:
+                os.fchmod(fd, 0o666)  # past the umask: another user's waiter reads it
+                os.write(fd, text.encode())
+            finally:
+                os.close(fd)
             os.replace(part, note)  # a waiter reads a whole note or the one before
         except OSError:  # another user's note that this user cannot replace: no limit then
-            part.unlink(missing_ok=True)
+            Path(part).unlink(missing_ok=True)
             return
         self._notes.append(note)
 
     def release(self) -> None:
         while self._notes:  # before the locks: a note never outlives its holder's lock
-            self._notes.pop().unlink(missing_ok=True)
+            try:
+                os.unlink(self._notes.pop())
+            except FileNotFoundError:
+                pass
         while self._files:
             os.close(self._files.pop())  # closing drops the lock
 

@@ -260,8 +260,14 @@ class Pool:
         self.alive = False
 
     def healthy(self) -> bool:
-        """Started, not killed, and every rank still running (none died while idle)."""
-        return self.alive and all(r.process.is_alive() for r in self.ranks)
+        """Started, not killed, and every rank still running (none died while idle).
+
+        One poll of every rank's sentinel, which a dead process makes readable: asked
+        twice a test, ``is_alive`` per rank polled each rank's sentinel on its own."""
+        if not self.alive:
+            return False
+        sentinels = [r.process.sentinel for r in self.ranks]
+        return not multiprocessing.connection.wait(sentinels, timeout=0)
 
     # -- running one test ----------------------------------------------------------
 

@@ -374,6 +374,11 @@ class PoolSession:
     def pytest_unconfigure(self) -> None:
         self._shut_down()  # a session that never finished (an internal error)
 
+    def shut_down(self) -> None:
+        """End the pools now (their ranks exit; coverage_ranks needs their data saved
+        before pytest-cov combines it); safe to call again."""
+        self._shut_down()
+
     def _shut_down(self) -> None:
         for signum, handler in self._previous_handlers.items():
             signal.signal(signum, handler)

@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 from rankgate.harness import leaks, ledger
-from rankgate.harness.pool import ledgerdump, messages, ranklogs, rankwarnings
+from rankgate.harness.pool import ledgerdump, messages, rankcoverage, ranklogs, rankwarnings
 from rankgate.harness.rankstate import (
     EnvironmentSnapshot,
     after_test_problems,
@@ -58,6 +58,7 @@ def worker_main(conn, config: messages.RankConfig) -> None:
     rank = config.rank
     _exit_with_controller(config.controller_pid)
     _sync_sys_path(config.sys_path)
+    rankcoverage.start_in_rank()  # the controller's pytest-cov settings, when it measures
     try:
         call_worker_setup(config.setup_hook, rank)
         torch.set_num_threads(config.threads)
@@ -81,6 +82,7 @@ def worker_main(conn, config: messages.RankConfig) -> None:
     # Taken once: a test's leftovers are ended after it, so this is also what every later
     # test starts with (a scan reads each thread's children, about 25 us a thread).
     _serve(conn, config, set(leaks.children()))
+    rankcoverage.save_in_rank()
 
 
 def _exit_with_controller(controller_pid: int) -> None:
@@ -235,6 +237,8 @@ def _classify(exc: BaseException) -> tuple[str, str]:
         return "skipped", str(getattr(exc, "msg", exc))
     if kind == "XFailed":
         return "xfailed", str(getattr(exc, "msg", exc))
+    if kind == "AnotherRankFailedExample":  # hypothesis_bridge: that rank reports it
+        return "passed", ""
     hint = hint_for(exc)
     return "failed", _format(exc) + (f"\n{hint}\n" if hint else "")
 

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# After a change to the harness, on a whole 4-GPU host: STEPS among
+#   inplace4  every suite's `-m "dist or gpu"` in place under torchrun, 4 ranks
+#   inplace2  the same with 2 ranks
+#   pool-all  the pool's whole `-m "dist or gpu"` selection, one run, XDIST workers (default 4)
+#   bench     `bench harness` on NCCL at worlds 2 and 4 (twice) and the comm sweep of issue
+#             57 at world 4 (spawn path, 1 KiB-64 MiB by 4, every collective, 5 backends)
+# Usage: scripts/gpu/full-node.sh OUT STEP...   (OUT/results.tgz: every log and JUnit)
+set -uo pipefail
+out=$1; shift
+work=/tmp/rg && mkdir -p $work
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+bash scripts/gpu/two-gpus.sh "$out" >$work/install.txt 2>&1 || { tail -5 $work/install.txt; exit 3; }
+[ -d /tmp/site ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+export SKIP_INSTALL=1 STOP_SIGNAL=INT
+for s in "$@"; do
+  echo "=== $s $(date -u +%T)"
+  case $s in
+    inplace4) NPROC=4 INPLACE_LIMIT=${INPLACE4_LIMIT:-400} bash scripts/gpu/two-gpus.sh "$out" inplace
+              mv $work/inplace $work/inplace4; mv $work/inplace.txt $work/inplace4.txt ;;
+    inplace2) NPROC=2 INPLACE_LIMIT=${INPLACE2_LIMIT:-400} bash scripts/gpu/two-gpus.sh "$out" inplace
+              mv $work/inplace $work/inplace2; mv $work/inplace.txt $work/inplace2.txt ;;
+    pool-all) XDIST=${XDIST:-4} bash scripts/gpu/two-gpus.sh "$out" pool-all ;;
+    bench)
+      for i in $(seq "${BENCH_RUNS:-2}"); do
+        timeout 120 python3 -m rankgate.cli bench harness --backend nccl --worlds 2 4 --k 100 \
+          --spawn-k 1 --json >>$work/harness_nccl.txt 2>&1; echo "run $i rc $?" >>$work/harness_nccl.txt
+      done
+      grep -h "ms by phase\|plain test" $work/harness_nccl.txt
+      start=$SECONDS
+      timeout "${COMM_LIMIT:-200}" python3 -m rankgate.bench.comm --world 4 -b 1K -e 64M -f 4 --iters 20 --reps 5 \
+        --rounds 1 --out $work/comm-w4 >$work/comm-w4.txt 2>&1
+      echo "comm rc $? wall $((SECONDS - start)) s" | tee -a $work/comm-w4.txt ;;
+    *) echo "unknown step $s" ;;
+  esac
+done
+tar -czf "$out/results.tgz" -C $work .
