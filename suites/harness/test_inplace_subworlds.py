@@ -94,12 +94,12 @@ def test_w8():
 
 @pytest.mark.parametrize("i", range(6))
 def test_plain(i):
-    note(f"plain_{i}")
+    note(f"plain_{i}", group=dist.is_initialized())
 
 
 @pytest.mark.every_rank
-def test_on_every_rank():
-    note("every")
+def test_on_every_rank(world_size):
+    note("every", world=dist.get_world_size(), world_size=world_size)
 """
 
 HANG = """\
@@ -161,6 +161,7 @@ def test_plain(i):
 
 
 PLAIN_COLLECTIVE = """\
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -170,8 +171,32 @@ def test_uses_the_group():  # needs @pytest.mark.every_rank
     dist.all_reduce(t)
 
 
+def test_uses_the_group_too():  # at the same time on the other rank: they must not meet
+    t = torch.ones(1)
+    dist.all_reduce(t)
+
+
 def test_alone():
-    pass
+    assert not dist.is_initialized()
+
+
+@pytest.mark.world(2)
+def test_w2_after_plain_ones(rank):  # the plan runs it before them; the group is there
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    assert t.item() == 2
+
+
+@pytest.mark.world(1)
+def test_w1(rank):
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    assert dist.get_world_size() == 1
+
+
+@pytest.mark.every_rank
+def test_every_rank(world_size):
+    assert dist.get_world_size() == world_size == 2
 """
 
 
@@ -255,8 +280,16 @@ def test_the_body_sees_its_sub_world(everything):
 def test_plain_tests_run_once_and_every_rank_ones_on_every_rank(everything):
     names = [r["name"] for r in everything[3]]
     assert all(names.count(f"plain_{i}") == 1 for i in range(6)), names
-    assert sorted(r["global_rank"] for r in everything[3] if r["name"] == "every") == [0, 1, 2, 3]
+    every = [r for r in everything[3] if r["name"] == "every"]
+    assert sorted(r["global_rank"] for r in every) == [0, 1, 2, 3]
+    assert {(r["world"], r["world_size"]) for r in every} == {(4, 4)}  # the launcher's group
     assert "w8" not in names
+
+
+def test_plain_tests_see_no_process_group(everything):
+    # As in the pool's controller: no sub-world's group is left for them to meet in.
+    plain = [r for r in everything[3] if r["name"].startswith("plain_")]
+    assert len(plain) == 6 and not any(r["group"] for r in plain), plain
 
 
 def test_a_wrong_value_names_its_global_rank(everything):
@@ -311,21 +344,35 @@ def test_a_crash_in_a_sub_world_names_its_global_rank(tmp_path):
 
 
 def test_a_plain_test_in_a_collective_of_the_group_is_told_of_every_rank(tmp_path):
-    # It ran on every rank before sub-worlds; now on rank 0 alone, whose peer never joins.
-    _proc, merged, report, _records = launch(
-        tmp_path / "plain", PLAIN_COLLECTIVE, timeout_s=5, ranks=2
+    # Each runs on one rank with no group, as in the pool: they fail at once, never meeting
+    # each other's all_reduce (before, both passed, each reducing with the other's).
+    proc, merged, report, _records = launch(
+        tmp_path / "plain", PLAIN_COLLECTIVE, timeout_s=30, ranks=2
     )
     tests = by_id(report)
-    hung = tests["test_uses_the_group"]
-    assert hung["verdict"] == "failed" and hung["ranks"] == {"0": "hung"}, hung
-    assert hung["message"].startswith("rank 0 hung"), hung["message"]
-    assert hung["message"].endswith(
-        "; a plain test runs on one rank in place; one that uses the launcher's group needs "
-        "@pytest.mark.every_rank"
-    ), hung["message"]
-    assert tests["test_alone"]["verdict"] == "passed"
-    assert tests["test_alone"]["ranks"] == {"1": "passed"}
+    for name, rank in (("test_uses_the_group", "0"), ("test_uses_the_group_too", "1")):
+        failed = tests[name]
+        assert failed["verdict"] == "failed" and failed["ranks"] == {rank: "failed"}, failed
+        assert failed["message"] == f"rank {rank} failed", failed
+        junit = (tmp_path / "plain" / "out" / f"junit.rank{rank}.xml").read_text()
+        assert "Default process group has not been initialized" in junit, junit[-3000:]
+        assert junit.count(HINT) == 1, junit[-3000:]  # the failure's "rankgate hint"
+    assert proc.stdout.count(HINT) == 1, proc.stdout[-3000:]  # rank 0's terminal: its share
+    assert "FAILED test_suite.py::test_uses_the_group_too: rank 1 failed" in proc.stdout
+    passed = {name: t["ranks"] for name, t in tests.items() if t["verdict"] == "passed"}
+    assert passed == {
+        "test_alone": {"0": "passed"},
+        "test_w2_after_plain_ones": {"0": "passed", "1": "passed"},
+        "test_w1": {"0": "passed"},  # one sub-world of one rank
+        "test_every_rank": {"0": "passed", "1": "passed"},
+    }, passed
     assert merged.returncode == 1
+
+
+HINT = (
+    "a plain test runs on one rank in place, as in the pool; one that uses the launcher's "
+    "group needs @pytest.mark.every_rank"
+)
 
 
 def test_a_rank_whose_share_is_empty_exits_0(tmp_path):

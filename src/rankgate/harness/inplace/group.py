@@ -7,7 +7,8 @@ left, an elastic agent's store across restarts): each run counts its ranks in an
 uses only its own generation of keys, so nothing an earlier run left is read. The
 default group is ``cpu:gloo,cuda:nccl`` when every local rank has a GPU (torch's own
 default), else gloo; it can be renewed on every rank after a test lost it. A test marked
-``backend="gloo"`` sees a gloo-only default group there, as in a gloo pool.
+``backend="gloo"`` sees a gloo-only default group there, as in a gloo pool. A rank
+leaves its group before its plain tests, which see none, as in the pool's controller.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from rankgate.harness.inplace.control import ControlChannel
-from rankgate.harness.inplace.schedule import WHOLE_WORLD, Share
+from rankgate.harness.inplace.schedule import NO_GROUP, WHOLE_WORLD, Share
 from rankgate.harness.spec import AUTO_ON_GPUS
 from rankgate.launch.env import LaunchEnv
 
@@ -157,11 +158,14 @@ class InPlaceGroup:
     def enter(self, share: Share, meet) -> None:
         """The default group of ``share``'s ranks, made when this rank is not in it yet:
         leave the current one, ``meet()`` the other ranks of the new one (each may still
-        run the last phase's tests), start it."""
+        run the last phase's tests), start it. A plain test's share has no group: the
+        rank only leaves its own, so the test sees none, as in the pool's controller."""
         if share.group == self.current:
             return
         self._leave()
         self.current, self.members, self._groups_made = share.group, share.ranks, 0
+        if share.group == NO_GROUP:
+            return
         meet()
         started = time.monotonic()
         self._init_group()
@@ -211,6 +215,13 @@ class InPlaceGroup:
                 dist.GroupMember.WORLD = session_group
 
     def renew(self) -> None:
-        """Leave what is left of the default group and join a new one (every rank of it)."""
+        """Leave what is left of the default group and join a new one (every rank of it);
+        between plain tests, leave only (a group a test started for itself)."""
         self._leave()
-        self._init_group()
+        if self.current != NO_GROUP:
+            self._init_group()
+
+    def lost(self) -> bool:
+        """Whether this rank should have a default group and has none (a test destroyed
+        it); never between plain tests, which have none."""
+        return self.current != NO_GROUP and not dist.is_initialized()

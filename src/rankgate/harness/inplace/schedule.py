@@ -9,7 +9,9 @@ With N launched ranks, the tests run in phases, each on one kind of group:
    are dealt round-robin to them, so each sub-world runs a different test at a time.
    Ranks beyond the last whole sub-world (N % k of them) have no test in that phase;
 3. plain tests, and tests the run skips before they start (world(k) with k > N, say):
-   dealt round-robin to the ranks, each run (or skipped) on one rank.
+   dealt round-robin to the ranks, each run (or skipped) on one rank with no process
+   group, as a pool runs them in its controller: a rank leaves its sub-world's group
+   before its first plain test, so no plain test meets another rank's collective.
 
 Each rank runs only its share; every rank's files name only the tests it ran, with the
 global ranks that ran each, so merge-junit merges a test from those ranks' files only.
@@ -27,13 +29,17 @@ from rankgate.harness.item_settings import world_spec
 
 EVERY_RANK_MARKER = "every_rank"
 EVERY_RANK_HINT = (
-    "a plain test runs on one rank in place; one that uses the launcher's group needs "
-    "@pytest.mark.every_rank"
+    "a plain test runs on one rank in place, as in the pool; one that uses the launcher's "
+    "group needs @pytest.mark.every_rank"
 )
-"""What a plain test shared out to one rank is told when it waited in, or failed, a
-collective of the default group: the other ranks never join it (they run other tests)."""
+"""What a plain test shared out to one rank is told when it used the default group: it
+has none (``NO_GROUP``), as in the pool's controller."""
 WHOLE_WORLD = (0, 0)
 """The (phase, sub-world) of the launcher's group over every rank."""
+PLAIN_PHASE = -1
+"""The phase of plain tests: no process group."""
+NO_GROUP = (PLAIN_PHASE, 0)
+"""The (phase, sub-world) of a plain test: ``torch.distributed`` is not initialized."""
 
 
 class Share(NamedTuple):
@@ -42,7 +48,7 @@ class Share(NamedTuple):
     ranks: tuple[int, ...]
     """The global ranks that run it, in the order of their ranks in its group."""
     phase: int
-    """0: every rank's group (or no group: a plain test); k's phase otherwise."""
+    """0: every rank's group; PLAIN_PHASE: no group (a plain test); k's phase otherwise."""
     subworld: int
     """The sub-world's number in its phase (0 in phase 0)."""
     world_test: bool
@@ -51,6 +57,11 @@ class Share(NamedTuple):
     @property
     def group(self) -> tuple[int, int]:
         return (self.phase, self.subworld)
+
+    @property
+    def plain(self) -> bool:
+        """A plain test shared out to one rank: it runs with no process group."""
+        return self.phase == PLAIN_PHASE
 
     def local_rank(self, rank: int) -> int:
         return self.ranks.index(rank)
@@ -79,5 +90,5 @@ def plan(
             s = j % subworlds
             out.append((item, Share(tuple(range(s * k, (s + 1) * k)), phase, s, True)))
     for j, item in enumerate(plain):
-        out.append((item, Share((j % n,), 0, 0, False)))
+        out.append((item, Share((j % n,), PLAIN_PHASE, 0, False)))
     return out

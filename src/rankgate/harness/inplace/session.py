@@ -6,9 +6,10 @@ each rank writes its own JUnit file (``<name>.rank<r>.xml``, with the rank and t
 world size as properties), and after every test the ranks exchange their outcomes
 (through the store, see ``control``) so rank 0's summary and exit status count a
 failure on any rank. The ranks share the tests out (``schedule``): world(k) tests with k
-below the launched world run in sub-worlds of k ranks, each plain test on one rank; a
-rank runs, records and exchanges only its share, with the ranks of its share. world(k)
-with k above the launched world is skipped with a reason.
+below the launched world run in sub-worlds of k ranks, each plain test on one rank with
+no process group (as in the pool's controller); a rank runs, records and exchanges only
+its share, with the ranks of its share. world(k) with k above the launched world is
+skipped with a reason.
 
 Every rank shows and counts each test's cross-rank verdict (``verdict``), so
 ``-x``/``--maxfail`` stop every rank after the same test. Beside its JUnit file each
@@ -81,6 +82,7 @@ from rankgate.harness.rankstate import (
     call_worker_setup,
     destroy_subgroups,
     hint_for,
+    needs_default_group,
     reset_state,
     same_examples_on_every_rank,
     seed_everything,
@@ -279,8 +281,8 @@ class InPlaceSession(ShareMixin):
                 return (yield)
         finally:
             self.hang_watch.disarm()
-            problems = after_test_problems(children)
-            self._group_trouble |= not _group_alive()
+            problems = after_test_problems(children, self.group.current != schedule.NO_GROUP)
+            self._group_trouble |= self.group.lost()
             # What a pool's rank undoes after every test (environment, cwd, default dtype;
             # subgroups after the exchange): a world test finds the same process here.
             if spec is not None:
@@ -316,7 +318,8 @@ class InPlaceSession(ShareMixin):
             add_section(report, "rankgate reproduce", self.reproduction_line(item))
             hint = hint_for(call.excinfo.value) if call.excinfo is not None else ""
             if call.excinfo is not None and report.when == "call":
-                in_group = breaks_process_group(call.excinfo.value)
+                exc = call.excinfo.value
+                in_group = breaks_process_group(exc) or needs_default_group(exc)
                 hint = self.every_rank_hint(item, ledger.now(), in_group) or hint
             if hint:
                 add_section(report, "rankgate hint", hint)
@@ -330,7 +333,7 @@ class InPlaceSession(ShareMixin):
             self._stop_gracefully(item, stopped)
             return True  # it and the rest are recorded "not run" at the session's end
         share = self.shares.get(item.nodeid)
-        if share is not None and share.world_test:
+        if share is not None:  # its group, or none for a plain test (group.py)
             try:
                 self.group.enter(share, lambda: self._meet(item, share))
             except Stopped:

@@ -61,9 +61,9 @@ class ShareMixin:
     def every_rank_hint(self, item: pytest.Item, entries=None, in_collective=False) -> str:
         """``schedule.EVERY_RANK_HINT`` for a plain test shared out to one rank that used
         the default group (its ledger ``entries`` name it, or it hung or failed
-        ``in_collective``), else ''."""
+        ``in_collective``, as any collective does there: it has no group), else ''."""
         share = self.shares.get(item.nodeid)
-        if share is None or share.world_test or len(share.ranks) == self.launch.world_size:
+        if share is None or not share.plain:
             return ""
         used = any(e.get("group") in ("world", "p2p:world") for e in entries or ())
         return schedule.EVERY_RANK_HINT if used or in_collective else ""
