@@ -38,7 +38,9 @@ PLAIN = Share((1,), PLAIN_PHASE, 0, False)
         (Share((0, 1), 0, 0, True), [WORLD_ENTRY], True, ""),  # a world(2) test
         (Share((1,), 1, 1, True), [WORLD_ENTRY], True, ""),  # a world(1) test in a sub-world
     ],
-)
+    ids=["plain-default-group", "plain-no-ledger", "plain-own-group", "plain-no-collective",
+         "every-rank", "world-2", "world-1-sub-world"],
+)  # fmt: skip
 def test_only_a_plain_test_on_one_rank_that_used_the_group_is_told(
     share, entries, in_collective, hint
 ):
