@@ -29,6 +29,19 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(USAGE_EXIT, f"{self.prog}: error: {message}\n")
 
 
+def run_module_main(prog: str, doc: str, module, argv: list[str] | None = None) -> int:
+    """``python -m`` of a benchmark module (``add_arguments``, ``validate``, ``run``), its
+    bad input one line and exit 2, as ``rankgate bench NAME`` reads it."""
+    parser = OneLineParser(prog=prog, description=doc.splitlines()[0])
+    module.add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        module.validate(args)
+    except UsageError as exc:
+        parser.error(str(exc))
+    return module.run(args)
+
+
 def int_at_least(low: int):
     """An integer option of at least ``low``."""
 

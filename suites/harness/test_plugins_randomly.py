@@ -28,6 +28,9 @@ def test_same_draw_on_every_rank(i, rank):
 
 
 def test_pytest_randomly_in_the_pool(inner):
-    result = inner(SOURCE, "-p", "randomly")  # this project blocks it in addopts
+    # A process of its own: pytest-randomly loaded into this one (in-process) left it so
+    # that Ray Train, in a later test of the same xdist worker, could no longer serialize
+    # its training loop ("Could not serialize the put value <function _worker_loop>").
+    result = inner(SOURCE, "-p", "randomly", subprocess=True)  # blocked in our addopts
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(["Using --randomly-seed=*"])

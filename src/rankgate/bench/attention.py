@@ -40,6 +40,7 @@ import argparse
 import json
 import math
 import os
+import sys
 import time
 
 from rankgate.bench.benchargs import (
@@ -51,7 +52,7 @@ from rankgate.bench.benchargs import (
 )
 from rankgate.bench.ranks import init_bench_group, run_meta, run_ranks
 from rankgate.bench.results import save_run
-from rankgate.cliargs import OneLineParser, UsageError, int_at_least, make_output_folder
+from rankgate.cliargs import UsageError, int_at_least, make_output_folder, run_module_main
 
 SAFE_ENV = {
     "NCCL_NVLS_ENABLE": "0",
@@ -523,15 +524,7 @@ def _meta(opts: dict, device) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = OneLineParser(prog="rankgate bench attention",
-                                     description=__doc__.splitlines()[0])  # fmt: skip
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        validate(args)
-    except UsageError as exc:
-        parser.error(str(exc))
-    return run(args)
+    return run_module_main("rankgate bench attention", __doc__, sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 from rankgate.bench.commoptions import FORCED, CommOptions, add_arguments
 from rankgate.bench.ranks import init_bench_group, run_meta, run_ranks
 from rankgate.bench.results import save_run
-from rankgate.cliargs import OneLineParser, UsageError, make_output_folder
+from rankgate.cliargs import UsageError, make_output_folder, run_module_main
 
 if TYPE_CHECKING:  # torch is imported inside the ranks only
     from rankgate.bench.commbuffers import Buffers
@@ -441,14 +441,7 @@ def _meta(opts: CommOptions, device) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = OneLineParser(prog="rankgate bench comm", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        validate(args)
-    except UsageError as exc:
-        parser.error(str(exc))
-    return run(args)
+    return run_module_main("rankgate bench comm", __doc__, sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":
