@@ -48,6 +48,7 @@ def test_fails_on_rank_1(rank):
     assert rank != 1, "rank 1 disagrees on purpose"
 
 
+@pytest.mark.every_rank  # both ranks are in it when the time limit ends the job
 @pytest.mark.skipif(os.environ.get("SUITE_MODE") != "sleep", reason="sleep mode only")
 def test_sleeps():
     time.sleep(600)
