@@ -153,6 +153,10 @@ import os
 import tempfile
 from pathlib import Path
 
+import pytest
+
+# Every rank records its temp dir: in place a plain test would run on one rank only.
+@pytest.mark.every_rank
 def test_records_its_temp_dir():
     seen = Path(os.environ["SEEN"]) / os.environ["RANK"]
     seen.write_text(tempfile.gettempdir())

@@ -16,6 +16,9 @@ pytestmark = pytest.mark.hpc
 SUITE = """
 import os
 
+import pytest
+
+@pytest.mark.every_rank  # in place, a plain test runs on one rank: this one checks both
 def test_here(rank):
     assert os.environ["SLURM_NTASKS"] == "2"
     assert os.environ.get("BREAK_RANK") != str(rank), f"rank {rank} broken on purpose"

@@ -41,12 +41,14 @@ def test_all_reduce(rank, world_size):
     assert t.item() == 3
 
 
+@pytest.mark.every_rank  # in place, a plain test runs on one rank: this one needs both
 @pytest.mark.skipif(os.environ.get("SUITE_MODE") != "fail-rank1", reason="fail mode only")
 def test_fails_on_rank_1(rank):
     print(f"rank {rank} reached the check")
     assert rank != 1, "rank 1 disagrees on purpose"
 
 
+@pytest.mark.every_rank  # both ranks are in it when the time limit ends the job
 @pytest.mark.skipif(os.environ.get("SUITE_MODE") != "sleep", reason="sleep mode only")
 def test_sleeps():
     time.sleep(600)

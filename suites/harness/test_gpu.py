@@ -19,7 +19,8 @@ NCCL_WORLDS = [
 
 @pytest.mark.world(1, backend="nccl")
 def test_single_gpu_rank(rank, device):
-    assert device == torch.device("cuda", 0)
+    # cuda:0 in the pool; in place, the GPU of the rank whose sub-world of one runs it
+    assert device == torch.device("cuda", torch.cuda.current_device())
     assert "cuda:nccl" in dist.get_backend_config()  # in place the group also serves CPU tensors
     t = torch.ones(4, device=device)
     dist.all_reduce(t)
@@ -28,8 +29,12 @@ def test_single_gpu_rank(rank, device):
 
 @pytest.mark.parametrize("n", NCCL_WORLDS)
 def test_nccl_all_reduce_on_each_rank_gpu(n, rank, world_size, device):
-    assert device == torch.device("cuda", rank)
-    assert torch.cuda.current_device() == rank
+    # Each rank its own GPU: cuda:<rank> in the pool; in place the launched rank's (a
+    # sub-world of ranks 2, 3 at N=4 has cuda:2, cuda:3 as its ranks 0, 1).
+    assert device == torch.device("cuda", torch.cuda.current_device())
+    indices = [None] * world_size
+    dist.all_gather_object(indices, device.index)
+    assert len(set(indices)) == world_size, indices
     t = torch.full((1 << 20,), float(rank + 1), device=device)
     dist.all_reduce(t)
     assert torch.all(t == sum(range(1, world_size + 1))).item()

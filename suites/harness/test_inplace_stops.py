@@ -148,8 +148,11 @@ def test_sigterm_to_the_job_leaves_every_rank_junit_naming_the_signal(tmp_path):
             f"interrupted: rank {rank} received SIGTERM (the launcher or the CI stopped the "
             "job) while test_suite.py::test_waits ran"
         )
-        error = _case(path, "test_never_reached").find("error")
-        assert f'"not run: rank {rank} received SIGTERM' in error.get("message")
+    # The plain test is rank 0's share (one rank runs it in place): not run there only.
+    error = _case(tmp_path / "out" / "junit.rank0.xml", "test_never_reached").find("error")
+    assert '"not run: rank 0 received SIGTERM' in error.get("message")
+    rank1 = ET.parse(tmp_path / "out" / "junit.rank1.xml").getroot().iter("testcase")
+    assert "test_never_reached" not in [c.get("name") for c in rank1]
     assert "1 failed, 1 error" in out
     assert merge_junit([tmp_path / "out"]).verdicts == {
         "test_suite::test_waits": "failed", "test_suite::test_never_reached": "not run",

@@ -73,6 +73,9 @@ BASETEMP_SUITE = """
 import os
 import pathlib
 
+import pytest
+
+@pytest.mark.every_rank  # each rank's own temp dirs
 def test_plain_tmp_path(tmp_path_factory):
     rank = os.environ["RANK"]
     pathlib.Path(f"basetemp-rank{rank}").write_text(str(tmp_path_factory.getbasetemp()))

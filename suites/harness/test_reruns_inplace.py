@@ -54,10 +54,11 @@ def test_dies_on_rank_1(rank):
 """
 
 
-def _torchrun(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+def _torchrun(tmp_path: Path, *args: str, ranks: int = 2) -> subprocess.CompletedProcess:
     (tmp_path / "test_suite.py").write_text(textwrap.dedent(PLANTED))
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    cmd = [*TORCHRUN, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args]
+    launcher = [*TORCHRUN[:-1], str(ranks)]
+    cmd = [*launcher, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args]
     return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=180)
 
 
@@ -169,3 +170,55 @@ def test_torchrun_quarantined_failure_does_not_fail_the_run(tmp_path):
     assert (entry["outcome"], entry["message"]) == ("failed", "AssertionError: rank 1 always fails")
     history = (tmp_path / "quarantine.history.json").read_text()
     assert '"test_suite.py::test_always": 0' in history
+
+
+def test_torchrun_at_4_ranks_reruns_each_world_2_test_in_its_sub_world(tmp_path):
+    # test_flaky runs on ranks 0, 1 and test_always on ranks 2, 3, at the same time; each
+    # sub-world reruns its own test on a new group of its own.
+    proc = _torchrun(
+        tmp_path, "--rankgate-reruns", "2", "--junitxml=out/junit.xml", "-k", "flaky or always",
+        ranks=4,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
+    merged = _merged(tmp_path)
+    flaky, always = merged["test_flaky"], merged["test_always"]
+    assert (flaky.verdict, flaky.flaky) == ("passed", "pass")
+    assert [(a.verdict, a.ranks) for a in flaky.attempts] == [
+        ("failed", {0: "passed", 1: "failed"}),
+        ("passed", {0: "passed", 1: "passed"}),
+    ]
+    assert (always.verdict, always.flaky, always.failing_ranks) == ("failed", "", (3,))
+    assert [(a.verdict, a.ranks) for a in always.attempts] == [
+        ("failed", {2: "passed", 3: "failed"})
+    ] * 3
+    assert "rank 3 failed; rank 2 passed" in always.message, always.message
+    ran = sorted(p.name for p in tmp_path.glob("ran-rank*-attempt*"))
+    assert ran == [
+        "ran-rank0-attempt1", "ran-rank0-attempt2", "ran-rank1-attempt1", "ran-rank1-attempt2",
+    ]  # fmt: skip
+
+
+def test_torchrun_at_4_ranks_rank_0_keeps_the_history_of_quarantined_tests_it_did_not_run(
+    tmp_path,
+):
+    (tmp_path / "quarantine.toml").write_text(
+        '[[test]]\nid = "test_suite.py::test_always"\nreason = "rank 1 disagrees"\n'
+        'issue = "https://example.org/issues/1"\n'
+        '[[test]]\nid = "test_suite.py::test_flaky"\nreason = "flaky"\n'
+        'issue = "https://example.org/issues/2"\n'
+    )
+    proc = _torchrun(
+        tmp_path, "--rankgate-quarantine", "quarantine.toml", "--junitxml=out/junit.xml",
+        "-k", "flaky or always", ranks=4,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    # test_always ran on ranks 2 and 3 only: rank 0 still lists it and counts its history
+    assert (
+        "QUARANTINED test_suite.py::test_always: failed; passes in a row 0 of 5 — rank 1 "
+        "disagrees (https://example.org/issues/1)"
+    ) in proc.stdout
+    merged = _merged(tmp_path)
+    assert merged["test_always"].verdict == merged["test_flaky"].verdict == "xfailed"
+    history = (tmp_path / "quarantine.history.json").read_text()
+    assert '"test_suite.py::test_always": 0' in history
+    assert '"test_suite.py::test_flaky": 0' in history

@@ -32,6 +32,7 @@ def test_all_reduce(rank):
     dist.all_reduce(t)
     assert t.item() == 3
 
+@pytest.mark.every_rank  # in place, a plain test runs on one rank: this one checks both
 def test_rank_one(rank):
     print("secret-free output of rank", rank)
     assert os.environ.get("BREAK_RANK") != str(rank), f"rank {rank} broken on purpose"

@@ -30,6 +30,9 @@ MARKERS = {
         "starts pytest sessions or launchers of its own; skipped where pytest was itself "
         "launched as ranks (in place every rank would start them)"
     ),
+    "every_rank": (
+        "in place (under a launcher), run this plain test on every rank instead of on one"
+    ),
     "torch_dist": "exercises torch.distributed launch paths (torchrun)",
     "mpi_dist": "exercises MPI launch paths (mpirun)",
     "ray_dist": "exercises Ray launch paths",

@@ -288,8 +288,8 @@ def _world_spec(request: pytest.FixtureRequest) -> WorldSpec | None:
 def rank(request: pytest.FixtureRequest):
     """This rank's index; 0 in a plain single-process test."""
     session = _inplace_session(request)
-    if session is not None:
-        return session.launch.rank
+    if session is not None:  # a world test's rank in its sub-world
+        return session.rank_in_test(request.node)
     return RankValue("rank") if _world_spec(request) else 0
 
 
@@ -298,7 +298,7 @@ def world_size(request: pytest.FixtureRequest) -> int:
     """Number of ranks running this test; 1 in a plain single-process test."""
     session = _inplace_session(request)
     if session is not None:
-        return session.launch.world_size
+        return session.world_in_test(request.node)
     spec = _world_spec(request)
     return spec.size if spec else 1
 

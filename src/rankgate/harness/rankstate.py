@@ -26,10 +26,11 @@ GROUP_DESTROYED = (
 )
 
 
-def after_test_problems(children_before: set[int]) -> list[str]:
-    """What a finished test left behind that fails it: a lost group, running processes."""
+def after_test_problems(children_before: set[int], has_group: bool = True) -> list[str]:
+    """What a finished test left behind that fails it: a lost group (where it ran with
+    one: ``has_group``), running processes."""
     problems = []
-    if not dist.is_initialized():
+    if has_group and not dist.is_initialized():
         problems.append(f"rankgate: {GROUP_DESTROYED}")
     left = leaks.end_leftovers(children_before)
     if left:
@@ -90,6 +91,15 @@ def breaks_process_group(exc: BaseException) -> bool:
         or (isinstance(e, RuntimeError) and any(m in str(e) for m in _GROUP_ERROR_MARKS))
         for e in exception_chain(exc)
     )
+
+
+_NO_DEFAULT_GROUP = "Default process group has not been initialized"
+
+
+def needs_default_group(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) is torch's error for a call that needs the
+    default group where none was started (``dist.barrier()`` with no group)."""
+    return any(_NO_DEFAULT_GROUP in str(e) for e in exception_chain(exc))
 
 
 _GROUP_TWICE = "trying to initialize the default process group twice"

@@ -66,6 +66,10 @@ NODE_ID_PROPERTY = "rankgate.nodeid"
 """A case's pytest node id (``path/to/test_x.py::Class::test``), which in-place ranks
 record: JUnit's classname mangles the path into dots and cannot be read back."""
 
+RANKS_PROPERTY = "rankgate.ranks"
+"""The global ranks that ran a case in place ("2,3": a sub-world's, "1": a plain test's
+one rank): merge-junit merges the case from those ranks' files only."""
+
 
 def count(n: int, noun: str) -> str:
     """'1 rank', '2 ranks', '1 test', '0 tests' (the nouns this vocabulary counts)."""

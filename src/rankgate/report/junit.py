@@ -61,6 +61,7 @@ from rankgate.harness.verdict_lines import (
     INTERRUPTED_PROPERTY,
     INTERRUPTED_TEST_PROPERTY,
     NOT_RUN_PREFIX,
+    RANKS_PROPERTY,
 )
 from rankgate.report.junitfile import (
     GREEN,
@@ -317,10 +318,16 @@ def merge_files(
     }
     tests = [
         _merge_test(
-            cn, n, by_rank, expected, {r: found.get((cn, n)) for r, found in ledgers.items()}
+            cn,
+            n,
+            by_rank,
+            ranks_that_ran(by_rank.values()) or expected,
+            {r: found.get((cn, n)) for r, found in ledgers.items()},
         )
         for (cn, n), by_rank in per_test.items()
     ]
+    # In place the ranks share the tests out: a rank whose share was empty holds none.
+    shared = {r for by_rank in per_test.values() for r in ranks_that_ran(by_rank.values())}
     absent = [r for r in expected if r not in ranks]
     if absent:
         tests.insert(0, _missing_ranks_test(absent, len(expected)))
@@ -333,12 +340,31 @@ def merge_files(
         suite_name=names.pop() if len(names) == 1 else "rankgate-merged",
         system_out=_prefixed((f.rank, f.system_out) for f in files),
         system_err=_prefixed((f.rank, f.system_err) for f in files),
-        incomplete=tuple(_incomplete(f) for f in files if f.incomplete),
+        incomplete=tuple(
+            _incomplete(f)
+            for f in files
+            if f.incomplete and (f.interrupted or not shared or f.rank in shared)
+        ),
         interrupted_tests=tuple(dict.fromkeys(t for f in files for t in f.interrupted_tests)),
         run_id=picked.run_id,
         other_runs=picked.other_runs,
         stale_quarantine=tuple(dict.fromkeys(v for f in files for v in f.stale_quarantine)),
     )
+
+
+def ranks_that_ran(cases: Iterable[CaseResult]) -> tuple[int, ...]:
+    """The global ranks a case says ran it in place (``rankgate.ranks``: a sub-world's,
+    or a plain test's one rank); () where no case says (every rank ran it)."""
+    for case in cases:
+        said = dict(case.properties).get(RANKS_PROPERTY)
+        if said:
+            try:
+                return tuple(int(r) for r in said.split(","))
+            except ValueError:
+                raise ReportInputError(
+                    f"{case.source}: {case.test_id}: {RANKS_PROPERTY} is {said!r}, not ranks"
+                ) from None
+    return ()
 
 
 def _incomplete(f: JUnitFile) -> str:
@@ -369,7 +395,7 @@ def attempts_recorded(cases: Iterable[CaseResult]) -> list[Attempt]:
     return []
 
 
-RERUN_PROPERTIES = (ATTEMPTS_PROPERTY, FLAKY_PROPERTY)
+RERUN_PROPERTIES = (ATTEMPTS_PROPERTY, FLAKY_PROPERTY, RANKS_PROPERTY)
 """Written once per merged case, not once per rank."""
 
 

@@ -23,7 +23,7 @@ import re
 from pathlib import Path
 
 from rankgate.harness.inplace.results_writer import SUFFIX, results_path
-from rankgate.harness.verdict_lines import NODE_ID_PROPERTY, NOT_RUN_PREFIX
+from rankgate.harness.verdict_lines import NODE_ID_PROPERTY, NOT_RUN_PREFIX, RANKS_PROPERTY
 from rankgate.report.junitfile import (
     CaseResult,
     JUnitFile,
@@ -74,7 +74,7 @@ def read_results(path: str | Path) -> JUnitFile:
                 time=float(record.get("time", 0.0)),
                 system_out=record.get("stdout", ""),
                 system_err=record.get("stderr", ""),
-                properties=((NODE_ID_PROPERTY, record["nodeid"]),) if "nodeid" in record else (),
+                properties=_properties(record),
                 source=path,
             )
     crashed = [c.test_id for c in cases.values() if crashed_in(c.message)]
@@ -110,11 +110,19 @@ def _not_run(tests, rank: int, path: str) -> dict[tuple[str, str], CaseResult]:
         if not isinstance(test, dict):
             raise ReportInputError(f"{path}: its collected tests are not records")
         key = (test.get("classname", ""), test.get("name", ""))
-        nodeid = test.get("nodeid")
-        props = ((NODE_ID_PROPERTY, nodeid),) if nodeid else ()
+        props = _properties(test)
         found[key] = CaseResult(key[0], key[1], rank, "not run", message, properties=props,
                                 source=path)  # fmt: skip
     return found
+
+
+def _properties(record: dict) -> tuple[tuple[str, str], ...]:
+    """A test's node id and the global ranks that ran it, where the record names them."""
+    props = ((NODE_ID_PROPERTY, record["nodeid"]),) if record.get("nodeid") else ()
+    ranks = record.get("ranks")
+    if isinstance(ranks, list) and ranks:
+        props += ((RANKS_PROPERTY, ",".join(str(r) for r in ranks)),)
+    return props
 
 
 CRASHED_PREFIX = "crashed on rank "

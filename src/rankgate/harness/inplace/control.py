@@ -63,22 +63,47 @@ class ControlChannel:
         return pickle.loads(self.store.get(key))
 
     def all_gather(
-        self, name: str, value: Any, *, test_index: int | None = None, timeout=None, gone=None
+        self,
+        name: str,
+        value: Any,
+        *,
+        test_index: int | None = None,
+        timeout=None,
+        gone=None,
+        ranks=None,
     ) -> list[Any]:
-        """Every rank's ``value`` for ``name``, in rank order."""
+        """Every rank's ``value`` for ``name``, in rank order; ``ranks``: of those ranks
+        only (a sub-world's), which alone can stop this wait (``wait``'s ``scope``)."""
         self.set(f"{name}/{self.rank}", value)
-        keys = {r: f"{name}/{r}" for r in range(self.world)}
-        self.wait(keys, what=name, test_index=test_index, timeout=timeout, gone=gone)
+        keys = {r: f"{name}/{r}" for r in (range(self.world) if ranks is None else ranks)}
+        self.wait(keys, what=name, test_index=test_index, timeout=timeout, gone=gone, scope=ranks)
         return [pickle.loads(self.store.get(k)) for k in keys.values()]
 
-    def broadcast(self, name: str, value: Any = None, *, src: int = 0, test_index=None) -> Any:
+    def broadcast(
+        self, name: str, value: Any = None, *, src: int = 0, test_index=None, scope=None
+    ) -> Any:
         """``src``'s value for ``name`` on every rank (the others pass nothing)."""
         key = f"{name}/{src}"
         if self.rank == src:
             self.set(key, value)
             return value
-        self.wait({src: key}, what=name, test_index=test_index)
+        self.wait({src: key}, what=name, test_index=test_index, scope=scope)
         return pickle.loads(self.store.get(key))
+
+    def abort(self, reason: str) -> None:
+        """Stop the run: every rank learns it (``ABORT_KEY``), and the waits of this
+        rank's sub-world end at once (``abort/<rank>``)."""
+        self.set(ABORT_KEY, reason)
+        self.set(rank_abort_key(self.rank), reason)
+
+    def aborted(self, scope=None) -> str | None:
+        """Why the run was stopped (by one of ``scope``'s ranks), or None."""
+        if scope is None:
+            return self.peek(ABORT_KEY)
+        keys = [rank_abort_key(r) for r in scope]
+        if not any(self.store.check([k]) for k in keys):
+            return None
+        return self.peek(ABORT_KEY) or next(self.peek(k) for k in keys if self.store.check([k]))
 
     def wait(
         self,
@@ -88,11 +113,14 @@ class ControlChannel:
         test_index: int | None = None,
         timeout=None,
         gone=None,
+        scope=None,
     ) -> None:
         """Until each rank's key is set.
 
-        Raises RunAborted when a rank stopped the run, PeerLeft when, inside test
-        ``test_index``, a rank whose key is missing has already finished that test, and
+        Raises RunAborted when a rank stopped the run (one of ``scope``'s ranks, when
+        given: a sub-world's test ends before another sub-world's stop ends the run),
+        PeerLeft when, inside test ``test_index``, a rank whose key is missing has
+        already finished that test, and
         PeerGone when ``gone(missing ranks)`` names ranks whose process has ended.
         """
         timeout = self.timeout if timeout is None else timeout
@@ -100,7 +128,7 @@ class ControlChannel:
         next_look = time.monotonic() + LIVENESS_EVERY_S
         pause = POLL_S / 32  # ranks usually arrive together: look again soon, then back off
         while not self.store.check(list(keys.values())):
-            aborted = self.peek(ABORT_KEY)
+            aborted = self.aborted(scope)
             if aborted is not None:
                 raise RunAborted(aborted)
             missing = [r for r, k in keys.items() if not self.store.check([k])]
@@ -134,8 +162,13 @@ class ControlChannel:
             if self.rank == 0:
                 self.wait({r: f"left/{r}" for r in range(self.world)}, what="left")
         except (RunAborted, TimeoutError):
+            self.set(exited_key(self.rank), True)  # a stopping rank waits for this
             return False
         return True
+
+
+def rank_abort_key(rank: int) -> str:
+    return f"abort/{rank}"
 
 
 def outcome_key(test_index: int, rank: int) -> str:

@@ -7,7 +7,8 @@ left, an elastic agent's store across restarts): each run counts its ranks in an
 uses only its own generation of keys, so nothing an earlier run left is read. The
 default group is ``cpu:gloo,cuda:nccl`` when every local rank has a GPU (torch's own
 default), else gloo; it can be renewed on every rank after a test lost it. A test marked
-``backend="gloo"`` sees a gloo-only default group there, as in a gloo pool.
+``backend="gloo"`` sees a gloo-only default group there, as in a gloo pool. A rank
+leaves its group before its plain tests, which see none, as in the pool's controller.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from rankgate.harness.inplace.control import ControlChannel
+from rankgate.harness.inplace.schedule import NO_GROUP, WHOLE_WORLD, Share
 from rankgate.harness.spec import AUTO_ON_GPUS
 from rankgate.launch.env import LaunchEnv
 
@@ -52,6 +54,12 @@ class InPlaceGroup:
             self.where,
         )
         self._groups_made = 0
+        self.current = WHOLE_WORLD
+        """The (phase, sub-world) of the default group (``schedule.Share.group``)."""
+        self.members: tuple[int, ...] = tuple(range(launch.world_size))
+        """The global ranks of the default group, in the order of their ranks in it."""
+        self.changes: list[float] = []
+        """Seconds each change of sub-world took to start its group (docs/harness.md)."""
         self._gloo_world: dist.ProcessGroup | None = None
         """Every rank in a gloo-only group, made at the first gloo test on a mixed group."""
         if self.has_gpus:
@@ -127,13 +135,17 @@ class InPlaceGroup:
     def _init_group(self) -> None:
         """A new default process group, under a key prefix no earlier group used."""
         self._groups_made += 1
-        store = dist.PrefixStore(f"group{self._groups_made}", self._base)
+        phase, subworld = self.current
+        name = f"group{self._groups_made}"
+        if self.current != WHOLE_WORLD:
+            name = f"phase{phase}/subworld{subworld}/{name}"
+        store = dist.PrefixStore(name, self._base)
         try:
             dist.init_process_group(
                 self.backend,
                 store=store,
-                rank=self.launch.rank,
-                world_size=self.launch.world_size,
+                rank=self.members.index(self.launch.rank),
+                world_size=len(self.members),
                 # Bounds the rendezvous only: each test sets its collectives' timeout.
                 timeout=timedelta(seconds=self.rendezvous_s),
             )
@@ -142,6 +154,30 @@ class InPlaceGroup:
                 f"rankgate in-place: could not start the {self.backend} process group "
                 f"through {self.where}: {exc}"
             ) from None
+
+    def enter(self, share: Share, meet) -> None:
+        """The default group of ``share``'s ranks, made when this rank is not in it yet:
+        leave the current one, ``meet()`` the other ranks of the new one (each may still
+        run the last phase's tests), start it. A plain test's share has no group: the
+        rank only leaves its own, so the test sees none, as in the pool's controller."""
+        if share.group == self.current:
+            return
+        self._leave()
+        self.current, self.members, self._groups_made = share.group, share.ranks, 0
+        if share.group == NO_GROUP:
+            return
+        meet()
+        started = time.monotonic()
+        self._init_group()
+        self.changes.append(time.monotonic() - started)
+
+    def _leave(self) -> None:
+        self._gloo_world = None
+        if dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception:
+                pass  # a broken group may fail to leave cleanly; it is dropped either way
 
     def kept_groups(self) -> tuple:
         """Groups of the session's own that the cleanup after a test must not destroy."""
@@ -179,11 +215,13 @@ class InPlaceGroup:
                 dist.GroupMember.WORLD = session_group
 
     def renew(self) -> None:
-        """Leave what is left of the default group and join a new one (every rank)."""
-        self._gloo_world = None
-        if dist.is_initialized():
-            try:
-                dist.destroy_process_group()
-            except Exception:
-                pass  # a broken group may fail to leave cleanly; it is dropped either way
-        self._init_group()
+        """Leave what is left of the default group and join a new one (every rank of it);
+        between plain tests, leave only (a group a test started for itself)."""
+        self._leave()
+        if self.current != NO_GROUP:
+            self._init_group()
+
+    def lost(self) -> bool:
+        """Whether this rank should have a default group and has none (a test destroyed
+        it); never between plain tests, which have none."""
+        return self.current != NO_GROUP and not dist.is_initialized()

@@ -26,8 +26,13 @@ from rankgate.harness.verdict_lines import (
     INTERRUPTED_PROPERTY,
     INTERRUPTED_TEST_PROPERTY,
     NODE_ID_PROPERTY,
+    RANKS_PROPERTY,
 )
 from rankgate.launch.env import LaunchEnv
+
+
+def _csv(ranks) -> str:
+    return ",".join(str(r) for r in ranks)
 
 
 def junit_names(nodeid: str) -> tuple[str, str]:
@@ -75,6 +80,7 @@ class RankRecords:
         self.log_shown = None
         """pytest_runtest_logreport of every plugin but JUnit's (the terminal's, say)."""
         self._results: ResultsWriter | None = None
+        self._ranks_of: Callable[[str], tuple[int, ...]] | None = None
         self._tests_failed = 0  # on any rank: what -x and --maxfail count, alike on every rank
 
     def xml(self):
@@ -110,15 +116,27 @@ class RankRecords:
         # public way to tell them apart (config.inicfg is deprecated since pytest 9.2)
         return self.config.getini("junit_logging") == "no"
 
-    def collected(self, items: list[pytest.Item]) -> None:
-        """The run's tests, in the results file: a rank killed mid-run leaves the tests
-        after the one it died in "not run", not unmentioned."""
+    def collected(
+        self, items: list[pytest.Item], ranks_of: Callable[[str], tuple[int, ...]]
+    ) -> None:
+        """This rank's share of the run's tests, in the results file: a rank killed
+        mid-run leaves the tests after the one it died in "not run", not unmentioned.
+        ``ranks_of``: the global ranks that run a test (named in both files)."""
         self.items = list(items)
+        self._ranks_of = ranks_of
         if self._results is not None:
             self._results.collected(
-                [dict(zip(("classname", "name"), junit_names(i.nodeid)), nodeid=i.nodeid)
+                [dict(zip(("classname", "name"), junit_names(i.nodeid)), nodeid=i.nodeid,
+                      ranks=list(ranks_of(i.nodeid)))
                  for i in self.items]
             )  # fmt: skip
+
+    def reached(self, item: pytest.Item) -> None:
+        """``item`` is recorded (or being recorded): the tests after it were not run."""
+        for position in range(self.last_index + 1, len(self.items)):
+            if self.items[position] is item:
+                self.last_index = position
+                return
 
     def log_ledger(self, item: pytest.Item, entries: list[dict] | None) -> None:
         """This rank's ledger of ``item`` (a test that went wrong), beside its results
@@ -156,6 +174,8 @@ class RankRecords:
                 node = xml.node_reporter(reports[0])
                 if (NODE_ID_PROPERTY, item.nodeid) not in node.properties:
                     node.add_property(NODE_ID_PROPERTY, item.nodeid)
+                    if self._ranks_of is not None:
+                        node.add_property(RANKS_PROPERTY, _csv(self._ranks_of(item.nodeid)))
                 for name, value in properties:
                     node.add_property(name, value)
             for report in reports:
@@ -174,6 +194,7 @@ class RankRecords:
                     "classname": classname,
                     "name": name,
                     "nodeid": item.nodeid,
+                    **({"ranks": list(self._ranks_of(item.nodeid))} if self._ranks_of else {}),
                     # as the JUnit file says it: an expected failure is no plain skip
                     "outcome": "xfailed" if mine.xfail == "xfailed" else mine.outcome,
                     "message": message,

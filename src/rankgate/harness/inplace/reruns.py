@@ -27,15 +27,16 @@ from rankgate.harness.attempts import (
     is_flaky,
 )
 from rankgate.harness.failure_repr import failure_repr
-from rankgate.harness.inplace.verdict import BAD, RankResult, report_text
+from rankgate.harness.inplace.verdict import BAD, by_rank, report_text
 
 
-def attempt_of(number: int, everyone: list[RankResult], world: int, backend: str) -> Attempt:
+def attempt_of(number: int, everyone, world: int, backend: str) -> Attempt:
     """One attempt from every rank's result. A call that failed under an xfail marker
     counts as failed here, as it does in a pool (the marker turns the last attempt's
     failure into an expected one)."""
+    everyone = by_rank(everyone)  # by global rank: a sub-world's ranks are named as such
     outcomes = {
-        r: "failed" if res.xfail == "xfailed" else res.outcome for r, res in enumerate(everyone)
+        r: "failed" if res.xfail == "xfailed" else res.outcome for r, res in everyone.items()
     }
     failed = {r: everyone[r].seconds for r, o in outcomes.items() if o == "failed"}
     bad = [r for r, o in outcomes.items() if o in BAD]

@@ -5,9 +5,11 @@ Only rank 0 writes to the terminal (rank r > 0 writes to ``pytest.rank<r>.log``)
 each rank writes its own JUnit file (``<name>.rank<r>.xml``, with the rank and the
 world size as properties), and after every test the ranks exchange their outcomes
 (through the store, see ``control``) so rank 0's summary and exit status count a
-failure on any rank. world(n) with n different from the launched world is skipped
-with a reason: in-place mode never runs a test on a subgroup, because a subgroup's
-idle ranks would report a pass they did not earn.
+failure on any rank. The ranks share the tests out (``schedule``): world(k) tests with k
+below the launched world run in sub-worlds of k ranks, each plain test on one rank with
+no process group (as in the pool's controller); a rank runs, records and exchanges only
+its share, with the ranks of its share. world(k) with k above the launched world is
+skipped with a reason.
 
 Every rank shows and counts each test's cross-rank verdict (``verdict``), so
 ``-x``/``--maxfail`` stop every rank after the same test. Beside its JUnit file each
@@ -33,9 +35,17 @@ from pathlib import Path
 import pytest
 from _pytest.runner import runtestprotocol
 
-from rankgate.harness import leaks, ledger, options, verdict_lines
+from rankgate.harness import leaks, ledger, options
 from rankgate.harness.failure_repr import failure_repr
-from rankgate.harness.inplace import collection, control, reproduce, run_id, summary, tempdirs
+from rankgate.harness.inplace import (
+    collection,
+    control,
+    reproduce,
+    run_id,
+    schedule,
+    summary,
+    tempdirs,
+)
 from rankgate.harness.inplace.control import PeerGone, RunAborted
 from rankgate.harness.inplace.group import InPlaceGroup
 from rankgate.harness.inplace.hangwatch import HangWatch
@@ -46,13 +56,13 @@ from rankgate.harness.inplace.reruns import (
     with_attempts,
     with_every_attempt,
 )
+from rankgate.harness.inplace.shares import ShareMixin, Stopped
 from rankgate.harness.inplace.signalwatch import SignalWatch
 from rankgate.harness.inplace.stop import RunStop
 from rankgate.harness.inplace.summary import Problem
 from rankgate.harness.inplace.verdict import (
     RankResult,
     clipped,
-    cross_rank_problem,
     own_result,
     verdict_reports,
 )
@@ -72,12 +82,12 @@ from rankgate.harness.rankstate import (
     call_worker_setup,
     destroy_subgroups,
     hint_for,
+    needs_default_group,
     reset_state,
     same_examples_on_every_rank,
     seed_everything,
     set_collective_timeout,
 )
-from rankgate.harness.spec import WorldSpec
 from rankgate.harness.verdict import disagreement_status
 from rankgate.launch.env import LaunchEnv
 
@@ -119,7 +129,7 @@ class AfterTestProblem(AssertionError):
     text alone: the frames of the hook that raised it say nothing of the test."""
 
 
-class InPlaceSession:
+class InPlaceSession(ShareMixin):
     """In-place mode's pytest hooks on one rank: set-up, each test on every rank and the
     exchange of outcomes, reporting, the session's end. A stop is ``RunStop``'s (stop.py)."""
 
@@ -145,6 +155,8 @@ class InPlaceSession:
         self.log_dir = per_rank_files(config, launch.rank)
         self._collect_errors: list[str] = []
         self.index: dict[str, int] = {}  # each test's place in the run, alike on every rank
+        self.shares: dict[str, schedule.Share] = {}  # which ranks run each test (schedule)
+        self.longest_timeout = 0.0  # of the run's tests: how long a peer may still be in one
         self._group_trouble = False  # this rank's group was lost or broken in this test
         self._aborted: str | None = None
         # -rA/-rP show a passed test's output: then every rank sends its output, not
@@ -157,7 +169,7 @@ class InPlaceSession:
         ledger.install(self.backend)
         self.stop = RunStop(self)
         shared_root = Path(os.environ.get("RANKGATE_SHARED_TMP", self.log_dir))
-        self.shared_dirs = tempdirs.SharedDirs(shared_root, launch.rank, self.control)
+        self.shared_dirs = tempdirs.SharedDirs(shared_root, launch.rank, self.control, self.run_id)
         self._signals = SignalWatch(self.stop.on_signal)
         tempdirs.warn_if_split(config, self.control)
         tempdirs.own_pytest_temp_root(config, launch.rank)
@@ -184,16 +196,8 @@ class InPlaceSession:
         return f"{index}.{self.attempt}"
 
     def shared_dir(self, nodeid: str) -> Path:
-        """An empty directory for this test, the same on every rank."""
-        return self.shared_dirs.get(nodeid, self.index.get(nodeid))
-
-    def device_for(self, spec: WorldSpec | None):
-        """The ``device`` fixture: cuda:<local rank> on GPUs, cpu for gloo tests."""
-        import torch
-
-        if self.device is None or (spec is not None and spec.backend == "gloo"):
-            return torch.device("cpu")
-        return self.device
+        """An empty directory for this test, the same on every rank that runs it."""
+        return self.shared_dirs.get(nodeid, self.index.get(nodeid), self.ranks_of(nodeid))
 
     def reproduction_line(self, item: pytest.Item) -> str:
         return reproduce.line(item, self.config, self.launch, self.backend, self.base_seed)
@@ -216,8 +220,13 @@ class InPlaceSession:
         everyone = self.control.all_gather("collected", mine)
         self.stop.peers = [c.where for c in everyone]
         collection.make_one(session, everyone, self.log_dir)  # UsageError: they differ
-        self.records.collected(session.items)
-        self.index = {item.nodeid: i for i, item in enumerate(self.records.items)}
+        planned = schedule.plan(session.items, self.launch.world_size, self.skip_reason)
+        self.index = {item.nodeid: i for i, (item, _) in enumerate(planned)}
+        self.shares = {item.nodeid: share for item, share in planned}
+        self.run_tests = len(planned)  # the run's, not this rank's share (shares.py)
+        self.longest_timeout = max((self._timeout(i) for i, _ in planned), default=0.0)
+        session.items[:] = [item for item, share in planned if self.launch.rank in share.ranks]
+        self.records.collected(session.items, self.ranks_of)
 
     # -- running ----------------------------------------------------------------------
 
@@ -272,8 +281,8 @@ class InPlaceSession:
                 return (yield)
         finally:
             self.hang_watch.disarm()
-            problems = after_test_problems(children)
-            self._group_trouble |= not _group_alive()
+            problems = after_test_problems(children, self.group.current != schedule.NO_GROUP)
+            self._group_trouble |= self.group.lost()
             # What a pool's rank undoes after every test (environment, cwd, default dtype;
             # subgroups after the exchange): a world test finds the same process here.
             if spec is not None:
@@ -287,9 +296,11 @@ class InPlaceSession:
         return f"rank {failed[0]} failed" if failed else None
 
     def ranks_that_failed(self, index: int) -> list[int]:
-        """The other ranks that marked test ``index`` failed (control.failed_key)."""
+        """The other ranks of the running test that marked test ``index`` failed
+        (control.failed_key)."""
+        ranks = self.ranks_of(self.current.nodeid) if self.current is not None else ()
         return [
-            r for r in range(self.launch.world_size)
+            r for r in ranks
             if r != self.launch.rank and self.control.peek(control.failed_key(index, r))
         ]  # fmt: skip
 
@@ -306,6 +317,10 @@ class InPlaceSession:
                 self.control.set(control.failed_key(index, self.launch.rank), True)
             add_section(report, "rankgate reproduce", self.reproduction_line(item))
             hint = hint_for(call.excinfo.value) if call.excinfo is not None else ""
+            if call.excinfo is not None and report.when == "call":
+                exc = call.excinfo.value
+                in_group = breaks_process_group(exc) or needs_default_group(exc)
+                hint = self.every_rank_hint(item, ledger.now(), in_group) or hint
             if hint:
                 add_section(report, "rankgate hint", hint)
         return report
@@ -313,6 +328,16 @@ class InPlaceSession:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem) -> bool:
         """Run the phases unlogged, exchange, then log own results and the verdict."""
+        stopped = self.control.aborted()
+        if stopped is not None and self._aborted is None:  # another sub-world stopped the run
+            self._stop_gracefully(item, stopped)
+            return True  # it and the rest are recorded "not run" at the session's end
+        share = self.shares.get(item.nodeid)
+        if share is not None:  # its group, or none for a plain test (group.py)
+            try:
+                self.group.enter(share, lambda: self._meet(item, share))
+            except Stopped:
+                return True
         # Longer than the hang watch's timeout, which ends a hang with stacks.
         seconds = collective_timeout(self._timeout(item))
         if _group_alive():
@@ -356,7 +381,7 @@ class InPlaceSession:
                 self.current_own = own
             everyone = None
             if index is not None and self._aborted is None:
-                self.records.last_index = index
+                self.records.reached(item)
                 everyone = self._exchange(item, index, seconds, own, note=not hold)
             # A launcher's signal during the exchange (a peer crashed): its watcher
             # reports this test, naming the crash; a second verdict would count it twice.
@@ -368,7 +393,7 @@ class InPlaceSession:
                 self._log_own_in_junit(item, own)
                 return own, everyone, attempts
             if everyone is not None:
-                n = self.launch.world_size
+                n = len(everyone)
                 attempts.append(attempt_of(self.attempt, everyone, n, self.backend))
             if everyone is None or not self._rerun(item, index, attempts, seconds):
                 break
@@ -402,7 +427,11 @@ class InPlaceSession:
         mine = self._aborted is None and not item.session.shouldstop
         try:
             said = self.control.all_gather(
-                f"t{index}/rerun{self.attempt}", mine, timeout=seconds, gone=self.stop.ended_here
+                f"t{index}/rerun{self.attempt}",
+                mine,
+                timeout=seconds,
+                gone=self.stop.ended_here,
+                ranks=self.ranks_of(item.nodeid),
             )
         except (RunAborted, TimeoutError) as exc:
             self._stop_gracefully(item, str(exc))
@@ -410,13 +439,6 @@ class InPlaceSession:
         except PeerGone as exc:
             self.stop.for_crashed_peers(item, exc.ranks)
         return all(said)
-
-    def _note_attempts(self, item, everyone: list[RankResult], own) -> None:
-        """A flaky test failed by policy fails on every rank: the last line counts it."""
-        if any(r.failed for r in own) and not any(
-            res.outcome in ("failed", "error") for res in everyone
-        ):
-            self._failed_tests.append((item.nodeid, list(range(len(everyone)))))
 
     def _exchange(
         self,
@@ -440,41 +462,28 @@ class InPlaceSession:
                 tuple(mine),
                 timeout=seconds,
                 gone=self.stop.ended_here,
+                ranks=self.ranks_of(item.nodeid),
             )
         except (RunAborted, TimeoutError) as exc:
             self._stop_gracefully(item, str(exc))
             return None
         except PeerGone as exc:
             self.stop.for_crashed_peers(item, exc.ranks)
-        everyone = [RankResult(*result) for result in gathered]
-        if any(result.outcome in ("failed", "error") for result in everyone):
+        ranks = self.ranks_of(item.nodeid)
+        everyone = {r: RankResult(*result) for r, result in zip(ranks, gathered, strict=True)}
+        if any(result.outcome in ("failed", "error") for result in everyone.values()):
             self.records.log_ledger(item, mine.ledger)
         if note:
             self._note_verdict(item, everyone)
-        if any(result.group_trouble for result in everyone):
+        if any(result.group_trouble for result in everyone.values()):
             self.stop.park_if_stopping()
             self.group.renew()
         return everyone
 
-    def _note_verdict(self, item: pytest.Item, everyone: list[RankResult]) -> None:
-        """What the run's end says of this test: its failures, on any rank."""
-        self._note_failure(item, everyone)
-        problem = cross_rank_problem(everyone, self.launch.rank)
-        if problem is not None:
-            self.problems.append(Problem(item.nodeid, problem))
-
-    def _note_failure(self, item: pytest.Item, everyone: list[RankResult]) -> None:
-        """The ranks that failed this test (or errored), for the run's last line."""
-        if verdict_lines.xfailed_as_one({r: res.xfail for r, res in enumerate(everyone)}):
-            return
-        bad = [r for r, res in enumerate(everyone) if res.outcome in ("failed", "error")]
-        if bad:
-            self._failed_tests.append((item.nodeid, bad))
-
     def _stop_gracefully(self, item: pytest.Item, reason: str) -> None:
         """Another rank stopped the run: finish this session, the rest as not run."""
         self._aborted = reason
-        self.control.set(control.ABORT_KEY, reason)  # a timeout here stops the others too
+        self.control.abort(reason)  # a timeout here stops the others too
         self.problems.append(Problem(item.nodeid, reason))
         item.session.shouldstop = f"rankgate: {reason}"
 
@@ -491,6 +500,8 @@ class InPlaceSession:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self._aborted is not None:
             self.records.report_not_run(self._aborted)  # before the JUnit file is written
+        else:
+            self._learn_others_failures()
 
     @pytest.hookimpl(trylast=True, specname="pytest_sessionfinish")
     def pytest_sessionfinish_last(self, session: pytest.Session) -> None:
@@ -505,6 +516,9 @@ class InPlaceSession:
 
         if self._aborted is not None:
             self.control.set(control.exited_key(self.launch.rank), True)
+            # A launcher stops every rank once one exits with a failure: the ranks of
+            # other sub-worlds first finish the test they are in (stop.py).
+            self.stop.wait_for_peers_to_exit()
             return
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -104,7 +104,7 @@ class RunStop:
         ledgers: dict[int, list | None] = {rank: mine}
         self.session.records.log_ledger(item, mine)
         try:
-            self.control.set(control.ABORT_KEY, reason)
+            self.control.abort(reason)
             failed = self._failed_peers(item, ledgers)
             wheres = self._where_hung_ranks_wait(item, stacks, failed, ledgers)
         except Exception:  # the store is gone: name where this rank waits only
@@ -121,6 +121,10 @@ class RunStop:
         headline = verdict_lines.with_cause(
             verdict_lines.outcomes_line({rank: "hung"}, notes=notes), cause
         )
+        waits = wheres.get(rank) is not None and wheres[rank].collective is not None
+        hint = self.session.every_rank_hint(item, mine, waits)
+        if hint:  # a plain test on one rank waits for ranks that never join it
+            headline = f"{headline}; {hint}"
         own_body = f"{table}Python stacks of every thread:\n{stacks}"
         own_text = f"{headline}\n{own_body}"  # this rank's JUnit: its own outcome
         shown_text = None
@@ -184,6 +188,10 @@ class RunStop:
             cause = f"rank {rank} received {name} ({who})"
         where = f"while {item.nodeid} ran" if item is not None else "between tests"
         note = self._in_flight_note() if dead and item is not None else ""
+        if dead and item is not None and not set(dead) & set(self.session.ranks_of(item.nodeid)):
+            # Another sub-world's rank died: this rank's test is not to blame. It is
+            # recorded "not run" with the rest, naming the crash.
+            item, note = None, ""
         text, verdict = f"{cause} {where}{note}", "crashed"
         if not dead:  # no rank failed: the run was cut short, and its files must say so
             self.interrupted = (text, item)
@@ -259,7 +267,7 @@ class RunStop:
                 pass
         try:
             self.control.store.set_timeout(STORE_TIMEOUT_WHEN_STOPPING)
-            self.control.set(control.ABORT_KEY, reason)
+            self.control.abort(reason)
         except Exception:
             pass  # the store is gone; the others learn it from the launcher
         if item is not None:
@@ -274,9 +282,7 @@ class RunStop:
                 self.session.records.log_shown(report=shown)
             else:  # the results file may hold its own result (the exchange was next)
                 self.session.records.log_both(item, [report], shown=[shown], results=own is None)
-            self.session.records.last_index = self.session.index.get(
-                item.nodeid, self.session.records.last_index
-            )
+            self.session.records.reached(item)
         not_run = self.session.records.report_not_run(reason)
         self.session.records.write_now(self.interrupted)
         self._print_summary(reason)
@@ -284,7 +290,12 @@ class RunStop:
         self.hang_watch.write(f"[rank {rank}] rankgate: {reason}; {not_run}")
         try:
             self.control.set(control.exited_key(rank), True)
-            if self._wait_for_peers_to_exit(gone) and self.group.store_path is not None:
+            # After a hang the others finish their tests; a signal stops them too.
+            finish = verdict == "hung"
+            if (
+                self.wait_for_peers_to_exit(gone, finish_tests=finish)
+                and self.group.store_path is not None
+            ):
                 # Each rank's last store operation was its "exited" (a dead one's was
                 # earlier): nobody reads the FileStore again, and a killed run must not
                 # leave it in the temp dir.
@@ -363,26 +374,28 @@ class RunStop:
         mine = stack_where(stacks, str(item.path))
         self.control.set(ledger_key + str(self.launch.rank), ledgers.get(self.launch.rank))
         self.control.set(key + str(self.launch.rank), mine)
-        others = [
-            key + str(r)
-            for r in range(self.launch.world_size)
-            if r != self.launch.rank and r not in failed
-        ]
+        members = self.session.ranks_of(item.nodeid)  # a sub-world's ranks only
+        others = [key + str(r) for r in members if r != self.launch.rank and r not in failed]
         deadline = time.monotonic() + WHERE_WAIT_S
         while time.monotonic() < deadline and not self.control.store.check(others):
             time.sleep(0.05)
         wheres = {self.launch.rank: mine}
-        for r in range(self.launch.world_size):
+        for r in members:
             if r != self.launch.rank and self.control.store.check([key + str(r)]):
                 wheres[r] = self.control.peek(key + str(r))
                 ledgers[r] = self.control.peek(ledger_key + str(r))  # set before its where
         return wheres
 
-    def _wait_for_peers_to_exit(self, gone: Sequence[int] = ()) -> bool:
-        """True when every other rank but those ``gone`` said it exited within EXIT_WAIT_S."""
+    def wait_for_peers_to_exit(
+        self, gone: Sequence[int] = (), *, finish_tests: bool = True
+    ) -> bool:
+        """True when every other rank but those ``gone`` said it exited within EXIT_WAIT_S,
+        and ``finish_tests``: once the test each is in has ended too (other sub-worlds
+        finish theirs, recording its verdict, before a launcher stops them all)."""
         others = [r for r in range(self.launch.world_size) if r not in (self.launch.rank, *gone)]
         keys = [control.exited_key(r) for r in others]
-        deadline = time.monotonic() + EXIT_WAIT_S
+        seconds = EXIT_WAIT_S + (self.session.longest_timeout if finish_tests else 0.0)
+        deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             if self.control.store.check(keys):
                 return True

@@ -14,7 +14,8 @@ from rankgate.launch.env import LaunchEnv
 
 
 class Problem(NamedTuple):
-    """A test that failed (or whose ranks disagreed) on another rank than this one."""
+    """A test that failed (or whose ranks disagreed) on another rank than this one; with
+    no node id, why another rank stopped the run."""
 
     nodeid: str
     text: str
@@ -32,6 +33,9 @@ def write_end(
     if problems:
         tr.section("rankgate: failures on other ranks", sep="=", red=True, bold=True)
     for nodeid, text in problems:
+        if not nodeid:  # another rank stopped the run (in a test this rank did not run)
+            tr.write_line(f"rankgate: {text.splitlines()[0]}", red=True)
+            continue
         # pytest's word for the test: no rank failed a test whose ranks disagree
         word = "ERROR" if text.startswith(DISAGREE_PREFIX) else "FAILED"
         where = _cwd_relative(config, nodeid)  # as pytest's own summary says it

@@ -83,43 +83,36 @@ def own_pytest_temp_root(config, rank: int) -> None:
 
 class SharedDirs:
     """Each test's empty directory (``dist_tmp_path``, and a world test's ``tmp_path``),
-    the same on every rank: one per test under a directory rank 0 makes for the run."""
+    the same on every rank that runs the test: one per test under a directory named
+    after the run (its id), made by the first rank that needs it."""
 
-    def __init__(self, root: Path, rank: int, control) -> None:
+    def __init__(self, root: Path, rank: int, control, run_id: str = "") -> None:
         self.root = root
         self.rank = rank
         self.control = control
-        self.run_dir: Path | None = None  # made when a test first asks for dist_tmp_path
+        # Unique per run, so files an earlier run (or job) left in the shared root never
+        # show up in a test's dist_tmp_path; no rank has to say its name to the others.
+        self.run_dir = root / f"rankgate-dist-tmp-{run_id or os.getpid()}"
+        self._made = False
         self._dirs: dict[str, Path] = {}  # dist_tmp_path and tmp_path: one per test
 
-    def get(self, nodeid: str, index: int | None) -> Path:
-        """The directory of test ``nodeid`` (``index`` in the run), empty when first asked."""
+    def get(self, nodeid: str, index: int | None, ranks=None) -> Path:
+        """The directory of test ``nodeid`` (``index`` in the run; ``ranks``: the global
+        ranks that run it, the first of which empties it), empty when first asked."""
         if nodeid in self._dirs:  # tmp_path and dist_tmp_path: one directory
             return self._dirs[nodeid]
-        if self.run_dir is None:
-            self.run_dir = self._make_run_dir(index)
+        first = 0 if not ranks else ranks[0]
         path = self.run_dir / hashlib.sha1(nodeid.encode()).hexdigest()[:16]
-        if self.rank == 0:
+        if self.rank == first:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self._made = True
             shutil.rmtree(path, ignore_errors=True)  # a rerun of the same test
             path.mkdir()
-        # Nobody looks before rank 0 made it.
-        self.control.broadcast(f"t{index}/tmp", True, test_index=index)
+        # Nobody looks before the first rank made it.
+        self.control.broadcast(f"t{index}/tmp", True, src=first, test_index=index, scope=ranks)
         self._dirs[nodeid] = path
         return path
 
-    def _make_run_dir(self, index: int | None) -> Path:
-        """Rank 0 makes a new directory for this run and tells the others its name.
-
-        Unique per run, so files an earlier run (or job) left in the shared root
-        never show up in a test's ``dist_tmp_path``.
-        """
-        name = None
-        if self.rank == 0:
-            self.root.mkdir(parents=True, exist_ok=True)
-            name = tempfile.mkdtemp(prefix="rankgate-dist-tmp-", dir=self.root)
-        return Path(self.control.broadcast("run_dir", name, test_index=index))
-
     def remove(self) -> None:
         """At the end of the run, on rank 0 once every rank has left."""
-        if self.run_dir is not None:
-            shutil.rmtree(self.run_dir, ignore_errors=True)
+        shutil.rmtree(self.run_dir, ignore_errors=True)

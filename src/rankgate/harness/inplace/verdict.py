@@ -94,29 +94,39 @@ def own_result(reports: list[pytest.TestReport], *, all_output: bool = False) ->
     )
 
 
-def _xfailed_as_one(everyone: list[RankResult]) -> bool:
-    return verdict_lines.xfailed_as_one({r: res.xfail for r, res in enumerate(everyone)})
+Results = dict[int, RankResult]
+"""Each rank's result of one test, by global rank (a sub-world's ranks only)."""
+
+
+def by_rank(everyone: Results | list[RankResult]) -> Results:
+    """A list of every rank's results (rank r at r) as ``Results``; ``Results`` as it is."""
+    return everyone if isinstance(everyone, dict) else dict(enumerate(everyone))
+
+
+def _xfailed_as_one(everyone: Results) -> bool:
+    return verdict_lines.xfailed_as_one({r: res.xfail for r, res in everyone.items()})
 
 
 DISAGREE_PREFIX = "ranks disagree: "
 """How a test's problem begins when no rank failed it but their outcomes differ."""
 
 
-def cross_rank_problem(everyone: list[RankResult], rank: int) -> str | None:
+def cross_rank_problem(everyone: Results | list[RankResult], rank: int) -> str | None:
     """What the other ranks add to this rank's verdict, or None when they add nothing."""
+    everyone = by_rank(everyone)
     if _xfailed_as_one(everyone):
         return None
-    outcomes = {r: res.outcome for r, res in enumerate(everyone)}
-    failed = {r: res.seconds for r, res in enumerate(everyone) if res.outcome == "failed"}
+    outcomes = {r: res.outcome for r, res in everyone.items()}
+    failed = {r: res.seconds for r, res in everyone.items() if res.outcome == "failed"}
     line = verdict_lines.outcomes_line(outcomes, first=verdict_lines.first_failed(failed))
-    if any(res.outcome in BAD for res in everyone):
-        diverged = divergence.find({r: res.ledger for r, res in enumerate(everyone)})
+    if any(res.outcome in BAD for res in everyone.values()):
+        diverged = divergence.find({r: res.ledger for r, res in everyone.items()})
         if diverged is not None:
             line = verdict_lines.with_cause(line, verdict_lines.ledger_cause(diverged.text))
         else:  # processes a test left running, named as the pool's headline names them
-            left = {r: leaks.left_running_in(res.text) for r, res in enumerate(everyone)}
+            left = {r: leaks.left_running_in(res.text) for r, res in everyone.items()}
             line = verdict_lines.with_cause(line, verdict_lines.left_running_cause(left))
-    others_bad = [r for r, res in enumerate(everyone) if res.outcome in BAD and r != rank]
+    others_bad = [r for r, res in everyone.items() if res.outcome in BAD and r != rank]
     if others_bad:
         return line + "".join(
             f"\n--- rank {r}: {everyone[r].outcome} ---\n{everyone[r].text}" for r in others_bad
@@ -127,15 +137,19 @@ def cross_rank_problem(everyone: list[RankResult], rank: int) -> str | None:
 
 
 def verdict_reports(
-    item: pytest.Item, own: list[pytest.TestReport], everyone: list[RankResult], rank: int
+    item: pytest.Item,
+    own: list[pytest.TestReport],
+    everyone: Results | list[RankResult],
+    rank: int,
 ) -> list[pytest.TestReport]:
     """This rank's reports as the cross-rank verdict makes them (see the module doc)."""
+    everyone = by_rank(everyone)
     if _xfailed_as_one(everyone):
         return [_as_xfailed(item, report) for report in own]
     problem = cross_rank_problem(everyone, rank)
     others_output = [
         (f"{title} (rank {r})", text)
-        for r, res in enumerate(everyone)
+        for r, res in everyone.items()
         if r != rank
         for title, text in res.output
     ]
@@ -164,7 +178,7 @@ def verdict_reports(
         target = next((r for r in reports if r.when == "call"), reports[0])
         target.outcome = "failed"
         target.longrepr = failure_repr(item, problem)
-        if not any(res.outcome in BAD for res in everyone):  # an error, as in the pool
+        if not any(res.outcome in BAD for res in everyone.values()):  # an error, as in the pool
             target.user_properties = [*target.user_properties, DISAGREEMENT]
         if hasattr(target, "wasxfail"):
             del target.wasxfail

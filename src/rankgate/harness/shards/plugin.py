@@ -31,11 +31,15 @@ class ShardPlugin:
         durations: dict[str, float],
         read_from: Path | None,
         store_to: Path | None,
+        records: bool = False,
     ) -> None:
         self.shard = shard
         self.durations = durations
         self.read_from = read_from
         self.store_to = store_to
+        self.records = records or store_to is not None
+        """Times are recorded: by the writer, and in place by every rank (rank 0 learns
+        at the end the times of the tests other ranks ran, ``inplace/shares.py``)."""
         self.times: dict[str, float] = defaultdict(float)
         self.split: Split | None = None
         self.kept = 0
@@ -57,7 +61,13 @@ class ShardPlugin:
         except (ShardSpecError, DurationsError) as exc:
             raise pytest.UsageError(str(exc)) from None
         store_to = Path(store) if store and writes else None
-        return cls(shard=shard, durations=durations, read_from=read_from, store_to=store_to)
+        return cls(
+            shard=shard,
+            durations=durations,
+            read_from=read_from,
+            store_to=store_to,
+            records=bool(store),
+        )
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]):
@@ -91,7 +101,7 @@ class ShardPlugin:
         )
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if self.store_to is not None and report.when in ("setup", "call", "teardown"):
+        if self.records and report.when in ("setup", "call", "teardown"):
             self.times[report.nodeid] += report.duration
 
     @pytest.hookimpl(trylast=True)
