@@ -25,10 +25,13 @@ import torch.distributed as dist
 
 
 def note(name, **values):
-    # One file per run of a test on one rank: counts how often and where it ran.
+    # One file per run of a test on one rank: counts how often and where it ran. One
+    # node: the global rank is the local one (RANK names the rank in its sub-world).
     folder = os.environ["SUBWORLD_NOTES"]
-    record = dict(name=name, global_rank=int(os.environ["RANK"]), **values)
-    path = os.path.join(folder, f"{name}.{os.environ['RANK']}.{os.urandom(4).hex()}")
+    rank = os.environ["LOCAL_RANK"]
+    variables = {name: os.environ.get(name) for name in ("RANK", "WORLD_SIZE")}
+    record = dict(name=name, global_rank=int(rank), variables=variables, **values)
+    path = os.path.join(folder, f"{name}.{rank}.{os.urandom(4).hex()}")
     with open(path, "w") as f:
         json.dump(record, f)
 """
@@ -272,6 +275,8 @@ def test_the_body_sees_its_sub_world(everything):
         for local in range(world):
             record = seen[(name, first + local)]
             assert (record["rank"], record["world"]) == (local, world), record
+            # as the pool's ranks see them (DeepSpeed checks WORLD_SIZE against the group)
+            assert record["variables"] == {"RANK": str(local), "WORLD_SIZE": str(world)}
     # dist_tmp_path and a world test's tmp_path: one directory per sub-world
     assert seen[("w3", 2)]["files"] == ["0", "1", "2"]
     assert seen[("w2_1", 3)]["files"] == seen[("w2_0", 0)]["files"] == ["0", "1"]
@@ -290,6 +295,9 @@ def test_plain_tests_see_no_process_group(everything):
     # As in the pool's controller: no sub-world's group is left for them to meet in.
     plain = [r for r in everything[3] if r["name"].startswith("plain_")]
     assert len(plain) == 6 and not any(r["group"] for r in plain), plain
+    # and the launcher's RANK and WORLD_SIZE
+    assert all(r["variables"] == {"RANK": str(r["global_rank"]), "WORLD_SIZE": "4"}
+               for r in plain), plain
 
 
 def test_a_wrong_value_names_its_global_rank(everything):

@@ -9,6 +9,11 @@ default group is ``cpu:gloo,cuda:nccl`` when every local rank has a GPU (torch's
 default), else gloo; it can be renewed on every rank after a test lost it. A test marked
 ``backend="gloo"`` sees a gloo-only default group there, as in a gloo pool. A rank
 leaves its group before its plain tests, which see none, as in the pool's controller.
+
+In a group, RANK and WORLD_SIZE name the rank in it and its size, as the pool's ranks
+see them (libraries such as DeepSpeed check WORLD_SIZE against the group); LOCAL_RANK
+stays the launcher's, so code that picks its GPU from it gets its own. Plain tests see
+the launcher's values.
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ from rankgate.harness.inplace.control import ControlChannel
 from rankgate.harness.inplace.schedule import NO_GROUP, WHOLE_WORLD, Share
 from rankgate.harness.spec import AUTO_ON_GPUS
 from rankgate.launch.env import LaunchEnv
+
+RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+"""What a group's tests see of the rank in it (the module's docstring says how)."""
 
 
 class InPlaceGroup:
@@ -62,6 +70,8 @@ class InPlaceGroup:
         """Seconds each change of sub-world took to start its group (docs/harness.md)."""
         self._gloo_world: dist.ProcessGroup | None = None
         """Every rank in a gloo-only group, made at the first gloo test on a mixed group."""
+        self._launcher_variables = {name: os.environ.get(name) for name in RANK_VARIABLES}
+        self._set_rank_variables()
         if self.has_gpus:
             torch.cuda.set_device(self.device)
         if not dist.is_initialized():
@@ -164,12 +174,28 @@ class InPlaceGroup:
             return
         self._leave()
         self.current, self.members, self._groups_made = share.group, share.ranks, 0
+        self._set_rank_variables()
         if share.group == NO_GROUP:
             return
         meet()
         started = time.monotonic()
         self._init_group()
         self.changes.append(time.monotonic() - started)
+
+    def _set_rank_variables(self) -> None:
+        if self.current == NO_GROUP:
+            values = self._launcher_variables
+        else:
+            values = {
+                "RANK": str(self.members.index(self.launch.rank)),
+                "WORLD_SIZE": str(len(self.members)),
+                "LOCAL_RANK": str(self.launch.local_rank),
+            }
+        for name, value in values.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
     def _leave(self) -> None:
         self._gloo_world = None

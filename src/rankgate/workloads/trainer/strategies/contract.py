@@ -10,6 +10,7 @@ each check against every strategy (suites/trainer/test_strategies.py).
 from __future__ import annotations
 
 import math
+import socket
 from collections.abc import Callable
 
 import torch
@@ -37,13 +38,18 @@ def _raises(call: Callable[[], object], needle: str) -> None:
 def check_identity(make: Factory) -> dict:
     """rank, world, local rank and device are consistent across the ranks."""
     strategy = make().init()
-    mine = (strategy.rank, strategy.world_size, strategy.local_rank, strategy.device.type)
+    host = socket.gethostname()
+    mine = (strategy.rank, strategy.world_size, strategy.local_rank, strategy.device.type, host)
     everyone = strategy.gather_object(mine)
     world = strategy.world_size
     assert [r for r, *_ in everyone] == list(range(world)), everyone
     assert {w for _, w, *_ in everyone} == {world}, everyone
-    assert all(0 <= local < world for _, _, local, _ in everyone), everyone
-    assert len({d for *_, d in everyone}) == 1, f"ranks disagree on the device type: {everyone}"
+    # Distinct on each host, not below world: a sub-world of a launch (ranks 2, 3 of a
+    # node) keeps the launcher's local ranks, the GPUs its ranks use.
+    on_hosts = [(host, local) for _, _, local, _, host in everyone]
+    assert all(local >= 0 for _, local in on_hosts), everyone
+    assert len(set(on_hosts)) == world, f"two ranks share a local rank on one host: {everyone}"
+    assert len({d for *_, d, _ in everyone}) == 1, f"ranks disagree on the device type: {everyone}"
     return {"world": world, "device": strategy.device.type}
 
 
