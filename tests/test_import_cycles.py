@@ -183,3 +183,11 @@ def test_what_both_modes_share_imports_neither_wing():
 
     for wing in WINGS:
         assert imports_into(graph, shared, wing) == []
+
+
+def test_the_report_reads_the_rank_files_without_the_in_place_wing():
+    # Their formats live in rankgate.harness.rankfiles, which both import.
+    graph = import_graph()
+    report = imports_into(graph, lambda m: _in(m, "rankgate.report"), "rankgate.harness.rankfiles")
+    assert report, "the report reads the per-rank files through rankfiles"
+    assert imports_into(graph, lambda m: _in(m, "rankgate.report"), WINGS[1]) == []

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from jobs import end_session
 
-from rankgate.harness.inplace.run_id import RUN_ID_PROPERTY
+from rankgate.harness.rankfiles import RUN_ID_PROPERTY
 
 # slow: each test starts torchrun twice, and pytest on every rank
 pytestmark = [pytest.mark.dist, pytest.mark.torch_dist, pytest.mark.slow]

@@ -508,7 +508,7 @@ def test_a_file_without_node_ids_keeps_the_junit_names(tmp_path: Path) -> None:
 
 
 def test_ranks_ledgers_name_the_first_divergence(tmp_path: Path) -> None:
-    from rankgate.harness.inplace import ledger_file
+    from rankgate.harness.rankfiles import append_ledger, ledger_path
 
     source = tmp_path / "test_x.py"
     source.write_text("def test_x(rank):\n    if rank == 0:\n        all_reduce()\n    barrier()\n")
@@ -522,10 +522,10 @@ def test_ranks_ledgers_name_the_first_divergence(tmp_path: Path) -> None:
         return {"group": "world", "ranks": [0, 1], "seq": 1, "op": op, "arg": arg,
                 "file": str(source), "line": line, "state": "issued"}  # fmt: skip
 
-    ledger_file.append(
-        ledger_file.ledger_path(paths[0]), "t", "test_x", [entry("all_reduce", 3, "float32[4]")]
+    append_ledger(
+        ledger_path(paths[0]), "t", "test_x", [entry("all_reduce", 3, "float32[4]")]
     )
-    ledger_file.append(ledger_file.ledger_path(paths[1]), "t", "test_x", [entry("barrier", 4)])
+    append_ledger(ledger_path(paths[1]), "t", "test_x", [entry("barrier", 4)])
     (test,) = merge_junit(paths).tests
     assert test.message == (
         "ranks 0, 1 hung; likely cause: rank 1 never issued all_reduce #1 (float32[4]) that "

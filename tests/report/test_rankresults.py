@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from rankgate import cli
-from rankgate.harness.inplace.results_writer import ResultsWriter, results_path
 from rankgate.harness.output import strip_ansi
+from rankgate.harness.rankfiles import ResultsWriter, results_path
 from rankgate.report.junit import merge_junit
 from rankgate.report.junitfile import ReportInputError
 from rankgate.report.rankresults import read_results

@@ -53,9 +53,8 @@ from rankgate.harness.attempts import (
     decode,
     encode,
 )
-from rankgate.harness.inplace import ledger_file
-from rankgate.harness.inplace.run_id import RUN_ID_PROPERTY
 from rankgate.harness.quarantine import STALE_PROPERTY
+from rankgate.harness.rankfiles import RUN_ID_PROPERTY, ledger_path, read_ledger
 from rankgate.harness.verdict_lines import (
     INTERRUPTED_PREFIX,
     INTERRUPTED_PROPERTY,
@@ -312,7 +311,7 @@ def merge_files(
             f"(ranks 0..{world_size - 1}); pass the right --world"
         )
     ledgers = {
-        f.rank: ledger_file.read(ledger_file.ledger_path(f.path), f.run_id)
+        f.rank: read_ledger(ledger_path(f.path), f.run_id)
         for f in files
         if f.rank is not None
     }

@@ -15,8 +15,8 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
-from rankgate.harness.inplace.run_id import RUN_ID_PROPERTY
 from rankgate.harness.quarantine import STALE_PROPERTY
+from rankgate.harness.rankfiles import RUN_ID_PROPERTY
 from rankgate.harness.verdict_lines import (
     INTERRUPTED_PROPERTY,
     INTERRUPTED_TEST_PROPERTY,

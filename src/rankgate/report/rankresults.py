@@ -1,5 +1,5 @@
 """Per-rank results files, read back: each test's outcome on one rank, appended as the test ends
-(written by ``rankgate.harness.inplace.results_writer``).
+(written by ``rankgate.harness.rankfiles``).
 
 In-place mode writes ``<junit stem>.rank<r>.jsonl`` beside the rank's JUnit file (and
 removes it once that JUnit file is written). A rank that dies without writing its
@@ -22,7 +22,7 @@ import json
 import re
 from pathlib import Path
 
-from rankgate.harness.inplace.results_writer import SUFFIX, results_path
+from rankgate.harness.rankfiles import SUFFIX, results_path
 from rankgate.harness.verdict_lines import NODE_ID_PROPERTY, NOT_RUN_PREFIX, RANKS_PROPERTY
 from rankgate.report.junitfile import (
     CaseResult,

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rankgate.harness.inplace.results_writer import SUFFIX
+from rankgate.harness.rankfiles import SUFFIX
 from rankgate.report.junitfile import JUnitFile, ReportInputError
 
 

@@ -17,11 +17,15 @@ import pytest
 
 from rankgate.harness import verdict_lines
 from rankgate.harness.failure_repr import item_report, not_run_report
-from rankgate.harness.inplace import ledger_file
-from rankgate.harness.inplace.results_writer import ResultsWriter, results_path
-from rankgate.harness.inplace.run_id import RUN_ID_PROPERTY
 from rankgate.harness.inplace.verdict import clipped, own_result, plain_report, report_text
 from rankgate.harness.output import JUNIT_LIMIT
+from rankgate.harness.rankfiles import (
+    RUN_ID_PROPERTY,
+    ResultsWriter,
+    append_ledger,
+    ledger_path,
+    results_path,
+)
 from rankgate.harness.verdict_lines import (
     INTERRUPTED_PROPERTY,
     INTERRUPTED_TEST_PROPERTY,
@@ -145,8 +149,8 @@ class RankRecords:
         if entries is None or not xmlpath:
             return
         try:
-            path = ledger_file.ledger_path(xmlpath)
-            ledger_file.append(path, *junit_names(item.nodeid), entries, self.run_id)
+            path = ledger_path(xmlpath)
+            append_ledger(path, *junit_names(item.nodeid), entries, self.run_id)
         except OSError:
             pass  # the verdicts shown here carry the divergence all the same
 

@@ -22,8 +22,6 @@ import re
 import secrets
 import time
 
-RUN_ID_PROPERTY = "rankgate.run_id"
-"""The JUnit testsuite property (and results/ledger record field ``run_id``)."""
 ENV = "RANKGATE_RUN_ID"
 _USABLE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+-]{0,99}")
 

@@ -14,7 +14,7 @@ skipped with a reason.
 Every rank shows and counts each test's cross-rank verdict (``verdict``), so
 ``-x``/``--maxfail`` stop every rank after the same test. Beside its JUnit file each
 rank appends each test's outcome to its results file as the test ends (``records``,
-``results_writer``): a rank killed outright loses at most the test it was in, and
+``rankgate.harness.rankfiles``): a rank killed outright loses at most the test it was in, and
 merge-junit reads the rest from that file.
 
 A test that loses the group (destroys it, or breaks it with a backend error) fails,
