@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -28,7 +29,7 @@ def note(name, **values):
     # One file per run of a test on one rank: counts how often and where it ran. One
     # node: the global rank is the local one (RANK names the rank in its sub-world).
     folder = os.environ["SUBWORLD_NOTES"]
-    rank = os.environ["LOCAL_RANK"]
+    rank = os.environ.get("LOCAL_RANK") or os.environ["OMPI_COMM_WORLD_LOCAL_RANK"]
     variables = {name: os.environ.get(name) for name in ("RANK", "WORLD_SIZE")}
     record = dict(name=name, global_rank=int(rank), variables=variables, **values)
     path = os.path.join(folder, f"{name}.{rank}.{os.urandom(4).hex()}")
@@ -203,9 +204,9 @@ def test_every_rank(world_size):
 """
 
 
-def launch(folder: Path, suite: str, timeout_s: int = 60, ranks: int = 4):
-    """torchrun with ``ranks`` ranks on ``suite``, then merge-junit: (torchrun, merged json,
-    notes)."""
+def launch(folder: Path, suite: str, timeout_s: int = 60, ranks: int = 4, launcher="torchrun"):
+    """``launcher`` (torchrun or mpirun) with ``ranks`` ranks on ``suite``, then
+    merge-junit: (the launcher's run, merged json, notes)."""
     folder.mkdir()
     (folder / "test_suite.py").write_text(suite)
     (folder / "note.py").write_text(NOTE)
@@ -213,10 +214,17 @@ def launch(folder: Path, suite: str, timeout_s: int = 60, ranks: int = 4):
     notes = folder / "notes"
     notes.mkdir()
     env = {**os.environ, "SUBWORLD_NOTES": str(notes), "PYTHONPATH": _pythonpath(folder)}
+    if launcher == "torchrun":
+        start = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                 "--nproc-per-node", str(ranks)]  # fmt: skip
+    else:  # Open MPI forwards only the variables it is told to; 3 s to write at a stop
+        start = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks),
+                 "--mca", "odls_base_sigkill_timeout", "3",
+                 "-x", "SUBWORLD_NOTES", "-x", "PYTHONPATH", sys.executable]  # fmt: skip
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks),
-        "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q", "--color=no",
-        f"--rankgate-timeout={timeout_s}", "--junitxml=out/junit.xml", "test_suite.py",
+        *start, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q",
+        "--color=no", f"--rankgate-timeout={timeout_s}", "--junitxml=out/junit.xml",
+        "test_suite.py",
     ]  # fmt: skip
     proc = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
     merge = [sys.executable, "-m", "rankgate.cli", "merge-junit", "--json", "out"]
@@ -237,6 +245,16 @@ def by_id(report: dict) -> dict[str, dict]:
 @pytest.fixture(scope="module")
 def everything(tmp_path_factory):
     return launch(tmp_path_factory.mktemp("subworlds") / "all", SUITE)
+
+
+@pytest.fixture(scope="module")
+def hang_run(tmp_path_factory):
+    return launch(tmp_path_factory.mktemp("subworlds") / "hang", HANG, timeout_s=8)
+
+
+@pytest.fixture(scope="module")
+def crash_run(tmp_path_factory):
+    return launch(tmp_path_factory.mktemp("subworlds") / "crash", CRASH)
 
 
 def test_every_test_runs_but_world_8(everything):
@@ -296,8 +314,9 @@ def test_plain_tests_see_no_process_group(everything):
     plain = [r for r in everything[3] if r["name"].startswith("plain_")]
     assert len(plain) == 6 and not any(r["group"] for r in plain), plain
     # and the launcher's RANK and WORLD_SIZE
-    assert all(r["variables"] == {"RANK": str(r["global_rank"]), "WORLD_SIZE": "4"}
-               for r in plain), plain
+    assert all(
+        r["variables"] == {"RANK": str(r["global_rank"]), "WORLD_SIZE": "4"} for r in plain
+    ), plain
 
 
 def test_a_wrong_value_names_its_global_rank(everything):
@@ -306,8 +325,8 @@ def test_a_wrong_value_names_its_global_rank(everything):
     assert test["message"].startswith("rank 3 failed; rank 2 passed"), test["message"]
 
 
-def test_a_hang_in_one_sub_world_leaves_the_others_verdicts(tmp_path):
-    proc, merged, report, _records = launch(tmp_path / "hang", HANG, timeout_s=8)
+def test_a_hang_in_one_sub_world_leaves_the_others_verdicts(hang_run):
+    proc, merged, report, _records = hang_run
     tests = by_id(report)
     hung = tests["test_w2[1]"]
     assert hung["verdict"] == "failed"
@@ -336,8 +355,8 @@ def test_a_hang_in_one_sub_world_leaves_the_others_verdicts(tmp_path):
     ), proc.stdout[-3000:]
 
 
-def test_a_crash_in_a_sub_world_names_its_global_rank(tmp_path):
-    _proc, merged, report, _records = launch(tmp_path / "crash", CRASH)
+def test_a_crash_in_a_sub_world_names_its_global_rank(crash_run):
+    _proc, merged, report, _records = crash_run
     tests = by_id(report)
     crashed = tests["test_w3_crash"]
     assert crashed["verdict"] == "failed"
@@ -391,3 +410,28 @@ def test_a_rank_whose_share_is_empty_exits_0(tmp_path):
     assert by_id(report)["test_once"]["ranks"] == {"0": "passed"}
     assert [r["name"] for r in records] == ["once"]
     assert merged.returncode == 0
+
+
+def verdicts(report: dict) -> dict[str, tuple]:
+    """Each test's verdict and the global ranks' outcomes: what must not depend on the
+    launcher."""
+    return {name: (t["verdict"], t.get("ranks")) for name, t in by_id(report).items()}
+
+
+PLANTED = {"wrong-value": (SUITE, 60), "hang": (HANG, 8), "crash": (CRASH, 60)}
+PLANTED_RUNS = {"wrong-value": "everything", "hang": "hang_run", "crash": "crash_run"}
+"""The fixture of each planted suite's torchrun run."""
+
+
+@pytest.mark.skipif(
+    shutil.which("mpirun") is None, reason="mpirun is not installed (apt-get install openmpi-bin)"
+)
+@pytest.mark.parametrize("planted", sorted(PLANTED))
+def test_mpirun_gives_torchrun_verdicts(request, tmp_path, planted):
+    suite, timeout_s = PLANTED[planted]
+    torchrun = request.getfixturevalue(PLANTED_RUNS[planted])[2]
+    _proc, merged, mpirun, _records = launch(
+        tmp_path / "mpirun", suite, timeout_s=timeout_s, launcher="mpirun"
+    )
+    assert merged.returncode == 1
+    assert verdicts(mpirun) == verdicts(torchrun)
