@@ -10,6 +10,7 @@ suite's world-4 collectives.
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 import json
 import shlex
@@ -332,3 +333,36 @@ def test_a_node_lost_mid_job(two_nodes, tmp_path):
     # Each node's slurmd log has the job's step (node2's up to its death).
     for node in two_nodes.nodes:
         assert f"StepId={result.job_id}.0" in two_nodes.slurmd_log(node).read_text(), node
+
+
+def _planted_subworlds():
+    """suites/harness/test_inplace_subworlds.py: its planted suites, launcher and verdicts."""
+    path = REPO / "suites" / "harness" / "test_inplace_subworlds.py"
+    spec = importlib.util.spec_from_file_location("planted_subworlds", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_sub_worlds_across_two_nodes_give_torchrun_verdicts(two_nodes, tmp_path):
+    """``srun`` with 4 ranks on two nodes (rankgate dispatch) runs the planted sub-world
+    suite: world(2) tests in two sub-worlds, one per node, world(3) across both; each test's
+    verdict and global ranks as under torchrun on one host (issue 61)."""
+    planted = _planted_subworlds()
+    folder, notes = tmp_path / "suite", tmp_path / "notes"
+    for made in (folder, notes):
+        made.mkdir()
+    (folder / "test_suite.py").write_text(planted.SUITE)
+    (folder / "note.py").write_text(planted.NOTE)
+    (folder / "pytest.ini").write_text("[pytest]\n")
+    env = {"GLOO_SOCKET_IFNAME": two_nodes.ifname, "SUBWORLD_NOTES": str(notes)}
+    profile = _profile(two_nodes, tmp_path, workdir=str(folder), env=env)
+    args = ["-p", "no:randomly", "--rankgate-timeout=60", "test_suite.py"]
+    result = run_stage(
+        profile, stage="hpc", pytest_args=args, wait=wait_policy(profile, poll_s=0.5)
+    )
+    status, merged = _merge_junit(result.job_dir)
+    torchrun = planted.launch(tmp_path / "torchrun", planted.SUITE)[2]
+    assert status == 1 and merged["ranks"] == [0, 1, 2, 3], render_report(result)
+    assert planted.verdicts(merged) == planted.verdicts(torchrun)
+    assert planted.verdicts(merged)["test_w2[1]"] == ("failed", {"2": "passed", "3": "failed"})

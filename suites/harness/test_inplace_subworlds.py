@@ -29,7 +29,8 @@ def note(name, **values):
     # One file per run of a test on one rank: counts how often and where it ran. One
     # node: the global rank is the local one (RANK names the rank in its sub-world).
     folder = os.environ["SUBWORLD_NOTES"]
-    rank = os.environ.get("LOCAL_RANK") or os.environ["OMPI_COMM_WORLD_LOCAL_RANK"]
+    local = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID")  # torchrun, mpirun, srun
+    rank = next(os.environ[name] for name in local if name in os.environ)
     variables = {name: os.environ.get(name) for name in ("RANK", "WORLD_SIZE")}
     record = dict(name=name, global_rank=int(rank), variables=variables, **values)
     path = os.path.join(folder, f"{name}.{rank}.{os.urandom(4).hex()}")
