@@ -121,9 +121,9 @@ def test_dagger_versions_are_one_version():
 
 def test_dagger_json_points_at_the_module():
     manifest = json.loads((ROOT / "dagger.json").read_text())
-    assert manifest["source"] == ".dagger" and manifest["sdk"]["source"] == "python"
+    assert manifest["source"] == "ci" and manifest["sdk"]["source"] == "python"
     assert manifest["name"] == "rankgate-ci"  # main object RankgateCi
-    assert (ROOT / ".dagger" / "src" / "rankgate_ci" / "main.py").is_file()
+    assert (ROOT / "ci" / "src" / "rankgate_ci" / "main.py").is_file()
 
 
 def test_readme_pipeline_table_matches_the_stages():

@@ -102,7 +102,7 @@ class Stage:
     (:mod:`rankgate.pipeline.changes`); tests/pipeline checks that they cover every file
     the stage's tests import."""
     dagger: str
-    """The Dagger function (.dagger/) that runs the stage in CI."""
+    """The Dagger function (ci/) that runs the stage in CI."""
     workflow: str
     """``<file>:<job>`` of the GitHub Actions job (.github/workflows) that runs it."""
 
@@ -237,7 +237,7 @@ _WORKFLOWS = (
 # Unit tests read almost everything: code, workflows, the Dagger module, the README's
 # commands, the container matrix and the committed benchmark files.
 _UNIT_PATHS = (
-    "src/**", "tests/**", "suites/**", ".dagger/**", "conftest.py", "noxfile.py", ".github/**",
+    "src/**", "tests/**", "suites/**", "ci/**", "conftest.py", "noxfile.py", ".github/**",
     "README.md", "docs/**", "containers/**", "scripts/**", "benchmarks/**", "dagger.json",
 )  # fmt: skip
 
