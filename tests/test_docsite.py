@@ -1,0 +1,94 @@
+"""The documentation site: its reference lists every option that exists, its placeholders
+fill or fail the build, and it builds with --strict (as ``nox -s docs`` does)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rankgate import cli, docsite
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PLANTED = '''
+def pytest_addoption(parser):
+    parser.getgroup("rankgate").addoption("--rankgate-planted", help="not in the reference")
+    parser.addini("rankgate_planted", "not in the reference either")
+'''
+
+
+def session_options(folder: Path) -> set[str]:
+    """The --rankgate-* options and rankgate_* ini keys a pytest session in ``folder``
+    has, as ``pytest --help`` lists them (the plugin and any conftest there)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "--help", "-p", "no:randomly"],
+        cwd=folder, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    options = set(re.findall(r"(--rankgate-[a-z-]+)", out))
+    keys = set(re.findall(r"^\s+(rankgate_\w+) \(", out, re.M))
+    assert options and keys, out[-2000:]
+    return options | keys
+
+
+def test_the_option_reference_lists_every_option_a_session_has(tmp_path):
+    (page,) = (p for p in docsite.write(tmp_path / "docs") if p.name == "pytest-options.md")
+    session = tmp_path / "session"
+    session.mkdir()
+    # a conftest adding an option and a key the reference cannot know: the check names them
+    (session / "conftest.py").write_text(PLANTED)
+    missing = docsite.unlisted(page.read_text(), session_options(session))
+    assert missing == ["--rankgate-planted", "rankgate_planted"], (
+        f"options a pytest session has that {docsite.OPTIONS_PAGE} does not list: {missing}"
+    )
+
+
+def test_every_pytest_option_and_ini_key_says_its_default():
+    options, keys = docsite.pytest_options()
+    assert {"--rankgate-timeout", "--rankgate-shard"} <= {n for o in options for n in o.names}
+    assert "rankgate_world_classes" in {key.name for key in keys}
+    vague = [o.names[0] for o in options if "default" not in o.help]
+    vague += [key.name for key in keys if "default" not in key.help]
+    assert not vague, f"their help does not say their default: {vague}"
+
+
+def test_the_cli_reference_has_every_command_and_option():
+    page = docsite.cli_page()
+    for parser in cli.every_parser():
+        assert f"## `{parser.prog}`" in page
+        for action in parser._actions:
+            for name in action.option_strings:
+                assert name in page, f"{parser.prog} {name}"
+
+
+def test_an_include_takes_the_section_under_its_heading_to_the_next_of_its_level():
+    page = (
+        "# Title\n\n## Code map\n\nfirst\n\n```bash\n# a comment, not a heading\n```\n\n"
+        "### A subsection\n\nkept\n\n## Next\n\nleft out\n"
+    )
+    body = docsite.section(page, "code-map")
+    assert body.startswith("first") and "# a comment" in body and "kept" in body
+    assert "left out" not in body and "## Next" not in body
+
+
+def test_an_include_of_a_missing_heading_or_page_fails(tmp_path):
+    (tmp_path / "long.md").write_text("# Long\n\n## Here\n\ntext\n")
+    assert docsite.fill("<!-- rankgate:include long.md#here -->", tmp_path) == "text"
+    with pytest.raises(docsite.DocsiteError, match=re.escape("no heading with anchor #gone in long.md")):
+        docsite.fill("<!-- rankgate:include long.md#gone -->", tmp_path)
+    with pytest.raises(docsite.DocsiteError, match=re.escape("no page other.md")):
+        docsite.fill("<!-- rankgate:include other.md#here -->", tmp_path)
+
+
+def test_the_stage_table_names_every_stage():
+    from rankgate.pipeline import stages
+
+    table = docsite.fill("<!-- rankgate:stages -->", ROOT / "docs")
+    for stage in stages.all_stages():
+        assert f"| {stage.name} |" in table and f"`{stage.dagger}`" in table
+
