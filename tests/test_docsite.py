@@ -3,6 +3,7 @@ fill or fail the build, and it builds with --strict (as ``nox -s docs`` does).""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -92,3 +93,17 @@ def test_the_stage_table_names_every_stage():
     for stage in stages.all_stages():
         assert f"| {stage.name} |" in table and f"`{stage.dagger}`" in table
 
+
+def test_the_site_builds_with_strict(tmp_path):
+    for module in ("mkdocs", "material", "mkdocstrings_handlers.python"):
+        pytest.importorskip(module, reason="the docs (and dev) extra: pip install -e '.[docs]'")
+    site = tmp_path / "site"
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"),
+         "-d", str(site)],
+        cwd=ROOT, capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    assert "rankgate merge-junit" in (site / "reference" / "cli" / "index.html").read_text()
+    assert "assert_parity" in (site / "reference" / "api" / "index.html").read_text()
+    assert "content.code.copy" in (site / "index.html").read_text()

@@ -44,8 +44,15 @@ def steps_text(job: dict) -> str:
     return "\n".join(parts)
 
 
+# nox sessions that are not stages: the documentation site (the unit stage builds it too)
+NOT_STAGES = {"docs"}
+
+
 def test_nox_sessions_are_the_stages_with_their_descriptions():
-    assert nox_sessions() == {s.name: s.description for s in stages.all_stages()}
+    sessions = nox_sessions()
+    assert set(sessions) >= NOT_STAGES
+    stage_sessions = {name: text for name, text in sessions.items() if name not in NOT_STAGES}
+    assert stage_sessions == {s.name: s.description for s in stages.all_stages()}
 
 
 def test_dagger_functions_cover_every_stage(registered):

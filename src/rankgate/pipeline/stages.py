@@ -235,10 +235,12 @@ _WORKFLOWS = (
     ".github/workflows/ci.yml", ".github/workflows/release.yml", ".github/workflows/latest.yml",
 )  # fmt: skip
 # Unit tests read almost everything: code, workflows, the Dagger module, the README's
-# commands, the container matrix and the committed benchmark files.
+# commands, the container matrix, the committed benchmark files and the documentation
+# site (tests/test_docsite.py builds it).
 _UNIT_PATHS = (
     "src/**", "tests/**", "suites/**", "ci/**", "conftest.py", "noxfile.py", ".github/**",
     "README.md", "docs/**", "containers/**", "scripts/**", "benchmarks/**", "dagger.json",
+    "mkdocs.yml",
 )  # fmt: skip
 
 
