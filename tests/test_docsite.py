@@ -107,3 +107,24 @@ def test_the_site_builds_with_strict(tmp_path):
     assert "rankgate merge-junit" in (site / "reference" / "cli" / "index.html").read_text()
     assert "assert_parity" in (site / "reference" / "api" / "index.html").read_text()
     assert "content.code.copy" in (site / "index.html").read_text()
+
+
+def test_the_site_is_published_from_main_only_after_every_ci_stage_passed():
+    yaml = pytest.importorskip("yaml", reason="pyyaml is in the dev extra")
+    from rankgate.pipeline import stages
+
+    jobs = yaml.safe_load((ROOT / ".github/workflows/ci.yml").read_text())["jobs"]
+    job = jobs["docs"]
+    ci_stages = [s.workflow.split(":")[1] for s in stages.all_stages()
+                 if s.workflow.startswith("ci.yml:")]  # fmt: skip
+    assert sorted(job["needs"]) == sorted(ci_stages)
+    condition = " ".join(job["if"].split())
+    assert "github.event_name == 'push' && github.ref == 'refs/heads/main'" in condition
+    for name in ci_stages:
+        assert f"needs.{name}.result == 'success'" in condition
+    # always() or !cancelled() would let it run past a failed stage
+    assert "always()" not in condition and "cancelled()" not in condition
+    runs = [step.get("run", "") for step in job["steps"]]
+    uses = [step.get("uses", "") for step in job["steps"]]
+    assert "nox -s docs" in runs
+    assert uses[-1].startswith("actions/deploy-pages@")
