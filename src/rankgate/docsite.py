@@ -12,7 +12,11 @@ two kinds of placeholder:
 - ``<!-- rankgate:suites -->``: each suite under suites/, its test modules and what each
   one's docstring says it proves;
 - ``<!-- rankgate:include PAGE#ANCHOR -->``: the section of another page under that
-  heading, so a short page shows a long page's section without a copy that drifts.
+  heading, so a short page shows a long page's section without a copy that drifts;
+- ``<!-- rankgate:example NAME/FILE -->``: a file of a runnable example under
+  docs/examples/NAME as a code block (its command, from example.toml, with
+  ``NAME/command``); tests/test_docs_examples.py runs each example in the dist stage and
+  compares its output with the recorded one.
 
 ``python -m rankgate.docsite DIR`` writes the two reference pages into DIR.
 """
@@ -37,6 +41,10 @@ HELP_COLUMNS = "100"
 _INCLUDE = re.compile(r"<!-- rankgate:include ([\w./-]+\.md)#([\w-]+) -->")
 _STAGES = "<!-- rankgate:stages -->"
 _SUITES = "<!-- rankgate:suites -->"
+_EXAMPLE = re.compile(r"^([ \t]*)<!-- rankgate:example ([\w-]+)/([\w.-]+) -->$", re.M)
+EXAMPLES = "examples"
+"""The runnable examples' folder, under the docs folder."""
+_LANGUAGES = {".py": "python", ".txt": "text", ".toml": "toml"}
 
 
 class DocsiteError(Exception):
@@ -227,6 +235,21 @@ def suites_table(root: Path) -> str:
     return "\n".join(lines)
 
 
+def example_settings(folder: Path) -> dict:
+    """An example's example.toml: ``command``, ``exit_code``, ``recorded_in``."""
+    from rankgate.tomlfile import TomlFileError, read
+
+    try:
+        settings = read(folder / "example.toml")
+    except TomlFileError as exc:
+        raise DocsiteError(f"example {folder.name}: {exc}") from None
+    missing = {"command", "exit_code", "recorded_in"} - set(settings)
+    if missing:
+        lacking = ", ".join(sorted(missing))
+        raise DocsiteError(f"example {folder.name}: example.toml lacks {lacking}")
+    return settings
+
+
 def slug(heading: str) -> str:
     """The anchor Python-Markdown's toc gives a heading."""
     text = re.sub(r"[^\w\s-]", "", heading).strip().lower()
@@ -267,7 +290,20 @@ def fill(markdown: str, docs_dir: Path) -> str:
         except DocsiteError as exc:
             raise DocsiteError(f"include {page}#{anchor}: {exc} in {page}") from None
 
+    def example(match: re.Match) -> str:
+        indent, name, file = match.groups()
+        folder = docs_dir / EXAMPLES / name
+        if file == "command":
+            text, language = example_settings(folder)["command"], "bash"
+        elif (folder / file).is_file():
+            text, language = (folder / file).read_text(), _LANGUAGES.get(Path(file).suffix, "")
+        else:
+            raise DocsiteError(f"example {name}/{file}: no file {folder / file}")
+        block = [f"```{language}", *text.rstrip("\n").splitlines(), "```"]
+        return "\n".join(f"{indent}{line}" if line else "" for line in block)
+
     markdown = _INCLUDE.sub(include, markdown)
+    markdown = _EXAMPLE.sub(example, markdown)
     if _STAGES in markdown:
         markdown = markdown.replace(_STAGES, stages_table())
     if _SUITES in markdown:

@@ -288,6 +288,8 @@ _STAGES: dict[str, Stage] = {
                 *_PYTEST_RUN, *_WORKLOAD_SUITES, *_INTERLINK_E2E, *_JUNIT_MERGE, *_REPORT_TESTS,
                 "suites/harness/**", "suites/pipeline/test_dist_smoke.py", "tests/bench/**",
                 "tests/test_leftovers.py", "tests/leftovers.py",
+                # the documentation's runnable examples, shown by rankgate.docsite
+                "tests/test_docs_examples.py", "docs/examples/**", "src/rankgate/docsite.py",
             ),
         ),
         Stage(
