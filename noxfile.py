@@ -13,9 +13,14 @@ the gate too; with ``--strict`` a skipped single stage fails its session as well
 others are skipped, saying why, and never fail the gate), ``nox -s gate -- --full --only
 lint,unit,dist,hpc,container`` (those stages only, in full, hpc and container in the
 background meanwhile: what CI runs).
+
+One session is not a stage: ``nox -s docs`` builds the documentation site (mkdocs.yml)
+into out/site with --strict; the unit stage builds it too (tests/test_docsite.py).
 """
 
 from __future__ import annotations
+
+import shutil
 
 import nox
 
@@ -53,3 +58,12 @@ def _session_for(stage: stages.Stage):
 
 for _stage in stages.all_stages():
     nox.session(name=_stage.name)(_session_for(_stage))
+
+
+@nox.session(name="docs")
+def docs(session: nox.Session) -> None:
+    """The documentation site, built with --strict into out/site (arguments go to mkdocs)."""
+    if shutil.which("mkdocs") is None:
+        session.error("mkdocs is not installed: pip install -e '.[docs]' (or the dev extra)")
+    # Material's notice about MkDocs 2.0 is a banner on every build, not about this site.
+    session.run("mkdocs", "build", "--strict", *session.posargs, env={"NO_MKDOCS_2_WARNING": "1"})

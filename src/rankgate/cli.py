@@ -1,4 +1,4 @@
-"""The ``rankgate`` command.
+"""The ``rankgate`` command line.
 
 Each subcommand lives in its own module exposing ``add_arguments(parser)`` and
 ``run(args) -> int``; this file only wires names to modules, importing a module
@@ -13,37 +13,79 @@ import argparse
 import importlib
 import sys
 
-from rankgate.cliargs import USAGE_EXIT, OneLineParser, UsageError
+from rankgate.cliargs import (
+    USAGE_EXIT,
+    OneLineParser,
+    UsageError,
+    every_subcommand,
+    loading_every_subcommand,
+)
 
 # name -> (module, one-line help)
 _SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "env-check": ("rankgate.envcheck", "report Python, torch, CUDA, NCCL, GPUs, launchers"),
-    "run": ("rankgate.pipeline.run_stages", "run test stages by marker (seed runner options)"),
+    "env-check": (
+        "rankgate.envcheck",
+        "print what this machine offers distributed tests: Python, torch, CUDA, NCCL, GPUs, "
+        "launchers",
+    ),
+    "run": (
+        "rankgate.pipeline.run_stages",
+        "run the pipeline's stages here, or a narrower selection of tests (default: the gate)",
+    ),
     "bench": (
         "rankgate.bench.cli",
-        "run a benchmark (harness, comm, attention, packing, ledger) or compare results (compare)",
+        "run a benchmark (harness, comm, ledger, attention, packing) or compare results with "
+        "a baseline (compare)",
     ),
     "dispatch": (
         "rankgate.pipeline.dispatch_stage",
-        "run a stage on a remote target (SLURM, interLink)",
+        "run a stage's tests on a remote target (SLURM, interLink) and bring back one verdict",
     ),
-    "merge-junit": ("rankgate.report.merge_command", "merge per-rank JUnit files into one verdict"),
-    "report": ("rankgate.report.cli", "summarise results as JSON and HTML"),
+    "merge-junit": (
+        "rankgate.report.merge_command",
+        "merge the per-rank JUnit files of an in-place run into one verdict per test",
+    ),
+    "report": (
+        "rankgate.report.cli",
+        "summarise a run's JUnit and benchmark results as report.json, report.html and "
+        "summary.md",
+    ),
 }
+
+DESCRIPTION = (
+    "rankgate: multi-rank pytest tests, benchmarks and the CI pipeline that runs them. "
+    "`rankgate COMMAND --help` shows a command's options and their defaults."
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="rankgate", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    """The parser; only the chosen subcommand's options are added (every subcommand's
+    under :func:`rankgate.cliargs.every_subcommand`, for the reference pages)."""
+    parser = OneLineParser(prog="rankgate", description=DESCRIPTION)
+    sub = parser.add_subparsers(
+        dest="command", metavar="COMMAND", help="what to do; each command has its own --help"
+    )
     chosen = sys.argv[1] if len(sys.argv) > 1 else None
     for name, (module_name, help_text) in _SUBCOMMANDS.items():
         sub_parser = sub.add_parser(name, help=help_text, description=help_text)
         # Only the chosen subcommand's module is imported to add its arguments.
-        if name == chosen:
+        if name == chosen or loading_every_subcommand():
             module = importlib.import_module(module_name)
             module.add_arguments(sub_parser)
             sub_parser.set_defaults(_run=module.run, _validate=getattr(module, "validate", None))
     return parser
+
+
+def every_parser() -> list[argparse.ArgumentParser]:
+    """The parser of ``rankgate`` and of every subcommand under it, each with its options,
+    in the order ``--help`` lists them."""
+    with every_subcommand():
+        found = [build_parser()]
+    for parser in found:  # grows as subcommands are found
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                found.extend(dict.fromkeys(action.choices.values()))
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:

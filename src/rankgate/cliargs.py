@@ -11,6 +11,7 @@ so does a results folder that cannot be made (``make_output_folder``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 from pathlib import Path
@@ -27,6 +28,25 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(USAGE_EXIT, f"{self.prog}: error: {message}\n")
+
+
+_EVERY_SUBCOMMAND = False
+
+
+@contextlib.contextmanager
+def every_subcommand():
+    """Within it, ``rankgate``'s parsers add every subcommand's options, not only the
+    chosen one's (which is all a command line needs): the reference pages list them all."""
+    global _EVERY_SUBCOMMAND
+    _EVERY_SUBCOMMAND = True
+    try:
+        yield
+    finally:
+        _EVERY_SUBCOMMAND = False
+
+
+def loading_every_subcommand() -> bool:
+    return _EVERY_SUBCOMMAND
 
 
 def run_module_main(prog: str, doc: str, module, argv: list[str] | None = None) -> int:

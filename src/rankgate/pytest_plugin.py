@@ -14,10 +14,13 @@ from rankgate.harness import plugin as harness_plugin
 from rankgate.harness.pluginnames import HARNESS_PLUGIN, TRACING_PLUGIN
 from rankgate.report import tracing_plugin
 
+PLUGINS = ((HARNESS_PLUGIN, harness_plugin), (TRACING_PLUGIN, tracing_plugin))
+"""The plugins this entry point registers, by name (rankgate.docsite reads their options)."""
+
 
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
     # Registered here, not at import, because pytest hands over its plugin manager only
     # through a hook; pytest_addoption is the first one and is replayed for late plugins.
-    for name, plugin in ((HARNESS_PLUGIN, harness_plugin), (TRACING_PLUGIN, tracing_plugin)):
+    for name, plugin in PLUGINS:
         if not pluginmanager.is_registered(plugin):  # also given with -p MODULE
             pluginmanager.register(plugin, name)  # does nothing when -p no:NAME blocked it

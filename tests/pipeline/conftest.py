@@ -13,10 +13,11 @@ import pytest
 
 @pytest.fixture(scope="session")
 def registered() -> dict:
-    """The Dagger module's functions and arguments as its SDK registers them (no engine)."""
+    """The Dagger module's functions and arguments as its SDK registers them (no engine);
+    ci/tests/conftest.py has the same fixture for the module's own tests."""
     pytest.importorskip("dagger", reason="dagger-io is in the dev extra: pip install -e '.[dev]'")
     out = subprocess.run(
-        [sys.executable, str(Path(__file__).with_name("dagger_typedefs.py"))],
+        [sys.executable, str(Path(__file__).parents[2] / "ci" / "tests" / "dagger_typedefs.py")],
         capture_output=True,
         text=True,
         check=True,

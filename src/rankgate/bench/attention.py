@@ -72,9 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--seq-lens", type=length_list, default=None, help="comma list, K = 1024 (default "
         "16K,32K,64K,128K on GPUs, 256,512 on CPU)")  # fmt: skip
     add("--methods", type=name_list(METHODS), default=",".join(METHODS),
-        help=f"comma list of {', '.join(METHODS)}")  # fmt: skip
+        help=f"comma list of {', '.join(METHODS)} (default: all)")  # fmt: skip
     add("--skip", type=method_at_world_list(METHODS), default=[],
-        help="comma list of METHOD@WORLD not to run (e.g. ring@1)")  # fmt: skip
+        help="comma list of METHOD@WORLD not to run, e.g. ring@1 (default: none)")  # fmt: skip
     add("--ring-kernel", default="auto", choices=("auto", "cudnn", "flash", "math"),
         help="ring's per-block kernel (default auto: cuDNN, else flash, on GPUs)")
     add("--batch", type=int_at_least(1), default=1, help="sequences per iteration (default 1)")
@@ -93,9 +93,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "repetition: enough for this long (default 0.2)")  # fmt: skip
     add("--no-profile", action="store_true", help="skip the profiled iteration (comm kernels)")
     add("--fit-cap-gib", type=number_at_least(0), default=0.0, help="memory cap for the "
-        "longest-sequence check (0: off)")  # fmt: skip
+        "longest-sequence check (0: off; default 0)")  # fmt: skip
     add("--cpu", action="store_true", help="stay on the CPU even where GPUs are visible")
-    add("--out", default=None, help="folder for attention.json, attention.txt and PNG plots")
+    add("--out", default=None, help="folder for attention.json, attention.txt and PNG plots "
+        "(default: nothing saved)")  # fmt: skip
     add("--json", action="store_true", help="end with the results as one JSON line")
 
 

@@ -17,20 +17,35 @@ import json
 import sys
 import time
 
-from rankgate.cliargs import int_at_least
+from rankgate.cliargs import int_at_least, loading_every_subcommand
 from rankgate.proc import contention
 from rankgate.proc.progress import Progress
 
 _BENCHMARKS: dict[str, tuple[str, str]] = {
-    "harness": ("rankgate.bench.pool_overhead", "per-test overhead: worker pool vs spawn per test"),
-    "comm": ("rankgate.bench.comm", "collective bandwidth and latency, nccl-tests method"),
+    "harness": (
+        "rankgate.bench.pool_overhead",
+        "measure the harness's cost per test: its worker pool against spawning ranks per test",
+    ),
+    "comm": (
+        "rankgate.bench.comm",
+        "measure collective bandwidth and latency per backend and size, as nccl-tests does",
+    ),
     "ledger": (
         "rankgate.bench.ledger_cost",
-        "the collective ledger's cost per call, host and gloo",
+        "measure what the collective ledger adds to each collective call (host and gloo)",
     ),
-    "compare": ("rankgate.bench.compare", "compare results with a baseline: ratios and a verdict"),
-    "attention": ("rankgate.bench.attention", "ring attention vs one GPU and PyTorch's CP"),
-    "packing": ("rankgate.bench.packing", "greedy vs LPT packing of sequences onto ranks"),
+    "compare": (
+        "rankgate.bench.compare",
+        "compare benchmark results with a baseline: ratios per metric and a verdict",
+    ),
+    "attention": (
+        "rankgate.bench.attention",
+        "measure ring attention against one device and PyTorch's context parallel",
+    ),
+    "packing": (
+        "rankgate.bench.packing",
+        "measure greedy against LPT packing of sequences onto ranks",
+    ),
 }
 
 
@@ -39,12 +54,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--repeat", type=int_at_least(1), default=1, metavar="N",
         help="run the benchmark N times (default 1)",
     )
-    sub = parser.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
+    sub = parser.add_subparsers(
+        dest="benchmark", metavar="BENCHMARK", required=True,
+        help="the benchmark to run, or compare; each has its own --help",
+    )  # fmt: skip
     for name, (module_name, help_text) in _BENCHMARKS.items():
         bench_parser = sub.add_parser(name, help=help_text, description=help_text)
         bench_parser.set_defaults(_bench_module=module_name)
         # Import only the chosen benchmark: the others may need hardware or extras.
-        if name in sys.argv[1:]:
+        if name in sys.argv[1:] or loading_every_subcommand():
             importlib.import_module(module_name).add_arguments(bench_parser)
 
 

@@ -50,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--collectives", type=name_list(COLLECTIVES), default=None,
         help="comma list (default: all_reduce on CPU; "
         f"{GPU_DEFAULT_COLLECTIVES} on GPUs)")  # fmt: skip
-    add("--dtype", default="fp32", choices=DTYPES)
+    add("--dtype", default="fp32", choices=DTYPES, help="element type (default fp32)")
     add("-b", "--min-bytes", type=byte_size, default="8", help="smallest size (default 8)")
     add("-e", "--max-bytes", type=byte_size, default=None,
         help="largest size (default 2G on GPUs, 1M on CPU)")  # fmt: skip
@@ -63,9 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "every backend is timed in turn, the order reversed every size and every round; each "
         "figure is the median over rounds (default 1)")  # fmt: skip
     add("--graph-max-bytes", type=size_or_zero, default="64M",
-        help="also time in a CUDA graph up to this (0: off)")  # fmt: skip
+        help="also time in a CUDA graph up to this size (0: off; default 64M)")  # fmt: skip
     add("--check-max-bytes", type=size_or_zero, default="64M",
-        help="check results on the host up to this size")  # fmt: skip
+        help="check results on the host up to this size (0: off; default 64M)")  # fmt: skip
     add("--buffer-bytes", type=byte_size, default=None, help="p2p symmetric buffer per rank "
         "(default: P2PConfig's, 32M)")  # fmt: skip
     add("--auto-thresholds", choices=AUTO_THRESHOLDS, default="measured",
@@ -76,11 +76,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="ranks (default: visible GPUs, or 2 on CPU)")  # fmt: skip
     add("--cpu", action="store_true", help="stay on the CPU even where GPUs are visible")
     add("--reference", type=existing_path, action="append", default=[],
-        help="nccl-tests output file or folder")  # fmt: skip
+        help="nccl-tests output file or folder to compare with; repeatable "
+        "(default: none)")  # fmt: skip
     add("--nccl-tests", default=None, metavar="DIR", help="folder of nccl-tests binaries "
         "(all_reduce_perf, ...): run them after the ranks, eagerly and in a CUDA graph, and "
-        "put their time beside every backend's")  # fmt: skip
-    add("--out", default=None, help="folder for comm.json, comm.txt and the PNG plots")
+        "put their time beside every backend's (default: not run)")  # fmt: skip
+    add("--out", default=None, help="folder for comm.json, comm.txt and the PNG plots "
+        "(default: nothing saved)")  # fmt: skip
     add("--json", action="store_true", help="end with the results as one JSON line")
 
 

@@ -213,11 +213,13 @@ def _pct(value: float | None) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = __doc__.split("\n\n", 1)[1]
+    # the module's docstring, less its reST markup (a terminal shows it as is)
+    parser.epilog = __doc__.split("\n\n", 1)[1].replace("``", "").replace("::\n", ":\n")
     parser.add_argument("files", nargs="*", metavar="FILE", help="BASE NEW, or NEW... with --kind")
     parser.add_argument(
         "--kind", metavar="KIND",
-        help="compare each file with the baseline of this machine kind ('auto': detect it)",
+        help="compare each file with the baseline of this machine kind ('auto': detect it; "
+        "default: compare two files, BASE NEW)",
     )
     parser.add_argument(
         "--baselines", type=Path, default=DEFAULT_BASELINES, metavar="DIR",
@@ -227,18 +229,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--committed", action="store_true",
         help="compare every baseline with the committed results it was recorded from",
     )  # fmt: skip
-    parser.add_argument("--json", dest="json_out", metavar="FILE", help="write the comparison")
-    parser.add_argument("--plot", metavar="PNG", help="plot NEW/BASE per size (needs matplotlib)")
+    parser.add_argument(
+        "--json", dest="json_out", metavar="FILE",
+        help="write the comparison as JSON here (default: with --kind and no NEW files, "
+        "$RANKGATE_OUT/bench/compare.json; with --committed, compare-committed.json there; "
+        "else none)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--plot", metavar="PNG",
+        help="plot NEW/BASE per size here, with matplotlib (default: with --kind and no NEW "
+        "files, $RANKGATE_OUT/bench/compare.png; else none)",
+    )  # fmt: skip
     parser.add_argument(
         "--write-baseline", metavar="FILE",
-        help="record the given runs (their repetitions together) as a baseline file",
+        help="record the given runs (their repetitions together) as a baseline file "
+        "(default: compare, record nothing)",
     )
     parser.add_argument(
         "--threshold", type=metric_fraction, action="append", default=[],
         metavar="METRIC=FRACTION",
-        help="with --write-baseline: a metric's threshold, e.g. pool_median_ms=0.15",
+        help="with --write-baseline: a metric's threshold, e.g. pool_median_ms=0.15; "
+        "repeatable (default: each metric's built-in threshold)",
     )
-    parser.add_argument("--note", default="", help="with --write-baseline: how it was measured")
+    parser.add_argument(
+        "--note", default="", help="with --write-baseline: how it was measured (default: none)"
+    )
 
 
 KIND_NAME = re.compile(r"cpu|nvidia-[a-z0-9]+(?:-[a-z0-9]+)*-x[1-9][0-9]*")

@@ -19,11 +19,11 @@ from rankgate.workloads.packing import ALGORITHMS, DISTRIBUTIONS, measure, sampl
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
     add = parser.add_argument
-    add("--samples", type=int_at_least(1), default=1024, help="sequences per batch (1024)")
-    add("--ranks", type=int_at_least(1), default=8, help="ranks to pack onto (8)")
-    add("--cap", type=int_at_least(1), default=8192, help="max tokens per rank (8192)")
-    add("--seed", type=int, default=0, help="seed of the lengths (0)")
-    add("--repeats", type=int_at_least(1), default=5, help="timed packings per row (5)")
+    add("--samples", type=int_at_least(1), default=1024, help="sequences per batch (default 1024)")
+    add("--ranks", type=int_at_least(1), default=8, help="ranks to pack onto (default 8)")
+    add("--cap", type=int_at_least(1), default=8192, help="max tokens per rank (default 8192)")
+    add("--seed", type=int, default=0, help="seed of the lengths (default 0)")
+    add("--repeats", type=int_at_least(1), default=5, help="timed packings per row (default 5)")
     add(
         "--distributions",
         nargs="+",

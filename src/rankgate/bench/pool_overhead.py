@@ -90,8 +90,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="world sizes (default 2 4)",
     )  # fmt: skip
     parser.add_argument(
-        "--backend", choices=("gloo", "nccl"), default="gloo", help="process-group backend"
-    )
+        "--backend", choices=("gloo", "nccl"), default="gloo",
+        help="process-group backend (default gloo)",
+    )  # fmt: skip
 
 
 def validate(args: argparse.Namespace) -> None:

@@ -47,7 +47,7 @@ def add_options(parser: pytest.Parser) -> None:
         type=float,
         default=None,
         help="seconds before a world test counts as hung (overrides ini rankgate_timeout; "
-        "a marker's timeout= overrides both)",
+        f"a marker's timeout= overrides both; default: the ini's, else {DEFAULT_TIMEOUT_S:g})",
     )
     group.addoption(
         "--rankgate-seed",
@@ -59,7 +59,9 @@ def add_options(parser: pytest.Parser) -> None:
         "--rankgate-mode",
         choices=("auto", "pool", "inplace"),
         default="auto",
-        help="auto: in-place when started by torchrun/srun/mpirun, else worker pools",
+        help="how world tests get their ranks: inplace (pytest itself runs as the ranks of "
+        "torchrun, srun or mpirun), pool (rankgate's worker pools) or auto (in place when "
+        "started by a launcher, else pools; default auto)",
     )
     group.addoption(
         "--rankgate-reruns",
@@ -81,7 +83,8 @@ def add_options(parser: pytest.Parser) -> None:
         default=None,
         metavar="FILE",
         help="a TOML file of quarantined tests (id, reason, issue): they run, and their "
-        "failures do not fail the run (overrides ini rankgate_quarantine; docs/harness.md)",
+        "failures do not fail the run (overrides ini rankgate_quarantine; default: none; "
+        "docs/harness.md)",
     )
     add_shard_options(group)
     for name, (help_text, kind) in INI_OPTIONS.items():
@@ -89,34 +92,38 @@ def add_options(parser: pytest.Parser) -> None:
 
 
 INI_OPTIONS: dict[str, tuple[str, str | None]] = {
-    "rankgate_reruns": ("reruns of a failed world test (0)", None),
-    "rankgate_flaky": ("pass or fail: what a flaky test counts as (pass)", None),
-    "rankgate_quarantine": ("TOML file of quarantined tests (none)", None),
-    "rankgate_timeout": (f"default test timeout in seconds ({DEFAULT_TIMEOUT_S:g})", None),
+    "rankgate_reruns": ("reruns of a failed world test (default 0)", None),
+    "rankgate_flaky": ("pass or fail: what a flaky test counts as (default pass)", None),
+    "rankgate_quarantine": ("TOML file of quarantined tests (default: none)", None),
+    "rankgate_timeout": (
+        f"seconds before a world test counts as hung (default {DEFAULT_TIMEOUT_S:g})",
+        None,
+    ),
     "rankgate_start_timeout": (
-        f"seconds for a pool to start and rendezvous ({DEFAULT_START_TIMEOUT_S:g})",
+        f"seconds for a pool to start and rendezvous (default {DEFAULT_START_TIMEOUT_S:g})",
         None,
     ),
     "rankgate_rendezvous_timeout": (
         "seconds ranks wait for each other while joining the process group "
-        f"({DEFAULT_RENDEZVOUS_TIMEOUT_S:g}); collectives in a test get the test's timeout "
+        f"(default {DEFAULT_RENDEZVOUS_TIMEOUT_S:g}); collectives in a test get the test's timeout "
         "plus a margin instead",
         None,
     ),
     "rankgate_worker_setup": (
-        "module:function called as function(rank) in every rank before rendezvous",
+        "module:function called as function(rank) in every rank before rendezvous "
+        "(default: none)",
         None,
     ),
     "rankgate_spawn_helpers": (
         "a suite's own spawn helpers to run on rankgate's ranks, one a line: module:function "
         "world=PARAM backend=PARAM args=PARAM kwargs=PARAM env=NAME={local_rank},... "
-        "(docs/adopting.md)",
+        "(docs/adopting.md; default: none)",
         "linelist",
     ),
     "rankgate_world_classes": (
         "a suite's own distributed test base classes, one a line: module:Class "
         "world=ATTR marker=MARKER backend=ATTR launcher=ATTR launches=ATTR:VALUE "
-        "setup=module:function env=NAME={local_world_size},... (docs/adopting.md)",
+        "setup=module:function env=NAME={local_world_size},... (docs/adopting.md; default: none)",
         "linelist",
     ),
 }
@@ -255,7 +262,8 @@ def add_shard_options(group) -> None:
         metavar="FILE",
         default=None,
         help="record each test's time (a world test's: its wall time over all ranks) and "
-        "merge it into FILE (JSON: node id -> seconds); in place rank 0 writes it",
+        "merge it into FILE (JSON: node id -> seconds); in place rank 0 writes it (default: "
+        "not recorded)",
     )
     group.addoption(
         "--rankgate-durations",
@@ -269,5 +277,5 @@ def add_shard_options(group) -> None:
         metavar="K/N",
         default=None,
         help="run shard K of N (1-based): tests split by stored time, longest first, each "
-        "to the shard with least so far; the other tests are deselected",
+        "to the shard with least so far; the other tests are deselected (default: every test)",
     )

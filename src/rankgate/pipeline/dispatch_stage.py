@@ -33,14 +33,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="site profile: a .toml path, or NAME looked up as NAME.toml in $RANKGATE_PROFILES "
         "(folders separated by ':') and ./profiles",
     )
-    parser.add_argument("--stage", help="pipeline stage to run (e.g. gpu, hpc)")
+    parser.add_argument(
+        "--stage",
+        help="pipeline stage whose tests run on the target, e.g. gpu or hpc (required, "
+        "unless --canary)",
+    )
     parser.add_argument(
         "--canary",
         action="store_true",
         help="interLink profiles: submit pods meant to succeed, fail and time out (the "
         "run timeout, default 60 s) and check each outcome; exit 0 when all three match",
     )
-    parser.add_argument("--markers", help="override the stage's pytest marker expression")
+    parser.add_argument(
+        "--markers",
+        help="pytest marker expression to run instead of the stage's (default: the stage's)",
+    )
     parser.add_argument(
         "--shards",
         type=int_at_least(1),
@@ -51,7 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     _add_wait_arguments(parser)
     parser.add_argument(
-        "--out", type=Path, default=None, help="local folder for fetched results (remote targets)"
+        "--out", type=Path, default=None,
+        help="local folder for the fetched results of a remote target (default: a new "
+        "temporary folder, named in the summary)",
     )
     parser.add_argument(
         "--junit",
@@ -80,7 +89,7 @@ def _add_wait_arguments(parser: argparse.ArgumentParser) -> None:
         type=seconds,
         default=None,
         metavar="SECONDS",
-        help="cancel the job when it has not ended after this long",
+        help="cancel the job when it has not ended after this long (default: no deadline)",
     )
     parser.add_argument(
         "--queue-timeout",

@@ -1,26 +1,5 @@
 """``rankgate run``: runs the pipeline's stages, or narrower test selections, chosen by the
-seed runner's options (mapped onto stages and markers).
-
-=================  ==========================================================
-option             runs
-=================  ==========================================================
-(none)             the gate: env-check and every stage this machine can run
---stage NAME       that stage (repeatable): lint unit dist gpu hpc bench container
---unit             stage unit (marker ``unit``)
---integration      stage dist: multi-rank tests (marker ``dist and not gpu``)
---performance      stage bench's tests only (marker ``perf``)
---benchmark        stage bench: perf tests and the harness benchmark smoke run
---error            the fault-injection suite (suites/harness), every CPU tier
---auto             backend detection/selection tests (suites/comm, -k auto/select)
---markers EXPR     only tests matching EXPR; "a,b" means "a and b"; with stages,
-                   it narrows each one
---file PATH        only tests under PATH (repeatable)
---coverage         pytest-cov over rankgate (needs pytest-cov)
---parallel [N]     pytest-xdist with N workers (default: auto)
---json             end with one JSON line: each stage's outcome
---quick            leave out tests and stages marked slow; the table names them
---env-check        ``rankgate env-check`` first (alone: only that)
-=================  ==========================================================
+seed runner's options (mapped onto stages and markers); each option's help says which.
 """
 
 from __future__ import annotations
@@ -71,30 +50,82 @@ SELECTIONS: dict[str, Callable[[], Stage]] = {
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = __doc__.split("\n", 2)[2]
-    pick = parser.add_argument_group("what to run")
-    pick.add_argument("--stage", action="append", default=[], choices=stages.names())
-    pick.add_argument("--unit", action="store_true", help="stage unit")
-    pick.add_argument("--integration", action="store_true", help="stage dist (multi-rank)")
-    pick.add_argument("--performance", action="store_true", help="perf-marked tests")
-    pick.add_argument("--benchmark", action="store_true", help="stage bench")
-    pick.add_argument("--error", action="store_true", help="fault-injection suite")
-    pick.add_argument("--auto", action="store_true", help="backend selection tests")
-    pick.add_argument("--markers", default="", help='marker expression; "a,b" = "a and b"')
-    pick.add_argument("--file", action="append", default=[], help="test file or directory")
-    pick.add_argument("--env-check", action="store_true", help="rankgate env-check first")
+    parser.epilog = (
+        "Without a selection it runs the gate: env-check, then every stage this machine can\n"
+        "run, and a table of verdicts. `rankgate run --list` names the stages."
+    )
+    pick = parser.add_argument_group("what to run (default: the gate)")
+    pick.add_argument(
+        "--stage", action="append", default=[], choices=stages.names(), metavar="NAME",
+        help=f"run this stage; repeatable ({', '.join(stages.names())}; default: the gate)",
+    )  # fmt: skip
+    pick.add_argument(
+        "--unit", action="store_true", help="run stage unit: single-process tests (marker unit)"
+    )
+    pick.add_argument(
+        "--integration", action="store_true",
+        help="run stage dist: multi-rank tests on CPU (marker 'dist and not gpu')",
+    )  # fmt: skip
+    pick.add_argument(
+        "--performance", action="store_true",
+        help="run only stage bench's tests (marker perf), without its benchmark commands",
+    )  # fmt: skip
+    pick.add_argument(
+        "--benchmark", action="store_true",
+        help="run stage bench: perf tests, the harness benchmark and the baseline comparisons",
+    )  # fmt: skip
+    pick.add_argument(
+        "--error", action="store_true",
+        help="run the fault-injection suite (suites/harness) at every CPU tier",
+    )  # fmt: skip
+    pick.add_argument(
+        "--auto", action="store_true",
+        help="run the backend detection and selection tests (suites/comm, -k 'auto or select')",
+    )  # fmt: skip
+    pick.add_argument(
+        "--markers", default="", metavar="EXPR",
+        help='run only tests matching this marker expression ("a,b" means "a and b"); with '
+        "stages it narrows each one (default: each stage's own markers)",
+    )  # fmt: skip
+    pick.add_argument(
+        "--file", action="append", default=[], metavar="PATH",
+        help="run only tests under this file, folder or node id; repeatable (default: all)",
+    )  # fmt: skip
+    pick.add_argument(
+        "--env-check", action="store_true",
+        help="run `rankgate env-check` first; given alone, run only that",
+    )  # fmt: skip
     how = parser.add_argument_group("how")
-    how.add_argument("--coverage", action="store_true", help="measure coverage (pytest-cov)")
     how.add_argument(
-        "--parallel", nargs="?", const="auto", default=None, metavar="N", type=_workers
-    )
-    how.add_argument("--json", action="store_true", help="end with one JSON line")
-    how.add_argument("--profile", default="", help="site profile: dispatch gpu/hpc with it")
-    how.add_argument("--out", default="out", type=Path, help="products go here (default out/)")
-    how.add_argument("--strict", action="store_true", help="a skipped stage fails the run")
+        "--coverage", action="store_true",
+        help="measure coverage of rankgate with pytest-cov (default: off)",
+    )  # fmt: skip
     how.add_argument(
-        "--quick", action="store_true", help="leave out tests and stages marked slow (named)"
+        "--parallel", nargs="?", const="auto", default=None, metavar="N", type=_workers,
+        help="run pytest under pytest-xdist with N workers (a number, auto or logical; "
+        "--parallel alone: auto; default: the stage's own setting)",
+    )  # fmt: skip
+    how.add_argument(
+        "--json", action="store_true", help="end with one JSON line: each stage's outcome"
     )
+    how.add_argument(
+        "--profile", default="", metavar="SITE.toml",
+        help="site profile: stages gpu and hpc are dispatched to its target "
+        "(default: none, they run here or are skipped)",
+    )  # fmt: skip
+    how.add_argument(
+        "--out", default="out", type=Path, metavar="DIR",
+        help="folder for JUnit files, logs and reports (default: out)",
+    )  # fmt: skip
+    how.add_argument(
+        "--strict", action="store_true",
+        help="a skipped stage fails the run (default: a skipped stage is reported, not failed)",
+    )  # fmt: skip
+    how.add_argument(
+        "--quick", action="store_true",
+        help="leave out tests and stages marked slow, naming them in the table "
+        "(default: run them)",
+    )  # fmt: skip
     how.add_argument("--list", action="store_true", help="list the stages and exit")
 
 

@@ -102,7 +102,7 @@ class Stage:
     (:mod:`rankgate.pipeline.changes`); tests/pipeline checks that they cover every file
     the stage's tests import."""
     dagger: str
-    """The Dagger function (.dagger/) that runs the stage in CI."""
+    """The Dagger function (ci/) that runs the stage in CI."""
     workflow: str
     """``<file>:<job>`` of the GitHub Actions job (.github/workflows) that runs it."""
 
@@ -235,10 +235,12 @@ _WORKFLOWS = (
     ".github/workflows/ci.yml", ".github/workflows/release.yml", ".github/workflows/latest.yml",
 )  # fmt: skip
 # Unit tests read almost everything: code, workflows, the Dagger module, the README's
-# commands, the container matrix and the committed benchmark files.
+# commands, the container matrix, the committed benchmark files and the documentation
+# site (tests/test_docsite.py builds it).
 _UNIT_PATHS = (
-    "src/**", "tests/**", "suites/**", ".dagger/**", "conftest.py", "noxfile.py", ".github/**",
+    "src/**", "tests/**", "suites/**", "ci/**", "conftest.py", "noxfile.py", ".github/**",
     "README.md", "docs/**", "containers/**", "scripts/**", "benchmarks/**", "dagger.json",
+    "mkdocs.yml",
 )  # fmt: skip
 
 
@@ -286,6 +288,8 @@ _STAGES: dict[str, Stage] = {
                 *_PYTEST_RUN, *_WORKLOAD_SUITES, *_INTERLINK_E2E, *_JUNIT_MERGE, *_REPORT_TESTS,
                 "suites/harness/**", "suites/pipeline/test_dist_smoke.py", "tests/bench/**",
                 "tests/test_leftovers.py", "tests/leftovers.py",
+                # the documentation's runnable examples, shown by rankgate.docsite
+                "tests/test_docs_examples.py", "docs/examples/**", "src/rankgate/docsite.py",
             ),
         ),
         Stage(

@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--history", type=Path, metavar="DIR",
         help="a folder of earlier runs' report.json: a trend per metric, and the tests "
-        "whose outcome changed since the last of them",
+        "whose outcome changed since the last of them (default: OUT/history, when it exists)",
     )  # fmt: skip
     parser.add_argument(
         "--run-id", metavar="ID",
@@ -59,7 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: each folder's newest run)",
     )  # fmt: skip
     parser.add_argument(
-        "-o", "--output", metavar="OUT.json", help="also write the JSON summary here"
+        "-o", "--output", metavar="OUT.json",
+        help="also write the JSON summary here (default: only OUT/report.json)",
     )
     parser.add_argument(
         "--json", action="store_true",

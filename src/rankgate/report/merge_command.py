@@ -46,12 +46,16 @@ def _add_merge_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="per-rank JUnit files (junit.rank<r>.xml), or directories holding them",
     )
-    parser.add_argument("-o", "--output", metavar="OUT.xml", help="write the merged JUnit here")
+    parser.add_argument(
+        "-o", "--output", metavar="OUT.xml",
+        help="write the merged JUnit here (default: none written; the verdict is printed)",
+    )  # fmt: skip
     parser.add_argument(
         "--world",
         type=int_at_least(1),
         metavar="N",
-        help="expected number of ranks; a rank without a file is an error",
+        help="expected number of ranks; a rank without a file is an error (default: the "
+        "ranks the files name)",
     )
     parser.add_argument(
         "--json",

@@ -1,4 +1,4 @@
-"""The Dagger module (.dagger/), tested offline: Dagger's engine cannot run on these machines.
+"""The Dagger module (ci/), tested offline: Dagger's engine cannot run on these machines.
 
 Three checks: the module imports and registers without an engine (the SDK's own
 registration code, see dagger_typedefs.py); each function builds the query it should
@@ -27,7 +27,7 @@ dagger = pytest.importorskip(
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / ".dagger" / "src"))
+sys.path.insert(0, str(ROOT / "ci" / "src"))
 from rankgate_ci import main as ci  # noqa: E402
 from rankgate_ci.verdict import Gate, refusal  # noqa: E402
 
@@ -56,7 +56,7 @@ def test_every_function_and_argument_is_documented(registered):
 def test_source_defaults_to_the_repository_without_its_caches(registered):
     source = registered["constructor"]["args"]["source"]
     assert (source["type"], source["default_path"]) == ("Directory", "/")
-    assert {".git", ".nox", "out", ".dagger/sdk"} <= set(source["ignore"])
+    assert {".git", ".nox", "out", "ci/sdk"} <= set(source["ignore"])
 
 
 def test_functions_that_reach_outside_are_never_cached(registered):

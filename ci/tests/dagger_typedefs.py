@@ -1,7 +1,7 @@
 """Print the Dagger module's registration as JSON, without an engine.
 
-Run as a script (``python tests/pipeline/dagger_typedefs.py``): it sets the variables
-the Dagger runtime sets, imports .dagger/src/rankgate_ci, and runs the SDK's own
+Run as a script (``python ci/tests/dagger_typedefs.py``): it sets the variables
+the Dagger runtime sets, imports ci/src/rankgate_ci, and runs the SDK's own
 registration with ``Module.id`` replaced so the type definitions it would send to
 the engine come back as data. Output: {"constructor": {...}, "functions": {...}}.
 """
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def main() -> None:
     os.environ["DAGGER_MAIN_OBJECT"] = "RankgateCi"
     os.environ["DAGGER_MODULE"] = "rankgate-ci"
-    sys.path.insert(0, str(ROOT / ".dagger" / "src"))
+    sys.path.insert(0, str(ROOT / "ci" / "src"))
     import dagger
     from dagger.client.base import Type
     from dagger.mod import default_module

@@ -2,7 +2,7 @@
 
 It is the Dagger module's copy of ``rankgate.pipeline.executor.verdict`` with
 ``allow_skipped=False``: the module runs in the engine without rankgate installed.
-tests/pipeline/test_dagger_module.py checks the two agree on every case.
+ci/tests/test_dagger_module.py checks the two agree on every case.
 """
 
 from __future__ import annotations

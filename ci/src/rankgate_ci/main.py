@@ -3,7 +3,7 @@
 Stage -> function: lint -> lint, unit and dist -> test-cpu, gpu -> test-gpu,
 hpc -> test-hpc, bench -> bench, container -> build-container, gate -> release-gate,
 latest -> test-latest.
-tests/pipeline/test_agreement.py keeps this list equal to the stage list.
+tests/pipeline/test_agreement.py and ci/tests keep this list equal to the stage list.
 
 Secrets (registry password, kubeconfig, interLink token, ssh key) arrive as
 dagger.Secret and are only mounted or put in the environment of the process that
@@ -49,7 +49,7 @@ SOURCE_IGNORE = [
     "**/.pytest_cache",
     "**/.ruff_cache",
     "**/*.egg-info",
-    ".dagger/sdk",
+    "ci/sdk",
 ]
 
 

@@ -1,0 +1,70 @@
+"""The documentation's runnable examples run, and print what the pages show.
+
+Each folder under docs/examples is one example: its files, ``example.toml`` (the
+command, its exit code, and the folder its output was recorded in) and ``output.txt``,
+recorded from a real run; the pages show them through ``<!-- rankgate:example ... -->``
+(rankgate.docsite). Here each runs in a copy of its folder, as a reader would run it in
+a new virtual environment: no plugin but rankgate's, and its output must equal the
+recorded one but for the wall time and the folder.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rankgate import docsite
+
+pytestmark = [pytest.mark.dist, pytest.mark.launches]
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "docs" / docsite.EXAMPLES
+NAMES = sorted(p.name for p in EXAMPLES.iterdir() if (p / "example.toml").is_file())
+
+
+def normalised(output: str, folder: str) -> str:
+    """The output less what differs between two runs: the folder and the wall time."""
+    output = output.replace(folder, "FOLDER")
+    return re.sub(r"\bin \d+(\.\d+)?s\b", "in Ts", output)
+
+
+def test_every_example_folder_is_runnable():
+    assert "first" in NAMES
+    for path in EXAMPLES.iterdir():
+        assert (path / "example.toml").is_file(), f"{path}: no example.toml"
+        assert (path / "output.txt").is_file(), f"{path}: no output.txt (record a real run)"
+
+
+def test_every_example_placeholder_names_an_example():
+    pages = "\n".join(p.read_text() for p in (ROOT / "docs").rglob("*.md"))
+    shown = set(re.findall(r"<!-- rankgate:example ([\w-]+)/", pages))
+    assert shown == set(NAMES), "an example no page shows, or a page showing none"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_example_prints_what_its_page_shows(name, tmp_path):
+    settings = docsite.example_settings(EXAMPLES / name)
+    folder = tmp_path / name
+    shutil.copytree(EXAMPLES / name, folder)
+    argv = shlex.split(settings["command"])
+    if argv[0] == "pytest":  # this environment's pytest, whatever PATH holds
+        argv = [sys.executable, "-m", "pytest", *argv[1:]]
+    # A reader's new environment has rankgate's plugin and no other: the dev extra's
+    # (xdist, randomly, hypothesis...) would change the output; PYTEST_PLUGINS loads
+    # rankgate's without a word on the command line (the reproduction line repeats it),
+    # and its terminal is none: pytest draws its rules 80 wide, whatever COLUMNS says.
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_", "RANKGATE_")) and k not in ("COLUMNS", "LINES")}  # fmt: skip
+    env |= {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTEST_PLUGINS": "rankgate.pytest_plugin"}
+    done = subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+    output = done.stdout + done.stderr
+    expected = (folder / "output.txt").read_text()
+    assert normalised(output, str(folder)) == normalised(expected, settings["recorded_in"]), output
+    assert done.returncode == settings["exit_code"], output
