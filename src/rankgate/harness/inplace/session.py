@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 import traceback
 from pathlib import Path
 
@@ -58,7 +57,7 @@ from rankgate.harness.inplace.reruns import (
 )
 from rankgate.harness.inplace.shares import ShareMixin, Stopped
 from rankgate.harness.inplace.signalwatch import SignalWatch
-from rankgate.harness.inplace.stop import RunStop
+from rankgate.harness.inplace.stop import RunningTest, RunStop
 from rankgate.harness.inplace.summary import Problem
 from rankgate.harness.inplace.verdict import (
     RankResult,
@@ -143,12 +142,7 @@ class InPlaceSession(ShareMixin):
         self.base_seed = config.getoption("rankgate_seed")
         self.problems: list[Problem] = []
         self._failed_tests: list[tuple[str, list[int]]] = []  # node id, ranks that failed it
-        self.current: pytest.Item | None = None
-        self.current_logged = False  # its own reports are in the JUnit file already
-        # Its own reports in the results file, the JUnit's still to come: a stop during the
-        # exchange records its verdict in the JUnit with them (a peer's death, say).
-        self.current_own: list[pytest.TestReport] | None = None
-        self.current_start = 0.0  # time.monotonic() when the current test began
+        self.running = RunningTest()  # what a stop finds of the test in progress
         # The real stderr, before pytest's capture swaps fd 2 during tests: hang stacks
         # written to the capture file would vanish with the process.
         self.hang_watch = HangWatch(launch.rank, os.fdopen(os.dup(2), "w"))
@@ -167,7 +161,16 @@ class InPlaceSession(ShareMixin):
         self.run_id = _agree_on_run_id(self.control)
         self.records = RankRecords(config, launch, self.skip_reason, self.run_id)
         ledger.install(self.backend)
-        self.stop = RunStop(self)
+        self.stop = RunStop(
+            config,
+            launch,
+            self.control,
+            self.group,
+            self.hang_watch,
+            records=self.records,
+            running=self.running,
+            plan=self,
+        )
         shared_root = Path(os.environ.get("RANKGATE_SHARED_TMP", self.log_dir))
         self.shared_dirs = tempdirs.SharedDirs(shared_root, launch.rank, self.control, self.run_id)
         self._signals = SignalWatch(self.stop.on_signal)
@@ -178,13 +181,9 @@ class InPlaceSession(ShareMixin):
 
     def _join(self) -> None:
         """Open the store, join this run's generation in it, start the process group."""
-        self.group = InPlaceGroup(self.launch, options.rendezvous_timeout(self.config))
-        self.backend, self.has_gpus, self.device = (
-            self.group.backend,
-            self.group.has_gpus,
-            self.group.device,
-        )
-        self.control = self.group.control
+        group = self.group = InPlaceGroup(self.launch, options.rendezvous_timeout(self.config))
+        self.backend, self.has_gpus, self.device = group.backend, group.has_gpus, group.device
+        self.control = group.control
 
     def store_index(self, item: pytest.Item) -> int | str | None:
         """The running test's name in store keys (``t<index>/...``): its index in the
@@ -298,7 +297,8 @@ class InPlaceSession(ShareMixin):
     def ranks_that_failed(self, index: int) -> list[int]:
         """The other ranks of the running test that marked test ``index`` failed
         (control.failed_key)."""
-        ranks = self.ranks_of(self.current.nodeid) if self.current is not None else ()
+        current = self.running.item
+        ranks = self.ranks_of(current.nodeid) if current is not None else ()
         return [
             r for r in ranks
             if r != self.launch.rank and self.control.peek(control.failed_key(index, r))
@@ -344,8 +344,7 @@ class InPlaceSession(ShareMixin):
             set_collective_timeout(seconds)
         index = self.index.get(item.nodeid)
         item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
-        self.current, self.current_logged, self.current_own = item, False, None
-        self.current_start = time.monotonic()  # a stop's record of it keeps its duration
+        self.running.begin(item)
         self.records.begin(item)
         own, everyone, attempts = self._attempts(item, nextitem, index, seconds)
         shown = own if everyone is None else verdict_reports(item, own, everyone, self.launch.rank)
@@ -355,7 +354,7 @@ class InPlaceSession(ShareMixin):
             if not self.stop.begun.is_set():
                 for report in shown:
                     self.records.log_shown(report=report)
-                self.current = None
+                self.running.item = None
         self.stop.park_if_stopping()
         self.records.count_failure(item, shown)
         item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
@@ -378,7 +377,7 @@ class InPlaceSession(ShareMixin):
             self.stop.park_if_stopping()
             if not hold:  # a rank that dies in the exchange leaves its result
                 self.records.log_own(item, own, junit=False)
-                self.current_own = own
+                self.running.own = own
             everyone = None
             if index is not None and self._aborted is None:
                 self.records.reached(item)
@@ -401,7 +400,7 @@ class InPlaceSession(ShareMixin):
             self.attempt += 1
         own = with_attempts(item, own, attempts, self.flaky_policy)
         self.records.log_own(item, own, properties(attempts, self.flaky_policy))
-        self.current_logged = True
+        self.running.logged = True
         if everyone is not None:
             self._note_verdict(item, everyone)
             if len(attempts) > 1:
@@ -414,7 +413,7 @@ class InPlaceSession(ShareMixin):
         with self.stop.verdict_lock:
             if not self.stop.begun.is_set():
                 self.records.log_own(item, own, results=False)
-                self.current_logged, self.current_own = True, None
+                self.running.logged, self.running.own = True, None
         self.stop.park_if_stopping()
 
     def _rerun(self, item: pytest.Item, index: int, attempts, seconds: float) -> bool:

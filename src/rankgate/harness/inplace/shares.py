@@ -45,15 +45,21 @@ class ShareMixin:
         return tuple(range(self.launch.world_size)) if share is None else share.ranks
 
     def rank_in_test(self, item: pytest.Item) -> int:
-        """The ``rank`` fixture: a world test's rank in its (sub-)world, else the global."""
+        """The ``rank`` fixture: a world test's rank in its (sub-)world; 0 in a plain test
+        shared out to one rank, as in the pool; the global rank in an every_rank test."""
         share = self.shares.get(item.nodeid)
+        if share is not None and share.plain:
+            return 0
         if share is None or not share.world_test:
             return self.launch.rank
         return share.local_rank(self.launch.rank)
 
     def world_in_test(self, item: pytest.Item) -> int:
-        """The ``world_size`` fixture: a world test's (sub-)world size, else the launched."""
+        """The ``world_size`` fixture: a world test's (sub-)world size; 1 in a plain test
+        shared out to one rank, as in the pool; the launched size in an every_rank test."""
         share = self.shares.get(item.nodeid)
+        if share is not None and share.plain:
+            return 1
         if share is None or not share.world_test:
             return self.launch.world_size
         return len(share.ranks)

@@ -19,13 +19,14 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn, Protocol
 
 import pytest
 
-from rankgate.harness import divergence, leaks, ledger, locks, verdict_lines
+from rankgate.harness import divergence, leaks, ledger, locks, options, verdict_lines
 from rankgate.harness.failure_repr import failure_repr, item_report
 from rankgate.harness.inplace import control
 from rankgate.harness.inplace.reruns import no_rerun_note
@@ -33,6 +34,12 @@ from rankgate.harness.inplace.verdict import RankResult, own_result
 from rankgate.harness.output import TERMINAL_LIMIT, clip_text
 from rankgate.harness.stacks import where as stack_where
 from rankgate.harness.verdict_lines import INTERRUPTED_PREFIX
+
+if TYPE_CHECKING:
+    from rankgate.harness.inplace.group import InPlaceGroup
+    from rankgate.harness.inplace.hangwatch import HangWatch
+    from rankgate.harness.inplace.records import RankRecords
+    from rankgate.launch.env import LaunchEnv
 
 EXIT_WAIT_S = 5.0
 """A rank that stops the run waits this long for the others to write their JUnit files."""
@@ -65,18 +72,61 @@ def _crashed(ranks: Sequence[int]) -> str:
     )
 
 
+@dataclass(slots=True)
+class RunningTest:
+    """The test the main thread runs, as a stopping watcher finds it."""
+
+    item: pytest.Item | None = None
+    own: list[pytest.TestReport] | None = None
+    """Its own reports once in the results file, the JUnit's still to come: a stop during
+    the exchange records its verdict in the JUnit with them (a peer's death, say)."""
+    logged: bool = False
+    """Its own reports are in the JUnit file already."""
+    start: float = 0.0
+    """time.monotonic() when it began: a stop's record of it keeps its duration."""
+
+    def begin(self, item: pytest.Item) -> None:
+        self.item, self.own, self.logged, self.start = item, None, False, time.monotonic()
+
+
+class RunPlan(Protocol):
+    """What a stop asks of the run's plan (the session's)."""
+
+    longest_timeout: float
+    """Of the run's tests: how long a peer may still be in one."""
+
+    def ranks_of(self, nodeid: str) -> tuple[int, ...]: ...
+    def store_index(self, item: pytest.Item) -> int | str | None: ...
+    def ranks_that_failed(self, index: int) -> list[int]: ...
+    def every_rank_hint(self, item: pytest.Item, entries=None, in_collective=False) -> str: ...
+    def reproduction_line(self, item: pytest.Item) -> str: ...
+
+
 class RunStop:
     """The stop state of one in-place rank (the session's ``stop``).
 
-    Made once the rank has joined the group; it reads the session's run as it stands:
-    the running test (``current``), the tests' indices and the rank's records.
+    Made once the rank has joined the group; it reads the run as it stands: the
+    ``running`` test, the ``plan`` (which ranks run a test, its store index) and the
+    rank's ``records``.
     """
 
-    def __init__(self, session) -> None:
-        self.session = session
-        self.config, self.launch = session.config, session.launch
-        self.control, self.group = session.control, session.group
-        self.hang_watch = session.hang_watch
+    def __init__(
+        self,
+        config: pytest.Config,
+        launch: LaunchEnv,
+        channel: control.ControlChannel,
+        group: InPlaceGroup,
+        hang_watch: HangWatch,
+        *,
+        records: RankRecords,
+        running: RunningTest,
+        plan: RunPlan,
+    ) -> None:
+        self.config, self.launch = config, launch
+        self.control, self.group = channel, group
+        self.hang_watch = hang_watch
+        self.records, self.running, self.plan = records, running, plan
+        self.reruns = options.reruns(config)
         self._lock = threading.Lock()
         self._stopping = False
         self.begun = threading.Event()
@@ -102,7 +152,7 @@ class RunStop:
         failed: dict[int, str] = {}
         mine = ledger.now()
         ledgers: dict[int, list | None] = {rank: mine}
-        self.session.records.log_ledger(item, mine)
+        self.records.log_ledger(item, mine)
         try:
             self.control.abort(reason)
             failed = self._failed_peers(item, ledgers)
@@ -122,7 +172,7 @@ class RunStop:
             verdict_lines.outcomes_line({rank: "hung"}, notes=notes), cause
         )
         waits = wheres.get(rank) is not None and wheres[rank].collective is not None
-        hint = self.session.every_rank_hint(item, mine, waits)
+        hint = self.plan.every_rank_hint(item, mine, waits)
         if hint:  # a plain test on one rank waits for ranks that never join it
             headline = f"{headline}; {hint}"
         own_body = f"{table}Python stacks of every thread:\n{stacks}"
@@ -146,11 +196,11 @@ class RunStop:
         """The other ranks that failed ``item``, with their failures' texts: the results
         they sent for the exchange, which they entered once the test ended there (their
         ledgers go into ``ledgers``)."""
-        index = self.session.store_index(item)  # this attempt's, after a rerun
+        index = self.plan.store_index(item)  # this attempt's, after a rerun
         if index is None:
             return {}
         failed = {}
-        for r in self.session.ranks_that_failed(index):
+        for r in self.plan.ranks_that_failed(index):
             sent = self.control.peek(control.outcome_key(index, r))
             failed[r] = RankResult(*sent).text if sent is not None else ""
             ledgers[r] = RankResult(*sent).ledger if sent is not None else None
@@ -168,7 +218,7 @@ class RunStop:
         """From the signal watch: a launcher (or CI) stops this rank; record, tell, exit."""
         with self.verdict_lock:  # this test's verdict is shown by the main thread or here
             self.begun.set()
-            item = self.session.current
+            item = self.running.item
         if not self._claim():
             return  # the hang watch is stopping this rank already, and exits when done
         name = signal.Signals(signum).name
@@ -188,7 +238,7 @@ class RunStop:
             cause = f"rank {rank} received {name} ({who})"
         where = f"while {item.nodeid} ran" if item is not None else "between tests"
         note = self._in_flight_note() if dead and item is not None else ""
-        if dead and item is not None and not set(dead) & set(self.session.ranks_of(item.nodeid)):
+        if dead and item is not None and not set(dead) & set(self.plan.ranks_of(item.nodeid)):
             # Another sub-world's rank died: this rank's test is not to blame. It is
             # recorded "not run" with the rest, naming the crash.
             item, note = None, ""
@@ -245,7 +295,7 @@ class RunStop:
         """
         rank = self.launch.rank
         stuck = item is not None and verdict in ("hung", "crashed")  # not a CI's signal
-        note = no_rerun_note(self.session.reruns) if stuck else ""
+        note = no_rerun_note(self.reruns) if stuck else ""
         if note:
             reason += note
             text += "\n" + note.strip(" ()")
@@ -271,20 +321,20 @@ class RunStop:
         except Exception:
             pass  # the store is gone; the others learn it from the launcher
         if item is not None:
-            own = self.session.current_own if item is self.session.current else None
+            own = self.running.own if item is self.running.item else None
             report = self._stop_report(item, text + _own_result_note(own, rank), captured, verdict)
             shown = (
                 report
                 if shown_text is None
                 else self._stop_report(item, shown_text, captured, verdict)
             )
-            if self.session.current_logged:  # its own result is in the JUnit file already
-                self.session.records.log_shown(report=shown)
+            if self.running.logged:  # its own result is in the JUnit file already
+                self.records.log_shown(report=shown)
             else:  # the results file may hold its own result (the exchange was next)
-                self.session.records.log_both(item, [report], shown=[shown], results=own is None)
-            self.session.records.reached(item)
-        not_run = self.session.records.report_not_run(reason)
-        self.session.records.write_now(self.interrupted)
+                self.records.log_both(item, [report], shown=[shown], results=own is None)
+            self.records.reached(item)
+        not_run = self.records.report_not_run(reason)
+        self.records.write_now(self.interrupted)
         self._print_summary(reason)
         self._end_children()
         self.hang_watch.write(f"[rank {rank}] rankgate: {reason}; {not_run}")
@@ -310,7 +360,7 @@ class RunStop:
         return item_report(
             item,
             outcome="failed",
-            longrepr=failure_repr(item, f"{text}\n{self.session.reproduction_line(item)}"),
+            longrepr=failure_repr(item, f"{text}\n{self.plan.reproduction_line(item)}"),
             when="call",
             sections=[  # the terminal's share, as the pool's (the files cut it again)
                 (f"Captured {name} call", clip_text(out, TERMINAL_LIMIT))
@@ -318,9 +368,7 @@ class RunStop:
                 if out
             ],
             user_properties=[("rankgate.verdict", verdict)],
-            duration=time.monotonic() - self.session.current_start
-            if self.session.current is item
-            else 0.0,
+            duration=time.monotonic() - self.running.start if self.running.item is item else 0.0,
         )
 
     def _print_summary(self, reason: str) -> None:
@@ -374,7 +422,7 @@ class RunStop:
         mine = stack_where(stacks, str(item.path))
         self.control.set(ledger_key + str(self.launch.rank), ledgers.get(self.launch.rank))
         self.control.set(key + str(self.launch.rank), mine)
-        members = self.session.ranks_of(item.nodeid)  # a sub-world's ranks only
+        members = self.plan.ranks_of(item.nodeid)  # a sub-world's ranks only
         others = [key + str(r) for r in members if r != self.launch.rank and r not in failed]
         deadline = time.monotonic() + WHERE_WAIT_S
         while time.monotonic() < deadline and not self.control.store.check(others):
@@ -394,7 +442,7 @@ class RunStop:
         finish theirs, recording its verdict, before a launcher stops them all)."""
         others = [r for r in range(self.launch.world_size) if r not in (self.launch.rank, *gone)]
         keys = [control.exited_key(r) for r in others]
-        seconds = EXIT_WAIT_S + (self.session.longest_timeout if finish_tests else 0.0)
+        seconds = EXIT_WAIT_S + (self.plan.longest_timeout if finish_tests else 0.0)
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             if self.control.store.check(keys):
