@@ -39,3 +39,75 @@ def test_test_command_runs_every_stage_ci_can_run_here():
     assert readme_commands()[1].endswith(
         "nox -s gate -- --full --only lint,unit,dist,hpc,container"
     )
+
+
+# --- a README a newcomer reads in two minutes (issue 62) ---------------------------------
+
+README = ROOT / "README.md"
+EXAMPLE = ROOT / "docs" / "examples" / "first"
+SIX_PARTS = ["noxfile.py", "ci/", "suites/", "containers/", "pyproject.toml", "README.md"]
+"""The top-level parts the design's layout names, in its order."""
+
+
+def fenced(language: str) -> list[tuple[int, str]]:
+    """Each ```language block of the README: its first line's number and its text."""
+    text = README.read_text()
+    return [(text[: m.start()].count("\n") + 1, m.group(1))
+            for m in re.finditer(rf"^```{language}\n(.*?)^```", text, re.S | re.M)]  # fmt: skip
+
+
+def test_the_readme_is_short():
+    words = len(README.read_text().split())  # as wc -w counts
+    assert words <= 700, f"README.md has {words} words; the rest belongs in docs/"
+
+
+def test_its_first_example_is_within_its_first_40_lines():
+    line, _ = fenced("python")[0]
+    assert line <= 40
+
+
+def test_its_example_and_failing_output_are_the_recorded_run():
+    # docs/examples/first is run again in the dist stage (tests/test_docs_examples.py), its
+    # output compared with output.txt: the README shows those files, not a retyped copy
+    (_, code), (_, output) = fenced("python")[0], fenced("text")[0]
+    assert code == (EXAMPLE / "test_first.py").read_text()
+    assert output == (EXAMPLE / "output.txt").read_text()
+    assert "rank 1 failed; rank 0 passed" in output
+
+
+def readme_links() -> list[str]:
+    return re.findall(r"\]\(([^)\s]+)\)", README.read_text())
+
+
+def test_every_link_reaches_a_file_and_its_heading():
+    from rankgate.docsite import slug
+
+    for link in readme_links():
+        path, _, anchor = link.partition("#")
+        assert (ROOT / path).exists(), f"README.md links to {path}, which is not there"
+        if anchor:
+            headings = re.findall(r"^#+ (.+)$", (ROOT / path).read_text(), re.M)
+            assert anchor in {slug(h) for h in headings}, f"README.md: no #{anchor} in {path}"
+
+
+def test_it_links_every_page_of_the_site_that_is_a_file():
+    yaml = pytest.importorskip("yaml", reason="pyyaml is in the dev extra")
+
+    def pages(nav):
+        for entry in nav:
+            for value in entry.values() if isinstance(entry, dict) else [entry]:
+                yield from pages(value) if isinstance(value, list) else [value]
+
+    # reference/cli.md and pytest-options.md are generated when the site is built
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
+    committed = [p for p in pages(nav) if (ROOT / "docs" / p).is_file() and p != "index.md"]
+    linked = {link.partition("#")[0] for link in readme_links()}
+    assert [p for p in committed if f"docs/{p}" not in linked] == []
+
+
+def test_its_layout_table_starts_from_the_six_parts_the_design_names():
+    section = README.read_text().split("## Layout", 1)[1]
+    paths = re.findall(r"^\| `([^`]+)`", section, re.M)
+    assert paths[: len(SIX_PARTS)] == SIX_PARTS
+    for path in SIX_PARTS:
+        assert (ROOT / path).exists()

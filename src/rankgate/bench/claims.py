@@ -1,12 +1,12 @@
 """``python -m rankgate.bench.claims``: the docs' measured figures, rendered from committed results.
 
 Each claim is a block of Markdown between ``<!-- claims:NAME -->`` and
-``<!-- /claims:NAME -->`` in README.md or a results .md, written by one renderer
+``<!-- /claims:NAME -->`` in README.md, a docs page or a results .md, written by one renderer
 below from the result files it names (a run's JSON, a saved nccl-tests output). Edit
 the results or the renderer, never the numbers in the block: ``--check`` (and
 ``tests/bench/test_bench_claims.py``) fails where a block differs from what its files
-say, and where a measured figure is typed outside any block in the README's comm and
-attention sections.
+say, and where a measured figure is typed outside any block in the sections
+``TYPED_CHECKED`` names (the README's figures, the benchmarks page's comm and attention).
 
 Usage::
 
@@ -33,13 +33,13 @@ RUN10 = f"{X2}/run10-graph-defaults"
 RUN7 = f"{X2}/run7-merged"
 ATTENTION_RUN3 = f"{X2}/attention/run3/attention.json"
 ATTENTION = f"{X2}/two-gpus/attention/attention.json"
-"""The newest attention run: the README's figures."""
+"""The newest attention run: the memory figures (README, benchmarks page)."""
 NCCL_TESTS_GRAPH = "benchmarks/reference/nvidia-h200-x2/nccl-tests-runs/nccl-tests_h200x2_turn3.txt"
 NCCL_TESTS = "benchmarks/reference/nvidia-h200-x2"
 EAGER_PUSH = "benchmarks/results/nvidia-h100-x2/two-gpus-2026-11-26/comm-oneshot-eager/comm.json"
 X4 = "benchmarks/results/nvidia-h100-x4/gpu-pool-and-attention-2026-11-26"
 X4_ATTENTION = f"{X4}/lease3/attention/attention.json"
-"""The newest attention run (ring's head chunks by length): the README's table."""
+"""The newest attention run (ring's head chunks by length): the README's and bench page's."""
 X4_COMM = f"{X4}/lease3/comm/comm.json"
 """The newest comm run, nccl-tests built beside it against torch's NCCL."""
 X2_INTERLEAVED = "benchmarks/results/nvidia-h100-x2/comm-interleaved-2026-11-26"
@@ -50,7 +50,9 @@ X2_LEDGER_LEASE_COMM = f"{X2_LEDGER_LEASE}/comm/comm.json"
 """The second, on another host (the lease that measured the ledger's cost on NCCL)."""
 X4_SELECTION = "benchmarks/results/nvidia-h100-x4/pool-selection-2026-11-27"
 X4_EAGER_COMM = f"{X4_SELECTION}/comm/comm.json"
-"""The newest eager sweep of auto against every single backend (7 rounds): the README's."""
+"""The newest eager sweep of auto against every single backend (7 rounds): the benchmarks page's."""
+BENCH_PAGE = "docs/bench.md"
+"""The benchmarks page of the documentation site: the comm and attention figures."""
 TIMES, DASH = "\u00d7", "\u2013"  # as the docs write them: 1.21x, 1\u20132 us
 BACKEND_NAMES = {"p2p-push": "push", "p2p-oneshot": "one-shot", "p2p-twoshot": "two-shot",
                  "nccl": "NCCL"}  # fmt: skip
@@ -100,29 +102,43 @@ def _tokens(seq: int) -> str:
 # --- comm -------------------------------------------------------------------------------
 
 
-def readme_comm(load: Loader) -> str:
-    """The README's paragraph of 2 x H200 comm figures."""
+BIG = 2 << 30
+SMALL = [KiB << i for i in range(7)]  # 1 KiB .. 64 KiB
+
+
+def _busbw_at_2g(load: Loader, collective: str) -> tuple[float, float]:
+    """NCCL's busbw at 2 GiB through torch (run 7) and nccl-tests' (its reference run)."""
     from rankgate.bench.nccltests import parse_sections
 
-    coll, ar = load(f"{RUN7}/bench_coll/comm.json"), load(f"{RUN7}/bench_ar/comm.json")
-    nt_ar = {r["bytes"]: r for s in parse_sections(load(f"{NCCL_TESTS}/nccl_all_reduce.txt"))
-             for r in s["rows"]}  # fmt: skip
-    nt_bc = {r["bytes"]: r for s in parse_sections(load(f"{NCCL_TESTS}/nccl_broadcast.txt"))
-             for r in s["rows"]}  # fmt: skip
-    big = 2 << 30
-    ar_bus = _rows(ar)[("nccl", big)]["eager_busbw"]
-    bc_bus = _rows(coll, "broadcast")[("nccl", big)]["eager_busbw"]
+    run = load(f"{RUN7}/bench_{'ar' if collective == 'all_reduce' else 'coll'}/comm.json")
+    nt = {r["bytes"]: r for s in parse_sections(load(f"{NCCL_TESTS}/nccl_{collective}.txt"))
+          for r in s["rows"]}  # fmt: skip
+    return _rows(run, collective)[("nccl", BIG)]["eager_busbw"], nt[BIG]["busbw"]
 
-    rerun = load(RERUN)
-    rows = _rows(rerun)
-    small = [KiB << i for i in range(7)]  # 1 KiB .. 64 KiB
-    upto_1m = [KiB << i for i in range(11)]  # 1 KiB .. 1 MiB
-    push = [rows[("p2p-push", s)]["graph_us"] for s in small]
-    nccl_graph = [rows[("nccl", s)]["graph_us"] for s in small]
+
+def _graph_small(load: Loader) -> tuple[list[float], list[float], list[float]]:
+    """fp32 all_reduce 1-64 KiB in a CUDA graph (the rerun): push's us, NCCL's through
+    torch, and nccl-tests' own graph mode (in place)."""
+    from rankgate.bench.nccltests import parse_sections
+
+    rows = _rows(load(RERUN))
     graph_sections = [s for s in parse_sections(load(NCCL_TESTS_GRAPH))
                       if s["graph"] and s["rows"][0]["type"] == "float"]  # fmt: skip
     nt_graph = {r["bytes"]: r["in_place_time_us"] for r in graph_sections[0]["rows"]}
-    faster = [nt_graph[s] / rows[("p2p-push", s)]["graph_us"] for s in small]
+    push = [rows[("p2p-push", s)]["graph_us"] for s in SMALL]
+    return push, [rows[("nccl", s)]["graph_us"] for s in SMALL], [nt_graph[s] for s in SMALL]
+
+
+def bench_comm(load: Loader) -> str:
+    """The benchmarks page's paragraph of 2 x H200 comm figures."""
+    ar_bus, nt_ar_bus = _busbw_at_2g(load, "all_reduce")
+    bc_bus, nt_bc_bus = _busbw_at_2g(load, "broadcast")
+
+    rerun = load(RERUN)
+    rows = _rows(rerun)
+    upto_1m = [KiB << i for i in range(11)]  # 1 KiB .. 1 MiB
+    push, nccl_graph, nt_graph = _graph_small(load)
+    faster = [nt / p for nt, p in zip(nt_graph, push)]
 
     cross = rerun["crossovers"]
     # the graph path is not in a table read back: its choice comes from the printed summary
@@ -136,17 +152,17 @@ def readme_comm(load: Loader) -> str:
     e_1k = rows[("auto", KiB)]["eager_us"] / rows[("p2p-oneshot", KiB)]["eager_us"]
     oneshot = [rows[("p2p-oneshot", s)]["eager_us"] for s in upto_1m]
     nccl_eager = [rows[("nccl", s)]["eager_us"] for s in upto_1m]
-    push_eager = [rows[("p2p-push", s)]["eager_us"] for s in small]
+    push_eager = [rows[("p2p-push", s)]["eager_us"] for s in SMALL]
     h100 = _rows(load(EAGER_PUSH))
     push_sizes = [2 * KiB << i for i in range(8)]  # 2 KiB .. 256 KiB
     h100_push = [h100[("p2p-push", s)]["eager_us"] for s in push_sizes]
     h100_one = [h100[("p2p-oneshot", s)]["eager_us"] for s in push_sizes]
     return _wrap(
         f"On 2{TIMES}H200 (`{X2}/COMM.md`): NCCL all_reduce busbw {ar_bus:.1f} GB/s at 2 GiB "
-        f"against nccl-tests' {nt_ar[big]['busbw']:.1f}, broadcast {bc_bus:.1f} against "
-        f"{nt_bc[big]['busbw']:.1f} (run 7). In a CUDA graph the push kernel takes "
+        f"against nccl-tests' {nt_ar_bus:.1f}, broadcast {bc_bus:.1f} against "
+        f"{nt_bc_bus:.1f} (run 7). In a CUDA graph the push kernel takes "
         f"{_span(push)} us per fp32 all_reduce from 1 to 64 KiB against NCCL's "
-        f"{_span(nccl_graph)} us through torch and {_span(nt_graph[s] for s in small)} us in "
+        f"{_span(nccl_graph)} us through torch and {_span(nt_graph)} us in "
         f"nccl-tests' own graph mode (`-G 1`, GPU time, in place): {_span(faster)}{TIMES} faster "
         f"(latest rerun, `rerun-graph-fp32/`; nccl-tests from the same kind of machine, "
         f"`nccl-tests-runs/`). `auto` runs the fastest single backend's kernel at every "
@@ -283,7 +299,7 @@ def _attention(load: Loader, path: str = ATTENTION) -> tuple[dict, list[int], di
     return by, seqs, fits
 
 
-def readme_attention_table(load: Loader) -> str:
+def bench_attention_table(load: Loader) -> str:
     by, seqs, _ = _attention(load, X4_ATTENTION)
     lines = ["| tokens | one GPU ms | ring x2 ms (speedup) | torch-cp x2 ms (speedup) |",
              "|---:|---:|---:|---:|"]  # fmt: skip
@@ -296,7 +312,7 @@ def readme_attention_table(load: Loader) -> str:
     return "\n".join(lines)
 
 
-def readme_attention_summary(load: Loader) -> str:
+def bench_attention_summary(load: Loader) -> str:
     by, seqs, _ = _attention(load, X4_ATTENTION)
     _, _, fits = _attention(load, ATTENTION)  # memory: the last run whose fit checks all ran
     long = [s for s in seqs if s >= 64 * 1024]
@@ -336,14 +352,66 @@ def attention_table(path: str) -> Callable[[Loader], str]:
     return render
 
 
+# --- the README's table ----------------------------------------------------------------
+
+HARNESS_CPU = "benchmarks/results/cpu/harness_gloo.txt"
+HARNESS_NCCL = f"{X2}/two-gpus/harness/nccl.txt"
+
+
+def _harness_world2(load: Loader, path: str) -> dict:
+    """The world-2 row of a saved ``rankgate bench harness --json`` output."""
+    line = next(x for x in load(path).splitlines() if x.startswith("[{"))
+    return next(r for r in json.loads(line) if r["world"] == 2)
+
+
+def readme_figures(load: Loader) -> str:
+    """The README's few figures, one line each, with the file they come from."""
+    cpu, nccl = _harness_world2(load, HARNESS_CPU), _harness_world2(load, HARNESS_NCCL)
+    ar_bus, nt_ar_bus = _busbw_at_2g(load, "all_reduce")
+    push, nccl_graph, nt_graph = _graph_small(load)
+    by, seqs, _ = _attention(load, X4_ATTENTION)
+    _, _, fits = _attention(load, ATTENTION)
+    longest = seqs[-1]
+    ring, single, cp = (by[(m, longest)] for m in ("ring", "single", "torch-cp"))
+    ran = {m: max(c["seq"] for c in fits[m]["checks"] if c["ran"]) for m in ("ring", "single")}
+    cap = fits["ring"]["cap_bytes"] / (1 << 30)
+
+    def link(path: str) -> str:
+        return f"[{path.rsplit('/', 1)[-1]}]({path})"
+
+    rows = [
+        ("pool, world(2), gloo, 2 CPU cores", f"{cpu['pool_ms_per_test']:.2f} ms/test",
+         f"spawning: {cpu['spawn_ms_per_test']:,.0f} ms", link(HARNESS_CPU)),
+        (f"pool, world(2), NCCL, 2{TIMES}H200", f"{nccl['pool_ms_per_test']:.2f} ms/test",
+         f"spawning: {nccl['spawn_ms_per_test']:,.0f} ms", link(HARNESS_NCCL)),
+        (f"all_reduce busbw, 2 GiB, 2{TIMES}H200", f"NCCL {ar_bus:.1f} GB/s",
+         f"nccl-tests: {nt_ar_bus:.1f}", link(f"{X2}/COMM.md")),
+        (f"fp32 all_reduce 1{DASH}64 KiB, CUDA graph, 2{TIMES}H200", f"push {_span(push)} us",
+         f"NCCL {_span(nccl_graph)}, nccl-tests {_span(nt_graph)}", link(f"{X2}/COMM.md")),
+        (f"attention fwd+bwd, {_tokens(longest)} tokens, 2{TIMES}H100",
+         f"ring {ring['time_ms']:.0f} ms ({ring['speedup']:.2f}{TIMES})",
+         f"torch-cp {cp['time_ms']:.0f} ({cp['speedup']:.2f}{TIMES}), "
+         f"one GPU {single['time_ms']:.0f}",
+         link(f"{X2}/attention/ATTENTION.md")),
+        (f"tokens under {cap:.0f} GiB per GPU, 2{TIMES}H200", f"ring {ran['ring']:,}",
+         f"one GPU: {ran['single']:,}", link(f"{X2}/attention/ATTENTION.md")),
+    ]  # fmt: skip
+    lines = ["| measured | rankgate | against | file |", "|---|---|---|---|"]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
 CLAIMS = (
-    Claim("readme-comm", "README.md",
+    Claim("readme-figures", "README.md",
+          (HARNESS_CPU, HARNESS_NCCL, RERUN, f"{RUN7}/bench_ar/comm.json",
+           f"{NCCL_TESTS}/nccl_all_reduce.txt", NCCL_TESTS_GRAPH, X4_ATTENTION, ATTENTION),
+          readme_figures),
+    Claim("bench-comm", BENCH_PAGE,
           (RERUN, f"{RUN7}/bench_ar/comm.json", f"{RUN7}/bench_coll/comm.json",
            NCCL_TESTS_GRAPH, f"{NCCL_TESTS}/nccl_all_reduce.txt",
-           f"{NCCL_TESTS}/nccl_broadcast.txt", EAGER_PUSH, X4_EAGER_COMM), readme_comm),
-    Claim("readme-attention-table", "README.md", (X4_ATTENTION,), readme_attention_table),
-    Claim("readme-attention-summary", "README.md", (X4_ATTENTION, ATTENTION),
-          readme_attention_summary),
+           f"{NCCL_TESTS}/nccl_broadcast.txt", EAGER_PUSH, X4_EAGER_COMM), bench_comm),
+    Claim("bench-attention-table", BENCH_PAGE, (X4_ATTENTION,), bench_attention_table),
+    Claim("bench-attention-summary", BENCH_PAGE, (X4_ATTENTION, ATTENTION),
+          bench_attention_summary),
     Claim("comm-run10-graph", f"{X2}/COMM.md",
           (f"{RUN10}/graph_fp32/comm.json", f"{RUN10}/graph_bf16/comm.json"), comm_run10_table),
     Claim("attention-run3", f"{X2}/attention/ATTENTION.md", (ATTENTION_RUN3,),
@@ -362,7 +430,10 @@ CLAIMS = (
 )  # fmt: skip
 """Every rendered block, in the order the command writes them."""
 
-TYPED_CHECKED = {"README.md": ("## Communication layer", "## Parallelism suite")}
+TYPED_CHECKED = {
+    "README.md": ("## Figures", "## Ways to run it"),
+    BENCH_PAGE: ("## The communication layer", "## `rankgate bench attention`"),
+}
 """Sections of a doc where a measured figure outside any block is an error."""
 _MEASURED = re.compile(
     r"\d[\d.,]*\s?(?:us\b|\u00b5s|ms\b|GB/s|GiB\b|KiB per|%|[x\u00d7](?![A-Za-z0-9]))"

@@ -64,7 +64,7 @@ class Stage:
     name: str
     """Stage name; also the nox session's name."""
     description: str
-    """One line, shown by ``nox -l``, ``rankgate run --list`` and the README table."""
+    """One line, shown by ``nox -l``, ``rankgate run --list`` and docs/pipeline.md's table."""
     markers: str = ""
     """pytest marker expression selecting the stage's tests ("" when it runs no pytest)."""
     remote_markers: str = ""
