@@ -85,15 +85,10 @@ def test_pool_ranks_count_in_the_coverage_report(tmp_path, xdist):
 
 @pytest.mark.torch_dist
 @pytest.mark.slow
-def test_in_place_each_rank_saves_and_rank_0_reports_once(tmp_path):
-    torchrun = (
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        "2",
-    )
+@pytest.mark.parametrize("nproc", ["2", "4"])  # at 4, the world(2) test runs in a sub-world
+def test_in_place_each_rank_saves_and_rank_0_reports_once(tmp_path, nproc):
+    torchrun = (sys.executable, "-m", "torch.distributed.run", "--standalone")
+    torchrun += ("--nproc-per-node", nproc)
     proc = _run(_project(tmp_path), *torchrun)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
