@@ -60,6 +60,7 @@ from rankgate.harness.pool.pool import (
 from rankgate.harness.pool.registry import PoolRegistry
 from rankgate.harness.pool.reruns import attempt_of, every_attempt_text
 from rankgate.harness.spec import resolve_backend, uses_gpus
+from rankgate.harness.verdict_lines import BACKEND_PROPERTY, WORLD_PROPERTY
 from rankgate.harness.verdict import (
     StrayOutcome,
     Verdict,
@@ -462,8 +463,8 @@ def attach_rank_output(item: pytest.Item, report: pytest.TestReport, run: WorldR
     ``item.user_properties``; the call report gets them too for status hooks.
     """
     props: list[tuple[str, object]] = [
-        ("rankgate.world", run.world),
-        ("rankgate.backend", run.backend),
+        (WORLD_PROPERTY, run.world),
+        (BACKEND_PROPERTY, run.backend),
         ("rankgate.seed", run.seed),
         ("rankgate.verdict", run.verdict.status),
     ]
