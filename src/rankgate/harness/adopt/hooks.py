@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from rankgate.harness.adopt import spawnhelper, torchcase, worldclass
+from rankgate.harness.adopt import newgroupapi, spawnhelper, torchcase, worldclass
 from rankgate.harness.adopt.config import (
     DEFAULT_SETUP_TIMEOUT_S,
     AdoptConfigError,
@@ -102,6 +102,10 @@ class Adoption:
             found = worldclass.world_of_test(item, wc)
             if isinstance(found, str):
                 _not_adopted(item, wc.target, found)
+                return
+            why = newgroupapi.why_not_adopted(item)
+            if why is not None:
+                _not_adopted(item, wc.target, why)
                 return
             prelude = worldclass.prelude(wc, item.cls)
             if torchcase.is_torch_case(item.cls):
