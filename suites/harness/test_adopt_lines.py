@@ -16,7 +16,7 @@ from rankgate.harness.adopt.targets import check_callables, installed
 
 pytestmark = pytest.mark.dist
 
-PROJECT = '''
+PROJECT = """
 import torch.distributed as dist
 
 RAN = []
@@ -31,9 +31,9 @@ NOT_A_FUNCTION = 3
 
 class DistributedTest:
     world_size = 2
-'''
+"""
 
-TESTS = '''
+TESTS = """
 import torch
 import torch.distributed as dist
 from lineproj.common import DistributedTest
@@ -44,7 +44,7 @@ class TestComm(DistributedTest):
         t = torch.ones(1)
         dist.all_reduce(t)
         assert t.item() == 2
-'''
+"""
 
 MISSING = "lineproj.common:release_groups"
 LINE = f"lineproj.common:DistributedTest setup=lineproj.common:init teardown={MISSING}"

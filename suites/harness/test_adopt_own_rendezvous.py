@@ -28,7 +28,7 @@ needs_expecttest = pytest.mark.skipif(
     reason="torch.testing._internal needs expecttest and numpy (pip install expecttest numpy)",
 )
 
-TESTS = '''
+TESTS = """
 import os
 from datetime import timedelta
 
@@ -92,7 +92,7 @@ class TestOwnRendezvous(MultiProcessTestCase):
         merged = mine.merge_remote_group(dist.FileStore(self.file_name + ".merge", 2), 2,
                                          timedelta(seconds=20), "merged")
         self.assertEqual(merged.size(), 2)
-'''
+"""
 
 INI = (
     "[pytest]\nrankgate_world_classes =\n"

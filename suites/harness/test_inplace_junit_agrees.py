@@ -68,7 +68,7 @@ def run(tmp_path_factory):
 
 
 def test_in_place_junit_names_world_and_backend_as_the_pool_does(run):
-    path, proc = run
+    path, _ = run
     for rank_file in sorted((path / "out").glob("junit.rank*.xml")):
         cases = {c.get("name"): c for c in ET.parse(rank_file).getroot().iter("testcase")}
         world = _properties(cases["test_world"])

@@ -502,8 +502,22 @@ def _describe_group(group) -> tuple[str, tuple[int, ...]]:
             return "world", tuple(range(dist.get_world_size()))
         ranks = tuple(dist.get_process_group_ranks(group))
         return getattr(group, "group_name", "") or f"ranks {list(ranks)}", ranks
-    except Exception:  # destroyed meanwhile, or no default group any more
+    except Exception:  # destroyed meanwhile, no default group any more, or unregistered
+        return _unregistered(group)
+
+
+def _unregistered(group) -> tuple[str, tuple[int, ...]]:
+    """A group torch.distributed never registered (torch's newer group API makes them):
+    named by its group_name, else by the order the test first used such groups (the same
+    on every rank); its global ranks are not known."""
+    try:
+        named = group.group_name
+    except Exception:  # a destroyed group, or no group object
         return "unknown", ()
+    if named:
+        return named, ()
+    seen = sum(1 for name, _ in _described.values() if name.startswith("unregistered group"))
+    return f"unregistered group {seen + 1}", ()
 
 
 def describe_arg(arg) -> str:

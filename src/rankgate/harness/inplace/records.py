@@ -21,8 +21,8 @@ from rankgate.harness.inplace import ledger_file
 from rankgate.harness.inplace.results_writer import ResultsWriter, results_path
 from rankgate.harness.inplace.run_id import RUN_ID_PROPERTY
 from rankgate.harness.inplace.verdict import clipped, own_result, plain_report, report_text
-from rankgate.harness.output import JUNIT_LIMIT
 from rankgate.harness.item_settings import world_spec
+from rankgate.harness.output import JUNIT_LIMIT
 from rankgate.harness.verdict_lines import (
     BACKEND_PROPERTY,
     INTERRUPTED_PROPERTY,

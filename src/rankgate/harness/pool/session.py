@@ -60,7 +60,6 @@ from rankgate.harness.pool.pool import (
 from rankgate.harness.pool.registry import PoolRegistry
 from rankgate.harness.pool.reruns import attempt_of, every_attempt_text
 from rankgate.harness.spec import resolve_backend, uses_gpus
-from rankgate.harness.verdict_lines import BACKEND_PROPERTY, WORLD_PROPERTY
 from rankgate.harness.verdict import (
     StrayOutcome,
     Verdict,
@@ -69,6 +68,7 @@ from rankgate.harness.verdict import (
     reproduction_line,
     run_options,
 )
+from rankgate.harness.verdict_lines import BACKEND_PROPERTY, WORLD_PROPERTY
 
 RUN_KEY = pytest.StashKey["WorldRun"]()
 LEASE_KEY = pytest.StashKey[GpuLease]()
