@@ -147,6 +147,25 @@ def test_a_subgroup_only_some_ranks_join(test_file):
     )
 
 
+def test_a_group_torch_distributed_does_not_register_is_named_by_its_name(test_file):
+    # torch's newer group API (_dist2.new_group) makes groups with no global ranks known
+    sub = {"group": "unregistered group 1", "ranks": ()}
+    found = divergence.find(
+        {
+            0: [
+                entry(1, "all_reduce", 5, test_file, **sub),
+                entry(2, "all_reduce", 7, test_file, state="issued", **sub),
+            ],
+            1: [entry(1, "all_reduce", 5, test_file, **sub)],
+        }
+    )
+    assert found.text.startswith(
+        "rank 1 never issued all_reduce #2 on group 'unregistered group 1' (float32[4]) that "
+        "rank 0 issued at test_x.py:7; rank 1's last: all_reduce #1 on group "
+        "'unregistered group 1' at test_x.py:5"
+    ), found.text
+
+
 def test_an_unreadable_source_claims_no_order():
     found = divergence.find(
         {

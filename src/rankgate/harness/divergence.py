@@ -230,9 +230,12 @@ def name(entry: Mapping) -> str:
 
 
 def _on(entry: Mapping) -> str:
-    if entry.get("group", "").removeprefix(P2P_PREFIX) == WORLD:
+    group = entry.get("group", "").removeprefix(P2P_PREFIX)
+    if group == WORLD:
         return ""
-    return f" on ranks {list(entry.get('ranks') or [])}"
+    if not entry.get("ranks"):  # torch.distributed does not know it (torch's newer API)
+        return f" on group {group!r}" if group != UNKNOWN else " on a group of unknown ranks"
+    return f" on ranks {list(entry['ranks'])}"
 
 
 def _arg(entry: Mapping) -> str:

@@ -26,6 +26,17 @@ Point-to-point calls (send, recv, isend, irecv) are recorded with a count of the
 own and never compared (their sequences differ by rank by design): they say where a
 rank was. batch_isend_irecv and functional collectives (DTensor's) bypass these
 functions and are not recorded.
+
+Collectives called on a ProcessGroup object (``pg.allreduce([t]).wait()``, as torch's
+own tests and its newer group API call them) are recorded too, under the name of the
+torch.distributed function that does the same (``all_reduce``), so that a rank calling
+one and its peer the other agree. Their returned Work is the entry's state: a rank
+stuck in its ``.wait()`` reads as having issued the call and not finished it.
+
+A collective called by torch.distributed itself (``dist.all_reduce`` calls
+``group.allreduce``) is inside one recorded already; one called by rankgate's harness
+(an adopted test's port agreement, the wait after a spawn helper's body) is the
+harness's, not the test's: neither is recorded, and neither takes a number.
 """
 
 from __future__ import annotations
@@ -74,6 +85,31 @@ COLLECTIVES = (
 POINT_TO_POINT = ("send", "recv", "isend", "irecv")
 """Recorded too, counted apart from the collectives and never compared."""
 
+PG_METHODS = {
+    "allreduce": "all_reduce",
+    "allreduce_coalesced": "all_reduce_coalesced",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+    "allgather": "all_gather",
+    "_allgather_base": "all_gather_into_tensor",
+    "allgather_coalesced": "all_gather_coalesced",
+    "allgather_into_tensor_coalesced": "all_gather_into_tensor_coalesced",
+    "gather": "gather",
+    "scatter": "scatter",
+    "reduce_scatter": "reduce_scatter",
+    "_reduce_scatter_base": "reduce_scatter_tensor",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter_tensor_coalesced",
+    "alltoall": "all_to_all",
+    "alltoall_base": "all_to_all_single",
+    "barrier": "barrier",
+    "monitored_barrier": "monitored_barrier",
+    "send": "send",
+    "recv": "recv",
+    "recv_anysource": "recv",
+}
+"""ProcessGroup's methods recorded: method -> the op the ledger names (torch.distributed's
+function of the same collective)."""
+
 DESTROY = "destroy_process_group"
 """The op of a test's destroy of the default group: it takes the next number in the
 group's count (the collective a peer waits in has that number) and is never compared."""
@@ -97,6 +133,12 @@ _swaps: dict[str, tuple[Any, Any, bool]] = {}
 """Per function: (torch's own, its wrapper, whether c10d holds it under the same name)."""
 _c10d_file = ""
 """torch.distributed's own module: a call from there is inside a recorded one."""
+_HARNESS = str(Path(__file__).resolve().parent) + os.sep
+"""rankgate's harness: a collective it calls is its own, never the test's."""
+_passing: dict[str, bool] = {}
+"""Per caller's file: whether its calls go unrecorded (c10d's, the harness's)."""
+_method_swaps: dict[str, tuple[Any, Any]] = {}
+"""Per ProcessGroup method: (torch's own, its wrapper)."""
 _group_member: Any = None
 """torch's GroupMember, whose WORLD is the default group of the moment."""
 _outside: dict[str, bool] = {}
@@ -163,6 +205,10 @@ def install(backend: str = "") -> bool:
             _wrap_destroy(original),
             c10d.destroy_process_group is original,
         )
+        for method, op in PG_METHODS.items():
+            original = dist.ProcessGroup.__dict__.get(method)
+            if original is not None:
+                _method_swaps[method] = (original, _wrap_method(op, original))
     _put(dist, c10d, wrapped=True)
     _installed = True
     return True
@@ -197,6 +243,10 @@ def _put(dist, c10d, *, wrapped: bool) -> None:
             # destroy_process_group (adopt/torchcase.py) may sit there, and stays.
             if getattr(module, name, None) is replaced:
                 setattr(module, name, function)
+    for name, (original, wrapper) in _method_swaps.items():
+        function, replaced = (wrapper, original) if wrapped else (original, wrapper)
+        if dist.ProcessGroup.__dict__.get(name) is replaced:
+            setattr(dist.ProcessGroup, name, function)
 
 
 def installed() -> bool:
@@ -211,6 +261,16 @@ def begin_test() -> None:
     _described.clear()
 
 
+def _passes(caller) -> bool:
+    """Whether a call from ``caller``'s frame goes unrecorded: torch.distributed's own
+    (inside a recorded call: recv's irecv, all_reduce's group.allreduce) or the harness's."""
+    file = caller.f_code.co_filename
+    passes = _passing.get(file)
+    if passes is None:
+        passes = _passing[file] = file == _c10d_file or file.startswith(_HARNESS)
+    return passes
+
+
 def _wrap(name: str, original, parameters: list[str]):
     group_at = parameters.index("group") if "group" in parameters else None
     tensor_arg = name not in ("barrier", "monitored_barrier") and "object" not in name
@@ -220,57 +280,19 @@ def _wrap(name: str, original, parameters: list[str]):
         # Kept lean: it runs on every collective (benchmarked by `rankgate bench ledger`).
         __tracebackhide__ = True  # pytest leaves this frame out of a failure's traceback
         caller = sys._getframe(1)
-        if caller.f_code.co_filename == _c10d_file:
-            return original(*args, **kwargs)  # torch's own call inside one recorded (recv's irecv)
-        frame = None
-        try:
-            if group_at is None:
-                group = None
-            elif len(args) > group_at:
-                group = args[group_at]
-            else:
-                group = kwargs.get("group")
-            if group is not None:
-                same = _aliases.get(group, _UNSEEN)
-                if same is _UNSEEN:  # once per group and test: is it the default one?
-                    same = _aliases[group] = None if group is _group_member.WORLD else group
-                group = same  # the default group named: one count with the unnamed calls
-            described = _described.get(group)
-            if described is None:  # read now: the test may destroy the group before the verdict
-                described = _described[group] = _describe_group(group)
-            if p2p:
-                group = (P2P, group)
-            seq = _counters.get(group, 0) + 1
-            _counters[group] = seq
-            arg = None
-            if tensor_arg:
-                arg = args[0] if args else next(iter(kwargs.values()), None)
-                shape = getattr(arg, "shape", None)
-                arg = (getattr(arg, "dtype", None), shape) if shape is not None else _shape_of(arg)
-            frame = caller
-            while frame is not None:
-                file = frame.f_code.co_filename
-                outside = _outside.get(file)
-                if outside is None:
-                    outside = _outside[file] = not file.startswith(_LIBRARIES)
-                if outside:
-                    break
-                frame = frame.f_back
-            entry = [
-                group,
-                seq,
-                name,
-                arg,
-                file if frame else "",
-                frame.f_lineno if frame else 0,
-                ISSUED,
-                described,
-            ]
-            _entries.append(entry)
-        except Exception:  # odd arguments (torch rejects them next): never break the call
-            entry = [None] * 8  # kept nowhere
-        # No frame object is kept: it would hold the test's locals (tensors) alive.
-        del frame, caller
+        if _passes(caller):
+            return original(*args, **kwargs)
+        if group_at is None:
+            group = None
+        elif len(args) > group_at:
+            group = args[group_at]
+        else:
+            group = kwargs.get("group")
+        arg = None
+        if tensor_arg:
+            arg = args[0] if args else next(iter(kwargs.values()), None)
+        entry = _append(name, group, arg, caller, p2p)
+        del caller  # no frame is kept: it would hold the test's locals (tensors) alive
         try:
             result = original(*args, **kwargs)
         except BaseException:
@@ -284,6 +306,83 @@ def _wrap(name: str, original, parameters: list[str]):
     collective.__wrapped__ = original
     collective.__rankgate_ledger__ = True
     return collective
+
+
+def _wrap_method(op: str, original):
+    """A ProcessGroup method recorded as ``op`` on the group it is called on; its Work
+    is the entry's state until it finishes."""
+    tensor_arg = op not in ("barrier", "monitored_barrier")
+    p2p = op in POINT_TO_POINT
+
+    def method(self, *args, **kwargs):
+        __tracebackhide__ = True
+        caller = sys._getframe(1)
+        if _passes(caller):
+            return original(self, *args, **kwargs)
+        arg = args[0] if args and tensor_arg else None
+        if isinstance(arg, list) and len(arg) == 1:
+            arg = arg[0]  # pg.allreduce([t]) is dist.all_reduce(t)
+        entry = _append(op, self, arg, caller, p2p)
+        del caller
+        try:
+            result = original(self, *args, **kwargs)
+        except BaseException:
+            entry[_STATE] = FAILED
+            raise
+        entry[_STATE] = COMPLETED if result is None else result
+        return result
+
+    method.__name__ = method.__qualname__ = op
+    method.__doc__ = original.__doc__
+    method.__wrapped__ = original
+    method.__rankgate_ledger__ = True
+    return method
+
+
+def _append(name: str, group, arg, caller, p2p: bool) -> list:
+    """The entry of one call, appended to the ledger (an entry kept nowhere when the
+    arguments are odd: torch rejects them next, and the call must not break here)."""
+    frame = None
+    try:
+        if group is not None:
+            same = _aliases.get(group, _UNSEEN)
+            if same is _UNSEEN:  # once per group and test: is it the default one?
+                same = _aliases[group] = None if group is _group_member.WORLD else group
+            group = same  # the default group named: one count with the unnamed calls
+        described = _described.get(group)
+        if described is None:  # read now: the test may destroy the group before the verdict
+            described = _described[group] = _describe_group(group)
+        if p2p:
+            group = (P2P, group)
+        seq = _counters.get(group, 0) + 1
+        _counters[group] = seq
+        if arg is not None:
+            shape = getattr(arg, "shape", None)
+            arg = (getattr(arg, "dtype", None), shape) if shape is not None else _shape_of(arg)
+        frame = caller
+        while frame is not None:
+            file = frame.f_code.co_filename
+            outside = _outside.get(file)
+            if outside is None:
+                outside = _outside[file] = not file.startswith(_LIBRARIES)
+            if outside:
+                break
+            frame = frame.f_back
+        entry = [
+            group,
+            seq,
+            name,
+            arg,
+            file if frame else "",
+            frame.f_lineno if frame else 0,
+            ISSUED,
+            described,
+        ]
+        _entries.append(entry)
+    except Exception:
+        entry = [None] * 8  # kept nowhere
+    del frame  # no frame is kept: it would hold the test's locals (tensors) alive
+    return entry
 
 
 def _wrap_destroy(original):
@@ -403,8 +502,22 @@ def _describe_group(group) -> tuple[str, tuple[int, ...]]:
             return "world", tuple(range(dist.get_world_size()))
         ranks = tuple(dist.get_process_group_ranks(group))
         return getattr(group, "group_name", "") or f"ranks {list(ranks)}", ranks
-    except Exception:  # destroyed meanwhile, or no default group any more
+    except Exception:  # destroyed meanwhile, no default group any more, or unregistered
+        return _unregistered(group)
+
+
+def _unregistered(group) -> tuple[str, tuple[int, ...]]:
+    """A group torch.distributed never registered (torch's newer group API makes them):
+    named by its group_name, else by the order the test first used such groups (the same
+    on every rank); its global ranks are not known."""
+    try:
+        named = group.group_name
+    except Exception:  # a destroyed group, or no group object
         return "unknown", ()
+    if named:
+        return named, ()
+    seen = sum(1 for name, _ in _described.values() if name.startswith("unregistered group"))
+    return f"unregistered group {seen + 1}", ()
 
 
 def describe_arg(arg) -> str:

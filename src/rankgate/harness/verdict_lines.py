@@ -66,6 +66,12 @@ NODE_ID_PROPERTY = "rankgate.nodeid"
 """A case's pytest node id (``path/to/test_x.py::Class::test``), which in-place ranks
 record: JUnit's classname mangles the path into dots and cannot be read back."""
 
+WORLD_PROPERTY = "rankgate.world"
+"""A world test's number of ranks, in the pool's JUnit and in every in-place rank's."""
+
+BACKEND_PROPERTY = "rankgate.backend"
+"""The backend a world test's body ran on (``gloo``, ``cpu:gloo,cuda:nccl``), the same."""
+
 RANKS_PROPERTY = "rankgate.ranks"
 """The global ranks that ran a case in place ("2,3": a sub-world's, "1": a plain test's
 one rank): merge-junit merges the case from those ranks' files only."""

@@ -56,11 +56,13 @@ from rankgate.harness.attempts import (
 from rankgate.harness.quarantine import STALE_PROPERTY
 from rankgate.harness.rankfiles import RUN_ID_PROPERTY, ledger_path, read_ledger
 from rankgate.harness.verdict_lines import (
+    BACKEND_PROPERTY,
     INTERRUPTED_PREFIX,
     INTERRUPTED_PROPERTY,
     INTERRUPTED_TEST_PROPERTY,
     NOT_RUN_PREFIX,
     RANKS_PROPERTY,
+    WORLD_PROPERTY,
 )
 from rankgate.report.junitfile import (
     GREEN,
@@ -525,6 +527,10 @@ def _write_case(suite: ET.Element, test: MergedTest) -> None:
         if k not in RERUN_PROPERTIES
     ]
     props += list(test.labels)
+    for name in (WORLD_PROPERTY, BACKEND_PROPERTY):  # the pool's names, where the ranks agree
+        said = {dict(res.properties).get(name) for res in test.results.values()} - {None}
+        if len(said) == 1:
+            props.append((name, said.pop()))
     _add_properties(case, props)
     # The way pytest writes each outcome, so that merged files read back the same.
     tag, attrs = {

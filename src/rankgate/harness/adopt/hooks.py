@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from rankgate.harness.adopt import spawnhelper, torchcase, worldclass
+from rankgate.harness.adopt import newgroupapi, spawnhelper, torchcase, worldclass
 from rankgate.harness.adopt.config import (
     DEFAULT_SETUP_TIMEOUT_S,
     AdoptConfigError,
@@ -17,6 +17,7 @@ from rankgate.harness.adopt.config import (
     parse_world_class,
 )
 from rankgate.harness.adopt.rankentry import enter
+from rankgate.harness.adopt.targets import check_callables
 from rankgate.harness.item_settings import NOT_ADOPTED_KEY, PRELUDE_KEY
 
 __tracebackhide__ = True  # pytest leaves this module's frames out of every traceback
@@ -36,6 +37,7 @@ class Adoption:
         except AdoptConfigError as exc:
             raise pytest.UsageError(f"rankgate adoption: {exc}") from None
         self.helper_lines = list(helper_lines)
+        self.class_lines = list(class_lines)
         self._installed = False
         self._setups_done: set[str] = set()  # in place: adopted set-ups this rank ran
 
@@ -56,6 +58,11 @@ class Adoption:
                 raise pytest.UsageError(
                     f"rankgate adoption: cannot import {helper.target}: {exc}"
                 ) from None
+        for line, wc in zip(self.class_lines, self.classes, strict=True):
+            try:
+                check_callables(line, wc)  # before any test runs it on a rank
+            except AdoptConfigError as exc:
+                raise pytest.UsageError(f"rankgate adoption: {exc}") from None
         self._installed = True
 
     def _world_class_of(self, cls: type | None) -> WorldClass | None:
@@ -95,6 +102,10 @@ class Adoption:
             found = worldclass.world_of_test(item, wc)
             if isinstance(found, str):
                 _not_adopted(item, wc.target, found)
+                return
+            why = newgroupapi.why_not_adopted(item)
+            if why is not None:
+                _not_adopted(item, wc.target, why)
                 return
             prelude = worldclass.prelude(wc, item.cls)
             if torchcase.is_torch_case(item.cls):

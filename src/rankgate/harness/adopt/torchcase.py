@@ -16,6 +16,8 @@ env://). Adopted, by those same attributes:
   an error naming both); asked for a backend the world has not, it gets a fresh group
   of that backend on the world's ranks for the test (:mod:`.freshgroup`); its
   ``destroy_process_group`` hides rankgate's group again;
+- its own ``env://`` or ``tcp://`` rendezvous (``torch.distributed._dist2.new_group``
+  on a fixed ``MASTER_PORT``) is served by rankgate's world store (:mod:`.ownstore`);
 - ``sys.exit`` with one of torch's skip exit codes (``skip_if_lt_x_gpu``) is that skip.
 
 Runs on the rank (and in the controller for the set-up): standard library and torch.
@@ -30,7 +32,7 @@ import unittest
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from rankgate.harness.adopt import freshgroup
+from rankgate.harness.adopt import freshgroup, ownstore
 
 BASE_MODULE = "torch.testing._internal.common_distributed"
 BASE_NAMES = ("MultiProcessTestCase",)
@@ -99,8 +101,8 @@ def redirecting() -> Iterator[None]:
         return
     _redirecting[0] += 1
     try:
-        with freshgroup.store_of_its_own():
-            yield
+        with freshgroup.store_of_its_own(), ownstore.serving_world():
+            yield  # its own env:// or tcp:// rendezvous is the world's store
     finally:
         _redirecting[0] -= 1
         # A fresh group ends with the test; groups it made on rankgate's world stay, as

@@ -90,11 +90,17 @@ class ControlChannel:
         self.wait({src: key}, what=name, test_index=test_index, scope=scope)
         return pickle.loads(self.store.get(key))
 
-    def abort(self, reason: str) -> None:
+    def abort(self, reason: str) -> str:
         """Stop the run: every rank learns it (``ABORT_KEY``), and the waits of this
-        rank's sub-world end at once (``abort/<rank>``)."""
-        self.set(ABORT_KEY, reason)
+        rank's sub-world end at once (``abort/<rank>``). Returns the run's reason: the
+        first rank's to stop it (two ranks that time out together each stop it; the run
+        names one of them everywhere, not each its own)."""
+        agreed = self.store.compare_set(ABORT_KEY, "", pickle.dumps(reason))
         self.set(rank_abort_key(self.rank), reason)
+        try:
+            return pickle.loads(agreed)
+        except Exception:  # a store that answers otherwise: this rank's own
+            return reason
 
     def aborted(self, scope=None) -> str | None:
         """Why the run was stopped (by one of ``scope``'s ranks), or None."""

@@ -18,6 +18,7 @@ import pytest
 from rankgate.harness import verdict_lines
 from rankgate.harness.failure_repr import item_report, not_run_report
 from rankgate.harness.inplace.verdict import clipped, own_result, plain_report, report_text
+from rankgate.harness.item_settings import world_spec
 from rankgate.harness.output import JUNIT_LIMIT
 from rankgate.harness.rankfiles import (
     RUN_ID_PROPERTY,
@@ -27,10 +28,12 @@ from rankgate.harness.rankfiles import (
     results_path,
 )
 from rankgate.harness.verdict_lines import (
+    BACKEND_PROPERTY,
     INTERRUPTED_PROPERTY,
     INTERRUPTED_TEST_PROPERTY,
     NODE_ID_PROPERTY,
     RANKS_PROPERTY,
+    WORLD_PROPERTY,
 )
 from rankgate.launch.env import LaunchEnv
 
@@ -85,6 +88,7 @@ class RankRecords:
         """pytest_runtest_logreport of every plugin but JUnit's (the terminal's, say)."""
         self._results: ResultsWriter | None = None
         self._ranks_of: Callable[[str], tuple[int, ...]] | None = None
+        self._backend_of: Callable[[str], str] | None = None
         self._tests_failed = 0  # on any rank: what -x and --maxfail count, alike on every rank
 
     def xml(self):
@@ -121,13 +125,19 @@ class RankRecords:
         return self.config.getini("junit_logging") == "no"
 
     def collected(
-        self, items: list[pytest.Item], ranks_of: Callable[[str], tuple[int, ...]]
+        self,
+        items: list[pytest.Item],
+        ranks_of: Callable[[str], tuple[int, ...]],
+        backend_of: Callable[[str], str] | None = None,
     ) -> None:
         """This rank's share of the run's tests, in the results file: a rank killed
         mid-run leaves the tests after the one it died in "not run", not unmentioned.
-        ``ranks_of``: the global ranks that run a test (named in both files)."""
+        ``ranks_of``: the global ranks that run a test (named in both files);
+        ``backend_of``: the backend a world test's body runs on, from the one it asks for
+        (its JUnit properties, as the pool's)."""
         self.items = list(items)
         self._ranks_of = ranks_of
+        self._backend_of = backend_of
         if self._results is not None:
             self._results.collected(
                 [dict(zip(("classname", "name"), junit_names(i.nodeid)), nodeid=i.nodeid,
@@ -180,6 +190,10 @@ class RankRecords:
                     node.add_property(NODE_ID_PROPERTY, item.nodeid)
                     if self._ranks_of is not None:
                         node.add_property(RANKS_PROPERTY, _csv(self._ranks_of(item.nodeid)))
+                    spec = world_spec(item)
+                    if spec is not None and self._backend_of is not None:  # as the pool's
+                        node.add_property(WORLD_PROPERTY, str(spec.size))
+                        node.add_property(BACKEND_PROPERTY, self._backend_of(spec.backend))
                 for name, value in properties:
                     node.add_property(name, value)
             for report in reports:

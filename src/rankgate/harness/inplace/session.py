@@ -225,7 +225,7 @@ class InPlaceSession(ShareMixin):
         self.run_tests = len(planned)  # the run's, not this rank's share (shares.py)
         self.longest_timeout = max((self._timeout(i) for i, _ in planned), default=0.0)
         session.items[:] = [item for item, share in planned if self.launch.rank in share.ranks]
-        self.records.collected(session.items, self.ranks_of)
+        self.records.collected(session.items, self.ranks_of, self.group.body_backend)
 
     # -- running ----------------------------------------------------------------------
 
@@ -481,8 +481,8 @@ class InPlaceSession(ShareMixin):
 
     def _stop_gracefully(self, item: pytest.Item, reason: str) -> None:
         """Another rank stopped the run: finish this session, the rest as not run."""
+        reason = self.control.abort(reason)  # a timeout here stops the others too
         self._aborted = reason
-        self.control.abort(reason)  # a timeout here stops the others too
         self.problems.append(Problem(item.nodeid, reason))
         item.session.shouldstop = f"rankgate: {reason}"
 

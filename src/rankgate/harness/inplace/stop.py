@@ -317,7 +317,9 @@ class RunStop:
                 pass
         try:
             self.control.store.set_timeout(STORE_TIMEOUT_WHEN_STOPPING)
-            self.control.abort(reason)
+            agreed = self.control.abort(reason)
+            if verdict == "hung":  # one stopping rank: another's, if its test hung first
+                reason = agreed  # (a signal reaches every rank: each names its own)
         except Exception:
             pass  # the store is gone; the others learn it from the launcher
         if item is not None:

@@ -68,6 +68,7 @@ from rankgate.harness.verdict import (
     reproduction_line,
     run_options,
 )
+from rankgate.harness.verdict_lines import BACKEND_PROPERTY, WORLD_PROPERTY
 
 RUN_KEY = pytest.StashKey["WorldRun"]()
 LEASE_KEY = pytest.StashKey[GpuLease]()
@@ -462,8 +463,8 @@ def attach_rank_output(item: pytest.Item, report: pytest.TestReport, run: WorldR
     ``item.user_properties``; the call report gets them too for status hooks.
     """
     props: list[tuple[str, object]] = [
-        ("rankgate.world", run.world),
-        ("rankgate.backend", run.backend),
+        (WORLD_PROPERTY, run.world),
+        (BACKEND_PROPERTY, run.backend),
         ("rankgate.seed", run.seed),
         ("rankgate.verdict", run.verdict.status),
     ]

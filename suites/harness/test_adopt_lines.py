@@ -1,0 +1,115 @@
+"""An adoption line is checked when it is read: a ``setup=`` or ``teardown=`` callable
+that does not import is a usage error naming the word, the callable and the installed
+version of its package, in the pool and in place, before any test runs (a project whose
+installed version lacks the callable, as DeepSpeed before 0.19.8 lacks
+``_release_process_group_references``, got every test FAILED after its body ran)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from rankgate.harness.adopt.config import AdoptConfigError, parse_world_class
+from rankgate.harness.adopt.targets import check_callables, installed
+
+pytestmark = pytest.mark.dist
+
+PROJECT = """
+import torch.distributed as dist
+
+RAN = []
+
+
+def init():
+    pass
+
+
+NOT_A_FUNCTION = 3
+
+
+class DistributedTest:
+    world_size = 2
+"""
+
+TESTS = """
+import torch
+import torch.distributed as dist
+from lineproj.common import DistributedTest
+
+
+class TestComm(DistributedTest):
+    def test_all_reduce(self):
+        t = torch.ones(1)
+        dist.all_reduce(t)
+        assert t.item() == 2
+"""
+
+MISSING = "lineproj.common:release_groups"
+LINE = f"lineproj.common:DistributedTest setup=lineproj.common:init teardown={MISSING}"
+
+
+def _plant(pytester: pytest.Pytester, line: str) -> None:
+    pkg = pytester.mkpydir("lineproj")
+    (pkg / "common.py").write_text(PROJECT)
+    pytester.makepyfile(test_planted=TESTS)
+    pytester.makeini(f"[pytest]\nrankgate_world_classes =\n    {line}\n")
+
+
+def _expected(line: str) -> str:
+    return (
+        f"*rankgate adoption: '{line}': teardown={MISSING} does not import (AttributeError: "
+        "module 'lineproj.common' has no attribute 'release_groups'); no installed "
+        "distribution provides 'lineproj'; docs/adopting.md lists the versions each adoption "
+        "line was tried with*"
+    )
+
+
+def test_a_missing_callable_names_the_installed_version_of_its_package():
+    with pytest.raises(AdoptConfigError) as raised:
+        check_callables("l", parse_world_class("a.b:C teardown=pytest:no_such_reset"))
+    message = str(raised.value)
+    assert message.startswith("'l': teardown=pytest:no_such_reset does not import ("), message
+    assert f"installed: pytest {pytest.__version__};" in message, message
+
+
+def test_a_callable_that_is_not_a_function_and_a_module_that_is_not_installed():
+    with pytest.raises(AdoptConfigError, match="setup=pytest:__version__ is not callable"):
+        check_callables("l", parse_world_class("a.b:C setup=pytest:__version__"))
+    with pytest.raises(AdoptConfigError, match="no installed distribution provides 'no_such_pkg'"):
+        check_callables("l", parse_world_class("a.b:C setup=no_such_pkg.x:init"))
+    assert installed("pytest:main") == f"installed: pytest {pytest.__version__}"
+
+
+@pytest.mark.slow  # a pytest run of its own
+def test_a_missing_teardown_is_a_usage_error_in_the_pool(pytester):
+    _plant(pytester, LINE)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    result.stderr.fnmatch_lines([_expected(LINE)])
+    assert "passed" not in result.stdout.str() and "failed" not in result.stdout.str()
+
+
+@pytest.mark.slow  # a pytest run of its own
+def test_the_same_line_without_the_missing_teardown_runs(pytester):
+    line = "lineproj.common:DistributedTest setup=lineproj.common:init"
+    _plant(pytester, line)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly")
+    result.assert_outcomes(passed=1)
+
+
+@pytest.mark.torch_dist
+@pytest.mark.slow  # a torchrun of its own
+def test_a_missing_teardown_is_a_usage_error_in_place(pytester):
+    _plant(pytester, LINE)
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+        "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=pytester.path, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out  # torchrun: a rank exited with pytest's usage error 4
+    assert "exitcode  : 4" in out, out
+    assert out.count(f"rankgate adoption: '{LINE}': teardown={MISSING} does not import") == 2, out
+    assert " passed" not in out, out

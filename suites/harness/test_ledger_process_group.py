@@ -1,0 +1,114 @@
+"""The ledger records collectives called on ProcessGroup objects (``pg.allreduce([t])
+.wait()``, as torch's own tests and its newer group API call them): a hang in one names
+the rank that never issued it, in the pool and in place. rankgate's own collectives (an
+adopted test's port agreement) never count as the test's.
+
+Before, such a call left the ledger empty and the verdict read the stacks only: the
+rank waiting in ``.wait()`` (a C++ call, no torch.distributed frame) was named first,
+"in user code", and the rank that never came was named after it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+pytestmark = pytest.mark.dist
+
+HANG = """
+import time
+import pytest
+import torch
+import torch.distributed as dist
+
+
+@pytest.mark.world(2, backend="gloo", timeout=TIMEOUT)
+def test_hangs(rank):
+    pg = dist.group.WORLD
+    t = torch.ones(1)
+    pg.allreduce([t]).wait()
+    if rank == 0:
+        pg.allreduce([t]).wait()  # rank 1 never joins
+    else:
+        time.sleep(1000)
+"""
+
+CAUSE = (
+    "likely cause: rank 1 never issued all_reduce #2 (float32[1]) that rank 0 issued at "
+    "test_{file}.py:13; rank 1's last: all_reduce #1 at test_{file}.py:11 (now in user code "
+    "at test_{file}.py:15)"
+)
+
+
+def test_a_hang_in_a_process_group_call_names_the_rank_that_never_came(inner):
+    result = inner(HANG.replace("TIMEOUT", "4"))
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [f"ranks 0, 1 hung; {CAUSE.format(file='inner')} (world 2, backend gloo)"]
+    )
+
+
+@pytest.mark.torch_dist
+def test_in_place_the_same_hang_names_the_same_rank(tmp_path):
+    (tmp_path / "test_suite.py").write_text(HANG.replace("TIMEOUT", "6").lstrip())
+    (tmp_path / "pytest.ini").write_text("[pytest]\nrankgate_rendezvous_timeout = 2\n")
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+        "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q",
+        "--junitxml=out/junit.xml", "test_suite.py",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    assert proc.returncode != 0
+    written = sorted((tmp_path / "out").glob("junit.rank*.xml"))
+    assert len(written) == 2, proc.stdout + proc.stderr
+    for path in written:
+        rank = path.name.split(".")[1].removeprefix("rank")
+        (case,) = ET.parse(path).getroot().iter("testcase")
+        message = case.find("failure").get("message")
+        assert message.startswith(f"rank {rank} hung ("), message
+        assert message.endswith(CAUSE.format(file="suite")), message
+
+
+PORT_AGREED = """
+import time
+import torch
+import torch.distributed as dist
+from portproj.common import DistributedTest
+
+
+class TestPort(DistributedTest):
+    def test_hangs_after_the_port_is_agreed(self):
+        import os
+        assert os.environ["PROJECT_PORT"].isdigit()
+        if dist.get_rank() == 0:
+            dist.all_reduce(torch.ones(1))  # rank 1 never joins
+        else:
+            time.sleep(1000)
+"""
+
+
+def test_the_port_agreement_is_not_the_tests_collective(pytester):
+    # env=PROJECT_PORT={master_port}: in the pool no launcher set MASTER_PORT, so the
+    # ranks agree on one with a broadcast_object_list of rankgate's own. Before, it was
+    # the test's collective #1 and the test's all_reduce read as #2.
+    pkg = pytester.mkpydir("portproj")
+    (pkg / "common.py").write_text("class DistributedTest:\n    world_size = 2\n")
+    pytester.makepyfile(test_planted=PORT_AGREED)
+    pytester.makeini(
+        "[pytest]\nrankgate_world_classes =\n"
+        "    portproj.common:DistributedTest env=PROJECT_PORT={master_port}\n"
+    )
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-p", "no:randomly", "--rankgate-timeout=4"
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "ranks 0, 1 hung; likely cause: rank 1 never issued all_reduce #1 (float32[[]1]) "
+            "that rank 0 issued at test_planted.py:12; rank 1 issued no collective (now in "
+            "user code at test_planted.py:14) (world 2, backend gloo)"
+        ]
+    )
