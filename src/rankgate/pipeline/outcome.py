@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from rankgate.pipeline.coverage import coverage_report, covered_percent
 from rankgate.pipeline.options import Options
 from rankgate.proc import command
 
@@ -49,6 +50,9 @@ class Outcome:
     flaky: list[str] = field(default_factory=list)
     """Its flaky tests (failed, then passed a rerun: ``--rankgate-reruns``), ``id —
     attempts``, from its JUnit: counted apart from the passes and failures."""
+    coverage: float | None = None
+    """The percentage of lines its tests ran, every rank's counted, where pytest-cov
+    measured it (``rankgate run --coverage``, ``nox -s unit -- --cov=rankgate``)."""
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -67,6 +71,7 @@ def record(outcome: Outcome, options: Options) -> None:
     if outcome.status == "failed" and not outcome.failing:
         outcome.failing = stage_failures(junit)
     outcome.flaky = outcome.flaky or stage_flaky(junit)
+    outcome.coverage = covered_percent(coverage_report(out_dir, outcome.stage))
     folder = out_dir / "stages"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{outcome.stage}.json").write_text(json.dumps(outcome.to_json(), indent=2) + "\n")

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from rankgate.pipeline import changes
+from rankgate.pipeline.coverage import coverage_args
 from rankgate.pipeline.options import Options
 from rankgate.pipeline.outcome import Outcome, Status, record, refresh_report
 from rankgate.pipeline.probe import Machine, module_missing
@@ -168,15 +169,18 @@ def run_command(
             return "skipped", f"{step.name}: none of {', '.join(step.optional_paths)} exist"
     ok_codes: tuple[int, ...] = (0,)
     markers = quick_markers(stage.markers) if options.quick else stage.markers
+    coverage_env: dict[str, str] = {}
     if argv[0] == "pytest":
         junit = options.out_dir / "junit" / f"{stage.name}.xml"
         argv += ["-m", markers] if markers else []
         argv += [f"--junitxml={junit}", *options.pytest_args]
+        argv += coverage_args(stage.name, options, coverage_env)
         ok_codes = (0, NO_TESTS)
     elif step.pytest_args:
         argv += options.pytest_args
     stdout = options.out_dir / step.stdout if step.stdout else None
     env = {"RANKGATE_OUT": str(options.out_dir.resolve()), **(trace_env or {}), **dict(step.env)}
+    env.update(coverage_env)
     try:
         code = command.run(argv, ok_codes=ok_codes, stdout_path=stdout, env=env, log_path=log)
     except command.CommandFailed as exc:

@@ -23,6 +23,8 @@ def summary_table(outcomes: list[Outcome]) -> str:
         note = o.reason
         if o.selected and o.selected != o.reason:
             note = "; ".join(filter(None, (o.reason, f"ran: {o.selected}")))
+        if o.coverage is not None:
+            note = "; ".join(filter(None, (note, f"coverage {o.coverage:.1f}%")))
         lines.append(f"{o.stage:<{width}}  {shown:<7}  {o.seconds:6.1f}s  {note}".rstrip())
         if o.status == "failed" and o.tests and not o.failing:
             # pytest failed after its tests passed: a session-level check (leftovers, a

@@ -81,6 +81,8 @@ def stage_tests(stage: dict) -> str:
     counted = [f"{tests[k]} {k}" for k in OUTCOMES if tests.get(k)]
     if stage.get("flaky"):  # among the passes (or failures, under --rankgate-flaky=fail)
         counted.append(f"{len(stage['flaky'])} flaky")
+    if stage.get("coverage") is not None:  # where pytest-cov measured it, every rank's lines
+        counted.append(f"coverage {stage['coverage']:.1f}%")
     return ", ".join(counted)
 
 
