@@ -15,7 +15,11 @@ pytestmark = pytest.mark.unit
 
 def _pool_started_now(tmp_path) -> Pool:
     """A pool as its start leaves what it saw of the environment (no ranks started)."""
-    pool = Pool(PoolKey(world=2, backend="gloo", gpus=()), tmp_path, PoolSettings(rendezvous_timeout=1.0, start_timeout=1.0))
+    pool = Pool(
+        PoolKey(world=2, backend="gloo", gpus=()),
+        tmp_path,
+        PoolSettings(rendezvous_timeout=1.0, start_timeout=1.0),
+    )
     pool.environ, pool.environ_raw = dict(os.environ), raw_environ_to_send()
     return pool
 

@@ -335,7 +335,8 @@ class Pool:
                 if outcome is not None:
                     outcomes[r.rank] = outcome
                     del pending[r.rank]
-                    waiting.remove(r.conn)  # its result is in; its pipe and sentinel are not waited on
+                    # its answer is in: its pipe and sentinel are waited on no more
+                    waiting.remove(r.conn)
                     waiting.remove(r.process.sentinel)
                     grace_end = time.monotonic() + FAILURE_GRACE_S
                     if outcome.outcome in ("crashed", "failed") and grace_end < deadline:
