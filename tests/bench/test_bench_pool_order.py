@@ -36,3 +36,9 @@ def test_each_steady_test_is_split_into_its_phases(monkeypatch):
     assert all(0 <= phases[p] <= max(result["steady_ms"]) for p in PHASES[:-1]), phases
     # A plain test in the same session (pytest's own cost) needs no round trip to ranks.
     assert 0 < result["plain_median_ms"] < result["median_ms"], result
+    # The controller's own CPU time by phase: never more than the wall time it ran in.
+    cpu = result["phases_cpu_median_ms"]
+    assert sorted(cpu) == sorted(PHASES)
+    assert cpu["setup"] > 0, cpu
+    assert 0 < cpu["call"] < max(result["steady_ms"]), cpu
+    assert 0 < result["plain_cpu_median_ms"] <= 1.5 * result["plain_median_ms"], result

@@ -74,3 +74,46 @@ def test_a_child_started_from_another_thread_is_found_among_many_threads():
         started[0].wait()
         for thread in idle:
             thread.join()
+
+
+def _childless_as_a_child_sees_it() -> None:
+    """In a fresh child (no children of its own): childless() at each step, as exit bits."""
+    import os
+    import threading
+
+    bits = 0
+    if leaks.childless():
+        bits |= 1
+    sleeper = subprocess.Popen(["sleep", "30"])  # a running child
+    if not leaks.childless():
+        bits |= 2
+    sleeper.kill()
+    while leaks.running(sleeper.pid):
+        time.sleep(0.01)
+    if not leaks.childless():  # exited, not reaped: still a child, and not reaped by asking
+        bits |= 4
+    if leaks.childless():
+        bits |= 64  # never: asking reaped it
+    sleeper.wait()
+    if leaks.childless():
+        bits |= 8
+    started = []
+    forker = threading.Thread(target=lambda: started.append(subprocess.Popen(["sleep", "30"])))
+    forker.start()
+    forker.join()
+    if not leaks.childless():  # a child of another thread counts too
+        bits |= 16
+    started[0].kill()
+    started[0].wait()
+    if leaks.end_leftovers(set()) == []:
+        bits |= 32
+    os._exit(bits)
+
+
+def test_childless_sees_running_exited_and_other_threads_children_and_reaps_none():
+    import multiprocessing
+
+    process = multiprocessing.get_context("fork").Process(target=_childless_as_a_child_sees_it)
+    process.start()
+    process.join(30)
+    assert process.exitcode == 1 | 2 | 4 | 8 | 16 | 32

@@ -2,8 +2,9 @@
 
 Pool: one pytest run (in a subprocess, as users run it) of K trivial world(n)
 tests per world size; a conftest times each test's whole protocol (setup, call,
-teardown, reporting). The first test of each world starts the pool and is
-reported separately, the other K give the per-test figure.
+teardown, reporting), and the CPU time the controller spent in each phase. The first
+test of each world starts the pool and is reported separately, the other K give the
+per-test figure.
 
 Spawn: K times a fresh ``torch.multiprocessing.spawn`` of n ranks that
 initialise a process group, run the same trivial all_reduce and exit, as
@@ -53,22 +54,41 @@ import pytest
 
 _durations = {}
 _phases = {}
+_cpu = {}
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.thread_time()
     try:
         return (yield)
     finally:
         _durations[item.nodeid] = time.perf_counter() - start
+        _cpu.setdefault(item.nodeid, {})["protocol"] = time.thread_time() - cpu
+
+def _cpu_of(phase):
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def timed(item):
+        cpu = time.thread_time()
+        try:
+            return (yield)
+        finally:
+            _cpu.setdefault(item.nodeid, {})[phase] = time.thread_time() - cpu
+    return timed
+
+pytest_runtest_setup = _cpu_of("setup")
+pytest_runtest_call = _cpu_of("call")
+pytest_runtest_teardown = _cpu_of("teardown")
 
 def pytest_runtest_logreport(report):
     _phases.setdefault(report.nodeid, {})[report.when] = report.duration
 
 def pytest_sessionfinish(session):
     with open(os.environ["RANKGATE_BENCH_TIMINGS"], "w") as f:
-        json.dump({"protocol": _durations, "phases": _phases}, f)
+        json.dump({"protocol": _durations, "phases": _phases, "cpu": _cpu}, f)
 """
+"""Per test: its protocol's wall time, pytest's duration of each phase, and the CPU time
+the controller's thread spent in each (the ranks' work and the waits for it are not
+CPU time there): on a loaded machine the wall times swing, its own CPU far less."""
 
 PHASES = ("setup", "call", "teardown", "rest")
 """Where a pool test's time goes: pytest's set-up (GPU leases, the pool, the task), call
@@ -123,7 +143,9 @@ def run(args: argparse.Namespace) -> int:
                 "pool_start_s": round(pool[world]["first_test_s"], 3),
                 "pool_median_ms": round(pool[world]["median_ms"], 3),
                 "pool_phases_median_ms": pool[world]["phases_median_ms"],
+                "pool_phases_cpu_median_ms": pool[world]["phases_cpu_median_ms"],
                 "plain_median_ms": round(pool[world]["plain_median_ms"], 3),
+                "plain_cpu_median_ms": round(pool[world]["plain_cpu_median_ms"], 3),
                 "k_pool": args.k,
                 "k_spawn": args.spawn_k,
             }
@@ -147,13 +169,26 @@ def format_table(rows: list[dict]) -> str:
             f"{r['pool_median_ms']:>8.2f} {r['spawn_ms_per_test']:>14.1f} "
             f"{speedup:>8.0f}x {r['pool_start_s']:>13.2f}"
         )
-    by_phase = []
-    for r in rows:
-        phases = r["pool_phases_median_ms"]
-        by_phase.append(f"world {r['world']} " + " ".join(f"{p} {phases[p]:.2f}" for p in PHASES))
-    lines.append("pool test's median ms by phase: " + "; ".join(by_phase))
+    for key, what in (
+        ("pool_phases_median_ms", "pool test's median ms by phase"),
+        ("pool_phases_cpu_median_ms", "its controller's median CPU ms by phase"),
+    ):
+        by_phase = []
+        for r in rows:
+            if key not in r:  # a row from before the CPU times
+                continue
+            phases = r[key]
+            by_phase.append(
+                f"world {r['world']} " + " ".join(f"{p} {phases[p]:.2f}" for p in PHASES)
+            )
+        if by_phase:
+            lines.append(f"{what}: " + "; ".join(by_phase))
     if rows:  # the same session's plain tests: what pytest itself costs a test
-        lines.append(f"a plain test's median ms (no ranks): {rows[0]['plain_median_ms']:.2f}")
+        cpu = rows[0].get("plain_cpu_median_ms")
+        lines.append(
+            f"a plain test's median ms (no ranks): {rows[0]['plain_median_ms']:.2f}"
+            + (f" (controller CPU {cpu:.2f})" if cpu is not None else "")
+        )
     return "\n".join(lines)
 
 
@@ -184,7 +219,10 @@ def measure_pool(worlds: list[int], backend: str, k: int, collectives: int = 1) 
         if proc.returncode != 0:
             raise SystemExit(f"pool benchmark run failed:\n{proc.stdout}\n{proc.stderr}")
         timings = json.loads(timings_path.read_text())
-    plain = [timings["protocol"][f"test_bench_plain.py::test_plain[{i}]"] for i in range(1, k + 1)]
+    plain_ids = [f"test_bench_plain.py::test_plain[{i}]" for i in range(1, k + 1)]
+    plain = [timings["protocol"][i] for i in plain_ids]
+    cpu_protocol = {nodeid: cpu["protocol"] for nodeid, cpu in timings["cpu"].items()}
+    plain_cpu = [cpu_protocol[i] for i in plain_ids]
     results = {}
     for world in worlds:
         ids = [f"test_bench_w{world}.py::test_trivial_w{world}[{i}]" for i in range(k + 1)]
@@ -195,20 +233,22 @@ def measure_pool(worlds: list[int], backend: str, k: int, collectives: int = 1) 
             "per_test_ms": 1000 * sum(steady) / len(steady),
             "median_ms": 1000 * statistics.median(steady),
             "steady_ms": [1000 * s for s in steady],
-            "phases_median_ms": _phase_medians(timings, ids[1:]),
+            "phases_median_ms": _phase_medians(timings["phases"], timings["protocol"], ids[1:]),
+            "phases_cpu_median_ms": _phase_medians(timings["cpu"], cpu_protocol, ids[1:]),
             "plain_median_ms": 1000 * statistics.median(plain),
+            "plain_cpu_median_ms": 1000 * statistics.median(plain_cpu),
         }
     return results
 
 
-def _phase_medians(timings: dict, ids: list[str]) -> dict[str, float]:
+def _phase_medians(by_test: dict, protocol: dict, ids: list[str]) -> dict[str, float]:
     """Each phase's median over the steady tests, in ms (``rest``: protocol - phases)."""
     columns: dict[str, list[float]] = {phase: [] for phase in PHASES}
     for nodeid in ids:
-        phases = timings["phases"][nodeid]
+        phases = by_test[nodeid]
         for phase in PHASES[:-1]:
             columns[phase].append(phases.get(phase, 0.0))
-        columns["rest"].append(timings["protocol"][nodeid] - sum(phases.values()))
+        columns["rest"].append(protocol[nodeid] - sum(phases.get(p, 0.0) for p in PHASES[:-1]))
     return {phase: round(1000 * statistics.median(v), 3) for phase, v in columns.items()}
 
 

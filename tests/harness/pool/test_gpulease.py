@@ -144,3 +144,22 @@ def test_a_note_left_by_a_dead_holder_stops_no_one(tmp_path):
         other.release()
     out, err = waiting.communicate(timeout=30)
     assert out.startswith("held\n") and waiting.returncode == 0, err
+
+
+def test_the_holders_note_sits_beside_each_lock_while_held_and_goes_with_it(tmp_path):
+    lease = GpuLease(["GPU-aa:bb", "0"], tmp_path)
+    lease.acquire(holds_for_s=60, what="test_x.py::test_y[3]")
+    notes = {p.name: json.loads(p.read_text()) for p in tmp_path.glob("*.holder")}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "gpu-0", "gpu-0.holder", "gpu-GPU-aa_bb", "gpu-GPU-aa_bb.holder",
+    ]  # fmt: skip
+    for note in notes.values():
+        assert (note["pid"], note["what"], note["allowed_s"]) == (
+            os.getpid(), "test_x.py::test_y[3]", 60,
+        )  # fmt: skip
+        assert 0 < note["until"] - time.time() <= 60
+    lease.release()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gpu-0", "gpu-GPU-aa_bb"]
+    lease.acquire()  # again, in the same directory: no note without an allowance
+    assert not list(tmp_path.glob("*.holder"))
+    lease.release()

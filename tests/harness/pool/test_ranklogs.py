@@ -37,3 +37,29 @@ def test_without_pytests_logging_plugin_nothing_is_added():
     handlers = list(logging.getLogger().handlers)
     with ranklogs.catching(None):
         assert logging.getLogger().handlers == handlers
+
+
+def test_a_root_level_the_body_changed_is_put_back():
+    root = logging.getLogger()
+    level = root.level
+    with ranklogs.catching(ranklogs.LogSettings(None, "%(message)s", None)):
+        root.setLevel(logging.DEBUG if level != logging.DEBUG else logging.ERROR)
+    assert root.level == level
+    with ranklogs.catching(SETTINGS):
+        root.setLevel(logging.CRITICAL)
+    assert root.level == level
+
+
+def test_a_level_above_the_roots_leaves_the_root_as_it_is(capsys):
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.DEBUG)
+    try:
+        with ranklogs.catching(ranklogs.LogSettings(logging.ERROR, "%(message)s", None)):
+            assert root.level == logging.DEBUG  # min(root's, the setting's), as before
+            logging.getLogger("project").warning("below the handler's ERROR")
+            logging.getLogger("project").error("shown")
+        assert root.level == logging.DEBUG
+    finally:
+        root.setLevel(level)
+    assert capsys.readouterr().err == "shown\n"

@@ -63,3 +63,32 @@ def test_without_filters_the_ranks_own_stay():
         warnings.simplefilter("error")
         with pytest.raises(UserWarning), rankwarnings.recording(()):
             warnings.warn("the rank's own filter", UserWarning, stacklevel=1)
+
+
+def test_a_filter_is_pickled_once_and_still_comes_as_it_is_now():
+    with warnings.catch_warnings():
+        warnings.resetwarnings()
+        warnings.simplefilter("error", FutureWarning)
+        first = rankwarnings.current_filters()
+        assert rankwarnings.current_filters() == first  # from the memo: the same bytes
+        warnings.simplefilter("ignore", DeprecationWarning)  # a new entry travels too
+        second = rankwarnings.current_filters()
+    assert len(first) == 1 and len(second) == 2 and second[1] == first[0]
+    with rankwarnings.recording(second) as log:
+        warnings.warn("ignored", DeprecationWarning, stacklevel=1)
+    assert log == []
+
+
+def test_a_category_made_anew_under_an_old_name_is_pickled_anew():
+    def make():
+        class Local(UserWarning):  # a new class at each call: never pickled, never memoised
+            pass
+
+        return Local
+
+    for _ in range(2):
+        with warnings.catch_warnings():
+            warnings.resetwarnings()
+            warnings.simplefilter("ignore", make())
+            warnings.simplefilter("error", FutureWarning)
+            assert len(rankwarnings.current_filters()) == 1

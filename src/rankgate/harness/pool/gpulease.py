@@ -15,7 +15,9 @@ without end or word.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import functools
 import json
 import os
 import re
@@ -41,13 +43,22 @@ def lease_dir() -> Path:
     return Path(root) / "rankgate-gpu-leases"
 
 
+@functools.lru_cache(maxsize=1024)
 def _file_name(gpu: str) -> str:
     """A CUDA_VISIBLE_DEVICES entry (an index or a UUID) as a file name."""
     return "gpu-" + re.sub(r"[^A-Za-z0-9._-]", "_", gpu.strip())
 
 
+@functools.lru_cache(maxsize=1024)
+def _lock_and_note(directory: str, gpu: str) -> tuple[str, str]:
+    """The lock file of ``gpu`` in ``directory`` and its holder's note, as plain strings:
+    made once, where pathlib built them anew (half the lease's time) at every test."""
+    lock = os.path.join(directory, _file_name(gpu))
+    return lock, lock + ".holder"
+
+
 def _make_shared_dir(directory: Path) -> None:
-    if not directory.is_dir():
+    if not os.path.isdir(directory):  # os.path: one stat, a test's lease asks it each time
         directory.mkdir(parents=True, exist_ok=True)
         try:
             directory.chmod(0o1777)  # as /tmp: every user's runs lease here
@@ -75,7 +86,7 @@ class GpuLease:
         self.gpus = tuple(sorted(set(gpus), key=_file_name))  # one global locking order
         self.directory = directory or lease_dir()
         self._files: list[int] = []
-        self._notes: list[Path] = []
+        self._notes: list[str] = []
         self.waited_s = 0.0
         """How long the last ``acquire`` waited for other holders."""
 
@@ -87,22 +98,22 @@ class GpuLease:
             raise RuntimeError(f"GPUs {', '.join(self.gpus)} are already leased here")
         _make_shared_dir(self.directory)
         started = time.monotonic()
+        directory = os.fspath(self.directory)
         try:
             for gpu in self.gpus:
                 # Read-only is enough to lock, and opens a file another user made.
-                path = self.directory / _file_name(gpu)
+                path, note = _lock_and_note(directory, gpu)
                 fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)
                 self._files.append(fd)
                 _lock(fd, path, gpu)
                 if holds_for_s is not None:
-                    self._note(path, holds_for_s, what)
+                    self._note(note, holds_for_s, what)
         except BaseException:
             self.release()  # a signal or a stuck holder while waiting: hold nothing
             raise
         self.waited_s = time.monotonic() - started
 
-    def _note(self, path: Path, holds_for_s: float, what: str) -> None:
-        note = _note_path(path)
+    def _note(self, note: str, holds_for_s: float, what: str) -> None:
         text = json.dumps({"pid": os.getpid(), "what": what, "until": time.time() + holds_for_s,
                            "allowed_s": holds_for_s})  # fmt: skip
         part = f"{note}.{os.getpid()}"
@@ -116,7 +127,8 @@ class GpuLease:
                 os.close(fd)
             os.replace(part, note)  # a waiter reads a whole note or the one before
         except OSError:  # another user's note that this user cannot replace: no limit then
-            Path(part).unlink(missing_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(part)
             return
         self._notes.append(note)
 
@@ -138,7 +150,7 @@ def _note_path(path: Path) -> Path:
     return path.with_name(path.name + ".holder")
 
 
-def _lock(fd: int, path: Path, gpu: str) -> None:
+def _lock(fd: int, path: str, gpu: str) -> None:
     """Lock ``fd``, waiting while its holder is within its time (see the module doc)."""
     while True:
         try:
@@ -146,7 +158,7 @@ def _lock(fd: int, path: Path, gpu: str) -> None:
             return
         except BlockingIOError:
             pass
-        _raise_if_held_too_long(path, gpu)
+        _raise_if_held_too_long(Path(path), gpu)
         time.sleep(POLL_S)
 
 

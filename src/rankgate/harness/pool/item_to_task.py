@@ -19,7 +19,7 @@ import pytest
 from rankgate.harness.item_settings import PRELUDE_KEY
 from rankgate.harness.pool import classstate, ranklogs, rankwarnings
 from rankgate.harness.pool.messages import TestTask
-from rankgate.harness.pool.pool import RANK_VARIABLES, Pool
+from rankgate.harness.pool.pool import NOT_SENT, Pool, raw_environ_to_send
 
 
 class FixtureCrossingError(RuntimeError):
@@ -49,7 +49,7 @@ def build_task(
         kwargs=blob,
         instance_state=_instance_state(item),
         class_state=_class_state(item, class_baseline or {}),
-        environ=_environ_changes(pool.environ) if pool is not None else {},
+        environ=_environ_changes(pool) if pool is not None else {},
         cwd=os.getcwd() if pool is not None and os.getcwd() != pool.cwd else "",
         async_backend=_async_backend(item, function or item.obj),
         module=module.__name__,
@@ -94,19 +94,17 @@ def _default_dtype() -> str:
     return str(torch.get_default_dtype()).removeprefix("torch.") if torch else "float32"
 
 
-# pytest's own note of the test and phase: the controller's says "(setup)" by now
-_NOT_SENT = RANK_VARIABLES | {"PYTEST_CURRENT_TEST"}
-
-
-def _environ_changes(started: dict[str, str]) -> dict[str, str | None]:
+def _environ_changes(pool: Pool) -> dict[str, str | None]:
     """The controller's variables that set-up set, changed or removed since the ranks
     started (None: removed); the pool's own variables for each rank stay theirs."""
-    now = os.environ
+    if pool.environ_raw is not None and raw_environ_to_send() == pool.environ_raw:
+        return {}  # nearly every test: nothing changed, found without decoding a variable
+    started, now = pool.environ, os.environ
     changes: dict[str, str | None] = {
         name: value for name, value in now.items() if started.get(name) != value
     }
     changes.update({name: None for name in started if name not in now})
-    return {name: value for name, value in changes.items() if name not in _NOT_SENT}
+    return {name: value for name, value in changes.items() if name not in NOT_SENT}
 
 
 def _async_backend(item: pytest.Function, function) -> tuple[str, dict] | None:

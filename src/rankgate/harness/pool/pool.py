@@ -26,6 +26,7 @@ from rankgate.harness.outcome import BAD, RankOutcome, RankResult
 from rankgate.harness.output import read_clipped
 from rankgate.harness.pool import ledgerdump, messages
 from rankgate.harness.pool.gpus import xdist_slot
+from rankgate.harness.pool.readiness import Readiness
 
 # After one rank fails or dies, its peers usually fail fast too (gloo sees the
 # closed socket) or wait forever in a collective the failed rank never joined;
@@ -109,6 +110,24 @@ RANK_VARIABLES = frozenset(
 )
 """What the pool sets for each rank: the controller's values never replace them."""
 
+NOT_SENT = RANK_VARIABLES | {"PYTEST_CURRENT_TEST"}
+"""Variables a test's set-up never carries to the ranks: the pool's own, and pytest's note
+of the test and phase (the controller's says "(setup)" by then)."""
+
+
+def raw_environ_to_send() -> dict[bytes, bytes] | None:
+    """The bytes mapping under ``os.environ`` less :data:`NOT_SENT` (None where there is
+    none): two of them compare as one C-level dict, where the str view decodes every name
+    and value (about 50 us a test in the controller with a hundred variables)."""
+    raw = getattr(os.environ, "_data", None)
+    encodekey = getattr(os.environ, "encodekey", None)
+    if not isinstance(raw, dict) or encodekey is None:
+        return None
+    raw = raw.copy()
+    for name in NOT_SENT:
+        raw.pop(encodekey(name), None)
+    return raw
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PoolSettings:
@@ -132,8 +151,11 @@ class Pool:
         self.environ: dict[str, str] = {}
         """The controller's environment when the ranks started: theirs, but for
         :data:`RANK_VARIABLES`. What a test's set-up changes since goes with the test."""
+        self.environ_raw: dict[bytes, bytes] | None = None
+        """``environ`` as :func:`raw_environ_to_send` saw it: no change when equal."""
         self.cwd = ""
         """The controller's working directory when the ranks started: theirs too."""
+        self._sentinels: Readiness | None = None
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -146,6 +168,7 @@ class Pool:
 
         threads = threads_per_rank(self.key.world)
         self.environ, self.cwd = dict(os.environ), os.getcwd()
+        self.environ_raw = raw_environ_to_send()
         env = {**self.environ, **self.settings.env}
         env["WORLD_SIZE"] = env["LOCAL_WORLD_SIZE"] = str(self.key.world)
         env["RANKGATE_POOL_DIR"] = str(self.directory)
@@ -266,8 +289,9 @@ class Pool:
         twice a test, ``is_alive`` per rank polled each rank's sentinel on its own."""
         if not self.alive:
             return False
-        sentinels = [r.process.sentinel for r in self.ranks]
-        return not multiprocessing.connection.wait(sentinels, timeout=0)
+        if self._sentinels is None:  # registered once: the ranks' sentinels stay theirs
+            self._sentinels = Readiness(r.process.sentinel for r in self.ranks)
+        return not self._sentinels.wait(0)
 
     # -- running one test ----------------------------------------------------------
 
@@ -293,24 +317,27 @@ class Pool:
         for r in self.ranks:
             r.offsets = (_size(r.stdout), _size(r.stderr))
             r.stderr_end = None
+        for r in self.ranks:  # back to back: the ranks start the test as close together as can be
             r.conn.send_bytes(payload)
         self.tests_run += 1
         outcomes: dict[int, RankOutcome] = {}
         deadline = time.monotonic() + timeout
         why_stopped = f"did not finish within {what} of {timeout:g} s"
         pending = {r.rank: r for r in self.ranks}
+        waiting = Readiness(obj for r in self.ranks for obj in (r.conn, r.process.sentinel))
         while pending:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            objects = [r.conn for r in pending.values()]
-            objects += [r.process.sentinel for r in pending.values()]
-            ready = multiprocessing.connection.wait(objects, timeout=min(remaining, WAIT_SLICE_S))
+            ready = waiting.wait(min(remaining, WAIT_SLICE_S))
             for r in list(pending.values()):
                 outcome = self._collect(r, ready, test_id)
                 if outcome is not None:
                     outcomes[r.rank] = outcome
                     del pending[r.rank]
+                    # its answer is in: its pipe and sentinel are waited on no more
+                    waiting.remove(r.conn)
+                    waiting.remove(r.process.sentinel)
                     grace_end = time.monotonic() + FAILURE_GRACE_S
                     if outcome.outcome in ("crashed", "failed") and grace_end < deadline:
                         deadline = grace_end
@@ -372,7 +399,10 @@ class Pool:
                     returned=kwargs.get("returned", ""),
                     warnings=kwargs.get("warnings", []),
                 )
-        if r.process.sentinel in ready or not r.process.is_alive():
+        # The sentinel was waited on with the pipe: a rank that died before the wait
+        # returned is in ``ready``, and one that dies later ends the next wait at once. A
+        # pipe closed (EOF) before the sentinel shows is the one case to ask the process.
+        if r.process.sentinel in ready or (r.conn in ready and not r.process.is_alive()):
             r.process.join(1)
             if not r.process.is_alive():
                 return RankOutcome(

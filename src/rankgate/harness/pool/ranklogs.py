@@ -53,10 +53,12 @@ def catching(settings: LogSettings | None) -> Iterator[None]:
     level_before = root.level
     if settings.level is not None:
         handler.setLevel(settings.level)
-        root.setLevel(min(level_before, settings.level))
+        if settings.level < level_before:
+            root.setLevel(settings.level)
     root.addHandler(handler)
     try:
         yield
     finally:
         root.removeHandler(handler)
-        root.setLevel(level_before)
+        if root.level != level_before:  # setLevel empties every logger's cache: only on a change
+            root.setLevel(level_before)

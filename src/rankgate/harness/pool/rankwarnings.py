@@ -23,9 +23,37 @@ def current_filters() -> tuple[bytes, ...]:
     its own: one whose category cannot be pickled is left out, the rest still travel."""
     kept = []
     for entry in warnings.filters:
-        with contextlib.suppress(Exception):
-            kept.append(pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL))
+        blob = _pickled_filter(entry)
+        if blob is not None:
+            kept.append(blob)
     return tuple(kept)
+
+
+_PICKLED: dict[tuple, bytes | None] = {}
+"""Each filter entry pickled once: the same few (ini, -W, marks) come with every test.
+An entry is an immutable tuple (action, message, category, module, line); a category
+is keyed by its identity, so a class made anew is pickled anew."""
+_MEMO_LIMIT = 4096
+
+
+def _pickled_filter(entry: tuple) -> bytes | None:
+    try:
+        return _PICKLED[entry]
+    except KeyError:
+        pass
+    except TypeError:  # an entry that cannot be a key: pickled every time, as it comes
+        return _pickle_or_none(entry)
+    if len(_PICKLED) >= _MEMO_LIMIT:
+        _PICKLED.clear()
+    blob = _PICKLED[entry] = _pickle_or_none(entry)
+    return blob
+
+
+def _pickle_or_none(entry: tuple) -> bytes | None:
+    try:
+        return pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return None
 
 
 @contextlib.contextmanager
@@ -72,6 +100,8 @@ def warn_again(per_rank: list[list[dict]]) -> None:
     """In the controller, inside pytest's recording: each distinct warning the ranks
     recorded, once, at the file and line that warned. The ranks already applied the
     filters, so here every one is shown ("always"), never turned into an error twice."""
+    if not any(per_rank):
+        return  # the usual test: no filters changed, none to restore
     seen = set()
     with warnings.catch_warnings():
         warnings.simplefilter("always")
