@@ -290,6 +290,9 @@ _STAGES: dict[str, Stage] = {
                 "tests/test_leftovers.py", "tests/leftovers.py",
                 # the documentation's runnable examples, shown by rankgate.docsite
                 "tests/test_docs_examples.py", "docs/examples/**", "src/rankgate/docsite.py",
+                # a stage's coverage figure, from a stage run of a world test
+                "tests/pipeline/test_stage_coverage.py", "tests/pipeline/conftest.py",
+                "tests/pipeline/tree_collection.py",
             ),
         ),
         Stage(
