@@ -82,7 +82,7 @@ ISSUED, COMPLETED, FAILED = "issued", "completed", "failed"
 """An entry's state: called and not returned (or async and not finished), returned
 (or its work finished), raised."""
 
-_GROUP, _SEQ, _OP, _ARG, _FILE, _LINE, _STATE, _DESCRIBED = range(8)
+_GROUP, _SEQ, _OP, _ARG, _FILE, _LINE, _STATE, _DESCRIBED, _REDUCE = range(9)
 P2P = "p2p"
 
 _entries: deque[list] = deque(maxlen=CAPACITY)
@@ -215,6 +215,8 @@ def _wrap(name: str, original, parameters: list[str]):
     group_at = parameters.index("group") if "group" in parameters else None
     tensor_arg = name not in ("barrier", "monitored_barrier") and "object" not in name
     p2p = name in POINT_TO_POINT
+    # The reduce op (SUM against MAX pairs silently): its place; unnamed, torch's SUM.
+    reduce_at = parameters.index("op") if "op" in parameters else None
 
     def collective(*args, **kwargs):
         # Kept lean: it runs on every collective (benchmarked by `rankgate bench ledger`).
@@ -256,6 +258,10 @@ def _wrap(name: str, original, parameters: list[str]):
                 if outside:
                     break
                 frame = frame.f_back
+            reduce = None
+            if reduce_at is not None:
+                reduce = args[reduce_at] if len(args) > reduce_at else kwargs.get("op")
+                reduce = "SUM" if reduce is None else reduce
             entry = [
                 group,
                 seq,
@@ -265,10 +271,11 @@ def _wrap(name: str, original, parameters: list[str]):
                 frame.f_lineno if frame else 0,
                 ISSUED,
                 described,
+                reduce,
             ]
             _entries.append(entry)
         except Exception:  # odd arguments (torch rejects them next): never break the call
-            entry = [None] * 8  # kept nowhere
+            entry = [None] * 9  # kept nowhere
         # No frame object is kept: it would hold the test's locals (tensors) alive.
         del frame, caller
         try:
@@ -300,7 +307,7 @@ def _wrap_destroy(original):
         if site is not None and _group_member.WORLD is None:
             seq = _counters.get(None, 0) + 1  # the number a peer's next collective has
             _counters[None] = seq
-            _entries.append([None, seq, DESTROY, None, *site, COMPLETED, described])
+            _entries.append([None, seq, DESTROY, None, *site, COMPLETED, described, None])
             _described.pop(None, None)  # a default group made next is another group
         return result
 
@@ -353,16 +360,42 @@ def snapshot() -> list[dict]:
     return [record(e, groups) for e in entries]
 
 
+def digest() -> dict[str, list] | None:
+    """What the ranks compare at a test's end, small enough to send with every result:
+    per group, ``[its ranks, its last number, a CRC of every kept entry's number, op,
+    reduce op, dtype and shape]``. Point-to-point calls, destroys and calls on a group
+    this rank is not in (no ranks) are left out. None where no ledger is kept."""
+    if not _installed:
+        return None
+    import zlib
+
+    lines: dict[Any, list] = {}
+    last: dict[Any, int] = {}
+    for entry in list(_entries):
+        op, described = entry[_OP], entry[_DESCRIBED]
+        if op in POINT_TO_POINT or op == DESTROY or not described or not described[1]:
+            continue
+        reduce = describe_reduce(entry[_REDUCE])
+        lines.setdefault(described, []).append(
+            f"{entry[_SEQ]} {op} {reduce} {describe_arg(entry[_ARG])}"
+        )
+        last[described] = entry[_SEQ]
+    return {
+        name: [list(ranks), last[(name, ranks)], zlib.crc32("\n".join(kept).encode())]
+        for (name, ranks), kept in lines.items()
+    }
+
+
 def now() -> list[dict] | None:
     """:func:`snapshot`, or None where no ledger is kept (turned off)."""
     return snapshot() if _installed else None
 
 
 def record(entry: list, groups: dict) -> dict:
-    """One entry as ``{group, ranks, seq, op, arg, file, line, state}``: ``group`` a name
-    every rank gives the same group ("world" for the default one; "p2p:" before it for
-    a point-to-point call), ``ranks`` its global ranks, ``arg`` like "float32[4]" ("" for
-    none)."""
+    """One entry as ``{group, ranks, seq, op, arg, file, line, state, reduce}``: ``group``
+    a name every rank gives the same group ("world" for the default one; "p2p:" before it
+    for a point-to-point call), ``ranks`` its global ranks, ``arg`` like "float32[4]" (""
+    for none), ``reduce`` the reduce op ("SUM", "MAX"; "" for a call without one)."""
     group = entry[_GROUP]
     p2p = entry[_OP] in POINT_TO_POINT
     if p2p:
@@ -382,7 +415,18 @@ def record(entry: list, groups: dict) -> dict:
         "file": entry[_FILE],
         "line": entry[_LINE],
         "state": _state(entry[_STATE]),
+        "reduce": describe_reduce(entry[_REDUCE] if len(entry) > _REDUCE else None),
     }
+
+
+def describe_reduce(op) -> str:
+    """'SUM', 'MAX' (torch's RedOpType), 'PREMUL_SUM'; '' for none."""
+    if op is None:
+        return ""
+    name = getattr(op, "name", None)
+    if name is None:  # a ReduceOp object (premul_sum) rather than its type
+        name = str(op).rpartition(".")[2].split(":")[0].strip("<> ")
+    return str(name)
 
 
 def _state(state) -> str:
