@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
+from rankgate.harness.verdict_lines import ledger_cause
 from rankgate.harness.verdict_lines import ranks as ranks_word
 
 WORLD = "world"
@@ -54,6 +55,8 @@ class Divergence:
     seq: int
     order: tuple[int, int] = field(default=(0, 0), compare=False)
     """Where it happened in the ledgers (which divergence of several came first)."""
+    ranks: tuple[int, ...] = field(default=(), compare=False)
+    """The ranks whose calls it compares (those of a disagreement)."""
 
 
 def find(
@@ -230,6 +233,7 @@ def _differ(seq, here) -> Divergence:
         any_entry["group"],
         seq,
         _order(here),
+        tuple(sorted(here)),
     )
 
 
@@ -256,6 +260,33 @@ def _what_differs(entry: Mapping, kinds) -> str:
 def _order(here) -> tuple[int, int]:
     """The earliest place in a rank's ledger, then the earliest line (a tie)."""
     return min((e["_index"], e.get("line", 0)) for e in here.values())
+
+
+DIVERGED = "diverged"
+"""How a verdict words a rank that passed but whose ledger the divergence names."""
+
+
+def worded(outcomes: Mapping[int, str], diverged: Divergence | None) -> dict[int, str]:
+    """The ranks' outcomes as every verdict words them: a rank whose body returned
+    ("passed") but which the ledgers single out (it skipped or changed a collective), or
+    which is in a disagreement that singles out no rank, "diverged"."""
+    named = () if diverged is None else (diverged.cause or diverged.ranks)
+    return {r: DIVERGED if r in named and o == "passed" else o for r, o in outcomes.items()}
+
+
+def cause_of(
+    diverged: Divergence, ledgers: Mapping[int, Sequence[Mapping] | None] | None = None
+) -> str:
+    """The verdict's cause from ``diverged``: 'likely cause: ...' when it singles out
+    ranks; else it says the ledgers cannot tell, and where each rank waits (``ledgers``)."""
+    if diverged.cause:
+        return ledger_cause(diverged.text)
+    waits = [
+        f"rank {r} waits in {describe(e)}"
+        for r, entries in sorted((ledgers or {}).items())
+        if (e := in_flight(entries)) is not None
+    ]
+    return ledger_cause("; ".join([diverged.text, *waits]), decided=False)
 
 
 def name(entry: Mapping) -> str:

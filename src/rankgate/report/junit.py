@@ -311,9 +311,7 @@ def merge_files(
             f"(ranks 0..{world_size - 1}); pass the right --world"
         )
     ledgers = {
-        f.rank: read_ledger(ledger_path(f.path), f.run_id)
-        for f in files
-        if f.rank is not None
+        f.rank: read_ledger(ledger_path(f.path), f.run_id) for f in files if f.rank is not None
     }
     tests = [
         _merge_test(
@@ -438,7 +436,13 @@ def _merge_test(
     cause = next((c for res in hung.values() if (c := verdict_lines.cause_in(res.message))), "")
     diverged = divergence.find(ledgers or {})
     if diverged is not None and not cause:  # what a hung rank said stands: rank 0 showed it
-        cause = verdict_lines.ledger_cause(diverged.text)
+        cause = divergence.cause_of(diverged, ledgers)
+    # A rank the ledgers (or the hung rank's cause) single out never "passed".
+    worded = divergence.worded(worded, diverged)
+    blamed = divergence.blamed_in(cause)
+    worded = {r: "diverged" if r in blamed and w == "passed" else w for r, w in worded.items()}
+    if "diverged" in worded.values():
+        kinds.add("failed")
     failed = {r: t for r, t in failed.items() if worded[r] == "failed"}
     what = verdict_lines.with_cause(
         verdict_lines.outcomes_line(worded, first=verdict_lines.first_failed(failed)), cause

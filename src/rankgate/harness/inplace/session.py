@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 from _pytest.runner import runtestprotocol
 
-from rankgate.harness import leaks, ledger, options
+from rankgate.harness import divergence, leaks, ledger, options
 from rankgate.harness.failure_repr import failure_repr
 from rankgate.harness.inplace import (
     collection,
@@ -61,9 +61,11 @@ from rankgate.harness.inplace.signalwatch import SignalWatch
 from rankgate.harness.inplace.stop import RunStop
 from rankgate.harness.inplace.summary import Problem
 from rankgate.harness.inplace.verdict import (
+    BAD,
     RankResult,
     clipped,
     own_result,
+    parted,
     verdict_reports,
 )
 from rankgate.harness.item_settings import (
@@ -453,7 +455,12 @@ class InPlaceSession(ShareMixin):
         ``note``: count its failures for the run's end now (else the caller does, for
         the last attempt only)."""
         mine = own_result(own, all_output=self._shows_passes)
-        mine = mine._replace(group_trouble=self._group_trouble, ledger=ledger.now())
+        mine = mine._replace(
+            group_trouble=self._group_trouble,
+            # A sub-world's ledger names its global ranks, as its verdict does.
+            ledger=divergence.renumbered(ledger.now(), self.group.members),
+            digest=divergence.renumbered_digest(ledger.digest(), self.group.members),
+        )
         self._group_trouble = False
         try:
             # Each rank's value stays at control.outcome_key(index, rank): _failed_peers reads it.
@@ -471,8 +478,8 @@ class InPlaceSession(ShareMixin):
             self.stop.for_crashed_peers(item, exc.ranks)
         ranks = self.ranks_of(item.nodeid)
         everyone = {r: RankResult(*result) for r, result in zip(ranks, gathered, strict=True)}
-        if any(result.outcome in ("failed", "error") for result in everyone.values()):
-            self.records.log_ledger(item, mine.ledger)
+        if parted(everyone) is not None or any(r.outcome in BAD for r in everyone.values()):
+            self.records.log_ledger(item, mine.ledger)  # merge-junit compares them
         if note:
             self._note_verdict(item, everyone)
         if any(result.group_trouble for result in everyone.values()):
