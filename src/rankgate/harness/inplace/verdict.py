@@ -136,10 +136,10 @@ def cross_rank_problem(everyone: Results | list[RankResult], rank: int) -> str |
         line = verdict_lines.with_cause(line, divergence.cause_of(diverged, ledgers))
         if all(res.outcome not in BAD for res in everyone.values()):
             return line + "\n" + divergence.side_by_side(ledgers, diverged)
-    if any(res.outcome in BAD for res in everyone.values()):
-        if diverged is None:  # processes a test left running, named as the pool's names them
-            left = {r: leaks.left_running_in(res.text) for r, res in everyone.items()}
-            line = verdict_lines.with_cause(line, verdict_lines.left_running_cause(left))
+    if diverged is None and any(res.outcome in BAD for res in everyone.values()):
+        # processes a test left running, named as the pool's headline names them
+        left = {r: leaks.left_running_in(res.text) for r, res in everyone.items()}
+        line = verdict_lines.with_cause(line, verdict_lines.left_running_cause(left))
     others_bad = [r for r, res in everyone.items() if res.outcome in BAD and r != rank]
     if others_bad:
         return line + "".join(
