@@ -300,3 +300,32 @@ def test_a_sub_worlds_ledger_names_global_ranks():
     assert divergence.renumbered(entries, (0, 1)) is entries
     digest = {"world": [[0, 1], 1, 9]}
     assert divergence.renumbered_digest(digest, (2, 3)) == {"world": [[2, 3], 1, 9]}
+
+
+def test_undecided_the_cause_says_so_and_where_each_rank_waits(test_file):
+    ledgers = {
+        0: [entry(1, "all_reduce", 8, test_file, state="issued")],
+        1: [entry(1, "broadcast", 10, test_file, state="failed")],
+    }
+    found = divergence.find(ledgers)
+    assert divergence.cause_of(found, ledgers) == (
+        "the ledgers cannot tell which rank is wrong: ranks disagree at #1: "
+        "rank 0 issued all_reduce float32[4] at test_x.py:8, "
+        "rank 1 issued broadcast float32[4] at test_x.py:10; "
+        "rank 0 waits in all_reduce #1 (float32[4]) issued at test_x.py:8; "
+        "rank 1 was in broadcast #1 (float32[4]) issued at test_x.py:10"
+    )
+    assert divergence.worded({0: "hung", 1: "passed"}, found) == {0: "hung", 1: "diverged"}
+
+
+def test_a_rank_the_ledgers_single_out_is_diverged_never_passed(test_file):
+    found = divergence.find(
+        {
+            0: [entry(1, "all_reduce", 5, test_file, state="issued")],
+            1: [],
+        }
+    )
+    assert found.cause == (1,)
+    assert divergence.cause_of(found).startswith("likely cause: rank 1 never issued")
+    assert divergence.worded({0: "hung", 1: "passed"}, found) == {0: "hung", 1: "diverged"}
+    assert divergence.worded({0: "hung", 1: "passed"}, None) == {0: "hung", 1: "passed"}

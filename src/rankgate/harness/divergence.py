@@ -282,7 +282,7 @@ def cause_of(
     if diverged.cause:
         return ledger_cause(diverged.text)
     waits = [
-        f"rank {r} waits in {describe(e)}"
+        f"rank {r} {'was' if e.get('state') == 'failed' else 'waits'} in {describe(e)}"
         for r, entries in sorted((ledgers or {}).items())
         if (e := in_flight(entries)) is not None
     ]
