@@ -47,7 +47,8 @@ _SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "report": (
         "rankgate.report.cli",
-        "summarise a run's JUnit and benchmark results as report.json, report.html and summary.md",
+        "summarise a run's JUnit and benchmark results as report.json, report.html and "
+        "summary.md",
     ),
 }
 

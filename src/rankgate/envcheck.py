@@ -173,10 +173,8 @@ def _gpus(torch: Any, count: int) -> tuple[list[dict[str, Any]], list[list[bool 
             }
         )
     peer = [
-        [
-            None if i == j else _guard(lambda i=i, j=j: torch.cuda.can_device_access_peer(i, j))[0]
-            for j in range(count)
-        ]
+        [None if i == j else _guard(lambda i=i, j=j: torch.cuda.can_device_access_peer(i, j))[0]
+         for j in range(count)]
         for i in range(count)
     ]
     return gpus, peer
@@ -226,18 +224,12 @@ def rows(info: dict[str, Any]) -> list[tuple[str, str, str]]:
     py = info["python"]
     out = [
         ("system", "python", f"{py['version']} ({py['implementation']}) {py['executable']}"),
-        (
-            "system",
-            "platform",
-            " ".join(info["platform"][k] for k in ("system", "release", "machine", "hostname")),
-        ),
+        ("system", "platform", " ".join(info["platform"][k] for k in ("system", "release",
+                                                                     "machine", "hostname"))),
         ("system", "rankgate", info["rankgate"]),
         ("torch", "torch", t["version"] or f"not importable ({t['error']})"),
-        (
-            "torch",
-            "CUDA build",
-            t["cuda_build"] or ("none (ROCm build)" if t["hip_build"] else "none (CPU build)"),
-        ),
+        ("torch", "CUDA build", t["cuda_build"] or ("none (ROCm build)" if t["hip_build"]
+                                                     else "none (CPU build)")),
         ("torch", "cuDNN", _cudnn_text(t["cudnn"])),
         ("torch", "CUDA available", _cuda_text(c)),
         ("torch", "NCCL", c["nccl"] or "none"),
@@ -253,13 +245,10 @@ def rows(info: dict[str, Any]) -> list[tuple[str, str, str]]:
     if not info["gpus"]:
         out.append(("GPUs", "count", "0 (none visible)"))
     for i, row in enumerate(info["peer_access"]):
-        cells = [
-            "-" if v is None and i == j else {True: "yes", False: "no"}.get(v, "?")
-            for j, v in enumerate(row)
-        ]
-        out.append(
-            ("GPUs", f"peer access {i}->", " ".join(f"{j}:{v}" for j, v in enumerate(cells)))
-        )
+        cells = ["-" if v is None and i == j else {True: "yes", False: "no"}.get(v, "?")
+                 for j, v in enumerate(row)]
+        out.append(("GPUs", f"peer access {i}->", " ".join(f"{j}:{v}" for j, v in
+                                                         enumerate(cells))))
     for section in ("launchers", "containers"):
         for name, tool in info[section].items():
             out.append((section, name, _tool_text(tool)))

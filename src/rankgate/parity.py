@@ -195,10 +195,8 @@ def compare_tensor(  # 66 lines: each statistic beside the check it feeds, top t
     ref_norm = float(torch.linalg.vector_norm(ef).item())
     act_norm = float(torch.linalg.vector_norm(af).item())
     rel_l2 = err_norm / ref_norm if ref_norm > 0 else (0.0 if err_norm == 0 else math.inf)
-    cosine = (
-        float((af @ ef).item() / (act_norm * ref_norm))
-        if act_norm * ref_norm > 0
-        else (1.0 if err_norm == 0 else 0.0)
+    cosine = float((af @ ef).item() / (act_norm * ref_norm)) if act_norm * ref_norm > 0 else (
+        1.0 if err_norm == 0 else 0.0
     )
     problems = []
     if nan_count:

@@ -119,6 +119,7 @@ def test_a_rank_that_skipped_a_collective_is_never_passed():
     ranks[0].ledger = [{**_ledger("float32[4]")[0], "ranks": [0, 1], "state": "issued"}]
     ranks[1].ledger = []
     verdict = judge(ranks, 2, "gloo", test_id="t")
+    assert verdict.failing_ranks == (0, 1)
     assert verdict.summary.startswith(
         "rank 1 diverged; rank 0 hung; likely cause: rank 1 never issued all_reduce #1 "
         "(float32[4]) that rank 0 issued at test_x.py:9; rank 1 issued no collective"

@@ -75,12 +75,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"comma list of {', '.join(METHODS)} (default: all)")  # fmt: skip
     add("--skip", type=method_at_world_list(METHODS), default=[],
         help="comma list of METHOD@WORLD not to run, e.g. ring@1 (default: none)")  # fmt: skip
-    add(
-        "--ring-kernel",
-        default="auto",
-        choices=("auto", "cudnn", "flash", "math"),
-        help="ring's per-block kernel (default auto: cuDNN, else flash, on GPUs)",
-    )
+    add("--ring-kernel", default="auto", choices=("auto", "cudnn", "flash", "math"),
+        help="ring's per-block kernel (default auto: cuDNN, else flash, on GPUs)")
     add("--batch", type=int_at_least(1), default=1, help="sequences per iteration (default 1)")
     add("--heads", type=int_at_least(1), default=None, help="query heads (default 32; 4 on CPU)")
     add("--kv-heads", type=int_at_least(1), default=None,
@@ -177,6 +173,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result))
     return 0
+
 
 
 # --- inside each rank ------------------------------------------------------------------
@@ -521,11 +518,8 @@ def _meta(opts: dict, device) -> dict:
 
         kernel = opts["ring_kernel"]
         if kernel == "auto":
-            kernel = (
-                "flash (cuDNN refused: " + "; ".join(FUSED_FALLBACKS.values()) + ")"
-                if FUSED_FALLBACKS
-                else "cudnn"
-            )
+            kernel = "flash (cuDNN refused: " + "; ".join(FUSED_FALLBACKS.values()) + ")" \
+                if FUSED_FALLBACKS else "cudnn"
         meta["ring_kernel"] = kernel
     return meta
 

@@ -395,7 +395,9 @@ def render_doc(text: str, doc: str, load: Loader) -> tuple[str, list[str]]:
             continue
         fresh = claim.render(load)
         if match.group(2) != fresh:
-            problems.append(f"{doc}: block {claim.name} differs from {', '.join(claim.sources)}")
+            problems.append(
+                f"{doc}: block {claim.name} differs from {', '.join(claim.sources)}"
+            )
             text = text[: match.start(2)] + fresh + text[match.end(2) :]
     return text, problems
 

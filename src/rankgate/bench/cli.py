@@ -51,10 +51,7 @@ _BENCHMARKS: dict[str, tuple[str, str]] = {
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--repeat",
-        type=int_at_least(1),
-        default=1,
-        metavar="N",
+        "--repeat", type=int_at_least(1), default=1, metavar="N",
         help="run the benchmark N times (default 1)",
     )
     sub = parser.add_subparsers(

@@ -217,16 +217,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = __doc__.split("\n\n", 1)[1].replace("``", "").replace("::\n", ":\n")
     parser.add_argument("files", nargs="*", metavar="FILE", help="BASE NEW, or NEW... with --kind")
     parser.add_argument(
-        "--kind",
-        metavar="KIND",
+        "--kind", metavar="KIND",
         help="compare each file with the baseline of this machine kind ('auto': detect it; "
         "default: compare two files, BASE NEW)",
     )
     parser.add_argument(
-        "--baselines",
-        type=Path,
-        default=DEFAULT_BASELINES,
-        metavar="DIR",
+        "--baselines", type=Path, default=DEFAULT_BASELINES, metavar="DIR",
         help=f"where baselines live, one folder per kind (default {DEFAULT_BASELINES})",
     )
     parser.add_argument(
@@ -245,16 +241,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "files, $RANKGATE_OUT/bench/compare.png; else none)",
     )  # fmt: skip
     parser.add_argument(
-        "--write-baseline",
-        metavar="FILE",
+        "--write-baseline", metavar="FILE",
         help="record the given runs (their repetitions together) as a baseline file "
         "(default: compare, record nothing)",
     )
     parser.add_argument(
-        "--threshold",
-        type=metric_fraction,
-        action="append",
-        default=[],
+        "--threshold", type=metric_fraction, action="append", default=[],
         metavar="METRIC=FRACTION",
         help="with --write-baseline: a metric's threshold, e.g. pool_median_ms=0.15; "
         "repeatable (default: each metric's built-in threshold)",
@@ -429,8 +421,7 @@ def _write_baseline(args: argparse.Namespace) -> int:
     else:
         samples.machine = {**here, **samples.machine}
     command = "rankgate bench compare --write-baseline " + shlex.join(
-        [args.write_baseline, *args.files]
-    )
+        [args.write_baseline, *args.files])
     doc = baseline_json(samples, command=command, note=args.note, sources=list(args.files))
     Path(args.write_baseline).parent.mkdir(parents=True, exist_ok=True)
     Path(args.write_baseline).write_text(json.dumps(doc, indent=1) + "\n")

@@ -133,7 +133,9 @@ def run_all(folder: str | Path, opts, runner: Runner | None = None) -> dict:
                 continue
             sections = [s for s in parse_sections(text) if s["rows"]]
             if not sections:
-                found["errors"].append(f"{collective} {mode}: {binary.name} printed no result rows")
+                found["errors"].append(
+                    f"{collective} {mode}: {binary.name} printed no result rows"
+                )
                 continue
             found["runs"].append({
                 "collective": collective, "mode": mode, "command": argv,

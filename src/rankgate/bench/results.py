@@ -78,20 +78,10 @@ METRICS: dict[str, dict[str, Metric]] = {
     "harness": {
         m.name: m
         for m in (
-            Metric(
-                name="pool_median_ms",
-                unit="ms",
-                threshold=0.15,
-                statistic="min",
-                load_sensitive=True,
-            ),
-            Metric(
-                name="pool_ms_per_test",
-                unit="ms",
-                threshold=0.15,
-                statistic="min",
-                load_sensitive=True,
-            ),
+            Metric(name="pool_median_ms", unit="ms", threshold=0.15, statistic="min",
+                   load_sensitive=True),
+            Metric(name="pool_ms_per_test", unit="ms", threshold=0.15, statistic="min",
+                   load_sensitive=True),
             Metric(name="pool_start_s", unit="s", statistic="min", load_sensitive=True),
             Metric(name="spawn_ms_per_test", unit="ms", statistic="min", load_sensitive=True),
         )

@@ -88,10 +88,8 @@ def release(found: list[tuple[Path, bool]], pids) -> str:
         else:
             try:
                 path.unlink()
-                words.append(
-                    f"{path} (removed: the rank that held it was stopped, and it would "
-                    "hold every later run that takes it)"
-                )
+                words.append(f"{path} (removed: the rank that held it was stopped, and it would "
+                             "hold every later run that takes it)")
             except FileNotFoundError:
                 words.append(f"{path} (gone already)")
             except OSError as exc:

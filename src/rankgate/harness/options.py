@@ -110,7 +110,8 @@ INI_OPTIONS: dict[str, tuple[str, str | None]] = {
         None,
     ),
     "rankgate_worker_setup": (
-        "module:function called as function(rank) in every rank before rendezvous (default: none)",
+        "module:function called as function(rank) in every rank before rendezvous "
+        "(default: none)",
         None,
     ),
     "rankgate_spawn_helpers": (

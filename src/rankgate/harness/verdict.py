@@ -50,8 +50,9 @@ def judge(outcomes: list[RankOutcome], world: int, backend: str, *, test_id: str
         )
     where = f"(world {world}, backend {backend})"
     bad = _root_cause_first(outcomes)
-    # Ranks that all passed but whose ledgers part (their digests differed) fail too.
-    diverged = None if bad else divergence.find({o.rank: o.ledger for o in outcomes})
+    # Ranks that all passed but whose ledgers part (their digests differed) fail too, and
+    # a rank the ledgers single out is a failing rank even where its body returned.
+    diverged = divergence.find({o.rank: o.ledger for o in outcomes})
     if bad or diverged is not None:
         summary = f"{headline(outcomes, test_id)} {where}"
         named = divergence.worded({o.rank: str(o.outcome) for o in outcomes}, diverged)

@@ -69,10 +69,8 @@ class Plan:
 
     def render(self) -> str:
         """Plain text: a header line, then one line per stage."""
-        head = (
-            f"rankgate: {len(self.files)} files changed since {self.since}"
-            if self.since
-            else ("rankgate: no --changed-since: every stage runs")
+        head = f"rankgate: {len(self.files)} files changed since {self.since}" if self.since else (
+            "rankgate: no --changed-since: every stage runs"
         )
         width = max([len(d.stage) for d in self.decisions] + [5])
         lines = [head]
@@ -154,7 +152,6 @@ def decide(since: str, files: Sequence[str], stage_list: Sequence[Stage]) -> Pla
 
 def changed_files(since: str, repo: Path) -> tuple[str, ...]:
     """Files changed since the merge base with ``since``: committed, uncommitted, untracked."""
-
     def git(*args: str) -> str:
         try:
             return command.output(["git", "-C", str(repo), *args])
@@ -239,8 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repo", default=".", help="the repository (default: .)")
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
     parser.add_argument(
-        "--github",
-        action="store_true",
+        "--github", action="store_true",
         help="write stages=[...] to $GITHUB_OUTPUT and the plan to $GITHUB_STEP_SUMMARY",
     )
     args = parser.parse_args(argv)
@@ -251,28 +247,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(result.render())
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "since": result.since,
-                    "files": list(result.files),
-                    "run": list(result.to_run),
-                    "decisions": {
-                        d.stage: {"run": d.run, "reason": d.reason} for d in result.decisions
-                    },
-                }
-            )
-        )
+        print(json.dumps({"since": result.since, "files": list(result.files),
+                          "run": list(result.to_run),
+                          "decisions": {d.stage: {"run": d.run, "reason": d.reason}
+                                        for d in result.decisions}}))
     if args.github:
         for name, text in (
             ("GITHUB_OUTPUT", f"stages={json.dumps(list(result.to_run))}\n"),
             ("GITHUB_STEP_SUMMARY", result.markdown()),
         ):
             if not os.environ.get(name):
-                print(
-                    f"rankgate changes: error: --github needs ${name} (set in GitHub Actions)",
-                    file=sys.stderr,
-                )
+                print(f"rankgate changes: error: --github needs ${name} (set in GitHub Actions)",
+                      file=sys.stderr)
                 return 2
             with open(os.environ[name], "a", encoding="utf-8") as f:
                 f.write(text)

@@ -58,9 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     _add_wait_arguments(parser)
     parser.add_argument(
-        "--out",
-        type=Path,
-        default=None,
+        "--out", type=Path, default=None,
         help="local folder for the fetched results of a remote target (default: a new "
         "temporary folder, named in the summary)",
     )

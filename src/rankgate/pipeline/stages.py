@@ -196,22 +196,8 @@ _INTERLINK_E2E = (
     *(
         f"src/rankgate/dispatch/{name}.py"
         for name in (
-            "__init__",
-            "archive",
-            "ended",
-            "interrupts",
-            "job",
-            "outcome",
-            "profile",
-            "results",
-            "run",
-            "sbatch",
-            "shards",
-            "shell",
-            "slurm",
-            "slurm_query",
-            "target",
-            "watch",
+            "__init__", "archive", "ended", "interrupts", "job", "outcome", "profile", "results",
+            "run", "sbatch", "shards", "shell", "slurm", "slurm_query", "target", "watch",
         )
     ),
 )
@@ -299,20 +285,11 @@ _STAGES: dict[str, Stage] = {
             dagger="test-cpu",
             workflow="ci.yml:dist",
             paths=(
-                *_PYTEST_RUN,
-                *_WORKLOAD_SUITES,
-                *_INTERLINK_E2E,
-                *_JUNIT_MERGE,
-                *_REPORT_TESTS,
-                "suites/harness/**",
-                "suites/pipeline/test_dist_smoke.py",
-                "tests/bench/**",
-                "tests/test_leftovers.py",
-                "tests/leftovers.py",
+                *_PYTEST_RUN, *_WORKLOAD_SUITES, *_INTERLINK_E2E, *_JUNIT_MERGE, *_REPORT_TESTS,
+                "suites/harness/**", "suites/pipeline/test_dist_smoke.py", "tests/bench/**",
+                "tests/test_leftovers.py", "tests/leftovers.py",
                 # the documentation's runnable examples, shown by rankgate.docsite
-                "tests/test_docs_examples.py",
-                "docs/examples/**",
-                "src/rankgate/docsite.py",
+                "tests/test_docs_examples.py", "docs/examples/**", "src/rankgate/docsite.py",
             ),
         ),
         Stage(
@@ -329,11 +306,7 @@ _STAGES: dict[str, Stage] = {
             # Dispatched with a profile it also goes through rankgate.dispatch; the hpc
             # stage is the one that proves dispatch works (on a real SLURM).
             paths=(
-                *_PYTEST_RUN,
-                *_WORKLOAD_SUITES,
-                *_JUNIT_MERGE,
-                "suites/harness/**",
-                "tests/**",
+                *_PYTEST_RUN, *_WORKLOAD_SUITES, *_JUNIT_MERGE, "suites/harness/**", "tests/**",
             ),
         ),
         Stage(
@@ -356,13 +329,9 @@ _STAGES: dict[str, Stage] = {
             dagger="test-hpc",
             workflow="release.yml:test-hpc",
             paths=(
-                *_PYTEST_RUN,
-                *_JUNIT_MERGE,
-                "src/rankgate/dispatch/**",
-                "src/rankgate/cli.py",
+                *_PYTEST_RUN, *_JUNIT_MERGE, "src/rankgate/dispatch/**", "src/rankgate/cli.py",
                 "src/rankgate/pipeline/dispatch_stage.py",
-                "suites/dispatch/**",
-                "scripts/slurm/**",
+                "suites/dispatch/**", "scripts/slurm/**",
                 *_TRAINING_LAUNCH,
             ),
         ),
@@ -375,10 +344,7 @@ _STAGES: dict[str, Stage] = {
             markers="perf",
             where=("local", "container"),
             products=(
-                "junit/bench.xml",
-                "bench/harness.json",
-                "bench/compare.json",
-                "bench/compare.png",
+                "junit/bench.xml", "bench/harness.json", "bench/compare.json", "bench/compare.png",
                 "bench/compare-committed.json",
             ),
             commands=(
@@ -388,16 +354,8 @@ _STAGES: dict[str, Stage] = {
                     # run); each costs ~18 s on 2 cores, most of it spawning ranks per
                     # test, so a third would be a fifth of the quick gate's bench stage.
                     argv=(
-                        "rankgate",
-                        "bench",
-                        "--repeat",
-                        "2",
-                        "harness",
-                        "--json",
-                        "--k",
-                        "20",
-                        "--spawn-k",
-                        "1",
+                        "rankgate", "bench", "--repeat", "2", "harness", "--json",
+                        "--k", "20", "--spawn-k", "1",
                     ),
                     label="bench harness",
                     module="rankgate.bench.pool_overhead",
@@ -417,12 +375,8 @@ _STAGES: dict[str, Stage] = {
             dagger="bench",
             workflow="release.yml:bench",
             paths=(
-                *_PYTEST_RUN,
-                "src/rankgate/bench/**",
-                "src/rankgate/workloads/**",
-                "src/rankgate/cli.py",
-                "src/rankgate/proc/**",
-                "tests/bench/**",
+                *_PYTEST_RUN, "src/rankgate/bench/**", "src/rankgate/workloads/**",
+                "src/rankgate/cli.py", "src/rankgate/proc/**", "tests/bench/**",
                 "benchmarks/baselines/**",
             ),
         ),
@@ -458,17 +412,11 @@ _STAGES: dict[str, Stage] = {
             # shared memory, pids) and its launchers. The code itself is tested by unit
             # and dist on the host, so the image does not run those suites again.
             paths=(
-                *_PYTEST_RUN,
-                "containers/**",
-                "scripts/container/**",
-                "src/rankgate/pipeline/__init__.py",
-                "src/rankgate/pipeline/container.py",
+                *_PYTEST_RUN, "containers/**", "scripts/container/**",
+                "src/rankgate/pipeline/__init__.py", "src/rankgate/pipeline/container.py",
                 *_COMMANDS,
-                "src/rankgate/pipeline/probe.py",
-                "src/rankgate/workloads/comm/**",
-                "suites/pipeline/test_container.py",
-                "suites/comm/**",
-                "suites/harness/**",
+                "src/rankgate/pipeline/probe.py", "src/rankgate/workloads/comm/**",
+                "suites/pipeline/test_container.py", "suites/comm/**", "suites/harness/**",
             ),
         ),
         Stage(
@@ -497,9 +445,7 @@ _STAGES: dict[str, Stage] = {
             where=("local",),
             scheduled=True,
             products=(
-                "latest/versions.txt",
-                "latest/gate.json",
-                "latest/junit/unit.xml",
+                "latest/versions.txt", "latest/gate.json", "latest/junit/unit.xml",
                 "latest/junit/dist.xml",
             ),
             commands=(

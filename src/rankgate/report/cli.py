@@ -59,9 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: each folder's newest run)",
     )  # fmt: skip
     parser.add_argument(
-        "-o",
-        "--output",
-        metavar="OUT.json",
+        "-o", "--output", metavar="OUT.json",
         help="also write the JSON summary here (default: only OUT/report.json)",
     )
     parser.add_argument(

@@ -144,7 +144,9 @@ def world_of_test(item, helper: SpawnHelper) -> tuple[int, str, int] | str | Non
     (why); None when the test never calls the helper."""
     helper_obj = call_target(helper.target)
     original = getattr(helper_obj, "__wrapped__", helper_obj)
-    names = {name for name, value in vars(item.module).items() if value in (helper_obj, original)}
+    names = {
+        name for name, value in vars(item.module).items() if value in (helper_obj, original)
+    }
     names.add(helper.target.rpartition(":")[2].rpartition(".")[2])
     calls = [c for c in _calls(item.function) if _called_name(c) in names]
     if not calls:

@@ -50,9 +50,7 @@ _DEFINES = "".join(
     for name, value in (("HEADER_BYTES", HEADER_BYTES), ("MAX_WORLD", MAX_WORLD),
                         ("MAX_BLOCKS", MAX_BLOCKS), ("BLOCK_BYTES", BLOCK_BYTES))
 )  # fmt: skip
-SOURCE = (
-    _DEFINES
-    + r"""
+SOURCE = _DEFINES + r"""
 
 __device__ __forceinline__ unsigned long long now_ns() {
   unsigned long long t;
@@ -174,7 +172,6 @@ extern "C" __global__ void push_all_reduce_bf16(const unsigned* in, unsigned* ou
   push_all_reduce<true>(in, out, bufs, rank, world, nwords, slot_bytes, timeout_ms);
 }
 """
-)
 
 
 @functools.cache

@@ -320,3 +320,4 @@ class RingAttention:
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return ring_attention(q, k, v, causal=self.causal, local_cu_seqlens=self.local_cu_seqlens,
                               group=self.group, kernel=self.kernel)  # fmt: skip
+
