@@ -462,6 +462,8 @@ class InPlaceSession(ShareMixin):
             digest=divergence.renumbered_digest(ledger.digest(), self.group.members),
         )
         self._group_trouble = False
+        if mine.outcome in BAD:  # now: a peer that dies in the exchange ends this rank there
+            self.records.log_ledger(item, mine.ledger)
         try:
             # Each rank's value stays at control.outcome_key(index, rank): _failed_peers reads it.
             gathered = self.control.all_gather(
@@ -478,7 +480,8 @@ class InPlaceSession(ShareMixin):
             self.stop.for_crashed_peers(item, exc.ranks)
         ranks = self.ranks_of(item.nodeid)
         everyone = {r: RankResult(*result) for r, result in zip(ranks, gathered, strict=True)}
-        if parted(everyone) is not None or any(r.outcome in BAD for r in everyone.values()):
+        logged = mine.outcome in BAD
+        if not logged and (parted(everyone) or any(r.outcome in BAD for r in everyone.values())):
             self.records.log_ledger(item, mine.ledger)  # merge-junit compares them
         if note:
             self._note_verdict(item, everyone)

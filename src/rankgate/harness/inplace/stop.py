@@ -212,6 +212,8 @@ class RunStop:
             # Another sub-world's rank died: this rank's test is not to blame. It is
             # recorded "not run" with the rest, naming the crash.
             item, note = None, ""
+        if dead and item is not None:  # merge-junit compares what the peers left
+            self._log_ledger(item)
         text, verdict = f"{cause} {where}{note}", "crashed"
         if not dead:  # no rank failed: the run was cut short, and its files must say so
             self.interrupted = (text, item)
@@ -441,8 +443,18 @@ class RunStop:
         if not self._claim():
             threading.Event().wait()  # a signal's watcher records this rank and exits it
         cause = f"{_crashed(dead)} while {item.nodeid} ran"
+        self._log_ledger(item)
         self._record(item, cause, cause + self._in_flight_note(), verdict="crashed", gone=dead)
         os._exit(pytest.ExitCode.TESTS_FAILED)
+
+    def _log_ledger(self, item: pytest.Item) -> None:
+        """This rank's ledger of ``item``, which a peer's death ended: merge-junit reads
+        the peers' ledgers for the verdict (the dead rank's died with it)."""
+        try:
+            mine = divergence.renumbered(ledger.now(), self.session.group.members)
+            self.session.records.log_ledger(item, mine)
+        except Exception:
+            pass  # a verdict without the ledgers still stands
 
     def _in_flight_note(self) -> str:
         """'; rank 0 was in all_reduce #1 (float32[4]) issued at x.py:9': the collective
