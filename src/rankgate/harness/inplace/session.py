@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 from _pytest.runner import runtestprotocol
 
-from rankgate.harness import divergence, leaks, ledger, options
+from rankgate.harness import leaks, ledger, options
 from rankgate.harness.failure_repr import failure_repr
 from rankgate.harness.inplace import (
     collection,
@@ -64,9 +64,10 @@ from rankgate.harness.inplace.verdict import (
     BAD,
     RankResult,
     clipped,
+    ledgers_compared,
     own_result,
-    parted,
     verdict_reports,
+    with_ledger,
 )
 from rankgate.harness.item_settings import (
     collective_timeout,
@@ -454,14 +455,8 @@ class InPlaceSession(ShareMixin):
         """Every rank's result of this test; a new group where any rank lost its own.
         ``note``: count its failures for the run's end now (else the caller does, for
         the last attempt only)."""
-        mine = own_result(own, all_output=self._shows_passes)
-        mine = mine._replace(
-            group_trouble=self._group_trouble,
-            # A sub-world's ledger names its global ranks, as its verdict does.
-            ledger=divergence.renumbered(ledger.now(), self.group.members),
-            digest=divergence.renumbered_digest(ledger.digest(), self.group.members),
-        )
-        self._group_trouble = False
+        mine = with_ledger(own_result(own, all_output=self._shows_passes), self.group.members)
+        mine, self._group_trouble = mine._replace(group_trouble=self._group_trouble), False
         if mine.outcome in BAD:  # now: a peer that dies in the exchange ends this rank there
             self.records.log_ledger(item, mine.ledger)
         try:
@@ -480,8 +475,7 @@ class InPlaceSession(ShareMixin):
             self.stop.for_crashed_peers(item, exc.ranks)
         ranks = self.ranks_of(item.nodeid)
         everyone = {r: RankResult(*result) for r, result in zip(ranks, gathered, strict=True)}
-        logged = mine.outcome in BAD
-        if not logged and (parted(everyone) or any(r.outcome in BAD for r in everyone.values())):
+        if mine.outcome not in BAD and ledgers_compared(everyone):
             self.records.log_ledger(item, mine.ledger)  # merge-junit compares them
         if note:
             self._note_verdict(item, everyone)

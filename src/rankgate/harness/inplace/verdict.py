@@ -20,7 +20,7 @@ import pytest
 from _pytest._code.code import ReprEntryNative, ReprExceptionInfo, ReprFileLocation, ReprTraceback
 from _pytest.skipping import xfailed_key
 
-from rankgate.harness import divergence, leaks, verdict_lines
+from rankgate.harness import divergence, leaks, ledger, verdict_lines
 from rankgate.harness.failure_repr import failure_repr
 from rankgate.harness.output import clip_sections, strip_ansi
 from rankgate.harness.verdict import DISAGREEMENT
@@ -111,6 +111,21 @@ def _xfailed_as_one(everyone: Results) -> bool:
 
 DISAGREE_PREFIX = "ranks disagree: "
 """How a test's problem begins when no rank failed it but their outcomes differ."""
+
+
+def with_ledger(mine: RankResult, members) -> RankResult:
+    """``mine`` with this rank's ledger of the test and its digest; a sub-world's name its
+    global ranks (``members``, in order), as its verdict does."""
+    return mine._replace(
+        ledger=divergence.renumbered(ledger.now(), members),
+        digest=divergence.renumbered_digest(ledger.digest(), members),
+    )
+
+
+def ledgers_compared(everyone: Results) -> bool:
+    """Whether the ranks' ledgers make part of the test's verdict (a rank went wrong, or
+    their digests differ): each rank then keeps its own for merge-junit."""
+    return any(res.outcome in BAD for res in everyone.values()) or parted(everyone) is not None
 
 
 def parted(everyone: Results) -> divergence.Divergence | None:
