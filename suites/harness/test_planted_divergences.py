@@ -126,6 +126,8 @@ def test_correct(rank, device):
 
 
 PLANTED3 = """\
+import time
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -153,6 +155,18 @@ def test_subgroup_of_three_only_some_join(rank):
 def test_mismatched_dtypes_three(rank):
     t = torch.ones(4, dtype=torch.float64 if rank == 1 else torch.float32)
     dist.all_reduce(t)  # dtypes3:all_reduce
+
+
+@pytest.mark.world(3, backend="gloo", timeout=@TIMEOUT@)
+def test_a_rank_waits_in_a_subgroup_its_peer_never_joins(rank):
+    pair = dist.new_group([1, 2])
+    t = torch.ones(4)
+    if rank == 0:
+        dist.all_reduce(t)  # waits:world
+    elif rank == 1:
+        dist.all_reduce(t, group=pair)  # waits:pair
+    else:
+        time.sleep(3 * @TIMEOUT@)  # waits:sleep
 
 
 @pytest.mark.world(3, backend="gloo", timeout=@TIMEOUT@)
@@ -360,6 +374,16 @@ def test_a_subgroup_of_three_only_some_join(pool_verdicts):
         "ranks 0, 1, 2 hung; likely cause: rank 1 never issued all_reduce #1 on ranks [0, 1] "
         f"(float32[4]) that rank 0 issued at {at3('subgroup3:all_reduce')}; rank 1's last: "
         f"barrier #1 at {at3('subgroup3:barrier')}"
+    )
+
+
+def test_a_rank_that_only_waits_in_another_groups_collective_is_not_the_cause(pool_verdicts):
+    # Ranks 1 and 2 never issued rank 0's world all_reduce, but rank 1 waits in one of
+    # ranks [1, 2] that rank 2 never joins: rank 2 alone is named.
+    assert _world3(pool_verdicts, "test_a_rank_waits_in_a_subgroup_its_peer_never_joins") == (
+        "ranks 0, 1, 2 hung; likely cause: rank 2 never issued all_reduce #1 on ranks [1, 2] "
+        f"(float32[4]) that rank 1 issued at {at3('waits:pair')}; rank 2 issued no collective "
+        f"(now in user code at {at3('waits:sleep')})"
     )
 
 

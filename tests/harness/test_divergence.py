@@ -329,3 +329,22 @@ def test_a_rank_the_ledgers_single_out_is_diverged_never_passed(test_file):
     assert divergence.cause_of(found).startswith("likely cause: rank 1 never issued")
     assert divergence.worded({0: "hung", 1: "passed"}, found) == {0: "hung", 1: "diverged"}
     assert divergence.worded({0: "hung", 1: "passed"}, None) == {0: "hung", 1: "passed"}
+
+
+def test_a_rank_waiting_in_another_groups_collective_is_not_the_cause(test_file):
+    # Rank 2 never joins the [1, 2] all_reduce rank 1 waits in; rank 0 waits in a world
+    # all_reduce that ranks 1 and 2 never issued. Rank 1 only waits: rank 2 is the cause.
+    pair = {"group": "5", "ranks": (1, 2)}
+    three = {"ranks": (0, 1, 2)}
+    found = divergence.find(
+        {
+            0: [entry(1, "all_reduce", 5, test_file, state="issued", **three)],
+            1: [entry(1, "all_reduce", 8, test_file, state="issued", **pair)],
+            2: [],
+        }
+    )
+    assert found.cause == (2,)
+    assert found.text == (
+        "rank 2 never issued all_reduce #1 on ranks [1, 2] (float32[4]) that rank 1 issued "
+        "at test_x.py:8; rank 2 issued no collective"
+    )

@@ -89,7 +89,17 @@ def find(
         divergence = _first_in_group(group, ranks, seqs, known, now or {})
         if divergence is not None:
             found.append(divergence)
-    return min(found, key=lambda d: d.order) if found else None
+    # A rank that only waits is never the cause: one blamed in one group but waiting in
+    # another group's collective that others never issued is their victim.
+    waits_in = {r: e["group"] for r, entries in known.items() if (e := in_flight(entries))}
+    blocked = {
+        r
+        for d in found
+        for r in d.cause
+        if any(o is not d and o.group == waits_in.get(r) and r not in o.cause for o in found)
+    }
+    clear = [d for d in found if not blocked & set(d.cause)]
+    return min(clear or found, key=lambda d: d.order) if found else None
 
 
 def _first_in_group(group, ranks, seqs, ledgers, now) -> Divergence | None:
