@@ -141,6 +141,15 @@ def test_in_the_pool_every_mismatch_fails_and_names_the_odd_rank_out(tmp_path):
     }
     assert _messages(tmp_path / "j.xml") == expected
     assert "5 failed, 2 passed" in done.stdout
+    # JUnit's per-rank outcomes say the same: the odd rank out "diverged", never passed.
+    (case,) = [
+        c
+        for c in ET.parse(tmp_path / "j.xml").iter("testcase")
+        if c.get("name") == "test_dtype_three"
+    ]
+    said = {p.get("name"): p.get("value") for p in case.iter("property")}
+    assert [said[f"rankgate.rank{r}.outcome"] for r in range(3)] == ["passed", "diverged", "passed"]
+    assert said["rankgate.failing_ranks"] == "1"
 
 
 def _global(line: str, base: int) -> str:

@@ -551,6 +551,8 @@ def test_ranks_that_passed_with_diverging_ledgers_fail_and_the_odd_one_is_diverg
         "rank 2 diverged; ranks 0, 1 passed; likely cause: ranks disagree at #1: rank 2 "
         "issued int32[4] where ranks 0, 1 issued float32[4] (all_reduce #1 at test_x.py:7)",
     )
+    assert test.rank_outcomes == {0: "passed", 1: "passed", 2: "diverged"}
+    assert test.failing_ranks == (2,)
 
 
 def test_a_rank_a_hung_ranks_cause_names_is_diverged_never_passed(tmp_path: Path) -> None:

@@ -92,6 +92,8 @@ class MergedTest:
     missing: tuple[int, ...] = ()
     labels: tuple[tuple[str, str], ...] = ()
     """Where it ran when runs were merged (``shard``, ``node``, ``job``), written as properties."""
+    diverged: tuple[int, ...] = ()
+    """Ranks that passed but that the ledgers single out: worded "diverged", failing."""
 
     @property
     def attempts(self) -> list[Attempt]:
@@ -122,7 +124,7 @@ class MergedTest:
         bad = [
             r for r, res in self.results.items() if res.outcome in ("failed", "error", "not run")
         ]
-        return tuple(sorted([*bad, *self.missing]))
+        return tuple(sorted([*bad, *self.missing, *self.diverged]))
 
     @property
     def rank_outcomes(self) -> dict[int, str]:
@@ -130,6 +132,7 @@ class MergedTest:
         is ``crashed``, an in-place hang ``hung``); ``missing`` for a rank without it."""
         outcomes = {r: worded_outcome(res.outcome, res) for r, res in self.results.items()}
         outcomes.update(dict.fromkeys(self.missing, "missing"))
+        outcomes.update(dict.fromkeys(self.diverged, "diverged"))
         return dict(sorted(outcomes.items()))
 
 
@@ -483,7 +486,10 @@ def _merge_test(
         details = join_texts(details, f"----- {_ranks_text(missing)}: no result for this test")
     if diverged is not None:  # the ledgers side by side around where they part
         details = join_texts(divergence.side_by_side(ledgers or {}, diverged), details)
-    return MergedTest(classname, name, verdict, message, details, results, missing)
+    diverged = tuple(r for r, w in worded.items() if w == "diverged")
+    return MergedTest(
+        classname, name, verdict, message, details, results, missing, diverged=diverged
+    )
 
 
 def _expected_failure(
