@@ -378,7 +378,8 @@ def digest() -> dict[str, list] | None:
         if op in POINT_TO_POINT or op == DESTROY or not described or not described[1]:
             continue
         # Worded once per kind of call (hashing torch's reduce op itself costs 0.75 us).
-        reduce, arg = entry[_REDUCE], entry[_ARG]
+        reduce = entry[_REDUCE] if len(entry) > _REDUCE else None  # an entry made without
+        arg = entry[_ARG]
         key = (op, id(reduce), arg)
         known = _kind_texts.get(key)
         if known is None or known[0] is not reduce:
