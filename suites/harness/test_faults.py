@@ -481,7 +481,8 @@ def test_after(rank, dist_tmp_path):
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(
         [
-            "rank 0 failed; rank 1 passed; likely cause: rank 1 never issued all_reduce #1 "
+            # rank 1's body returned, but it skipped the collective: never "passed"
+            "rank 1 diverged; rank 0 failed; likely cause: rank 1 never issued all_reduce #1 "
             "(float32[[]1]) that rank 0 issued at test_inner.py:*; rank 1 issued no collective "
             "(world 2, backend gloo)",
             "RuntimeError: *gloo*Timed out waiting 1000ms*",

@@ -22,6 +22,8 @@ from rankgate.report.junit import merge_junit
 
 pytestmark = pytest.mark.dist
 
+UNDECIDED = "the ledgers cannot tell which rank is wrong: "
+
 TIMEOUT = 5
 """Each planted test's timeout (s): a hang costs this, the stacks and a pool respawn. At 2 s
 a loaded CI host once stopped rank 0 before it issued its collective (the stacks, not the
@@ -98,6 +100,22 @@ def test_only_rank_0_inside_an_if(rank, device):
 
 
 @pytest.mark.world(2, backend=BACKEND, timeout=@TIMEOUT@)
+def test_skipped_and_returned(rank, device):
+    t = torch.ones(4, device=device)
+    dist.broadcast(t, src=0)  # returned:broadcast
+    if rank == 0:
+        dist.all_reduce(t)  # returned:all_reduce
+
+
+@pytest.mark.world(2, backend=BACKEND, timeout=@TIMEOUT@)
+def test_mismatched_reduce_ops(rank, device):
+    t = torch.ones(4, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM if rank == 0 else dist.ReduceOp.MAX)  # reduce_ops
+    dist.barrier()
+    assert t.sum().item() == 8
+
+
+@pytest.mark.world(2, backend=BACKEND, timeout=@TIMEOUT@)
 def test_correct(rank, device):
     t = torch.ones(4, device=device)
     dist.broadcast(t, src=0)
@@ -107,10 +125,68 @@ def test_correct(rank, device):
 """
 
 
-def at(tag: str) -> str:
+PLANTED3 = """\
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+
+@pytest.mark.world(3, backend="gloo", timeout=@TIMEOUT@)
+def test_barrier_where_the_others_all_reduce(rank):
+    t = torch.ones(4)
+    if rank == 2:
+        dist.barrier()  # barrier_vs:barrier
+    else:
+        dist.all_reduce(t)  # barrier_vs:all_reduce
+
+
+@pytest.mark.world(3, backend="gloo", timeout=@TIMEOUT@)
+def test_subgroup_of_three_only_some_join(rank):
+    pair = dist.new_group([0, 1])
+    t = torch.ones(4)
+    if rank == 0:
+        dist.all_reduce(t, group=pair)  # subgroup3:all_reduce
+    dist.barrier()  # subgroup3:barrier
+
+
+@pytest.mark.world(3, backend="gloo", timeout=@TIMEOUT@)
+def test_mismatched_dtypes_three(rank):
+    t = torch.ones(4, dtype=torch.float64 if rank == 1 else torch.float32)
+    dist.all_reduce(t)  # dtypes3:all_reduce
+
+
+@pytest.mark.world(3, backend="gloo", timeout=@TIMEOUT@)
+def test_a_rank_waits_in_a_subgroup_its_peer_never_joins(rank):
+    pair = dist.new_group([1, 2])
+    t = torch.ones(4)
+    if rank == 0:
+        dist.all_reduce(t)  # waits:world
+    elif rank == 1:
+        dist.all_reduce(t, group=pair)  # waits:pair
+    else:
+        time.sleep(3 * @TIMEOUT@)  # waits:sleep
+
+
+@pytest.mark.world(3, backend="gloo", timeout=@TIMEOUT@)
+def test_correct_three(rank):
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    dist.barrier()
+    assert t.sum().item() == 12
+"""
+"""World 3, gloo only (a lent kind with 3 GPUs runs no suite here)."""
+
+
+def at(tag: str, source: str = PLANTED, name: str = "test_planted.py") -> str:
     """'test_planted.py:12': where the line marked ``# tag`` is."""
-    (line,) = [n for n, text in enumerate(PLANTED.splitlines(), 1) if text.endswith(f"# {tag}")]
-    return f"test_planted.py:{line}"
+    (line,) = [n for n, text in enumerate(source.splitlines(), 1) if text.endswith(f"# {tag}")]
+    return f"{name}:{line}"
+
+
+def at3(tag: str) -> str:
+    return at(tag, PLANTED3, "test_planted3.py")
 
 
 def _two_gpus() -> bool:
@@ -134,6 +210,8 @@ BACKENDS = [
 def _write(folder: Path, backend: str) -> None:
     source = PLANTED.replace("@BACKEND@", backend).replace("@TIMEOUT@", str(TIMEOUT))
     (folder / "test_planted.py").write_text(source)
+    if backend == "gloo":
+        (folder / "test_planted3.py").write_text(PLANTED3.replace("@TIMEOUT@", str(TIMEOUT)))
     (folder / "pytest.ini").write_text("[pytest]\n")
 
 
@@ -158,15 +236,18 @@ def pool_verdicts(request, tmp_path_factory) -> dict[str, str]:
     return verdicts
 
 
-def _assert_cause(verdicts: dict[str, str], test: str, cause: str) -> None:
-    """gloo: both ranks hang, exactly so. NCCL returns from a collective at once: which
-    rank ends where is the GPU's to say, and only the ledgers' cause is asserted."""
+def _assert_cause(
+    verdicts: dict[str, str], test: str, cause: str, outcomes: str = "ranks 0, 1 hung"
+) -> None:
+    """gloo: the ranks end as ``outcomes`` says, exactly so. NCCL returns from a collective
+    at once: which rank ends where is the GPU's to say, and only the ledgers' cause is
+    asserted. ``cause``: 'likely cause: ...', or what the ledgers cannot tell."""
     backend = verdicts["backend"]
     if backend == "gloo":
-        assert verdicts[test] == f"ranks 0, 1 hung; likely cause: {cause} (world 2, backend gloo)"
+        assert verdicts[test] == f"{outcomes}; {cause} (world 2, backend gloo)"
     else:
         # A rank stuck outside collectives gets "(now ...)" after the cause.
-        assert f"; likely cause: {cause}" in verdicts[test], verdicts[test]
+        assert f"; {cause.split('; rank 0 waits')[0]}" in verdicts[test], verdicts[test]
         assert verdicts[test].endswith(f" (world 2, backend {backend})")
 
 
@@ -174,7 +255,7 @@ def test_a_skipped_sync_collective(pool_verdicts):
     _assert_cause(
         pool_verdicts,
         "test_skipped_sync",
-        f"rank 1 never issued all_reduce #2 (float32[4]) that rank 0 issued at "
+        f"likely cause: rank 1 never issued all_reduce #2 (float32[4]) that rank 0 issued at "
         f"{at('skipped_sync:all_reduce')}; rank 1 issued barrier #2 at "
         f"{at('skipped_sync:barrier')} instead",
     )
@@ -185,19 +266,22 @@ def test_a_skipped_async_collective(pool_verdicts):
     _assert_cause(
         pool_verdicts,
         "test_skipped_async",
-        f"rank 1 never issued all_reduce #2 (float32[4]) that rank 0 issued at "
+        f"likely cause: rank 1 never issued all_reduce #2 (float32[4]) that rank 0 issued at "
         f"{at('skipped_async:all_reduce')}; rank 1 issued barrier #2 at "
         f"{at('skipped_async:barrier')} instead",
     )
 
 
 def test_mismatched_ops(pool_verdicts):
+    all_reduce, broadcast = at("mismatched_ops:all_reduce"), at("mismatched_ops:broadcast")
     _assert_cause(
         pool_verdicts,
         "test_mismatched_ops",
-        f"ranks disagree at #1: rank 0 all_reduce float32[4] at "
-        f"{at('mismatched_ops:all_reduce')}, rank 1 broadcast float32[4] at "
-        f"{at('mismatched_ops:broadcast')}",
+        # Two ranks, two calls: neither is the odd one out, and the verdict says so.
+        f"{UNDECIDED}ranks disagree at #1: rank 0 issued all_reduce float32[4] at {all_reduce}, "
+        f"rank 1 issued broadcast float32[4] at {broadcast}; rank 0 waits in all_reduce #1 "
+        f"(float32[4]) issued at {all_reduce}; rank 1 waits in broadcast #1 (float32[4]) "
+        f"issued at {broadcast}",
     )
 
 
@@ -219,8 +303,8 @@ def test_mismatched_shapes(pool_verdicts):
         _assert_cause(
             pool_verdicts,
             "test_mismatched_shapes",
-            f"ranks disagree at #1: rank 0 all_reduce float32[4] at {site}, "
-            f"rank 1 all_reduce float32[8] at {site}",
+            f"{UNDECIDED}ranks disagree at #1: rank 0 issued float32[4], rank 1 issued "
+            f"float32[8] (all_reduce #1 at {site})",
         )
 
 
@@ -228,7 +312,7 @@ def test_a_subgroup_collective_only_some_ranks_join(pool_verdicts):
     _assert_cause(
         pool_verdicts,
         "test_subgroup_only_some_join",
-        f"rank 1 never issued all_reduce #1 on ranks [0, 1] (float32[4]) that rank 0 issued "
+        f"likely cause: rank 1 never issued all_reduce #1 on ranks [0, 1] (float32[4]) that rank 0 issued "
         f"at {at('subgroup:all_reduce')}; rank 1's last: barrier #1 at {at('subgroup:barrier')}",
     )
 
@@ -237,9 +321,30 @@ def test_a_collective_only_rank_0_issues(pool_verdicts):
     _assert_cause(
         pool_verdicts,
         "test_only_rank_0_inside_an_if",
-        f"rank 1 never issued broadcast #1 (float32[4]) that rank 0 issued at "
+        f"likely cause: rank 1 never issued broadcast #1 (float32[4]) that rank 0 issued at "
         f"{at('only_rank_0:broadcast')}; rank 1 issued all_reduce #1 at "
         f"{at('only_rank_0:all_reduce')} instead",
+    )
+
+
+def test_a_rank_that_skipped_a_collective_and_returned_is_never_passed(pool_verdicts):
+    # The issue's NCCL case, on gloo: the culprit's body returned; it "diverged".
+    _assert_cause(
+        pool_verdicts,
+        "test_skipped_and_returned",
+        f"likely cause: rank 1 never issued all_reduce #2 (float32[4]) that rank 0 issued at "
+        f"{at('returned:all_reduce')}; rank 1's last: broadcast #1 at {at('returned:broadcast')}",
+        outcomes="rank 1 diverged; rank 0 hung",
+    )
+
+
+def test_mismatched_reduce_ops(pool_verdicts):
+    _assert_cause(
+        pool_verdicts,
+        "test_mismatched_reduce_ops",
+        f"{UNDECIDED}ranks disagree at #1: rank 0 issued ReduceOp.SUM, rank 1 issued "
+        f"ReduceOp.MAX (all_reduce #1 at {at('reduce_ops')})",
+        outcomes="ranks 0, 1 failed",
     )
 
 
@@ -247,24 +352,112 @@ def test_a_correct_test_blames_no_one(pool_verdicts):
     assert pool_verdicts["test_correct"] == ""
 
 
-@pytest.mark.torch_dist
-@pytest.mark.slow  # starts torchrun and pytest on every rank
-def test_in_place_the_skipped_async_collective_is_named_everywhere(tmp_path, monkeypatch):
-    monkeypatch.setenv(ledger.ENV, "1")  # a GPU node's in-place group holds NCCL
-    _write(tmp_path, "gloo")
-    cmd = [
-        *(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"),
-        *("-m", "pytest", "-p", "no:cacheprovider", "--junitxml=out/junit.xml"),
-        "test_planted.py::test_skipped_async",
-    ]
-    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    cause = (
+def _world3(pool_verdicts, test: str) -> str:
+    if pool_verdicts["backend"] != "gloo":
+        pytest.skip("world 3 runs on gloo only")
+    return pool_verdicts[test].removesuffix(" (world 3, backend gloo)")
+
+
+def test_a_rank_that_calls_barrier_where_the_others_all_reduce_is_the_odd_one_out(
+    pool_verdicts,
+):
+    assert _world3(pool_verdicts, "test_barrier_where_the_others_all_reduce") == (
+        "ranks 0, 1, 2 hung; likely cause: ranks disagree at #1: rank 2 issued barrier at "
+        f"{at3('barrier_vs:barrier')} where ranks 0, 1 issued all_reduce float32[4] at "
+        f"{at3('barrier_vs:all_reduce')}"
+    )
+
+
+def test_a_subgroup_of_three_only_some_join(pool_verdicts):
+    # Rank 2 is in no [0, 1] call: it waits in the barrier, and is never named.
+    assert _world3(pool_verdicts, "test_subgroup_of_three_only_some_join") == (
+        "ranks 0, 1, 2 hung; likely cause: rank 1 never issued all_reduce #1 on ranks [0, 1] "
+        f"(float32[4]) that rank 0 issued at {at3('subgroup3:all_reduce')}; rank 1's last: "
+        f"barrier #1 at {at3('subgroup3:barrier')}"
+    )
+
+
+def test_a_rank_that_only_waits_in_another_groups_collective_is_not_the_cause(pool_verdicts):
+    # Ranks 1 and 2 never issued rank 0's world all_reduce, but rank 1 waits in one of
+    # ranks [1, 2] that rank 2 never joins: rank 2 alone is named.
+    assert _world3(pool_verdicts, "test_a_rank_waits_in_a_subgroup_its_peer_never_joins") == (
+        "ranks 0, 1, 2 hung; likely cause: rank 2 never issued all_reduce #1 on ranks [1, 2] "
+        f"(float32[4]) that rank 1 issued at {at3('waits:pair')}; rank 2 issued no collective "
+        f"(now in user code at {at3('waits:sleep')})"
+    )
+
+
+def test_a_dtype_mismatch_whose_rank_died_says_the_ledgers_cannot_tell(pool_verdicts):
+    # gloo aborts the rank that receives more bytes than it expects: its ledger dies with
+    # it, and the two left differ (1 against 1): neither is blamed; where each was is said.
+    site = at3("dtypes3:all_reduce")
+    verdict = _world3(pool_verdicts, "test_mismatched_dtypes_three")
+    assert verdict.startswith("rank 0 crashed (killed by SIGABRT (exit code -6)); ranks 1, 2 ")
+    assert verdict.endswith(
+        f"{UNDECIDED}ranks disagree at #1: rank 1 issued float64[4], rank 2 issued float32[4] "
+        f"(all_reduce #1 at {site}); rank 1 was in all_reduce #1 (float64[4]) issued at "
+        f"{site}; rank 2 was in all_reduce #1 (float32[4]) issued at {site}"
+    )
+
+
+def test_a_correct_world_3_test_blames_no_one(pool_verdicts):
+    assert _world3(pool_verdicts, "test_correct_three") == ""
+
+
+def _in_place_cases():
+    async_cause = (
         f"likely cause: rank 1 never issued all_reduce #2 (float32[4]) that rank 0 issued at "
         f"{at('skipped_async:all_reduce')}; rank 1 issued barrier #2 at "
         f"{at('skipped_async:barrier')} instead"
     )
+    returned_cause = (
+        f"likely cause: rank 1 never issued all_reduce #2 (float32[4]) that rank 0 issued at "
+        f"{at('returned:all_reduce')}; rank 1's last: broadcast #1 at {at('returned:broadcast')}"
+    )
+    barrier_cause = (
+        "likely cause: ranks disagree at #1: rank 2 issued barrier at "
+        f"{at3('barrier_vs:barrier')} where ranks 0, 1 issued all_reduce float32[4] at "
+        f"{at3('barrier_vs:all_reduce')}"
+    )
+    site = at3("dtypes3:all_reduce")
+    dtype_cause = (
+        f"{UNDECIDED}ranks disagree at #1: rank 1 issued float64[4], rank 2 issued float32[4] "
+        f"(all_reduce #1 at {site}); rank 1 was in all_reduce #1 (float64[4]) issued at "
+        f"{site}; rank 2 was in all_reduce #1 (float32[4]) issued at {site}"
+    )
+    # (launched ranks, test, merge-junit's outcomes, the cause rank 0's terminal shows too)
+    return [
+        (2, "test_planted.py::test_skipped_async", "ranks 0, 1 hung", async_cause),
+        (2, "test_planted.py::test_skipped_and_returned", "rank 1 diverged; rank 0 hung",
+         returned_cause),
+        (3, "test_planted3.py::test_barrier_where_the_others_all_reduce", "ranks 0, 1, 2 hung",
+         barrier_cause),
+        # Rank 0 dies: its peers' ledgers (logged as the launcher stops them) say the rest.
+        (3, "test_planted3.py::test_mismatched_dtypes_three", "rank 0 crashed; ranks 1, 2 failed",
+         dtype_cause),
+    ]  # fmt: skip
+
+
+@pytest.mark.torch_dist
+@pytest.mark.slow  # starts torchrun and pytest on every rank
+@pytest.mark.parametrize(
+    ("n", "test", "outcomes", "cause"),
+    _in_place_cases(),
+    ids=["skipped-async", "skipped-and-returned", "barrier-vs-all-reduce", "dtype-crash"],
+)
+def test_in_place_the_cause_is_named_everywhere(tmp_path, monkeypatch, n, test, outcomes, cause):
+    monkeypatch.setenv(ledger.ENV, "1")  # a GPU node's in-place group holds NCCL
+    _write(tmp_path, "gloo")
+    cmd = [
+        *(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node"),
+        *(str(n), "-m", "pytest", "-p", "no:cacheprovider", "--junitxml=out/junit.xml", test),
+    ]
+    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=180)
     assert done.returncode != 0
-    assert cause in done.stdout, done.stdout + done.stderr  # rank 0's terminal
-    merged = merge_junit(sorted((tmp_path / "out").glob("junit.rank*.xml")))
-    (test,) = merged.tests
-    assert test.message == f"ranks 0, 1 hung; {cause}"
+    if "crashed" not in outcomes:  # a dead rank 0 shows nothing: merge-junit says it
+        assert cause in done.stdout, done.stdout + done.stderr  # rank 0's terminal
+        assert done.stdout.count(outcomes.split("; ")[0]) >= 1
+    # The folder, as `rankgate merge-junit out` reads it: a dead rank's results file too.
+    merged = merge_junit([tmp_path / "out"])
+    (case,) = [t for t in merged.tests if t.name == test.split("::")[1]]
+    assert case.message == f"{outcomes}; {cause}"

@@ -111,8 +111,8 @@ def test_the_two_branches_of_one_if_disagree(test_file):
         }
     )
     assert found.text == (
-        "ranks disagree at #1: rank 0 all_reduce float32[4] at test_x.py:8, "
-        "rank 1 broadcast float32[4] at test_x.py:10"
+        "ranks disagree at #1: rank 0 issued all_reduce float32[4] at test_x.py:8, "
+        "rank 1 issued broadcast float32[4] at test_x.py:10"
     )
     assert found.cause == ()
 
@@ -126,8 +126,8 @@ def test_different_shapes_disagree_and_the_odd_rank_is_the_cause(test_file):
         }
     )
     assert found.text == (
-        "ranks disagree at #1: ranks 0, 1 all_reduce float32[4] at test_x.py:5, "
-        "rank 2 all_reduce float32[8] at test_x.py:5"
+        "ranks disagree at #1: rank 2 issued float32[8] where ranks 0, 1 issued float32[4] "
+        "(all_reduce #1 at test_x.py:5)"
     )
     assert found.cause == (2,)
 
@@ -174,7 +174,8 @@ def test_an_unreadable_source_claims_no_order():
         }
     )
     assert found.text.startswith(
-        "ranks disagree at #1: rank 0 all_reduce float32[4] at test_x.py:5"
+        "ranks disagree at #1: rank 0 issued all_reduce float32[4] at test_x.py:5, "
+        "rank 1 issued barrier at test_x.py:6"
     )
 
 
@@ -269,3 +270,100 @@ def test_a_call_under_a_group_read_too_late_is_not_one_never_issued(test_file):
     unnamed = entry(1, "all_reduce", 5, test_file, group="unknown", ranks=())
     ledgers = {0: [entry(1, "all_reduce", 5, test_file)], 1: [unnamed]}
     assert divergence.find(ledgers) is None
+
+
+def test_a_dtype_mismatch_names_the_odd_rank_out(test_file):
+    three = {"ranks": (0, 1, 2)}
+    found = divergence.find(
+        {
+            0: [entry(1, "broadcast", 3, test_file, **three), entry(2, "all_reduce", 5, test_file, **three)],
+            1: [entry(1, "broadcast", 3, test_file, **three), entry(2, "all_reduce", 5, test_file, arg="float64[4]", **three)],
+            2: [entry(1, "broadcast", 3, test_file, **three), entry(2, "all_reduce", 5, test_file, **three)],
+        }
+    )  # fmt: skip
+    assert found.text == (
+        "ranks disagree at #2: rank 1 issued float64[4] where ranks 0, 2 issued float32[4] "
+        "(all_reduce #2 at test_x.py:5)"
+    )
+    assert found.cause == (1,)
+    assert divergence.blamed_in(f"rank 0 hung; likely cause: {found.text}") == (1,)
+
+
+def test_a_reduce_op_mismatch_between_two_ranks_blames_neither(test_file):
+    found = divergence.find(
+        {
+            0: [{**entry(1, "all_reduce", 5, test_file), "reduce": "SUM"}],
+            1: [{**entry(1, "all_reduce", 5, test_file), "reduce": "MAX"}],
+        }
+    )
+    assert found.text == (
+        "ranks disagree at #1: rank 0 issued ReduceOp.SUM, rank 1 issued ReduceOp.MAX "
+        "(all_reduce #1 at test_x.py:5)"
+    )
+    assert found.cause == ()
+
+
+def test_digests_differ_where_a_groups_ranks_hold_different_calls():
+    world = {"world": [[0, 1, 2], 2, 111]}
+    sub = {"7": [[0, 1], 1, 5]}
+    same = {0: {**world, **sub}, 1: {**world, **sub}, 2: dict(world)}  # 2 is not in group 7
+    assert not divergence.digests_differ(same)
+    assert divergence.digests_differ({**same, 2: {"world": [[0, 1, 2], 2, 112]}})
+    assert divergence.digests_differ({**same, 1: dict(world)})  # rank 1 never joined group 7
+    assert not divergence.digests_differ({**same, 1: None})  # no ledger there: left out
+
+
+def test_a_sub_worlds_ledger_names_global_ranks():
+    entries = [{"group": "world", "ranks": [0, 1], "seq": 1, "op": "barrier"}]
+    assert divergence.renumbered(entries, (2, 3))[0]["ranks"] == [2, 3]
+    assert divergence.renumbered(entries, (0, 1)) is entries
+    digest = {"world": [[0, 1], 1, 9]}
+    assert divergence.renumbered_digest(digest, (2, 3)) == {"world": [[2, 3], 1, 9]}
+
+
+def test_undecided_the_cause_says_so_and_where_each_rank_waits(test_file):
+    ledgers = {
+        0: [entry(1, "all_reduce", 8, test_file, state="issued")],
+        1: [entry(1, "broadcast", 10, test_file, state="failed")],
+    }
+    found = divergence.find(ledgers)
+    assert divergence.cause_of(found, ledgers) == (
+        "the ledgers cannot tell which rank is wrong: ranks disagree at #1: "
+        "rank 0 issued all_reduce float32[4] at test_x.py:8, "
+        "rank 1 issued broadcast float32[4] at test_x.py:10; "
+        "rank 0 waits in all_reduce #1 (float32[4]) issued at test_x.py:8; "
+        "rank 1 was in broadcast #1 (float32[4]) issued at test_x.py:10"
+    )
+    assert divergence.worded({0: "hung", 1: "passed"}, found) == {0: "hung", 1: "diverged"}
+
+
+def test_a_rank_the_ledgers_single_out_is_diverged_never_passed(test_file):
+    found = divergence.find(
+        {
+            0: [entry(1, "all_reduce", 5, test_file, state="issued")],
+            1: [],
+        }
+    )
+    assert found.cause == (1,)
+    assert divergence.cause_of(found).startswith("likely cause: rank 1 never issued")
+    assert divergence.worded({0: "hung", 1: "passed"}, found) == {0: "hung", 1: "diverged"}
+    assert divergence.worded({0: "hung", 1: "passed"}, None) == {0: "hung", 1: "passed"}
+
+
+def test_a_rank_waiting_in_another_groups_collective_is_not_the_cause(test_file):
+    # Rank 2 never joins the [1, 2] all_reduce rank 1 waits in; rank 0 waits in a world
+    # all_reduce that ranks 1 and 2 never issued. Rank 1 only waits: rank 2 is the cause.
+    pair = {"group": "5", "ranks": (1, 2)}
+    three = {"ranks": (0, 1, 2)}
+    found = divergence.find(
+        {
+            0: [entry(1, "all_reduce", 5, test_file, state="issued", **three)],
+            1: [entry(1, "all_reduce", 8, test_file, state="issued", **pair)],
+            2: [],
+        }
+    )
+    assert found.cause == (2,)
+    assert found.text == (
+        "rank 2 never issued all_reduce #1 on ranks [1, 2] (float32[4]) that rank 1 issued "
+        "at test_x.py:8; rank 2 issued no collective"
+    )

@@ -59,7 +59,51 @@ def test_each_call_is_numbered_per_group_with_its_call_site(recorded):
         "file": __file__,
         "line": line,
         "state": "completed",
+        "reduce": "SUM",
     }
+
+
+def test_the_reduce_op_is_recorded_as_given_or_torchs_default(recorded):
+    all_reduce = ledger._wrap("all_reduce", lambda *a, **k: None, PARAMS)
+    barrier = ledger._wrap("barrier", lambda *a, **k: None, ["group", "async_op"])
+    all_reduce(torch.ones(4), torch.distributed.ReduceOp.MAX)
+    all_reduce(torch.ones(4), op=torch.distributed.ReduceOp.MIN)
+    all_reduce(torch.ones(4))
+    barrier()
+    assert [r["reduce"] for r in ledger.snapshot()] == ["MAX", "MIN", "SUM", ""]
+
+
+def _digest_of(calls, monkeypatch):
+    monkeypatch.setattr(ledger, "_installed", True)
+    ledger.begin_test()
+    all_reduce = ledger._wrap("all_reduce", lambda *a, **k: None, PARAMS)
+    send = ledger._wrap("send", lambda *a, **k: None, ["tensor", "dst", "group"])
+    for tensor, kwargs in calls:
+        all_reduce(tensor, **kwargs)
+    send(torch.ones(1), 1)  # point-to-point: never compared
+    return ledger.digest()
+
+
+def test_the_digest_changes_with_dtype_shape_reduce_op_and_count(recorded, monkeypatch):
+    base = [(torch.ones(4), {}), (torch.ones(4), {"group": SUB})]
+    digest = _digest_of(base, monkeypatch)
+    assert sorted(digest) == ["sub", "world"]
+    assert digest["world"][:2] == [[0, 1], 1]
+    assert _digest_of(base, monkeypatch) == digest  # the same calls, the same digest
+    changed = [
+        [(torch.ones(4, dtype=torch.float64), {}), base[1]],
+        [(torch.ones(8), {}), base[1]],
+        [(torch.ones(4), {"op": torch.distributed.ReduceOp.MAX}), base[1]],
+        [*base, (torch.ones(4), {})],
+    ]
+    for calls in changed:
+        assert _digest_of(calls, monkeypatch)["world"] != digest["world"]
+        assert _digest_of(calls, monkeypatch)["sub"] == digest["sub"]
+
+
+def test_no_digest_without_a_ledger(monkeypatch):
+    monkeypatch.setattr(ledger, "_installed", False)
+    assert ledger.digest() is None
 
 
 def test_states_follow_the_call(recorded):

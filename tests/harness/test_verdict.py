@@ -90,3 +90,37 @@ def test_reproduction_line_keeps_the_runs_timeout():
         "reproduce: pytest 'a.py::t' --rankgate-seed=0 --rankgate-timeout=5"
         "  # world=2 backend=gloo seed=7"
     )
+
+
+def _ledger(arg):
+    return [
+        {"group": "world", "ranks": [0, 1, 2], "seq": 1, "op": "all_reduce", "arg": arg,
+         "file": "/x/test_x.py", "line": 9, "state": "completed", "reduce": "SUM"}
+    ]  # fmt: skip
+
+
+def test_ranks_that_all_passed_but_issued_different_calls_fail():
+    ranks = outcomes("passed", "passed", "passed")
+    for r, o in enumerate(ranks):
+        o.ledger = _ledger("int32[4]" if r == 1 else "float32[4]")
+    verdict = judge(ranks, 3, "gloo", test_id="t")
+    assert verdict.status == "failed"
+    assert verdict.failing_ranks == (1,)
+    assert verdict.summary == (
+        "rank 1 diverged; ranks 0, 2 passed; likely cause: ranks disagree at #1: rank 1 "
+        "issued int32[4] where ranks 0, 2 issued float32[4] (all_reduce #1 at test_x.py:9) "
+        "(world 3, backend gloo)"
+    )
+    assert "Collectives issued around the divergence" in verdict.text
+
+
+def test_a_rank_that_skipped_a_collective_is_never_passed():
+    ranks = outcomes("hung", "passed")
+    ranks[0].ledger = [{**_ledger("float32[4]")[0], "ranks": [0, 1], "state": "issued"}]
+    ranks[1].ledger = []
+    verdict = judge(ranks, 2, "gloo", test_id="t")
+    assert verdict.failing_ranks == (0, 1)
+    assert verdict.summary.startswith(
+        "rank 1 diverged; rank 0 hung; likely cause: rank 1 never issued all_reduce #1 "
+        "(float32[4]) that rank 0 issued at test_x.py:9; rank 1 issued no collective"
+    )

@@ -532,3 +532,38 @@ def test_ranks_ledgers_name_the_first_divergence(tmp_path: Path) -> None:
         "rank 0 issued at test_x.py:3; rank 1 issued barrier #1 at test_x.py:4 instead"
     )
     assert test.details.startswith("Collectives issued around the divergence:")
+
+
+def test_ranks_that_passed_with_diverging_ledgers_fail_and_the_odd_one_is_diverged(
+    tmp_path: Path,
+) -> None:
+    from rankgate.harness.rankfiles import append_ledger, ledger_path
+
+    paths = [junit(tmp_path / f"junit.rank{r}.xml", case("test_x", "")) for r in range(3)]
+    for r, path in enumerate(paths):
+        entry = {"group": "world", "ranks": [0, 1, 2], "seq": 1, "op": "all_reduce",
+                 "arg": "int32[4]" if r == 2 else "float32[4]", "file": "/x/test_x.py",
+                 "line": 7, "state": "completed", "reduce": "SUM"}  # fmt: skip
+        append_ledger(ledger_path(path), "t", "test_x", [entry])
+    (test,) = merge_junit(paths).tests
+    assert (test.verdict, test.message) == (
+        "failed",
+        "rank 2 diverged; ranks 0, 1 passed; likely cause: ranks disagree at #1: rank 2 "
+        "issued int32[4] where ranks 0, 1 issued float32[4] (all_reduce #1 at test_x.py:7)",
+    )
+    assert test.rank_outcomes == {0: "passed", 1: "passed", 2: "diverged"}
+    assert test.failing_ranks == (2,)
+
+
+def test_a_rank_a_hung_ranks_cause_names_is_diverged_never_passed(tmp_path: Path) -> None:
+    cause = (
+        "likely cause: rank 1 never issued all_reduce #2 (float32[4]) that rank 0 issued at "
+        "x.py:11; rank 1's last: broadcast #1 at x.py:9"
+    )
+    hung = f'<failure message="rank 0 hung (did not finish); {cause}">stacks</failure>'
+    paths = [
+        junit(tmp_path / "junit.rank0.xml", case("test_x", hung)),
+        junit(tmp_path / "junit.rank1.xml", case("test_x", "")),
+    ]
+    (test,) = merge_junit(paths).tests
+    assert (test.verdict, test.message) == ("failed", f"rank 1 diverged; rank 0 hung; {cause}")

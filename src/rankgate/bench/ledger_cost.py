@@ -1,6 +1,7 @@
 """``rankgate bench ledger``: what the collective ledger costs per call, on the host.
 
-Two figures, best of ``--repeat-inner`` rounds of ``--calls`` calls each:
+Two figures, best of ``--repeat-inner`` rounds of ``--calls`` calls each (and the time
+of the ledger's digest, which each rank computes once per test):
 
 - host: the ledger's wrapper around a function that does nothing, against calling that
   function bare, from code outside torch and rankgate (as a test calls): the ledger's
@@ -108,10 +109,22 @@ def measure_host(calls: int, rounds: int) -> dict[str, float]:
     marker = object()  # a subgroup: its own count
     bare_g = _best(lambda: code["loop_group"](all_reduce, t, calls, marker), rounds)
     recorded_g = _best(lambda: code["loop_group"](wrapped, t, calls, marker), rounds)
-    ledger.begin_test()
+    describe = ledger._describe_group
+    ledger._describe_group = lambda group: ("world", (0, 1))  # no process group here
+    try:
+        ledger.begin_test()
+        code["loop"](wrapped, t, 8)
+        digest_8 = _best(ledger.digest, rounds * 100)  # a test of 8 collectives
+        code["loop"](wrapped, t, ledger.CAPACITY)
+        digest_full = _best(ledger.digest, rounds * 10)  # a full ledger
+    finally:
+        ledger._describe_group = describe
+        ledger.begin_test()
     return {
         "host_us_per_call": round(1e6 * (recorded - bare) / calls, 3),
         "host_us_per_call_with_group": round(1e6 * (recorded_g - bare_g) / calls, 3),
+        "digest_us_8_calls": round(1e6 * digest_8, 1),
+        f"digest_us_{ledger.CAPACITY}_calls": round(1e6 * digest_full, 1),
     }
 
 
@@ -166,7 +179,9 @@ def run(args: argparse.Namespace) -> int:
     }
     print(
         f"ledger, host cost per collective: {result['host_us_per_call']:.3f} us "
-        f"({result['host_us_per_call_with_group']:.3f} us with a group argument)"
+        f"({result['host_us_per_call_with_group']:.3f} us with a group argument); "
+        f"digest a rank sends per test: {result['digest_us_8_calls']:.1f} us of 8 calls, "
+        f"{result['digest_us_512_calls']:.1f} us of 512"
     )
     for backend in args.backends:
         figures = measure_backend(backend, args.calls, args.repeat_inner)

@@ -7,8 +7,10 @@ says, one line::
         rank 1's last: broadcast #1 at test_x.py:10
     rank 1 never issued all_reduce #2 (float32[4]) that rank 0 issued at test_x.py:12;
         rank 1 issued barrier #2 at test_x.py:15 instead
-    ranks disagree at #5: rank 0 all_reduce float32[4] at x.py:12, rank 1 broadcast
-        float32[8] at x.py:14
+    ranks disagree at #2: rank 1 issued float64[4] where ranks 0, 2 issued float32[4]
+        (all_reduce #2 at x.py:43)
+    ranks disagree at #5: rank 0 issued all_reduce float32[4] at x.py:12, rank 1 issued
+        broadcast float32[4] at x.py:14 (#5)
     rank 1 destroyed the default process group at test_x.py:11; rank 0 was in
         all_reduce #2 (float32[4]) issued at test_x.py:13
 
@@ -30,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
+from rankgate.harness.verdict_lines import ledger_cause
 from rankgate.harness.verdict_lines import ranks as ranks_word
 
 WORLD = "world"
@@ -52,6 +55,8 @@ class Divergence:
     seq: int
     order: tuple[int, int] = field(default=(0, 0), compare=False)
     """Where it happened in the ledgers (which divergence of several came first)."""
+    ranks: tuple[int, ...] = field(default=(), compare=False)
+    """The ranks whose calls it compares (those of a disagreement)."""
 
 
 def find(
@@ -84,7 +89,17 @@ def find(
         divergence = _first_in_group(group, ranks, seqs, known, now or {})
         if divergence is not None:
             found.append(divergence)
-    return min(found, key=lambda d: d.order) if found else None
+    # A rank that only waits is never the cause: one blamed in one group but waiting in
+    # another group's collective that others never issued is their victim.
+    waits_in = {r: e["group"] for r, entries in known.items() if (e := in_flight(entries))}
+    blocked = {
+        r
+        for d in found
+        for r in d.cause
+        if any(o is not d and o.group == waits_in.get(r) and r not in o.cause for o in found)
+    }
+    clear = [d for d in found if not blocked & set(d.cause)]
+    return min(clear or found, key=lambda d: d.order) if found else None
 
 
 def _first_in_group(group, ranks, seqs, ledgers, now) -> Divergence | None:
@@ -103,7 +118,7 @@ def _first_in_group(group, ranks, seqs, ledgers, now) -> Divergence | None:
             if skipped_at is not None:
                 return skipped_at
             return _never_issued(seq, here, missing, ledgers, now)
-        kinds = {(e["op"], e.get("arg", "")) for e in here.values()}
+        kinds = {_kind(e) for e in here.values()}
         if len(kinds) > 1:
             return _differ(seq, here)
         if skipped_at is None and len({_site(e) for e in here.values()}) > 1:
@@ -198,30 +213,90 @@ def _differ(seq, here) -> Divergence:
         return skipped
     kinds: dict[tuple, list[int]] = {}
     for r, e in sorted(here.items()):
-        kinds.setdefault((e["op"], e.get("arg", ""), _site(e)), []).append(r)
-    parts = [
-        f"{ranks_word(rs)} {op}{' ' + arg if arg else ''} at {site}"
-        for (op, arg, site), rs in kinds.items()
-    ]
-    any_entry = next(iter(here.values()))
-    where = f"#{seq}{_on(any_entry)}"
+        kinds.setdefault(_kind(e), []).append(r)
     sizes = sorted(len(rs) for rs in kinds.values())
     # One kind held by fewer ranks than every other: those ranks are the odd ones out.
-    cause = ()
+    cause: tuple[int, ...] = ()
     if len(sizes) > 1 and sizes[0] < sizes[1]:
         cause = tuple(next(rs for rs in kinds.values() if len(rs) == sizes[0]))
+    firsts = {kind: here[rs[0]] for kind, rs in kinds.items()}  # each kind's lowest rank
+    ops = {e["op"] for e in firsts.values()}
+    sites = {_site(e) for e in here.values()}
+    said = {
+        kind: _what_differs(e, firsts.values()) + (f" at {_site(e)}" if len(sites) > 1 else "")
+        for kind, e in firsts.items()
+    }
+    if cause:
+        odd = _kind(here[cause[0]])
+        rest = " and ".join(
+            f"{ranks_word(rs)} issued {said[k]}" for k, rs in kinds.items() if k != odd
+        )
+        parts = f"{ranks_word(cause)} issued {said[odd]} where {rest}"
+    else:
+        parts = ", ".join(f"{ranks_word(rs)} issued {said[k]}" for k, rs in kinds.items())
+    any_entry = next(iter(here.values()))
+    call = f"{any_entry['op']} #{seq}" if len(ops) == 1 else f"#{seq}"
+    context = f"{call} at {sites.pop()}" if len(sites) == 1 else (call if len(ops) == 1 else "")
     return Divergence(
-        f"ranks disagree at {where}: " + ", ".join(parts),
+        f"ranks disagree at #{seq}{_on(any_entry)}: {parts}" + (f" ({context})" if context else ""),
         cause,
         any_entry["group"],
         seq,
         _order(here),
+        tuple(sorted(here)),
     )
+
+
+def _kind(entry: Mapping) -> tuple[str, str, str]:
+    """What the ranks must agree on in one collective: the op, its tensor's dtype and
+    shape, and its reduce op."""
+    return entry["op"], entry.get("arg", ""), entry.get("reduce", "")
+
+
+def _what_differs(entry: Mapping, kinds) -> str:
+    """'float64[4]', 'ReduceOp.MAX', 'broadcast float32[4]': the parts of ``entry``'s
+    call that differ among ``kinds`` (the op with its tensor, when the ops differ)."""
+    kinds = list(kinds)
+    if len({k["op"] for k in kinds}) > 1:
+        return " ".join(filter(None, (entry["op"], entry.get("arg", ""))))
+    parts = []
+    if len({k.get("reduce", "") for k in kinds}) > 1:
+        parts.append(f"ReduceOp.{entry.get('reduce') or 'none'}")
+    if len({k.get("arg", "") for k in kinds}) > 1:
+        parts.append(entry.get("arg") or "no tensor")
+    return " ".join(parts)
 
 
 def _order(here) -> tuple[int, int]:
     """The earliest place in a rank's ledger, then the earliest line (a tie)."""
     return min((e["_index"], e.get("line", 0)) for e in here.values())
+
+
+DIVERGED = "diverged"
+"""How a verdict words a rank that passed but whose ledger the divergence names."""
+
+
+def worded(outcomes: Mapping[int, str], diverged: Divergence | None) -> dict[int, str]:
+    """The ranks' outcomes as every verdict words them: a rank whose body returned
+    ("passed") but which the ledgers single out (it skipped or changed a collective), or
+    which is in a disagreement that singles out no rank, "diverged"."""
+    named = () if diverged is None else (diverged.cause or diverged.ranks)
+    return {r: DIVERGED if r in named and o == "passed" else o for r, o in outcomes.items()}
+
+
+def cause_of(
+    diverged: Divergence, ledgers: Mapping[int, Sequence[Mapping] | None] | None = None
+) -> str:
+    """The verdict's cause from ``diverged``: 'likely cause: ...' when it singles out
+    ranks; else it says the ledgers cannot tell, and where each rank waits (``ledgers``)."""
+    if diverged.cause:
+        return ledger_cause(diverged.text)
+    waits = [
+        f"rank {r} {'was' if e.get('state') == 'failed' else 'waits'} in {describe(e)}"
+        for r, entries in sorted((ledgers or {}).items())
+        if (e := in_flight(entries)) is not None
+    ]
+    return ledger_cause("; ".join([diverged.text, *waits]), decided=False)
 
 
 def name(entry: Mapping) -> str:
@@ -283,15 +358,52 @@ def _branches(path: str) -> tuple[tuple[int, int, int, int], ...] | None:
 
 
 _BLAMED = re.compile(
-    r"likely cause: ranks? ([\d, ]+) (?:never issued |destroyed the default process group)"
+    r"likely cause: (?:ranks disagree at #\d+(?: on ranks \[[\d, ]*\])?: )?ranks? ([\d, ]+) "
+    r"(?:never issued |destroyed the default process group|issued .* where )"
 )
 
 
 def blamed_in(message: str) -> tuple[int, ...]:
-    """The ranks a verdict's ledger cause says never issued a collective, or destroyed
-    the default group (() if none)."""
+    """The ranks a verdict's ledger cause says never issued a collective, destroyed the
+    default group, or issued the odd call out (() if none)."""
     match = _BLAMED.search(message)
     return tuple(int(r) for r in match.group(1).split(", ")) if match else ()
+
+
+def digests_differ(digests: Mapping[int, Mapping[str, Sequence] | None]) -> bool:
+    """Whether the ranks' ledger digests (``ledger.digest``, by rank) say they issued
+    different collectives: a group two of whose ranks hold different numbers or entries,
+    or one of whose ranks holds none. A rank without a ledger (None) is left out."""
+    known = {int(r): d for r, d in digests.items() if d is not None}
+    if len(known) < 2:
+        return False
+    held: dict[tuple, dict[int, tuple]] = {}
+    for rank, digest in known.items():
+        for name, (ranks, last, crc) in digest.items():
+            held.setdefault((name, tuple(ranks)), {})[rank] = (last, crc)
+    for (_, ranks), by_rank in held.items():
+        if len({by_rank.get(r) for r in ranks if r in known}) > 1:
+            return True
+    return False
+
+
+def renumbered(entries: list[dict] | None, members: Sequence[int]) -> list[dict] | None:
+    """A ledger whose ranks are a sub-world's (0..k-1), in global ranks: ``members`` are
+    the sub-world's global ranks in order. Unchanged where they are the same."""
+    if entries is None or list(members) == list(range(len(members))):
+        return entries
+    return [{**e, "ranks": [_global(members, r) for r in e.get("ranks") or ()]} for e in entries]
+
+
+def renumbered_digest(digest: dict | None, members: Sequence[int]) -> dict | None:
+    """:func:`renumbered` for a digest."""
+    if digest is None or list(members) == list(range(len(members))):
+        return digest
+    return {n: [[_global(members, r) for r in rs], *rest] for n, (rs, *rest) in digest.items()}
+
+
+def _global(members: Sequence[int], rank: int) -> int:
+    return members[rank] if 0 <= rank < len(members) else rank
 
 
 TABLE_TITLE = "Collectives issued around the divergence"

@@ -118,7 +118,18 @@ ISSUED, COMPLETED, FAILED = "issued", "completed", "failed"
 """An entry's state: called and not returned (or async and not finished), returned
 (or its work finished), raised."""
 
-_GROUP, _SEQ, _OP, _ARG, _FILE, _LINE, _STATE, _DESCRIBED = range(8)
+_GROUP, _SEQ, _OP, _ARG, _FILE, _LINE, _STATE, _DESCRIBED, _REDUCE = range(9)
+_REDUCING = frozenset(
+    (
+        "all_reduce",
+        "all_reduce_coalesced",
+        "reduce",
+        "reduce_scatter",
+        "reduce_scatter_tensor",
+        "reduce_scatter_tensor_coalesced",
+    )
+)
+"""ProcessGroup methods (by their torch.distributed names) whose options carry a reduce op."""
 P2P = "p2p"
 
 _entries: deque[list] = deque(maxlen=CAPACITY)
@@ -275,6 +286,8 @@ def _wrap(name: str, original, parameters: list[str]):
     group_at = parameters.index("group") if "group" in parameters else None
     tensor_arg = name not in ("barrier", "monitored_barrier") and "object" not in name
     p2p = name in POINT_TO_POINT
+    # The reduce op (SUM against MAX pairs silently): its place; unnamed, torch's SUM.
+    reduce_at = parameters.index("op") if "op" in parameters else None
 
     def collective(*args, **kwargs):
         # Kept lean: it runs on every collective (benchmarked by `rankgate bench ledger`).
@@ -291,7 +304,11 @@ def _wrap(name: str, original, parameters: list[str]):
         arg = None
         if tensor_arg:
             arg = args[0] if args else next(iter(kwargs.values()), None)
-        entry = _append(name, group, arg, caller, p2p)
+        reduce = None
+        if reduce_at is not None:  # unnamed: torch's SUM
+            reduce = args[reduce_at] if len(args) > reduce_at else kwargs.get("op")
+            reduce = "SUM" if reduce is None else reduce
+        entry = _append(name, group, arg, caller, p2p, reduce)
         del caller  # no frame is kept: it would hold the test's locals (tensors) alive
         try:
             result = original(*args, **kwargs)
@@ -322,7 +339,11 @@ def _wrap_method(op: str, original):
         arg = args[0] if args and tensor_arg else None
         if isinstance(arg, list) and len(arg) == 1:
             arg = arg[0]  # pg.allreduce([t]) is dist.all_reduce(t)
-        entry = _append(op, self, arg, caller, p2p)
+        reduce = None
+        if op in _REDUCING:
+            options = args[1] if len(args) > 1 else kwargs.get("opts")
+            reduce = getattr(options, "reduceOp", None) or "SUM"
+        entry = _append(op, self, arg, caller, p2p, reduce)
         del caller
         try:
             result = original(self, *args, **kwargs)
@@ -339,7 +360,7 @@ def _wrap_method(op: str, original):
     return method
 
 
-def _append(name: str, group, arg, caller, p2p: bool) -> list:
+def _append(name: str, group, arg, caller, p2p: bool, reduce=None) -> list:
     """The entry of one call, appended to the ledger (an entry kept nowhere when the
     arguments are odd: torch rejects them next, and the call must not break here)."""
     frame = None
@@ -377,10 +398,11 @@ def _append(name: str, group, arg, caller, p2p: bool) -> list:
             frame.f_lineno if frame else 0,
             ISSUED,
             described,
+            reduce,
         ]
         _entries.append(entry)
     except Exception:
-        entry = [None] * 8  # kept nowhere
+        entry = [None] * 9  # kept nowhere
     del frame  # no frame is kept: it would hold the test's locals (tensors) alive
     return entry
 
@@ -399,7 +421,7 @@ def _wrap_destroy(original):
         if site is not None and _group_member.WORLD is None:
             seq = _counters.get(None, 0) + 1  # the number a peer's next collective has
             _counters[None] = seq
-            _entries.append([None, seq, DESTROY, None, *site, COMPLETED, described])
+            _entries.append([None, seq, DESTROY, None, *site, COMPLETED, described, None])
             _described.pop(None, None)  # a default group made next is another group
         return result
 
@@ -452,16 +474,57 @@ def snapshot() -> list[dict]:
     return [record(e, groups) for e in entries]
 
 
+def digest() -> dict[str, list] | None:
+    """What the ranks compare at a test's end, small enough to send with every result:
+    per group, ``[its ranks, its last number, a CRC of every kept entry's number, op,
+    reduce op, dtype and shape]``. Point-to-point calls, destroys and calls on a group
+    this rank is not in (no ranks) are left out. None where no ledger is kept."""
+    if not _installed:
+        return None
+    import zlib
+
+    if len(_kind_texts) > 4096:  # a session of ever new shapes: start again
+        _kind_texts.clear()
+    lines: dict[Any, list] = {}
+    last: dict[Any, int] = {}
+    for entry in list(_entries):
+        op, described = entry[_OP], entry[_DESCRIBED]
+        if op in POINT_TO_POINT or op == DESTROY or not described or not described[1]:
+            continue
+        # Worded once per kind of call (hashing torch's reduce op itself costs 0.75 us).
+        reduce = entry[_REDUCE] if len(entry) > _REDUCE else None  # an entry made without
+        arg = entry[_ARG]
+        key = (op, id(reduce), arg)
+        known = _kind_texts.get(key)
+        if known is None or known[0] is not reduce:
+            text = f"{op} {describe_reduce(reduce)} {describe_arg(arg)}"
+            known = _kind_texts[key] = (reduce, text)  # holds it: its id is not reused
+        kept = lines.get(described)
+        if kept is None:
+            kept = lines[described] = []
+        kept.append(known[1])
+        last[described] = entry[_SEQ]
+    # The numbers are in order within a group: its last one and its count say which.
+    return {
+        name: [list(ranks), last[(name, ranks)], zlib.crc32("\n".join(kept).encode())]
+        for (name, ranks), kept in lines.items()
+    }
+
+
+_kind_texts: dict[tuple, tuple[Any, str]] = {}
+"""(op, reduce op's id, arg) -> (that reduce op, the call's words), for :func:`digest`."""
+
+
 def now() -> list[dict] | None:
     """:func:`snapshot`, or None where no ledger is kept (turned off)."""
     return snapshot() if _installed else None
 
 
 def record(entry: list, groups: dict) -> dict:
-    """One entry as ``{group, ranks, seq, op, arg, file, line, state}``: ``group`` a name
-    every rank gives the same group ("world" for the default one; "p2p:" before it for
-    a point-to-point call), ``ranks`` its global ranks, ``arg`` like "float32[4]" ("" for
-    none)."""
+    """One entry as ``{group, ranks, seq, op, arg, file, line, state, reduce}``: ``group``
+    a name every rank gives the same group ("world" for the default one; "p2p:" before it
+    for a point-to-point call), ``ranks`` its global ranks, ``arg`` like "float32[4]" (""
+    for none), ``reduce`` the reduce op ("SUM", "MAX"; "" for a call without one)."""
     group = entry[_GROUP]
     p2p = entry[_OP] in POINT_TO_POINT
     if p2p:
@@ -481,7 +544,18 @@ def record(entry: list, groups: dict) -> dict:
         "file": entry[_FILE],
         "line": entry[_LINE],
         "state": _state(entry[_STATE]),
+        "reduce": describe_reduce(entry[_REDUCE] if len(entry) > _REDUCE else None),
     }
+
+
+def describe_reduce(op) -> str:
+    """'SUM', 'MAX' (torch's RedOpType), 'PREMUL_SUM'; '' for none."""
+    if op is None:
+        return ""
+    name = getattr(op, "name", None)
+    if name is None:  # a ReduceOp object (premul_sum) rather than its type
+        name = str(op).rpartition(".")[2].split(":")[0].strip("<> ")
+    return str(name)
 
 
 def _state(state) -> str:

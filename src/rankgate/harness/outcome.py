@@ -54,6 +54,9 @@ class RankOutcome:
     ledger: list[dict] | None = None
     """The collectives the rank's test issued (``ledger.snapshot``), read when the test
     went wrong; None when there is none (the rank died, or the ledger is off)."""
+    digest: dict | None = None
+    """The ledger's digest (``ledger.digest``), sent with every result: where the ranks'
+    digests differ, the controller asks for the ledgers themselves."""
 
     def __post_init__(self) -> None:
         self.outcome = RankResult(self.outcome)  # ValueError names an unknown word

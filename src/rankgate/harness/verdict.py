@@ -50,13 +50,18 @@ def judge(outcomes: list[RankOutcome], world: int, backend: str, *, test_id: str
         )
     where = f"(world {world}, backend {backend})"
     bad = _root_cause_first(outcomes)
-    if bad:
+    # Ranks that all passed but whose ledgers part (their digests differed) fail too, and
+    # a rank the ledgers single out is a failing rank even where its body returned.
+    diverged = divergence.find({o.rank: o.ledger for o in outcomes})
+    if bad or diverged is not None:
         summary = f"{headline(outcomes, test_id)} {where}"
+        named = divergence.worded({o.rank: str(o.outcome) for o in outcomes}, diverged)
+        failing = {o.rank for o in bad} | {r for r, w in named.items() if w == "diverged"}
         return Verdict(
             test_id=test_id,
             status="failed",
             summary=summary,
-            failing_ranks=tuple(sorted(o.rank for o in bad)),
+            failing_ranks=tuple(sorted(failing)),
             text=summary + "\n" + _ledgers_section(outcomes) + "".join(_section(o) for o in bad),
         )
     kinds = {o.outcome for o in outcomes}
@@ -85,19 +90,19 @@ def headline(outcomes: list[RankOutcome], test_id: str) -> str:
     """
     failed = {o.rank: o.duration for o in outcomes if o.outcome == RankResult.FAILED}
     crashed = [o.detail for o in outcomes if o.outcome == RankResult.CRASHED and o.detail]
-    line = verdict_lines.outcomes_line(
-        {o.rank: str(o.outcome) for o in outcomes},
-        first=verdict_lines.first_failed(failed),
-        notes={"crashed": "; ".join(crashed)},
-    )
     test_file = test_id.split("::", 1)[0]
     hung = {o.rank: stack_where(o.stack, test_file) for o in outcomes if o.outcome == "hung"}
     ledgers = {o.rank: o.ledger for o in outcomes}
     diverged = divergence.find(
         ledgers, now={r: str(w) for r, w in hung.items() if w and w.collective is None}
     )
+    line = verdict_lines.outcomes_line(
+        divergence.worded({o.rank: str(o.outcome) for o in outcomes}, diverged),
+        first=verdict_lines.first_failed(failed),
+        notes={"crashed": "; ".join(crashed)},
+    )
     if diverged is not None:
-        return verdict_lines.with_cause(line, verdict_lines.ledger_cause(diverged.text))
+        return verdict_lines.with_cause(line, divergence.cause_of(diverged, ledgers))
     crashed = {
         o.rank: _crash_place(o.stderr, test_file)
         for o in outcomes

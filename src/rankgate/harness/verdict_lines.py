@@ -20,6 +20,7 @@ from rankgate.harness.stacks import Where
 
 ORDER = (
     "crashed",
+    "diverged",
     "failed",
     "error",
     "hung",
@@ -31,7 +32,9 @@ ORDER = (
     "skipped",
     "passed",
 )
-"""Outcomes, likeliest root cause first; any other word sorts after them."""
+"""Outcomes, likeliest root cause first; any other word sorts after them. "diverged": a
+rank whose body returned but whose ledger shows it skipped or changed a collective its
+peers issued (``divergence.worded``): never "passed"."""
 
 XPASS_STRICT_PREFIX = "[XPASS(strict)] "
 """How pytest's failure of a strict xfail test that passed begins."""
@@ -136,9 +139,14 @@ def hang_cause(wheres: Mapping[int, Where | None]) -> str:
     return f"every hung rank waits in a collective: {described}"
 
 
-def ledger_cause(divergence_text: str) -> str:
-    """'likely cause: rank 1 never issued all_reduce #2 ...': the ledgers' divergence."""
-    return f"likely cause: {divergence_text}"
+UNDECIDED = "the ledgers cannot tell which rank is wrong: "
+"""Before a divergence that singles out no rank (two ranks, two different calls)."""
+
+
+def ledger_cause(divergence_text: str, *, decided: bool = True) -> str:
+    """'likely cause: rank 1 never issued all_reduce #2 ...': the ledgers' divergence;
+    not ``decided`` (it singles out no rank), said so instead of a likely cause."""
+    return f"{'likely cause: ' if decided else UNDECIDED}{divergence_text}"
 
 
 def left_running_cause(left: Mapping[int, str]) -> str:
@@ -149,7 +157,7 @@ def left_running_cause(left: Mapping[int, str]) -> str:
     )
 
 
-_CAUSES = ("likely cause: ", "every hung rank waits in a collective: ")
+_CAUSES = ("likely cause: ", "every hung rank waits in a collective: ", UNDECIDED)
 _HUNG_HEADLINE = re.compile(r"^rank \d+ hung( \(|;|$)")
 
 

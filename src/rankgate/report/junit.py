@@ -94,6 +94,8 @@ class MergedTest:
     missing: tuple[int, ...] = ()
     labels: tuple[tuple[str, str], ...] = ()
     """Where it ran when runs were merged (``shard``, ``node``, ``job``), written as properties."""
+    diverged: tuple[int, ...] = ()
+    """Ranks that passed but that the ledgers single out: worded "diverged", failing."""
 
     @property
     def attempts(self) -> list[Attempt]:
@@ -124,7 +126,7 @@ class MergedTest:
         bad = [
             r for r, res in self.results.items() if res.outcome in ("failed", "error", "not run")
         ]
-        return tuple(sorted([*bad, *self.missing]))
+        return tuple(sorted([*bad, *self.missing, *self.diverged]))
 
     @property
     def rank_outcomes(self) -> dict[int, str]:
@@ -132,6 +134,7 @@ class MergedTest:
         is ``crashed``, an in-place hang ``hung``); ``missing`` for a rank without it."""
         outcomes = {r: worded_outcome(res.outcome, res) for r, res in self.results.items()}
         outcomes.update(dict.fromkeys(self.missing, "missing"))
+        outcomes.update(dict.fromkeys(self.diverged, "diverged"))
         return dict(sorted(outcomes.items()))
 
 
@@ -313,9 +316,7 @@ def merge_files(
             f"(ranks 0..{world_size - 1}); pass the right --world"
         )
     ledgers = {
-        f.rank: read_ledger(ledger_path(f.path), f.run_id)
-        for f in files
-        if f.rank is not None
+        f.rank: read_ledger(ledger_path(f.path), f.run_id) for f in files if f.rank is not None
     }
     tests = [
         _merge_test(
@@ -440,7 +441,13 @@ def _merge_test(
     cause = next((c for res in hung.values() if (c := verdict_lines.cause_in(res.message))), "")
     diverged = divergence.find(ledgers or {})
     if diverged is not None and not cause:  # what a hung rank said stands: rank 0 showed it
-        cause = verdict_lines.ledger_cause(diverged.text)
+        cause = divergence.cause_of(diverged, ledgers)
+    # A rank the ledgers (or the hung rank's cause) single out never "passed".
+    worded = divergence.worded(worded, diverged)
+    blamed = divergence.blamed_in(cause)
+    worded = {r: "diverged" if r in blamed and w == "passed" else w for r, w in worded.items()}
+    if "diverged" in worded.values():
+        kinds.add("failed")
     failed = {r: t for r, t in failed.items() if worded[r] == "failed"}
     what = verdict_lines.with_cause(
         verdict_lines.outcomes_line(worded, first=verdict_lines.first_failed(failed)), cause
@@ -481,7 +488,10 @@ def _merge_test(
         details = join_texts(details, f"----- {_ranks_text(missing)}: no result for this test")
     if diverged is not None:  # the ledgers side by side around where they part
         details = join_texts(divergence.side_by_side(ledgers or {}, diverged), details)
-    return MergedTest(classname, name, verdict, message, details, results, missing)
+    diverged = tuple(r for r, w in worded.items() if w == "diverged")
+    return MergedTest(
+        classname, name, verdict, message, details, results, missing, diverged=diverged
+    )
 
 
 def _expected_failure(

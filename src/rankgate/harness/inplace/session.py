@@ -60,10 +60,13 @@ from rankgate.harness.inplace.signalwatch import SignalWatch
 from rankgate.harness.inplace.stop import RunningTest, RunStop
 from rankgate.harness.inplace.summary import Problem
 from rankgate.harness.inplace.verdict import (
+    BAD,
     RankResult,
     clipped,
+    ledgers_compared,
     own_result,
     verdict_reports,
+    with_ledger,
 )
 from rankgate.harness.item_settings import (
     collective_timeout,
@@ -451,9 +454,10 @@ class InPlaceSession(ShareMixin):
         """Every rank's result of this test; a new group where any rank lost its own.
         ``note``: count its failures for the run's end now (else the caller does, for
         the last attempt only)."""
-        mine = own_result(own, all_output=self._shows_passes)
-        mine = mine._replace(group_trouble=self._group_trouble, ledger=ledger.now())
-        self._group_trouble = False
+        mine = with_ledger(own_result(own, all_output=self._shows_passes), self.group.members)
+        mine, self._group_trouble = mine._replace(group_trouble=self._group_trouble), False
+        if mine.outcome in BAD:  # now: a peer that dies in the exchange ends this rank there
+            self.records.log_ledger(item, mine.ledger)
         try:
             # Each rank's value stays at control.outcome_key(index, rank): _failed_peers reads it.
             gathered = self.control.all_gather(
@@ -470,8 +474,8 @@ class InPlaceSession(ShareMixin):
             self.stop.for_crashed_peers(item, exc.ranks)
         ranks = self.ranks_of(item.nodeid)
         everyone = {r: RankResult(*result) for r, result in zip(ranks, gathered, strict=True)}
-        if any(result.outcome in ("failed", "error") for result in everyone.values()):
-            self.records.log_ledger(item, mine.ledger)
+        if mine.outcome not in BAD and ledgers_compared(everyone):
+            self.records.log_ledger(item, mine.ledger)  # merge-junit compares them
         if note:
             self._note_verdict(item, everyone)
         if any(result.group_trouble for result in everyone.values()):

@@ -150,13 +150,15 @@ class RunStop:
         rank = self.launch.rank
         reason = f"rank {rank} stopped the run: {item.nodeid} {why}"
         failed: dict[int, str] = {}
-        mine = ledger.now()
+        mine = divergence.renumbered(ledger.now(), self.group.members)
         ledgers: dict[int, list | None] = {rank: mine}
         self.records.log_ledger(item, mine)
+        finished: dict[int, str] = {}
         try:
             self.control.abort(reason)
             failed = self._failed_peers(item, ledgers)
             wheres = self._where_hung_ranks_wait(item, stacks, failed, ledgers)
+            finished = self._finished_peers(item, ledgers, (*failed, *wheres))
         except Exception:  # the store is gone: name where this rank waits only
             wheres = {rank: stack_where(stacks, str(item.path))}
         notes = {"hung": f"{why}; the rank exited"}
@@ -164,7 +166,7 @@ class RunStop:
             ledgers, now={r: str(w) for r, w in wheres.items() if w and w.collective is None}
         )
         if diverged is not None:  # the ledgers name the cause; the stacks only where ranks wait
-            cause = verdict_lines.ledger_cause(diverged.text)
+            cause = divergence.cause_of(diverged, ledgers)
             table = divergence.side_by_side(ledgers, diverged) + "\n"
         else:
             cause, table = verdict_lines.hang_cause(wheres), ""
@@ -178,10 +180,12 @@ class RunStop:
         own_body = f"{table}Python stacks of every thread:\n{stacks}"
         own_text = f"{headline}\n{own_body}"  # this rank's JUnit: its own outcome
         shown_text = None
-        if failed or len(wheres) > 1:
+        if failed or len(wheres) > 1 or finished:
             # The terminal names every rank's outcome, as the pool does: the peers that
-            # failed (first, with their texts) and every rank that said it hangs here.
-            outcomes = {**dict.fromkeys(failed, "failed"), **dict.fromkeys(wheres, "hung")}
+            # failed (first, with their texts), every rank that said it hangs here, and
+            # those that finished it (a rank the ledgers single out "diverged", never passed).
+            outcomes = {**finished, **dict.fromkeys(failed, "failed")}
+            outcomes = divergence.worded({**outcomes, **dict.fromkeys(wheres, "hung")}, diverged)
             sections = [f"--- rank {r}: failed ---\n{text}" for r, text in failed.items()]
             sections.append(f"--- rank {rank}: hung ---\n{own_body}" if failed else own_body)
             exited = "the ranks exited" if len(wheres) > 1 else "the rank exited"
@@ -205,6 +209,22 @@ class RunStop:
             failed[r] = RankResult(*sent).text if sent is not None else ""
             ledgers[r] = RankResult(*sent).ledger if sent is not None else None
         return failed
+
+    def _finished_peers(self, item: pytest.Item, ledgers: dict, known) -> dict[int, str]:
+        """The other ranks of ``item`` (not ``known``) that finished it and sent their
+        result (they wait in the exchange): their outcomes, and their ledgers into
+        ``ledgers``."""
+        index = self.plan.store_index(item)
+        if index is None:
+            return {}
+        finished = {}
+        for r in self.plan.ranks_of(item.nodeid):
+            if r == self.launch.rank or r in known:
+                continue
+            sent = self.control.peek(control.outcome_key(index, r))
+            if sent is not None:
+                finished[r], ledgers[r] = RankResult(*sent).outcome, RankResult(*sent).ledger
+        return finished
 
     def _claim(self) -> bool:
         """True for the one watcher (hang or signal) that records this rank's stop."""
@@ -242,6 +262,8 @@ class RunStop:
             # Another sub-world's rank died: this rank's test is not to blame. It is
             # recorded "not run" with the rest, naming the crash.
             item, note = None, ""
+        if dead and item is not None:  # merge-junit compares what the peers left
+            self._log_ledger(item)
         text, verdict = f"{cause} {where}{note}", "crashed"
         if not dead:  # no rank failed: the run was cut short, and its files must say so
             self.interrupted = (text, item)
@@ -471,8 +493,18 @@ class RunStop:
         if not self._claim():
             threading.Event().wait()  # a signal's watcher records this rank and exits it
         cause = f"{_crashed(dead)} while {item.nodeid} ran"
+        self._log_ledger(item)
         self._record(item, cause, cause + self._in_flight_note(), verdict="crashed", gone=dead)
         os._exit(pytest.ExitCode.TESTS_FAILED)
+
+    def _log_ledger(self, item: pytest.Item) -> None:
+        """This rank's ledger of ``item``, which a peer's death ended: merge-junit reads
+        the peers' ledgers for the verdict (the dead rank's died with it)."""
+        try:
+            mine = divergence.renumbered(ledger.now(), self.group.members)
+            self.records.log_ledger(item, mine)
+        except Exception:
+            pass  # a verdict without the ledgers still stands
 
     def _in_flight_note(self) -> str:
         """'; rank 0 was in all_reduce #1 (float32[4]) issued at x.py:9': the collective

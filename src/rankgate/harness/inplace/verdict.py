@@ -20,7 +20,7 @@ import pytest
 from _pytest._code.code import ReprEntryNative, ReprExceptionInfo, ReprFileLocation, ReprTraceback
 from _pytest.skipping import xfailed_key
 
-from rankgate.harness import divergence, leaks, verdict_lines
+from rankgate.harness import divergence, leaks, ledger, verdict_lines
 from rankgate.harness.failure_repr import failure_repr
 from rankgate.harness.output import clip_sections, strip_ansi
 from rankgate.harness.verdict import DISAGREEMENT
@@ -47,6 +47,8 @@ class RankResult(NamedTuple):
     strict or not); "" otherwise."""
     ledger: list[dict] | None = None
     """The collectives the test issued here (``ledger.snapshot``); None: no ledger."""
+    digest: dict | None = None
+    """Its digest (``ledger.digest``): the ledgers are compared only where digests differ."""
 
 
 def outcome_of(report: pytest.TestReport) -> str:
@@ -111,21 +113,48 @@ DISAGREE_PREFIX = "ranks disagree: "
 """How a test's problem begins when no rank failed it but their outcomes differ."""
 
 
+def with_ledger(mine: RankResult, members) -> RankResult:
+    """``mine`` with this rank's ledger of the test and its digest; a sub-world's name its
+    global ranks (``members``, in order), as its verdict does."""
+    return mine._replace(
+        ledger=divergence.renumbered(ledger.now(), members),
+        digest=divergence.renumbered_digest(ledger.digest(), members),
+    )
+
+
+def ledgers_compared(everyone: Results) -> bool:
+    """Whether the ranks' ledgers make part of the test's verdict (a rank went wrong, or
+    their digests differ): each rank then keeps its own for merge-junit."""
+    return any(res.outcome in BAD for res in everyone.values()) or parted(everyone) is not None
+
+
+def parted(everyone: Results) -> divergence.Divergence | None:
+    """Where the ranks' ledgers part, looked for where a rank went wrong or the ranks'
+    digests differ (a test every rank passed but whose ranks issued different calls)."""
+    bad = any(res.outcome in BAD for res in everyone.values())
+    if not bad and not divergence.digests_differ({r: res.digest for r, res in everyone.items()}):
+        return None
+    return divergence.find({r: res.ledger for r, res in everyone.items()})
+
+
 def cross_rank_problem(everyone: Results | list[RankResult], rank: int) -> str | None:
     """What the other ranks add to this rank's verdict, or None when they add nothing."""
     everyone = by_rank(everyone)
     if _xfailed_as_one(everyone):
         return None
-    outcomes = {r: res.outcome for r, res in everyone.items()}
+    diverged = parted(everyone)
+    outcomes = divergence.worded({r: res.outcome for r, res in everyone.items()}, diverged)
     failed = {r: res.seconds for r, res in everyone.items() if res.outcome == "failed"}
     line = verdict_lines.outcomes_line(outcomes, first=verdict_lines.first_failed(failed))
-    if any(res.outcome in BAD for res in everyone.values()):
-        diverged = divergence.find({r: res.ledger for r, res in everyone.items()})
-        if diverged is not None:
-            line = verdict_lines.with_cause(line, verdict_lines.ledger_cause(diverged.text))
-        else:  # processes a test left running, named as the pool's headline names them
-            left = {r: leaks.left_running_in(res.text) for r, res in everyone.items()}
-            line = verdict_lines.with_cause(line, verdict_lines.left_running_cause(left))
+    ledgers = {r: res.ledger for r, res in everyone.items()}
+    if diverged is not None:
+        line = verdict_lines.with_cause(line, divergence.cause_of(diverged, ledgers))
+        if all(res.outcome not in BAD for res in everyone.values()):
+            return line + "\n" + divergence.side_by_side(ledgers, diverged)
+    if diverged is None and any(res.outcome in BAD for res in everyone.values()):
+        # processes a test left running, named as the pool's headline names them
+        left = {r: leaks.left_running_in(res.text) for r, res in everyone.items()}
+        line = verdict_lines.with_cause(line, verdict_lines.left_running_cause(left))
     others_bad = [r for r, res in everyone.items() if res.outcome in BAD and r != rank]
     if others_bad:
         return line + "".join(
@@ -178,7 +207,9 @@ def verdict_reports(
         target = next((r for r in reports if r.when == "call"), reports[0])
         target.outcome = "failed"
         target.longrepr = failure_repr(item, problem)
-        if not any(res.outcome in BAD for res in everyone.values()):  # an error, as in the pool
+        # Outcomes that differ with none bad: an error, as in the pool (ledgers that part
+        # with none bad: a failure).
+        if not any(res.outcome in BAD for res in everyone.values()) and parted(everyone) is None:
             target.user_properties = [*target.user_properties, DISAGREEMENT]
         if hasattr(target, "wasxfail"):
             del target.wasxfail

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rankgate.harness import ledger, locks
+from rankgate.harness import divergence, ledger, locks
 from rankgate.harness.item_settings import collective_timeout
 from rankgate.harness.outcome import BAD, RankOutcome, RankResult
 from rankgate.harness.output import read_clipped
@@ -347,8 +347,10 @@ class Pool:
                         )
         held, hung_pids = [], [r.process.pid for r in pending.values()]
         bad = bool(pending) or any(o.outcome in BAD for o in outcomes.values())
+        # Ranks that passed but issued different collectives (their digests differ) fail.
+        parted = not bad and divergence.digests_differ({r: o.digest for r, o in outcomes.items()})
         ledgers: dict[int, list] = {}
-        if bad:  # the ledgers name where the ranks' collectives diverged, if they did
+        if bad or parted:  # the ledgers name where the ranks' collectives diverged, if they did
             alive = [r.rank for r in self.ranks if r.process.is_alive()]
             ledgerdump.ask(self.directory, alive)
             # Answered before the stack signal: faulthandler's handler reads every thread's
@@ -398,6 +400,7 @@ class Pool:
                     broke_group=kwargs["broke_group"],
                     returned=kwargs.get("returned", ""),
                     warnings=kwargs.get("warnings", []),
+                    digest=kwargs.get("digest"),
                 )
         # The sentinel was waited on with the pipe: a rank that died before the wait
         # returned is in ``ready``, and one that dies later ends the next wait at once. A

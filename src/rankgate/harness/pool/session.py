@@ -471,7 +471,10 @@ def attach_rank_output(item: pytest.Item, report: pytest.TestReport, run: WorldR
     if run.verdict.failing_ranks:
         props.append(("rankgate.failing_ranks", ",".join(map(str, run.verdict.failing_ranks))))
     for o in run.outcomes:
-        props.append((f"rankgate.rank{o.rank}.outcome", str(o.outcome)))  # xdist sends plain str
+        word = str(o.outcome)  # xdist sends plain str
+        if word == "passed" and o.rank in run.verdict.failing_ranks:
+            word = "diverged"  # its body returned, but the ledgers single it out
+        props.append((f"rankgate.rank{o.rank}.outcome", word))
         for stream, text in (("stdout", o.stdout), ("stderr", o.stderr)):
             if text:
                 report.sections.append((f"Captured {stream} call (rank {o.rank})", text))
