@@ -48,6 +48,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from rankgate.harness.ledger_words import describe_arg, describe_reduce
+
 CAPACITY = 512
 """Entries kept per rank and test: the newest; sequence numbers go on counting."""
 
@@ -548,16 +550,6 @@ def record(entry: list, groups: dict) -> dict:
     }
 
 
-def describe_reduce(op) -> str:
-    """'SUM', 'MAX' (torch's RedOpType), 'PREMUL_SUM'; '' for none."""
-    if op is None:
-        return ""
-    name = getattr(op, "name", None)
-    if name is None:  # a ReduceOp object (premul_sum) rather than its type
-        name = str(op).rpartition(".")[2].split(":")[0].strip("<> ")
-    return str(name)
-
-
 def _state(state) -> str:
     if isinstance(state, str):
         return state
@@ -592,13 +584,3 @@ def _unregistered(group) -> tuple[str, tuple[int, ...]]:
         return named, ()
     seen = sum(1 for name, _ in _described.values() if name.startswith("unregistered group"))
     return f"unregistered group {seen + 1}", ()
-
-
-def describe_arg(arg) -> str:
-    """'float32[4]', '2x float32[4]' (a list), '' (none)."""
-    if arg is None:
-        return ""
-    if isinstance(arg[0], int):
-        return f"{arg[0]}x {describe_arg(arg[1])}"
-    dtype, shape = arg
-    return f"{str(dtype).removeprefix('torch.')}[{', '.join(map(str, shape))}]"

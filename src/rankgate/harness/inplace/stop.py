@@ -72,6 +72,27 @@ def _crashed(ranks: Sequence[int]) -> str:
     )
 
 
+def end_children() -> None:
+    """End every process this rank started (forkservers, pool workers, helpers):
+    the rank exits now, and they would outlive it under PID 1."""
+    tree, todo = [], [os.getpid()]
+    while todo:
+        found = list(leaks.children(todo.pop()))
+        tree += found
+        todo += found
+    for sig, wait in ((signal.SIGTERM, 1.0), (signal.SIGKILL, 0.0)):
+        for pid in tree:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in tree):
+            leaks.reap(tree)
+            time.sleep(0.05)
+        leaks.reap(tree)
+
+
 @dataclass(slots=True)
 class RunningTest:
     """The test the main thread runs, as a stopping watcher finds it."""
@@ -360,7 +381,7 @@ class RunStop:
         not_run = self.records.report_not_run(reason)
         self.records.write_now(self.interrupted)
         self._print_summary(reason)
-        self._end_children()
+        end_children()
         self.hang_watch.write(f"[rank {rank}] rankgate: {reason}; {not_run}")
         try:
             self.control.set(control.exited_key(rank), True)
@@ -412,27 +433,6 @@ class RunStop:
             tr._tw.flush()
         except Exception as exc:  # the process exits next: say why the summary is short
             self.hang_watch.write(f"[rank {self.launch.rank}] rankgate: no summary: {exc!r}")
-
-    @staticmethod
-    def _end_children() -> None:
-        """End every process this rank started (forkservers, pool workers, helpers):
-        the rank exits now, and they would outlive it under PID 1."""
-        tree, todo = [], [os.getpid()]
-        while todo:
-            found = list(leaks.children(todo.pop()))
-            tree += found
-            todo += found
-        for sig, wait in ((signal.SIGTERM, 1.0), (signal.SIGKILL, 0.0)):
-            for pid in tree:
-                try:
-                    os.kill(pid, sig)
-                except (ProcessLookupError, PermissionError):
-                    pass
-            deadline = time.monotonic() + wait
-            while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in tree):
-                leaks.reap(tree)
-                time.sleep(0.05)
-            leaks.reap(tree)
 
     def _where_hung_ranks_wait(
         self, item: pytest.Item, stacks: str, failed: Sequence[int] = (), ledgers=None
