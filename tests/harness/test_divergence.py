@@ -311,6 +311,9 @@ def test_digests_differ_where_a_groups_ranks_hold_different_calls():
     assert divergence.digests_differ({**same, 2: {"world": [[0, 1, 2], 2, 112]}})
     assert divergence.digests_differ({**same, 1: dict(world)})  # rank 1 never joined group 7
     assert not divergence.digests_differ({**same, 1: None})  # no ledger there: left out
+    # rank 0's call on group 7 raised (no CRC) and rank 1 never issued it: the test saw it
+    raised = {0: {**world, "7": [[0, 1], 1, None]}, 1: dict(world), 2: dict(world)}
+    assert not divergence.digests_differ(raised)
 
 
 def test_a_sub_worlds_ledger_names_global_ranks():

@@ -34,11 +34,20 @@ def recorded(monkeypatch):
 
 
 class Work:
-    def __init__(self, done: bool) -> None:
-        self.done = done
+    """torch's Work as the ledger reads it: done or not, and its future's error."""
+
+    def __init__(self, done: bool, error: Exception | None = None) -> None:
+        self.done, self.error = done, error
 
     def is_completed(self) -> bool:
         return self.done
+
+    def get_future(self):
+        return self
+
+    def value(self):
+        if self.error is not None:
+            raise self.error
 
 
 def test_each_call_is_numbered_per_group_with_its_call_site(recorded):
@@ -101,6 +110,29 @@ def test_the_digest_changes_with_dtype_shape_reduce_op_and_count(recorded, monke
         assert _digest_of(calls, monkeypatch)["sub"] == digest["sub"]
 
 
+def test_a_reduce_op_object_reads_as_its_type_on_every_rank(recorded, monkeypatch):
+    # dist.ReduceOp(SUM) objects (a comm layer's) print their address, different on every
+    # rank: the digest and the records word them by the type they equal.
+    ops = [torch.distributed.ReduceOp(torch.distributed.ReduceOp.SUM) for _ in range(2)]
+    digests = [_digest_of([(torch.ones(4), {"op": op})], monkeypatch) for op in ops]
+    assert digests[0] == digests[1]
+    assert digests[0] == _digest_of([(torch.ones(4), {})], monkeypatch)  # torch's SUM
+    assert ledger.snapshot()[0]["reduce"] == "SUM"
+
+
+def test_a_group_where_a_call_raised_has_no_crc(recorded, monkeypatch):
+    # The test saw it fail (a timeout it provoked and caught): not a silent disagreement.
+    def timing_out(*args, **kwargs):
+        raise RuntimeError("timed out")
+
+    monkeypatch.setattr(ledger, "_installed", True)
+    ledger.begin_test()
+    all_reduce = ledger._wrap("all_reduce", timing_out, PARAMS)
+    with pytest.raises(RuntimeError):
+        all_reduce(torch.ones(8), group=SUB)
+    assert ledger.digest()["sub"][1:] == [1, None]
+
+
 def test_no_digest_without_a_ledger(monkeypatch):
     monkeypatch.setattr(ledger, "_installed", False)
     assert ledger.digest() is None
@@ -113,11 +145,16 @@ def test_states_follow_the_call(recorded):
     failing = ledger._wrap("all_reduce", raising, PARAMS)
     pending = ledger._wrap("all_reduce", lambda *a, **k: Work(False), PARAMS)
     finished = ledger._wrap("all_reduce", lambda *a, **k: Work(True), PARAMS)
+    timed_out = ledger._wrap(
+        "all_reduce", lambda *a, **k: Work(True, RuntimeError("timed out")), PARAMS
+    )
     with pytest.raises(RuntimeError):
         failing(torch.ones(1))
     pending(torch.ones(1), async_op=True)
     finished(torch.ones(1), async_op=True)
-    assert [r["state"] for r in ledger.snapshot()] == ["failed", "issued", "completed"]
+    timed_out(torch.ones(1), async_op=True)  # its wait() raised in the caller's code
+    states = [r["state"] for r in ledger.snapshot()]
+    assert states == ["failed", "issued", "completed", "failed"]
 
 
 def test_lists_of_tensors_and_no_tensor(recorded):

@@ -373,7 +373,8 @@ def blamed_in(message: str) -> tuple[int, ...]:
 def digests_differ(digests: Mapping[int, Mapping[str, Sequence] | None]) -> bool:
     """Whether the ranks' ledger digests (``ledger.digest``, by rank) say they issued
     different collectives: a group two of whose ranks hold different numbers or entries,
-    or one of whose ranks holds none. A rank without a ledger (None) is left out."""
+    or one of whose ranks holds none. A rank without a ledger (None) is left out, and so
+    is a group where a rank's call raised (no CRC): the test saw it fail."""
     known = {int(r): d for r, d in digests.items() if d is not None}
     if len(known) < 2:
         return False
@@ -382,6 +383,8 @@ def digests_differ(digests: Mapping[int, Mapping[str, Sequence] | None]) -> bool
         for name, (ranks, last, crc) in digest.items():
             held.setdefault((name, tuple(ranks)), {})[rank] = (last, crc)
     for (_, ranks), by_rank in held.items():
+        if any(crc is None for _, crc in by_rank.values()):
+            continue
         if len({by_rank.get(r) for r in ranks if r in known}) > 1:
             return True
     return False

@@ -11,11 +11,7 @@ gloo and NCCL, where a collective returns before the GPU runs it. ``begin_test()
 empties it; ``snapshot()`` turns it into plain records (JSON-ready), safe to call from
 another thread while the test is stuck.
 
-Why a wrapper and not torch's Flight Recorder: this torch records gloo in it too
-(``TORCH_FR_BUFFER_SIZE``), but it added 2.8 us to a gloo all_reduce here against
-2.1 us for this wrapper (0.8 us in a hot loop: ``rankgate bench ledger``), it keeps
-its entries across tests, it counts the collectives torch's own helpers issue inside
-one call, and its dump must be asked for from the stuck process all the same.
+Why a wrapper and not torch's Flight Recorder: docs/harness.md ("When it records").
 
 Each entry names its group as it was when the call was made (a group the test destroys
 later still reads as the one it was). A test's ``destroy_process_group()`` of the default
@@ -480,7 +476,10 @@ def digest() -> dict[str, list] | None:
     """What the ranks compare at a test's end, small enough to send with every result:
     per group, ``[its ranks, its last number, a CRC of every kept entry's number, op,
     reduce op, dtype and shape]``. Point-to-point calls, destroys and calls on a group
-    this rank is not in (no ranks) are left out. None where no ledger is kept."""
+    this rank is not in (no ranks) are left out. A group where one of this rank's calls
+    raised or never completed has no CRC (None): the test saw that call fail or left it
+    (a timeout it provoked and caught, say), so its ranks are not silently apart there.
+    None where no ledger is kept."""
     if not _installed:
         return None
     import zlib
@@ -489,6 +488,7 @@ def digest() -> dict[str, list] | None:
         _kind_texts.clear()
     lines: dict[Any, list] = {}
     last: dict[Any, int] = {}
+    raised: set = set()
     for entry in list(_entries):
         op, described = entry[_OP], entry[_DESCRIBED]
         if op in POINT_TO_POINT or op == DESTROY or not described or not described[1]:
@@ -506,9 +506,15 @@ def digest() -> dict[str, list] | None:
             kept = lines[described] = []
         kept.append(known[1])
         last[described] = entry[_SEQ]
+        if entry[_STATE] != COMPLETED and _state(entry[_STATE]) != COMPLETED:
+            raised.add(described)
     # The numbers are in order within a group: its last one and its count say which.
     return {
-        name: [list(ranks), last[(name, ranks)], zlib.crc32("\n".join(kept).encode())]
+        name: [
+            list(ranks),
+            last[(name, ranks)],
+            None if (name, ranks) in raised else zlib.crc32("\n".join(kept).encode()),
+        ]
         for (name, ranks), kept in lines.items()
     }
 
@@ -553,10 +559,16 @@ def record(entry: list, groups: dict) -> dict:
 def _state(state) -> str:
     if isinstance(state, str):
         return state
-    try:  # an async call's Work
-        return COMPLETED if state.is_completed() else ISSUED
+    try:  # an async call's Work: one that ended with an error (a timeout) failed
+        if not state.is_completed():
+            return ISSUED
     except Exception:
         return ISSUED
+    try:  # its future raises the call's error (Work.exception() is deprecated)
+        state.get_future().value()
+    except Exception:
+        return FAILED
+    return COMPLETED
 
 
 def _describe_group(group) -> tuple[str, tuple[int, ...]]:

@@ -1,7 +1,8 @@
 """How a ledger entry's reduce op and argument read in a verdict: "SUM", "float32[4]".
 
-Standard library only: the ledger records raw values on every collective and words them
-only when a verdict or a digest needs them.
+The ledger records raw values on every collective and words them only when a verdict or
+a digest needs them. Standard library only, but for torch's ReduceOp type, read when a
+ReduceOp object is worded.
 """
 
 from __future__ import annotations
@@ -11,10 +12,26 @@ def describe_reduce(op) -> str:
     """'SUM', 'MAX' (torch's RedOpType), 'PREMUL_SUM'; '' for none."""
     if op is None:
         return ""
+    if isinstance(op, str):  # torch's default, recorded as its name
+        return op
     name = getattr(op, "name", None)
-    if name is None:  # a ReduceOp object (premul_sum) rather than its type
-        name = str(op).rpartition(".")[2].split(":")[0].strip("<> ")
+    if name is None:  # a ReduceOp object rather than its type: dist.ReduceOp(SUM), premul_sum
+        name = _type_of(op)
     return str(name)
+
+
+def _type_of(op) -> str:
+    """The name of the RedOpType a ReduceOp object equals: its repr names only its
+    address, which differs on every rank."""
+    from torch.distributed import ReduceOp  # only a ledger with torch gets here
+
+    for name, member in ReduceOp.RedOpType.__members__.items():
+        try:
+            if op == member:
+                return name
+        except Exception:  # a ReduceOp that compares only with its own kind
+            continue
+    return type(op).__name__
 
 
 def describe_arg(arg) -> str:
