@@ -90,13 +90,15 @@ class TestPort(DistributedTest):
 """
 
 
-def test_the_port_agreement_is_not_the_tests_collective(pytester):
+def test_the_port_agreement_is_not_the_tests_collective(pytester, monkeypatch, auto_backend):
     # env=PROJECT_PORT={master_port}: in the pool no launcher set MASTER_PORT, so the
     # ranks agree on one with a broadcast_object_list of rankgate's own. Before, it was
     # the test's collective #1 and the test's all_reduce read as #2.
     pkg = pytester.mkpydir("portproj")
     (pkg / "common.py").write_text("class DistributedTest:\n    world_size = 2\n")
     pytester.makepyfile(test_planted=PORT_AGREED)
+    # On a GPU host the world is cpu:gloo,cuda:nccl, which keeps no ledger unless asked.
+    monkeypatch.setenv("RANKGATE_LEDGER", "1")
     pytester.makeini(
         "[pytest]\nrankgate_world_classes =\n"
         "    portproj.common:DistributedTest env=PROJECT_PORT={master_port}\n"
@@ -109,6 +111,6 @@ def test_the_port_agreement_is_not_the_tests_collective(pytester):
         [
             "ranks 0, 1 hung; likely cause: rank 1 never issued all_reduce #1 (float32[[]1]) "
             "that rank 0 issued at test_planted.py:12; rank 1 issued no collective (now in "
-            "user code at test_planted.py:14) (world 2, backend gloo)"
+            f"user code at test_planted.py:14) (world 2, backend {auto_backend})"
         ]
     )
