@@ -18,15 +18,11 @@ import subprocess
 import sys
 
 import pytest
+from torch_testing import needs_torch_testing
 
 from rankgate.report.junit import merge_junit, read_junit
 
 pytestmark = [pytest.mark.dist, pytest.mark.slow]
-
-needs_expecttest = pytest.mark.skipif(
-    subprocess.run([sys.executable, "-c", "import expecttest, numpy"]).returncode != 0,
-    reason="torch.testing._internal needs expecttest and numpy (pip install expecttest numpy)",
-)
 
 TESTS = """
 import os
@@ -117,7 +113,7 @@ def _plant(pytester: pytest.Pytester) -> None:
     pytester.makeini(INI)
 
 
-@needs_expecttest
+@needs_torch_testing
 def test_own_rendezvous_on_the_pool(pytester):
     _plant(pytester)
     result = pytester.runpytest_subprocess(
@@ -151,7 +147,7 @@ def test_own_rendezvous_on_the_pool(pytester):
     )
 
 
-@needs_expecttest
+@needs_torch_testing
 @pytest.mark.torch_dist
 def test_own_rendezvous_in_place_under_torchrun(pytester):
     _plant(pytester)

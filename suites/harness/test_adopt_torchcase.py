@@ -13,35 +13,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch_testing import needs_torch_testing
 
 from rankgate.report.junit import merge_junit, read_junit
 
 pytestmark = [pytest.mark.dist, pytest.mark.slow]  # pytest runs of their own
-
-TORCH_TESTING_NEEDS = ("expecttest", "numpy")
-"""What torch.testing._internal imports that torch itself does not need."""
-
-
-def missing_for_torch_testing() -> str | None:
-    """Why the planted suite cannot import torch.testing._internal here, or None.
-
-    Checked by importing the modules it needs, not torch.testing._internal itself: that
-    import sets global state (default dtype, signal handlers) this process should not get.
-    """
-    missing = []
-    for name in TORCH_TESTING_NEEDS:
-        try:
-            __import__(name)
-        except ImportError:
-            missing.append(name)
-    if not missing:
-        return None
-    return (f"torch.testing._internal needs {' and '.join(missing)}, not installed here "
-            f"(pip install {' '.join(missing)})")  # fmt: skip
-
-
-MISSING = missing_for_torch_testing()
-needs_torch_testing = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
 
 TESTS = '''
 import os
