@@ -46,33 +46,31 @@ def test_a_number_edited_in_a_results_md_is_caught():
     assert problems == [f"{doc}: block attention-run3 differs from {claims.ATTENTION_RUN3}"]
 
 
-def test_a_result_file_that_changes_makes_its_blocks_stale():
+def _rerun_at_1k(backend: str, field: str, us: float):
+    """The committed files, but for ``field`` of ``backend`` at 1 KiB in the rerun file:
+    as if a rerun had measured it at ``us``."""
     load = claims.file_loader(ROOT)
 
-    def slower(path):
+    def edited(path):
         data = load(path)
         if path == claims.RERUN:
-            auto_1k = next(r for r in data["results"] if r["backend"] == "auto"
-                           and r["bytes"] == 1024)  # fmt: skip
-            auto_1k["eager_us"] = 12.0  # as if a rerun measured auto faster at 1 KiB
+            row = next(r for r in data["results"] if r["backend"] == backend
+                       and r["bytes"] == 1024)  # fmt: skip
+            row[field] = us
         return data
 
+    return edited
+
+
+def test_a_result_file_that_changes_makes_its_blocks_stale():
+    slower = _rerun_at_1k("auto", "eager_us", 12.0)  # auto faster at 1 KiB
     assert claims.check(ROOT, load=slower) == [
         f"{claims.BENCH_PAGE}: block bench-comm differs from " + ", ".join(claims.CLAIMS[1].sources)
     ]
 
 
 def test_a_result_file_behind_the_readme_table_makes_it_stale():
-    load = claims.file_loader(ROOT)
-
-    def slower(path):
-        data = load(path)
-        if path == claims.RERUN:
-            push_1k = next(r for r in data["results"] if r["backend"] == "p2p-push"
-                           and r["bytes"] == 1024)  # fmt: skip
-            push_1k["graph_us"] = 4.0  # as if a rerun measured push faster at 1 KiB
-        return data
-
+    slower = _rerun_at_1k("p2p-push", "graph_us", 4.0)  # push faster at 1 KiB
     assert claims.check(ROOT, load=slower) == [
         "README.md: block readme-figures differs from " + ", ".join(claims.CLAIMS[0].sources),
         f"{claims.BENCH_PAGE}: block bench-comm differs from "
