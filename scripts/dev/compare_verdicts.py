@@ -8,20 +8,13 @@ the tests only one run has.
 
 import collections
 import sys
-import xml.etree.ElementTree as ET
+
+from rankgate.report.junitfile import read_junit
 
 
 def verdicts(path: str) -> dict[tuple[str, str], tuple[str, str]]:
-    out = {}
-    for case in ET.parse(path).iter("testcase"):
-        verdict, message = "passed", ""
-        for child in case:
-            if child.tag in ("failure", "error", "skipped"):
-                verdict, message = child.tag, child.get("message") or ""
-                if child.tag == "skipped" and child.get("type") == "pytest.xfail":
-                    verdict = "xfailed"
-        out[(case.get("classname"), case.get("name"))] = (verdict, message)
-    return out
+    """(classname, name) -> (outcome, message), as the report reads a JUnit file."""
+    return {(c.classname, c.name): (c.outcome, c.message) for c in read_junit(path).cases}
 
 
 def main(pool_path: str, inplace_path: str) -> None:
