@@ -488,7 +488,7 @@ def digest() -> dict[str, list] | None:
         _kind_texts.clear()
     lines: dict[Any, list] = {}
     last: dict[Any, int] = {}
-    raised: set = set()
+    unsettled: set = set()  # groups with a call that raised or never completed
     for entry in list(_entries):
         op, described = entry[_OP], entry[_DESCRIBED]
         if op in POINT_TO_POINT or op == DESTROY or not described or not described[1]:
@@ -507,13 +507,13 @@ def digest() -> dict[str, list] | None:
         kept.append(known[1])
         last[described] = entry[_SEQ]
         if entry[_STATE] != COMPLETED and _state(entry[_STATE]) != COMPLETED:
-            raised.add(described)
+            unsettled.add(described)
     # The numbers are in order within a group: its last one and its count say which.
     return {
         name: [
             list(ranks),
             last[(name, ranks)],
-            None if (name, ranks) in raised else zlib.crc32("\n".join(kept).encode()),
+            None if (name, ranks) in unsettled else zlib.crc32("\n".join(kept).encode()),
         ]
         for (name, ranks), kept in lines.items()
     }
