@@ -2,7 +2,11 @@
 # After a change to the harness, on a whole 4-GPU host: STEPS among
 #   inplace4  every suite's `-m "dist or gpu"` in place under torchrun, 4 ranks
 #   inplace2  the same with 2 ranks
-#   pool-all  the pool's whole `-m "dist or gpu"` selection, one run, XDIST workers (default 4)
+#   pool-all  the pool's whole `-m "dist or gpu"` selection, one run, XDIST workers (default 4);
+#             the planted divergences' inner outputs (verdicts, JUnit) kept in planted.tgz
+#   pool-n1   the same selection with `-n 1`, stopped at inplace4's wall time plus
+#             N1_MARGIN s (default 10): a pool slower than in place at 4 ranks runs out
+#   ledger-ab the ledger on against off, bench harness on NCCL (scripts/gpu/ledger-ab.sh)
 #   bench     `bench harness` on NCCL at worlds 2 and 4 (twice) and the comm sweep of issue
 #             57 at world 4 (spawn path, 1 KiB-64 MiB by 4, every collective, 5 backends)
 # Usage: scripts/gpu/full-node.sh OUT STEP...   (OUT/results.tgz: every log and JUnit)
@@ -20,7 +24,17 @@ for s in "$@"; do
               mv $work/inplace $work/inplace4; mv $work/inplace.txt $work/inplace4.txt ;;
     inplace2) NPROC=2 INPLACE_LIMIT=${INPLACE2_LIMIT:-400} bash scripts/gpu/two-gpus.sh "$out" inplace
               mv $work/inplace $work/inplace2; mv $work/inplace.txt $work/inplace2.txt ;;
-    pool-all) XDIST=${XDIST:-4} bash scripts/gpu/two-gpus.sh "$out" pool-all ;;
+    pool-all) POOL_BASETEMP=$work/pool-base XDIST=${XDIST:-4} bash scripts/gpu/two-gpus.sh "$out" pool-all
+              (cd $work/pool-base && find . \( -path '*planted*' -o -path '*names_the_culprit*' \) \
+                 \( -name output.txt -o -name '*.xml' -o -name 'test_planted*.py' \) -print0 \
+                 | tar -czf $work/planted.tgz --null -T -)
+              rm -rf $work/pool-base ;;
+    pool-n1)
+      wall=$(sed -n 's/^rc [0-9]* wall \([0-9]*\) s$/\1/p' $work/inplace4.txt | tail -1)
+      [ -n "$wall" ] || { echo "pool-n1: run inplace4 first (its wall time is the limit)"; continue; }
+      XDIST=1 POOL_LIMIT=$((wall + ${N1_MARGIN:-10})) bash scripts/gpu/two-gpus.sh "$out" pool-all
+      mv $work/pool-all.txt $work/pool-n1.txt; mv $work/pool-all.xml $work/pool-n1.xml 2>/dev/null ;;
+    ledger-ab) bash scripts/gpu/ledger-ab.sh "$work/ledger-ab" ;;
     bench)
       for i in $(seq "${BENCH_RUNS:-2}"); do
         timeout 120 python3 -m rankgate.cli bench harness --backend nccl --worlds 2 4 --k 100 \

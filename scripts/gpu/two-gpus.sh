@@ -75,8 +75,9 @@ for s in "$@"; do
       timed pool-rest "${POOL_LIMIT:-400}" "${pytest_[@]}" -n "${XDIST:-3}" -m "dist or gpu" \
         suites --ignore=suites/harness --junitxml="$work/pool-rest.xml" ;;
     pool-all)  # the whole dist or gpu selection of the suites, one pool run on every GPU
+      # POOL_BASETEMP keeps every test's tmp_path (the planted cases' inner outputs)
       timed pool-all "${POOL_LIMIT:-540}" "${pytest_[@]}" -n "${XDIST:-4}" -m "dist or gpu" \
-        suites --junitxml="$work/pool-all.xml" ;;
+        ${POOL_BASETEMP:+--basetemp="$POOL_BASETEMP"} suites --junitxml="$work/pool-all.xml" ;;
     pool-harness)  # the harness's own GPU tests and the adoption suites, in the pool
       timed pool-harness "${POOL_LIMIT:-300}" "${pytest_[@]}" ${XDIST:+-n $XDIST} -m "dist or gpu" \
         ${HARNESS_FILES:-suites/harness/test_gpu.py suites/harness/test_adopt.py \
