@@ -169,7 +169,9 @@ class InPlaceSession(ShareMixin):
         self._join()
         self.run_id = _agree_on_run_id(self.control)
         self.records = RankRecords(config, launch, self.skip_reason, self.run_id)
-        self.tally = RunTally(config, launch.rank, self.control, self.ranks_of)
+        self.tally = RunTally(
+            config, launch.rank, self.control, self.ranks_of, lambda n: self.index.get(n, -1)
+        )
         ledger.install(self.backend)
         self.stop = RunStop(
             config,

@@ -49,11 +49,15 @@ class RunTally:
         rank: int,
         channel: control.ControlChannel,
         ranks_of: Callable[[str], tuple[int, ...]],
+        order: Callable[[str], int],
     ) -> None:
         self.config, self.rank, self.control, self.ranks_of = config, rank, channel, ranks_of
+        self.order = order  # a test's place in the run: the others' are named in it
         self.mine: dict[str, list[Shown]] = {}
         self.others: dict[str, list[Shown]] = {}
         """The tests this rank did not run: what the first of their ranks showed."""
+        self.replaced: set[str] = set()
+        """Tests this rank showed with its own result, a peer's stop being the verdict."""
 
     def note(self, report: pytest.TestReport) -> None:
         """A report this rank's terminal shows (its share's, the not-run ones too)."""
@@ -88,12 +92,20 @@ class RunTally:
             told = {r: self.control.peek(tally_key(r)) or {} for r in others}
         except Exception:
             return  # the store is gone: this rank's line counts its share
-        for nodeid in {n for tally in told.values() for n in tally}:
+        for nodeid in sorted({n for tally in told.values() for n in tally}, key=self.order):
             ranks = self.ranks_of(nodeid)
-            if self.rank in ranks:
-                continue  # this rank showed it
-            first = next(r for r in ranks if nodeid in told.get(r, {}))
-            self.others[nodeid] = [Shown(*s) for s in told[first][nodeid]]
+            if self.rank not in ranks:
+                first = next(r for r in ranks if nodeid in told.get(r, {}))
+                self.others[nodeid] = [Shown(*s) for s in told[first][nodeid]]
+                continue
+            # A test of this rank's share that a peer stopped the run in: this rank's
+            # terminal showed its own result (the exchange never came); the stopping
+            # rank's verdict is the run's.
+            theirs = [told[r][nodeid] for r in ranks if nodeid in told.get(r, {})]
+            worse = [t for t in theirs if _failed(t)]
+            if worse and not _failed(self.mine.get(nodeid, [])):
+                self.others[nodeid] = [Shown(*s) for s in worse[0]]
+                self.replaced.add(nodeid)
 
     def problems(self) -> list[tuple[str, str]]:
         """The others' tests that failed or were not run: (node id, first line)."""
@@ -106,6 +118,8 @@ class RunTally:
 
     def count_in(self, tr) -> None:
         """The others' tests into the terminal's stats, which its last line counts."""
+        for reports in tr.stats.values():
+            reports[:] = [r for r in reports if getattr(r, "nodeid", None) not in self.replaced]
         for shown in self.others.values():
             for s in shown:
                 if s.category:
@@ -113,3 +127,7 @@ class RunTally:
         set_colour = getattr(tr, "_set_main_color", None)
         if set_colour is not None:  # the line's colour and the categories it names
             set_colour()
+
+
+def _failed(shown) -> bool:
+    return any(Shown(*s).category in ("failed", "error") for s in shown)
