@@ -17,7 +17,8 @@ counts 1). Prints both sequences and their counts, and which module pairs (from 
 to) make the returns.
 
     python scripts/dev/module_returns.py --src src
-    git archive 5fca43e src | tar -x -C /tmp/old && python scripts/dev/module_returns.py --src /tmp/old/src
+    git archive 5fca43e src | tar -x -C /tmp/old
+    python scripts/dev/module_returns.py --src /tmp/old/src
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def test_one(rank):
     assert t.item() == 2
 """
 
-TRACER = '''
+TRACER = """
 import json
 import os
 import sys
@@ -89,7 +90,7 @@ def _profile(frame, event, arg):
 def pytest_configure(config):
     if OUT and os.environ.get("RANK") == "0":
         sys.setprofile(_profile)
-'''
+"""
 
 
 def returns(sequence: list[str]) -> tuple[int, collections.Counter]:

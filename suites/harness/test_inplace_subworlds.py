@@ -443,15 +443,12 @@ def test_mpirun_gives_torchrun_verdicts(request, tmp_path, planted):
     assert verdicts(mpirun) == verdicts(torchrun)
 
 
-
 def _closing_line(text: str) -> str:
     """pytest's last line, its duration left out."""
     return re.sub(r" in [\d.]+s\b.*$", "", text.rstrip().splitlines()[-1])
 
 
-def test_a_hang_in_another_sub_world_is_counted_in_every_ranks_closing_line(
-    hang_run, hang_folder
-):
+def test_a_hang_in_another_sub_world_is_counted_in_every_ranks_closing_line(hang_run, hang_folder):
     # Rank 0 had finished its share (w2[0], w2[2], plain[0]) when rank 2 hung in w2[1];
     # its line said "3 passed". Every rank's line now counts the run as merge-junit
     # does: the hung test, every sub-world's passed ones, the 2 not run (pytest's errors).

@@ -57,12 +57,7 @@ from rankgate.harness.inplace.reruns import (
 )
 from rankgate.harness.inplace.shares import ShareMixin, Stopped
 from rankgate.harness.inplace.signalwatch import SignalWatch
-from rankgate.harness.inplace.stop import (
-    EXIT_WAIT_S,
-    SIGNAL_PEER_WAIT_S,
-    RunningTest,
-    RunStop,
-)
+from rankgate.harness.inplace.stop import RunningTest, RunStop
 from rankgate.harness.inplace.summary import Problem
 from rankgate.harness.inplace.tally import RunTally
 from rankgate.harness.inplace.verdict import (
@@ -169,9 +164,7 @@ class InPlaceSession(ShareMixin):
         self._join()
         self.run_id = _agree_on_run_id(self.control)
         self.records = RankRecords(config, launch, self.skip_reason, self.run_id)
-        self.tally = RunTally(
-            config, launch.rank, self.control, self.ranks_of, lambda n: self.index.get(n, -1)
-        )
+        self.tally = RunTally(config, launch.rank, self.control, plan=self)
         ledger.install(self.backend)
         self.stop = RunStop(
             config,
@@ -505,45 +498,9 @@ class InPlaceSession(ShareMixin):
     def pytest_report_teststatus(self, report: pytest.TestReport):
         return disagreement_status(report)
 
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.nodeid in self.index:  # what this rank's terminal counts of the run
-            self.tally.note(report)
-
-    @pytest.hookimpl(wrapper=True, tryfirst=True, specname="pytest_terminal_summary")
-    def pytest_terminal_summary_counts(self, terminalreporter):
-        """Around pytest's summary: the tests other ranks ran are named (their failures,
-        those not run) and counted in its last line (after pytest's short summary, which
-        lists this rank's own)."""
-        self.tally.learn(self._tally_wait(), self.stop.ended_here)
-        named = {p.nodeid for p in self.problems}
-        self.problems += [Problem(n, text) for n, text in self.tally.problems() if n not in named]
-        result = yield
-        self.tally.count_in(terminalreporter)
-        return result
-
-    def _tally_wait(self) -> float:
-        """How long the summary waits for the other ranks' tallies: none once they all
-        met at the end; after a stop, as long as another sub-world's test may still run;
-        a second after a crash or a launcher's signal (its SIGKILL follows)."""
-        if self.stop.cut_short:
-            return SIGNAL_PEER_WAIT_S
-        stopped = self._aborted is not None or self.stop.begun.is_set()
-        if stopped or any(not p.nodeid for p in self.problems):
-            return self.longest_timeout + EXIT_WAIT_S
-        return 0.0
-
     def pytest_terminal_summary(self, terminalreporter) -> None:
         summary.write_end(terminalreporter, self.config, self.launch, self.problems,
                           self._failed_tests)  # fmt: skip
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if self._aborted is not None:
-            self.records.report_not_run(self._aborted)  # before the JUnit file is written
-            self.tally.publish()
-        else:
-            self.tally.publish()  # before the ranks meet: each then finds every tally
-            self._learn_others_failures()
 
     @pytest.hookimpl(trylast=True, specname="pytest_sessionfinish")
     def pytest_sessionfinish_last(self, session: pytest.Session) -> None:

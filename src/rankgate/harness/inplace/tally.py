@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import pytest
 
@@ -24,6 +24,14 @@ TALLY_WAIT_STEP_S = 0.05
 
 def tally_key(rank: int) -> str:
     return f"tally/{rank}"
+
+
+class RunPlan(Protocol):
+    """What the tally asks of the run's plan (the session's)."""
+
+    index: dict[str, int]
+
+    def ranks_of(self, nodeid: str) -> tuple[int, ...]: ...
 
 
 class Shown(NamedTuple):
@@ -48,16 +56,19 @@ class RunTally:
         config: pytest.Config,
         rank: int,
         channel: control.ControlChannel,
-        ranks_of: Callable[[str], tuple[int, ...]],
-        order: Callable[[str], int],
+        *,
+        plan: RunPlan,
     ) -> None:
-        self.config, self.rank, self.control, self.ranks_of = config, rank, channel, ranks_of
-        self.order = order  # a test's place in the run: the others' are named in it
+        self.config, self.rank, self.control, self.plan = config, rank, channel, plan
         self.mine: dict[str, list[Shown]] = {}
         self.others: dict[str, list[Shown]] = {}
         """The tests this rank did not run: what the first of their ranks showed."""
         self.replaced: set[str] = set()
         """Tests this rank showed with its own result, a peer's stop being the verdict."""
+
+    def _place(self, nodeid: str) -> int:
+        """A test's place in the run: the others' tests are named in that order."""
+        return self.plan.index.get(nodeid, -1)
 
     def note(self, report: pytest.TestReport) -> None:
         """A report this rank's terminal shows (its share's, the not-run ones too)."""
@@ -92,8 +103,8 @@ class RunTally:
             told = {r: self.control.peek(tally_key(r)) or {} for r in others}
         except Exception:
             return  # the store is gone: this rank's line counts its share
-        for nodeid in sorted({n for tally in told.values() for n in tally}, key=self.order):
-            ranks = self.ranks_of(nodeid)
+        for nodeid in sorted({n for tally in told.values() for n in tally}, key=self._place):
+            ranks = self.plan.ranks_of(nodeid)
             if self.rank not in ranks:
                 first = next(r for r in ranks if nodeid in told.get(r, {}))
                 self.others[nodeid] = [Shown(*s) for s in told[first][nodeid]]
