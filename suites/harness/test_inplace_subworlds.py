@@ -249,8 +249,13 @@ def everything(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def hang_run(tmp_path_factory):
-    return launch(tmp_path_factory.mktemp("subworlds") / "hang", HANG, timeout_s=8)
+def hang_folder(tmp_path_factory):
+    return tmp_path_factory.mktemp("subworlds") / "hang"
+
+
+@pytest.fixture(scope="module")
+def hang_run(hang_folder):
+    return launch(hang_folder, HANG, timeout_s=8)
 
 
 @pytest.fixture(scope="module")
@@ -436,3 +441,42 @@ def test_mpirun_gives_torchrun_verdicts(request, tmp_path, planted):
     )
     assert merged.returncode == 1
     assert verdicts(mpirun) == verdicts(torchrun)
+
+
+def _closing_line(text: str) -> str:
+    """pytest's last line, its duration left out."""
+    return re.sub(r" in [\d.]+s\b.*$", "", text.rstrip().splitlines()[-1])
+
+
+def test_a_hang_in_another_sub_world_is_counted_in_every_ranks_closing_line(hang_run, hang_folder):
+    # Rank 0 had finished its share (w2[0], w2[2], plain[0]) when rank 2 hung in w2[1];
+    # its line said "3 passed". Every rank's line now counts the run as merge-junit
+    # does: the hung test, every sub-world's passed ones, the 2 not run (pytest's errors).
+    proc, _merged, report, _records = hang_run
+    assert {k: report["counts"][k] for k in ("passed", "failed", "not run")} == {
+        "passed": 4, "failed": 1, "not run": 2,
+    }, report["counts"]  # fmt: skip
+    merge = [sys.executable, "-m", "rankgate.cli", "merge-junit", "out"]
+    text = subprocess.run(merge, cwd=hang_folder, capture_output=True, text=True).stdout
+    assert text.splitlines()[-1] == (
+        "rankgate merge-junit: 7 tests on ranks 0, 1, 2, 3 of world 4: 4 passed, 1 failed, "
+        "0 error, 0 skipped, 0 xfailed, 0 xpassed, 2 not run"
+    ), text
+    assert _closing_line(proc.stdout) == "1 failed, 4 passed, 2 errors", proc.stdout[-3000:]
+    for rank in (1, 2, 3):
+        log = (hang_folder / "out" / f"pytest.rank{rank}.log").read_text()
+        assert _closing_line(log) == "1 failed, 4 passed, 2 errors", (rank, log[-3000:])
+    # Rank 0's terminal names the hung test's verdict and global ranks, as merge-junit
+    # does, and the tests the hung sub-world did not run.
+    (hung,) = [line for line in text.splitlines() if line.startswith("FAILED ")]
+    assert hung.startswith("FAILED test_suite.py::test_w2[1]: rank 3 diverged; rank 2 hung"), hung
+    stopped = "rank 2 stopped the run: test_suite.py::test_w2[1] did not finish within the test's timeout of 8 s"
+    lines = proc.stdout.splitlines()
+    assert [line for line in lines if line.startswith(("FAILED ", "NOT RUN "))] == [
+        "FAILED test_suite.py::test_w2[1]: rank 3 diverged; rank 2 hung (did not finish "
+        "within the test's timeout of 8 s; the rank exited); likely cause: rank 3 never "
+        "issued all_reduce #1 (float32[1]) that rank 2 issued at test_suite.py:16; rank 3 "
+        "issued no collective",
+        f"NOT RUN test_suite.py::test_plain[2]: {stopped}",
+        f"NOT RUN test_suite.py::test_plain[3]: {stopped}",
+    ], proc.stdout[-3000:]

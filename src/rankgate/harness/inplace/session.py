@@ -59,6 +59,7 @@ from rankgate.harness.inplace.shares import ShareMixin, Stopped
 from rankgate.harness.inplace.signalwatch import SignalWatch
 from rankgate.harness.inplace.stop import RunningTest, RunStop
 from rankgate.harness.inplace.summary import Problem
+from rankgate.harness.inplace.tally import RunTally
 from rankgate.harness.inplace.verdict import (
     BAD,
     RankResult,
@@ -163,6 +164,7 @@ class InPlaceSession(ShareMixin):
         self._join()
         self.run_id = _agree_on_run_id(self.control)
         self.records = RankRecords(config, launch, self.skip_reason, self.run_id)
+        self.tally = RunTally(config, launch.rank, self.control, plan=self)
         ledger.install(self.backend)
         self.stop = RunStop(
             config,
@@ -173,6 +175,7 @@ class InPlaceSession(ShareMixin):
             records=self.records,
             running=self.running,
             plan=self,
+            tally=self.tally,
         )
         shared_root = Path(os.environ.get("RANKGATE_SHARED_TMP", self.log_dir))
         self.shared_dirs = tempdirs.SharedDirs(shared_root, launch.rank, self.control, self.run_id)
@@ -498,13 +501,6 @@ class InPlaceSession(ShareMixin):
     def pytest_terminal_summary(self, terminalreporter) -> None:
         summary.write_end(terminalreporter, self.config, self.launch, self.problems,
                           self._failed_tests)  # fmt: skip
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if self._aborted is not None:
-            self.records.report_not_run(self._aborted)  # before the JUnit file is written
-        else:
-            self._learn_others_failures()
 
     @pytest.hookimpl(trylast=True, specname="pytest_sessionfinish")
     def pytest_sessionfinish_last(self, session: pytest.Session) -> None:

@@ -9,6 +9,7 @@ import pytest
 from rankgate.harness import verdict_lines
 from rankgate.harness.inplace import schedule
 from rankgate.harness.inplace.control import PeerGone, RunAborted
+from rankgate.harness.inplace.stop import EXIT_WAIT_S, SIGNAL_PEER_WAIT_S
 from rankgate.harness.inplace.summary import Problem
 from rankgate.harness.inplace.verdict import RankResult, cross_rank_problem
 from rankgate.harness.quarantine_plugin import QUARANTINE_PLUGIN
@@ -26,7 +27,7 @@ class Stopped(Exception):
 
 class ShareMixin:
     """The share-related part of ``InPlaceSession`` (its ``shares``, ``launch``,
-    ``config``, ``control``, ``stop``, ``problems`` and ``_failed_tests``)."""
+    ``config``, ``control``, ``stop``, ``problems``, ``_failed_tests`` and ``tally``)."""
 
     run_tests = 0
     """How many tests the run has, over every rank's share."""
@@ -100,6 +101,16 @@ class ShareMixin:
         except PeerGone as exc:
             self.stop.for_crashed_peers(item, exc.ranks)
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """This rank's share has ended or stopped: the rest "not run" after a stop; the
+        tally of what its terminal showed, for the others' last line; the others' failures."""
+        if self._aborted is not None:
+            self.records.report_not_run(self._aborted)  # before the JUnit file is written
+        self.tally.publish()  # before the ranks meet: each then finds every tally
+        if self._aborted is None:
+            self._learn_others_failures()
+
     def _learn_others_failures(self) -> None:
         """The tests that failed on ranks that did not share them with this one, for
         its summary and exit status: each rank ran only its share (``schedule``)."""
@@ -142,6 +153,33 @@ class ShareMixin:
         return self.ranks_of(nodeid)[0] == self.launch.rank
 
     # -- what the run's end says of each test ------------------------------------
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.nodeid in self.index:  # what this rank's terminal counts of the run
+            self.tally.note(report)
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True, specname="pytest_terminal_summary")
+    def pytest_terminal_summary_counts(self, terminalreporter):
+        """Around pytest's summary: the tests other ranks ran are named (their failures,
+        those not run) and counted in its last line (after pytest's short summary, which
+        lists this rank's own)."""
+        self.tally.learn(self._tally_wait(), self.stop.ended_here)
+        named = {p.nodeid for p in self.problems}
+        self.problems += [Problem(n, text) for n, text in self.tally.problems() if n not in named]
+        result = yield
+        self.tally.count_in(terminalreporter)
+        return result
+
+    def _tally_wait(self) -> float:
+        """How long the summary waits for the other ranks' tallies: none once they all
+        met at the end; after a stop, as long as another sub-world's test may still run;
+        a second after a crash or a launcher's signal (its SIGKILL follows)."""
+        if self.stop.cut_short:
+            return SIGNAL_PEER_WAIT_S
+        stopped = self._aborted is not None or self.stop.begun.is_set()
+        if stopped or any(not p.nodeid for p in self.problems):
+            return self.longest_timeout + EXIT_WAIT_S
+        return 0.0
 
     def _note_attempts(self, item, everyone: dict[int, RankResult], own) -> None:
         """A flaky test failed by policy fails on every rank: the last line counts it."""

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from rankgate.harness.inplace.group import InPlaceGroup
     from rankgate.harness.inplace.hangwatch import HangWatch
     from rankgate.harness.inplace.records import RankRecords
+    from rankgate.harness.inplace.tally import RunTally
     from rankgate.launch.env import LaunchEnv
 
 EXIT_WAIT_S = 5.0
@@ -142,11 +143,13 @@ class RunStop:
         records: RankRecords,
         running: RunningTest,
         plan: RunPlan,
+        tally: RunTally,
     ) -> None:
         self.config, self.launch = config, launch
         self.control, self.group = channel, group
         self.hang_watch = hang_watch
         self.records, self.running, self.plan = records, running, plan
+        self.tally = tally
         self.reruns = options.reruns(config)
         self._lock = threading.Lock()
         self._stopping = False
@@ -162,6 +165,9 @@ class RunStop:
         """Each rank's (host, pid), learnt at collection."""
         self.interrupted: tuple[str, pytest.Item | None] | None = None
         """Why a signal cut the run short (no rank had failed), and the test it stopped."""
+        self.cut_short = False
+        """A launcher's signal or a peer's crash stops this rank: its summary waits for
+        no other rank's tally (SIGKILL may follow)."""
 
     def on_timeout(self, item: pytest.Item, stacks: str, why: str) -> None:
         """From the hang watcher, just before this rank exits: record, tell, wait."""
@@ -262,6 +268,7 @@ class RunStop:
             item = self.running.item
         if not self._claim():
             return  # the hang watch is stopping this rank already, and exits when done
+        self.cut_short = True
         name = signal.Signals(signum).name
         rank = self.launch.rank
         try:
@@ -379,6 +386,7 @@ class RunStop:
                 self.records.log_both(item, [report], shown=[shown], results=own is None)
             self.records.reached(item)
         not_run = self.records.report_not_run(reason)
+        self.tally.publish()  # the other ranks' summaries count this rank's share
         self.records.write_now(self.interrupted)
         self._print_summary(reason)
         end_children()
@@ -492,6 +500,7 @@ class RunStop:
             self.begun.set()
         if not self._claim():
             threading.Event().wait()  # a signal's watcher records this rank and exits it
+        self.cut_short = True
         cause = f"{_crashed(dead)} while {item.nodeid} ran"
         self._log_ledger(item)
         self._record(item, cause, cause + self._in_flight_note(), verdict="crashed", gone=dead)

@@ -10,6 +10,7 @@ import pytest
 
 from rankgate.harness import verdict_lines
 from rankgate.harness.inplace.verdict import DISAGREE_PREFIX
+from rankgate.harness.verdict_lines import NOT_RUN_PREFIX
 from rankgate.launch.env import LaunchEnv
 
 
@@ -36,8 +37,11 @@ def write_end(
         if not nodeid:  # another rank stopped the run (in a test this rank did not run)
             tr.write_line(f"rankgate: {text.splitlines()[0]}", red=True)
             continue
-        # pytest's word for the test: no rank failed a test whose ranks disagree
+        # pytest's word for the test: no rank failed a test whose ranks disagree;
+        # merge-junit's for a test another sub-world's stop left unrun
         word = "ERROR" if text.startswith(DISAGREE_PREFIX) else "FAILED"
+        if text.startswith(NOT_RUN_PREFIX):
+            word, text = "NOT RUN", text.removeprefix(NOT_RUN_PREFIX)
         where = _cwd_relative(config, nodeid)  # as pytest's own summary says it
         tr.write_line(f"{word} {where}: {text.splitlines()[0]}")
     _torchrun_note(tr, launch, failed_tests)
