@@ -209,14 +209,15 @@ def test_turned_off_it_wraps_nothing(monkeypatch):
     ("setting", "backend", "records"),
     [
         (None, "gloo", True),
-        (None, "nccl", False),
-        (None, "cpu:gloo,cuda:nccl", False),  # in place on GPUs
+        (None, "nccl", True),  # where the stacks name the wrong rank without it
+        (None, "cpu:gloo,cuda:nccl", True),  # in place on GPUs
         (None, "", True),  # the ledger's own benchmark: no group yet
         ("1", "nccl", True),
         ("0", "gloo", False),
+        ("0", "nccl", False),
     ],
 )
-def test_unasked_it_records_on_every_backend_but_nccl(monkeypatch, setting, backend, records):
+def test_unasked_it_records_on_every_backend(monkeypatch, setting, backend, records):
     if setting is None:
         monkeypatch.delenv(ledger.ENV, raising=False)
     else:
@@ -237,10 +238,13 @@ def test_follow_puts_the_wrappers_on_and_takes_them_off(monkeypatch):
         assert ledger.follow("gloo") is True and ledger.installed()
         wrapped = dist.all_reduce
         assert wrapped is not own and wrapped.__wrapped__ is own and c10d.all_reduce is wrapped
-        assert ledger.follow("cpu:gloo,cuda:nccl") is False and not ledger.installed()
+        assert ledger.follow("cpu:gloo,cuda:nccl") is True and dist.all_reduce is wrapped
+        monkeypatch.setenv(ledger.ENV, "0")
+        assert ledger.follow("gloo") is False and not ledger.installed()
         assert dist.all_reduce is own and c10d.all_reduce is own
         assert ledger.now() is None
-        assert ledger.follow("gloo") is True and dist.all_reduce is wrapped  # the same wrapper
+        monkeypatch.delenv(ledger.ENV)
+        assert ledger.follow("nccl") is True and dist.all_reduce is wrapped  # the same wrapper
     finally:
         ledger.uninstall()
         assert dist.all_reduce is own

@@ -3,8 +3,8 @@ names the first diverging collective from (:mod:`rankgate.harness.divergence`).
 
 ``install()`` wraps torch.distributed's collective functions in a rank process (a pool's
 rank once; an in-place rank before each test whose group should record: ``follow()``),
-unless ``enabled()`` says no for the rank's backend. Each call appends one entry to a bounded
-ring: the sequence number on its process group, the op, the first tensor argument's
+on every backend unless RANKGATE_LEDGER=0 (``enabled()``). Each call appends one entry
+to a bounded ring: the sequence number on its process group, the op, the first tensor argument's
 dtype and shape, the call site (the innermost frame outside torch and rankgate) and
 its state. It records on the host when the call is made, so it works the same on
 gloo and NCCL, where a collective returns before the GPU runs it. ``begin_test()``
@@ -68,8 +68,8 @@ tracebacks shown leave it out (:func:`without_wrapper_frames`, :func:`is_wrapper
 and ``__tracebackhide__`` for pytest's own), as they leave out the harness's."""
 
 ENV = "RANKGATE_LEDGER"
-"""1: record on every backend; 0: on none (torch.distributed unwrapped, verdicts from
-stacks); unset: on every backend but NCCL (:func:`enabled`)."""
+"""Unset or 1: record on every backend, NCCL included; 0: on none (torch.distributed
+unwrapped, verdicts from stacks) (:func:`enabled`)."""
 
 COLLECTIVES = (
     "all_reduce",
@@ -179,17 +179,13 @@ def setting_problem() -> str | None:
 
 
 def enabled(backend: str = "") -> bool:
-    """Whether a rank whose process group runs ``backend`` records its collectives.
-
-    Unset, every backend but NCCL: there the pool's time per test grew by 0.25-0.96 ms
-    with torch.distributed wrapped on four of five H100 hosts, and the wrapper cost
-    1.65 us a call on one (docs/harness.md, "Cost"), beyond the ledger's goal of 1 us and
-    no change in the pool. A group with NCCL in it ("cpu:gloo,cuda:nccl") counts as NCCL.
-    """
-    value = os.environ.get(ENV)
-    if value in ("0", "1"):
-        return value == "1"
-    return "nccl" not in backend
+    """Whether a rank whose process group runs ``backend`` records its collectives: on
+    every backend unless RANKGATE_LEDGER=0. On NCCL above all: there a rank that skipped
+    a collective may pass while its peer waits, and only the ledger names it (the stacks
+    blame the waiting rank). Its cost is its wrapper's host time per collective
+    (docs/harness.md, "Cost"); ``backend`` is kept for the callers that decide per group
+    (``follow``)."""
+    return os.environ.get(ENV) != "0"
 
 
 def install(backend: str = "") -> bool:
@@ -243,7 +239,8 @@ def uninstall() -> None:
 
 def follow(backend: str) -> bool:
     """Record or not, as :func:`enabled` says for ``backend``: in place one process runs
-    tests on gloo and on NCCL groups, and each gets what a pool of its backend would."""
+    tests on gloo and on NCCL groups, and each gets what a pool of its backend would
+    (today the same on both: RANKGATE_LEDGER decides for every backend)."""
     if enabled(backend):
         return install(backend)
     uninstall()
