@@ -19,7 +19,7 @@ out=${1:?usage: scripts/gpu/ledger-ab.sh OUT}
 mkdir -p "$out"
 start=$SECONDS
 backend=${LEDGER_AB_BACKEND:-nccl}
-worlds=${LEDGER_AB_WORLDS:-2 4}
+read -ra worlds <<<"${LEDGER_AB_WORLDS:-2 4}"
 runs=${LEDGER_AB_RUNS:-8}
 k=${LEDGER_AB_K:-100}
 budget=${LEDGER_AB_BUDGET:-320}
@@ -44,7 +44,7 @@ for setting in "${order[@]}"; do
   log="$out/run$i-ledger$setting.txt"
   began=$SECONDS
   RANKGATE_LEDGER=$setting timeout -k 10 90 python3 scripts/ledger/pool_body.py \
-    --backend "$backend" --worlds $worlds --k "$k" >"$log" 2>&1
+    --backend "$backend" --worlds "${worlds[@]}" --k "$k" >"$log" 2>&1
   rc=$?
   took=$((SECONDS - began))
   ((took > slowest)) && slowest=$took
