@@ -2,8 +2,16 @@
 world of one, called bare and through wrappers that each add one step of the ledger's
 (see src/rankgate/harness/ledger.py), interleaved round by round, best round kept.
 
+"bare" is torch's all_reduce with the ledger installed (its ProcessGroup wrappers let
+the inner group.allreduce through); "unwrapped" is the same with the ledger uninstalled,
+torch as it ships. "pg_unwrapped" and "pg_ledger" time ``pg.allreduce([t]).wait()``
+likewise. The ledger's cost per call is "ledger" less "unwrapped", and "pg_ledger" less
+"pg_unwrapped".
+
 Usage: python scripts/ledger/wrapper_breakdown.py gloo|nccl [--calls N] [--rounds R] [--no-gc]
-Prints one line per wrapper (us per call, and its excess over bare) and a JSON line.
+       [--only NAME,NAME...]
+Prints one line per wrapper (us per call: the best round and the median round, and the
+best's excess over bare) and a JSON line (best rounds).
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ import gc
 import inspect
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -57,12 +66,15 @@ def wrappers(original) -> dict:
 
     full = ledger._wrap("all_reduce", original, list(inspect.signature(original).parameters))
     return {
+        "unwrapped": original,
         "bare": original,
         "passthrough": passthrough,
         "caller_frame": caller_frame,
         "entry_kept": entry_kept,
         "entry_with_shape": entry_with_shape,
         "ledger": full,
+        "pg_unwrapped": None,
+        "pg_ledger": None,
     }
 
 
@@ -72,9 +84,11 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=10000)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--no-gc", action="store_true", help="the collector off while timing")
+    parser.add_argument("--only", default="", help="comma-separated wrappers to time (and bare)")
     args = parser.parse_args()
     ledger.install()
-    loop = _test_code()["loop"]  # compiled as a test's own file, as `rankgate bench ledger` does
+    code = _test_code()  # compiled as a test's own file, as `rankgate bench ledger` does
+    loop, loop_method = code["loop"], code["loop_method"]
     device = torch.device("cuda", 0) if args.backend == "nccl" else None
     sync = torch.cuda.synchronize if device is not None else (lambda: None)
     with tempfile.TemporaryDirectory() as tmp:
@@ -83,24 +97,35 @@ def main() -> None:
         t = torch.ones(4, device=device)
         original = dist.all_reduce.__wrapped__
         calls = wrappers(original)
+        if args.only:
+            keep = {"bare", *args.only.split(",")}
+            calls = {name: fn for name, fn in calls.items() if name in keep}
         loop(original, t, args.calls // 10)
         sync()
         if args.no_gc:
             gc.disable()
-        best = dict.fromkeys(calls, float("inf"))
+        rounds: dict[str, list[float]] = {name: [] for name in calls}
         for _ in range(args.rounds):
             for name, fn in calls.items():
+                if name.endswith("unwrapped"):
+                    ledger.uninstall()  # torch's ProcessGroup methods as it ships them
                 ledger.begin_test()
                 start = time.perf_counter()
-                loop(fn, t, args.calls)
+                if fn is None:
+                    loop_method(dist.group.WORLD, t, args.calls)
+                else:
+                    loop(fn, t, args.calls)
                 sync()
-                best[name] = min(best[name], time.perf_counter() - start)
+                rounds[name].append(time.perf_counter() - start)
+                ledger.install()
         gc.enable()
         dist.destroy_process_group()
-    us = {name: 1e6 * s / args.calls for name, s in best.items()}
+    us = {name: 1e6 * min(times) / args.calls for name, times in rounds.items()}
+    median = {name: 1e6 * statistics.median(times) / args.calls for name, times in rounds.items()}
     for name, value in us.items():
-        print(f"{args.backend} gc={'off' if args.no_gc else 'on'} {name:17s} "
-              f"{value:7.2f} us (+{value - us['bare']:.2f})")  # fmt: skip
+        gc_state = "off" if args.no_gc else "on"
+        print(f"{args.backend} gc={gc_state} {name:17s} {value:7.2f} us "
+              f"(+{value - us['bare']:.2f}), median {median[name]:7.2f} us")  # fmt: skip
     print(json.dumps({"backend": args.backend, "gc": not args.no_gc, "us_per_call": us}))
 
 

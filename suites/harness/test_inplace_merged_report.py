@@ -102,8 +102,8 @@ def _seen(data: ReportData) -> list[tuple]:
 
 def test_a_merged_file_reports_every_ranks_traceback_stacks_and_ledgers(tmp_path):
     _plant(tmp_path, FAILS_AND_HANGS)
-    # The ledger asked for: on a GPU host world(2) is cpu:gloo,cuda:nccl, whose ranks keep
-    # none unasked, and the ledger table is part of what the two reports must agree on.
+    # The ledger asked for (the default, on a GPU host's cpu:gloo,cuda:nccl too), whatever
+    # the caller set: the ledger table is part of what the two reports must agree on.
     run = subprocess.run(
         [*TORCHRUN, *PYTEST, "test_suite.py"], cwd=tmp_path, capture_output=True, text=True,
         timeout=180, env={**os.environ, ledger.ENV: "1"},

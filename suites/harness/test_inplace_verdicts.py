@@ -64,8 +64,8 @@ def run(tmp_path_factory):
         "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q", "--color=no", "--rankgate-timeout=20",
         "--junitxml=out/junit.xml", "test_suite.py",
     ]  # fmt: skip
-    # Asked for: on a GPU host world(2) is cpu:gloo,cuda:nccl, whose ranks keep no ledger
-    # unasked, and the destroy's headline comes from the ledger.
+    # Asked for (the default, on a GPU host's cpu:gloo,cuda:nccl too), whatever the caller
+    # set: the destroy's headline comes from the ledger.
     env = {**os.environ, ledger.ENV: "1"}
     proc = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=180)
     return folder, proc

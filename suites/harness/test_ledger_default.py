@@ -1,11 +1,12 @@
-"""The collective ledger's default: unasked, ranks record on gloo and not on NCCL;
-RANKGATE_LEDGER=1 records everywhere, 0 nowhere, anything else is a usage error.
+"""The collective ledger's default: unasked, ranks record on every backend, NCCL
+included; RANKGATE_LEDGER=1 records everywhere, 0 nowhere, anything else is a usage error.
 
 The NCCL case runs a world of one, so one GPU shows it; without a GPU it is skipped.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -33,7 +34,7 @@ def test_nccl(rank):
 
 @pytest.mark.parametrize(
     ("setting", "gloo", "nccl"),
-    [(None, True, False), ("1", True, True), ("0", False, False)],
+    [(None, True, True), ("1", True, True), ("0", False, False)],
     ids=["unasked", "asked", "turned-off"],
 )
 def test_pool_ranks_record_as_the_setting_and_their_backend_say(
@@ -52,32 +53,30 @@ def test_pool_ranks_record_as_the_setting_and_their_backend_say(
 
 def test_in_place_each_test_gets_what_a_pool_of_its_backend_would(tmp_path, monkeypatch):
     """In place one process runs every test. Where each rank has a GPU its group is
-    "cpu:gloo,cuda:nccl" (no ledger unasked), while a gloo-marked test's body gets a gloo
-    group (a ledger), as a gloo pool would: the ledger is put on and off test by test."""
+    "cpu:gloo,cuda:nccl", while a gloo-marked test's body gets a gloo group: both record
+    unasked, as a pool of either backend would, and RANKGATE_LEDGER=0 turns both off."""
     monkeypatch.delenv(ledger.ENV, raising=False)
     (tmp_path / "test_suite.py").write_text(
         textwrap.dedent(
             """
-            import pytest
-            import torch
-            from rankgate.harness import ledger
-            from rankgate.harness.pool.gpus import visible_gpu_count
-            from rankgate.harness.spec import resolve_backend, uses_gpus
+            import os
 
-            # the harness's auto rule for world(2): a GPU for every rank, or gloo
-            EVERY_RANK_HAS_A_GPU = uses_gpus(resolve_backend("auto", 2, visible_gpu_count()))
+            import pytest
+            from rankgate.harness import ledger
+
+            RECORDS = os.environ.get("RANKGATE_LEDGER") != "0"
 
             @pytest.mark.world(2)
             def test_a_default(rank):
-                assert ledger.installed() is not EVERY_RANK_HAS_A_GPU
+                assert ledger.installed() is RECORDS
 
             @pytest.mark.world(2, backend="gloo")
             def test_b_gloo(rank):
-                assert ledger.installed()
+                assert ledger.installed() is RECORDS
 
             @pytest.mark.world(2)
             def test_c_default_again(rank):
-                assert ledger.installed() is not EVERY_RANK_HAS_A_GPU
+                assert ledger.installed() is RECORDS
             """
         )
     )
@@ -86,9 +85,15 @@ def test_in_place_each_test_gets_what_a_pool_of_its_backend_would(tmp_path, monk
         *(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"),
         *("-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q", "test_suite.py"),
     ]
-    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "3 passed" in done.stdout
+    for setting in (None, "0"):
+        env = {k: v for k, v in os.environ.items() if k != ledger.ENV}
+        if setting is not None:
+            env[ledger.ENV] = setting
+        done = subprocess.run(
+            cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env
+        )
+        assert done.returncode == 0, f"{ledger.ENV}={setting}: " + done.stdout + done.stderr
+        assert "3 passed" in done.stdout
 
 
 def test_a_setting_other_than_0_or_1_is_a_usage_error(inner, monkeypatch):

@@ -97,7 +97,8 @@ def test_the_port_agreement_is_not_the_tests_collective(pytester, monkeypatch, a
     pkg = pytester.mkpydir("portproj")
     (pkg / "common.py").write_text("class DistributedTest:\n    world_size = 2\n")
     pytester.makepyfile(test_planted=PORT_AGREED)
-    # On a GPU host the world is cpu:gloo,cuda:nccl, which keeps no ledger unless asked.
+    # Asked for, though the default records on every backend (cpu:gloo,cuda:nccl on a
+    # GPU host included): a caller's RANKGATE_LEDGER=0 would take the cause away.
     monkeypatch.setenv("RANKGATE_LEDGER", "1")
     pytester.makeini(
         "[pytest]\nrankgate_world_classes =\n"

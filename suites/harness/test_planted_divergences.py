@@ -222,8 +222,8 @@ def pool_verdicts(request, tmp_path_factory) -> dict[str, str]:
     folder = tmp_path_factory.mktemp(f"planted-{backend}")
     _write(folder, backend)
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--junitxml=j.xml"]
-    # Asked for: unasked, NCCL ranks keep no ledger (docs/harness.md, "Cost").
-    env = {**os.environ, ledger.ENV: "1"}
+    # Nothing set: the default records on NCCL too (a caller's RANKGATE_LEDGER left out).
+    env = {k: v for k, v in os.environ.items() if k != ledger.ENV}
     done = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
     # Kept beside j.xml: the terminal's verdicts, for a run kept with --basetemp.
     (folder / "output.txt").write_text(done.stdout + done.stderr)
@@ -446,7 +446,7 @@ def _in_place_cases():
     ids=["skipped-async", "skipped-and-returned", "barrier-vs-all-reduce", "dtype-crash"],
 )
 def test_in_place_the_cause_is_named_everywhere(tmp_path, monkeypatch, n, test, outcomes, cause):
-    monkeypatch.setenv(ledger.ENV, "1")  # a GPU node's in-place group holds NCCL
+    monkeypatch.delenv(ledger.ENV, raising=False)  # the default, on a GPU node's NCCL too
     _write(tmp_path, "gloo")
     cmd = [
         *(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node"),

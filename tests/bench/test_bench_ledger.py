@@ -25,12 +25,15 @@ def test_bench_ledger_reports_host_and_gloo_figures_for_every_call():
         "calls", "rounds", "host_us_per_call", "host_us_per_call_with_group",
         "digest_us_8_calls", "digest_us_512_calls",
         "gloo_us_per_all_reduce_off", "gloo_us_per_all_reduce_on",
+        "gloo_us_per_pg_allreduce_off", "gloo_us_per_pg_allreduce_on",
     }  # fmt: skip
     assert 0 < result["digest_us_8_calls"] < result["digest_us_512_calls"]
     assert (result["calls"], result["rounds"]) == (200, 2)
     # a real all_reduce takes time either way; the host figure is a difference (may be ~0)
     assert result["gloo_us_per_all_reduce_off"] > 0
     assert result["gloo_us_per_all_reduce_on"] > 0
+    assert result["gloo_us_per_pg_allreduce_off"] > 0
+    assert result["gloo_us_per_pg_allreduce_on"] > 0
     assert "gloo all_reduce of 4 floats, world 1:" in done.stdout
 
 

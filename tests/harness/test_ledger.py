@@ -22,7 +22,7 @@ def recorded(monkeypatch):
     """A fresh ledger whose default group is WORLD, and groups named without torch."""
     monkeypatch.setattr(ledger, "_group_member", SimpleNamespace(WORLD=WORLD))
     monkeypatch.setattr(ledger, "_LIBRARIES", ("/nowhere/torch/",))
-    monkeypatch.setattr(ledger, "_passing", {})  # per caller's file, as _c10d_file says now
+    monkeypatch.setattr(ledger, "_file_kinds", {})  # per caller's file, as _c10d_file says now
     monkeypatch.setattr(
         ledger,
         "_describe_group",
@@ -209,14 +209,15 @@ def test_turned_off_it_wraps_nothing(monkeypatch):
     ("setting", "backend", "records"),
     [
         (None, "gloo", True),
-        (None, "nccl", False),
-        (None, "cpu:gloo,cuda:nccl", False),  # in place on GPUs
+        (None, "nccl", True),  # where the stacks name the wrong rank without it
+        (None, "cpu:gloo,cuda:nccl", True),  # in place on GPUs
         (None, "", True),  # the ledger's own benchmark: no group yet
         ("1", "nccl", True),
         ("0", "gloo", False),
+        ("0", "nccl", False),
     ],
 )
-def test_unasked_it_records_on_every_backend_but_nccl(monkeypatch, setting, backend, records):
+def test_unasked_it_records_on_every_backend(monkeypatch, setting, backend, records):
     if setting is None:
         monkeypatch.delenv(ledger.ENV, raising=False)
     else:
@@ -237,10 +238,13 @@ def test_follow_puts_the_wrappers_on_and_takes_them_off(monkeypatch):
         assert ledger.follow("gloo") is True and ledger.installed()
         wrapped = dist.all_reduce
         assert wrapped is not own and wrapped.__wrapped__ is own and c10d.all_reduce is wrapped
-        assert ledger.follow("cpu:gloo,cuda:nccl") is False and not ledger.installed()
+        assert ledger.follow("cpu:gloo,cuda:nccl") is True and dist.all_reduce is wrapped
+        monkeypatch.setenv(ledger.ENV, "0")
+        assert ledger.follow("gloo") is False and not ledger.installed()
         assert dist.all_reduce is own and c10d.all_reduce is own
         assert ledger.now() is None
-        assert ledger.follow("gloo") is True and dist.all_reduce is wrapped  # the same wrapper
+        monkeypatch.delenv(ledger.ENV)
+        assert ledger.follow("nccl") is True and dist.all_reduce is wrapped  # the same wrapper
     finally:
         ledger.uninstall()
         assert dist.all_reduce is own
@@ -392,3 +396,42 @@ def test_the_harness_own_collectives_are_not_recorded(recorded, monkeypatch):
     assert ledger.snapshot() == []
     all_reduce(torch.ones(1))
     assert [(r["seq"], r["op"]) for r in ledger.snapshot()] == [(1, "all_reduce")]
+
+
+def test_the_method_torch_calls_inside_a_recorded_call_passes_and_another_threads_does_not(
+    recorded,
+):
+    # dist.all_reduce calls group.allreduce: one entry. A thread of the test calling a
+    # group's method meanwhile is the test's own call, recorded.
+    import threading
+
+    allreduce = ledger._wrap_method("all_reduce", lambda self, *a, **k: Work(done=True))
+
+    def torch_all_reduce(tensor, op=None, group=None, async_op=False):
+        allreduce(WORLD, [tensor])  # torch's own call
+        other = threading.Thread(target=lambda: allreduce(SUB, [tensor]))
+        other.start()
+        other.join()
+
+    all_reduce = ledger._wrap("all_reduce", torch_all_reduce, PARAMS)
+    all_reduce(torch.ones(2))
+    assert [(r["group"], r["seq"], r["op"], r["state"]) for r in ledger.snapshot()] == [
+        ("world", 1, "all_reduce", "completed"),
+        ("sub", 1, "all_reduce", "completed"),
+    ]
+    assert ledger._inside == 0  # left as found
+    allreduce(WORLD, [torch.ones(2)])  # after it, the test's own call again
+    assert [r["seq"] for r in ledger.snapshot() if r["group"] == "world"] == [1, 2]
+
+
+def test_a_call_site_deep_in_a_long_test_reads_its_own_line(recorded):
+    # The line is read from the code object and offset when the ledger is read.
+    all_reduce = ledger._wrap("all_reduce", lambda *a, **k: None, PARAMS)
+    lines = []
+    for _ in range(3):
+        all_reduce(torch.ones(1))
+        lines.append(sys._getframe().f_lineno - 1)
+    all_reduce(
+        torch.ones(1),
+    )
+    assert [r["line"] for r in ledger.snapshot()] == [*lines, sys._getframe().f_lineno - 3]

@@ -6,10 +6,11 @@ of the ledger's digest, which each rank computes once per test):
 - host: the ledger's wrapper around a function that does nothing, against calling that
   function bare, from code outside torch and rankgate (as a test calls): the ledger's
   own cost per collective, free of any backend's noise;
-- in situ, per ``--backends`` entry (gloo, nccl): ``dist.all_reduce`` of 4 floats on a
-  world of one, recorded and not, the two interleaved round by round. On NCCL each round
-  ends with a device synchronize, so the figure is the call's whole cost as a test
-  sees it: host time the GPU does not hide.
+- in situ, per ``--backends`` entry (gloo, nccl): ``dist.all_reduce`` of 4 floats and
+  ``pg.allreduce([t]).wait()`` on a world of one, recorded and with the ledger
+  uninstalled (torch as it ships: its ProcessGroup methods unwrapped too), interleaved
+  round by round. On NCCL each round ends with a device synchronize, so the figure is
+  the call's whole cost as a test sees it: host time the GPU does not hide.
 
 The pool's per-test cost with the ledger on and off: ``rankgate bench harness`` and
 ``RANKGATE_LEDGER=0 rankgate bench harness`` (see docs/harness.md).
@@ -34,6 +35,9 @@ def loop(call, arg, calls):
 def loop_group(call, arg, calls, group):
     for _ in range(calls):
         call(arg, group=group)
+def loop_method(group, arg, calls):
+    for _ in range(calls):
+        group.allreduce([arg]).wait()
 """
 
 
@@ -142,12 +146,20 @@ def measure_backend(backend: str, calls: int, rounds: int) -> dict[str, float]:
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else None
     sync = torch.cuda.synchronize if device is not None else (lambda: None)
 
-    def timed(fn) -> float:
+    def timed(fn, *, recorded: bool) -> float:
         def round_() -> None:
-            code["loop"](fn, t, calls)
+            if fn is None:
+                code["loop_method"](dist.group.WORLD, t, calls)
+            else:
+                code["loop"](fn, t, calls)
             sync()  # NCCL: the queued calls finish inside the round
 
-        return _best(round_, 1)
+        if not recorded:
+            ledger.uninstall()
+        try:
+            return _best(round_, 1)
+        finally:
+            ledger.install()
 
     with tempfile.TemporaryDirectory(prefix="rankgate-bench-ledger-") as tmp:
         store = dist.FileStore(os.path.join(tmp, "store"), 1)
@@ -158,16 +170,20 @@ def measure_backend(backend: str, calls: int, rounds: int) -> dict[str, float]:
             bare_fn = getattr(recorded_fn, "__wrapped__", recorded_fn)
             code["loop"](bare_fn, t, calls // 10)  # warm up
             sync()
-            bare, recorded = float("inf"), float("inf")
+            best = dict.fromkeys(("off", "on", "pg_off", "pg_on"), float("inf"))
             for _ in range(rounds):  # interleaved: drifts of a shared host hit both
                 ledger.begin_test()
-                bare = min(bare, timed(bare_fn))
-                recorded = min(recorded, timed(recorded_fn))
+                best["off"] = min(best["off"], timed(bare_fn, recorded=False))
+                best["on"] = min(best["on"], timed(recorded_fn, recorded=True))
+                best["pg_off"] = min(best["pg_off"], timed(None, recorded=False))
+                best["pg_on"] = min(best["pg_on"], timed(None, recorded=True))
         finally:
             dist.destroy_process_group()
     return {
-        f"{backend}_us_per_all_reduce_off": round(1e6 * bare / calls, 2),
-        f"{backend}_us_per_all_reduce_on": round(1e6 * recorded / calls, 2),
+        f"{backend}_us_per_all_reduce_off": round(1e6 * best["off"] / calls, 2),
+        f"{backend}_us_per_all_reduce_on": round(1e6 * best["on"] / calls, 2),
+        f"{backend}_us_per_pg_allreduce_off": round(1e6 * best["pg_off"] / calls, 2),
+        f"{backend}_us_per_pg_allreduce_on": round(1e6 * best["pg_on"] / calls, 2),
     }
 
 
@@ -189,7 +205,9 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"{backend} all_reduce of 4 floats, world 1: "
             f"{figures[f'{backend}_us_per_all_reduce_off']:.2f} us bare, "
-            f"{figures[f'{backend}_us_per_all_reduce_on']:.2f} us recorded"
+            f"{figures[f'{backend}_us_per_all_reduce_on']:.2f} us recorded; "
+            f"pg.allreduce([t]).wait(): {figures[f'{backend}_us_per_pg_allreduce_off']:.2f} us "
+            f"bare, {figures[f'{backend}_us_per_pg_allreduce_on']:.2f} us recorded"
         )
     if args.json:
         print(json.dumps(result))

@@ -3,8 +3,8 @@ names the first diverging collective from (:mod:`rankgate.harness.divergence`).
 
 ``install()`` wraps torch.distributed's collective functions in a rank process (a pool's
 rank once; an in-place rank before each test whose group should record: ``follow()``),
-unless ``enabled()`` says no for the rank's backend. Each call appends one entry to a bounded
-ring: the sequence number on its process group, the op, the first tensor argument's
+on every backend unless RANKGATE_LEDGER=0 (``enabled()``). Each call appends one entry
+to a bounded ring: the sequence number on its process group, the op, the first tensor argument's
 dtype and shape, the call site (the innermost frame outside torch and rankgate) and
 its state. It records on the host when the call is made, so it works the same on
 gloo and NCCL, where a collective returns before the GPU runs it. ``begin_test()``
@@ -42,9 +42,21 @@ import os
 import sys
 from collections import deque
 from pathlib import Path
+from sys import _getframe
+from threading import get_ident
 from typing import Any
 
-from rankgate.harness.ledger_words import describe_arg, describe_reduce
+from rankgate.harness.ledger_entry import (
+    COMPLETED,
+    DESTROY,
+    FAILED,
+    ISSUED,
+    POINT_TO_POINT,
+    STATE,
+    describe_group,
+    digest_of,
+    record,
+)
 
 CAPACITY = 512
 """Entries kept per rank and test: the newest; sequence numbers go on counting."""
@@ -56,8 +68,8 @@ tracebacks shown leave it out (:func:`without_wrapper_frames`, :func:`is_wrapper
 and ``__tracebackhide__`` for pytest's own), as they leave out the harness's."""
 
 ENV = "RANKGATE_LEDGER"
-"""1: record on every backend; 0: on none (torch.distributed unwrapped, verdicts from
-stacks); unset: on every backend but NCCL (:func:`enabled`)."""
+"""Unset or 1: record on every backend, NCCL included; 0: on none (torch.distributed
+unwrapped, verdicts from stacks) (:func:`enabled`)."""
 
 COLLECTIVES = (
     "all_reduce",
@@ -79,9 +91,6 @@ COLLECTIVES = (
     "scatter_object_list",
 )
 """The torch.distributed functions recorded: every collective of the public API."""
-
-POINT_TO_POINT = ("send", "recv", "isend", "irecv")
-"""Recorded too, counted apart from the collectives and never compared."""
 
 PG_METHODS = {
     "allreduce": "all_reduce",
@@ -108,15 +117,6 @@ PG_METHODS = {
 """ProcessGroup's methods recorded: method -> the op the ledger names (torch.distributed's
 function of the same collective)."""
 
-DESTROY = "destroy_process_group"
-"""The op of a test's destroy of the default group: it takes the next number in the
-group's count (the collective a peer waits in has that number) and is never compared."""
-
-ISSUED, COMPLETED, FAILED = "issued", "completed", "failed"
-"""An entry's state: called and not returned (or async and not finished), returned
-(or its work finished), raised."""
-
-_GROUP, _SEQ, _OP, _ARG, _FILE, _LINE, _STATE, _DESCRIBED, _REDUCE = range(9)
 _REDUCING = frozenset(
     (
         "all_reduce",
@@ -128,15 +128,16 @@ _REDUCING = frozenset(
     )
 )
 """ProcessGroup methods (by their torch.distributed names) whose options carry a reduce op."""
-P2P = "p2p"
 
 _entries: deque[list] = deque(maxlen=CAPACITY)
-_counters: dict[Any, int] = {}
-_aliases: dict[Any, Any] = {}
-"""Per group object passed this test: None for the default group, else itself."""
+_slots: dict[Any, list] = {}
+"""Per group object passed this test (None: the default group): ``[its count, its
+(name, ranks) or None until read, the group as entries name it]``. The default group
+named and unnamed share one slot, so one dict lookup a call finds both."""
+_p2p_slots: dict[Any, list] = {}
+"""The same for point-to-point calls, counted apart."""
 _described: dict[Any, tuple[str, tuple[int, ...]]] = {}
 """Per group this test: its name and ranks, read at its first call (a destroy ends them)."""
-_UNSEEN = object()
 _installed = False
 _swaps: dict[str, tuple[Any, Any, bool]] = {}
 """Per function: (torch's own, its wrapper, whether c10d holds it under the same name)."""
@@ -144,14 +145,19 @@ _c10d_file = ""
 """torch.distributed's own module: a call from there is inside a recorded one."""
 _HARNESS = str(Path(__file__).resolve().parent) + os.sep
 """rankgate's harness: a collective it calls is its own, never the test's."""
-_passing: dict[str, bool] = {}
-"""Per caller's file: whether its calls go unrecorded (c10d's, the harness's)."""
+_PASS, _LIBRARY, _OWN = 1, 2, 3
+_file_kinds: dict[str, int] = {}
+"""Per caller's file: _PASS (its calls go unrecorded: c10d's, the harness's), _LIBRARY
+(torch's or rankgate's: the call site is further out) or _OWN (the test's code)."""
+_inside = 0
+"""The thread in a recorded torch.distributed call (0: none): the ProcessGroup method
+torch calls inside it passes at once (finding its caller's file costs a frame object a
+call). Another thread's recorded call may replace it meanwhile: a method that does not
+find its own thread here asks its caller's file, which is always right."""
 _method_swaps: dict[str, tuple[Any, Any]] = {}
 """Per ProcessGroup method: (torch's own, its wrapper)."""
 _group_member: Any = None
 """torch's GroupMember, whose WORLD is the default group of the moment."""
-_outside: dict[str, bool] = {}
-"""Per file name: whether its frames are the test's own code (cached, one lookup a frame)."""
 
 
 def _library_dirs() -> tuple[str, ...]:
@@ -173,17 +179,13 @@ def setting_problem() -> str | None:
 
 
 def enabled(backend: str = "") -> bool:
-    """Whether a rank whose process group runs ``backend`` records its collectives.
-
-    Unset, every backend but NCCL: there the pool's time per test grew by 0.25-0.96 ms
-    with torch.distributed wrapped on four of five H100 hosts, and the wrapper cost
-    1.65 us a call on one (docs/harness.md, "Cost"), beyond the ledger's goal of 1 us and
-    no change in the pool. A group with NCCL in it ("cpu:gloo,cuda:nccl") counts as NCCL.
-    """
-    value = os.environ.get(ENV)
-    if value in ("0", "1"):
-        return value == "1"
-    return "nccl" not in backend
+    """Whether a rank whose process group runs ``backend`` records its collectives: on
+    every backend unless RANKGATE_LEDGER=0. On NCCL above all: there a rank that skipped
+    a collective may pass while its peer waits, and only the ledger names it (the stacks
+    blame the waiting rank). Its cost is its wrapper's host time per collective
+    (docs/harness.md, "Cost"); ``backend`` is kept for the callers that decide per group
+    (``follow``)."""
+    return os.environ.get(ENV) != "0"
 
 
 def install(backend: str = "") -> bool:
@@ -237,7 +239,8 @@ def uninstall() -> None:
 
 def follow(backend: str) -> bool:
     """Record or not, as :func:`enabled` says for ``backend``: in place one process runs
-    tests on gloo and on NCCL groups, and each gets what a pool of its backend would."""
+    tests on gloo and on NCCL groups, and each gets what a pool of its backend would
+    (today the same on both: RANKGATE_LEDGER decides for every backend)."""
     if enabled(backend):
         return install(backend)
     uninstall()
@@ -265,55 +268,97 @@ def installed() -> bool:
 def begin_test() -> None:
     """A new test: empty the ledger and restart every group's count."""
     _entries.clear()
-    _counters.clear()
-    _aliases.clear()
+    _slots.clear()
+    _p2p_slots.clear()
     _described.clear()
 
 
-def _passes(caller) -> bool:
-    """Whether a call from ``caller``'s frame goes unrecorded: torch.distributed's own
-    (inside a recorded call: recv's irecv, all_reduce's group.allreduce) or the harness's."""
-    file = caller.f_code.co_filename
-    passes = _passing.get(file)
-    if passes is None:
-        passes = _passing[file] = file == _c10d_file or file.startswith(_HARNESS)
-    return passes
+def _kind_of(file: str) -> int:
+    """Whether a call from ``file`` goes unrecorded (torch.distributed's own, inside a
+    recorded call: recv's irecv, all_reduce's group.allreduce; or the harness's), is
+    made from torch's or rankgate's code (the call site is further out) or the test's."""
+    if file == _c10d_file or file.startswith(_HARNESS):
+        kind = _PASS
+    elif file.startswith(_LIBRARIES):
+        kind = _LIBRARY
+    else:
+        kind = _OWN
+    _file_kinds[file] = kind
+    return kind
+
+
+# The two wrappers below run on every collective (`rankgate bench ledger`,
+# scripts/ledger/wrapper_breakdown.py): each step is written inline and records raw
+# values (the dtype and torch.Size, the code object and instruction offset, torch's
+# reduce op); ledger_entry words them when a verdict or a digest reads them.
 
 
 def _wrap(name: str, original, parameters: list[str]):
+    import torch
+
+    tensor_type = torch.Tensor
     group_at = parameters.index("group") if "group" in parameters else None
     tensor_arg = name not in ("barrier", "monitored_barrier") and "object" not in name
-    p2p = name in POINT_TO_POINT
+    slots = _p2p_slots if name in POINT_TO_POINT else _slots
     # The reduce op (SUM against MAX pairs silently): its place; unnamed, torch's SUM.
     reduce_at = parameters.index("op") if "op" in parameters else None
+    append = _entries.append
 
     def collective(*args, **kwargs):
-        # Kept lean: it runs on every collective (benchmarked by `rankgate bench ledger`).
         __tracebackhide__ = True  # pytest leaves this frame out of a failure's traceback
-        caller = sys._getframe(1)
-        if _passes(caller):
+        caller = _getframe(1)
+        code = caller.f_code
+        kind = _file_kinds.get(code.co_filename) or _kind_of(code.co_filename)
+        if kind == _PASS:
             return original(*args, **kwargs)
-        if group_at is None:
-            group = None
-        elif len(args) > group_at:
-            group = args[group_at]
-        else:
-            group = kwargs.get("group")
-        arg = None
-        if tensor_arg:
-            arg = args[0] if args else next(iter(kwargs.values()), None)
-        reduce = None
-        if reduce_at is not None:  # unnamed: torch's SUM
-            reduce = args[reduce_at] if len(args) > reduce_at else kwargs.get("op")
-            reduce = "SUM" if reduce is None else reduce
-        entry = _append(name, group, arg, caller, p2p, reduce)
-        del caller  # no frame is kept: it would hold the test's locals (tensors) alive
         try:
-            result = original(*args, **kwargs)
+            if group_at is None:
+                group = None
+            elif len(args) > group_at:
+                group = args[group_at]
+            else:
+                group = kwargs.get("group")
+            slot = slots.get(group)
+            if slot is None:
+                slot = _new_slot(slots, group)
+            seq = slot[0] = slot[0] + 1
+            described = slot[1]
+            if described is None:  # read now: the test may destroy the group before the verdict
+                described = slot[1] = _group_words(slot[2])
+            arg = None
+            if tensor_arg:
+                arg = args[0] if args else next(iter(kwargs.values()), None)
+                if isinstance(arg, tensor_type):
+                    arg = (arg.dtype, arg.shape)
+                elif arg is not None:
+                    arg = _shape_of(arg)
+            reduce = None
+            if reduce_at is not None:  # unnamed: torch's SUM
+                reduce = args[reduce_at] if len(args) > reduce_at else kwargs.get("op")
+                if reduce is None:
+                    reduce = "SUM"
+            if kind == _OWN:
+                lasti = caller.f_lasti
+            else:
+                code, lasti = _outer_site(caller)
+            entry = [slot[2], seq, name, arg, code, lasti, ISSUED, described, reduce]
+            append(entry)
+        except Exception:  # odd arguments: torch rejects them next; kept nowhere
+            entry = [None] * 9
+        del caller  # no frame is kept: it would hold the test's locals (tensors) alive
+        global _inside
+        me = get_ident()
+        outer = _inside == me
+        _inside = me  # the group's own method, called next by torch, lets it through
+        try:
+            result = original(*args, **kwargs) if kwargs else original(*args)
         except BaseException:
-            entry[_STATE] = FAILED
+            entry[STATE] = FAILED
             raise
-        entry[_STATE] = COMPLETED if result is None else result  # async: its Work
+        finally:
+            if not outer and _inside == me:
+                _inside = 0
+        entry[STATE] = COMPLETED if result is None else result  # async: its Work
         return result
 
     collective.__name__ = collective.__qualname__ = name
@@ -326,29 +371,70 @@ def _wrap(name: str, original, parameters: list[str]):
 def _wrap_method(op: str, original):
     """A ProcessGroup method recorded as ``op`` on the group it is called on; its Work
     is the entry's state until it finishes."""
-    tensor_arg = op not in ("barrier", "monitored_barrier")
-    p2p = op in POINT_TO_POINT
+    import torch
 
-    def method(self, *args, **kwargs):
+    tensor_type = torch.Tensor
+    tensor_arg = op not in ("barrier", "monitored_barrier")
+    slots = _p2p_slots if op in POINT_TO_POINT else _slots
+    reducing = op in _REDUCING
+    append = _entries.append
+
+    # Two positional parameters by name: torch calls group.allreduce([t], opts), a test
+    # pg.allreduce([t]); passed on as they came, without packing a tuple (0.2 us a call).
+    def method(self, first=_ABSENT, second=_ABSENT, *rest, **kwargs):
         __tracebackhide__ = True
-        caller = sys._getframe(1)
-        if _passes(caller):
-            return original(self, *args, **kwargs)
-        arg = args[0] if args and tensor_arg else None
-        if isinstance(arg, list) and len(arg) == 1:
-            arg = arg[0]  # pg.allreduce([t]) is dist.all_reduce(t)
-        reduce = None
-        if op in _REDUCING:
-            options = args[1] if len(args) > 1 else kwargs.get("opts")
-            reduce = getattr(options, "reduceOp", None) or "SUM"
-        entry = _append(op, self, arg, caller, p2p, reduce)
+        if _inside and _inside == get_ident():  # torch's own call, inside a recorded one
+            if rest or kwargs:
+                return original(self, *_given(first, second, rest), **kwargs)
+            if second is not _ABSENT:
+                return original(self, first, second)
+            return original(self) if first is _ABSENT else original(self, first)
+        caller = _getframe(1)
+        code = caller.f_code
+        kind = _file_kinds.get(code.co_filename) or _kind_of(code.co_filename)
+        if kind == _PASS:
+            return original(self, *_given(first, second, rest), **kwargs)
+        try:
+            slot = slots.get(self)
+            if slot is None:
+                slot = _new_slot(slots, self)
+            seq = slot[0] = slot[0] + 1
+            described = slot[1]
+            if described is None:
+                described = slot[1] = _group_words(slot[2])
+            arg = None
+            if tensor_arg and first is not _ABSENT:
+                arg = first
+                if type(arg) is list and len(arg) == 1:
+                    arg = arg[0]  # pg.allreduce([t]) is dist.all_reduce(t)
+                arg = (arg.dtype, arg.shape) if isinstance(arg, tensor_type) else _shape_of(arg)
+            reduce = None
+            if reducing:
+                options = second if second is not _ABSENT else kwargs.get("opts")
+                if options is not None:
+                    reduce = getattr(options, "reduceOp", None)
+                if reduce is None:
+                    reduce = "SUM"
+            if kind == _OWN:
+                lasti = caller.f_lasti
+            else:
+                code, lasti = _outer_site(caller)
+            entry = [slot[2], seq, op, arg, code, lasti, ISSUED, described, reduce]
+            append(entry)
+        except Exception:
+            entry = [None] * 9
         del caller
         try:
-            result = original(self, *args, **kwargs)
+            if rest or kwargs:
+                result = original(self, *_given(first, second, rest), **kwargs)
+            elif second is not _ABSENT:
+                result = original(self, first, second)
+            else:
+                result = original(self) if first is _ABSENT else original(self, first)
         except BaseException:
-            entry[_STATE] = FAILED
+            entry[STATE] = FAILED
             raise
-        entry[_STATE] = COMPLETED if result is None else result
+        entry[STATE] = COMPLETED if result is None else result
         return result
 
     method.__name__ = method.__qualname__ = op
@@ -358,51 +444,46 @@ def _wrap_method(op: str, original):
     return method
 
 
-def _append(name: str, group, arg, caller, p2p: bool, reduce=None) -> list:
-    """The entry of one call, appended to the ledger (an entry kept nowhere when the
-    arguments are odd: torch rejects them next, and the call must not break here)."""
-    frame = None
-    try:
-        if group is not None:
-            same = _aliases.get(group, _UNSEEN)
-            if same is _UNSEEN:  # once per group and test: is it the default one?
-                same = _aliases[group] = None if group is _group_member.WORLD else group
-            group = same  # the default group named: one count with the unnamed calls
-        described = _described.get(group)
-        if described is None:  # read now: the test may destroy the group before the verdict
-            described = _described[group] = _describe_group(group)
-        if p2p:
-            group = (P2P, group)
-        seq = _counters.get(group, 0) + 1
-        _counters[group] = seq
-        if arg is not None:
-            shape = getattr(arg, "shape", None)
-            arg = (getattr(arg, "dtype", None), shape) if shape is not None else _shape_of(arg)
-        frame = caller
-        while frame is not None:
-            file = frame.f_code.co_filename
-            outside = _outside.get(file)
-            if outside is None:
-                outside = _outside[file] = not file.startswith(_LIBRARIES)
-            if outside:
-                break
-            frame = frame.f_back
-        entry = [
-            group,
-            seq,
-            name,
-            arg,
-            file if frame else "",
-            frame.f_lineno if frame else 0,
-            ISSUED,
-            described,
-            reduce,
-        ]
-        _entries.append(entry)
-    except Exception:
-        entry = [None] * 9  # kept nowhere
-    del frame  # no frame is kept: it would hold the test's locals (tensors) alive
-    return entry
+_ABSENT = object()
+"""A positional parameter of a ProcessGroup method's wrapper that the caller left out."""
+
+
+def _given(first, second, rest: tuple) -> tuple:
+    """The positional arguments a method's wrapper was called with."""
+    if first is _ABSENT:
+        return ()
+    return (first,) if second is _ABSENT else (first, second, *rest)
+
+
+def _new_slot(slots: dict, group) -> list:
+    """A group's first call this test: its slot, shared by the default group named and
+    unnamed (one count)."""
+    if group is not None and group is _group_member.WORLD:
+        slot = slots.get(None) or _new_slot(slots, None)
+    else:
+        slot = [0, None, group]
+    slots[group] = slot
+    return slot
+
+
+def _group_words(group) -> tuple[str, tuple[int, ...]]:
+    """A group's name and ranks, read once a test (a point-to-point call and a collective
+    on one group read it once)."""
+    described = _described.get(group)
+    if described is None:
+        described = _described[group] = _describe_group(group)
+    return described
+
+
+def _outer_site(frame) -> tuple[Any, int]:
+    """(code, instruction offset) of the innermost frame outside torch and rankgate
+    (None, 0 where there is none): a collective torch's own code issued for the test."""
+    while frame is not None:
+        file = frame.f_code.co_filename
+        if (_file_kinds.get(file) or _kind_of(file)) == _OWN:
+            return frame.f_code, frame.f_lasti
+        frame = frame.f_back
+    return "", 0
 
 
 def _wrap_destroy(original):
@@ -414,13 +495,20 @@ def _wrap_destroy(original):
         __tracebackhide__ = True
         default = group is None or group is _group_member.WORLD
         site = _user_site(sys._getframe(1)) if default else None
-        described = (_described.get(None) or _describe_group(None)) if site else None
+        slot = None
+        if site is not None:  # read now, while the group is there
+            slot = _slots.get(None) or _new_slot(_slots, None)
+            if slot[1] is None:
+                slot[1] = _group_words(None)
         result = original(group)
-        if site is not None and _group_member.WORLD is None:
-            seq = _counters.get(None, 0) + 1  # the number a peer's next collective has
-            _counters[None] = seq
-            _entries.append([None, seq, DESTROY, None, *site, COMPLETED, described, None])
-            _described.pop(None, None)  # a default group made next is another group
+        if slot is not None and _group_member.WORLD is None:
+            slot[0] += 1  # the number a peer's next collective has
+            _entries.append([None, slot[0], DESTROY, None, *site, COMPLETED, slot[1], None])
+            # a default group made next is another group: read at its first call
+            _described.pop(None, None)
+            for slots in (_slots, _p2p_slots):
+                if None in slots:
+                    slots[None][1] = None
         return result
 
     destroy_process_group.__doc__ = original.__doc__
@@ -443,7 +531,11 @@ def _user_site(frame) -> tuple[str, int] | None:
 
 
 def _shape_of(arg):
-    """(count, (dtype, shape)) of a list of tensors, else None."""
+    """(dtype, shape) of a tensor-like, (count, (dtype, shape)) of a list of tensors,
+    else None."""
+    shape = getattr(arg, "shape", None)
+    if shape is not None:
+        return getattr(arg, "dtype", None), shape
     if isinstance(arg, list | tuple) and arg:
         first = arg[0]
         shape = getattr(first, "shape", None)
@@ -466,10 +558,9 @@ def without_wrapper_frames(lines: list[str]) -> list[str]:
 
 
 def snapshot() -> list[dict]:
-    """The ledger as plain records, oldest first (see :func:`record`)."""
+    """The ledger as plain records, oldest first (see :func:`ledger_entry.record`)."""
     entries = list(_entries)  # one C call under the GIL: a consistent copy
-    groups: dict[Any, tuple[str, tuple[int, ...]]] = {}
-    return [record(e, groups) for e in entries]
+    return [record(e) for e in entries]
 
 
 def digest() -> dict[str, list] | None:
@@ -482,45 +573,7 @@ def digest() -> dict[str, list] | None:
     None where no ledger is kept."""
     if not _installed:
         return None
-    import zlib
-
-    if len(_kind_texts) > 4096:  # a session of ever new shapes: start again
-        _kind_texts.clear()
-    lines: dict[Any, list] = {}
-    last: dict[Any, int] = {}
-    unsettled: set = set()  # groups with a call that raised or never completed
-    for entry in list(_entries):
-        op, described = entry[_OP], entry[_DESCRIBED]
-        if op in POINT_TO_POINT or op == DESTROY or not described or not described[1]:
-            continue
-        # Worded once per kind of call (hashing torch's reduce op itself costs 0.75 us).
-        reduce = entry[_REDUCE] if len(entry) > _REDUCE else None  # an entry made without
-        arg = entry[_ARG]
-        key = (op, id(reduce), arg)
-        known = _kind_texts.get(key)
-        if known is None or known[0] is not reduce:
-            text = f"{op} {describe_reduce(reduce)} {describe_arg(arg)}"
-            known = _kind_texts[key] = (reduce, text)  # holds it: its id is not reused
-        kept = lines.get(described)
-        if kept is None:
-            kept = lines[described] = []
-        kept.append(known[1])
-        last[described] = entry[_SEQ]
-        if entry[_STATE] != COMPLETED and _state(entry[_STATE]) != COMPLETED:
-            unsettled.add(described)
-    # The numbers are in order within a group: its last one and its count say which.
-    return {
-        name: [
-            list(ranks),
-            last[(name, ranks)],
-            None if (name, ranks) in unsettled else zlib.crc32("\n".join(kept).encode()),
-        ]
-        for (name, ranks), kept in lines.items()
-    }
-
-
-_kind_texts: dict[tuple, tuple[Any, str]] = {}
-"""(op, reduce op's id, arg) -> (that reduce op, the call's words), for :func:`digest`."""
+    return digest_of(list(_entries))
 
 
 def now() -> list[dict] | None:
@@ -528,71 +581,5 @@ def now() -> list[dict] | None:
     return snapshot() if _installed else None
 
 
-def record(entry: list, groups: dict) -> dict:
-    """One entry as ``{group, ranks, seq, op, arg, file, line, state, reduce}``: ``group``
-    a name every rank gives the same group ("world" for the default one; "p2p:" before it
-    for a point-to-point call), ``ranks`` its global ranks, ``arg`` like "float32[4]" (""
-    for none), ``reduce`` the reduce op ("SUM", "MAX"; "" for a call without one)."""
-    group = entry[_GROUP]
-    p2p = entry[_OP] in POINT_TO_POINT
-    if p2p:
-        group = group[1]
-    described = entry[_DESCRIBED] if len(entry) > _DESCRIBED else None
-    if described is None:  # read lazily (an entry made without one)
-        if group not in groups:
-            groups[group] = _describe_group(group)
-        described = groups[group]
-    name, ranks = described
-    return {
-        "group": f"{P2P}:{name}" if p2p else name,
-        "ranks": list(ranks),
-        "seq": entry[_SEQ],
-        "op": entry[_OP],
-        "arg": describe_arg(entry[_ARG]),
-        "file": entry[_FILE],
-        "line": entry[_LINE],
-        "state": _state(entry[_STATE]),
-        "reduce": describe_reduce(entry[_REDUCE] if len(entry) > _REDUCE else None),
-    }
-
-
-def _state(state) -> str:
-    if isinstance(state, str):
-        return state
-    try:  # an async call's Work: one that ended with an error (a timeout) failed
-        if not state.is_completed():
-            return ISSUED
-    except Exception:
-        return ISSUED
-    try:  # its future raises the call's error (Work.exception() is deprecated)
-        state.get_future().value()
-    except Exception:
-        return FAILED
-    return COMPLETED
-
-
 def _describe_group(group) -> tuple[str, tuple[int, ...]]:
-    import torch.distributed as dist
-
-    try:
-        world = dist.group.WORLD
-        if group is None or group is world:
-            return "world", tuple(range(dist.get_world_size()))
-        ranks = tuple(dist.get_process_group_ranks(group))
-        return getattr(group, "group_name", "") or f"ranks {list(ranks)}", ranks
-    except Exception:  # destroyed meanwhile, no default group any more, or unregistered
-        return _unregistered(group)
-
-
-def _unregistered(group) -> tuple[str, tuple[int, ...]]:
-    """A group torch.distributed never registered (torch's newer group API makes them):
-    named by its group_name, else by the order the test first used such groups (the same
-    on every rank); its global ranks are not known."""
-    try:
-        named = group.group_name
-    except Exception:  # a destroyed group, or no group object
-        return "unknown", ()
-    if named:
-        return named, ()
-    seen = sum(1 for name, _ in _described.values() if name.startswith("unregistered group"))
-    return f"unregistered group {seen + 1}", ()
+    return describe_group(group, _described.values())

@@ -30,7 +30,7 @@ PLAIN = Share((1,), PLAIN_PHASE, 0, False)
     ("share", "entries", "in_collective", "hint"),
     [
         (PLAIN, [WORLD_ENTRY], False, EVERY_RANK_HINT),  # its ledger: the default group
-        # no ledger (NCCL), or torch's "Default process group has not been initialized"
+        # no ledger (RANKGATE_LEDGER=0), or torch's "Default process group has not been initialized"
         (PLAIN, None, True, EVERY_RANK_HINT),
         (PLAIN, [SUBGROUP_ENTRY], False, ""),  # a group of its own
         (PLAIN, [], False, ""),  # no collective: an ordinary failure
