@@ -59,7 +59,7 @@ from rankgate.harness.inplace.shares import ShareMixin, Stopped
 from rankgate.harness.inplace.signalwatch import SignalWatch
 from rankgate.harness.inplace.stop import RunningTest, RunStop
 from rankgate.harness.inplace.summary import Problem
-from rankgate.harness.inplace.tally import RunTally
+from rankgate.harness.inplace.tally import TALLY_PLUGIN, RunTally
 from rankgate.harness.inplace.verdict import (
     BAD,
     RankResult,
@@ -91,7 +91,6 @@ from rankgate.harness.rankstate import (
     seed_everything,
     set_collective_timeout,
 )
-from rankgate.harness.verdict import disagreement_status
 from rankgate.launch.env import LaunchEnv
 
 
@@ -165,6 +164,7 @@ class InPlaceSession(ShareMixin):
         self.run_id = _agree_on_run_id(self.control)
         self.records = RankRecords(config, launch, self.skip_reason, self.run_id)
         self.tally = RunTally(config, launch.rank, self.control, plan=self)
+        config.pluginmanager.register(self.tally, TALLY_PLUGIN)  # next to the session's
         ledger.install(self.backend)
         self.stop = RunStop(
             config,
@@ -494,9 +494,6 @@ class InPlaceSession(ShareMixin):
         item.session.shouldstop = f"rankgate: {reason}"
 
     # -- reporting --------------------------------------------------------------------
-
-    def pytest_report_teststatus(self, report: pytest.TestReport):
-        return disagreement_status(report)
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         summary.write_end(terminalreporter, self.config, self.launch, self.problems,

@@ -154,10 +154,6 @@ class ShareMixin:
 
     # -- what the run's end says of each test ------------------------------------
 
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.nodeid in self.index:  # what this rank's terminal counts of the run
-            self.tally.note(report)
-
     @pytest.hookimpl(wrapper=True, tryfirst=True, specname="pytest_terminal_summary")
     def pytest_terminal_summary_counts(self, terminalreporter):
         """Around pytest's summary: the tests other ranks ran are named (their failures,
