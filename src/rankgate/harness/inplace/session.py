@@ -63,7 +63,6 @@ from rankgate.harness.inplace.tally import TALLY_PLUGIN, RunTally
 from rankgate.harness.inplace.verdict import (
     BAD,
     RankResult,
-    clipped,
     ledgers_compared,
     own_result,
     verdict_reports,
@@ -76,7 +75,7 @@ from rankgate.harness.item_settings import (
     test_timeout,
     world_spec,
 )
-from rankgate.harness.output import TERMINAL_LIMIT
+from rankgate.harness.output import TERMINAL_LIMIT, clipped
 from rankgate.harness.rankstate import (
     EnvironmentSnapshot,
     WorkerSetupError,

@@ -17,12 +17,12 @@ import copy
 from typing import NamedTuple
 
 import pytest
-from _pytest._code.code import ReprEntryNative, ReprExceptionInfo, ReprFileLocation, ReprTraceback
+from _pytest._code.code import ReprFileLocation
 from _pytest.skipping import xfailed_key
 
 from rankgate.harness import divergence, leaks, ledger, verdict_lines
 from rankgate.harness.failure_repr import failure_repr
-from rankgate.harness.output import clip_sections, strip_ansi
+from rankgate.harness.output import strip_ansi
 from rankgate.harness.verdict import DISAGREEMENT
 
 WORST_FIRST = ("error", "failed", "skipped", "passed")
@@ -242,40 +242,3 @@ def _as_xfailed(item: pytest.Item, report: pytest.TestReport) -> pytest.TestRepo
     xfailed.wasxfail = marked.reason if marked is not None else getattr(report, "wasxfail", "")
     xfailed.longrepr = None
     return xfailed
-
-
-def clipped(reports: list[pytest.TestReport], limit: int) -> list[pytest.TestReport]:
-    """``reports`` with each stream's captured output cut to ``limit`` bytes, as the pool
-    cuts a rank's (``rankgate.harness.output``): the terminal's share, or a file's."""
-    out = []
-    for report in reports:
-        sections = clip_sections(list(report.sections), limit)
-        if sections != list(report.sections):
-            report = copy.copy(report)
-            report.sections = sections
-        out.append(report)
-    return out
-
-
-def plain_report(item: pytest.Item, report: pytest.TestReport) -> pytest.TestReport:
-    """``report`` without terminal escape codes (a suite that forces ``--color=yes``
-    colours assertion diffs), for files that are read outside a terminal."""
-    text = "" if report.longrepr is None else str(report.longrepr)
-    if "\x1b" not in text and not any("\x1b" in body for _, body in report.sections):
-        return report
-    plain = copy.copy(report)
-    plain.sections = [(title, strip_ansi(body)) for title, body in report.sections]
-    if "\x1b" in text and not isinstance(report.longrepr, tuple):
-        crash = getattr(report.longrepr, "reprcrash", None)
-        path, lineno, _ = item.location
-        plain.longrepr = ReprExceptionInfo(
-            reprtraceback=ReprTraceback(
-                [ReprEntryNative([strip_ansi(text) + "\n"])], None, "native"
-            ),
-            reprcrash=ReprFileLocation(
-                crash.path if crash else path,
-                crash.lineno if crash else (lineno or 0) + 1,
-                strip_ansi(crash.message if crash else text.split("\n", 1)[0]),
-            ),
-        )
-    return plain
