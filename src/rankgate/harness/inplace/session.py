@@ -62,8 +62,8 @@ from rankgate.harness.inplace.summary import Problem
 from rankgate.harness.inplace.tally import TALLY_PLUGIN, RunTally
 from rankgate.harness.inplace.verdict import (
     BAD,
-    RankResult,
-    ledgers_compared,
+    Judged,
+    judged,
     own_result,
     verdict_reports,
     with_ledger,
@@ -88,7 +88,6 @@ from rankgate.harness.rankstate import (
     reset_state,
     same_examples_on_every_rank,
     seed_everything,
-    set_collective_timeout,
 )
 from rankgate.launch.env import LaunchEnv
 
@@ -333,6 +332,8 @@ class InPlaceSession(ShareMixin):
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem) -> bool:
         """Run the phases unlogged, exchange, then log own results and the verdict."""
+        # Longer than the hang watch's timeout, which ends a hang with stacks.
+        seconds = collective_timeout(self._timeout(item))
         stopped = self.control.aborted()
         if stopped is not None and self._aborted is None:  # another sub-world stopped the run
             self._stop_gracefully(item, stopped)
@@ -343,15 +344,13 @@ class InPlaceSession(ShareMixin):
                 self.group.enter(share, lambda: self._meet(item, share))
             except Stopped:
                 return True
-        # Longer than the hang watch's timeout, which ends a hang with stacks.
-        seconds = collective_timeout(self._timeout(item))
-        if _group_alive():
-            set_collective_timeout(seconds)
+        spec = world_spec(item)
+        body_backend = self.group.ready(seconds, spec.backend if spec is not None else None)
         index = self.index.get(item.nodeid)
         item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
         self.running.begin(item)
         self.records.begin(item)
-        own, everyone, attempts = self._attempts(item, nextitem, index, seconds)
+        own, everyone, attempts = self._attempts(item, nextitem, index, seconds, body_backend)
         shown = own if everyone is None else verdict_reports(item, own, everyone, self.launch.rank)
         if not any(r.failed for r in own):  # a failure here has every attempt already
             shown = with_every_attempt(item, shown, attempts)
@@ -365,16 +364,15 @@ class InPlaceSession(ShareMixin):
         item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
         return True
 
-    def _attempts(self, item: pytest.Item, nextitem, index: int | None, seconds: float):
-        """Run the test, and again while it failed and reruns are left and every rank
-        agrees; log this rank's own reports of the last attempt. Returns them, with every
-        rank's result of it (None where there was no exchange)."""
+    def _attempts(self, item: pytest.Item, nextitem, index, seconds: float, body_backend: str):
+        """Run the test (its body on ``body_backend``), and again while it failed and
+        reruns are left and every rank agrees; log this rank's own reports of the last
+        attempt. Returns them, with every rank's result of it (None where there was no
+        exchange)."""
         attempts, self.attempt = [], 1
         # With reruns, the own reports wait for the exchange: only the last attempt's go
         # into the files, with every attempt's record.
         hold = self.reruns > 0 and index is not None
-        spec = world_spec(item)
-        body_backend = self.group.body_backend(spec.backend if spec is not None else self.backend)
         while True:
             ledger.follow(body_backend)
             ledger.begin_test()
@@ -383,10 +381,11 @@ class InPlaceSession(ShareMixin):
             if not hold:  # a rank that dies in the exchange leaves its result
                 self.records.log_own(item, own, junit=False)
                 self.running.own = own
-            everyone = None
+            result = None
             if index is not None and self._aborted is None:
                 self.records.reached(item)
-                everyone = self._exchange(item, index, seconds, own, note=not hold)
+                result = self._exchange(item, index, seconds, own, note=not hold)
+            everyone = None if result is None else result.everyone
             # A launcher's signal during the exchange (a peer crashed): its watcher
             # reports this test, naming the crash; a second verdict would count it twice.
             self.stop.park_if_stopping()
@@ -406,8 +405,8 @@ class InPlaceSession(ShareMixin):
         own = with_attempts(item, own, attempts, self.flaky_policy)
         self.records.log_own(item, own, properties(attempts, self.flaky_policy))
         self.running.logged = True
-        if everyone is not None:
-            self._note_verdict(item, everyone)
+        if result is not None:
+            self._note_verdict(item, result)
             if len(attempts) > 1:
                 self._note_attempts(item, everyone, own)
         return own, everyone, attempts
@@ -452,10 +451,11 @@ class InPlaceSession(ShareMixin):
         own: list[pytest.TestReport],
         *,
         note: bool = True,
-    ) -> list[RankResult] | None:
-        """Every rank's result of this test; a new group where any rank lost its own.
+    ) -> Judged | None:
+        """Every rank's result of this test, judged; a new group where any rank lost its own.
         ``note``: count its failures for the run's end now (else the caller does, for
         the last attempt only)."""
+        key, ranks = f"t{self.store_index(item)}/outcome", self.ranks_of(item.nodeid)
         mine = with_ledger(own_result(own, all_output=self._shows_passes), self.group.members)
         mine, self._group_trouble = mine._replace(group_trouble=self._group_trouble), False
         if mine.outcome in BAD:  # now: a peer that dies in the exchange ends this rank there
@@ -463,27 +463,22 @@ class InPlaceSession(ShareMixin):
         try:
             # Each rank's value stays at control.outcome_key(index, rank): _failed_peers reads it.
             gathered = self.control.all_gather(
-                f"t{self.store_index(item)}/outcome",
-                tuple(mine),
-                timeout=seconds,
-                gone=self.stop.ended_here,
-                ranks=self.ranks_of(item.nodeid),
+                key, tuple(mine), timeout=seconds, gone=self.stop.ended_here, ranks=ranks
             )
         except (RunAborted, TimeoutError) as exc:
             self._stop_gracefully(item, str(exc))
             return None
         except PeerGone as exc:
             self.stop.for_crashed_peers(item, exc.ranks)
-        ranks = self.ranks_of(item.nodeid)
-        everyone = {r: RankResult(*result) for r, result in zip(ranks, gathered, strict=True)}
-        if mine.outcome not in BAD and ledgers_compared(everyone):
+        result = judged(ranks, gathered, self.launch.rank)
+        if mine.outcome not in BAD and result.ledgers_compared:
             self.records.log_ledger(item, mine.ledger)  # merge-junit compares them
         if note:
-            self._note_verdict(item, everyone)
-        if any(result.group_trouble for result in everyone.values()):
+            self._note_verdict(item, result)
+        if result.group_trouble:
             self.stop.park_if_stopping()
             self.group.renew()
-        return everyone
+        return result
 
     def _stop_gracefully(self, item: pytest.Item, reason: str) -> None:
         """Another rank stopped the run: finish this session, the rest as not run."""
@@ -523,9 +518,3 @@ class InPlaceSession(ShareMixin):
             self.shared_dirs.remove()
             if self.group.store_path is not None:
                 self.group.store_path.unlink(missing_ok=True)
-
-
-def _group_alive() -> bool:
-    import torch.distributed as dist
-
-    return dist.is_initialized()

@@ -165,6 +165,34 @@ def cross_rank_problem(everyone: Results | list[RankResult], rank: int) -> str |
     return None
 
 
+class Judged(NamedTuple):
+    """What the run makes of every rank's result of one test, in one pass."""
+
+    everyone: Results
+    ledgers_compared: bool
+    """The ranks' ledgers make part of the verdict (``ledgers_compared``)."""
+    problem: str | None
+    """What the other ranks add to this rank's verdict (``cross_rank_problem``)."""
+    failed: list[int]
+    """The ranks that failed or errored it, for the run's last line ([] when every
+    rank's expected failure makes one)."""
+    group_trouble: bool
+    """A rank lost or broke its process group: a new one follows."""
+
+
+def judged(ranks, gathered, rank: int) -> Judged:
+    """Every rank's result of a test (``gathered`` by ``ranks``, in order), judged."""
+    everyone = {r: RankResult(*result) for r, result in zip(ranks, gathered, strict=True)}
+    bad = [r for r, res in everyone.items() if res.outcome in BAD]
+    return Judged(
+        everyone,
+        ledgers_compared(everyone),
+        cross_rank_problem(everyone, rank),
+        [] if _xfailed_as_one(everyone) else bad,
+        any(res.group_trouble for res in everyone.values()),
+    )
+
+
 def verdict_reports(
     item: pytest.Item,
     own: list[pytest.TestReport],
