@@ -283,9 +283,10 @@ class InPlaceSession(ShareMixin):
             with self.group.default_group_for(backend, collective_timeout(timeout)):
                 return (yield)
         finally:
+            lost = self.group.lost()  # a test that destroyed its default group
             self.hang_watch.disarm()
             problems = after_test_problems(children, self.group.current != schedule.NO_GROUP)
-            self._group_trouble |= self.group.lost()
+            self._group_trouble |= lost
             # What a pool's rank undoes after every test (environment, cwd, default dtype;
             # subgroups after the exchange): a world test finds the same process here.
             if spec is not None:
@@ -352,7 +353,8 @@ class InPlaceSession(ShareMixin):
         self.records.begin(item)
         own, everyone, attempts = self._attempts(item, nextitem, index, seconds, body_backend)
         shown = own if everyone is None else verdict_reports(item, own, everyone, self.launch.rank)
-        if not any(r.failed for r in own):  # a failure here has every attempt already
+        # A rerun test's failure shown with every attempt (a failure here has them already).
+        if len(attempts) > 1 and not any(r.failed for r in own):
             shown = with_every_attempt(item, shown, attempts)
         with self.stop.verdict_lock:
             if not self.stop.begun.is_set():
@@ -393,7 +395,13 @@ class InPlaceSession(ShareMixin):
             # connecting to a group this one destroys (see reset_state).
             destroy_subgroups(self.group.kept_groups())
             if not hold:
-                self._log_own_in_junit(item, own)
+                # This rank's own reports into its JUnit file, unless a stop (a launcher's
+                # signal) records the test there first, naming them.
+                with self.stop.verdict_lock:
+                    if not self.stop.begun.is_set():
+                        self.records.log_own(item, own, results=False)
+                        self.running.logged, self.running.own = True, None
+                self.stop.park_if_stopping()
                 return own, everyone, attempts
             if everyone is not None:
                 n = len(everyone)
@@ -410,15 +418,6 @@ class InPlaceSession(ShareMixin):
             if len(attempts) > 1:
                 self._note_attempts(item, everyone, own)
         return own, everyone, attempts
-
-    def _log_own_in_junit(self, item: pytest.Item, own: list[pytest.TestReport]) -> None:
-        """After the exchange: this rank's own reports into its JUnit file, unless a stop
-        (a launcher's signal) records the test there first, naming them."""
-        with self.stop.verdict_lock:
-            if not self.stop.begun.is_set():
-                self.records.log_own(item, own, results=False)
-                self.running.logged, self.running.own = True, None
-        self.stop.park_if_stopping()
 
     def _rerun(self, item: pytest.Item, index: int, attempts, seconds: float) -> bool:
         """Whether every rank runs the test again: it failed, reruns are left, and each
