@@ -7,9 +7,13 @@ boundaries, and puts one marker line between them that says how much is missing.
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 from pathlib import Path
+
+import pytest
+from _pytest._code.code import ReprEntryNative, ReprExceptionInfo, ReprFileLocation, ReprTraceback
 
 TERMINAL_LIMIT = 1 << 20
 """Bytes of one rank's stream shown in the terminal report."""
@@ -110,3 +114,43 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 def strip_ansi(text: str) -> str:
     """``text`` without terminal escape codes (colour, cursor moves)."""
     return _ANSI.sub("", text) if "\x1b" in text else text
+
+
+# -- reports as they go out (in place: the terminal's, a rank's files') ------------
+
+
+def clipped(reports: list[pytest.TestReport], limit: int) -> list[pytest.TestReport]:
+    """``reports`` with each stream's captured output cut to ``limit`` bytes, as the pool
+    cuts a rank's (``rankgate.harness.output``): the terminal's share, or a file's."""
+    out = []
+    for report in reports:
+        sections = clip_sections(list(report.sections), limit)
+        if sections != list(report.sections):
+            report = copy.copy(report)
+            report.sections = sections
+        out.append(report)
+    return out
+
+
+def plain_report(item: pytest.Item, report: pytest.TestReport) -> pytest.TestReport:
+    """``report`` without terminal escape codes (a suite that forces ``--color=yes``
+    colours assertion diffs), for files that are read outside a terminal."""
+    text = "" if report.longrepr is None else str(report.longrepr)
+    if "\x1b" not in text and not any("\x1b" in body for _, body in report.sections):
+        return report
+    plain = copy.copy(report)
+    plain.sections = [(title, strip_ansi(body)) for title, body in report.sections]
+    if "\x1b" in text and not isinstance(report.longrepr, tuple):
+        crash = getattr(report.longrepr, "reprcrash", None)
+        path, lineno, _ = item.location
+        plain.longrepr = ReprExceptionInfo(
+            reprtraceback=ReprTraceback(
+                [ReprEntryNative([strip_ansi(text) + "\n"])], None, "native"
+            ),
+            reprcrash=ReprFileLocation(
+                crash.path if crash else path,
+                crash.lineno if crash else (lineno or 0) + 1,
+                strip_ansi(crash.message if crash else text.split("\n", 1)[0]),
+            ),
+        )
+    return plain

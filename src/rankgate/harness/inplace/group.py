@@ -33,6 +33,7 @@ import torch.distributed as dist
 
 from rankgate.harness.inplace.control import ControlChannel
 from rankgate.harness.inplace.schedule import NO_GROUP, WHOLE_WORLD, Share
+from rankgate.harness.rankstate import set_collective_timeout
 from rankgate.harness.spec import AUTO_ON_GPUS
 from rankgate.launch.env import LaunchEnv
 
@@ -204,6 +205,14 @@ class InPlaceGroup:
                 dist.destroy_process_group()
             except Exception:
                 pass  # a broken group may fail to leave cleanly; it is dropped either way
+
+    def ready(self, collective_s: float, requested: str | None) -> str:
+        """The group entered, the test's collectives' timeout set on it (none for a plain
+        test: no group); returns the backend its body runs on (``requested``: the one
+        its world marker asks for, None for the session's)."""
+        if dist.is_initialized():
+            set_collective_timeout(collective_s)
+        return self.body_backend(self.backend if requested is None else requested)
 
     def kept_groups(self) -> tuple:
         """Groups of the session's own that the cleanup after a test must not destroy."""

@@ -17,9 +17,9 @@ import pytest
 
 from rankgate.harness import verdict_lines
 from rankgate.harness.failure_repr import item_report, not_run_report
-from rankgate.harness.inplace.verdict import clipped, own_result, plain_report, report_text
+from rankgate.harness.inplace.verdict import own_result, report_text
 from rankgate.harness.item_settings import world_spec
-from rankgate.harness.output import JUNIT_LIMIT
+from rankgate.harness.output import JUNIT_LIMIT, clipped, plain_report
 from rankgate.harness.rankfiles import (
     RUN_ID_PROPERTY,
     ResultsWriter,

@@ -59,12 +59,11 @@ from rankgate.harness.inplace.shares import ShareMixin, Stopped
 from rankgate.harness.inplace.signalwatch import SignalWatch
 from rankgate.harness.inplace.stop import RunningTest, RunStop
 from rankgate.harness.inplace.summary import Problem
-from rankgate.harness.inplace.tally import RunTally
+from rankgate.harness.inplace.tally import TALLY_PLUGIN, RunTally
 from rankgate.harness.inplace.verdict import (
     BAD,
-    RankResult,
-    clipped,
-    ledgers_compared,
+    Judged,
+    judged,
     own_result,
     verdict_reports,
     with_ledger,
@@ -76,7 +75,7 @@ from rankgate.harness.item_settings import (
     test_timeout,
     world_spec,
 )
-from rankgate.harness.output import TERMINAL_LIMIT
+from rankgate.harness.output import TERMINAL_LIMIT, clipped
 from rankgate.harness.rankstate import (
     EnvironmentSnapshot,
     WorkerSetupError,
@@ -89,9 +88,7 @@ from rankgate.harness.rankstate import (
     reset_state,
     same_examples_on_every_rank,
     seed_everything,
-    set_collective_timeout,
 )
-from rankgate.harness.verdict import disagreement_status
 from rankgate.launch.env import LaunchEnv
 
 
@@ -165,6 +162,7 @@ class InPlaceSession(ShareMixin):
         self.run_id = _agree_on_run_id(self.control)
         self.records = RankRecords(config, launch, self.skip_reason, self.run_id)
         self.tally = RunTally(config, launch.rank, self.control, plan=self)
+        config.pluginmanager.register(self.tally, TALLY_PLUGIN)  # next to the session's
         ledger.install(self.backend)
         self.stop = RunStop(
             config,
@@ -285,9 +283,10 @@ class InPlaceSession(ShareMixin):
             with self.group.default_group_for(backend, collective_timeout(timeout)):
                 return (yield)
         finally:
+            lost = self.group.lost()  # a test that destroyed its default group
             self.hang_watch.disarm()
             problems = after_test_problems(children, self.group.current != schedule.NO_GROUP)
-            self._group_trouble |= self.group.lost()
+            self._group_trouble |= lost
             # What a pool's rank undoes after every test (environment, cwd, default dtype;
             # subgroups after the exchange): a world test finds the same process here.
             if spec is not None:
@@ -334,6 +333,8 @@ class InPlaceSession(ShareMixin):
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem) -> bool:
         """Run the phases unlogged, exchange, then log own results and the verdict."""
+        # Longer than the hang watch's timeout, which ends a hang with stacks.
+        seconds = collective_timeout(self._timeout(item))
         stopped = self.control.aborted()
         if stopped is not None and self._aborted is None:  # another sub-world stopped the run
             self._stop_gracefully(item, stopped)
@@ -344,17 +345,16 @@ class InPlaceSession(ShareMixin):
                 self.group.enter(share, lambda: self._meet(item, share))
             except Stopped:
                 return True
-        # Longer than the hang watch's timeout, which ends a hang with stacks.
-        seconds = collective_timeout(self._timeout(item))
-        if _group_alive():
-            set_collective_timeout(seconds)
+        spec = world_spec(item)
+        body_backend = self.group.ready(seconds, spec.backend if spec is not None else None)
         index = self.index.get(item.nodeid)
         item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
         self.running.begin(item)
         self.records.begin(item)
-        own, everyone, attempts = self._attempts(item, nextitem, index, seconds)
+        own, everyone, attempts = self._attempts(item, nextitem, index, seconds, body_backend)
         shown = own if everyone is None else verdict_reports(item, own, everyone, self.launch.rank)
-        if not any(r.failed for r in own):  # a failure here has every attempt already
+        # A rerun test's failure shown with every attempt (a failure here has them already).
+        if len(attempts) > 1 and not any(r.failed for r in own):
             shown = with_every_attempt(item, shown, attempts)
         with self.stop.verdict_lock:
             if not self.stop.begun.is_set():
@@ -366,16 +366,15 @@ class InPlaceSession(ShareMixin):
         item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
         return True
 
-    def _attempts(self, item: pytest.Item, nextitem, index: int | None, seconds: float):
-        """Run the test, and again while it failed and reruns are left and every rank
-        agrees; log this rank's own reports of the last attempt. Returns them, with every
-        rank's result of it (None where there was no exchange)."""
+    def _attempts(self, item: pytest.Item, nextitem, index, seconds: float, body_backend: str):
+        """Run the test (its body on ``body_backend``), and again while it failed and
+        reruns are left and every rank agrees; log this rank's own reports of the last
+        attempt. Returns them, with every rank's result of it (None where there was no
+        exchange)."""
         attempts, self.attempt = [], 1
         # With reruns, the own reports wait for the exchange: only the last attempt's go
         # into the files, with every attempt's record.
         hold = self.reruns > 0 and index is not None
-        spec = world_spec(item)
-        body_backend = self.group.body_backend(spec.backend if spec is not None else self.backend)
         while True:
             ledger.follow(body_backend)
             ledger.begin_test()
@@ -384,10 +383,11 @@ class InPlaceSession(ShareMixin):
             if not hold:  # a rank that dies in the exchange leaves its result
                 self.records.log_own(item, own, junit=False)
                 self.running.own = own
-            everyone = None
+            result = None
             if index is not None and self._aborted is None:
                 self.records.reached(item)
-                everyone = self._exchange(item, index, seconds, own, note=not hold)
+                result = self._exchange(item, index, seconds, own, note=not hold)
+            everyone = None if result is None else result.everyone
             # A launcher's signal during the exchange (a peer crashed): its watcher
             # reports this test, naming the crash; a second verdict would count it twice.
             self.stop.park_if_stopping()
@@ -395,7 +395,13 @@ class InPlaceSession(ShareMixin):
             # connecting to a group this one destroys (see reset_state).
             destroy_subgroups(self.group.kept_groups())
             if not hold:
-                self._log_own_in_junit(item, own)
+                # This rank's own reports into its JUnit file, unless a stop (a launcher's
+                # signal) records the test there first, naming them.
+                with self.stop.verdict_lock:
+                    if not self.stop.begun.is_set():
+                        self.records.log_own(item, own, results=False)
+                        self.running.logged, self.running.own = True, None
+                self.stop.park_if_stopping()
                 return own, everyone, attempts
             if everyone is not None:
                 n = len(everyone)
@@ -407,20 +413,11 @@ class InPlaceSession(ShareMixin):
         own = with_attempts(item, own, attempts, self.flaky_policy)
         self.records.log_own(item, own, properties(attempts, self.flaky_policy))
         self.running.logged = True
-        if everyone is not None:
-            self._note_verdict(item, everyone)
+        if result is not None:
+            self._note_verdict(item, result)
             if len(attempts) > 1:
                 self._note_attempts(item, everyone, own)
         return own, everyone, attempts
-
-    def _log_own_in_junit(self, item: pytest.Item, own: list[pytest.TestReport]) -> None:
-        """After the exchange: this rank's own reports into its JUnit file, unless a stop
-        (a launcher's signal) records the test there first, naming them."""
-        with self.stop.verdict_lock:
-            if not self.stop.begun.is_set():
-                self.records.log_own(item, own, results=False)
-                self.running.logged, self.running.own = True, None
-        self.stop.park_if_stopping()
 
     def _rerun(self, item: pytest.Item, index: int, attempts, seconds: float) -> bool:
         """Whether every rank runs the test again: it failed, reruns are left, and each
@@ -453,10 +450,11 @@ class InPlaceSession(ShareMixin):
         own: list[pytest.TestReport],
         *,
         note: bool = True,
-    ) -> list[RankResult] | None:
-        """Every rank's result of this test; a new group where any rank lost its own.
+    ) -> Judged | None:
+        """Every rank's result of this test, judged; a new group where any rank lost its own.
         ``note``: count its failures for the run's end now (else the caller does, for
         the last attempt only)."""
+        key, ranks = f"t{self.store_index(item)}/outcome", self.ranks_of(item.nodeid)
         mine = with_ledger(own_result(own, all_output=self._shows_passes), self.group.members)
         mine, self._group_trouble = mine._replace(group_trouble=self._group_trouble), False
         if mine.outcome in BAD:  # now: a peer that dies in the exchange ends this rank there
@@ -464,27 +462,22 @@ class InPlaceSession(ShareMixin):
         try:
             # Each rank's value stays at control.outcome_key(index, rank): _failed_peers reads it.
             gathered = self.control.all_gather(
-                f"t{self.store_index(item)}/outcome",
-                tuple(mine),
-                timeout=seconds,
-                gone=self.stop.ended_here,
-                ranks=self.ranks_of(item.nodeid),
+                key, tuple(mine), timeout=seconds, gone=self.stop.ended_here, ranks=ranks
             )
         except (RunAborted, TimeoutError) as exc:
             self._stop_gracefully(item, str(exc))
             return None
         except PeerGone as exc:
             self.stop.for_crashed_peers(item, exc.ranks)
-        ranks = self.ranks_of(item.nodeid)
-        everyone = {r: RankResult(*result) for r, result in zip(ranks, gathered, strict=True)}
-        if mine.outcome not in BAD and ledgers_compared(everyone):
+        result = judged(ranks, gathered, self.launch.rank)
+        if mine.outcome not in BAD and result.ledgers_compared:
             self.records.log_ledger(item, mine.ledger)  # merge-junit compares them
         if note:
-            self._note_verdict(item, everyone)
-        if any(result.group_trouble for result in everyone.values()):
+            self._note_verdict(item, result)
+        if result.group_trouble:
             self.stop.park_if_stopping()
             self.group.renew()
-        return everyone
+        return result
 
     def _stop_gracefully(self, item: pytest.Item, reason: str) -> None:
         """Another rank stopped the run: finish this session, the rest as not run."""
@@ -494,9 +487,6 @@ class InPlaceSession(ShareMixin):
         item.session.shouldstop = f"rankgate: {reason}"
 
     # -- reporting --------------------------------------------------------------------
-
-    def pytest_report_teststatus(self, report: pytest.TestReport):
-        return disagreement_status(report)
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         summary.write_end(terminalreporter, self.config, self.launch, self.problems,
@@ -527,9 +517,3 @@ class InPlaceSession(ShareMixin):
             self.shared_dirs.remove()
             if self.group.store_path is not None:
                 self.group.store_path.unlink(missing_ok=True)
-
-
-def _group_alive() -> bool:
-    import torch.distributed as dist
-
-    return dist.is_initialized()

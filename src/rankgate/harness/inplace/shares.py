@@ -11,7 +11,7 @@ from rankgate.harness.inplace import schedule
 from rankgate.harness.inplace.control import PeerGone, RunAborted
 from rankgate.harness.inplace.stop import EXIT_WAIT_S, SIGNAL_PEER_WAIT_S
 from rankgate.harness.inplace.summary import Problem
-from rankgate.harness.inplace.verdict import RankResult, cross_rank_problem
+from rankgate.harness.inplace.verdict import Judged, RankResult
 from rankgate.harness.quarantine_plugin import QUARANTINE_PLUGIN
 from rankgate.harness.shards.plugin import SHARD_PLUGIN
 from rankgate.harness.spec import WorldSpec
@@ -154,10 +154,6 @@ class ShareMixin:
 
     # -- what the run's end says of each test ------------------------------------
 
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.nodeid in self.index:  # what this rank's terminal counts of the run
-            self.tally.note(report)
-
     @pytest.hookimpl(wrapper=True, tryfirst=True, specname="pytest_terminal_summary")
     def pytest_terminal_summary_counts(self, terminalreporter):
         """Around pytest's summary: the tests other ranks ran are named (their failures,
@@ -188,17 +184,10 @@ class ShareMixin:
         ):
             self._failed_tests.append((item.nodeid, list(everyone)))
 
-    def _note_verdict(self, item: pytest.Item, everyone: dict[int, RankResult]) -> None:
-        """What the run's end says of this test: its failures, on any rank."""
-        self._note_failure(item, everyone)
-        problem = cross_rank_problem(everyone, self.launch.rank)
-        if problem is not None:
-            self.problems.append(Problem(item.nodeid, problem))
-
-    def _note_failure(self, item: pytest.Item, everyone: dict[int, RankResult]) -> None:
-        """The ranks that failed this test (or errored), for the run's last line."""
-        if verdict_lines.xfailed_as_one({r: res.xfail for r, res in everyone.items()}):
-            return
-        bad = [r for r, res in everyone.items() if res.outcome in ("failed", "error")]
-        if bad:
-            self._failed_tests.append((item.nodeid, bad))
+    def _note_verdict(self, item: pytest.Item, judged: Judged) -> None:
+        """What the run's end says of this test: the ranks that failed it, and what the
+        other ranks add to its verdict."""
+        if judged.failed:
+            self._failed_tests.append((item.nodeid, judged.failed))
+        if judged.problem is not None:
+            self.problems.append(Problem(item.nodeid, judged.problem))

@@ -18,8 +18,11 @@ from typing import NamedTuple, Protocol
 import pytest
 
 from rankgate.harness.inplace import control
+from rankgate.harness.verdict import disagreement_status
 
 TALLY_WAIT_STEP_S = 0.05
+TALLY_PLUGIN = "rankgate-inplace-tally"
+"""The tally's name as a plugin: it words and notes each report the terminal shows."""
 
 
 def tally_key(rank: int) -> str:
@@ -49,7 +52,10 @@ class Counted:
 
 
 class RunTally:
-    """What this rank's terminal showed of each test, and what the others' showed."""
+    """What this rank's terminal showed of each test, and what the others' showed.
+
+    A plugin of its own (``TALLY_PLUGIN``): the status the terminal gives each report and
+    the note of it are one job, so a report's path stays here."""
 
     def __init__(
         self,
@@ -69,6 +75,14 @@ class RunTally:
     def _place(self, nodeid: str) -> int:
         """A test's place in the run: the others' tests are named in that order."""
         return self.plan.index.get(nodeid, -1)
+
+    def pytest_report_teststatus(self, report: pytest.TestReport):
+        """A report whose ranks disagree, in the terminal's words (as the pool's)."""
+        return disagreement_status(report)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.nodeid in self.plan.index:  # what this rank's terminal counts of the run
+            self.note(report)
 
     def note(self, report: pytest.TestReport) -> None:
         """A report this rank's terminal shows (its share's, the not-run ones too)."""

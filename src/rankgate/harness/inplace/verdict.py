@@ -17,12 +17,12 @@ import copy
 from typing import NamedTuple
 
 import pytest
-from _pytest._code.code import ReprEntryNative, ReprExceptionInfo, ReprFileLocation, ReprTraceback
+from _pytest._code.code import ReprFileLocation
 from _pytest.skipping import xfailed_key
 
 from rankgate.harness import divergence, leaks, ledger, verdict_lines
 from rankgate.harness.failure_repr import failure_repr
-from rankgate.harness.output import clip_sections, strip_ansi
+from rankgate.harness.output import strip_ansi
 from rankgate.harness.verdict import DISAGREEMENT
 
 WORST_FIRST = ("error", "failed", "skipped", "passed")
@@ -165,6 +165,34 @@ def cross_rank_problem(everyone: Results | list[RankResult], rank: int) -> str |
     return None
 
 
+class Judged(NamedTuple):
+    """What the run makes of every rank's result of one test, in one pass."""
+
+    everyone: Results
+    ledgers_compared: bool
+    """The ranks' ledgers make part of the verdict (``ledgers_compared``)."""
+    problem: str | None
+    """What the other ranks add to this rank's verdict (``cross_rank_problem``)."""
+    failed: list[int]
+    """The ranks that failed or errored it, for the run's last line ([] when every
+    rank's expected failure makes one)."""
+    group_trouble: bool
+    """A rank lost or broke its process group: a new one follows."""
+
+
+def judged(ranks, gathered, rank: int) -> Judged:
+    """Every rank's result of a test (``gathered`` by ``ranks``, in order), judged."""
+    everyone = {r: RankResult(*result) for r, result in zip(ranks, gathered, strict=True)}
+    bad = [r for r, res in everyone.items() if res.outcome in BAD]
+    return Judged(
+        everyone,
+        ledgers_compared(everyone),
+        cross_rank_problem(everyone, rank),
+        [] if _xfailed_as_one(everyone) else bad,
+        any(res.group_trouble for res in everyone.values()),
+    )
+
+
 def verdict_reports(
     item: pytest.Item,
     own: list[pytest.TestReport],
@@ -242,40 +270,3 @@ def _as_xfailed(item: pytest.Item, report: pytest.TestReport) -> pytest.TestRepo
     xfailed.wasxfail = marked.reason if marked is not None else getattr(report, "wasxfail", "")
     xfailed.longrepr = None
     return xfailed
-
-
-def clipped(reports: list[pytest.TestReport], limit: int) -> list[pytest.TestReport]:
-    """``reports`` with each stream's captured output cut to ``limit`` bytes, as the pool
-    cuts a rank's (``rankgate.harness.output``): the terminal's share, or a file's."""
-    out = []
-    for report in reports:
-        sections = clip_sections(list(report.sections), limit)
-        if sections != list(report.sections):
-            report = copy.copy(report)
-            report.sections = sections
-        out.append(report)
-    return out
-
-
-def plain_report(item: pytest.Item, report: pytest.TestReport) -> pytest.TestReport:
-    """``report`` without terminal escape codes (a suite that forces ``--color=yes``
-    colours assertion diffs), for files that are read outside a terminal."""
-    text = "" if report.longrepr is None else str(report.longrepr)
-    if "\x1b" not in text and not any("\x1b" in body for _, body in report.sections):
-        return report
-    plain = copy.copy(report)
-    plain.sections = [(title, strip_ansi(body)) for title, body in report.sections]
-    if "\x1b" in text and not isinstance(report.longrepr, tuple):
-        crash = getattr(report.longrepr, "reprcrash", None)
-        path, lineno, _ = item.location
-        plain.longrepr = ReprExceptionInfo(
-            reprtraceback=ReprTraceback(
-                [ReprEntryNative([strip_ansi(text) + "\n"])], None, "native"
-            ),
-            reprcrash=ReprFileLocation(
-                crash.path if crash else path,
-                crash.lineno if crash else (lineno or 0) + 1,
-                strip_ansi(crash.message if crash else text.split("\n", 1)[0]),
-            ),
-        )
-    return plain
