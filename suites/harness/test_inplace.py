@@ -87,8 +87,9 @@ def test_torchrun_runs_tests_on_every_rank_and_rank_0_reports_all(tmp_path, auto
     # A test that failed on every rank is one failure, reported with rank 0's own traceback.
     assert out.count("FAILED test_suite.py::test_fails_on_every_rank - ") == 1
     assert "FAILED test_suite.py::test_fails_on_every_rank: ranks 0, 1 failed" in out
-    # Rank 0 ran its share (the world(2) tests, the skip); rank 1 the plain test too.
-    assert "2 failed, 1 passed, 1 skipped" in out
+    # Rank 0 ran its share (the world(2) tests, the skip), rank 1 the plain test too; the
+    # closing line counts the whole run, rank 1's plain test included.
+    assert "2 failed, 2 passed, 1 skipped" in out
     # Every failure names the command that reproduces it, launcher included.
     for name in ("test_fails_on_rank_1", "test_fails_on_every_rank"):
         nodeid = f"test_suite.py::{name}"
@@ -102,10 +103,11 @@ def test_torchrun_runs_tests_on_every_rank_and_rank_0_reports_all(tmp_path, auto
         "test_suite.py:20: world(4) needs 4 ranks; this run has 2 ranks launched by torchrun"
         in out
     )
-    # Each rank wrote its own JUnit file; rank 1's terminal went to its log.
+    # Each rank wrote its own JUnit file; rank 1's terminal went to its log, whose closing
+    # line counts the run as rank 0's does.
     files = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert {"junit.rank0.xml", "junit.rank1.xml", "pytest.rank1.log"} <= set(files)
-    assert "2 failed, 2 passed in" in (tmp_path / "out" / "pytest.rank1.log").read_text()
+    assert "2 failed, 2 passed, 1 skipped in" in (tmp_path / "out" / "pytest.rank1.log").read_text()
     merged = merge_junit(
         [tmp_path / "out" / "junit.rank0.xml", tmp_path / "out" / "junit.rank1.xml"]
     )
@@ -289,7 +291,7 @@ def test_mpirun_runs_the_same_file(tmp_path, auto_backend):
     proc = _launch("mpirun", tmp_path, "--junitxml=out/junit.xml", "test_suite.py")
     assert proc.returncode != 0
     assert "FAILED test_suite.py::test_fails_on_rank_1 - rank 1 failed; rank 0 passed" in proc.stdout
-    assert "2 failed, 1 passed, 1 skipped" in proc.stdout  # rank 0's share: rank 1 ran test_plain
+    assert "2 failed, 2 passed, 1 skipped" in proc.stdout  # the run's: rank 1 ran test_plain
     assert (
         "reproduce: mpirun -np 2 python -m pytest -p no:cacheprovider "
         "'test_suite.py::test_fails_on_every_rank' "
