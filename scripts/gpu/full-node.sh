@@ -25,8 +25,8 @@ for s in "$@"; do
     inplace2) NPROC=2 INPLACE_LIMIT=${INPLACE2_LIMIT:-400} bash scripts/gpu/two-gpus.sh "$out" inplace
               mv $work/inplace $work/inplace2; mv $work/inplace.txt $work/inplace2.txt ;;
     pool-all) POOL_BASETEMP=$work/pool-base XDIST=${XDIST:-4} bash scripts/gpu/two-gpus.sh "$out" pool-all
-              (cd $work/pool-base && find . \( -path '*planted*' -o -path '*names_the_culprit*' \) \
-                 \( -name output.txt -o -name '*.xml' -o -name 'test_planted*.py' \) -print0 \
+              (cd $work/pool-base && find . \( -path '*planted*' -o -path '*names_the_culpri*' \) \
+                 \( -name output.txt -o -name '*.xml' -o -name '*.log' -o -name 'test_planted*.py' \) -print0 \
                  | tar -czf $work/planted.tgz --null -T -)
               rm -rf $work/pool-base ;;
     pool-n1)

@@ -114,7 +114,7 @@ def _plant(pytester: pytest.Pytester) -> None:
 
 
 @needs_torch_testing
-def test_own_rendezvous_on_the_pool(pytester):
+def test_own_rendezvous_on_the_pool(pytester, auto_backend):
     _plant(pytester)
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "-p", "no:randomly", "-rA", "--junitxml=junit.xml",
@@ -136,7 +136,8 @@ def test_own_rendezvous_on_the_pool(pytester):
     }, result.stdout.str()
     assert worlds["test_a_sum"] == "2" and worlds["test_e_split"] is None
     wrong = tests["test_c_wrong_on_rank_1"].message
-    assert wrong == "rank 1 failed; rank 0 passed (world 2, backend gloo)", wrong
+    # An adopted class's world is the host's auto one (cpu:gloo,cuda:nccl with 2 GPUs).
+    assert wrong == f"rank 1 failed; rank 0 passed (world 2, backend {auto_backend})", wrong
     assert "SIGSEGV" not in result.stdout.str().replace("crashes (SIGSEGV)", "")
     result.stdout.fnmatch_lines(
         [
