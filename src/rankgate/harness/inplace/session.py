@@ -283,14 +283,18 @@ class InPlaceSession(ShareMixin):
             with self.group.default_group_for(backend, collective_timeout(timeout)):
                 return (yield)
         finally:
-            lost = self.group.lost()  # a test that destroyed its default group
-            self.hang_watch.disarm()
+            self._group_trouble |= self.group.lost()  # a test that destroyed its default group
+            try:
+                # What a pool's rank undoes after every test (environment, cwd, default
+                # dtype; subgroups after the exchange): a world test finds the same process
+                # here. Still under the test's timeout, as the pool's task is: its CUDA
+                # synchronize waits for the body's GPU work, which an NCCL collective the
+                # peers called differently never finishes.
+                if spec is not None:
+                    reset_state(saved_env, saved_cwd)
+            finally:
+                self.hang_watch.disarm()
             problems = after_test_problems(children, self.group.current != schedule.NO_GROUP)
-            self._group_trouble |= lost
-            # What a pool's rank undoes after every test (environment, cwd, default dtype;
-            # subgroups after the exchange): a world test finds the same process here.
-            if spec is not None:
-                reset_state(saved_env, saved_cwd)
             if problems:
                 raise AfterTestProblem("\n".join(problems))
 
