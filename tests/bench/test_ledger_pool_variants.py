@@ -1,0 +1,78 @@
+"""Each LEDGER_VARIANT of scripts/ledger/pool_variant installs what its docstring says
+(scripts/ledger/check_variant.py on gloo): a timing of a variant on a GPU host is only
+worth its name if the variant isolates what it claims to."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+VARIANT_DIR = ROOT / "scripts" / "ledger" / "pool_variant"
+CHECK = ROOT / "scripts" / "ledger" / "check_variant.py"
+
+# The check's test: dist.all_reduce(t), dist.all_reduce(t, async_op=True).wait(),
+# pg.allreduce([t]).wait(): three entries, the last two holding their Work.
+EXPECTED = {
+    # variant: (install, functions, c10d, methods, entries, works, last number or None)
+    "none": (True, True, True, True, 3, 2, 3),
+    "passthrough": (True, True, True, True, 1, 1, 1),
+    "dist-only": (True, True, False, True, 3, 2, 3),
+    "functions-only": (True, True, True, False, 2, 1, 2),
+    "forward-only": (True, True, True, True, 0, 0, None),
+    "no-work": (True, True, True, True, 3, 0, 3),
+    "no-digest": (True, True, True, True, 3, 2, None),
+    "nothing": (False, False, False, False, 0, 0, None),
+}
+
+
+def _run(variant: str, ledger_setting: str = "1") -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        "LEDGER_VARIANT": variant,
+        "RANKGATE_LEDGER": ledger_setting,
+        "PYTHONPATH": os.pathsep.join([str(VARIANT_DIR), os.environ.get("PYTHONPATH", "")]),
+    }
+    return subprocess.run(
+        [sys.executable, str(CHECK)], env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.parametrize("variant", list(EXPECTED))
+def test_each_variant_installs_what_it_says(variant):
+    proc = _run(variant)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    install, functions, c10d, methods, entries, works, last = EXPECTED[variant]
+    got = (
+        report["install"],
+        report["functions"],
+        report["c10d"],
+        report["methods"],
+        report["entries"],
+        report["works"],
+        None if report["digest"] is None else report["digest"]["world"][1],
+    )
+    assert got == (install, functions, c10d, methods, entries, works, last)
+    assert report["variant"] == variant
+
+
+def test_no_work_digest_matches_the_ledgers():
+    # Only the Work is dropped: the entries compare the same across ranks as before.
+    assert _run("no-work").stdout == _run("none").stdout.replace('"none"', '"no-work"').replace(
+        '"works": 2', '"works": 0'
+    )
+
+
+def test_an_unknown_variant_stops_with_one_line_and_exit_2():
+    proc = _run("bogus")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "LEDGER_VARIANT='bogus': use one of passthrough, dist-only, functions-only, "
+        "forward-only, no-work, no-digest, nothing (or none)"
+    ]
