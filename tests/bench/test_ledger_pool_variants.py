@@ -16,6 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 VARIANT_DIR = ROOT / "scripts" / "ledger" / "pool_variant"
 CHECK = ROOT / "scripts" / "ledger" / "check_variant.py"
 
+pytestmark = pytest.mark.dist  # each case starts a Python process with a gloo group
+
 # The check's test: dist.all_reduce(t), dist.all_reduce(t, async_op=True).wait(),
 # pg.allreduce([t]).wait(): three entries, the last two holding their Work.
 EXPECTED = {
