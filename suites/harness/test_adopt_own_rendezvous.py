@@ -172,3 +172,41 @@ def test_own_rendezvous_in_place_under_torchrun(pytester):
     assert verdicts["test_c_wrong_on_rank_1"].message == "rank 1 failed; rank 0 passed"
     assert SPLIT_WHY.format(line=55) in verdicts["test_e_split"].message
     assert "hung" not in proc.stdout + proc.stderr
+
+
+PLAIN_OWN_GROUP = """
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+
+def test_a_world_of_one_on_its_own_port():  # as test_dist2.py's ProcessGroupTest does
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="{port}", RANK="0", WORLD_SIZE="1")
+    dist.init_process_group("gloo", timeout=timedelta(seconds=20))
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    assert t.tolist() == [1.0, 1.0]
+    dist.destroy_process_group()
+"""
+
+
+@pytest.mark.torch_dist
+def test_a_plain_test_with_a_rendezvous_of_its_own_passes_in_place(pytester):
+    # Not adopted: a plain test on one rank. Under torchrun its env:// rendezvous only
+    # connected to a port nobody served (TORCHELASTIC_USE_AGENT_STORE) and, without the
+    # timeout it sets, waited there for good; its own way its rank 0 hosts the store.
+    pytester.makepyfile(test_plain_own=PLAIN_OWN_GROUP.format(port=_free_port()))
+    pytester.makeini("[pytest]\n")
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+        "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q",
+        "--junitxml=out/junit.xml",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=pytester.path, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    merged = merge_junit(sorted((pytester.path / "out").glob("junit.rank*.xml")), world_size=2)
+    assert [(t.name, t.verdict) for t in merged.tests] == [
+        ("test_a_world_of_one_on_its_own_port", "passed")
+    ], proc.stdout + proc.stderr

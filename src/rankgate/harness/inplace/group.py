@@ -13,7 +13,10 @@ leaves its group before its plain tests, which see none, as in the pool's contro
 In a group, RANK and WORLD_SIZE name the rank in it and its size, as the pool's ranks
 see them (libraries such as DeepSpeed check WORLD_SIZE against the group); LOCAL_RANK
 stays the launcher's, so code that picks its GPU from it gets its own. Plain tests see
-the launcher's values.
+the launcher's values, less torchrun's TORCHELASTIC_USE_AGENT_STORE: with it, a
+rendezvous a test makes for itself (``env://`` on an address it sets) only connects, to a
+port nobody serves, and waits there; a plain test runs on one rank, a process of its own
+as in the pool, whose rank 0 hosts the store it asks for.
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ from rankgate.launch.env import LaunchEnv
 
 RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 """What a group's tests see of the rank in it (the module's docstring says how)."""
+AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"
+"""torchrun's word to ``env://`` rendezvous: connect to the agent's store, never host one
+(plain tests run without it: the module's docstring says why)."""
 
 
 class InPlaceGroup:
@@ -71,7 +77,9 @@ class InPlaceGroup:
         """Seconds each change of sub-world took to start its group (docs/harness.md)."""
         self._gloo_world: dist.ProcessGroup | None = None
         """Every rank in a gloo-only group, made at the first gloo test on a mixed group."""
-        self._launcher_variables = {name: os.environ.get(name) for name in RANK_VARIABLES}
+        self._launcher_variables = {
+            name: os.environ.get(name) for name in (*RANK_VARIABLES, AGENT_STORE)
+        }
         self._set_rank_variables()
         if self.has_gpus:
             torch.cuda.set_device(self.device)
@@ -185,12 +193,13 @@ class InPlaceGroup:
 
     def _set_rank_variables(self) -> None:
         if self.current == NO_GROUP:
-            values = self._launcher_variables
+            values = {**self._launcher_variables, AGENT_STORE: None}
         else:
             values = {
                 "RANK": str(self.members.index(self.launch.rank)),
                 "WORLD_SIZE": str(len(self.members)),
                 "LOCAL_RANK": str(self.launch.local_rank),
+                AGENT_STORE: self._launcher_variables[AGENT_STORE],
             }
         for name, value in values.items():
             if value is None:
