@@ -38,14 +38,27 @@ def test_ranks_and_outcomes_line():
 
 def test_crash_note_and_first_failure_are_in_brackets():
     line = verdict_lines.outcomes_line(
-        {0: "failed", 1: "failed", 2: "crashed"},
+        {0: "failed", 1: "failed", 2: "passed"},
         first=1,
         notes={"crashed": "killed by SIGSEGV (exit code -11)"},
     )
-    assert (
-        line
-        == "rank 2 crashed (killed by SIGSEGV (exit code -11)); ranks 0, 1 failed (rank 1 first)"
+    assert line == "ranks 0, 1 failed (rank 1 first); rank 2 passed"
+    line = verdict_lines.outcomes_line(
+        {0: "failed", 1: "failed", 2: "crashed"},
+        notes={"crashed": "killed by SIGSEGV (exit code -11)"},
     )
+    assert line == "rank 2 crashed (killed by SIGSEGV (exit code -11)); ranks 0, 1 failed"
+
+
+@pytest.mark.parametrize(
+    ("came_first", "expected"),
+    [("crashed", "rank 0 crashed; ranks 1, 2 failed"), ("hung", "ranks 1, 2 failed; rank 0 hung")],
+)
+def test_no_failure_is_first_after_a_rank_crashed_or_hung(came_first, expected):
+    # The peers' failures follow from it, in an order their timing alone decides (a
+    # planted dtype crash read "ranks 1, 2 failed (rank 2 first)" in one CI run).
+    line = verdict_lines.outcomes_line({0: came_first, 1: "failed", 2: "failed"}, first=2)
+    assert line == expected
 
 
 @pytest.mark.parametrize(

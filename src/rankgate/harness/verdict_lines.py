@@ -103,9 +103,13 @@ def outcomes_line(
 ) -> str:
     """'rank 1 failed; ranks 0, 2 passed' from {rank: outcome}.
 
-    ``first``: the rank that failed first, named when several failed. ``notes``: text
-    in brackets after an outcome's group (how a crashed rank died).
+    ``first``: the rank that failed first, named when several failed and none crashed
+    or hung: a rank that did came first, and its peers' failures follow from it in an
+    order their timing alone decides. ``notes``: text in brackets after an outcome's
+    group (how a crashed rank died).
     """
+    if any(str(o) in ("crashed", "hung") for o in outcomes.values()):
+        first = None
     groups: dict[str, list[int]] = {}
     for rank, outcome in outcomes.items():
         groups.setdefault(str(outcome), []).append(rank)
