@@ -221,10 +221,24 @@ def pool_verdicts(request, tmp_path_factory) -> dict[str, str]:
     backend = request.param
     folder = tmp_path_factory.mktemp(f"planted-{backend}")
     _write(folder, backend)
+    verdicts = pool_session_verdicts(folder, timeout=300)
+    verdicts["backend"] = backend
+    return verdicts
+
+
+def unasked_env() -> dict[str, str]:
+    """The environment with nothing set: the ledger's default (records on NCCL too) is
+    what runs, whatever RANKGATE_LEDGER the caller has."""
+    return {k: v for k, v in os.environ.items() if k != ledger.ENV}
+
+
+def pool_session_verdicts(folder: Path, timeout: float) -> dict[str, str]:
+    """The planted files in ``folder`` in one pool session with nothing set, which fails:
+    test name -> its failure message ("" for a pass)."""
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--junitxml=j.xml"]
-    # Nothing set: the default records on NCCL too (a caller's RANKGATE_LEDGER left out).
-    env = {k: v for k, v in os.environ.items() if k != ledger.ENV}
-    done = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        cmd, cwd=folder, env=unasked_env(), capture_output=True, text=True, timeout=timeout
+    )
     # Kept beside j.xml: the terminal's verdicts, for a run kept with --basetemp.
     (folder / "output.txt").write_text(done.stdout + done.stderr)
     assert done.returncode == 1, done.stdout + done.stderr
@@ -232,7 +246,6 @@ def pool_verdicts(request, tmp_path_factory) -> dict[str, str]:
     for case in ET.parse(folder / "j.xml").getroot().iter("testcase"):
         failure = case.find("failure")
         verdicts[case.get("name")] = "" if failure is None else failure.get("message", "")
-    verdicts["backend"] = backend
     return verdicts
 
 

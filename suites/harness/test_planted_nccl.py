@@ -11,18 +11,15 @@ there too.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 import torch
-from test_planted_divergences import PLANTED, TIMEOUT, at
+from test_planted_divergences import PLANTED, TIMEOUT, at, pool_session_verdicts, unasked_env
 
-from rankgate.harness import ledger
 from rankgate.report.junit import merge_junit
 
 pytestmark = [pytest.mark.dist, pytest.mark.gpu]
@@ -157,11 +154,6 @@ def _gpus(count: int) -> bool:
     return torch.cuda.is_available() and torch.cuda.device_count() >= count
 
 
-def _unasked_env() -> dict[str, str]:
-    """The environment with nothing set: the ledger's default is what is tried."""
-    return {k: v for k, v in os.environ.items() if k != ledger.ENV}
-
-
 def _passed_ranks(verdict: str) -> set[int]:
     """The ranks the verdict's outcomes call passed ("rank 2 passed", "ranks 0, 1 passed")."""
     outcomes = verdict.split("; likely cause")[0].split("; the ledgers")[0]
@@ -183,28 +175,13 @@ def _write4(folder: Path) -> None:
     (folder / "pytest.ini").write_text("[pytest]\n")
 
 
-def _pool4_verdicts(folder: Path) -> dict[str, str]:
-    """Every world(4) case in one pool session, nothing set: test name -> failure message."""
-    _write4(folder)
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--junitxml=j.xml"]
-    done = subprocess.run(
-        cmd, cwd=folder, env=_unasked_env(), capture_output=True, text=True, timeout=400
-    )
-    (folder / "output.txt").write_text(done.stdout + done.stderr)  # kept with --basetemp
-    assert done.returncode == 1, done.stdout + done.stderr
-    verdicts = {}
-    for case in ET.parse(folder / "j.xml").getroot().iter("testcase"):
-        failure = case.find("failure")
-        verdicts[case.get("name")] = "" if failure is None else failure.get("message", "")
-    return verdicts
-
-
 def test_world_4_in_the_pool_names_every_culprit(tmp_path):
     # One test, one inner session: under xdist a module fixture would run it once per
     # worker, each time holding all four GPUs.
     if not _gpus(4):
         pytest.skip("needs 4 CUDA devices")
-    verdicts = _pool4_verdicts(tmp_path)
+    _write4(tmp_path)
+    verdicts = pool_session_verdicts(tmp_path, timeout=400)
     wrong = {}
     for test, (culprit, cause) in CAUSES4.items():
         verdict = verdicts[test]
@@ -259,7 +236,7 @@ def test_in_place_names_the_culprit_on_rank_0_and_in_merge_junit(tmp_path, n, te
         *(str(n), "-m", "pytest", "-p", "no:cacheprovider", "--junitxml=out/junit.xml", test),
     ]
     done = subprocess.run(
-        cmd, cwd=tmp_path, env=_unasked_env(), capture_output=True, text=True, timeout=240
+        cmd, cwd=tmp_path, env=unasked_env(), capture_output=True, text=True, timeout=240
     )
     assert done.returncode != 0, done.stdout + done.stderr
     merged = merge_junit([tmp_path / "out"])
