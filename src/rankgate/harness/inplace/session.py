@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 from _pytest.runner import runtestprotocol
 
-from rankgate.harness import leaks, ledger, options
+from rankgate.harness import heap, leaks, ledger, options
 from rankgate.harness.failure_repr import failure_repr
 from rankgate.harness.inplace import (
     collection,
@@ -230,6 +230,7 @@ class InPlaceSession(ShareMixin):
         self.longest_timeout = max((self._timeout(i) for i, _ in planned), default=0.0)
         session.items[:] = [item for item, share in planned if self.launch.rank in share.ranks]
         self.records.collected(session.items, self.ranks_of, self.group.body_backend)
+        heap.keep_out_of_collections()  # the test modules are in: the rank's own heap
 
     # -- running ----------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """What runs inside each rank process of a pool.
 
-Imports only the standard library, torch and the harness's rank-side modules
-(messages, leaks, ledger, ledgerdump, rankstate, rankwarnings, ranklogs; never pytest), so it can be
+Imports only the standard library, torch and the harness's rank-side modules (messages,
+heap, leaks, ledger, ledgerdump, rankstate, rankwarnings, ranklogs; never pytest), so it can be
 preloaded into the fork server cheaply and read on its own. A rank:
 redirects fds 1 and 2 to its own log files (so C-level output, crash messages and
 faulthandler stacks land there too), joins the process group through a FileStore,
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import faulthandler
+import gc
 import importlib
 import importlib.util
 import multiprocessing
@@ -28,7 +29,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from rankgate.harness import leaks, ledger
+from rankgate.harness import heap, leaks, ledger
 from rankgate.harness.pool import ledgerdump, messages, rankcoverage, ranklogs, rankwarnings
 from rankgate.harness.rankstate import (
     EnvironmentSnapshot,
@@ -78,6 +79,7 @@ def worker_main(conn, config: messages.RankConfig) -> None:
         os._exit(3)
     ledger.install(config.backend)
     ledgerdump.serve(Path(config.store_path).parent, rank)
+    gc.freeze()  # torch and the harness, forked ready-made, as heap.py says (no test ran yet)
     conn.send_bytes(messages.encode(messages.READY, rank=rank, pid=os.getpid()))
     # Taken once: a test's leftovers are ended after it, so this is also what every later
     # test starts with (a scan reads each thread's children, about 25 us a thread).
@@ -290,8 +292,11 @@ _CONFTESTS_IMPORTED: set[str] = set()
 
 def _load_test_function(task: messages.TestTask):
     _sync_sys_path(task.sys_path)
+    known = len(sys.modules)
     _import_conftests(task.conftests, task.rewrite)
     module = _import_test_module(task.module, task.module_file, task.rewrite)
+    if len(sys.modules) != known:  # what the new modules made lives as long as the rank
+        heap.keep_out_of_collections()
     owner: Any = module
     parts = task.qualname.split(".")
     for part in parts[:-1]:
