@@ -13,8 +13,9 @@ from __future__ import annotations
 import gc
 
 
-def keep_out_of_collections() -> None:
-    """Freeze every object alive now, after one collection: the garbage of the tests
-    before is freed first, so none of it is kept for good."""
-    gc.collect()
+def keep_out_of_collections(tests_ran: bool) -> None:
+    """Freeze every object alive now. After tests ran, one collection first frees their
+    garbage, so none of it is kept for good; before any test there is none worth it."""
+    if tests_ran:
+        gc.collect()
     gc.freeze()

@@ -230,7 +230,7 @@ class InPlaceSession(ShareMixin):
         self.longest_timeout = max((self._timeout(i) for i, _ in planned), default=0.0)
         session.items[:] = [item for item, share in planned if self.launch.rank in share.ranks]
         self.records.collected(session.items, self.ranks_of, self.group.body_backend)
-        heap.keep_out_of_collections()  # the test modules are in: the rank's own heap
+        heap.keep_out_of_collections(tests_ran=False)  # the test modules are in, none ran
 
     # -- running ----------------------------------------------------------------------
 

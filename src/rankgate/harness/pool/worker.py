@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ast
 import faulthandler
-import gc
 import importlib
 import importlib.util
 import multiprocessing
@@ -79,7 +78,7 @@ def worker_main(conn, config: messages.RankConfig) -> None:
         os._exit(3)
     ledger.install(config.backend)
     ledgerdump.serve(Path(config.store_path).parent, rank)
-    gc.freeze()  # torch and the harness, forked ready-made, as heap.py says (no test ran yet)
+    heap.keep_out_of_collections(tests_ran=False)  # torch and the harness, forked ready-made
     conn.send_bytes(messages.encode(messages.READY, rank=rank, pid=os.getpid()))
     # Taken once: a test's leftovers are ended after it, so this is also what every later
     # test starts with (a scan reads each thread's children, about 25 us a thread).
@@ -296,7 +295,7 @@ def _load_test_function(task: messages.TestTask):
     _import_conftests(task.conftests, task.rewrite)
     module = _import_test_module(task.module, task.module_file, task.rewrite)
     if len(sys.modules) != known:  # what the new modules made lives as long as the rank
-        heap.keep_out_of_collections()
+        heap.keep_out_of_collections(tests_ran=True)
     owner: Any = module
     parts = task.qualname.split(".")
     for part in parts[:-1]:
