@@ -1,10 +1,34 @@
-"""Ending a run a test started, whatever the run left behind."""
+"""Starting pytest under torchrun in a test's folder, and ending a run a test started,
+whatever the run left behind."""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
+import sys
+from pathlib import Path
+
+
+def torchrun_pytest_cmd(*pytest_args: str, ranks: int = 2) -> list[str]:
+    """The command starting ``ranks`` ranks on this host with torchrun, each running
+    ``pytest -p no:cacheprovider *pytest_args`` (no cache left in the test's folder)."""
+    return [
+        sys.executable, "-m", "torch.distributed.run", "--standalone",
+        "--nproc-per-node", str(ranks), "-m", "pytest", "-p", "no:cacheprovider", *pytest_args,
+    ]  # fmt: skip
+
+
+def run_torchrun_pytest(
+    folder: Path,
+    *pytest_args: str,
+    ranks: int = 2,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    """Run :func:`torchrun_pytest_cmd` in ``folder`` to its end; its output as text."""
+    cmd = torchrun_pytest_cmd(*pytest_args, ranks=ranks)
+    return subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def end_session(job: subprocess.Popen, timeout_s: float = 30) -> str:

@@ -3,10 +3,8 @@ planted projects that start their ranks their own way (as public projects do).""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
+from jobs import run_torchrun_pytest
 
 from rankgate.harness.adopt.config import AdoptConfigError, parse_spawn_helper, parse_world_class
 from rankgate.report.junit import merge_junit, read_junit
@@ -376,11 +374,7 @@ def test_adopted_suites_run_in_place_under_torchrun(pytester, project):
         _plant(pytester, "helperproj", HELPER_PROJECT, HELPER_TESTS, HELPER_INI)
     else:
         _plant(pytester, "classproj", CLASS_PROJECT, CLASS_TESTS, CLASS_INI, CLASS_CONFTEST)
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-        "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs", "--junitxml=out/junit.xml",
-    ]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=pytester.path, capture_output=True, text=True, timeout=300)
+    proc = run_torchrun_pytest(pytester.path, "-q", "-rs", "--junitxml=out/junit.xml", timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr  # the planted failure only
     merged = merge_junit(sorted((pytester.path / "out").glob("junit.rank*.xml")), world_size=2)
     verdicts = {t.name: t.verdict for t in merged.tests}
@@ -596,11 +590,7 @@ def test_an_adopted_setup_past_its_start_timeout_names_it_and_its_lock(pytester,
 @pytest.mark.slow  # a pytest run of its own
 def test_an_adopted_setup_past_its_start_timeout_in_place(pytester, monkeypatch):
     ops = _plant_setup(pytester, monkeypatch, build_s=120, setup_timeout=3)
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-        "-m", "pytest", "-p", "no:cacheprovider", "-q", "--junitxml=out/junit.xml",
-    ]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=pytester.path, capture_output=True, text=True, timeout=300)
+    proc = run_torchrun_pytest(pytester.path, "-q", "--junitxml=out/junit.xml", timeout=300)
     assert proc.returncode != 0
     merged = merge_junit(sorted((pytester.path / "out").glob("junit.rank*.xml")), world_size=2)
     (test,) = merged.tests

@@ -6,10 +6,8 @@ installed version lacks the callable, as DeepSpeed before 0.19.8 lacks
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
+from jobs import run_torchrun_pytest
 
 from rankgate.harness.adopt.config import AdoptConfigError, parse_world_class
 from rankgate.harness.adopt.targets import check_callables, installed
@@ -103,11 +101,7 @@ def test_the_same_line_without_the_missing_teardown_runs(pytester):
 @pytest.mark.slow  # a torchrun of its own
 def test_a_missing_teardown_is_a_usage_error_in_place(pytester):
     _plant(pytester, LINE)
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-        "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q",
-    ]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=pytester.path, capture_output=True, text=True, timeout=300)
+    proc = run_torchrun_pytest(pytester.path, "-p", "no:randomly", "-q", timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out  # torchrun: a rank exited with pytest's usage error 4
     assert "exitcode  : 4" in out, out

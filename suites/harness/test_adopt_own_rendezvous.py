@@ -14,10 +14,9 @@ group keeps its own launcher, saying why: it passes in the pool and skips in pla
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
 
 import pytest
+from jobs import run_torchrun_pytest
 from torch_testing import needs_torch_testing
 
 from rankgate.report.junit import merge_junit, read_junit
@@ -152,12 +151,10 @@ def test_own_rendezvous_on_the_pool(pytester, auto_backend):
 @pytest.mark.torch_dist
 def test_own_rendezvous_in_place_under_torchrun(pytester):
     _plant(pytester)
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-        "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q", "-rs",
-        "--rankgate-timeout=60", "--junitxml=out/junit.xml",
-    ]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=pytester.path, capture_output=True, text=True, timeout=300)
+    proc = run_torchrun_pytest(
+        pytester.path, "-p", "no:randomly", "-q", "-rs", "--rankgate-timeout=60",
+        "--junitxml=out/junit.xml", timeout=300,
+    )  # fmt: skip
     assert proc.returncode == 1, proc.stdout + proc.stderr  # the planted failure only
     merged = merge_junit(sorted((pytester.path / "out").glob("junit.rank*.xml")), world_size=2)
     assert {t.name: t.verdict for t in merged.tests} == {
@@ -199,12 +196,9 @@ def test_a_plain_test_with_a_rendezvous_of_its_own_passes_in_place(pytester):
     # timeout it sets, waited there for good; its own way its rank 0 hosts the store.
     pytester.makepyfile(test_plain_own=PLAIN_OWN_GROUP.format(port=_free_port()))
     pytester.makeini("[pytest]\n")
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-        "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q",
-        "--junitxml=out/junit.xml",
-    ]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=pytester.path, capture_output=True, text=True, timeout=180)
+    proc = run_torchrun_pytest(
+        pytester.path, "-p", "no:randomly", "-q", "--junitxml=out/junit.xml", timeout=180
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     merged = merge_junit(sorted((pytester.path / "out").glob("junit.rank*.xml")), world_size=2)
     assert [(t.name, t.verdict) for t in merged.tests] == [

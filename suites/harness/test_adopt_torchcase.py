@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from jobs import run_torchrun_pytest
 from torch_testing import needs_torch_testing
 
 from rankgate.report.junit import merge_junit, read_junit
@@ -238,12 +239,11 @@ def test_torch_test_cases_run_on_the_pool(pytester):
 @pytest.mark.torch_dist
 def test_torch_test_cases_run_in_place_under_torchrun(pytester):
     _plant(pytester)
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-        "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs", "--junitxml=out/junit.xml",
+    proc = run_torchrun_pytest(
+        pytester.path, "-q", "-rs", "--junitxml=out/junit.xml",
         "--rankgate-timeout=60",  # a hang ends in rankgate's verdict, inside our timeout
-    ]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=pytester.path, capture_output=True, text=True, timeout=300)
+        timeout=300,
+    )  # fmt: skip
     assert proc.returncode == 1, proc.stdout + proc.stderr  # the planted failure only
     merged = merge_junit(sorted((pytester.path / "out").glob("junit.rank*.xml")), world_size=2)
     why = "\n".join(f"{t.name}: {t.message}" for t in merged.tests if t.verdict == "failed")

@@ -17,6 +17,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from jobs import run_torchrun_pytest
 
 from rankgate.report.junit import merge_junit
 
@@ -166,19 +167,9 @@ def _global(line: str, base: int) -> str:
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_in_place_every_report_names_the_same_mismatch(tmp_path, n):
     _write(tmp_path)
-    cmd = [
-        *(
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            str(n),
-        ),
-        *("-m", "pytest", "-p", "no:cacheprovider", "--color=no", "--junitxml=out/junit.xml"),
-        "test_silent.py",
-    ]
-    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    done = run_torchrun_pytest(
+        tmp_path, "--color=no", "--junitxml=out/junit.xml", "test_silent.py", ranks=n, timeout=300
+    )
     assert done.returncode != 0
     expected = {name: line for name, (world, line) in VERDICTS.items() if world <= n}
     if n == 4:

@@ -10,6 +10,7 @@ import itertools
 import pytest
 import torch
 import torch.distributed as dist
+from jobs import run_torchrun_pytest
 
 # World 4 and 8 skip, naming the GPUs they need, where fewer are visible.
 NCCL_WORLDS = [
@@ -201,21 +202,12 @@ def test_in_place_gloo_tests_on_gpu_ranks_see_a_gloo_group(tmp_path):
     """In place with a GPU per rank the session's group is cpu:gloo,cuda:nccl; a gloo
     test's body still sees gloo, and one that destroys every group leaves the next tests
     (NCCL and gloo) as they were."""
-    import subprocess
-    import sys
-
     from rankgate.report.junit import merge_junit
 
     n = torch.cuda.device_count()
     (tmp_path / "test_suite.py").write_text(GLOO_BESIDE_NCCL.format(n=n))
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    pytest_args = ["-p", "no:cacheprovider", "-q", "test_suite.py", "--junitxml=out/junit.xml"]
-    proc = subprocess.run(
-        [*torchrun, "--nproc-per-node", str(n), "-m", "pytest", *pytest_args],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=240,
+    proc = run_torchrun_pytest(
+        tmp_path, "-q", "test_suite.py", "--junitxml=out/junit.xml", ranks=n, timeout=240
     )
     both = proc.stdout + proc.stderr
     files = sorted((tmp_path / "out").glob("junit.rank*.xml"))

@@ -13,6 +13,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from jobs import run_torchrun_pytest
 
 from rankgate.harness import ledger
 from rankgate.harness.item_settings import seed_for_test
@@ -64,17 +65,9 @@ def _write(tmp_path: Path, source: str) -> Path:
 RANKGATE_WARNING = re.compile(r"\S*rankgate/\S+\.py:\d+: \w*Warning: .*")
 
 
-def _torchrun(tmp_path: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-        "-m", "pytest", "-p", "no:cacheprovider", "-q", *args,
-    ]  # fmt: skip
-    return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=timeout)
-
-
 def test_torchrun_runs_tests_on_every_rank_and_rank_0_reports_all(tmp_path, auto_backend):
     _write(tmp_path, SUITE)
-    proc = _torchrun(tmp_path, "--junitxml=out/junit.xml", "-rfEs", "test_suite.py")
+    proc = run_torchrun_pytest(tmp_path, "-q", "--junitxml=out/junit.xml", "-rfEs", "test_suite.py")
     out = proc.stdout
     assert proc.returncode != 0
     # No rank warns of rankgate's own code (a deprecated pytest API it calls, say): one
@@ -135,7 +128,7 @@ def test_torchrun_dist_tmp_path_is_empty_in_every_run(tmp_path):
         """,
     )
     for run in (1, 2):
-        proc = _torchrun(tmp_path, "test_suite.py", "--junitxml=out/junit.xml")
+        proc = run_torchrun_pytest(tmp_path, "-q", "test_suite.py", "--junitxml=out/junit.xml")
         assert proc.returncode == 0, f"run {run}:\n{proc.stdout}\n{proc.stderr}"
         assert "1 passed" in proc.stdout
     # Each run's directory is removed at its end, not left in the JUnit directory.
@@ -158,7 +151,7 @@ def test_torchrun_mismatched_collection_fails_loudly(tmp_path):
                 pass
         """,
     )
-    proc = _torchrun(tmp_path, "test_suite.py")
+    proc = run_torchrun_pytest(tmp_path, "-q", "test_suite.py")
     assert proc.returncode != 0
     both = proc.stdout + proc.stderr
     assert "rankgate in-place: ranks collected different tests" in both
@@ -198,7 +191,8 @@ def test_torchrun_runs_rank_0s_order_and_seed_of_pytest_randomly_on_every_rank(t
             assert pytestconfig.pluginmanager.hasplugin("randomly")
         """,
     )
-    proc = _torchrun(tmp_path, "-p", "randomly", "test_suite.py")  # this project blocks it
+    # "-p randomly": this project blocks it
+    proc = run_torchrun_pytest(tmp_path, "-q", "-p", "randomly", "test_suite.py")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().splitlines()[-1].startswith("9 passed")
 
@@ -216,7 +210,7 @@ def test_torchrun_hang_dumps_stacks_and_ends_at_the_timeout(tmp_path):
         """,
     )
     start = time.monotonic()
-    proc = _torchrun(tmp_path, "test_suite.py", "--junitxml=out/junit.xml")
+    proc = run_torchrun_pytest(tmp_path, "-q", "test_suite.py", "--junitxml=out/junit.xml")
     assert proc.returncode != 0
     # A rank that timed out recorded the hung test in its JUnit file before exiting (the
     # launcher may stop the other rank first, so at least one file).
@@ -265,7 +259,7 @@ def test_torchrun_hang_in_a_collective_outlives_the_rendezvous_timeout(tmp_path,
         """,
     )
     (tmp_path / "pytest.ini").write_text("[pytest]\nrankgate_rendezvous_timeout = 2\n")
-    proc = _torchrun(tmp_path, "test_suite.py", "--junitxml=out/junit.xml")
+    proc = run_torchrun_pytest(tmp_path, "-q", "test_suite.py", "--junitxml=out/junit.xml")
     assert proc.returncode != 0
     assert "Timed out waiting" not in proc.stdout + proc.stderr
     written = sorted((tmp_path / "out").glob("junit.rank*.xml"))
@@ -348,7 +342,9 @@ def test_a_test_that_one_rank_xfails_or_skips_has_the_pools_verdict_in_place(tmp
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfEx", "test_suite.py"],
         cwd=tmp_path, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    in_place = _torchrun(tmp_path, "--junitxml=out/junit.xml", "-rfEx", "test_suite.py")
+    in_place = run_torchrun_pytest(
+        tmp_path, "-q", "--junitxml=out/junit.xml", "-rfEx", "test_suite.py"
+    )
     for proc in (pool, in_place):
         summary = proc.stdout.split("short test summary info")[-1]
         lines = [line for line in summary.splitlines() if line.startswith(("XF", "FA", "ER"))]
@@ -652,7 +648,7 @@ def test_torchrun_runs_an_inherited_world_test_on_its_own_class(tmp_path):
             name = "child"
         """,
     )
-    proc = _torchrun(tmp_path, "test_suite.py")
+    proc = run_torchrun_pytest(tmp_path, "-q", "test_suite.py")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 passed" in proc.stdout
 
@@ -672,7 +668,7 @@ def test_torchrun_skips_tests_that_launch_runs_of_their_own(tmp_path):
             pass
         """,
     )
-    proc = _torchrun(tmp_path, "-rs", "test_suite.py")
+    proc = run_torchrun_pytest(tmp_path, "-q", "-rs", "test_suite.py")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 passed, 1 skipped" in proc.stdout
     assert (
@@ -759,7 +755,7 @@ def test_e_later(rank):
 def test_torchrun_tmp_path_shared_hang_cause_and_tests_not_run(tmp_path, monkeypatch):
     monkeypatch.setenv(ledger.ENV, "1")  # the cause below is the ledger's, GPUs seen or not
     _write(tmp_path, TMP_AND_STOP)
-    proc = _torchrun(tmp_path, "test_suite.py", "--junitxml=out/junit.xml")
+    proc = run_torchrun_pytest(tmp_path, "-q", "test_suite.py", "--junitxml=out/junit.xml")
     assert proc.returncode != 0
     merged = merge_junit(sorted((tmp_path / "out").glob("junit.rank*.xml")), world_size=2)
     verdicts = {t.name: t for t in merged.tests}
@@ -818,11 +814,11 @@ def test_torchrun_calls_the_worker_setup_on_every_rank_as_the_pool_does(tmp_path
     )
     (tmp_path / "rg_setup.py").write_text(SETUP_HELPERS)
     (tmp_path / "pytest.ini").write_text("[pytest]\nrankgate_worker_setup = rg_setup:mark_rank\n")
-    assert "1 passed" in _torchrun(tmp_path, "test_suite.py").stdout
+    assert "1 passed" in run_torchrun_pytest(tmp_path, "-q", "test_suite.py").stdout
     (tmp_path / "pytest.ini").write_text(
         "[pytest]\nrankgate_worker_setup = rg_setup:fail_on_rank_1\n"
     )
-    proc = _torchrun(tmp_path, "test_suite.py")
+    proc = run_torchrun_pytest(tmp_path, "-q", "test_suite.py")
     assert proc.returncode != 0
     assert (
         "ERROR: ini option rankgate_worker_setup = rg_setup:fail_on_rank_1 failed on rank 1:"

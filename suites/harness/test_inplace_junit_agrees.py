@@ -8,11 +8,10 @@ rank 0's not-run records and merge-junit "rank 0").
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 
 import pytest
+from jobs import run_torchrun_pytest
 
 from rankgate.report.junit import merge_junit
 
@@ -57,12 +56,9 @@ def run(tmp_path_factory):
     path = tmp_path_factory.mktemp("agrees")
     (path / "test_suite.py").write_text(SUITE)
     (path / "pytest.ini").write_text("[pytest]\nrankgate_rendezvous_timeout = 2\n")
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-        "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q",
-        "--junitxml=out/junit.xml", "test_suite.py",
-    ]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=path, capture_output=True, text=True, timeout=240)
+    proc = run_torchrun_pytest(
+        path, "-p", "no:randomly", "-q", "--junitxml=out/junit.xml", "test_suite.py", timeout=240
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     return path, proc
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from jobs import end_session
+from jobs import end_session, run_torchrun_pytest, torchrun_pytest_cmd
 
 from rankgate.harness import divergence, ledger
 from rankgate.report.collect import ReportData, collect
@@ -23,8 +23,7 @@ from rankgate.report.collect import ReportData, collect
 # slow: each test starts torchrun, and pytest on every rank
 pytestmark = [pytest.mark.dist, pytest.mark.torch_dist, pytest.mark.slow]
 
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-PYTEST = ["-m", "pytest", "-p", "no:cacheprovider", "-q", "--color=no", "--junitxml=out/junit.xml"]
+PYTEST_ARGS = ["-q", "--color=no", "--junitxml=out/junit.xml", "test_suite.py"]
 
 FAILS_AND_HANGS = """
 import sys
@@ -104,10 +103,9 @@ def test_a_merged_file_reports_every_ranks_traceback_stacks_and_ledgers(tmp_path
     _plant(tmp_path, FAILS_AND_HANGS)
     # The ledger asked for (the default, on a GPU host's cpu:gloo,cuda:nccl too), whatever
     # the caller set: the ledger table is part of what the two reports must agree on.
-    run = subprocess.run(
-        [*TORCHRUN, *PYTEST, "test_suite.py"], cwd=tmp_path, capture_output=True, text=True,
-        timeout=180, env={**os.environ, ledger.ENV: "1"},
-    )  # fmt: skip
+    run = run_torchrun_pytest(
+        tmp_path, *PYTEST_ARGS, env={**os.environ, ledger.ENV: "1"}, timeout=180
+    )
     assert run.returncode != 0
     merged = _merge(tmp_path, expect=1)
     folder = collect(tmp_path / "page1", [tmp_path / "out"])
@@ -129,7 +127,7 @@ def test_a_merged_file_reports_every_ranks_traceback_stacks_and_ledgers(tmp_path
 def test_a_merged_file_of_a_signalled_run_reads_incomplete(tmp_path):
     _plant(tmp_path, SIGNALLED)
     job = subprocess.Popen(
-        [*TORCHRUN, *PYTEST, "test_suite.py"], cwd=tmp_path,
+        torchrun_pytest_cmd(*PYTEST_ARGS), cwd=tmp_path,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
     )  # fmt: skip
     try:

@@ -12,13 +12,13 @@ import textwrap
 import xml.etree.ElementTree as ET
 
 import pytest
+from jobs import run_torchrun_pytest
 
 from rankgate.harness.output import JUNIT_LIMIT, TERMINAL_LIMIT, clip_text
 
 # slow: starts torchrun, and pytest on every rank
 pytestmark = [pytest.mark.dist, pytest.mark.torch_dist, pytest.mark.slow]
 
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
 LINES = 50_000
 """Of 104 bytes each: 5.2 MB a rank."""
 
@@ -40,9 +40,9 @@ def _output(rank: int) -> str:
 def test_in_place_output_is_cut_as_the_pools(tmp_path):
     (tmp_path / "test_suite.py").write_text(textwrap.dedent(LOUD))
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    cmd = [*TORCHRUN, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--color=no",
-           "--junitxml=out/junit.xml", "test_suite.py"]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    proc = run_torchrun_pytest(
+        tmp_path, "-q", "--color=no", "--junitxml=out/junit.xml", "test_suite.py", timeout=180
+    )
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert len(_output(0)) == 5_200_000
     # Rank 0's terminal: each rank's stream as the pool's terminal shows it.

@@ -18,15 +18,13 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from jobs import end_session
+from jobs import end_session, torchrun_pytest_cmd
 
 from rankgate.harness.rankfiles import RUN_ID_PROPERTY
 
 # slow: each test starts torchrun twice, and pytest on every rank
 pytestmark = [pytest.mark.dist, pytest.mark.torch_dist, pytest.mark.slow]
 
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-PYTEST = ["-m", "pytest", "-p", "no:cacheprovider", "-q", "--color=no"]
 
 SUITE = """
 import os
@@ -76,7 +74,7 @@ def _killed_run_over_a_passing_one(tmp_path: Path) -> str:
     the first run's id."""
     (tmp_path / "test_suite.py").write_text(textwrap.dedent(SUITE))
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    cmd = [*TORCHRUN, *PYTEST, "--junitxml=out/junit.xml", "test_suite.py"]
+    cmd = torchrun_pytest_cmd("-q", "--color=no", "--junitxml=out/junit.xml", "test_suite.py")
     first = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert first.returncode == 0, first.stdout + first.stderr
     old = _run_id(tmp_path / "out" / "junit.rank0.xml")

@@ -15,7 +15,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from jobs import end_session
+from jobs import end_session, run_torchrun_pytest, torchrun_pytest_cmd
 
 from rankgate.harness import ledger
 from rankgate.harness.leaks import running
@@ -24,17 +24,10 @@ from rankgate.report.junit import merge_junit
 # slow: each test starts torchrun or mpirun, and pytest on every rank
 pytestmark = [pytest.mark.dist, pytest.mark.torch_dist, pytest.mark.slow]
 
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-
 
 def _write(tmp_path: Path, source: str, ini: str = "") -> None:
     (tmp_path / "test_suite.py").write_text(textwrap.dedent(source))
     (tmp_path / "pytest.ini").write_text("[pytest]\n" + ini)
-
-
-def _torchrun(tmp_path: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    cmd = [*TORCHRUN, "-m", "pytest", "-p", "no:cacheprovider", *args]
-    return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=timeout)
 
 
 def _case(path: Path, name: str) -> ET.Element:
@@ -67,7 +60,9 @@ def test_after(rank):
 
 def test_os_exit_on_one_rank_the_survivor_writes_its_junit_naming_the_dead_rank(tmp_path):
     _write(tmp_path, CRASH)
-    proc = _torchrun(tmp_path, "-q", "--color=no", "--junitxml=out/junit.xml", "test_suite.py")
+    proc = run_torchrun_pytest(
+        tmp_path, "-q", "--color=no", "--junitxml=out/junit.xml", "test_suite.py"
+    )
     out = proc.stdout
     assert proc.returncode != 0
     # Rank 0 (the survivor torchrun sent SIGTERM to) prints its summary, naming the cause.
@@ -123,8 +118,7 @@ def test_never_reached():
 
 def test_sigterm_to_the_job_leaves_every_rank_junit_naming_the_signal(tmp_path):
     _write(tmp_path, SIGNALLED)
-    cmd = [*TORCHRUN, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--color=no",
-           "--junitxml=out/junit.xml", "test_suite.py"]  # fmt: skip
+    cmd = torchrun_pytest_cmd("-q", "--color=no", "--junitxml=out/junit.xml", "test_suite.py")
     job = subprocess.Popen(
         cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
     )
@@ -175,7 +169,7 @@ def test_second(rank):
 @pytest.mark.parametrize("stop", ["-x", "--maxfail=1"])
 def test_x_stops_every_rank_after_the_same_test(tmp_path, stop):
     _write(tmp_path, STOP_FIRST)
-    proc = _torchrun(
+    proc = run_torchrun_pytest(
         tmp_path, "-q", "--color=no", stop, "--junitxml=out/junit.xml", "test_suite.py"
     )
     assert proc.returncode == 1
@@ -213,7 +207,7 @@ def test_fine(rank):
 
 def test_terminal_shows_the_cross_rank_verdict_once_with_every_ranks_output(tmp_path):
     _write(tmp_path, VERDICTS)
-    proc = _torchrun(
+    proc = run_torchrun_pytest(
         tmp_path, "-v", "--color=no", "-rf", "-c", "pytest.ini", "-o", "console_output_style=classic",
         "--junitxml=out/junit.xml", "test_suite.py",
     )  # fmt: skip
@@ -251,7 +245,7 @@ def test_terminal_shows_the_cross_rank_verdict_once_with_every_ranks_output(tmp_
 
 def test_with_ra_rank_0_shows_every_ranks_output_and_the_verdict_as_the_pool_does(tmp_path):
     _write(tmp_path, VERDICTS)
-    proc = _torchrun(
+    proc = run_torchrun_pytest(
         tmp_path, "-rA", "--color=no", "--rankgate-timeout=60", "--junitxml=out/junit.xml",
         "test_suite.py",
     )  # fmt: skip
@@ -278,7 +272,7 @@ def test_diff(rank):
 
 def test_junit_files_carry_no_escape_codes_when_the_suite_forces_colour(tmp_path):
     _write(tmp_path, COLOURED, ini="addopts = --color=yes\n")
-    proc = _torchrun(tmp_path, "-q", "--junitxml=out/junit.xml", "test_suite.py")
+    proc = run_torchrun_pytest(tmp_path, "-q", "--junitxml=out/junit.xml", "test_suite.py")
     assert proc.returncode == 1
     assert "\x1b[" in proc.stdout  # the terminal keeps its colours
     for rank in (0, 1):
@@ -308,7 +302,9 @@ def test_later():
 
 def test_a_hang_stop_prints_the_summary_and_ends_the_tests_processes(tmp_path):
     _write(tmp_path, HANG)
-    proc = _torchrun(tmp_path, "-q", "--color=no", "--junitxml=out/junit.xml", "test_suite.py")
+    proc = run_torchrun_pytest(
+        tmp_path, "-q", "--color=no", "--junitxml=out/junit.xml", "test_suite.py"
+    )
     assert proc.returncode != 0
     out = proc.stdout
     assert "short test summary info" in out, proc.stderr
@@ -344,7 +340,9 @@ def test_a_peer_dying_under_a_collective_names_the_collective_the_survivor_was_i
 ):
     monkeypatch.setenv(ledger.ENV, "1")  # the collective named is the ledger's, GPUs seen or not
     _write(tmp_path, CRASH_UNDER_A_COLLECTIVE)
-    proc = _torchrun(tmp_path, "-q", "--color=no", "--junitxml=out/junit.xml", "test_suite.py")
+    proc = run_torchrun_pytest(
+        tmp_path, "-q", "--color=no", "--junitxml=out/junit.xml", "test_suite.py"
+    )
     assert proc.returncode != 0
     failure = _case(tmp_path / "out" / "junit.rank0.xml", "test_dies_under_a_collective")
     message = failure.find("failure").get("message")
@@ -374,7 +372,9 @@ def test_fails_then_peer_dies(rank):
 
 def test_a_peer_dying_after_this_rank_failed_is_in_the_junit_with_the_own_failure(tmp_path):
     _write(tmp_path, FAILS_THEN_PEER_DIES)
-    proc = _torchrun(tmp_path, "-q", "--color=no", "--junitxml=out/junit.xml", "test_suite.py")
+    proc = run_torchrun_pytest(
+        tmp_path, "-q", "--color=no", "--junitxml=out/junit.xml", "test_suite.py"
+    )
     assert proc.returncode != 0
     failure = _case(tmp_path / "out" / "junit.rank0.xml", "test_fails_then_peer_dies")
     failure = failure.find("failure")

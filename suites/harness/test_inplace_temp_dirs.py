@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from jobs import run_torchrun_pytest
 
 # slow: starts torchrun and pytest on every rank
 pytestmark = [pytest.mark.dist, pytest.mark.torch_dist, pytest.mark.slow]
@@ -91,11 +92,9 @@ def test_each_rank_has_its_own_pytest_temp_dirs(tmp_path, basetemp):
     temp = tmp_path / "temp"
     temp.mkdir()
     chosen = ["--basetemp", str(tmp_path / "bt")] if basetemp else []
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "pytest", "-p", "no:cacheprovider", "-q", *chosen, "test_suite.py"]  # fmt: skip
     env = {**os.environ, "TMPDIR": str(temp)}
     env.pop("PYTEST_DEBUG_TEMPROOT", None)
-    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    proc = run_torchrun_pytest(tmp_path, "-q", *chosen, "test_suite.py", env=env, timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rank0 = Path((tmp_path / "basetemp-rank0").read_text())
     rank1 = Path((tmp_path / "basetemp-rank1").read_text())

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 
 import pytest
+from jobs import run_torchrun_pytest
 
 from rankgate.harness import ledger
 
@@ -59,15 +58,13 @@ def run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("inplace_verdicts")
     (folder / "test_suite.py").write_text(SUITE)
     (folder / "pytest.ini").write_text("[pytest]\n")
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-        "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q", "--color=no", "--rankgate-timeout=20",
-        "--junitxml=out/junit.xml", "test_suite.py",
-    ]  # fmt: skip
     # Asked for (the default, on a GPU host's cpu:gloo,cuda:nccl too), whatever the caller
     # set: the destroy's headline comes from the ledger.
-    env = {**os.environ, ledger.ENV: "1"}
-    proc = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=180)
+    proc = run_torchrun_pytest(
+        folder, "-p", "no:randomly", "-q", "--color=no", "--rankgate-timeout=20",
+        "--junitxml=out/junit.xml", "test_suite.py", env={**os.environ, ledger.ENV: "1"},
+        timeout=180,
+    )  # fmt: skip
     return folder, proc
 
 

@@ -19,7 +19,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from jobs import end_session
+from jobs import end_session, torchrun_pytest_cmd
 
 # slow: each test starts pytest, and a pool or torchrun under it
 pytestmark = [pytest.mark.dist, pytest.mark.torch_dist, pytest.mark.slow]
@@ -44,10 +44,9 @@ def test_waits(rank):
 def test_never_reached(rank):
     pass
 """
-PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly",
-          "-q", "--color=no", "--junitxml=out/junit.xml", "test_suite.py"]  # fmt: skip
+PYTEST_ARGS = ["-p", "no:randomly", "-q", "--color=no", "--junitxml=out/junit.xml", "test_suite.py"]
+PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *PYTEST_ARGS]
 RUNS_FOR_S = 1.5
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
 
 
 FOUR_WAITS = """
@@ -188,7 +187,7 @@ def test_sigterm_to_an_xdist_run_fails_each_running_test_and_lists_the_rest(tmp_
 
 
 def test_sigint_to_torchrun_leaves_every_rank_junit_saying_interrupted(tmp_path):
-    cmd = [*TORCHRUN, "-m", *PYTEST[1:]]
+    cmd = torchrun_pytest_cmd(*PYTEST_ARGS)
     code, out = _interrupt(tmp_path, cmd, signal.SIGINT)  # Ctrl-C, sent to torchrun alone
     assert code != 0, out
     for rank in (0, 1):

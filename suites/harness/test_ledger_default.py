@@ -7,12 +7,11 @@ The NCCL case runs a world of one, so one GPU shows it; without a GPU it is skip
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 import torch
+from jobs import run_torchrun_pytest
 
 from rankgate.harness import ledger
 
@@ -81,16 +80,12 @@ def test_in_place_each_test_gets_what_a_pool_of_its_backend_would(tmp_path, monk
         )
     )
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    cmd = [
-        *(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"),
-        *("-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q", "test_suite.py"),
-    ]
     for setting in (None, "0"):
         env = {k: v for k, v in os.environ.items() if k != ledger.ENV}
         if setting is not None:
             env[ledger.ENV] = setting
-        done = subprocess.run(
-            cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env
+        done = run_torchrun_pytest(
+            tmp_path, "-p", "no:randomly", "-q", "test_suite.py", env=env, timeout=120
         )
         assert done.returncode == 0, f"{ledger.ENV}={setting}: " + done.stdout + done.stderr
         assert "3 passed" in done.stdout

@@ -10,11 +10,10 @@ rank waiting in ``.wait()`` (a C++ call, no torch.distributed frame) was named f
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 
 import pytest
+from jobs import run_torchrun_pytest
 
 pytestmark = pytest.mark.dist
 
@@ -55,12 +54,10 @@ def test_a_hang_in_a_process_group_call_names_the_rank_that_never_came(inner):
 def test_in_place_the_same_hang_names_the_same_rank(tmp_path):
     (tmp_path / "test_suite.py").write_text(HANG.replace("TIMEOUT", "6").lstrip())
     (tmp_path / "pytest.ini").write_text("[pytest]\nrankgate_rendezvous_timeout = 2\n")
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-        "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q",
-        "--junitxml=out/junit.xml", "test_suite.py",
-    ]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    proc = run_torchrun_pytest(
+        tmp_path, "-p", "no:randomly", "-q", "--junitxml=out/junit.xml", "test_suite.py",
+        timeout=180,
+    )  # fmt: skip
     assert proc.returncode != 0
     written = sorted((tmp_path / "out").glob("junit.rank*.xml"))
     assert len(written) == 2, proc.stdout + proc.stderr

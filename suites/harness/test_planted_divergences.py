@@ -16,6 +16,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from jobs import run_torchrun_pytest
 
 from rankgate.harness import ledger
 from rankgate.report.junit import merge_junit
@@ -466,11 +467,7 @@ def _in_place_cases():
 def test_in_place_the_cause_is_named_everywhere(tmp_path, monkeypatch, n, test, outcomes, cause):
     monkeypatch.delenv(ledger.ENV, raising=False)  # the default, on a GPU node's NCCL too
     _write(tmp_path, "gloo")
-    cmd = [
-        *(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node"),
-        *(str(n), "-m", "pytest", "-p", "no:cacheprovider", "--junitxml=out/junit.xml", test),
-    ]
-    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    done = run_torchrun_pytest(tmp_path, "--junitxml=out/junit.xml", test, ranks=n, timeout=180)
     assert done.returncode != 0
     if "crashed" not in outcomes:  # a dead rank 0 shows nothing: merge-junit says it
         assert cause in done.stdout, done.stdout + done.stderr  # rank 0's terminal

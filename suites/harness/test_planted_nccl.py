@@ -12,12 +12,11 @@ there too.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from jobs import run_torchrun_pytest
 from test_planted_divergences import PLANTED, TIMEOUT, at, pool_session_verdicts, unasked_env
 
 from rankgate.report.junit import merge_junit
@@ -231,12 +230,8 @@ def test_in_place_names_the_culprit_on_rank_0_and_in_merge_junit(tmp_path, n, te
         PLANTED.replace("@BACKEND@", "nccl").replace("@TIMEOUT@", str(TIMEOUT))
     )
     _write4(tmp_path)
-    cmd = [
-        *(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node"),
-        *(str(n), "-m", "pytest", "-p", "no:cacheprovider", "--junitxml=out/junit.xml", test),
-    ]
-    done = subprocess.run(
-        cmd, cwd=tmp_path, env=unasked_env(), capture_output=True, text=True, timeout=240
+    done = run_torchrun_pytest(
+        tmp_path, "--junitxml=out/junit.xml", test, ranks=n, env=unasked_env(), timeout=240
     )
     assert done.returncode != 0, done.stdout + done.stderr
     merged = merge_junit([tmp_path / "out"])

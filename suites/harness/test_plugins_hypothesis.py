@@ -8,11 +8,10 @@ others drew new examples, and the next collective mismatched (gloo aborted rank 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 
 import pytest
+from jobs import run_torchrun_pytest
 
 pytest.importorskip("hypothesis")
 
@@ -90,11 +89,7 @@ def test_keeps_state(n, rank, counter):
 def test_given_on_world_tests_in_place(tmp_path):
     (tmp_path / "test_suite.py").write_text(textwrap.dedent(SOURCE))
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-        "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", "test_suite.py",
-    ]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    proc = run_torchrun_pytest(tmp_path, "-q", "-rA", "test_suite.py", timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
     assert "1 failed, 1 passed" in out, out

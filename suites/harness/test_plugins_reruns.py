@@ -9,11 +9,10 @@ verdict, no attempts in the report.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 
 import pytest
+from jobs import run_torchrun_pytest
 
 pytest.importorskip("pytest_rerunfailures")
 
@@ -84,12 +83,10 @@ def test_w(rank):
 def test_reruns_option_in_place_is_rankgates(tmp_path):
     (tmp_path / "test_suite.py").write_text(textwrap.dedent(PLANTED))
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-        "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q", "--reruns", "1",
-        "test_suite.py::test_world_flaky",
-    ]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    proc = run_torchrun_pytest(
+        tmp_path, "-p", "no:randomly", "-q", "--reruns", "1", "test_suite.py::test_world_flaky",
+        timeout=300,
+    )  # fmt: skip
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert "1 flaky" in out, out

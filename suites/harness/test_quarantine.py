@@ -5,13 +5,12 @@ fail the run, the terminal, JUnit and report list them, and a test that passes
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from jobs import run_torchrun_pytest
 
 from rankgate.harness.quarantine import FAILURE_PROPERTY, QUARANTINE_PROPERTY, STALE_PROPERTY
 from rankgate.report.junit import merge_junit
@@ -232,12 +231,9 @@ def test_in_place_rank_0_records_an_entry_that_matches_no_test_once(pytester):
     listed = _listed(pytester, LIST + STALE)
     pytester.makepyfile(test_inner=textwrap.dedent(SOURCE))
     pytester.makeini("[pytest]\n")
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                "--nproc-per-node", "2", "-m", "pytest", "-p", "no:cacheprovider", "-q"]  # fmt: skip
-    done = subprocess.run(
-        [*torchrun, "--junitxml=out/junit.xml", "--rankgate-quarantine", listed,
-         "-k", "not_listed", "test_inner.py"],
-        cwd=pytester.path, capture_output=True, text=True, timeout=180,
+    done = run_torchrun_pytest(
+        pytester.path, "-q", "--junitxml=out/junit.xml", "--rankgate-quarantine", listed,
+        "-k", "not_listed", "test_inner.py", timeout=180,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     for rank, count in ((0, 1), (1, 0)):

@@ -10,14 +10,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from jobs import run_torchrun_pytest
 
 from rankgate.report.junit import merge_junit
 from rankgate.report.summary import summarize
 
 # slow: each test starts torchrun, and pytest on every rank
 pytestmark = [pytest.mark.dist, pytest.mark.torch_dist, pytest.mark.slow]
-
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
 
 # In place each rank is its own pytest: tmp_path is the test's one directory on every rank,
 # kept for every attempt, so the counter survives the rerun; each attempt leaves a mark
@@ -57,9 +56,7 @@ def test_dies_on_rank_1(rank):
 def _torchrun(tmp_path: Path, *args: str, ranks: int = 2) -> subprocess.CompletedProcess:
     (tmp_path / "test_suite.py").write_text(textwrap.dedent(PLANTED))
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    launcher = [*TORCHRUN[:-1], str(ranks)]
-    cmd = [*launcher, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args]
-    return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    return run_torchrun_pytest(tmp_path, "-q", *args, ranks=ranks, timeout=180)
 
 
 def _merged(tmp_path: Path) -> dict:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 import xml.etree.ElementTree as ET
 
 import pytest
+from jobs import run_torchrun_pytest
 
 pytestmark = pytest.mark.dist
 
@@ -157,12 +156,10 @@ def test_in_place_every_rank_runs_the_same_shard_and_rank_0_stores(tmp_path):
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     stored = {f"test_suite.py::test_plain[{i}]": 0.1 * i for i in range(9)}
     (tmp_path / "d.json").write_text(json.dumps(stored))
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-        "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_suite.py", "-m", "not slow",
-        "--rankgate-shard=2/2", "--rankgate-store-durations=d.json", "--junitxml=out/junit.xml",
-    ]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    proc = run_torchrun_pytest(
+        tmp_path, "-q", "test_suite.py", "-m", "not slow", "--rankgate-shard=2/2",
+        "--rankgate-store-durations=d.json", "--junitxml=out/junit.xml", timeout=180,
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     names = {
         rank: sorted(

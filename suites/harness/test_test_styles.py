@@ -11,6 +11,7 @@ import sys
 import textwrap
 
 import pytest
+from jobs import run_torchrun_pytest
 
 from rankgate.harness.rankstate import INIT_TWICE_HINT
 from rankgate.report.junit import merge_junit
@@ -168,22 +169,12 @@ def test_each_style_has_the_pools_verdict_in_place_and_in_merge_junit(tmp_path):
     tests = tmp_path / "tests"
     tests.mkdir()
     (tests / "test_styles.py").write_text(textwrap.dedent(SOURCE))
-    pytest_args = ["-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfEsx", "test_styles.py"]
+    pytest_args = ["-q", "-rfEsx", "test_styles.py"]
     pool = subprocess.run(
-        [sys.executable, *pytest_args], cwd=tests, capture_output=True, text=True, timeout=120
-    )
-    torchrun = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        "2",
-    ]
-    in_place = subprocess.run(
-        [*torchrun, *pytest_args, "--junitxml=out/junit.xml"],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *pytest_args],
         cwd=tests, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
+    in_place = run_torchrun_pytest(tests, *pytest_args, "--junitxml=out/junit.xml", timeout=120)
     # rank 0's list of what other ranks failed names tests as pytest's summary does
     assert (
         "ERROR test_styles.py::TestCaseOnRanks::test_skips_on_rank_1: ranks disagree" in in_place.stdout

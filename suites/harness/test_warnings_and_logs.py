@@ -7,11 +7,10 @@ captured output)."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import textwrap
 
 import pytest
+from jobs import run_torchrun_pytest
 
 pytestmark = [pytest.mark.dist, pytest.mark.torch_dist]
 
@@ -92,11 +91,7 @@ def test_a_command_line_filter_reaches_the_ranks(inner):
 def test_in_place_each_rank_has_the_same_verdicts(tmp_path):
     (tmp_path / "pytest.ini").write_text(f"[pytest]\n{INI}")
     (tmp_path / "test_warnings.py").write_text(textwrap.dedent(SOURCE))
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]  # fmt: skip
-    pytest_args = ["-m", "pytest", "-p", "no:cacheprovider", "-q", "test_warnings.py"]
-    proc = subprocess.run(
-        [*torchrun, *pytest_args], cwd=tmp_path, capture_output=True, text=True, timeout=120
-    )
+    proc = run_torchrun_pytest(tmp_path, "-q", "test_warnings.py", timeout=120)
     last = proc.stdout.strip().splitlines()[-1]
     counts = {word: int(n) for n, word in re.findall(r"(\d+) (passed|failed)", last)}
     assert counts == COUNTS, proc.stdout + proc.stderr
