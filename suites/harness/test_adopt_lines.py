@@ -9,8 +9,12 @@ from __future__ import annotations
 import pytest
 from jobs import run_torchrun_pytest
 
-from rankgate.harness.adopt.config import AdoptConfigError, parse_world_class
-from rankgate.harness.adopt.targets import check_callables, installed
+from rankgate.harness.adopt.config import (
+    AdoptConfigError,
+    parse_spawn_helper,
+    parse_world_class,
+)
+from rankgate.harness.adopt.targets import check_callables, check_parameters, installed
 
 pytestmark = pytest.mark.dist
 
@@ -107,3 +111,53 @@ def test_a_missing_teardown_is_a_usage_error_in_place(pytester):
     assert "exitcode  : 4" in out, out
     assert out.count(f"rankgate adoption: '{LINE}': teardown={MISSING} does not import") == 2, out
     assert " passed" not in out, out
+
+
+def _spawn(body, world_size=2, args=()):  # a helper with no backend parameter
+    raise AssertionError("never called: the line is checked, not the helper")
+
+
+def _spawn_line_error(line: str) -> str:
+    with pytest.raises(AdoptConfigError) as raised:
+        check_parameters(line, parse_spawn_helper(line), _spawn)
+    return str(raised.value)
+
+
+def test_a_spawn_helper_word_naming_no_parameter_is_a_usage_error_saying_which_exist():
+    # backend= defaults to 'backend': a helper without one ran every test its own way
+    line = "p.t:spawn args=args"
+    assert _spawn_line_error(line) == (
+        "'p.t:spawn args=args': backend=backend (the default): p.t:spawn has no parameter "
+        "'backend' (its parameters: body, world_size, args); name the one that holds it with "
+        "backend=P, or backend=none (gloo)"
+    )
+    assert _spawn_line_error("p.t:spawn world=size backend=none") == (
+        "'p.t:spawn world=size backend=none': world=size: p.t:spawn has no parameter 'size' "
+        "(its parameters: body, world_size, args); name the one that holds it with world=P, "
+        "or world=N for a fixed number"
+    )
+    assert "kwargs=options: p.t:spawn has no parameter 'options'" in _spawn_line_error(
+        "p.t:spawn backend=none kwargs=options"
+    )
+    for fine in ("p.t:spawn backend=none args=args", "p.t:spawn world=4 backend=none func=body"):
+        check_parameters(fine, parse_spawn_helper(fine), _spawn)  # raises nothing
+
+
+@pytest.mark.slow  # a pytest run of its own
+def test_a_spawn_helper_without_the_backend_parameter_is_a_usage_error_in_the_pool(pytester):
+    pkg = pytester.mkpydir("helperless")
+    (pkg / "testing.py").write_text("def spawn(body, world_size=2):\n    body()\n")
+    pytester.makepyfile(
+        test_planted="from helperless.testing import spawn\n\n"
+        "def test_body():\n    spawn(lambda: None)\n"
+    )
+    line = "helperless.testing:spawn"
+    pytester.makeini(f"[pytest]\nrankgate_spawn_helpers =\n    {line}\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    result.stderr.fnmatch_lines(
+        [f"*rankgate adoption: '{line}': backend=backend (the default): {line} has no "
+         "parameter 'backend' (its parameters: body, world_size); name the one that holds it "
+         "with backend=P, or backend=none (gloo)*"]
+    )  # fmt: skip
+    assert "passed" not in result.stdout.str()

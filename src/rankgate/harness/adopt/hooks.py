@@ -17,7 +17,7 @@ from rankgate.harness.adopt.config import (
     parse_world_class,
 )
 from rankgate.harness.adopt.rankentry import enter
-from rankgate.harness.adopt.targets import check_callables
+from rankgate.harness.adopt.targets import check_callables, check_parameters
 from rankgate.harness.item_settings import NOT_ADOPTED_KEY, PRELUDE_KEY
 
 __tracebackhide__ = True  # pytest leaves this module's frames out of every traceback
@@ -51,13 +51,15 @@ class Adoption:
         """Once the test modules can import the helpers (conftests put them on sys.path)."""
         if self._installed:
             return
-        for helper in self.helpers:
+        for line, helper in zip(self.helper_lines, self.helpers, strict=True):
             try:
-                spawnhelper.install(helper)
+                check_parameters(line, helper, spawnhelper.install(helper))
             except (ImportError, AttributeError) as exc:
                 raise pytest.UsageError(
                     f"rankgate adoption: cannot import {helper.target}: {exc}"
                 ) from None
+            except AdoptConfigError as exc:
+                raise pytest.UsageError(f"rankgate adoption: {exc}") from None
         for line, wc in zip(self.class_lines, self.classes, strict=True):
             try:
                 check_callables(line, wc)  # before any test runs it on a rank

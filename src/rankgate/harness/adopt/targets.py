@@ -1,5 +1,6 @@
 """An adoption line's callables checked when the line is read: a ``setup=`` or
-``teardown=`` that does not import is a usage error, not a traceback after every test.
+``teardown=`` that does not import, or a spawn helper's word naming a parameter the
+helper lacks, is a usage error, not a traceback or a warning at every test.
 
 The error names the word, the callable and the installed version of the package it
 comes from: a callable that one version of a project has and another lacks (DeepSpeed's
@@ -9,8 +10,9 @@ comes from: a callable that one version of a project has and another lacks (Deep
 from __future__ import annotations
 
 import importlib.metadata
+import inspect
 
-from rankgate.harness.adopt.config import AdoptConfigError, WorldClass
+from rankgate.harness.adopt.config import AdoptConfigError, SpawnHelper, WorldClass
 from rankgate.harness.adopt.prelude import call_target
 
 CALLABLE_WORDS = ("setup", "teardown")
@@ -39,6 +41,31 @@ def check_callable(line: str, word: str, target: str) -> None:
         f"{line!r}: {word}={target} {problem}; {installed(target)}; docs/adopting.md "
         "lists the versions each adoption line was tried with"
     )
+
+
+HELPER_WORDS = ("func", "world", "backend", "args", "kwargs")
+"""The words of a spawn-helper line that name one of the helper's parameters."""
+
+_OTHERWISE = {"world": ", or world=N for a fixed number", "backend": ", or backend=none (gloo)"}
+
+
+def check_parameters(line: str, helper: SpawnHelper, function) -> None:
+    """Raise AdoptConfigError for the first word naming a parameter ``function`` (the
+    helper) does not have: every test calling it would run its own way instead."""
+    try:
+        names = list(inspect.signature(function).parameters)
+    except (TypeError, ValueError):  # no signature to read: each call says what it can
+        return
+    for word in HELPER_WORDS:
+        param = getattr(helper, word)
+        if param is None or (word == "world" and param.isdigit()) or param in names:
+            continue
+        given = "" if f"{word}=" in line else " (the default)"
+        raise AdoptConfigError(
+            f"{line!r}: {word}={param}{given}: {helper.target} has no parameter {param!r} "
+            f"(its parameters: {', '.join(names) or 'none'}); name the one that holds it "
+            f"with {word}=P{_OTHERWISE.get(word, '')}"
+        )
 
 
 def installed(target: str) -> str:
