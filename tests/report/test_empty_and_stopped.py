@@ -24,8 +24,9 @@ import os
 
 
 def pytest_runtest_logreport(report):
-    # The controller's record of each test that ended: what the driver polls.
-    if report.when == "call" and "PYTEST_XDIST_WORKER" not in os.environ:
+    # The controller's record of each test that ended, teardown included (the JUnit file
+    # counts a test once its teardown report is in): what the driver polls.
+    if report.when == "teardown" and "PYTEST_XDIST_WORKER" not in os.environ:
         with open(os.environ["PLANTED_PROGRESS"], "a") as f:
             f.write(report.nodeid + "\\n")
 """
@@ -110,6 +111,14 @@ def test_rankgate_run_of_a_selection_that_runs_no_test_is_incomplete(project: Pa
     assert "<title>rankgate report — INCOMPLETE</title>" in (out / "report.html").read_text()
 
 
+def _default_sigint() -> None:
+    """An ignored SIGINT is inherited through exec (a shell's background job has one, and
+    Python then installs no KeyboardInterrupt handler: a CI run started with `&` waited out
+    the 120 s below): the gate under test gets the default disposition whatever this
+    process inherited."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _stopped_gate(project: Path, sig: signal.Signals) -> subprocess.CompletedProcess:
     """A gate (env-check, unit) in its own session, sent ``sig`` once the five quick tests
     have ended and the long one runs: polled from pytest's own reports, never slept on."""
@@ -120,7 +129,7 @@ def _stopped_gate(project: Path, sig: signal.Signals) -> subprocess.CompletedPro
     )
     gate = subprocess.Popen(
         [sys.executable, "-c", code], cwd=project, env=_env(project), start_new_session=True,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint,
     )  # fmt: skip
     progress, started = project / "progress.txt", project / "started.flag"
     try:
