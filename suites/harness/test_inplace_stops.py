@@ -392,3 +392,44 @@ def test_a_peer_dying_after_this_rank_failed_is_in_the_junit_with_the_own_failur
     assert "FAILED test_suite.py::test_fails_then_peer_dies: rank 1 crashed; rank 0 failed" in (
         merged.stdout
     ), merged.stdout
+
+
+SIGNAL_AFTER_THE_SUMMARY = """
+import os
+import signal
+import time
+
+import pytest
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_sessionfinish(session, exitstatus):
+    result = yield  # the terminal's summary is out: its last line counted rank 0's test
+    if os.environ["RANK"] == "1":
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+    return result
+"""
+
+
+def test_a_signal_after_a_ranks_summary_gives_a_second_summary_counting_the_run(tmp_path):
+    # Rank 0 fails a plain test; rank 1 has written its summary (rank 0's failure counted
+    # in) when the signal comes: the stop's own summary counts the run again, where it
+    # stopped with "no summary: AttributeError(... 'head_line')" on the counted entries.
+    _write(tmp_path, "def test_a():\n    assert False, 'planted'\n\ndef test_b():\n    pass\n")
+    (tmp_path / "conftest.py").write_text(SIGNAL_AFTER_THE_SUMMARY)
+    proc = run_torchrun_pytest(tmp_path, "-q", "-p", "no:randomly", "test_suite.py")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert "no summary" not in out, out
+    assert (
+        "[rank 1] rankgate: rank 1 received SIGTERM (the launcher or the CI stopped the job) "
+        "between tests; 0 later tests not run"
+    ) in out, out
+    log = (tmp_path / "pytest.rank1.log").read_text().splitlines()
+    assert log[-2] == (
+        "! rankgate: rank 1 received SIGTERM (the launcher or the CI stopped the job) "
+        "between tests !"
+    ), log
+    assert log[-1].startswith("1 failed, 1 passed in "), log
+    assert log.count("FAILED test_suite.py::test_a: rank 0 failed") == 2, log

@@ -159,6 +159,7 @@ class ShareMixin:
         """Around pytest's summary: the tests other ranks ran are named (their failures,
         those not run) and counted in its last line (after pytest's short summary, which
         lists this rank's own)."""
+        self.tally.count_out(terminalreporter)  # counted by a summary before this one
         self.tally.learn(self._tally_wait(), self.stop.ended_here)
         named = {p.nodeid for p in self.problems}
         self.problems += [Problem(n, text) for n, text in self.tally.problems() if n not in named]

@@ -141,6 +141,12 @@ class RunTally:
             if s.category in ("failed", "error") and s.line
         ]
 
+    def count_out(self, tr) -> None:
+        """The others' tests out of the terminal's stats again, before a second summary
+        (a signal after the first): pytest's sections read each entry as a report."""
+        for reports in tr.stats.values():
+            reports[:] = [r for r in reports if not isinstance(r, Counted)]
+
     def count_in(self, tr) -> None:
         """The others' tests into the terminal's stats, which its last line counts."""
         for reports in tr.stats.values():
