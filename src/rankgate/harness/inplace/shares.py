@@ -159,12 +159,13 @@ class ShareMixin:
         """Around pytest's summary: the tests other ranks ran are named (their failures,
         those not run) and counted in its last line (after pytest's short summary, which
         lists this rank's own)."""
-        self.tally.count_out(terminalreporter)  # counted by a summary before this one
         self.tally.learn(self._tally_wait(), self.stop.ended_here)
         named = {p.nodeid for p in self.problems}
         self.problems += [Problem(n, text) for n, text in self.tally.problems() if n not in named]
-        result = yield
-        self.tally.count_in(terminalreporter)
+        with self.tally.summary_lock:  # a stop's summary waits for this one (signalwatch)
+            self.tally.count_out(terminalreporter)  # counted by a summary before this one
+            result = yield
+            self.tally.count_in(terminalreporter)
         return result
 
     def _tally_wait(self) -> float:

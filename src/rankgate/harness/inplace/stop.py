@@ -47,6 +47,9 @@ EXIT_WAIT_S = 5.0
 SIGNAL_PEER_WAIT_S = 1.0
 """After a stop signal, how long a rank waits to hear that each peer got it too; a peer
 that says nothing (and whose process is gone, where it runs on this host) is dead."""
+SUMMARY_WAIT_S = 5.0
+"""How long a stop's summary waits for the session's, which the main thread may be
+printing (the tests of the others' tallies are counted in there)."""
 STORE_TIMEOUT_WHEN_STOPPING = timedelta(seconds=2)
 """The store may be gone with the launcher: a stopping rank never waits long on it."""
 WHERE_WAIT_S = 2.0
@@ -429,18 +432,18 @@ class RunStop:
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
         if tr is None:
             return
-        try:
-            tr.write_line("")
-            self.config.hook.pytest_terminal_summary(
-                terminalreporter=tr,
-                exitstatus=pytest.ExitCode.TESTS_FAILED,
-                config=self.config,
-            )
-            tr.write_sep("!", f"rankgate: {reason}", red=True)
-            tr.summary_stats()
-            tr._tw.flush()
-        except Exception as exc:  # the process exits next: say why the summary is short
-            self.hang_watch.write(f"[rank {self.launch.rank}] rankgate: no summary: {exc!r}")
+        # The main thread may be printing the session's summary: this one follows it.
+        with self.tally.summary_turn(SUMMARY_WAIT_S):
+            try:
+                tr.write_line("")
+                self.config.hook.pytest_terminal_summary(
+                    terminalreporter=tr, exitstatus=pytest.ExitCode.TESTS_FAILED, config=self.config
+                )
+                tr.write_sep("!", f"rankgate: {reason}", red=True)
+                tr.summary_stats()
+                tr._tw.flush()
+            except Exception as exc:  # the process exits next: say why the summary is short
+                self.hang_watch.write(f"[rank {self.launch.rank}] rankgate: no summary: {exc!r}")
 
     def _where_hung_ranks_wait(
         self, item: pytest.Item, stacks: str, failed: Sequence[int] = (), ledgers=None

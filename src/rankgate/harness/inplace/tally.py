@@ -11,8 +11,10 @@ summary reads the others' (``learn``): the tests it did not run count in its lin
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import NamedTuple, Protocol
 
 import pytest
@@ -71,6 +73,10 @@ class RunTally:
         """The tests this rank did not run: what the first of their ranks showed."""
         self.replaced: set[str] = set()
         """Tests this rank showed with its own result, a peer's stop being the verdict."""
+        self.summary_lock = threading.RLock()
+        """Held while a summary prints and counts the others' tests into the terminal's
+        stats: a stop's summary comes from the signal watch's thread, maybe while the main
+        thread prints the session's, and pytest's sections read each entry as a report."""
 
     def _place(self, nodeid: str) -> int:
         """A test's place in the run: the others' tests are named in that order."""
@@ -140,6 +146,17 @@ class RunTally:
             for s in shown
             if s.category in ("failed", "error") and s.line
         ]
+
+    @contextlib.contextmanager
+    def summary_turn(self, wait_s: float) -> Iterator[None]:
+        """The summary lock, waited for up to ``wait_s``; the block runs either way (a
+        stop's summary is better printed beside another than not at all)."""
+        locked = self.summary_lock.acquire(timeout=wait_s)
+        try:
+            yield
+        finally:
+            if locked:
+                self.summary_lock.release()
 
     def count_out(self, tr) -> None:
         """The others' tests out of the terminal's stats again, before a second summary
