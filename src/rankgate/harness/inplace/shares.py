@@ -162,7 +162,7 @@ class ShareMixin:
         self.tally.learn(self._tally_wait(), self.stop.ended_here)
         named = {p.nodeid for p in self.problems}
         self.problems += [Problem(n, text) for n, text in self.tally.problems() if n not in named]
-        with self.tally.summary_lock:  # a stop's summary waits for this one (signalwatch)
+        with self.tally.summary_turn():  # one summary at a time (signalwatch's thread too)
             self.tally.count_out(terminalreporter)  # counted by a summary before this one
             result = yield
             self.tally.count_in(terminalreporter)

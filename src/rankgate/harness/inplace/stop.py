@@ -47,9 +47,6 @@ EXIT_WAIT_S = 5.0
 SIGNAL_PEER_WAIT_S = 1.0
 """After a stop signal, how long a rank waits to hear that each peer got it too; a peer
 that says nothing (and whose process is gone, where it runs on this host) is dead."""
-SUMMARY_WAIT_S = 5.0
-"""How long a stop's summary waits for the session's, which the main thread may be
-printing (the tests of the others' tallies are counted in there)."""
 STORE_TIMEOUT_WHEN_STOPPING = timedelta(seconds=2)
 """The store may be gone with the launcher: a stopping rank never waits long on it."""
 WHERE_WAIT_S = 2.0
@@ -433,7 +430,7 @@ class RunStop:
         if tr is None:
             return
         # The main thread may be printing the session's summary: this one follows it.
-        with self.tally.summary_turn(SUMMARY_WAIT_S):
+        with self.tally.summary_turn():
             try:
                 tr.write_line("")
                 self.config.hook.pytest_terminal_summary(

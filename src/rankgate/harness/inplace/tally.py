@@ -23,6 +23,9 @@ from rankgate.harness.inplace import control
 from rankgate.harness.verdict import disagreement_status
 
 TALLY_WAIT_STEP_S = 0.05
+SUMMARY_WAIT_S = 5.0
+"""How long a summary waits for another one to end: a stop's (the signal watch's thread)
+for the session's the main thread may be printing, or the other way round."""
 TALLY_PLUGIN = "rankgate-inplace-tally"
 """The tally's name as a plugin: it words and notes each report the terminal shows."""
 
@@ -148,10 +151,10 @@ class RunTally:
         ]
 
     @contextlib.contextmanager
-    def summary_turn(self, wait_s: float) -> Iterator[None]:
-        """The summary lock, waited for up to ``wait_s``; the block runs either way (a
-        stop's summary is better printed beside another than not at all)."""
-        locked = self.summary_lock.acquire(timeout=wait_s)
+    def summary_turn(self) -> Iterator[None]:
+        """The summary lock, waited for up to SUMMARY_WAIT_S; the block runs either way (a
+        summary is better printed beside another than not at all, or never)."""
+        locked = self.summary_lock.acquire(timeout=SUMMARY_WAIT_S)
         try:
             yield
         finally:
