@@ -2,8 +2,8 @@
 
 A rank lives for many tests and holds torch, pytest and every test module it imported.
 A test that calls ``gc.collect()`` (training code does, between steps: OLMo-core's
-checkpoint tests six times each) walked all of it: 0.36 s a call in a pool rank with
-OLMo-core's tests imported, where a process started for the one test walks less.
+checkpoint tests six times each) walked all of it: 0.24 s a call in a warm rank with
+OLMo-core's tests imported (benchmarks/results/cpu/adopt-speed-2026-11-28b/gc-profile/).
 ``gc.freeze`` moves what is alive now into the permanent generation, which no collection
 walks; what tests make afterwards is collected as usual. The cost: an object frozen here
 that later becomes garbage inside a reference cycle is never freed. What is alive at a
