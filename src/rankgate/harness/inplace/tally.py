@@ -76,7 +76,7 @@ class RunTally:
         """The tests this rank did not run: what the first of their ranks showed."""
         self.replaced: set[str] = set()
         """Tests this rank showed with its own result, a peer's stop being the verdict."""
-        self.summary_lock = threading.RLock()
+        self._summary_lock = threading.RLock()
         """Held while a summary prints and counts the others' tests into the terminal's
         stats: a stop's summary comes from the signal watch's thread, maybe while the main
         thread prints the session's, and pytest's sections read each entry as a report."""
@@ -154,12 +154,12 @@ class RunTally:
     def summary_turn(self) -> Iterator[None]:
         """The summary lock, waited for up to SUMMARY_WAIT_S; the block runs either way (a
         summary is better printed beside another than not at all, or never)."""
-        locked = self.summary_lock.acquire(timeout=SUMMARY_WAIT_S)
+        locked = self._summary_lock.acquire(timeout=SUMMARY_WAIT_S)
         try:
             yield
         finally:
             if locked:
-                self.summary_lock.release()
+                self._summary_lock.release()
 
     def count_out(self, tr) -> None:
         """The others' tests out of the terminal's stats again, before a second summary
