@@ -60,7 +60,7 @@ def check_parameters(line: str, helper: SpawnHelper, function) -> None:
         param = getattr(helper, word)
         if param is None or (word == "world" and param.isdigit()) or param in names:
             continue
-        given = "" if f"{word}=" in line else " (the default)"
+        given = "" if any(w.startswith(f"{word}=") for w in line.split()) else " (the default)"
         raise AdoptConfigError(
             f"{line!r}: {word}={param}{given}: {helper.target} has no parameter {param!r} "
             f"(its parameters: {', '.join(names) or 'none'}); name the one that holds it "
