@@ -37,10 +37,24 @@ def test_bench_ledger_reports_host_and_gloo_figures_for_every_call():
     assert "gloo all_reduce of 4 floats, world 1:" in done.stdout
 
 
+def test_torchs_fake_group_gives_the_python_path_alone():
+    done = _bench_ledger("--calls", "200", "--repeat-inner", "2", "--backends", "fake", "--json")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    figures = {k: v for k, v in result.items() if k.startswith("fake_")}
+    assert sorted(figures) == [
+        "fake_us_per_all_reduce_off", "fake_us_per_all_reduce_on",
+        "fake_us_per_pg_allreduce_off", "fake_us_per_pg_allreduce_on",
+    ]  # fmt: skip
+    assert all(v > 0 for v in figures.values()), figures
+    assert not any(k.startswith("gloo_") for k in result)  # only the backends asked for
+    assert "fake all_reduce of 4 floats, world 1:" in done.stdout
+
+
 def test_an_unknown_backend_is_refused_by_name():
     done = _bench_ledger("--backends", "gloo,mpi")
     assert done.returncode == 2
-    assert "'gloo,mpi': expected a comma-separated list of gloo, nccl" in done.stderr
+    assert "'gloo,mpi': expected a comma-separated list of gloo, nccl, fake" in done.stderr
 
 
 def test_nccl_without_a_gpu_says_so():

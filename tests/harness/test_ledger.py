@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
 from types import SimpleNamespace
 
@@ -14,7 +15,15 @@ pytestmark = pytest.mark.unit
 
 WORLD = object()
 SUB = object()
-PARAMS = ["tensor", "op", "group", "async_op"]
+
+
+def _like(function) -> inspect.Signature:
+    """A stand-in's parameters: the wrapper takes torch's function's own."""
+    return inspect.signature(function)
+
+
+PARAMS = _like(lambda tensor, op=torch.distributed.ReduceOp.SUM, group=None, async_op=False: 0)
+BARRIER = _like(lambda group=None, async_op=False: 0)
 
 
 @pytest.fixture
@@ -74,7 +83,7 @@ def test_each_call_is_numbered_per_group_with_its_call_site(recorded):
 
 def test_the_reduce_op_is_recorded_as_given_or_torchs_default(recorded):
     all_reduce = ledger._wrap("all_reduce", lambda *a, **k: None, PARAMS)
-    barrier = ledger._wrap("barrier", lambda *a, **k: None, ["group", "async_op"])
+    barrier = ledger._wrap("barrier", lambda *a, **k: None, BARRIER)
     all_reduce(torch.ones(4), torch.distributed.ReduceOp.MAX)
     all_reduce(torch.ones(4), op=torch.distributed.ReduceOp.MIN)
     all_reduce(torch.ones(4))
@@ -86,7 +95,7 @@ def _digest_of(calls, monkeypatch):
     monkeypatch.setattr(ledger, "_installed", True)
     ledger.begin_test()
     all_reduce = ledger._wrap("all_reduce", lambda *a, **k: None, PARAMS)
-    send = ledger._wrap("send", lambda *a, **k: None, ["tensor", "dst", "group"])
+    send = ledger._wrap("send", lambda *a, **k: None, _like(lambda tensor, dst=None, group=None: 0))
     for tensor, kwargs in calls:
         all_reduce(tensor, **kwargs)
     send(torch.ones(1), 1)  # point-to-point: never compared
@@ -159,9 +168,11 @@ def test_states_follow_the_call(recorded):
 
 def test_lists_of_tensors_and_no_tensor(recorded):
     all_gather = ledger._wrap(
-        "all_gather", lambda *a, **k: None, ["tensor_list", "tensor", "group", "async_op"]
+        "all_gather",
+        lambda *a, **k: None,
+        _like(lambda tensor_list, tensor, group=None, async_op=False: 0),
     )
-    barrier = ledger._wrap("barrier", lambda *a, **k: None, ["group", "async_op"])
+    barrier = ledger._wrap("barrier", lambda *a, **k: None, BARRIER)
     all_gather([torch.zeros(2, 3, dtype=torch.bfloat16)] * 2, torch.zeros(2, 3))
     barrier()
     assert [r["arg"] for r in ledger.snapshot()] == ["2x bfloat16[2, 3]", ""]
@@ -185,11 +196,12 @@ def test_the_ledger_keeps_the_newest_entries(recorded):
 
 
 def test_a_call_from_inside_torch_is_not_recorded_twice(recorded, monkeypatch):
-    irecv = ledger._wrap("irecv", lambda *a, **k: None, ["tensor", "src", "group", "tag"])
+    irecv = ledger._wrap("irecv", lambda *a, **k: None, _like(lambda tensor, src=None: 0))
     scope: dict = {"irecv": irecv}
-    exec(compile("def recv(t):\n    return irecv(t)\n", "/torch/c10d.py", "exec"), scope)
+    torch_recv = "def recv(tensor, src=None):\n    return irecv(tensor)\n"
+    exec(compile(torch_recv, "/torch/c10d.py", "exec"), scope)
     monkeypatch.setattr(ledger, "_c10d_file", "/torch/c10d.py")
-    recv = ledger._wrap("recv", scope["recv"], ["tensor", "src", "group", "tag"])
+    recv = ledger._wrap("recv", scope["recv"])
     recv(torch.ones(1))
     assert [(r["op"], r["group"]) for r in ledger.snapshot()] == [("recv", "p2p:world")]
 
@@ -282,7 +294,7 @@ def test_a_failures_traceback_in_the_pool_leaves_out_the_wrapper(recorded):
 
     exc = _raise_in_collective(ledger._wrap("barrier", broken, PARAMS))
     shown = worker._format(exc)
-    assert "rankgate/harness/ledger.py" not in shown and "in collective" not in shown
+    assert "rankgate/harness/ledger.py" not in shown and "in barrier" not in shown
     assert f'File "{__file__}"' in shown  # the test's own frame and torch's are kept
     assert "in broken" in shown
     assert shown.endswith("RuntimeError: Connection reset by peer\n")

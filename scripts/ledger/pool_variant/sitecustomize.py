@@ -41,7 +41,7 @@ VARIANTS = (
 )
 
 
-def _forwarding_wrap(name, original, parameters):
+def _forwarding_wrap(name, original, signature=None):
     def collective(*args, **kwargs):
         return original(*args, **kwargs)
 
@@ -63,10 +63,17 @@ def _forwarding_method(op, original):
 
 def _without_work(ledger, function_name: str):
     """The ledger's wrapper factory ``function_name`` with its line that keeps the call's
-    result (a Work) as the entry's state changed to keep the word "completed" instead."""
+    result (a Work) as the entry's state changed to keep the word "completed" instead
+    (``_wrap`` makes its wrappers from the text ``ledger._COLLECTIVE``: changed there)."""
     import inspect
     import textwrap
 
+    if function_name == "_wrap":
+        kept = "_entry[STATE] = COMPLETED if _result is None else _result"
+        if kept not in ledger._COLLECTIVE:
+            raise RuntimeError(f"LEDGER_VARIANT=no-work: ledger._COLLECTIVE no longer has {kept!r}")
+        ledger._COLLECTIVE = ledger._COLLECTIVE.replace(kept, "_entry[STATE] = COMPLETED")
+        return ledger._wrap
     source = textwrap.dedent(inspect.getsource(getattr(ledger, function_name)))
     kept = "entry[STATE] = COMPLETED if result is None else result"
     if kept not in source:

@@ -6,11 +6,14 @@ of the ledger's digest, which each rank computes once per test):
 - host: the ledger's wrapper around a function that does nothing, against calling that
   function bare, from code outside torch and rankgate (as a test calls): the ledger's
   own cost per collective, free of any backend's noise;
-- in situ, per ``--backends`` entry (gloo, nccl): ``dist.all_reduce`` of 4 floats and
-  ``pg.allreduce([t]).wait()`` on a world of one, recorded and with the ledger
+- in situ, per ``--backends`` entry (gloo, nccl, fake): ``dist.all_reduce`` of 4 floats
+  and ``pg.allreduce([t]).wait()`` on a world of one, recorded and with the ledger
   uninstalled (torch as it ships: its ProcessGroup methods unwrapped too), interleaved
   round by round. On NCCL each round ends with a device synchronize, so the figure is
-  the call's whole cost as a test sees it: host time the GPU does not hide.
+  the call's whole cost as a test sees it: host time the GPU does not hide. ``fake`` is
+  torch's own fake process group, whose collectives do nothing: torch.distributed's
+  Python path with and without the ledger, steady to a tenth of a microsecond on a
+  loaded host where one gloo call's time varies by several.
 
 The pool's per-test cost with the ledger on and off: ``rankgate bench harness`` and
 ``RANKGATE_LEDGER=0 rankgate bench harness`` (see docs/harness.md).
@@ -26,7 +29,7 @@ import time
 
 from rankgate.cliargs import UsageError, int_at_least
 
-BACKENDS = ("gloo", "nccl")
+BACKENDS = ("gloo", "nccl", "fake")
 
 _LOOP = """
 def loop(call, arg, calls):
@@ -53,7 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--backends",
         type=_backends,
         default=("gloo",),
-        help="comma-separated, of gloo, nccl: the in-situ all_reduce's backends (default gloo)",
+        help="comma-separated, of gloo, nccl, fake: the in-situ all_reduce's backends "
+        "(default gloo; fake: torch's process group that does nothing)",
     )
 
 
@@ -105,7 +109,7 @@ def measure_host(calls: int, rounds: int) -> dict[str, float]:
         return None
 
     code = _test_code()
-    wrapped = ledger._wrap("all_reduce", all_reduce, ["tensor", "op", "group", "async_op"])
+    wrapped = ledger._wrap("all_reduce", all_reduce)
     t = torch.ones(4)
     ledger.begin_test()
     bare = _best(lambda: code["loop"](all_reduce, t, calls), rounds)
@@ -162,7 +166,7 @@ def measure_backend(backend: str, calls: int, rounds: int) -> dict[str, float]:
             ledger.install()
 
     with tempfile.TemporaryDirectory(prefix="rankgate-bench-ledger-") as tmp:
-        store = dist.FileStore(os.path.join(tmp, "store"), 1)
+        store = _store(backend, os.path.join(tmp, "store"))
         dist.init_process_group(backend, store=store, rank=0, world_size=1, device_id=device)
         try:
             t = torch.ones(4, device=device)
@@ -185,6 +189,16 @@ def measure_backend(backend: str, calls: int, rounds: int) -> dict[str, float]:
         f"{backend}_us_per_pg_allreduce_off": round(1e6 * best["pg_off"] / calls, 2),
         f"{backend}_us_per_pg_allreduce_on": round(1e6 * best["pg_on"] / calls, 2),
     }
+
+
+def _store(backend: str, path: str):
+    import torch.distributed as dist
+
+    if backend == "fake":  # torch's fake group takes its fake store
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+
+        return FakeStore()
+    return dist.FileStore(path, 1)
 
 
 def run(args: argparse.Namespace) -> int:

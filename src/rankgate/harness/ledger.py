@@ -207,7 +207,7 @@ def install(backend: str = "") -> bool:
             original = getattr(dist, name, None)
             if original is None:
                 continue
-            wrapped = _wrap(name, original, list(inspect.signature(original).parameters))
+            wrapped = _wrap(name, original)
             # the same function under its home module, too
             _swaps[name] = (original, wrapped, getattr(c10d, name, None) is original)
         original = dist.destroy_process_group
@@ -293,79 +293,131 @@ def _kind_of(file: str) -> int:
 # reduce op); ledger_entry words them when a verdict or a digest reads them.
 
 
-def _wrap(name: str, original, parameters: list[str]):
-    import torch
-
-    tensor_type = torch.Tensor
-    group_at = parameters.index("group") if "group" in parameters else None
-    tensor_arg = name not in ("barrier", "monitored_barrier") and "object" not in name
-    slots = _p2p_slots if name in POINT_TO_POINT else _slots
-    # The reduce op (SUM against MAX pairs silently): its place; unnamed, torch's SUM.
-    reduce_at = parameters.index("op") if "op" in parameters else None
-    append = _entries.append
-
-    def collective(*args, **kwargs):
+# A wrapper per torch.distributed function, made from this text with the function's own
+# parameters: the call passes its arguments on as it got them, with no tuple or dict
+# packed and none looked up by position (0.2-0.3 us a call against ``*args, **kwargs``).
+# Its locals start with "_": torch's parameters never do.
+_COLLECTIVE = """
+def make(_original, _name, _slots, _append, _tensor_type, {defaults}):
+    def {name}({parameters}):
         __tracebackhide__ = True  # pytest leaves this frame out of a failure's traceback
-        caller = _getframe(1)
-        code = caller.f_code
-        kind = _file_kinds.get(code.co_filename) or _kind_of(code.co_filename)
-        if kind == _PASS:
-            return original(*args, **kwargs)
+        _caller = _getframe(1)
+        _code = _caller.f_code
+        _kind = _file_kinds.get(_code.co_filename) or _kind_of(_code.co_filename)
+        if _kind == _PASS:
+            return _original({arguments})
         try:
-            if group_at is None:
-                group = None
-            elif len(args) > group_at:
-                group = args[group_at]
+            _slot = _slots.get({group})
+            if _slot is None:
+                _slot = _new_slot(_slots, {group})
+            _seq = _slot[0] = _slot[0] + 1
+            _described = _slot[1]
+            if _described is None:  # read now: the test may destroy the group later
+                _described = _slot[1] = _group_words(_slot[2])
+            _arg = {tensor}
+            if _arg is not None:
+                if isinstance(_arg, _tensor_type):
+                    _arg = (_arg.dtype, _arg.shape)
+                else:
+                    _arg = _shape_of(_arg)
+            if _kind == _OWN:
+                _lasti = _caller.f_lasti
             else:
-                group = kwargs.get("group")
-            slot = slots.get(group)
-            if slot is None:
-                slot = _new_slot(slots, group)
-            seq = slot[0] = slot[0] + 1
-            described = slot[1]
-            if described is None:  # read now: the test may destroy the group before the verdict
-                described = slot[1] = _group_words(slot[2])
-            arg = None
-            if tensor_arg:
-                arg = args[0] if args else next(iter(kwargs.values()), None)
-                if isinstance(arg, tensor_type):
-                    arg = (arg.dtype, arg.shape)
-                elif arg is not None:
-                    arg = _shape_of(arg)
-            reduce = None
-            if reduce_at is not None:  # unnamed: torch's SUM
-                reduce = args[reduce_at] if len(args) > reduce_at else kwargs.get("op")
-                if reduce is None:
-                    reduce = "SUM"
-            if kind == _OWN:
-                lasti = caller.f_lasti
-            else:
-                code, lasti = _outer_site(caller)
-            entry = [slot[2], seq, name, arg, code, lasti, ISSUED, described, reduce]
-            append(entry)
+                _code, _lasti = _outer_site(_caller)
+            _entry = [_slot[2], _seq, _name, _arg, _code, _lasti, ISSUED, _described, {reduce}]
+            _append(_entry)
         except Exception:  # odd arguments: torch rejects them next; kept nowhere
-            entry = [None] * 9
-        del caller  # no frame is kept: it would hold the test's locals (tensors) alive
+            _entry = [None] * 9
+        del _caller  # no frame is kept: it would hold the test's locals (tensors) alive
         global _inside
-        me = get_ident()
-        outer = _inside == me
-        _inside = me  # the group's own method, called next by torch, lets it through
+        _me = get_ident()
+        _outer = _inside == _me
+        _inside = _me  # the group's own method, called next by torch, lets it through
         try:
-            result = original(*args, **kwargs) if kwargs else original(*args)
+            _result = _original({arguments})
         except BaseException:
-            entry[STATE] = FAILED
+            _entry[STATE] = FAILED
             raise
         finally:
-            if not outer and _inside == me:
+            if not _outer and _inside == _me:
                 _inside = 0
-        entry[STATE] = COMPLETED if result is None else result  # async: its Work
-        return result
+        _entry[STATE] = COMPLETED if _result is None else _result  # async: its Work
+        return _result
+    return {name}
+"""
 
-    collective.__name__ = collective.__qualname__ = name
+
+def _wrap(name: str, original, signature: inspect.Signature | None = None):
+    """``original`` (torch.distributed's function ``name``) recorded, with its parameters
+    (``signature``: another function's, as tests give a stand-in)."""
+    import torch
+
+    signature = signature or inspect.signature(original)
+    parameters, arguments, defaults = _passing(signature)
+    names = list(signature.parameters)
+    tensor_arg = name not in ("barrier", "monitored_barrier") and "object" not in name
+    source = _COLLECTIVE.format(
+        name=name,
+        parameters=", ".join(parameters),
+        arguments=", ".join(arguments),
+        defaults=", ".join(defaults),
+        group="group" if "group" in names else "None",
+        tensor=names[0] if tensor_arg and names else "None",
+        # The reduce op (SUM against MAX pairs silently); torch's default when unnamed.
+        reduce="op" if "op" in names else "None",
+    )
+    scope: dict = {}
+    exec(compile(source, __file__, "exec"), globals(), scope)
+    slots = _p2p_slots if name in POINT_TO_POINT else _slots
+    default_values = [p.default for p in signature.parameters.values() if p.default is not p.empty]
+    collective = scope["make"](
+        original, name, slots, _entries.append, torch.Tensor, *default_values
+    )
+    collective.__qualname__ = name
     collective.__doc__ = original.__doc__
     collective.__wrapped__ = original
     collective.__rankgate_ledger__ = True
     return collective
+
+
+def _passing(signature: inspect.Signature) -> tuple[list[str], list[str], list[str]]:
+    """A wrapper's parameter list, its call's argument list and the names its defaults
+    take, for a function of ``signature``: each parameter as the function takes it."""
+    parameters: list[str] = []
+    arguments: list[str] = []
+    defaults: list[str] = []
+    kinds = inspect.Parameter
+    for p in signature.parameters.values():
+        if p.name.startswith("_"):
+            raise ValueError(f"the ledger cannot wrap a parameter named {p.name!r}")
+        text = p.name
+        if p.default is not p.empty:
+            defaults.append(f"_default_{p.name}")
+            text += f"=_default_{p.name}"
+        if p.kind is kinds.VAR_POSITIONAL:
+            parameters.append(f"*{p.name}")
+            arguments.append(f"*{p.name}")
+            continue
+        if p.kind is kinds.VAR_KEYWORD:
+            parameters.append(f"**{p.name}")
+            arguments.append(f"**{p.name}")
+            continue
+        if p.kind is kinds.KEYWORD_ONLY:
+            if not any(a.startswith("*") for a in parameters):
+                parameters.append("*")
+            arguments.append(f"{p.name}={p.name}")
+        else:
+            arguments.append(p.name)
+        parameters.append(text)
+        if p.kind is kinds.POSITIONAL_ONLY and _last_positional_only(signature, p):
+            parameters.append("/")
+    return parameters, arguments, defaults
+
+
+def _last_positional_only(signature: inspect.Signature, parameter: inspect.Parameter) -> bool:
+    kinds = [p.kind for p in signature.parameters.values()]
+    at = list(signature.parameters.values()).index(parameter)
+    return inspect.Parameter.POSITIONAL_ONLY not in kinds[at + 1 :]
 
 
 def _wrap_method(op: str, original):
