@@ -46,6 +46,7 @@ from sys import _getframe
 from threading import get_ident
 from typing import Any
 
+from rankgate.harness.ledger_call import passing
 from rankgate.harness.ledger_entry import (
     COMPLETED,
     DESTROY,
@@ -353,7 +354,7 @@ def _wrap(name: str, original, signature: inspect.Signature | None = None):
     import torch
 
     signature = signature or inspect.signature(original)
-    parameters, arguments, defaults = _passing(signature)
+    parameters, arguments, defaults = passing(signature)
     names = list(signature.parameters)
     tensor_arg = name not in ("barrier", "monitored_barrier") and "object" not in name
     source = _COLLECTIVE.format(
@@ -378,46 +379,6 @@ def _wrap(name: str, original, signature: inspect.Signature | None = None):
     collective.__wrapped__ = original
     collective.__rankgate_ledger__ = True
     return collective
-
-
-def _passing(signature: inspect.Signature) -> tuple[list[str], list[str], list[str]]:
-    """A wrapper's parameter list, its call's argument list and the names its defaults
-    take, for a function of ``signature``: each parameter as the function takes it."""
-    parameters: list[str] = []
-    arguments: list[str] = []
-    defaults: list[str] = []
-    kinds = inspect.Parameter
-    for p in signature.parameters.values():
-        if p.name.startswith("_"):
-            raise ValueError(f"the ledger cannot wrap a parameter named {p.name!r}")
-        text = p.name
-        if p.default is not p.empty:
-            defaults.append(f"_default_{p.name}")
-            text += f"=_default_{p.name}"
-        if p.kind is kinds.VAR_POSITIONAL:
-            parameters.append(f"*{p.name}")
-            arguments.append(f"*{p.name}")
-            continue
-        if p.kind is kinds.VAR_KEYWORD:
-            parameters.append(f"**{p.name}")
-            arguments.append(f"**{p.name}")
-            continue
-        if p.kind is kinds.KEYWORD_ONLY:
-            if not any(a.startswith("*") for a in parameters):
-                parameters.append("*")
-            arguments.append(f"{p.name}={p.name}")
-        else:
-            arguments.append(p.name)
-        parameters.append(text)
-        if p.kind is kinds.POSITIONAL_ONLY and _last_positional_only(signature, p):
-            parameters.append("/")
-    return parameters, arguments, defaults
-
-
-def _last_positional_only(signature: inspect.Signature, parameter: inspect.Parameter) -> bool:
-    kinds = [p.kind for p in signature.parameters.values()]
-    at = list(signature.parameters.values()).index(parameter)
-    return inspect.Parameter.POSITIONAL_ONLY not in kinds[at + 1 :]
 
 
 def _wrap_method(op: str, original):
