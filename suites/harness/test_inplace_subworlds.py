@@ -331,6 +331,19 @@ def test_a_wrong_value_names_its_global_rank(everything):
     assert test["message"].startswith("rank 3 failed; rank 2 passed"), test["message"]
 
 
+def test_a_sub_world_tests_reproduce_line_names_its_world_as_the_pools_does(
+    everything, tmp_path_factory
+):
+    # test_w2[1] ran on ranks 2 and 3 of 4: its world is 2, as the pool's line says.
+    (junit,) = tmp_path_factory.getbasetemp().glob("subworlds[0-9]*/all/out/junit.rank3.xml")
+    (line,) = {x for x in junit.read_text().splitlines() if x.startswith("reproduce:")}
+    assert line.startswith(
+        "reproduce: torchrun --standalone --nproc-per-node=4 -m pytest -p no:cacheprovider "
+        "-p no:randomly 'test_suite.py::test_w2[1]' --rankgate-seed=0 --rankgate-timeout=60"
+        "  # world=2 backend=gloo seed="
+    ), line
+
+
 def test_a_hang_in_one_sub_world_leaves_the_others_verdicts(hang_run):
     proc, merged, report, _records = hang_run
     tests = by_id(report)

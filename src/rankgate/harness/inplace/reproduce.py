@@ -29,12 +29,15 @@ def launcher_command(launch: LaunchEnv) -> str:
 def line(
     item: pytest.Item, config: pytest.Config, launch: LaunchEnv, backend: str, base_seed: int
 ) -> str:
-    """The command that runs ``item`` alone again, as this launcher started the run."""
-    seeded = world_spec(item) is not None  # plain tests are not seeded
+    """The command that runs ``item`` alone again, as this launcher started the run. Its
+    note names the test's world, as the pool's does (a world(2) test that ran on two of
+    four ranks: world=2); a test without a world marker ran on the launcher's world."""
+    spec = world_spec(item)
+    seeded = spec is not None  # plain tests are not seeded
     kept = run_options(list(config.invocation_params.args))
     return reproduction_line(
         item.nodeid,
-        launch.world_size,
+        spec.size if spec is not None else launch.world_size,
         backend,
         seed_for_test(base_seed, item.nodeid) if seeded else None,
         base_seed,
