@@ -288,15 +288,13 @@ def _kind_of(file: str) -> int:
     return kind
 
 
-# The two wrappers below run on every collective (`rankgate bench ledger`,
-# scripts/ledger/wrapper_breakdown.py): each step is written inline and records raw
-# values (the dtype and torch.Size, the code object and instruction offset, torch's
-# reduce op); ledger_entry words them when a verdict or a digest reads them.
-
-
-# A wrapper per torch.distributed function, made from this text with the function's own
+# The two wrappers below (a torch.distributed function's, a ProcessGroup method's) run on
+# every collective (`rankgate bench ledger`, scripts/ledger/fake_group_cost.py): each step
+# is written inline and records raw values (the dtype and torch.Size, the code object and
+# instruction offset, torch's reduce op); ledger_entry words them when a verdict or a
+# digest reads them. A function's wrapper is made from this text with the function's own
 # parameters: the call passes its arguments on as it got them, with no tuple or dict
-# packed and none looked up by position (0.2-0.3 us a call against ``*args, **kwargs``).
+# packed and none looked up by position (0.2-0.3 us a call less than ``*args, **kwargs``).
 # Its locals start with "_": torch's parameters never do.
 _COLLECTIVE = """
 def make(_original, _name, _slots, _append, _tensor_type, {defaults}):
