@@ -23,7 +23,7 @@ def test_every_kind_of_parameter_is_taken_and_passed_on_as_it_came():
         "tensor", "/", "group=_default_group", "*more", "async_op=_default_async_op", "**options",
     ]  # fmt: skip
     assert arguments == ["tensor", "group", "*more", "async_op=async_op", "**options"]
-    assert defaults == ["_default_group", "_default_async_op"]
+    assert defaults == {"_default_group": None, "_default_async_op": False}
 
 
 def test_a_wrapped_function_gets_what_its_caller_gave(monkeypatch):

@@ -368,10 +368,7 @@ def _wrap(name: str, original, signature: inspect.Signature | None = None):
     scope: dict = {}
     exec(compile(source, __file__, "exec"), globals(), scope)
     slots = _p2p_slots if name in POINT_TO_POINT else _slots
-    default_values = [p.default for p in signature.parameters.values() if p.default is not p.empty]
-    collective = scope["make"](
-        original, name, slots, _entries.append, torch.Tensor, *default_values
-    )
+    collective = scope["make"](original, name, slots, _entries.append, torch.Tensor, **defaults)
     collective.__qualname__ = name
     collective.__doc__ = original.__doc__
     collective.__wrapped__ = original

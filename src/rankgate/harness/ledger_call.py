@@ -8,19 +8,20 @@ from __future__ import annotations
 import inspect
 
 
-def passing(signature: inspect.Signature) -> tuple[list[str], list[str], list[str]]:
-    """A wrapper's parameter list, its call's argument list and the names its defaults
-    take, for a function of ``signature``: each parameter as the function takes it."""
+def passing(signature: inspect.Signature) -> tuple[list[str], list[str], dict[str, object]]:
+    """A wrapper's parameter list, its call's argument list and its defaults (the name each
+    takes in the wrapper's text -> the function's default), for a function of
+    ``signature``: each parameter as the function takes it."""
     parameters: list[str] = []
     arguments: list[str] = []
-    defaults: list[str] = []
+    defaults: dict[str, object] = {}
     kinds = inspect.Parameter
     for p in signature.parameters.values():
         if p.name.startswith("_"):
             raise ValueError(f"the ledger cannot wrap a parameter named {p.name!r}")
         text = p.name
         if p.default is not p.empty:
-            defaults.append(f"_default_{p.name}")
+            defaults[f"_default_{p.name}"] = p.default
             text += f"=_default_{p.name}"
         if p.kind is kinds.VAR_POSITIONAL:
             parameters.append(f"*{p.name}")
