@@ -1,13 +1,16 @@
 """The documentation site's generated parts, read from the code, never typed.
 
-mkdocs loads this file as a hook (mkdocs.yml: ``hooks``); it adds two pages and fills
-two kinds of placeholder:
+mkdocs loads this file as a hook (mkdocs.yml: ``hooks``); it adds two pages, makes the
+code map's pages afresh and fills four kinds of placeholder:
 
 - ``reference/cli.md``: every ``rankgate`` command's ``--help``, from its parser
   (:func:`rankgate.cli.every_parser`);
 - ``reference/pytest-options.md``: every ``--rankgate-*`` option and ``rankgate_*`` ini
   key with its default, from the plugins' own ``pytest_addoption`` on a fresh pytest
   parser (tests/test_docsite.py compares it with the options a real session has);
+- ``code-map.md`` and ``code-map/*.md``: each package and module with its docstring's
+  first sentence (:mod:`rankgate.codemap`), served as the code says at build time in
+  place of the committed copies;
 - ``<!-- rankgate:stages -->``: the pipeline's stages as a table (``rankgate.pipeline``);
 - ``<!-- rankgate:suites -->``: each suite under suites/, its test modules and what each
   one's docstring says it proves;
@@ -32,6 +35,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from rankgate import codemap
 
 CLI_PAGE = "reference/cli.md"
 OPTIONS_PAGE = "reference/pytest-options.md"
@@ -319,6 +324,13 @@ def on_files(files, config):
 
     for name, make in PAGES.items():
         files.append(File.generated(config, name, content=make()))
+    # the code map's pages as the code says now, in place of the committed copies (which
+    # tests/test_codemap.py holds to the same text)
+    for name, text in codemap.pages().items():
+        committed = files.get_file_from_path(name)
+        if committed is not None:
+            files.remove(committed)
+        files.append(File.generated(config, name, content=text))
     return files
 
 
