@@ -39,7 +39,7 @@ def test_a_module_without_a_docstring_is_named(tmp_path):
     package = planted(tmp_path)
     (package / "sub" / "bare.py").write_text("X = 1\n")
     assert codemap.undocumented(package) == ["pkg/sub/bare.py"]
-    with pytest.raises(codemap.UndocumentedModules, match="pkg/sub/bare.py"):
+    with pytest.raises(codemap.UndocumentedModules, match=r"pkg/sub/bare\.py"):
         codemap.pages(package)
 
 
@@ -68,6 +68,8 @@ def test_a_stale_or_leftover_page_is_named(tmp_path):
 def test_the_site_navigation_lists_every_page_of_the_map():
     yaml = pytest.importorskip("yaml", reason="pyyaml is in the dev extra")
     nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
-    (section,) = [entry["Code map"] for entry in nav if isinstance(entry, dict) and "Code map" in entry]
+    (section,) = [
+        entry["Code map"] for entry in nav if isinstance(entry, dict) and "Code map" in entry
+    ]
     listed = sorted(page for entry in section for page in entry.values())
     assert listed == sorted(codemap.pages())

@@ -66,7 +66,8 @@ def _section(folder: Path, docs: dict[Path, str | None], packages: list[Path]) -
     lines = [f"## `{'.'.join(folder.parts)}`", "", _markdown(job(docs[folder / "__init__.py"])), ""]
     rows = [(path.name, docs[path]) for path in docs
             if path.parent == folder and path.name != "__init__.py"]  # fmt: skip
-    rows += [(f"{sub.name}/", docs[sub / "__init__.py"]) for sub in packages if sub.parent == folder]
+    rows += [(f"{sub.name}/", docs[sub / "__init__.py"])
+             for sub in packages if sub.parent == folder]  # fmt: skip
     if rows:
         lines += ["| module | its one job |", "|---|---|"]
         lines += [f"| `{module}` | {_markdown(job(doc))} |" for module, doc in rows]
@@ -82,7 +83,8 @@ def pages(package: Path = PACKAGE) -> dict[str, str]:
     if missing:
         raise UndocumentedModules(
             "modules with no docstring, so the code map cannot say their job: "
-            + ", ".join(missing) + "; give each a docstring whose first sentence says it"
+            + ", ".join(missing)
+            + "; give each a docstring whose first sentence says it"
         )
     docs = docstrings(package)
     packages = sorted({path.parent for path in docs})
@@ -126,7 +128,8 @@ def stale(docs_dir: Path, package: Path = PACKAGE) -> list[str]:
     missing), and those of a folder of the map that it would not write."""
     made = pages(package)
     wrong = [name for name, text in made.items()
-             if not (docs_dir / name).is_file() or (docs_dir / name).read_text() != text]  # fmt: skip
+             if not (docs_dir / name).is_file()
+             or (docs_dir / name).read_text() != text]  # fmt: skip
     extra = [f"{DIRECTORY}/{p.name}" for p in sorted((docs_dir / DIRECTORY).glob("*.md"))
              if f"{DIRECTORY}/{p.name}" not in made]  # fmt: skip
     return wrong + extra
@@ -162,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.check:
             wrong = stale(args.docs)
             for name in wrong:
-                print(f"{args.docs / name} is stale: run python -m rankgate.codemap", file=sys.stderr)
+                print(f"{args.docs / name} is stale: run python -m rankgate.codemap",
+                      file=sys.stderr)  # fmt: skip
             return 1 if wrong else 0
         for path in write(args.docs):
             print(path, file=sys.stderr)
