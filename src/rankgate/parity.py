@@ -132,7 +132,7 @@ class ParityReport:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Verdict:
+class ParityVerdict:
     """Every rank's report, as rank 0 sees them (other ranks see only ``ok``)."""
 
     ok: bool
@@ -195,8 +195,10 @@ def compare_tensor(  # 66 lines: each statistic beside the check it feeds, top t
     ref_norm = float(torch.linalg.vector_norm(ef).item())
     act_norm = float(torch.linalg.vector_norm(af).item())
     rel_l2 = err_norm / ref_norm if ref_norm > 0 else (0.0 if err_norm == 0 else math.inf)
-    cosine = float((af @ ef).item() / (act_norm * ref_norm)) if act_norm * ref_norm > 0 else (
-        1.0 if err_norm == 0 else 0.0
+    cosine = (
+        float((af @ ef).item() / (act_norm * ref_norm))
+        if act_norm * ref_norm > 0
+        else (1.0 if err_norm == 0 else 0.0)
     )
     problems = []
     if nan_count:
@@ -262,7 +264,7 @@ def compare(
     return ParityReport(rank=rank, tensors=tuple(rows))
 
 
-def verdict(report: ParityReport, group: dist.ProcessGroup | None = None) -> Verdict:
+def verdict(report: ParityReport, group: dist.ProcessGroup | None = None) -> ParityVerdict:
     """Collect every rank's report on rank 0; every rank learns the shared outcome.
 
     A collective: every rank of ``group`` must call it. Without an initialised process
@@ -270,12 +272,14 @@ def verdict(report: ParityReport, group: dist.ProcessGroup | None = None) -> Ver
     """
     if not (dist.is_available() and dist.is_initialized()):
         failing = () if report.ok else (report.rank,)
-        return Verdict(ok=report.ok, failing_ranks=failing, reports=(report,))
+        return ParityVerdict(ok=report.ok, failing_ranks=failing, reports=(report,))
     every: list = [None] * dist.get_world_size(group)
     dist.all_gather_object(every, report, group=group)
     failing = tuple(r.rank for r in every if not r.ok)
     mine = dist.get_rank(group) == 0
-    return Verdict(ok=not failing, failing_ranks=failing, reports=tuple(every) if mine else ())
+    return ParityVerdict(
+        ok=not failing, failing_ranks=failing, reports=tuple(every) if mine else ()
+    )
 
 
 def assert_parity(
@@ -286,7 +290,7 @@ def assert_parity(
     tolerance: Tolerance | Mapping[str, Tolerance] | None = None,
     min_fraction: float = 1.0,
     group: dist.ProcessGroup | None = None,
-) -> Verdict:
+) -> ParityVerdict:
     """:func:`compare` then :func:`verdict`; raise AssertionError on every rank if any failed.
 
     Rank 0's message carries every rank's diff; the others name the failing ranks and

@@ -11,7 +11,7 @@ from rankgate.dispatch.watch import Observation, Watched
 
 
 @dataclass(slots=True)
-class Ended:
+class JobEnded:
     """How a dispatched job ended, before its results are fetched."""
 
     job_id: str

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from rankgate.dispatch.ended import Ended
+from rankgate.dispatch.ended import JobEnded
 from rankgate.dispatch.interrupts import Interrupts, caught_interrupts
 from rankgate.dispatch.job import JobSpec
 from rankgate.dispatch.outcome import JobOutcome
@@ -96,7 +96,7 @@ def wait_for_job(
     *,
     say: Progress,
     interrupts: Interrupts | None = None,
-) -> Ended:
+) -> JobEnded:
     """Submit ``job``, watch it to its end, and release it, under one interrupt guard.
 
     Interrupts are held from before the submission until the release, so a Ctrl-C
@@ -112,14 +112,14 @@ def wait_for_job(
             found = target.find(job)
             if found is None:
                 refused = JobOutcome.INTERRUPTED if interrupts else JobOutcome.SUBMIT_ERROR
-                return Ended("", None, refused, [str(exc)])
+                return JobEnded("", None, refused, [str(exc)])
             job_id = found  # accepted, but its id never reached us: watch it all the same
             say(f"submitting failed ({exc}) after the target accepted {target.label(job_id)}")
         say(target.submitted(job, job_id))
         watched = watch(target, job_id, policy, say=say, interrupts=interrupts)
         notes = _said_by_the_target(watched) + target.explain(job_id, watched)
         notes += target.release(job_id)
-    return Ended(job_id, watched, watched.outcome, notes)
+    return JobEnded(job_id, watched, watched.outcome, notes)
 
 
 def _said_by_the_target(watched: Watched) -> list[str]:

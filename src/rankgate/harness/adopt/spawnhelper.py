@@ -32,7 +32,7 @@ ADOPTED_ATTR = "__rankgate_adopted__"
 _BACKENDS = {"gloo": "gloo", "nccl": "nccl"}
 
 
-class AdoptionError(RuntimeError):
+class HelperWorldError(RuntimeError):
     """An adopted helper called in a way its test's marker did not foresee."""
 
 
@@ -115,7 +115,7 @@ def _adopt(original, helper: SpawnHelper):
         given = bound.arguments
         world = _world_value(helper, given)
         if world != dist.get_world_size():
-            raise AdoptionError(
+            raise HelperWorldError(
                 f"{helper.target} was called for {world} ranks on a world of "
                 f"{dist.get_world_size()}: mark the test @pytest.mark.world({world})"
             )
