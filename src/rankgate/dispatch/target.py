@@ -28,17 +28,18 @@ from rankgate.dispatch.outcome import JobOutcome
 from rankgate.dispatch.profile import Profile
 from rankgate.dispatch.results import DispatchResult
 from rankgate.dispatch.watch import Progress, WaitPolicy, Watchable, Watched, watch
+from rankgate.errors import RankgateError
 
 
-class TargetError(RuntimeError):
+class TargetError(RankgateError, RuntimeError):
     """The target cannot be used at all (no API, no token, a client package missing)."""
 
 
-class SubmitError(RuntimeError):
+class SubmitError(RankgateError, RuntimeError):
     """The target did not accept the job; ``str()`` is its own message, verbatim."""
 
 
-class FetchError(RuntimeError):
+class FetchError(RankgateError, RuntimeError):
     """The job's folder could not be brought back (the results are then unknown)."""
 
 

@@ -27,6 +27,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from rankgate.errors import RankgateError
+
 END_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
@@ -115,7 +117,7 @@ def stop_all() -> None:
     _end_trees(procs)
 
 
-class CommandFailed(RuntimeError):
+class CommandFailed(RankgateError, RuntimeError):
     """A command exited non-zero, could not start or ran out of time.
 
     Carries the command, its code (127: no such program, 124: timed out) and, where it

@@ -15,6 +15,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
+from rankgate.errors import RankgateError
 from rankgate.harness.quarantine import STALE_PROPERTY
 from rankgate.harness.rankfiles import RUN_ID_PROPERTY
 from rankgate.harness.verdict_lines import (
@@ -72,7 +73,7 @@ def not_run_reason(message: str) -> str:
     return reason[:-1] if message.startswith("failed on ") and reason.endswith('"') else reason
 
 
-class ReportInputError(Exception):
+class ReportInputError(RankgateError):
     """An input file that cannot be used: missing, not XML, not JUnit, no rank."""
 
 

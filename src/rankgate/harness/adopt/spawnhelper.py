@@ -25,6 +25,7 @@ import sys
 import textwrap
 from collections.abc import Iterable
 
+from rankgate.errors import RankgateError
 from rankgate.harness.adopt.config import SpawnHelper, parse_spawn_helper
 from rankgate.harness.adopt.prelude import call_target, launcher_environment
 
@@ -32,7 +33,7 @@ ADOPTED_ATTR = "__rankgate_adopted__"
 _BACKENDS = {"gloo": "gloo", "nccl": "nccl"}
 
 
-class HelperWorldError(RuntimeError):
+class HelperWorldError(RankgateError, RuntimeError):
     """An adopted helper called in a way its test's marker did not foresee."""
 
 

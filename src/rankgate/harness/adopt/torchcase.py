@@ -32,6 +32,7 @@ import unittest
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from rankgate.errors import RankgateError
 from rankgate.harness.adopt import freshgroup, ownstore
 
 BASE_MODULE = "torch.testing._internal.common_distributed"
@@ -42,7 +43,7 @@ _redirecting = [0]
 """Above 0 while an adopted test runs on this rank (its set-up and tear-down in place)."""
 
 
-class ProcessGroupRequestError(RuntimeError):
+class ProcessGroupRequestError(RankgateError, RuntimeError):
     """A test asks its process group for what rankgate's world is not."""
 
 
