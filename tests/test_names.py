@@ -1,7 +1,10 @@
-"""Names in src/rankgate say one thing: no class name is defined twice.
+"""Names in src/rankgate say one thing: no class name is defined twice, and a module's
+file name that repeats in several packages means the same kind of module in each.
 
 A class name that two modules define means two things to a reader who meets it in a
-traceback, a docstring or an import; each class gets the name of what it is instead.
+traceback, a docstring or an import; each class gets the name of what it is instead. A
+repeated file name is allowed only where :data:`SAME_MEANING` says what it means in
+every package that has one.
 """
 
 from __future__ import annotations
@@ -38,3 +41,42 @@ def test_the_check_sees_a_class_defined_twice(tmp_path):
 
 def test_no_class_name_is_defined_twice_in_src():
     assert classes_defined_twice(SRC) == []
+
+
+SAME_MEANING = {
+    "options.py": "a part's command-line options (the harness's pytest options, a stage run's)",
+    "plugin.py": "a pytest plugin (the harness's, the shards')",
+    "reference.py": "the single-process reference a workload is checked against",
+    "reruns.py": "a harness mode's reruns of a failed world test (pool, in place)",
+    "session.py": "a harness mode's pytest session (pool, in place)",
+    "target.py": "a dispatch target (the seam every target implements, interLink's)",
+    "verdict.py": "the cross-rank verdict of one test (shared, and in place's as shown)",
+}
+"""Each file name that more than one package of src/rankgate has, and what it means in all."""
+
+
+def repeated_basenames(root: Path) -> dict[str, list[str]]:
+    """Each module file name (``__init__.py`` aside) found in more than one folder."""
+    where: dict[str, list[str]] = defaultdict(list)
+    for path in sorted(root.rglob("*.py")):
+        if path.name != "__init__.py":
+            where[path.name].append(str(path.parent.relative_to(root)))
+    return {name: folders for name, folders in where.items() if len(folders) > 1}
+
+
+def test_the_check_sees_a_repeated_basename(tmp_path):
+    for folder in ("a", "b", "b/c"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "__init__.py").write_text("")
+    (tmp_path / "a" / "results.py").write_text("")
+    (tmp_path / "b" / "c" / "results.py").write_text("")
+    (tmp_path / "b" / "only.py").write_text("")
+    assert repeated_basenames(tmp_path) == {"results.py": ["a", "b/c"]}
+
+
+def test_a_repeated_basename_means_one_thing():
+    unexplained = sorted(set(repeated_basenames(SRC)) - set(SAME_MEANING))
+    assert unexplained == [], (
+        "these file names repeat across packages of src/rankgate: rename the modules that "
+        "mean different things, or say in SAME_MEANING what they all mean"
+    )

@@ -51,7 +51,7 @@ from rankgate.bench.benchargs import (
     number_at_least,
 )
 from rankgate.bench.ranks import init_bench_group, run_meta, run_ranks
-from rankgate.bench.results import save_run
+from rankgate.bench.samples import save_run
 from rankgate.cliargs import UsageError, int_at_least, make_output_folder, run_module_main
 
 SAFE_ENV = {

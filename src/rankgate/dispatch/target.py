@@ -9,7 +9,7 @@ REST) implement it; nothing else in the package asks which target it has.
 :func:`run_job` is the round trip, the same for all: submit (finding a job the target
 accepted but whose id was lost), :func:`~rankgate.dispatch.watch.watch` it, release it,
 all under one interrupt guard, then fetch the results and build the
-:class:`~rankgate.dispatch.results.DispatchResult`. :func:`wait_for_job` is the first
+:class:`~rankgate.dispatch.job_result.DispatchResult`. :func:`wait_for_job` is the first
 half alone (the interLink canary needs no results).
 """
 
@@ -24,9 +24,9 @@ from typing import Protocol
 from rankgate.dispatch.ended import JobEnded
 from rankgate.dispatch.interrupts import Interrupts, caught_interrupts
 from rankgate.dispatch.job import JobSpec
-from rankgate.dispatch.outcome import JobOutcome
+from rankgate.dispatch.job_outcome import JobOutcome
+from rankgate.dispatch.job_result import DispatchResult
 from rankgate.dispatch.profile import Profile
-from rankgate.dispatch.results import DispatchResult
 from rankgate.dispatch.watch import Progress, WaitPolicy, Watchable, Watched, watch
 from rankgate.errors import RankgateError
 

@@ -15,8 +15,8 @@ from rankgate.cliargs import UsageError
 from rankgate.dispatch.profile import profile_problem
 from rankgate.pipeline import executor, stages
 from rankgate.pipeline.options import Options
-from rankgate.pipeline.outcome import Outcome
 from rankgate.pipeline.probe import Machine
+from rankgate.pipeline.stage_outcome import Outcome
 from rankgate.pipeline.stages import Stage
 
 _CPU_TIERS = "not gpu and not hpc and not container and not perf"

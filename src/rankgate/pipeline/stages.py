@@ -203,7 +203,7 @@ _INTERLINK_E2E = (
 )
 _JUNIT_MERGE = (
     "src/rankgate/report/junit.py",
-    "src/rankgate/report/shards.py",  # merge-junit --shards, a sharded dispatch's verdict
+    "src/rankgate/report/shard_merge.py",  # merge-junit --shards, a sharded dispatch's verdict
     "src/rankgate/report/merge_command.py",
     "src/rankgate/report/runs.py",  # which run's per-rank files a merge reads
     "src/rankgate/report/junitfile.py",

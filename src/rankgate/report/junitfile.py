@@ -141,7 +141,7 @@ class JUnitFile:
     per xdist worker."""
     shards: tuple[str, ...] = ()
     """A sharded run's merged file: one line per shard, where its job ran and how it ended
-    (its ``shard`` properties, :mod:`rankgate.report.shards`)."""
+    (its ``shard`` properties, :mod:`rankgate.report.shard_merge`)."""
     run_id: str = ""
     """The in-place launch that wrote it (its ``rankgate.run_id``); "" when unknown."""
     stale_quarantine: tuple[str, ...] = ()

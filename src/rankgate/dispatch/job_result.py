@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rankgate.dispatch.outcome import JobOutcome
+from rankgate.dispatch.job_outcome import JobOutcome
 from rankgate.report.junit import MergedReport, merge_files
 from rankgate.report.junitfile import ReportInputError, read_junit
 

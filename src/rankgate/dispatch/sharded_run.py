@@ -12,7 +12,7 @@
    before any job runs, so a shard whose job is lost still counts its tests, not run.
 3. The N jobs are submitted and waited for side by side (a thread each, one interrupt
    guard for all: a Ctrl-C cancels every shard), then fetched and merged
-   (:func:`rankgate.report.shards.merge_shards`).
+   (:func:`rankgate.report.shard_merge.merge_shards`).
 """
 
 from __future__ import annotations
@@ -27,15 +27,15 @@ from pathlib import Path
 
 from rankgate.dispatch.interrupts import caught_interrupts
 from rankgate.dispatch.job import JobSpec
-from rankgate.dispatch.outcome import JobOutcome
-from rankgate.dispatch.results import MERGED_NAME, DispatchResult, render_report
+from rankgate.dispatch.job_outcome import JobOutcome
+from rankgate.dispatch.job_result import MERGED_NAME, DispatchResult, render_report
 from rankgate.dispatch.target import Target, TargetError, run_job
 from rankgate.dispatch.watch import Progress, WaitPolicy
 from rankgate.harness.shards.durations import DurationsError, checked
 from rankgate.harness.shards.split import split
 from rankgate.proc.command import CommandFailed, finish
 from rankgate.report.junit import MergedReport
-from rankgate.report.shards import SHARD_FILE, ShardRun, merge_shards, shard_file
+from rankgate.report.shard_merge import SHARD_FILE, ShardRun, merge_shards, shard_file
 
 SNAPSHOT_NAME = "durations.in.json"
 """The durations a shard splits by, copied into its job folder before it is submitted."""
