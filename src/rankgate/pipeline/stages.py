@@ -147,6 +147,7 @@ CI entry point."""
 _PYTEST_RUN = (
     "conftest.py",
     "src/rankgate/__init__.py",
+    "src/rankgate/errors.py",  # every error's base
     "src/rankgate/pytest_plugin.py",
     "src/rankgate/harness/**",
     "src/rankgate/tomlfile.py",  # the quarantine list's reader
@@ -196,8 +197,9 @@ _INTERLINK_E2E = (
     *(
         f"src/rankgate/dispatch/{name}.py"
         for name in (
-            "__init__", "archive", "ended", "interrupts", "job", "outcome", "profile", "results",
-            "run", "sbatch", "shards", "shell", "slurm", "slurm_query", "target", "watch",
+            "__init__", "archive", "ended", "interrupts", "job", "job_outcome", "job_result",
+            "profile", "run", "sbatch", "sharded_run", "shell", "slurm", "slurm_query", "target",
+            "watch",
         )
     ),
 )
