@@ -30,8 +30,8 @@ and must not fit.
 Ranks: started here (one process per GPU, FileStore rendezvous); what each runs is
 :mod:`.attention_sweep`. A smaller world w runs on every rank at once, as world/w
 independent groups of w consecutive ranks doing the same work (no rank idles through
-another's sweep); group 0's figures are reported. Output: a table, ``--json`` (last line), ``--out DIR`` (attention.json,
-attention.txt, PNG plots).
+another's sweep); group 0's figures are reported. Output: a table, ``--json`` (last
+line), ``--out DIR`` (attention.json, attention.txt, PNG plots).
 """
 
 from __future__ import annotations
