@@ -16,6 +16,8 @@ import re
 import sys
 from pathlib import Path
 
+from rankgate.errors import RankgateError
+
 PAGE = "code-map.md"
 """The map's first page, under the docs folder."""
 DIRECTORY = "code-map"
@@ -25,7 +27,7 @@ PACKAGE = Path(__file__).resolve().parent
 _FIRST_SENTENCE = re.compile(r"(?<=\.)\s")
 
 
-class UndocumentedModules(Exception):
+class UndocumentedModules(RankgateError):
     """Modules the map cannot describe: they have no docstring."""
 
 

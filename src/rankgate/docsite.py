@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rankgate import codemap
+from rankgate.errors import RankgateError
 
 CLI_PAGE = "reference/cli.md"
 CLI_BENCH_PAGE = "reference/cli-bench.md"
@@ -55,7 +56,7 @@ WORD_LIMIT = 2500
 """The most words a page of the site may have: past it, the page is split by task."""
 
 
-class DocsiteError(Exception):
+class DocsiteError(RankgateError):
     """A placeholder this module cannot fill (a page or heading that is not there)."""
 
 
