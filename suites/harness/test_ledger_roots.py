@@ -62,9 +62,11 @@ def test_in_place_a_root_or_group_per_rank_is_named(tmp_path):
         timeout=180,
     )  # fmt: skip
     assert proc.returncode != 0
-    (case,) = [
-        c for c in ET.parse(tmp_path / "out" / "junit.rank0.xml").getroot().iter("testcase")
-    ]  # the run stops at the first hang
+    cases = {
+        c.get("name"): c
+        for c in ET.parse(tmp_path / "out" / "junit.rank0.xml").getroot().iter("testcase")
+    }
+    case = cases["test_root_per_rank"]
     message = case.find("failure").get("message")
     assert message.startswith("rank 0 hung ("), message
     assert ROOT.format(file="suite") in message, message
