@@ -112,3 +112,127 @@ def test_the_port_agreement_is_not_the_tests_collective(pytester, monkeypatch, a
             f"user code at test_planted.py:14) (world 2, backend {auto_backend})"
         ]
     )
+
+
+DIST2_HANG = """
+import os
+import socket
+import time
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.distributed._dist2 as dist2
+
+
+def meet_over_env():
+    # _dist2.new_group meets over env://: a launcher's (a sub-world's) MASTER_PORT, else
+    # one rank 0 finds free (the pool sets none)
+    if "MASTER_PORT" not in os.environ:
+        port = [None]
+        if dist.get_rank() == 0:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = [s.getsockname()[1]]
+        dist.broadcast_object_list(port)
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port[0]))
+
+
+@pytest.mark.world(2, backend="gloo")
+def test_first():  # in place at 4 ranks, ranks 0, 1 run it and ranks 2, 3 the next
+    pass
+
+
+@pytest.mark.world(2, backend="gloo", timeout=TIMEOUT)
+def test_hangs(rank):
+    meet_over_env()
+    pg = dist2.new_group("gloo", timedelta(seconds=60), "cpu")
+    t = torch.ones(1)
+    if rank == 0:
+        pg.allreduce(t, timeout=timedelta(seconds=60)).wait()  # rank 1 never reaches it
+    else:
+        time.sleep(1000)
+"""
+
+DIST2_CAUSE = (
+    "likely cause: rank {late} never issued all_reduce #1 on ranks [{ranks}] (float32[1]) "
+    "that rank {early} issued at test_{file}.py:{at}; {last} (now in user code at "
+    "test_{file}.py:{now})"
+)
+
+
+def test_a_hang_on_a_dist2_group_names_the_rank_that_never_came(inner):
+    # A group torch.distributed never registered: its ranks are every rank's (as large
+    # as the default group). Before, its ranks were unknown, nobody was missing from
+    # it, and the stacks named rank 0 (waiting in .wait(), a C++ call) first.
+    result = inner(DIST2_HANG.replace("TIMEOUT", "4"))
+    result.assert_outcomes(passed=1, failed=1)
+    last = "rank 1's last: broadcast_object_list #1 at test_inner.py:21"
+    cause = DIST2_CAUSE.format(
+        late=1, early=0, ranks="0, 1", file="inner", last=last, at=36, now=38
+    )
+    result.stdout.fnmatch_lines([f"ranks 0, 1 hung; {cause} (world 2, backend gloo)"])
+
+
+@pytest.mark.torch_dist
+@pytest.mark.parametrize("launched", [2, 4])
+def test_in_place_a_dist2_group_hang_names_the_rank_that_never_came(tmp_path, launched):
+    (tmp_path / "test_suite.py").write_text(DIST2_HANG.replace("TIMEOUT", "6").lstrip())
+    (tmp_path / "pytest.ini").write_text("[pytest]\nrankgate_rendezvous_timeout = 2\n")
+    proc = run_torchrun_pytest(
+        tmp_path, "-p", "no:randomly", "-q", "--junitxml=out/junit.xml", "test_suite.py",
+        ranks=launched, timeout=180,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    late, early = (1, 0) if launched == 2 else (3, 2)
+    last = f"rank {late} issued no collective"  # a launcher's MASTER_PORT: no agreement
+    cause = DIST2_CAUSE.format(
+        late=late, early=early, ranks=f"{early}, {late}", file="suite", last=last, at=36, now=38
+    )
+    for rank in (early, late):
+        (case,) = [
+            c for c in ET.parse(tmp_path / "out" / f"junit.rank{rank}.xml").getroot().iter("testcase")
+            if c.get("name") == "test_hangs"
+        ]  # fmt: skip
+        message = case.find("failure").get("message")
+        assert message.startswith(f"rank {rank} hung ("), message
+        assert message.endswith(cause), message
+
+
+SMALLER_GROUP_HANG = """
+import time
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.distributed.distributed_c10d import _get_default_store
+
+
+@pytest.mark.world(3, backend="gloo", timeout=4)
+def test_hangs(rank):
+    if rank == 2:
+        return  # not in the group
+    store = dist.PrefixStore("pair", _get_default_store())
+    pg = dist.ProcessGroupGloo(store, rank, 2, timedelta(seconds=60))  # ranks unknown
+    if rank == 0:
+        pg.allreduce([torch.ones(1)]).wait()  # rank 1 never reaches it
+    else:
+        time.sleep(1000)
+"""
+
+
+def test_a_rank_that_only_waits_is_never_named_first(inner):
+    # A group of a backend's constructor, smaller than the world: the ledger cannot say
+    # who is in it, so the stacks decide; rank 0's stack reads "in user code" (Work.wait()
+    # is C++), and its ledger says it waits in all_reduce there. Before, rank 0 came first.
+    result = inner(SMALLER_GROUP_HANG)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "ranks 0, 1 hung; rank 2 passed; likely cause: rank 1 in user code at "
+            "test_inner.py:19; rank 0 waiting in all_reduce at test_inner.py:17 (world 3, "
+            "backend gloo)"
+        ]
+    )

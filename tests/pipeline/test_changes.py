@@ -29,7 +29,7 @@ _FILES = (
     "src/rankgate/__init__.py",
     "src/rankgate/pipeline/stages.py",
     "src/rankgate/dispatch/cli.py",
-    "src/rankgate/dispatch/outcome.py",
+    "src/rankgate/dispatch/job_outcome.py",
     "src/rankgate/harness/pool.py",
     "src/rankgate/workloads/comm/p2p.py",
     "tests/dispatch/test_local_slurm.py",

@@ -147,6 +147,7 @@ CI entry point."""
 _PYTEST_RUN = (
     "conftest.py",
     "src/rankgate/__init__.py",
+    "src/rankgate/errors.py",  # every error's base
     "src/rankgate/pytest_plugin.py",
     "src/rankgate/harness/**",
     "src/rankgate/tomlfile.py",  # the quarantine list's reader
@@ -196,8 +197,9 @@ _INTERLINK_E2E = (
     *(
         f"src/rankgate/dispatch/{name}.py"
         for name in (
-            "__init__", "archive", "ended", "interrupts", "job", "outcome", "profile", "results",
-            "run", "sbatch", "shards", "shell", "slurm", "slurm_query", "target", "watch",
+            "__init__", "archive", "ended", "interrupts", "job", "job_outcome", "job_result",
+            "profile", "run", "sbatch", "sharded_run", "shell", "slurm", "slurm_query", "target",
+            "watch",
         )
     ),
 )
@@ -215,7 +217,7 @@ _LOCAL_SLURM_TESTS = (
 )  # fmt: skip
 _JUNIT_MERGE = (
     "src/rankgate/report/junit.py",
-    "src/rankgate/report/shards.py",  # merge-junit --shards, a sharded dispatch's verdict
+    "src/rankgate/report/shard_merge.py",  # merge-junit --shards, a sharded dispatch's verdict
     "src/rankgate/report/merge_command.py",
     "src/rankgate/report/runs.py",  # which run's per-rank files a merge reads
     "src/rankgate/report/junitfile.py",
