@@ -1,6 +1,6 @@
 """What a test run in place sees of its launch: the variables and the CUDA device of
 the whole world, of a sub-world and of a plain test (docs/running-in-place.md has the
-table, and ``suites/harness/test_inplace_subworld_env.py`` checks each row).
+table, and ``tests/harness/test_inplace_subworld_env.py`` checks each row).
 
 A sub-world looks like a launch of its own: its k ranks see RANK and WORLD_SIZE of a
 k-rank job, their own MASTER_ADDR/MASTER_PORT (a free port its first rank claimed, unique
