@@ -85,7 +85,7 @@ def add_options(parser: pytest.Parser) -> None:
         metavar="FILE",
         help="a TOML file of quarantined tests (id, reason, issue): they run, and their "
         "failures do not fail the run (overrides ini rankgate_quarantine; default: none; "
-        "docs/harness.md)",
+        "docs/reruns.md)",
     )
     add_shard_options(group)
     for name, (help_text, kind) in INI_OPTIONS.items():
