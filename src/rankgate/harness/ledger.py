@@ -351,7 +351,7 @@ def _wrap_method(op: str, original):
     """A ProcessGroup (or Backend) method recorded as ``op`` (:mod:`.ledger_methods`)."""
     from rankgate.harness.ledger_methods import wrap_method
 
-    return wrap_method(op, original)
+    return wrap_method(op, original, sys.modules[__name__])
 
 
 def _new_slot(slots: dict, group) -> list:
