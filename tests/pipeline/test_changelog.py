@@ -80,6 +80,7 @@ def test_the_notes_of_a_release_are_its_section():
             "CHANGELOG.md: '## 1.3.0' lists no change",
         ),
     ],
+    ids=["tag-is-not-the-version", "no-section", "undated", "empty"],
 )
 def test_a_tag_that_is_not_a_release_is_refused_naming_the_fix(text, tag, version, problem):
     with pytest.raises(ChangelogProblem) as refused:

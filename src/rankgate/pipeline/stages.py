@@ -302,6 +302,10 @@ _STAGES: dict[str, Stage] = {
                 "run an outside project on the wheel alone in a new environment."
             ),
             where=("local", "container"),
+            # It waits more than it computes: a wheel trial took 188 s of wall time for
+            # 32 CPU-s on 2 busy cores (pip unpacking torch, ranks starting), so the gate
+            # runs it in the background beside the others.
+            beside=True,
             slow=True,  # a build and a fresh environment with torch, whatever changed
             # dist/ holds the sdist and the wheel; package/ the trial's logs and outputs
             products=("package/merged.xml", "package/report/report.html"),

@@ -11,7 +11,8 @@ project plants a failure on rank 1; each step must give exactly :data:`EXPECTED`
 passing test passed, the planted one failed on rank 1 alone. A module or a file the
 wheel misses shows here as a step that cannot start, or gives another verdict.
 
-Outputs and each step's log go to ``package/`` under the run's output folder.
+Outputs, each step's log and the trial's lines (``trial.txt``) go to ``package/`` under
+the run's output folder.
 """
 
 from __future__ import annotations
@@ -56,10 +57,12 @@ EXPECTED = {
 """Every step's verdicts: test id -> (verdict, failing ranks)."""
 
 DROPPED = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV", "PYTEST_ADDOPTS",
-           "PYTEST_PLUGINS", "TRACEPARENT")  # fmt: skip
+           "PYTEST_PLUGINS", "TRACEPARENT", "PYTHONDONTWRITEBYTECODE")  # fmt: skip
 DROPPED_PREFIXES = ("RANKGATE_", "COV_CORE_", "COVERAGE_", "OTEL_", "PYTEST_XDIST_")
 """What this process's environment may carry that would reach into the checkout or its
-run (a path, the stage's output folder, coverage, traces): the trial runs without it."""
+run (a path, the stage's output folder, coverage, traces): the trial runs without it.
+Bytecode is written: the wheel and torch are installed without it (--no-compile), so the
+first process compiles what it imports and the later ones (ranks, pools) reuse it."""
 STEP_TIMEOUT_S = 600.0
 
 
@@ -256,9 +259,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         shutil.rmtree(where, ignore_errors=True)
+    lines.append(f"{wheel.name} works alone (logs in {out})")
+    (out / "trial.txt").write_text("".join(f"{line}\n" for line in lines))
     for line in lines:
         print(f"rankgate: wheel trial: {line}", flush=True)
-    print(f"rankgate: wheel trial: {wheel.name} works alone (logs in {out})", flush=True)
     return 0
 
 
