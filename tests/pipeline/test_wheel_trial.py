@@ -89,3 +89,16 @@ def test_a_temp_folder_inside_the_checkout_is_refused(tmp_path, monkeypatch):
     (tmp_path / "tmp").mkdir()
     with pytest.raises(SystemExit, match="is inside the checkout; set TMPDIR"):
         wheel_trial.main(["--wheel", str(tmp_path / "rankgate-1.0-py3-none-any.whl")])
+
+
+def test_a_command_that_gives_no_json_verdict_fails_its_step_with_its_output(tmp_path):
+    (tmp_path / "project").mkdir()
+    (tmp_path / "out").mkdir()
+    trial = Trial(venv=tmp_path / "venv", project=tmp_path / "project", out=tmp_path / "out")
+    said = "echo 'ModuleNotFoundError: No module named rankgate.report.merge_command' >&2; exit 1"
+    with pytest.raises(TrialFailed) as failed:
+        trial.step_json("merge-junit", ["sh", "-c", said], (1,))
+    assert str(failed.value) == (
+        f"merge-junit: exit code 1 and no JSON verdict ({tmp_path / 'out' / 'merge-junit.log'}):\n"
+        "    ModuleNotFoundError: No module named rankgate.report.merge_command"
+    )

@@ -27,6 +27,7 @@ import venv
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from rankgate.proc import command
 
@@ -109,6 +110,20 @@ class Trial:
                               f"({log}):\n{tail}")  # fmt: skip
         return done
 
+    def step_json(self, name: str, argv: list[str], codes: tuple[int, ...]) -> Any:
+        """Run a step whose stdout ends with one JSON value (a command's ``--json``)."""
+        done = self.step(name, argv, codes)
+        lines = done.stdout.strip().splitlines()
+        try:
+            return json.loads(lines[-1] if name == "rankgate-run" else done.stdout)
+        except (IndexError, json.JSONDecodeError):
+            said = (done.stdout + done.stderr).splitlines()[-15:]
+            tail = "\n".join(f"    {line}" for line in said)
+            raise TrialFailed(
+                f"{name}: exit code {done.returncode} and no JSON verdict "
+                f"({self.out / f'{name}.log'}):\n{tail}"
+            ) from None
+
 
 def torch_requirement() -> str:
     """``torch==<the version this environment runs>``: pip finds the same build (a local
@@ -155,8 +170,7 @@ def run_in_pool(trial: Trial) -> str:
     out = trial.out / "run"
     argv = [str(trial.bin / "rankgate"), "run", "--file", "test_outside.py",
             "--out", str(out), "--json"]  # fmt: skip
-    lines = trial.step("rankgate-run", argv, (1,)).stdout.strip().splitlines()
-    (outcome,) = json.loads(lines[-1])
+    (outcome,) = trial.step_json("rankgate-run", argv, (1,))
     counts = {"tests": 2, "passed": 1, "failed": 1}
     got = {key: outcome["tests"][key] for key in counts}
     if outcome["status"] != "failed" or got != counts:
@@ -179,7 +193,7 @@ def run_in_place(trial: Trial) -> str:
         raise TrialFailed(f"torchrun: the ranks' output does not say {named!r}")
     merge = [str(trial.bin / "rankgate"), "merge-junit", str(junit), "--world", "2",
              "-o", str(trial.out / "merged.xml"), "--json"]  # fmt: skip
-    merged = json.loads(trial.step("merge-junit", merge, (1,)).stdout)
+    merged = trial.step_json("merge-junit", merge, (1,))
     verdicts = {
         test["id"]: (test["verdict"],
                      tuple(sorted(int(r) for r, v in test["ranks"].items() if v == "failed")))
@@ -192,7 +206,7 @@ def report(trial: Trial) -> str:
     """``rankgate report`` of the merged in-place file."""
     argv = [str(trial.bin / "rankgate"), "report", str(trial.out / "merged.xml"),
             "--out", str(trial.out / "report"), "--json"]  # fmt: skip
-    summary = json.loads(trial.step("report", argv, (1,)).stdout)
+    summary = trial.step_json("report", argv, (1,))
     for page in ("report.html", "summary.md"):
         if not (trial.out / "report" / page).is_file():
             raise TrialFailed(f"report: wrote no {page}")
