@@ -34,10 +34,11 @@ def test_ci_runs_the_readme_test_command():
 
 
 def test_test_command_runs_every_stage_ci_can_run_here():
-    # Through the gate, which runs hpc and container in the background beside the others.
+    # Through the gate, which runs package, hpc and container in the background beside the
+    # others.
     # In full: the quick gate (nox -s gate alone) leaves out the tests and stages marked slow.
     assert readme_commands()[1].endswith(
-        "nox -s gate -- --full --only lint,unit,dist,hpc,container"
+        "nox -s gate -- --full --only lint,unit,dist,package,hpc,container"
     )
 
 

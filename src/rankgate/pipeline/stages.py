@@ -310,6 +310,37 @@ _STAGES: dict[str, Stage] = {
             ),
         ),
         Stage(
+            name="package",
+            description=(
+                "Build the sdist and the wheel, check them (twine, the checkout's files), and "
+                "run an outside project on the wheel alone in a new environment."
+            ),
+            where=("local", "container"),
+            # It waits more than it computes: a wheel trial took 188 s of wall time for
+            # 32 CPU-s on 2 busy cores (pip unpacking torch, ranks starting), so the gate
+            # runs it in the background beside the others.
+            beside=True,
+            slow=True,  # a build and a fresh environment with torch, whatever changed
+            # dist/ holds the sdist and the wheel; package/ the trial's logs and outputs
+            products=("package/merged.xml", "package/report/report.html"),
+            commands=(
+                Command(
+                    argv=(sys.executable, "-m", "rankgate.pipeline.distfiles"),
+                    label="sdist and wheel",
+                ),
+                Command(
+                    argv=(sys.executable, "-m", "rankgate.pipeline.wheel_trial"),
+                    label="wheel alone",
+                ),
+            ),
+            dagger="test-package",
+            workflow="ci.yml:package",
+            # The wheel is src/rankgate, README.md its long description. A new top-level
+            # file or folder, which MANIFEST.in may not put in the sdist, is under no
+            # stage's paths, so it runs every stage, this one too.
+            paths=("src/**", "pyproject.toml", "MANIFEST.in", "LICENSE", "README.md"),
+        ),
+        Stage(
             name="gpu",
             description="GPU tests (marker: gpu): here if CUDA GPUs are visible, else dispatched.",
             markers="gpu",
@@ -451,7 +482,7 @@ _STAGES: dict[str, Stage] = {
                     argv=("rankgate", "env-check"), label="env-check", module="rankgate.envcheck"
                 ),
             ),
-            includes=("lint", "unit", "dist", "gpu", "hpc", "bench", "container"),
+            includes=("lint", "unit", "dist", "package", "gpu", "hpc", "bench", "container"),
             dagger="release-gate",
             workflow="release.yml:release-gate",
         ),
