@@ -58,6 +58,7 @@ from rankgate.harness.pool.pool import (
     PoolStartError,
 )
 from rankgate.harness.pool.registry import PoolRegistry
+from rankgate.harness.pool.xdist_ranks import rank_budget_of_worker
 from rankgate.harness.pool.reruns import attempt_of, every_attempt_text
 from rankgate.harness.spec import resolve_backend, uses_gpus
 from rankgate.harness.verdict import (
@@ -137,7 +138,8 @@ class PoolSession:
             # mkdtemp per pytest process: xdist workers never share pool directories.
             self._base_dir = Path(tempfile.mkdtemp(prefix="rankgate-pools-"))
             settings = pool_settings(self.config)
-            self._registry = PoolRegistry(self._base_dir, settings)
+            budget = rank_budget_of_worker(self.config)
+            self._registry = PoolRegistry(self._base_dir, settings, budget)
         return self._registry
 
     def gpus(self) -> tuple[str, ...]:
@@ -177,23 +179,18 @@ class PoolSession:
         spec = item.stash.get(SPEC_KEY, None)
         if spec is None:
             return (yield)
-        gpus = self.gpus() if spec.backend != "gloo" else ()
-        backend = resolve_backend(spec.backend, spec.size, len(gpus))
-        if uses_gpus(backend) and len(gpus) < spec.size:
+        key = self._pool_key(spec)
+        if uses_gpus(key.backend) and not key.gpus:
             skip_at_test(
                 f"world({spec.size}, backend='nccl') needs {spec.size} GPUs; "
-                f"{len(gpus)} visible here"
+                f"{len(self.gpus())} visible here"
             )
         run = WorldRun(
             world=spec.size,
-            backend=backend,
+            backend=key.backend,
             seed=seed_for_test(self.base_seed, item.nodeid),
             base_seed=self.base_seed,
-            key=PoolKey(
-                world=spec.size,
-                backend=backend,
-                gpus=self.pool_gpus(gpus, spec.size) if uses_gpus(backend) else (),
-            ),
+            key=key,
         )
         item.stash[RUN_KEY] = run
         if run.key.gpus:
@@ -214,6 +211,17 @@ class PoolSession:
             return result
         run.task = build_task(item, run.seed, pool, baseline)  # FixtureCrossingError: setup error
         return result
+
+    def _pool_key(self, spec) -> PoolKey:
+        """The pool a world test runs on (no GPUs where it needs more than are visible)."""
+        gpus = self.gpus() if spec.backend != "gloo" else ()
+        backend = resolve_backend(spec.backend, spec.size, len(gpus))
+        on_gpus = uses_gpus(backend) and len(gpus) >= spec.size
+        return PoolKey(
+            world=spec.size,
+            backend=backend,
+            gpus=self.pool_gpus(gpus, spec.size) if on_gpus else (),
+        )
 
     def _lease_allowance(self, item: pytest.Item) -> float:
         """How long this test may hold its GPUs: every attempt's pool start and timeout."""
@@ -239,13 +247,17 @@ class PoolSession:
         return on_the_ranks
 
     @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_teardown(self, item: pytest.Item):
+    def pytest_runtest_teardown(self, item: pytest.Item, nextitem: pytest.Item | None):
         try:
             return (yield)
         finally:
             lease = item.stash.get(LEASE_KEY, None)
             if lease is not None:
                 lease.release()
+            if RUN_KEY in item.stash and self._registry is not None:
+                # Under a rank budget the pool the next test needs is kept; others may go.
+                spec = nextitem.stash.get(SPEC_KEY, None) if nextitem is not None else None
+                self._registry.release(keep=self._pool_key(spec) if spec else None)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function):
