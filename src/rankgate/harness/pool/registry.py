@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
 
@@ -14,6 +15,11 @@ MAX_LIVE_RANKS = 16
 
 GIVE_BACK_POLL_S = 0.05
 """Under a rank budget, how often an idle worker looks whether another one waits."""
+
+KEEP_IDLE_S = 0.5
+"""The pool the next test needs is kept while another worker waits only this long: xdist
+holds a worker's last test back until it sends more or ends the run, and a pool kept
+for it meanwhile would hold the waiting worker, and the run, for good."""
 
 
 class PoolRegistry:
@@ -40,6 +46,7 @@ class PoolRegistry:
         self._lock = threading.RLock()
         self._in_use: PoolKey | None = None
         self._keep: PoolKey | None = None
+        self._idle_since = time.monotonic()
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
         if budget is not None:
@@ -97,6 +104,7 @@ class PoolRegistry:
         """The test is done with its pool; ``keep`` is the pool the next test needs."""
         with self._lock:
             self._in_use, self._keep = None, keep
+            self._idle_since = time.monotonic()
 
     def _drop(self, key: PoolKey, kill: bool = False) -> None:
         pool = self._pools.pop(key)
@@ -126,7 +134,8 @@ class PoolRegistry:
                 continue
             if self._lock.acquire(blocking=False):  # a test starting a pool: next round
                 try:
-                    self._give_back_idle(keep=self._keep)
+                    idle_s = time.monotonic() - self._idle_since
+                    self._give_back_idle(keep=self._keep if idle_s < KEEP_IDLE_S else None)
                 finally:
                     self._lock.release()
 
