@@ -67,6 +67,11 @@ class Stage:
     """One line, shown by ``nox -l``, ``rankgate run --list`` and docs/pipeline.md's table."""
     markers: str = ""
     """pytest marker expression selecting the stage's tests ("" when it runs no pytest)."""
+    test_paths: tuple[str, ...] = ()
+    """Where its pytest collects, relative to the repository root (() = pytest's
+    testpaths, the whole tree): a stage whose tests live in a few folders collects only
+    those, instead of importing every test module to select a handful. tests/pipeline
+    checks that every test its markers select in the whole tree lies under them."""
     remote_markers: str = ""
     """Marker expression of a dispatched run, when it differs from ``markers`` ("" = the
     same): the tests every rank of the remote job runs in place. A stage whose local
@@ -319,6 +324,7 @@ _STAGES: dict[str, Stage] = {
                 "multi-rank CPU tests on the cluster's ranks."
             ),
             markers="hpc",
+            test_paths=("suites/dispatch", "suites/trainer"),
             # hpc tests start their own SLURM: on a cluster's ranks they would each start
             # one. World tests are the genuine multi-rank ones; "dist and not world" are
             # harness tests that spawn their own pytest/torchrun runs.
@@ -345,6 +351,7 @@ _STAGES: dict[str, Stage] = {
                 "baselines (this machine's kind; every kind's committed runs)."
             ),
             markers="perf",
+            test_paths=("tests/bench",),  # 8 tests: the whole tree's 2,868 cost 14 CPU-s to collect
             where=("local", "container"),
             products=(
                 "junit/bench.xml", "bench/harness.json", "bench/compare.json", "bench/compare.png",
@@ -390,6 +397,7 @@ _STAGES: dict[str, Stage] = {
                 "torchrun and mpirun in place."
             ),
             markers="container",
+            test_paths=("suites/pipeline",),
             where=("local",),
             needs=("container-engine",),
             beside=True,  # mostly an image build: package downloads and layer writes

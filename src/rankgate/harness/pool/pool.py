@@ -54,6 +54,16 @@ def _fork_context():
     return _context
 
 
+def start_fork_server_early() -> None:
+    """Start the fork server now, without waiting: its ``import torch`` (a second or two)
+    then runs beside collection and the plain tests before the first world test, on
+    another core, instead of in front of the first pool."""
+    from multiprocessing import forkserver
+
+    _fork_context()
+    forkserver.ensure_running()
+
+
 def threads_per_rank(world: int, cores: int | None = None, workers: int | None = None) -> int:
     """torch's intra-op threads for one rank: this process's share of the cores, split
     over the world.

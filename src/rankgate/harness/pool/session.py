@@ -56,6 +56,7 @@ from rankgate.harness.pool.pool import (
     PoolProtocolError,
     PoolSettings,
     PoolStartError,
+    start_fork_server_early,
 )
 from rankgate.harness.pool.registry import PoolRegistry
 from rankgate.harness.pool.xdist_ranks import rank_budget_of_worker
@@ -173,6 +174,10 @@ class PoolSession:
             cls = getattr(item, "cls", None)
             if cls is not None and SPEC_KEY in item.stash and cls not in self._class_baselines:
                 self._class_baselines[cls] = classstate.class_baseline(cls)
+        # Under xdist a worker learns which tests it runs only as they come.
+        if not hasattr(self.config, "workerinput") and not self.config.option.collectonly:
+            if any(SPEC_KEY in item.stash for item in session.items):
+                start_fork_server_early()
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_setup(self, item: pytest.Item):
