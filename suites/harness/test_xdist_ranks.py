@@ -62,9 +62,7 @@ def counts(tmp_path_factory):
 
 def _counts(base) -> dict[str, tuple[int, int]]:
     """Each world test's (world, live ranks of the run while it ran)."""
-    return {
-        f.name: tuple(map(int, f.read_text().split())) for f in (base / "counts").iterdir()
-    }
+    return {f.name: tuple(map(int, f.read_text().split())) for f in (base / "counts").iterdir()}
 
 
 def _workers_by_test(result) -> dict[str, str]:

@@ -59,8 +59,8 @@ from rankgate.harness.pool.pool import (
     start_fork_server_early,
 )
 from rankgate.harness.pool.registry import PoolRegistry
-from rankgate.harness.pool.xdist_ranks import rank_budget_of_worker
 from rankgate.harness.pool.reruns import attempt_of, every_attempt_text
+from rankgate.harness.pool.xdist_ranks import rank_budget_of_worker
 from rankgate.harness.spec import resolve_backend, uses_gpus
 from rankgate.harness.verdict import (
     StrayOutcome,
@@ -175,9 +175,10 @@ class PoolSession:
             if cls is not None and SPEC_KEY in item.stash and cls not in self._class_baselines:
                 self._class_baselines[cls] = classstate.class_baseline(cls)
         # Under xdist a worker learns which tests it runs only as they come.
-        if not hasattr(self.config, "workerinput") and not self.config.option.collectonly:
-            if any(SPEC_KEY in item.stash for item in session.items):
-                start_fork_server_early()
+        in_xdist_worker = hasattr(self.config, "workerinput")
+        runs_tests = not in_xdist_worker and not self.config.option.collectonly
+        if runs_tests and any(SPEC_KEY in item.stash for item in session.items):
+            start_fork_server_early()
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_setup(self, item: pytest.Item):

@@ -83,11 +83,12 @@ class XdistController:
         )
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
-        budget = RankBudget(self.directory(), self.limit)
-        terminalreporter.write_line(
-            f"rankgate: the workers' pools held at most {budget.peak()} rank processes at "
-            f"once (budget {self.limit})"
-        )
+        peak = RankBudget(self.directory(), self.limit).peak()
+        if peak:  # a run without world tests has nothing to say
+            terminalreporter.write_line(
+                f"rankgate: the workers' pools held at most {peak} rank processes at "
+                f"once (budget {self.limit})"
+            )
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:

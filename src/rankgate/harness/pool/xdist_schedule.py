@@ -54,7 +54,8 @@ class WorldAffinityScheduling(LoadScheduling):
         others = set().union(*(g for n, g in self._node_groups.items() if n is not node))
         chosen = [i for i in self.pending if groups[i] in mine][:num]
         if len(chosen) < num:
-            free = [i for i in self.pending if groups[i] is not None and groups[i] not in others | mine]
+            taken = others | mine
+            free = [i for i in self.pending if groups[i] is not None and groups[i] not in taken]
             if free and self._fits_beside_others(node, groups[free[0]], groups):
                 group = groups[free[0]]
                 chosen += [i for i in free if groups[i] == group][: num - len(chosen)]
