@@ -29,9 +29,9 @@ from rankgate.harness.pluginnames import (
     PER_PROCESS_FIXTURES,
     POOL_PLUGIN,
 )
+from rankgate.harness.pool import xdist_ranks
 from rankgate.harness.pool.interrupt import INTERRUPT_PLUGIN, InterruptRecord
 from rankgate.harness.pool.messages import RankValue
-from rankgate.harness.pool import xdist_ranks
 from rankgate.harness.pool.session import PoolSession
 from rankgate.harness.spec import (
     WorldMarkerError,
