@@ -41,7 +41,7 @@ def test_paths_given_to_the_run_replace_the_stages(monkeypatch):
     monkeypatch.chdir(ROOT)
     bench = stages.get("bench")
     assert collect_where(bench, ["-x"]) == list(bench.test_paths)
-    assert collect_where(bench, ["tests/bench/test_bench_cli.py::test_x"]) == []
+    assert collect_where(bench, ["tests/bench::test_x"]) == []
 
 
 def test_run_outside_the_repository_leaves_collection_to_pytest(monkeypatch, tmp_path):

@@ -340,7 +340,7 @@ _STAGES: dict[str, Stage] = {
                 "multi-rank CPU tests on the cluster's ranks."
             ),
             markers="hpc",
-            test_paths=("suites/dispatch", "suites/trainer"),
+            test_paths=("tests/dispatch", "suites/trainer"),
             # hpc tests start their own SLURM: on a cluster's ranks they would each start
             # one. World tests are the genuine multi-rank ones; "dist and not world" are
             # harness tests that spawn their own pytest/torchrun runs.
@@ -367,7 +367,7 @@ _STAGES: dict[str, Stage] = {
                 "baselines (this machine's kind; every kind's committed runs)."
             ),
             markers="perf",
-            test_paths=("tests/bench",),  # 8 tests: the whole tree's 2,868 cost 14 CPU-s to collect
+            test_paths=("tests/bench",),  # 8 tests; collecting all 2,868 cost 14 CPU-s
             where=("local", "container"),
             products=(
                 "junit/bench.xml", "bench/harness.json", "bench/compare.json", "bench/compare.png",
@@ -413,7 +413,7 @@ _STAGES: dict[str, Stage] = {
                 "torchrun and mpirun in place."
             ),
             markers="container",
-            test_paths=("suites/pipeline",),
+            test_paths=("tests/containers",),
             where=("local",),
             needs=("container-engine",),
             beside=True,  # mostly an image build: package downloads and layer writes

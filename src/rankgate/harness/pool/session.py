@@ -18,7 +18,6 @@ import shlex
 import shutil
 import signal
 import tempfile
-import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +44,7 @@ from rankgate.harness.item_settings import (
 )
 from rankgate.harness.outcome import RankOutcome
 from rankgate.harness.output import JUNIT_LIMIT, clip_text
-from rankgate.harness.pool import classstate, rankwarnings
+from rankgate.harness.pool import classstate, rankwarnings, stopsignals
 from rankgate.harness.pool.gpulease import GpuHeldTooLong, GpuLease
 from rankgate.harness.pool.gpus import gpu_block, visible_gpu_count, xdist_slot
 from rankgate.harness.pool.item_to_task import FixtureCrossingError, build_task, is_unittest
@@ -128,7 +127,7 @@ class PoolSession:
         self.flaky_policy = options.flaky_policy(config)
         self._registry: PoolRegistry | None = None
         self._base_dir: Path | None = None
-        self._previous_handlers = _end_the_session_on_stop_signals()
+        self._previous_handlers = stopsignals.end_the_session_on_stop_signals()
         self._gpus: tuple[str, ...] | None = None
         self._class_baselines: dict[type, dict] = {}
         self._setups: dict[int, tuple[Pool, set[str]]] = {}  # adopted set-ups each pool ran
@@ -408,37 +407,6 @@ class PoolSession:
         if self._base_dir is not None:
             shutil.rmtree(self._base_dir, ignore_errors=True)
             self._base_dir = None
-
-
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-
-
-def _end_the_session_on_stop_signals() -> dict:
-    """SIGTERM or SIGHUP (a CI cancel, a gate stopping its stage) end the session as
-    Ctrl-C does, so the pools end and their folder goes, instead of the process dying
-    with them left behind. Signals someone else handles are left to them."""
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-    _session_pid[0] = os.getpid()
-    previous = {}
-    for signum in STOP_SIGNALS:
-        if signal.getsignal(signum) is signal.SIG_DFL:
-            previous[signum] = signal.signal(signum, _stop_the_session)
-    return previous
-
-
-_session_pid = [0]
-"""The pytest process whose session the stop signals end."""
-
-
-def _stop_the_session(signum, frame) -> None:
-    signal.signal(signum, signal.SIG_DFL)  # a second one ends the process at once
-    if os.getpid() != _session_pid[0]:
-        # A process forked from pytest's (a project's own launcher, in a test rankgate did
-        # not adopt) inherited the handler: the signal ends it as it would have.
-        os.kill(os.getpid(), signum)
-        return
-    pytest.exit(f"rankgate: received {signal.Signals(signum).name}", returncode=128 + signum)
 
 
 def _warn_of_returned_values(nodeid: str, outcomes: list[RankOutcome]) -> None:
