@@ -68,10 +68,8 @@ class Stage:
     markers: str = ""
     """pytest marker expression selecting the stage's tests ("" when it runs no pytest)."""
     test_paths: tuple[str, ...] = ()
-    """Where its pytest collects, relative to the repository root (() = pytest's
-    testpaths, the whole tree): a stage whose tests live in a few folders collects only
-    those, instead of importing every test module to select a handful. tests/pipeline
-    checks that every test its markers select in the whole tree lies under them."""
+    """Folders its pytest collects (() = the whole tree); every test its markers select
+    must lie under them (tests/pipeline/test_stage_test_paths.py)."""
     remote_markers: str = ""
     """Marker expression of a dispatched run, when it differs from ``markers`` ("" = the
     same): the tests every rank of the remote job runs in place. A stage whose local
