@@ -90,6 +90,13 @@ def add_options(parser: pytest.Parser) -> None:
         "failures do not fail the run (overrides ini rankgate_quarantine; default: none; "
         "docs/reruns.md)",
     )
+    group.addoption(
+        "--rankgate-max-ranks",
+        default=None,
+        metavar="N",
+        help="under pytest-xdist: the most rank processes all workers' pools hold at once "
+        "(overrides ini rankgate_max_ranks; default: the CPUs this run may use)",
+    )
     add_shard_options(group)
     for name, (help_text, kind) in INI_OPTIONS.items():
         parser.addini(name, help_text, type=kind)
@@ -111,6 +118,11 @@ INI_OPTIONS: dict[str, tuple[str, str | None]] = {
         "seconds ranks wait for each other while joining the process group "
         f"(default {DEFAULT_RENDEZVOUS_TIMEOUT_S:g}); collectives in a test get the test's timeout "
         "plus a margin instead",
+        None,
+    ),
+    "rankgate_max_ranks": (
+        "under pytest-xdist: the most rank processes all workers' pools hold at once "
+        "(default: the CPUs this run may use)",
         None,
     ),
     "rankgate_subworld_local_rank": (

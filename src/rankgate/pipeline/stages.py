@@ -67,6 +67,9 @@ class Stage:
     """One line, shown by ``nox -l``, ``rankgate run --list`` and docs/pipeline.md's table."""
     markers: str = ""
     """pytest marker expression selecting the stage's tests ("" when it runs no pytest)."""
+    test_paths: tuple[str, ...] = ()
+    """Folders its pytest collects (() = the whole tree); every test its markers select
+    must lie under them (tests/pipeline/test_stage_test_paths.py)."""
     remote_markers: str = ""
     """Marker expression of a dispatched run, when it differs from ``markers`` ("" = the
     same): the tests every rank of the remote job runs in place. A stage whose local
@@ -366,6 +369,7 @@ _STAGES: dict[str, Stage] = {
                 "multi-rank CPU tests on the cluster's ranks."
             ),
             markers="hpc",
+            test_paths=("tests/dispatch", "suites/trainer"),
             # hpc tests start their own SLURM: on a cluster's ranks they would each start
             # one. World tests are the genuine multi-rank ones; "dist and not world" are
             # harness tests that spawn their own pytest/torchrun runs.
@@ -392,6 +396,7 @@ _STAGES: dict[str, Stage] = {
                 "baselines (this machine's kind; every kind's committed runs)."
             ),
             markers="perf",
+            test_paths=("tests/bench",),  # 8 tests; collecting all 2,868 cost 14 CPU-s
             where=("local", "container"),
             products=(
                 "junit/bench.xml", "bench/harness.json", "bench/compare.json", "bench/compare.png",
@@ -437,6 +442,7 @@ _STAGES: dict[str, Stage] = {
                 "torchrun and mpirun in place."
             ),
             markers="container",
+            test_paths=("tests/containers",),
             where=("local",),
             needs=("container-engine",),
             beside=True,  # mostly an image build: package downloads and layer writes
