@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-pytestmark = pytest.mark.slow  # pytest runs of their own
+pytestmark = [pytest.mark.dist, pytest.mark.slow]  # pytest runs of their own
 
 COUNT_RANKS = """
 import os
