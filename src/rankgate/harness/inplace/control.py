@@ -155,6 +155,10 @@ class ControlChannel:
             time.sleep(pause)
             pause = min(POLL_S, pause * 2)
 
+    def failed_peers(self, test_key, ranks) -> list[int]:
+        """Of ``ranks``, the others that marked test ``test_key`` failed (``failed_key``)."""
+        return [r for r in ranks if r != self.rank and self.peek(failed_key(test_key, r))]
+
     def end_together(self) -> bool:
         """At the run's end: hold every rank until rank 0 has written its summary
         (launchers kill the job when one rank exits non-zero), then until rank 0 knows
