@@ -534,7 +534,7 @@ def test_x_under_sub_worlds_names_every_test_once(x_run):
     # plain tests' ranks finish their shares. Before, the two were named nowhere.
     folder, proc, merged, report, _records = x_run
     assert proc.returncode == 1 and merged.returncode == 1, merged.stdout
-    verdicts = {test_id: test["outcome"] for test_id, test in by_id(report).items()}
+    verdicts = {test_id: test["verdict"] for test_id, test in by_id(report).items()}
     assert verdicts == {
         **{f"test_w2[{i}]": "passed" for i in (0, 2, 4)},
         "test_w2[1]": "failed",

@@ -56,9 +56,7 @@ def _run_in_place(folder: Path, *args: str) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "pytest", "test_suite.py", "--rankgate-mode=inplace",
                "-p", "no:randomly", "-p", "no:cacheprovider", "--junitxml=out/junit.xml",
                *args]  # fmt: skip
-    return subprocess.run(
-        command, cwd=folder, env=env, capture_output=True, text=True, timeout=300
-    )
+    return subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
 
 
 def _junit(path: Path) -> dict[str, tuple[str, set[str]]]:
@@ -98,12 +96,17 @@ def test_each_round_runs_judges_reruns_and_records(tmp_path):
 
 
 def test_x_stops_the_run_after_the_first_failed_round(tmp_path):
+    # The tests the stop left are "not run" in the rank's files (merge-junit names every
+    # collected test once) and errors on its terminal, as after any stop in place.
     proc = _run_in_place(tmp_path, "-x")
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "stopping after 1 failures" in proc.stdout
-    assert "1 failed, 1 passed" in proc.stdout.strip().splitlines()[-1]
+    assert "stopping after 1 failures (counted on every rank)" in proc.stdout
+    assert "1 failed, 1 passed, 2 errors" in proc.stdout.strip().splitlines()[-1]
     junit = _junit(tmp_path / "out" / "junit.rank0.xml")
     assert {name: outcome for name, (outcome, _) in junit.items()} == {
         "test_passes": "passed",
         "test_fails": "failure",
+        "test_flaky": "error",
+        "test_plain": "error",
     }
+    assert not (tmp_path / "marks" / "flaky").exists()  # it never ran

@@ -64,9 +64,7 @@ def test_a_verdict_step_does_not_run_once_a_stop_began():
     gate, played = StopGate(), _Round()
     gate.begin()
     outcome = []
-    thread = threading.Thread(
-        target=lambda: outcome.append(gate.run(played.verdict)), daemon=True
-    )
+    thread = threading.Thread(target=lambda: outcome.append(gate.run(played.verdict)), daemon=True)
     thread.start()
     thread.join(timeout=0.5)
     assert played.done == [] and outcome == [] and thread.is_alive()

@@ -22,7 +22,9 @@ class _Item:
 
     def __init__(self, name: str, world: int | None = None, *, every_rank: bool = False):
         self.nodeid = self.name = f"t.py::{name}"
-        self.stash = {} if world is None else {SPEC_KEY: WorldSpec(size=world, backend="gloo", timeout=None)}
+        self.stash = (
+            {} if world is None else {SPEC_KEY: WorldSpec(size=world, backend="gloo", timeout=None)}
+        )
         self._markers = {schedule.EVERY_RANK_MARKER} if every_rank else set()
 
     def get_closest_marker(self, name: str):

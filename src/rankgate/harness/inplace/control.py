@@ -102,6 +102,11 @@ class ControlChannel:
         except Exception:  # a store that answers otherwise: this rank's own
             return reason
 
+    def stop_here(self, reason: str) -> None:
+        """This rank runs no more tests (-x or --maxfail stopped it): a wait for it ends
+        (``abort/<rank>``), while the other ranks' runs go on."""
+        self.set(rank_abort_key(self.rank), reason)
+
     def aborted(self, scope=None) -> str | None:
         """Why the run was stopped (by one of ``scope``'s ranks), or None."""
         if scope is None:

@@ -46,29 +46,31 @@ class RunEnd:
         self.plan, self.records, self.tally = plan, records, tally
         self.stop, self.peers, self.notes = stop, peers, notes
 
-    def share_ended(self) -> None:
-        """This rank's share has ended or stopped: the rest "not run" after a stop; the
-        tally of what its terminal showed, for the others' last line; the others'
-        failures."""
-        if self.stop.aborted is not None:
-            self.records.report_not_run(self.stop.aborted)  # before the JUnit file is written
+    def share_ended(self, session: pytest.Session) -> None:
+        """This rank's share has ended or stopped: the rest "not run" after a stop (a
+        peer's, or -x/--maxfail's here); the tally of what its terminal showed, for the
+        others' last line; the others' failures, and their -x stop."""
+        stopped = self.stop.aborted or session.shouldfail
+        if stopped:
+            self.records.report_not_run(str(stopped))  # before the JUnit file is written
         self.tally.publish()  # before the ranks meet: each then finds every tally
         if self.stop.aborted is None:
-            self._learn_others_failures()
+            self._learn_others_failures(session)
 
-    def _learn_others_failures(self) -> None:
+    def _learn_others_failures(self, session: pytest.Session) -> None:
         """The tests that failed on ranks that did not share them with this one, for
-        its summary and exit status; the quarantine's outcomes and the durations of the
-        tests other ranks ran (rank 0 keeps the quarantine's history and the durations
-        file, --rankgate-store-durations)."""
-        first = self.plan.first_to_run
-        mine = [(nodeid, bad) for nodeid, bad in self.notes.failed_tests if first(nodeid)]
+        its summary and exit status, and the stop of a sub-world that -x or --maxfail
+        ended (its share's later tests are "not run"), for its stop line; the
+        quarantine's outcomes and the durations of the tests other ranks ran (rank 0
+        keeps the quarantine's history and the durations file)."""
+        first, lines = self.plan.first_to_run, self.notes.lines
+        mine = [(n, bad, lines.get(n, "")) for n, bad in self.notes.failed_tests if first(n)]
         quarantine = self.config.pluginmanager.get_plugin(QUARANTINE_PLUGIN)
         outcomes = {} if quarantine is None else quarantine.outcomes
         shards = self.config.pluginmanager.get_plugin(SHARD_PLUGIN)
         times = {} if shards is None else shards.times
         said = (mine, {n: o for n, o in outcomes.items() if first(n)},
-                {n: t for n, t in times.items() if first(n)})  # fmt: skip
+                {n: t for n, t in times.items() if first(n)}, session.shouldfail)  # fmt: skip
         try:
             everyone = self.control.all_gather(
                 "failures", said, timeout=MEET_TIMEOUT_S, gone=self.peers.ended_here
@@ -80,13 +82,15 @@ class RunEnd:
             return
         except PeerGone:
             return  # the launcher stops this rank next, naming the dead one
-        for theirs, their_outcomes, their_times in everyone:
-            for nodeid, bad in theirs:
+        for theirs, their_outcomes, their_times, their_stop in everyone:
+            for nodeid, bad, line in theirs:
                 if not self._ran_here(nodeid):
                     self.notes.add_failed(nodeid, bad)
-                    self.notes.add(nodeid, f"{verdict_lines.ranks(bad)} failed")
+                    self.notes.add(nodeid, line or f"{verdict_lines.ranks(bad)} failed")
             outcomes.update((n, o) for n, o in their_outcomes.items() if not self._ran_here(n))
             times.update((n, t) for n, t in their_times.items() if not self._ran_here(n))
+            if their_stop and not session.shouldfail:  # pytest's terminal says it
+                session.shouldfail = their_stop
 
     def _ran_here(self, nodeid: str) -> bool:
         return self.launch.rank in self.plan.ranks_of(nodeid)

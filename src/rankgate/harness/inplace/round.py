@@ -249,9 +249,12 @@ class TestRound:
         return self._finish
 
     def _finish(self) -> None:
-        """-x and --maxfail count the verdict, alike on every rank; the test ends."""
+        """-x and --maxfail count the verdict, alike on every rank of the test; the
+        test ends."""
         item = self.item
         self.kit.records.count_failure(item, self.shown)
+        if item.session.shouldfail:  # a rank that waits for this one stops waiting
+            self.kit.channel.stop_here(str(item.session.shouldfail))
         item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
 
     def _gather(self, name: str, value, *, timeout: float | None = None) -> list | None:

@@ -12,7 +12,10 @@ its share, with the ranks of its share. world(k) with k above the launched world
 skipped with a reason.
 
 Every rank shows and counts each test's cross-rank verdict (``verdict``), so
-``-x``/``--maxfail`` stop every rank after the same test. Beside its JUnit file each
+``-x``/``--maxfail`` stop every rank of a test after the same test; the ranks of other
+sub-worlds finish their shares (a rank that waits for a stopped one stops too), every
+rank's files name the tests it left "not run", and every terminal says the stop and
+names the tests other sub-worlds ran (``ending``). Beside its JUnit file each
 rank appends each test's outcome to its results file as the test ends (``records``,
 ``rankgate.harness.rankfiles``): a rank killed outright loses at most the test it was in, and
 merge-junit reads the rest from that file.
@@ -137,7 +140,7 @@ class InPlaceSession:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        self.parts.end.share_ended()
+        self.parts.end.share_ended(session)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True, specname="pytest_terminal_summary")
     def pytest_terminal_summary_counts(self, terminalreporter):

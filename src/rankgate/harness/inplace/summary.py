@@ -9,7 +9,12 @@ from typing import NamedTuple
 import pytest
 
 from rankgate.harness import verdict_lines
-from rankgate.harness.inplace.verdict import DISAGREE_PREFIX, Judged, Results
+from rankgate.harness.inplace.verdict import (
+    DISAGREE_PREFIX,
+    Judged,
+    Results,
+    cross_rank_problem,
+)
 from rankgate.harness.verdict_lines import NOT_RUN_PREFIX
 from rankgate.launch.env import LaunchEnv
 
@@ -29,6 +34,9 @@ class RunNotes:
         self.problems: list[Problem] = []
         self.failed_tests: list[tuple[str, list[int]]] = []
         """Each failed test's node id and the ranks that failed it."""
+        self.lines: dict[str, str] = {}
+        """A failed test's verdict in one line, as merge-junit words it: a rank that did
+        not run the test names it so."""
 
     def add(self, nodeid: str, text: str) -> None:
         """A problem to name at the end (no node id: why another rank stopped the run)."""
@@ -41,6 +49,9 @@ class RunNotes:
         """The ranks that failed a test, and what the other ranks add to its verdict."""
         if judged.failed:
             self.add_failed(nodeid, judged.failed)
+            # as a rank outside the test words it: every rank that failed it is another's
+            said = cross_rank_problem(judged.everyone, rank=-1) or ""
+            self.lines[nodeid] = said.split("\n", 1)[0]
         if judged.problem is not None:
             self.add(nodeid, judged.problem)
 
