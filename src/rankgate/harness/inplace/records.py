@@ -164,9 +164,9 @@ class RankRecords:
         xmlpath = self.config.option.xmlpath
         if entries is None or not xmlpath:
             return
+        classname, name = junit_names(item.nodeid)
         try:
-            path = ledger_path(xmlpath)
-            append_ledger(path, *junit_names(item.nodeid), entries, self.run_id)
+            append_ledger(ledger_path(xmlpath), classname, name, entries, self.run_id)
         except OSError:
             pass  # the verdicts shown here carry the divergence all the same
 
@@ -205,8 +205,8 @@ class RankRecords:
             for report in reports:
                 xml.pytest_runtest_logreport(report=report)
         if self._results is not None and results:
-            mine = own_result(reports)
             classname, name = junit_names(item.nodeid)
+            mine = own_result(reports)
             failed = [r for r in reports if r.failed or r.skipped]
             message = ""
             if failed and getattr(failed[0].longrepr, "reprcrash", None) is not None:

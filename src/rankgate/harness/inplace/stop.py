@@ -84,27 +84,19 @@ class RunStop:
         if not self.gate.claim():
             self.gate.stay()  # a signal is stopping this rank: it records and exits
         reason = f"rank {self.rank} stopped the run: {item.nodeid} {why}"
+        plan, nodeid = self.schedule, item.nodeid
+        key = plan.store_key(nodeid, self.running.attempt)
+        ranks = plan.ranks_of(nodeid)  # a sub-world's ranks only
         mine = divergence.renumbered(ledger.now(), self.members())
-        self.records.log_ledger(item, mine)
-        try:
-            self.control.abort(reason)
-            told = hang.ask_peers(
-                self.control,
-                item,
-                stacks,
-                key=self.schedule.store_key(item.nodeid, self.running.attempt),
-                ranks=self.schedule.ranks_of(item.nodeid),  # a sub-world's ranks only
-                mine=mine,
-            )
-        except Exception:  # the store is gone: name where this rank waits only
-            told = hang.alone(item, stacks, self.rank, mine)
-        own_text, shown_text = hang.hang_texts(
-            told,
-            self.rank,
-            why,
-            stacks,
-            hint=lambda waits: self.schedule.every_rank_hint(item.nodeid, mine, waits),
+        hints = (
+            plan.every_rank_hint(nodeid, mine, False),
+            plan.every_rank_hint(nodeid, mine, True),
         )
+        self.records.log_ledger(item, mine)
+        own_text, shown_text = hang.describe(
+            self.control, item, stacks, why, reason=reason, key=key, ranks=ranks, mine=mine,
+            hints=hints,
+        )  # fmt: skip
         self.last.write(item, reason, own_text, verdict="hung", shown_text=shown_text)
 
     def on_signal(self, signum: int) -> None:
