@@ -96,6 +96,7 @@ def ask_peers(
         if r != rank and channel.store.check([where_key + str(r)]):
             told.wheres[r] = channel.peek(where_key + str(r))
             told.ledgers[r] = channel.peek(ledger_key + str(r))  # set before its where
+    told.wheres = divergence.waits_per_ledger(told.wheres, told.ledgers)
     for r in ranks if key is not None else ():
         if r == rank or r in told.failed or r in told.wheres:
             continue

@@ -88,7 +88,9 @@ def start(config: pytest.Config, launch: LaunchEnv) -> Parts:
     hang_watch = HangWatch(launch.rank, os.fdopen(os.dup(2), "w"))
     log_dir = per_rank_files(config, launch.rank)
     _call_worker_setup(config, launch.rank)
-    group = InPlaceGroup(launch, options.rendezvous_timeout(config))
+    group = InPlaceGroup(
+        launch, options.rendezvous_timeout(config), options.subworld_local_rank(config)
+    )
     parts = _parts(config, launch, group, _agree_on_run_id(group.control), hang_watch, log_dir)
     tempdirs.warn_if_split(config, group.control)
     tempdirs.own_pytest_temp_root(config, launch.rank)
