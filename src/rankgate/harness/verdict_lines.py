@@ -69,6 +69,12 @@ NODE_ID_PROPERTY = "rankgate.nodeid"
 """A case's pytest node id (``path/to/test_x.py::Class::test``), which in-place ranks
 record: JUnit's classname mangles the path into dots and cannot be read back."""
 
+OUTCOME_PROPERTY = "rankgate.outcome"
+"""A case's outcome on an in-place rank where its JUnit element cannot say it: a pass
+under a non-strict xfail marker ("xpassed"), which pytest's JUnit writes as a plain pass.
+merge-junit reads it, so a rank's ``pytest.xfail()`` beside plain passes is a
+disagreement, and an xfail-marked test's pass beside another rank's xfail one failure."""
+
 WORLD_PROPERTY = "rankgate.world"
 """A world test's number of ranks, in the pool's JUnit and in every in-place rank's."""
 

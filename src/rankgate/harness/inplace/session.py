@@ -229,7 +229,9 @@ class InPlaceSession(ShareMixin):
         self.run_tests = len(planned)  # the run's, not this rank's share (shares.py)
         self.longest_timeout = max((self._timeout(i) for i, _ in planned), default=0.0)
         session.items[:] = [item for item, share in planned if self.launch.rank in share.ranks]
-        self.records.collected(session.items, self.ranks_of, self.group.body_backend)
+        self.records.collected(
+            session.items, self.ranks_of, self.group.body_backend, [i for i, _ in planned]
+        )
         heap.keep_out_of_collections(tests_ran=False)  # the test modules are in, none ran
 
     # -- running ----------------------------------------------------------------------

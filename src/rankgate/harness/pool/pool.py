@@ -22,7 +22,7 @@ from typing import Any
 
 from rankgate.harness import divergence, ledger, locks
 from rankgate.harness.item_settings import collective_timeout
-from rankgate.harness.outcome import BAD, RankOutcome, RankResult
+from rankgate.harness.outcome import BAD, OutcomeKind, RankOutcome
 from rankgate.harness.output import read_clipped
 from rankgate.harness.pool import ledgerdump, messages
 from rankgate.harness.pool.gpus import xdist_slot
@@ -368,7 +368,7 @@ class Pool:
             self.kill()  # the registry starts a fresh pool for the next test
         note = locks.release(held, hung_pids)
         for outcome in outcomes.values():
-            if note and outcome.outcome == RankResult.HUNG:
+            if note and outcome.outcome == OutcomeKind.HUNG:
                 outcome.detail = f"{outcome.detail}\n{note}"
         for r in self.ranks:
             outcome = outcomes[r.rank]
@@ -411,7 +411,7 @@ class Pool:
                 return RankOutcome(
                     rank=r.rank,
                     test_id=test_id,
-                    outcome=RankResult.CRASHED,
+                    outcome=OutcomeKind.CRASHED,
                     detail=describe_exit(r.process),
                 )
         return None
@@ -431,7 +431,7 @@ class Pool:
             outcomes[r.rank] = RankOutcome(
                 rank=r.rank,
                 test_id=test_id,
-                outcome=RankResult.HUNG,
+                outcome=OutcomeKind.HUNG,
                 detail=why,
                 stack=trim_harness_frames(read_clipped(r.stderr, before[r.rank])),
             )
