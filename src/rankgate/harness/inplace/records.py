@@ -26,6 +26,7 @@ from rankgate.harness.rankfiles import (
     append_ledger,
     ledger_path,
     plan_path,
+    rank_junit_path,
     results_path,
     write_plan,
 )
@@ -64,8 +65,7 @@ def per_rank_files(config: pytest.Config, rank: int) -> Path:
     xmlpath = config.option.xmlpath
     out_dir = (Path(xmlpath).parent if xmlpath else Path.cwd()).resolve()
     if xmlpath:
-        path = Path(xmlpath)
-        config.option.xmlpath = str(path.with_name(f"{path.stem}.rank{rank}{path.suffix}"))
+        config.option.xmlpath = str(rank_junit_path(xmlpath, rank))
     if rank != 0:
         out_dir.mkdir(parents=True, exist_ok=True)
         # Runs before the terminal reporter is created, which binds to sys.stdout.
