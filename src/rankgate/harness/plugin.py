@@ -20,6 +20,7 @@ from rankgate.harness import (
     hypothesis_bridge,
     options,
     rerun_bridge,
+    threads_left,
     timeout_bridge,
     unknown_options,
 )
@@ -110,6 +111,15 @@ def pytest_configure(config: pytest.Config) -> None:
     else:
         config.pluginmanager.register(PoolSession(config, ignored), POOL_PLUGIN)
         config.pluginmanager.register(InterruptRecord(config), INTERRUPT_PLUGIN)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_sessionfinish(session: pytest.Session):
+    """The session's final exit status: a process a test's thread would keep alive at exit
+    ends with it (:mod:`rankgate.harness.threads_left`)."""
+    result = yield
+    threads_left.session_ended(session.exitstatus)
+    return result
 
 
 def _mark_launch(xmlpath: str, launch) -> None:

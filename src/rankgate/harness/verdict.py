@@ -115,7 +115,8 @@ def headline(outcomes: list[RankOutcome], test_id: str) -> str:
     cause = verdict_lines.hang_cause(hung) or verdict_lines.left_running_cause(
         {o.rank: leaks.left_running_in(o.detail) for o in outcomes if o.outcome in BAD}
     )
-    return verdict_lines.with_cause(line, cause)
+    left = verdict_lines.after_test_cause({o.rank: o.detail for o in outcomes if o.outcome in BAD})
+    return verdict_lines.with_cause(verdict_lines.with_cause(line, cause), left)
 
 
 def _crash_place(stderr: str, test_file: str) -> str:

@@ -167,6 +167,24 @@ def left_running_cause(left: Mapping[int, str]) -> str:
     )
 
 
+AFTER_TEST = "rankgate: the test "
+"""How the failure of what a test left behind begins (``rankgate.harness.aftertest``)."""
+_NAMED_AFTER_TEST = re.compile(re.escape(AFTER_TEST) + r"(replaced |left \d+ threads? running)")
+
+
+def after_test_cause(texts: Mapping[int, str]) -> str:
+    """"ranks 0, 1 left 1 thread running: 'w' (started at t.py:7 in test_x)" from {rank:
+    its failure text}: the threads a test left running and the torch.distributed functions
+    it replaced, said in the headline as processes left running are ('' when none)."""
+    said: dict[str, list[int]] = {}
+    for rank, text in sorted(texts.items()):
+        for line in text.splitlines():
+            if _NAMED_AFTER_TEST.match(line):
+                phrase = line[len(AFTER_TEST) :].split(". ", 1)[0]
+                said.setdefault(phrase, []).append(rank)
+    return "; ".join(f"{ranks(members)} {phrase}" for phrase, members in said.items())
+
+
 _CAUSES = ("likely cause: ", "every hung rank waits in a collective: ", UNDECIDED)
 _HUNG_HEADLINE = re.compile(r"^rank \d+ hung( \(|;|$)")
 

@@ -34,7 +34,8 @@ from pathlib import Path
 import pytest
 from _pytest.runner import runtestprotocol
 
-from rankgate.harness import heap, leaks, ledger, options
+from rankgate.harness import heap, ledger, options
+from rankgate.harness.aftertest import AfterTestCheck
 from rankgate.harness.failure_repr import failure_repr
 from rankgate.harness.inplace import (
     collection,
@@ -79,7 +80,6 @@ from rankgate.harness.output import TERMINAL_LIMIT, clipped
 from rankgate.harness.rankstate import (
     EnvironmentSnapshot,
     WorkerSetupError,
-    after_test_problems,
     breaks_process_group,
     call_worker_setup,
     destroy_subgroups,
@@ -278,7 +278,7 @@ class InPlaceSession(ShareMixin):
             on_timeout=lambda stacks, why: self.stop.on_timeout(item, stacks, why),
             peer_failed=None if index is None else lambda: self._peer_failed(index),
         )
-        children = set(leaks.children())
+        check = AfterTestCheck()
         saved_env, saved_cwd = EnvironmentSnapshot(), os.getcwd()
         spec = world_spec(item)
         backend = spec.backend if spec is not None else self.backend
@@ -297,7 +297,8 @@ class InPlaceSession(ShareMixin):
                     reset_state(saved_env, saved_cwd)
             finally:
                 self.hang_watch.disarm()
-            problems = after_test_problems(children, self.group.current != schedule.NO_GROUP)
+            has_group = self.group.current != schedule.NO_GROUP
+            problems = check.problems(has_group, item.funcargs.values())
             if problems:
                 raise AfterTestProblem("\n".join(problems))
 

@@ -182,6 +182,8 @@ def cross_rank_problem(everyone: Results | list[RankResult], rank: int) -> str |
         # processes a test left running, named as the pool's headline names them
         left = {r: leaks.left_running_in(res.text) for r, res in everyone.items()}
         line = verdict_lines.with_cause(line, verdict_lines.left_running_cause(left))
+        bad = {r: res.text for r, res in everyone.items() if res.outcome in BAD}
+        line = verdict_lines.with_cause(line, verdict_lines.after_test_cause(bad))
     others_bad = [r for r, res in everyone.items() if res.outcome in BAD and r != rank]
     if others_bad:
         return line + "".join(

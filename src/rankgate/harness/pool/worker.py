@@ -29,10 +29,10 @@ import torch
 import torch.distributed as dist
 
 from rankgate.harness import heap, leaks, ledger
+from rankgate.harness.aftertest import AfterTestCheck
 from rankgate.harness.pool import ledgerdump, messages, rankcoverage, ranklogs, rankwarnings
 from rankgate.harness.rankstate import (
     EnvironmentSnapshot,
-    after_test_problems,
     breaks_process_group,
     call_worker_setup,
     destroy_subgroups,
@@ -145,6 +145,7 @@ def _run_test(
     destroy_subgroups()
     ledger.begin_test()
     saved_env, saved_cwd = EnvironmentSnapshot(), os.getcwd()
+    check = AfterTestCheck(children_before)
     start = time.perf_counter()
     outcome, detail, broke_group, returned = "passed", "", False, ""
     warned: list = []
@@ -178,7 +179,7 @@ def _run_test(
         sys.stdout.flush()
         sys.stderr.flush()
         reset_state(saved_env, saved_cwd)
-    problems = after_test_problems(children_before)
+    problems = check.problems()
     if problems:
         broke_group = broke_group or not dist.is_initialized()
         outcome, detail = "failed", "\n".join(filter(None, [detail, *problems]))
