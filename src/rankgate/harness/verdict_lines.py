@@ -173,7 +173,7 @@ _NAMED_AFTER_TEST = re.compile(re.escape(AFTER_TEST) + r"(replaced |left \d+ thr
 
 
 def after_test_cause(texts: Mapping[int, str]) -> str:
-    """"ranks 0, 1 left 1 thread running: 'w' (started at t.py:7 in test_x)" from {rank:
+    """ "ranks 0, 1 left 1 thread running: 'w' (started at t.py:7 in test_x)" from {rank:
     its failure text}: the threads a test left running and the torch.distributed functions
     it replaced, said in the headline as processes left running are ('' when none)."""
     said: dict[str, list[int]] = {}
@@ -183,6 +183,23 @@ def after_test_cause(texts: Mapping[int, str]) -> str:
                 phrase = line[len(AFTER_TEST) :].split(". ", 1)[0]
                 said.setdefault(phrase, []).append(rank)
     return "; ".join(f"{ranks(members)} {phrase}" for phrase, members in said.items())
+
+
+_PEERS_CRASHED = re.compile(r"^ranks? \d[\d, ]* crashed \(ended without a result")
+_OWN_RESULT = re.compile(r"^rank (\d+)'s own result before that: (\w+)$", re.MULTILINE)
+
+
+def own_result_before_peers_crashed(message: str, text: str, rank: int) -> str:
+    """A rank's own outcome of a test its peers died in ("passed"), from the record an
+    in-place rank writes when they do (its message "rank 1 crashed (ended without a
+    result ...)", its text "rank 0's own result before that: passed"); "" for any other
+    record. merge-junit words that rank by it, as the pool does ("rank 0 passed")."""
+    if not _PEERS_CRASHED.match(message):
+        return ""
+    for said_rank, outcome in _OWN_RESULT.findall(text):
+        if int(said_rank) == rank:
+            return outcome
+    return ""
 
 
 _CAUSES = ("likely cause: ", "every hung rank waits in a collective: ", UNDECIDED)

@@ -16,9 +16,12 @@ from dataclasses import dataclass
 from rankgate.harness import divergence, verdict_lines
 from rankgate.harness.attempts import ATTEMPTS_PROPERTY, FLAKY_PROPERTY, Attempt, decode
 from rankgate.harness.verdict_lines import INTERRUPTED_PREFIX, OUTCOME_PROPERTY
-from rankgate.harness.verdict_table import combine
+from rankgate.harness.verdict_table import FAILING, combine
 from rankgate.report.junitfile import CaseResult, join_texts, not_run_reason
 from rankgate.report.rankresults import crashed_in
+
+_FAILING_RANK = FAILING | {"error", "not run", "missing"}
+"""A rank's outcomes that make it one of a test's failing ranks."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +68,8 @@ class MergedTest:
     @property
     def failing_ranks(self) -> tuple[int, ...]:
         """Ranks that failed, errored, or lack the test."""
-        bad = [
-            r for r, res in self.results.items() if res.outcome in ("failed", "error", "not run")
-        ]
-        return tuple(sorted([*bad, *self.missing, *self.diverged]))
+        bad = [r for r, word in self.rank_outcomes.items() if word in _FAILING_RANK]
+        return tuple(sorted(bad))
 
     @property
     def rank_outcomes(self) -> dict[int, str]:
@@ -106,7 +107,10 @@ def worded_outcome(outcome: str, result: CaseResult | None) -> str:
         return "hung"
     if result.message.startswith(INTERRUPTED_PREFIX):
         return "interrupted"
-    return "crashed" if crashed_in(result.message) else outcome
+    if crashed_in(result.message):
+        return "crashed"
+    own = verdict_lines.own_result_before_peers_crashed(result.message, result.text, result.rank)
+    return own or outcome  # a rank whose peers died: its own outcome, as the pool says
 
 
 def _table_word(outcome: str, result: CaseResult | None) -> str:
