@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from rankgate.harness import heap, leaks, ledger
+from rankgate.harness import heap, hypothesis_bridge, leaks, ledger
 from rankgate.harness.aftertest import AfterTestCheck
 from rankgate.harness.pool import ledgerdump, messages, rankcoverage, ranklogs, rankwarnings
 from rankgate.harness.rankstate import (
@@ -254,7 +254,9 @@ def _format(exc: BaseException) -> str:
     kept = [
         f
         for f in frames
-        if str(Path(f.filename).resolve()) != own and not ledger.is_wrapper_file(f.filename)
+        if str(Path(f.filename).resolve()) != own
+        and not ledger.is_wrapper_file(f.filename)
+        and not hypothesis_bridge.is_bridge_file(f.filename)
     ]
     lines = ["Traceback (most recent call last):\n", *traceback.format_list(kept)]
     lines += traceback.format_exception_only(type(exc), exc)
