@@ -196,8 +196,8 @@ def merge_files(
     holders = _rank_holders(files)
     world_size = world_size or _world_from_files(files)
     per_test = _cases_by_test(files)
-    per_test.update(_unmentioned(files, picked.run_id, per_test))
     ranks = tuple(sorted({r for by_rank in per_test.values() for r in by_rank} | set(holders)))
+    per_test.update(_unmentioned(files, picked.run_id, per_test))
     expected = tuple(range(world_size)) if world_size else ranks
     beyond = [r for r in ranks if r not in expected]
     if beyond:
