@@ -11,7 +11,6 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rankgate.harness.attempts import ATTEMPTS_PROPERTY, FLAKY_PROPERTY, encode
 from rankgate.harness.quarantine import STALE_PROPERTY
@@ -28,16 +27,14 @@ from rankgate.harness.verdict_lines import (
 from rankgate.report.junitfile import XPASS_MESSAGE
 from rankgate.report.mergedtest import MergedTest
 
-if TYPE_CHECKING:
-    from rankgate.report.junit import MergedReport
-
 RERUN_PROPERTIES = (ATTEMPTS_PROPERTY, FLAKY_PROPERTY, RANKS_PROPERTY, OUTCOME_PROPERTY)
 """Written once per merged case, not once per rank (a rank's own outcome is in
 ``rank_outcomes``)."""
 
 
-def write_xml(report: MergedReport, path: str | Path) -> None:
-    """Write one JUnit file holding ``report``'s merged verdicts."""
+def write_xml(report, path: str | Path) -> None:
+    """Write one JUnit file holding ``report``'s merged verdicts (a
+    :class:`rankgate.report.junit.MergedReport`, which calls this)."""
     c = report.counts
     totals = {
         "tests": str(c["tests"]),
