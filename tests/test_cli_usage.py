@@ -155,7 +155,7 @@ def test_a_bad_input_file_is_one_line_and_exit_2(argv, line, inputs, monkeypatch
 
 
 def test_bench_help_names_every_benchmark(monkeypatch, capsys):
-    from rankgate.bench.cli import _BENCHMARKS
+    from rankgate.bench.bench_command import _BENCHMARKS
 
     monkeypatch.setattr(sys, "argv", ["rankgate"])
     with pytest.raises(SystemExit):

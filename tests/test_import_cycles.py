@@ -92,7 +92,7 @@ def test_src_has_no_import_cycle():
 
 
 FLOORS: tuple[tuple[str, ...], ...] = (
-    ("rankgate", "proc", "cliargs", "tomlfile"),  # the version, starting commands, arguments, TOML
+    ("rankgate", "errors", "proc", "cliargs", "tomlfile"),  # version, errors, commands, args, TOML
     ("launch",),  # rank environments and launcher commands
     ("harness", "workloads", "parity", "envcheck"),  # the plugin; what the suites exercise
     ("report",),  # results of runs: JUnit, summaries, launched jobs

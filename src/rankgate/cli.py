@@ -33,7 +33,7 @@ _SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "run the pipeline's stages here, or a narrower selection of tests (default: the gate)",
     ),
     "bench": (
-        "rankgate.bench.cli",
+        "rankgate.bench.bench_command",
         "run a benchmark (harness, comm, ledger, attention, packing) or compare results with "
         "a baseline (compare)",
     ),
@@ -46,7 +46,7 @@ _SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "merge the per-rank JUnit files of an in-place run into one verdict per test",
     ),
     "report": (
-        "rankgate.report.cli",
+        "rankgate.report.report_command",
         "summarise a run's JUnit and benchmark results as report.json, report.html and "
         "summary.md",
     ),

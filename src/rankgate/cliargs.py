@@ -16,10 +16,12 @@ import math
 import os
 from pathlib import Path
 
+from rankgate.errors import RankgateError
+
 USAGE_EXIT = 2
 
 
-class UsageError(Exception):
+class UsageError(RankgateError):
     """Input that this command cannot use, or a run that cannot happen here (one line)."""
 
 

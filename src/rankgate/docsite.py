@@ -33,6 +33,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from rankgate.errors import RankgateError
+
 CLI_PAGE = "reference/cli.md"
 OPTIONS_PAGE = "reference/pytest-options.md"
 HELP_COLUMNS = "100"
@@ -47,7 +49,7 @@ EXAMPLES = "examples"
 _LANGUAGES = {".py": "python", ".txt": "text", ".toml": "toml"}
 
 
-class DocsiteError(Exception):
+class DocsiteError(RankgateError):
     """A placeholder this module cannot fill (a page or heading that is not there)."""
 
 

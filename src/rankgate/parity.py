@@ -132,7 +132,7 @@ class ParityReport:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Verdict:
+class ParityVerdict:
     """Every rank's report, as rank 0 sees them (other ranks see only ``ok``)."""
 
     ok: bool
@@ -156,7 +156,7 @@ class Verdict:
         return "\n".join([head, *(r.describe() for r in self.reports)])
 
 
-def compare_tensor(  # 66 lines: each statistic beside the check it feeds, top to bottom
+def compare_tensor(
     name: str,
     actual: torch.Tensor,
     expected: torch.Tensor,
@@ -190,14 +190,7 @@ def compare_tensor(  # 66 lines: each statistic beside the check it feeds, top t
     index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), a.shape))
     within = diff <= tol.atol + tol.rtol * e.abs().where(finite, 0.0)
     fraction = float(within.double().mean().item())
-    af, ef = a[finite], e[finite]
-    err_norm = float(torch.linalg.vector_norm(af - ef).item())
-    ref_norm = float(torch.linalg.vector_norm(ef).item())
-    act_norm = float(torch.linalg.vector_norm(af).item())
-    rel_l2 = err_norm / ref_norm if ref_norm > 0 else (0.0 if err_norm == 0 else math.inf)
-    cosine = float((af @ ef).item() / (act_norm * ref_norm)) if act_norm * ref_norm > 0 else (
-        1.0 if err_norm == 0 else 0.0
-    )
+    rel_l2, cosine, rmse = _norm_statistics(a[finite], e[finite])
     problems = []
     if nan_count:
         problems.append(f"{nan_count} NaN (NaN never passes)")
@@ -215,13 +208,27 @@ def compare_tensor(  # 66 lines: each statistic beside the check it feeds, top t
         max_abs_index=index,
         actual_at_max=float(a.reshape(-1)[flat].item()),
         expected_at_max=float(e.reshape(-1)[flat].item()),
-        rmse=float(((af - ef) ** 2).mean().sqrt().item()) if af.numel() else 0.0,
+        rmse=rmse,
         rel_l2=rel_l2,
         fraction_within=fraction,
         cosine=cosine,
         tolerance=tol,
         min_fraction=min_fraction,
     )
+
+
+def _norm_statistics(af: torch.Tensor, ef: torch.Tensor) -> tuple[float, float, float]:
+    """Relative L2 error, cosine similarity and RMSE of the finite elements (flat, float64)
+    of the degree-N run (``af``) against the baseline's (``ef``)."""
+    err_norm = float(torch.linalg.vector_norm(af - ef).item())
+    ref_norm = float(torch.linalg.vector_norm(ef).item())
+    act_norm = float(torch.linalg.vector_norm(af).item())
+    rel_l2 = err_norm / ref_norm if ref_norm > 0 else (0.0 if err_norm == 0 else math.inf)
+    cosine = float((af @ ef).item() / (act_norm * ref_norm)) if act_norm * ref_norm > 0 else (
+        1.0 if err_norm == 0 else 0.0
+    )
+    rmse = float(((af - ef) ** 2).mean().sqrt().item()) if af.numel() else 0.0
+    return rel_l2, cosine, rmse
 
 
 def compare(
@@ -262,7 +269,7 @@ def compare(
     return ParityReport(rank=rank, tensors=tuple(rows))
 
 
-def verdict(report: ParityReport, group: dist.ProcessGroup | None = None) -> Verdict:
+def verdict(report: ParityReport, group: dist.ProcessGroup | None = None) -> ParityVerdict:
     """Collect every rank's report on rank 0; every rank learns the shared outcome.
 
     A collective: every rank of ``group`` must call it. Without an initialised process
@@ -270,12 +277,14 @@ def verdict(report: ParityReport, group: dist.ProcessGroup | None = None) -> Ver
     """
     if not (dist.is_available() and dist.is_initialized()):
         failing = () if report.ok else (report.rank,)
-        return Verdict(ok=report.ok, failing_ranks=failing, reports=(report,))
+        return ParityVerdict(ok=report.ok, failing_ranks=failing, reports=(report,))
     every: list = [None] * dist.get_world_size(group)
     dist.all_gather_object(every, report, group=group)
     failing = tuple(r.rank for r in every if not r.ok)
     mine = dist.get_rank(group) == 0
-    return Verdict(ok=not failing, failing_ranks=failing, reports=tuple(every) if mine else ())
+    return ParityVerdict(
+        ok=not failing, failing_ranks=failing, reports=tuple(every) if mine else ()
+    )
 
 
 def assert_parity(
@@ -286,7 +295,7 @@ def assert_parity(
     tolerance: Tolerance | Mapping[str, Tolerance] | None = None,
     min_fraction: float = 1.0,
     group: dist.ProcessGroup | None = None,
-) -> Verdict:
+) -> ParityVerdict:
     """:func:`compare` then :func:`verdict`; raise AssertionError on every rank if any failed.
 
     Rank 0's message carries every rank's diff; the others name the failing ranks and

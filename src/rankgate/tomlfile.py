@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rankgate.errors import RankgateError
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10: a dependency there (pyproject.toml)
     import tomli as tomllib  # type: ignore[no-redef]
 
 
-class TomlFileError(ValueError):
+class TomlFileError(RankgateError, ValueError):
     """The file cannot be read as TOML; the message starts with its path."""
 
 

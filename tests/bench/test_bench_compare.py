@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rankgate.bench import compare, results
+from rankgate.bench import compare, samples
 from rankgate.bench.kind import machine_description
 
 pytestmark = pytest.mark.unit
@@ -36,7 +36,7 @@ def harness_run(rows: dict[int, dict[str, float]], probes=(QUIET,)) -> str:
 
 def best_of_baseline(path: Path) -> dict[int, dict[str, float]]:
     """The baseline's own statistic per world: a run that exactly matches it."""
-    base = results.load(path)
+    base = samples.load(path)
     rows: dict[int, dict[str, float]] = {}
     for (metric, size), values in base.values.items():
         world = int(size.split()[1])
@@ -68,7 +68,7 @@ def run_compare(*args: str, env: dict | None = None, cwd: Path = ROOT) -> subpro
 
 def test_the_cpu_baseline_is_committed_with_its_thresholds_and_machine():
     base = json.loads((BASELINES / "cpu" / "harness.json").read_text())
-    assert base["format"] == results.BASELINE_FORMAT and base["benchmark"] == "harness"
+    assert base["format"] == samples.BASELINE_FORMAT and base["benchmark"] == "harness"
     assert base["machine"]["kind"] == "cpu" and base["machine"]["cpus"] >= 1
     gated = {m: s["threshold"] for m, s in base["metrics"].items() if s["threshold"] is not None}
     assert set(gated) == {"pool_median_ms", "pool_ms_per_test"}
@@ -99,7 +99,7 @@ def test_a_regression_within_the_cpu_threshold_passes(tmp_path):
     base_path = planted(BASELINES / "cpu" / "harness.json", tmp_path / "base.json", 1 / 1.2)
     new = tmp_path / "harness.json"
     new.write_text(harness_run(best_of_baseline(BASELINES / "cpu" / "harness.json")))
-    rows = compare.compare(results.load(base_path), results.load(new)).rows
+    rows = compare.compare(samples.load(base_path), samples.load(new)).rows
     gated = {round(r.change, 3) for r in rows if r.threshold is not None}
     assert gated == {0.2}
     # Within the threshold: same, or inconclusive where the baseline's own spread exceeds it.
@@ -158,7 +158,7 @@ def test_a_slow_run_on_a_contended_machine_is_noisy_not_a_regression(tmp_path):
     slow = {w: {m: v * 3 for m, v in row.items()} for w, row in best_of_baseline(base_path).items()}
     new = tmp_path / "harness.json"
     new.write_text(harness_run(slow, probes=(BUSY,)) + harness_run(slow))
-    comparison = compare.compare(results.load(base_path), results.load(new))
+    comparison = compare.compare(samples.load(base_path), samples.load(new))
     verdicts = {(r.metric, r.size): r.verdict for r in comparison.rows}
     assert verdicts[("pool_median_ms", "world 2 gloo")] == "noisy"
     assert comparison.regressions == ()
@@ -167,7 +167,7 @@ def test_a_slow_run_on_a_contended_machine_is_noisy_not_a_regression(tmp_path):
         "during a run)"
     )
     new.write_text(harness_run(slow))  # the same numbers on a quiet machine: regressions
-    assert len(compare.compare(results.load(base_path), results.load(new)).regressions) == 4
+    assert len(compare.compare(samples.load(base_path), samples.load(new)).regressions) == 4
 
 
 def test_best_of_repetitions_ignores_a_slowed_run(tmp_path):
@@ -176,7 +176,7 @@ def test_best_of_repetitions_ignores_a_slowed_run(tmp_path):
     slowed = {w: {m: v * 3 for m, v in row.items()} for w, row in best.items()}
     new = tmp_path / "harness.json"
     new.write_text(harness_run(slowed) + harness_run(best) + harness_run(slowed))
-    comparison = compare.compare(results.load(base_path), results.load(new))
+    comparison = compare.compare(samples.load(base_path), samples.load(new))
     gated = [r for r in comparison.rows if r.threshold is not None]
     assert {r.new_n for r in gated} == {3}
     assert [r.verdict for r in gated] == [
@@ -197,7 +197,7 @@ def test_best_of_repetitions_ignores_a_slowed_run(tmp_path):
 def test_a_change_within_a_baseline_spread_wider_than_the_threshold_is_inconclusive(
     base, new, verdict
 ):
-    metric = results.Metric(name="pool_ms", unit="ms", threshold=1.5, statistic="min")
+    metric = samples.Metric(name="pool_ms", unit="ms", threshold=1.5, statistic="min")
     row = compare._row(metric, "world 2", base, new, busy="")
     assert row.verdict == verdict
     line = compare.no_regression_line([compare.Comparison("harness", "b", "n", (row,))])
@@ -212,36 +212,36 @@ def test_a_change_within_a_baseline_spread_wider_than_the_threshold_is_inconclus
 
 
 def test_the_h200_comm_baseline_holds_the_committed_runs():
-    base = results.load(BASELINES / "nvidia-h200-x2" / "comm.json")
+    base = samples.load(BASELINES / "nvidia-h200-x2" / "comm.json")
     assert base.machine["kind"] == "nvidia-h200-x2" and base.machine["gpu"] == "NVIDIA H200"
     assert len(base.values[("graph_us", "all_reduce nccl fp32 1024")]) == 3  # run 8's rounds
     assert base.metrics["busbw"].better == "higher" and base.metrics["eager_us"].threshold is None
 
 
 def test_a_committed_h200_run_passes_and_a_20_percent_slower_one_fails(tmp_path):
-    base = results.load(BASELINES / "nvidia-h200-x2" / "comm.json")
+    base = samples.load(BASELINES / "nvidia-h200-x2" / "comm.json")
     run = json.loads((H200_RUNS / "run8-calibrated" / "bench_dense" / "comm.json").read_text())
     same = tmp_path / "same.json"
     same.write_text(json.dumps(run))
-    assert compare.compare(base, results.load(same)).regressions == ()
+    assert compare.compare(base, samples.load(same)).regressions == ()
     for row in run["results"]:
         if row["collective"] == "all_reduce" and row["backend"] == "nccl" and row["bytes"] == 4096:
             row["graph_rounds_us"] = [t * 1.2 for t in row["graph_rounds_us"]]
     slower = tmp_path / "slower.json"
     slower.write_text(json.dumps(run))
-    (regression,) = compare.compare(base, results.load(slower)).regressions
+    (regression,) = compare.compare(base, samples.load(slower)).regressions
     assert regression.describe().startswith("graph_us at all_reduce nccl fp32 4096: 20% slower (")
 
 
 def test_less_bandwidth_is_worse(tmp_path):
-    base = results.load(BASELINES / "nvidia-h200-x2" / "comm.json")
+    base = samples.load(BASELINES / "nvidia-h200-x2" / "comm.json")
     run = json.loads((H200_RUNS / "run8-calibrated" / "bench_dense" / "comm.json").read_text())
     for row in run["results"]:
         if row["backend"] == "nccl" and row["bytes"] == 1 << 30:
             row["eager_rounds_us"] = [t * 1.25 for t in row["eager_rounds_us"]]
     slower = tmp_path / "slower.json"
     slower.write_text(json.dumps(run))
-    (regression,) = compare.compare(base, results.load(slower)).regressions
+    (regression,) = compare.compare(base, samples.load(slower)).regressions
     assert regression.metric == "busbw" and regression.size == "all_reduce nccl fp32 1073741824"
     assert round(regression.change, 3) == 0.25 and round(regression.ratio, 3) == 0.8
 
@@ -282,7 +282,7 @@ def test_write_baseline_records_every_run_and_the_thresholds(tmp_path):
     out = tmp_path / "base" / "harness.json"
     done = run_compare("--write-baseline", str(out), "--threshold", "pool_median_ms=0.3", *runs)
     assert done.returncode == 0, done.stderr
-    base = results.load(out)
+    base = samples.load(out)
     assert base.values[("pool_median_ms", "world 2 gloo")] == [2.0, 2.4, 2.2]
     assert base.metrics["pool_median_ms"].threshold == 0.3
     assert base.metrics["pool_ms_per_test"].threshold == 0.15  # the default

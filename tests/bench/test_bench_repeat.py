@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from rankgate.bench import results
+from rankgate.bench.samples import load
 
 pytestmark = pytest.mark.perf
 
@@ -31,7 +31,7 @@ def test_repeated_runs_become_repetitions(tmp_path):
     ]
     saved = tmp_path / "harness.json"
     saved.write_text(done.stdout)
-    samples = results.load(saved)
+    samples = load(saved)
     assert len(samples.values[("pool_median_ms", "world 2 gloo")]) == 2
     assert len(samples.probes) == 2
     for probe in samples.probes:

@@ -27,9 +27,9 @@ from rankgate.dispatch.interlink.manifest import build_pod, pod_script
 from rankgate.dispatch.interlink.rest import InterlinkAPIError, InterlinkREST
 from rankgate.dispatch.interlink.target import InterlinkTarget
 from rankgate.dispatch.job import JobSpec
-from rankgate.dispatch.outcome import JobOutcome, Phase
+from rankgate.dispatch.job_outcome import JobOutcome, Phase
+from rankgate.dispatch.job_result import render_report
 from rankgate.dispatch.profile import ProfileError, profile_from_dict
-from rankgate.dispatch.results import render_report
 from rankgate.dispatch.run import describe_stage, run_stage
 
 pytestmark = pytest.mark.unit

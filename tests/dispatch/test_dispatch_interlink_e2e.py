@@ -12,9 +12,9 @@ import textwrap
 import pytest
 
 from conftest import TOKEN
-from rankgate.dispatch.outcome import JobOutcome
+from rankgate.dispatch.job_outcome import JobOutcome
+from rankgate.dispatch.job_result import render_report
 from rankgate.dispatch.profile import profile_from_dict
-from rankgate.dispatch.results import render_report
 from rankgate.dispatch.run import run_stage
 
 pytestmark = [pytest.mark.dist, pytest.mark.slow]
@@ -79,7 +79,7 @@ def test_two_shards_through_interlink_merge_into_one_verdict(
     """shards = 2 on interLink: two pods, one shard each, split by a durations file read in
     the pod's working folder, merged into one verdict."""
     from rankgate.dispatch.run import run_sharded_stage
-    from rankgate.dispatch.shards import render_sharded
+    from rankgate.dispatch.sharded_run import render_sharded
 
     suite = tmp_path / "suite"
     (suite / "test_remote.py").write_text(textwrap.dedent(SUITE))

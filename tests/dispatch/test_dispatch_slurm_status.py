@@ -14,7 +14,7 @@ import os
 
 import pytest
 
-from rankgate.dispatch.outcome import JobOutcome, Phase
+from rankgate.dispatch.job_outcome import JobOutcome, Phase
 from rankgate.dispatch.profile import profile_from_dict
 from rankgate.dispatch.shell import Shell
 from rankgate.dispatch.slurm import SlurmTarget

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from rankgate.dispatch.interrupts import caught_interrupts
-from rankgate.dispatch.outcome import JobOutcome, Phase
+from rankgate.dispatch.job_outcome import JobOutcome, Phase
 from rankgate.dispatch.watch import RETRY_MAX_S, Observation, WaitPolicy, retry_delay, watch
 
 pytestmark = pytest.mark.unit
@@ -179,7 +179,7 @@ PLANTED_SESSION = """
 import os
 import signal
 
-from rankgate.dispatch.outcome import JobOutcome, Phase
+from rankgate.dispatch.job_outcome import JobOutcome, Phase
 from rankgate.dispatch.watch import Observation, WaitPolicy, watch
 
 

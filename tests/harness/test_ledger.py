@@ -8,8 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+import torch.distributed as dist
 
-from rankgate.harness import ledger
+from rankgate.harness import ledger, ledger_methods
 
 pytestmark = pytest.mark.unit
 
@@ -78,6 +79,7 @@ def test_each_call_is_numbered_per_group_with_its_call_site(recorded):
         "line": line,
         "state": "completed",
         "reduce": "SUM",
+        "root": "",
     }
 
 
@@ -447,3 +449,31 @@ def test_a_call_site_deep_in_a_long_test_reads_its_own_line(recorded):
         torch.ones(1),
     )
     assert [r["line"] for r in ledger.snapshot()] == [*lines, sys._getframe().f_lineno - 3]
+
+
+def test_a_rooted_collective_records_its_root_in_either_form(recorded):
+    broadcast = ledger._wrap(
+        "broadcast",
+        lambda *a, **k: None,
+        inspect.signature(lambda tensor, src=None, group=None, async_op=False, group_src=None: 0),
+    )
+    t = torch.ones(2)
+    broadcast(t, src=1)
+    broadcast(t, group_src=0)
+    record = ledger_methods.wrap_method("broadcast", lambda self, *a, **k: None)
+    record(SUB, t, 1)  # pg.broadcast(t, root)
+    options = dist.BroadcastOptions()
+    options.rootRank = 0
+    record(SUB, [t], options)  # pg.broadcast([t], opts)
+    assert [r["root"] for r in ledger.snapshot()] == [
+        "src 1", "src group rank 0", "src 1", "src 0",
+    ]  # fmt: skip
+
+
+def test_a_methods_reduce_op_is_read_from_either_form(recorded):
+    allreduce = ledger_methods.wrap_method("all_reduce", lambda self, *a, **k: None)
+    t = torch.ones(2)
+    allreduce(SUB, t, dist.ReduceOp.MAX)  # pg.allreduce(t, op)
+    allreduce(SUB, t, op=dist.ReduceOp.MIN, timeout=None)
+    allreduce(SUB, [t])
+    assert [r["reduce"] for r in ledger.snapshot()] == ["MAX", "MIN", "SUM"]

@@ -29,10 +29,10 @@ _FILES = (
     "src/rankgate/__init__.py",
     "src/rankgate/pipeline/stages.py",
     "src/rankgate/dispatch/cli.py",
-    "src/rankgate/dispatch/outcome.py",
+    "src/rankgate/dispatch/job_outcome.py",
     "src/rankgate/harness/pool.py",
     "src/rankgate/workloads/comm/p2p.py",
-    "suites/dispatch/test_local_slurm.py",
+    "tests/dispatch/test_local_slurm.py",
     "containers/Containerfile",
 )
 _NO_GIT_ENV = {}  # no GITHUB_* variables: a pull request or a laptop
@@ -80,10 +80,10 @@ def plan(repo: Path, since: str = "main", env=None) -> changes.Plan:
 
 
 def test_a_dispatch_only_change_runs_lint_unit_and_hpc_and_says_why(repo):
-    edit(repo, "src/rankgate/dispatch/cli.py", "suites/dispatch/test_local_slurm.py",
+    edit(repo, "src/rankgate/dispatch/cli.py", "tests/dispatch/test_local_slurm.py",
          commit="dispatch: a fix")  # fmt: skip
     result = plan(repo)
-    assert result.files == ("src/rankgate/dispatch/cli.py", "suites/dispatch/test_local_slurm.py")
+    assert result.files == ("src/rankgate/dispatch/cli.py", "tests/dispatch/test_local_slurm.py")
     assert result.to_run == ("lint", "unit", "hpc")
     reasons = {d.stage: d.reason for d in result.decisions}
     assert reasons["lint"] == "src/rankgate/dispatch/cli.py matches **/*.py (+1 more)"

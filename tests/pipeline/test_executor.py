@@ -10,7 +10,7 @@ import pytest
 
 from rankgate.pipeline import executor, stage_commands, stages
 from rankgate.pipeline.options import Options
-from rankgate.pipeline.outcome import Outcome
+from rankgate.pipeline.stage_outcome import Outcome
 from rankgate.pipeline.table import FAILING_SHOWN
 from rankgate.proc import command as process
 from rankgate.report import runinfo

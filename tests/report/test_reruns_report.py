@@ -12,14 +12,14 @@ import pytest
 from rankgate.harness.attempts import ATTEMPTS_PROPERTY, FLAKY_PROPERTY, Attempt, encode
 from rankgate.harness.quarantine import FAILURE_PROPERTY, QUARANTINE_PROPERTY
 from rankgate.harness.verdict_lines import OUTCOME_PROPERTY
-from rankgate.pipeline.outcome import Outcome
+from rankgate.pipeline.stage_outcome import Outcome
 from rankgate.pipeline.table import summary_table
 from rankgate.report import present
 from rankgate.report.collect import ReportData
 from rankgate.report.html import render_html
+from rankgate.report.json_summary import stage_flaky, summarize
 from rankgate.report.junit import merge_junit, read_junit
 from rankgate.report.markdown import render_markdown
-from rankgate.report.summary import stage_flaky, summarize
 
 pytestmark = pytest.mark.unit
 

@@ -7,6 +7,7 @@ the results or the renderer, never the numbers in the block: ``--check`` (and
 ``tests/bench/test_bench_claims.py``) fails where a block differs from what its files
 say, and where a measured figure is typed outside any block in the sections
 ``TYPED_CHECKED`` names (the README's figures, the benchmarks page's comm and attention).
+The block format itself (find, render again, typed figures) is :mod:`.claim_blocks`.
 
 Usage::
 
@@ -18,13 +19,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import textwrap
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
+from rankgate.bench.claim_blocks import Claim, Loader, file_loader, render_doc, typed_figures
 from rankgate.bench.commreport import KERNEL_BACKEND, crossovers
 
 X2 = "benchmarks/results/nvidia-h200-x2"
@@ -58,20 +58,6 @@ BACKEND_NAMES = {"p2p-push": "push", "p2p-oneshot": "one-shot", "p2p-twoshot": "
                  "nccl": "NCCL"}  # fmt: skip
 KiB = 1 << 10
 MiB = 1 << 20
-
-Loader = Callable[[str], object]
-"""Reads a result file by its path in the repository: JSON parsed, text as text."""
-
-
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """One rendered block: where it lives, what it is made from, how."""
-
-    name: str
-    doc: str
-    sources: tuple[str, ...]
-    render: Callable[[Loader], str]
-
 
 # --- helpers -----------------------------------------------------------------------------
 
@@ -435,59 +421,6 @@ TYPED_CHECKED = {
     BENCH_PAGE: ("## The communication layer", "## `rankgate bench attention`"),
 }
 """Sections of a doc where a measured figure outside any block is an error."""
-_MEASURED = re.compile(
-    r"\d[\d.,]*\s?(?:us\b|\u00b5s|ms\b|GB/s|GiB\b|KiB per|%|[x\u00d7](?![A-Za-z0-9]))"
-)
-
-
-# --- blocks in a doc -----------------------------------------------------------------------
-
-
-def _block(name: str) -> re.Pattern:
-    name = re.escape(name)
-    return re.compile(rf"(<!-- claims:{name} -->\n)(.*?)(\n<!-- /claims:{name} -->)", re.S)
-
-
-def file_loader(root: Path) -> Loader:
-    def load(path: str):
-        text = (root / path).read_text()
-        return json.loads(text) if path.endswith(".json") else text
-
-    return load
-
-
-def render_doc(text: str, doc: str, load: Loader) -> tuple[str, list[str]]:
-    """``text`` with every block of ``doc`` rendered again, and the problems found."""
-    problems = []
-    for claim in (c for c in CLAIMS if c.doc == doc):
-        match = _block(claim.name).search(text)
-        if match is None:
-            problems.append(f"{doc}: block {claim.name} is missing")
-            continue
-        fresh = claim.render(load)
-        if match.group(2) != fresh:
-            problems.append(
-                f"{doc}: block {claim.name} differs from {', '.join(claim.sources)}"
-            )
-            text = text[: match.start(2)] + fresh + text[match.end(2) :]
-    return text, problems
-
-
-def typed_figures(text: str, doc: str) -> list[str]:
-    """Measured figures typed outside blocks, in the sections ``TYPED_CHECKED`` names."""
-    found = []
-    for heading in TYPED_CHECKED.get(doc, ()):
-        start = text.find(heading)
-        if start < 0:
-            found.append(f"{doc}: section {heading!r} not found")
-            continue
-        end = text.find("\n## ", start + 1)
-        section = text[start : end if end > 0 else len(text)]
-        section = re.sub(r"<!-- claims:(\S+) -->\n.*?<!-- /claims:\1 -->", "", section, flags=re.S)
-        section = re.sub(r"`[^`]*`", "", section)  # commands and paths, not figures
-        for match in _MEASURED.finditer(section):
-            found.append(f"{doc}: {heading!r}: typed figure {match.group(0)!r}; render it")
-    return found
 
 
 def check(root: Path, load: Loader | None = None, texts: dict[str, str] | None = None) -> list[str]:
@@ -496,7 +429,8 @@ def check(root: Path, load: Loader | None = None, texts: dict[str, str] | None =
     problems = []
     for doc in dict.fromkeys(c.doc for c in CLAIMS):
         text = texts[doc] if texts and doc in texts else (root / doc).read_text()
-        problems += render_doc(text, doc, load)[1] + typed_figures(text, doc)
+        problems += render_doc(text, doc, load, CLAIMS)[1]
+        problems += typed_figures(text, doc, TYPED_CHECKED.get(doc, ()))
     return problems
 
 
@@ -514,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
     load = file_loader(args.root)
     for doc in dict.fromkeys(c.doc for c in CLAIMS):
         path = args.root / doc
-        text, problems = render_doc(path.read_text(), doc, load)
+        text, problems = render_doc(path.read_text(), doc, load, CLAIMS)
         missing = [p for p in problems if p.endswith("is missing")]
         for problem in missing:
             print(f"rankgate claims: {problem}", file=sys.stderr)

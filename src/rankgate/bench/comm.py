@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 
 from rankgate.bench.commoptions import FORCED, CommOptions, add_arguments
 from rankgate.bench.ranks import init_bench_group, run_meta, run_ranks
-from rankgate.bench.results import save_run
+from rankgate.bench.samples import save_run
 from rankgate.cliargs import UsageError, make_output_folder, run_module_main
 
 if TYPE_CHECKING:  # torch is imported inside the ranks only

@@ -59,23 +59,7 @@ def crossovers(results: list[dict]) -> dict:
     same round; a round times every backend back to back, so the host's drift between
     rounds, which moves both times alike, leaves the ratio.
     """
-    table: dict[str, dict[int, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
-    per_round: dict[str, dict[int, dict[str, list]]] = defaultdict(lambda: defaultdict(dict))
-    chosen: dict[str, dict[int, str]] = defaultdict(dict)
-    for r in results:
-        if r["collective"] != "all_reduce":
-            continue
-        if r["backend"] in SINGLE[1:] and r.get("path") == "nccl":
-            continue
-        for mode in ("eager", "graph"):
-            if r[f"{mode}_us"] is not None:
-                table[mode][r["bytes"]][r["backend"]] = r[f"{mode}_us"]
-            if len(r.get(f"{mode}_rounds_us") or []) > 1:
-                per_round[mode][r["bytes"]][r["backend"]] = r[f"{mode}_rounds_us"]
-            if r["backend"] == "auto":
-                path = r.get("path") if mode == "eager" else r.get("graph_path")
-                if path is not None:  # None: not known (a table read back shows no graph path)
-                    chosen[mode][r["bytes"]] = KERNEL_BACKEND.get(path or "nccl", "")
+    table, per_round, chosen = _all_reduce_times(results)
     out: dict = {}
     for mode, by_size in table.items():
         best, ratio, paired, choice, ranges = {}, {}, {}, {}, []
@@ -110,6 +94,30 @@ def crossovers(results: list[dict]) -> dict:
     return out
 
 
+def _all_reduce_times(results: list[dict]) -> tuple[dict, dict, dict]:
+    """The all_reduce rows read for :func:`crossovers`, per mode and size: each backend's
+    time, each backend's per-round times (runs of several rounds), and the single
+    backend running the kernel auto chose."""
+    table: dict[str, dict[int, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
+    per_round: dict[str, dict[int, dict[str, list]]] = defaultdict(lambda: defaultdict(dict))
+    chosen: dict[str, dict[int, str]] = defaultdict(dict)
+    for r in results:
+        if r["collective"] != "all_reduce":
+            continue
+        if r["backend"] in SINGLE[1:] and r.get("path") == "nccl":
+            continue
+        for mode in ("eager", "graph"):
+            if r[f"{mode}_us"] is not None:
+                table[mode][r["bytes"]][r["backend"]] = r[f"{mode}_us"]
+            if len(r.get(f"{mode}_rounds_us") or []) > 1:
+                per_round[mode][r["bytes"]][r["backend"]] = r[f"{mode}_rounds_us"]
+            if r["backend"] == "auto":
+                path = r.get("path") if mode == "eager" else r.get("graph_path")
+                if path is not None:  # None: not known (a table read back shows no graph path)
+                    chosen[mode][r["bytes"]] = KERNEL_BACKEND.get(path or "nccl", "")
+    return table, per_round, chosen
+
+
 def _worst_1k_1g(ratios: dict[int, float]) -> float | None:
     return max((v for k, v in ratios.items() if (1 << 10) <= k <= (1 << 30)), default=None)
 
@@ -120,7 +128,7 @@ def _cell(value, width, fmt):
 
 def table(result: dict, references: dict) -> str:
     """The nccl-tests-style text: a header, one block per (collective, backend), the
-    crossovers. One function (64 lines), so the layout reads top to bottom."""
+    crossovers."""
     meta = result["meta"]
     lines = [
         f"# rankgate bench comm: world {meta['world']}, {meta.get('gpu', 'CPU')}, "
@@ -138,42 +146,53 @@ def table(result: dict, references: dict) -> str:
     for r in result["results"]:
         groups[(r["collective"], r["backend"])].append(r)
     for (collective, backend), rows in groups.items():
-        ref = references.get(collective, {})
-        beside = any("nccl_tests" in r for r in rows)
-        lines += [
-            "#",
-            f"# {collective}  backend {backend}",
-            f"#{'size':>11} {'count':>12} {'type':>9} {'redop':>6} {'root':>5}"
-            f" {'path':>8} | {'time':>9} {'algbw':>7} {'busbw':>7} {'#wrong':>6}"
-            f" | {'graph':>9} {'algbw':>7} {'busbw':>7}"
-            + (f" | {'ref time':>9} {'ref bus':>7} {'t/ref':>6}" if ref else "")
-            + (f" | {'nt time':>9} {'t/nt':>6} {'nt graph':>9} {'g/nt':>6}" if beside else ""),
-            f"#{'(B)':>11} {'(elements)':>12} {'':>9} {'':>6} {'':>5} {'':>8}"
-            f" | {'(us)':>9} {'(GB/s)':>7} {'(GB/s)':>7} {'':>6}"
-            f" | {'(us)':>9} {'(GB/s)':>7} {'(GB/s)':>7}"
-            + (f" | {'(us)':>9} {'(GB/s)':>7} {'':>6}" if ref else "")
-            + (f" | {'(us)':>9} {'':>6} {'(us)':>9} {'':>6}" if beside else ""),
-        ]
-        for r in rows:
-            line = (
-                f" {r['bytes']:>11} {r['count']:>12} {_TYPES.get(r['dtype'], r['dtype']):>9}"
-                f" {_REDOP.get(collective, 'none'):>6} {_ROOT.get(collective, -1):>5}"
-                f" {r['path'] or '-':>8} | {_cell(r['eager_us'], 9, '.2f')}"
-                f" {_cell(r['eager_algbw'], 7, '.2f')} {_cell(r['eager_busbw'], 7, '.2f')}"
-                f" {_cell(r['wrong'], 6, 'd')} | {_cell(r['graph_us'], 9, '.2f')}"
-                f" {_cell(r['graph_algbw'], 7, '.2f')} {_cell(r['graph_busbw'], 7, '.2f')}"
+        lines += _block(collective, backend, rows, references.get(collective, {}))
+    return "\n".join(lines + _crossover_lines(result.get("crossovers") or {}))
+
+
+def _block(collective: str, backend: str, rows: list[dict], ref: dict) -> list[str]:
+    """One (collective, backend) block of the table: its two header lines, then a line
+    per size, with the reference and the nccl-tests run beside it when there are some."""
+    beside = any("nccl_tests" in r for r in rows)
+    lines = [
+        "#",
+        f"# {collective}  backend {backend}",
+        f"#{'size':>11} {'count':>12} {'type':>9} {'redop':>6} {'root':>5}"
+        f" {'path':>8} | {'time':>9} {'algbw':>7} {'busbw':>7} {'#wrong':>6}"
+        f" | {'graph':>9} {'algbw':>7} {'busbw':>7}"
+        + (f" | {'ref time':>9} {'ref bus':>7} {'t/ref':>6}" if ref else "")
+        + (f" | {'nt time':>9} {'t/nt':>6} {'nt graph':>9} {'g/nt':>6}" if beside else ""),
+        f"#{'(B)':>11} {'(elements)':>12} {'':>9} {'':>6} {'':>5} {'':>8}"
+        f" | {'(us)':>9} {'(GB/s)':>7} {'(GB/s)':>7} {'':>6}"
+        f" | {'(us)':>9} {'(GB/s)':>7} {'(GB/s)':>7}"
+        + (f" | {'(us)':>9} {'(GB/s)':>7} {'':>6}" if ref else "")
+        + (f" | {'(us)':>9} {'':>6} {'(us)':>9} {'':>6}" if beside else ""),
+    ]
+    for r in rows:
+        line = (
+            f" {r['bytes']:>11} {r['count']:>12} {_TYPES.get(r['dtype'], r['dtype']):>9}"
+            f" {_REDOP.get(collective, 'none'):>6} {_ROOT.get(collective, -1):>5}"
+            f" {r['path'] or '-':>8} | {_cell(r['eager_us'], 9, '.2f')}"
+            f" {_cell(r['eager_algbw'], 7, '.2f')} {_cell(r['eager_busbw'], 7, '.2f')}"
+            f" {_cell(r['wrong'], 6, 'd')} | {_cell(r['graph_us'], 9, '.2f')}"
+            f" {_cell(r['graph_algbw'], 7, '.2f')} {_cell(r['graph_busbw'], 7, '.2f')}"
+        )
+        if ref:
+            row = ref.get(r["bytes"])
+            ratio = r["eager_us"] / row["time_us"] if row and row["time_us"] else None
+            line += (
+                f" | {_cell(row and row['time_us'], 9, '.2f')}"
+                f" {_cell(row and row['busbw'], 7, '.2f')} {_cell(ratio, 6, '.2f')}"
             )
-            if ref:
-                row = ref.get(r["bytes"])
-                ratio = r["eager_us"] / row["time_us"] if row and row["time_us"] else None
-                line += (
-                    f" | {_cell(row and row['time_us'], 9, '.2f')}"
-                    f" {_cell(row and row['busbw'], 7, '.2f')} {_cell(ratio, 6, '.2f')}"
-                )
-            if beside:
-                line += " |" + nccl_tests_cells(r)
-            lines.append(line)
-    cross = result.get("crossovers") or {}
+        if beside:
+            line += " |" + nccl_tests_cells(r)
+        lines.append(line)
+    return lines
+
+
+def _crossover_lines(cross: dict) -> list[str]:
+    """The table's last lines: per mode, the fastest single backend's ranges and auto's gap."""
+    lines = []
     for mode, info in cross.items():
         if not info["ranges"]:
             continue
@@ -196,7 +215,7 @@ def table(result: dict, references: dict) -> str:
                 f"# auto's choice / fastest ({mode}, single backends' own times), worst over "
                 f"1 KiB..1 GiB: {info['choice_worst_1K_1G']:.3f}"
             )
-    return "\n".join(lines)
+    return lines
 
 
 def nccl_tests_header(live: dict) -> list[str]:
@@ -244,50 +263,54 @@ def plots(result: dict, references: dict, out: Path) -> list[Path]:
                     (r["bytes"], r[f"{mode}_busbw"], r[f"{mode}_us"])
                 )
     paths = []
-    meta = result["meta"]
     for collective, curves in series.items():
-        fig, (bw, lat) = plt.subplots(1, 2, figsize=(13, 5))
-        for label, points in sorted(curves.items()):
-            xs, bus, us = zip(*sorted(points))
-            style = "--" if label.endswith("graph") else "-"
-            bw.plot(xs, bus, style, marker=".", label=label)
-            lat.plot(xs, us, style, marker=".", label=label)
-        for run in (result.get("nccl_tests") or {}).get("runs", []):
-            if run["collective"] != collective:
-                continue
-            prefix = "in_place_" if collective in IN_PLACE else ""
-            points = sorted((p["bytes"], p[f"{prefix}busbw"], p[f"{prefix}time_us"])
-                            for p in run["rows"] if p[f"{prefix}time_us"])  # fmt: skip
-            if points:
-                xs, bus, us = zip(*points)
-                style = "k--" if run["mode"] == "graph" else "k-"
-                label = f"nccl-tests {run['mode']} (this run)"
-                bw.plot(xs, bus, style, lw=1.5, alpha=0.7, label=label)
-                lat.plot(xs, us, style, lw=1.5, alpha=0.7, label=label)
-        ref = references.get(collective)
-        if ref:
-            xs = sorted(ref)
-            bw.plot(xs, [ref[x]["busbw"] for x in xs], "k:", lw=2, label="nccl-tests (reference)")
-            lat.plot(
-                xs, [ref[x]["time_us"] for x in xs], "k:", lw=2, label="nccl-tests (reference)"
-            )
-        for ax, ylabel in ((bw, "busbw (GB/s)"), (lat, "time per call (us)")):
-            ax.set_xscale("log", base=2)
-            ax.set_xlabel("message size (bytes)")
-            ax.set_ylabel(ylabel)
-            ax.grid(True, which="both", alpha=0.3)
-        lat.set_yscale("log")
-        bw.legend(fontsize=7)
-        fig.suptitle(
-            f"{collective}: world {meta['world']}, {meta.get('gpu', 'CPU')}, "
-            f"torch {meta['torch']}, NCCL {meta.get('nccl', '-')}"
-        )
-        fig.tight_layout()
+        fig = _figure(plt, collective, curves, result, references.get(collective))
         path = out / f"comm_{collective}.png"
         fig.savefig(path, dpi=110)
         plt.close(fig)
         paths.append(path)
     return paths
+
+
+def _figure(plt, collective: str, curves: dict, result: dict, ref: dict | None):
+    """One collective's figure: each backend's curves, the nccl-tests run beside the bench
+    and the reference nccl-tests output, busbw on the left and time on the right."""
+    fig, (bw, lat) = plt.subplots(1, 2, figsize=(13, 5))
+    for label, points in sorted(curves.items()):
+        xs, bus, us = zip(*sorted(points))
+        style = "--" if label.endswith("graph") else "-"
+        bw.plot(xs, bus, style, marker=".", label=label)
+        lat.plot(xs, us, style, marker=".", label=label)
+    for run in (result.get("nccl_tests") or {}).get("runs", []):
+        if run["collective"] != collective:
+            continue
+        prefix = "in_place_" if collective in IN_PLACE else ""
+        points = sorted((p["bytes"], p[f"{prefix}busbw"], p[f"{prefix}time_us"])
+                        for p in run["rows"] if p[f"{prefix}time_us"])  # fmt: skip
+        if points:
+            xs, bus, us = zip(*points)
+            style = "k--" if run["mode"] == "graph" else "k-"
+            label = f"nccl-tests {run['mode']} (this run)"
+            bw.plot(xs, bus, style, lw=1.5, alpha=0.7, label=label)
+            lat.plot(xs, us, style, lw=1.5, alpha=0.7, label=label)
+    if ref:
+        xs = sorted(ref)
+        bw.plot(xs, [ref[x]["busbw"] for x in xs], "k:", lw=2, label="nccl-tests (reference)")
+        lat.plot(xs, [ref[x]["time_us"] for x in xs], "k:", lw=2, label="nccl-tests (reference)")
+    for ax, ylabel in ((bw, "busbw (GB/s)"), (lat, "time per call (us)")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("message size (bytes)")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="both", alpha=0.3)
+    lat.set_yscale("log")
+    bw.legend(fontsize=7)
+    meta = result["meta"]
+    fig.suptitle(
+        f"{collective}: world {meta['world']}, {meta.get('gpu', 'CPU')}, "
+        f"torch {meta['torch']}, NCCL {meta.get('nccl', '-')}"
+    )
+    fig.tight_layout()
+    return fig
 
 
 def parse_table(text: str) -> dict:

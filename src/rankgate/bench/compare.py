@@ -38,7 +38,7 @@ from pathlib import Path
 
 from rankgate.bench.benchargs import metric_fraction
 from rankgate.bench.kind import machine_description, machine_kind
-from rankgate.bench.results import (
+from rankgate.bench.samples import (
     METRICS,
     Metric,
     ResultsError,

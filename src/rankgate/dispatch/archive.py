@@ -19,6 +19,8 @@ import sys
 import tarfile
 from pathlib import Path
 
+from rankgate.errors import RankgateError
+
 BEGIN = "=====RANKGATE-RESULTS-BEGIN====="
 END = "=====RANKGATE-RESULTS-END sha256={digest}====="
 _END = re.compile(r"^=====RANKGATE-RESULTS-END sha256=([0-9a-f]{64})=====$")
@@ -27,7 +29,7 @@ MAX_BYTES = 32 * 1024 * 1024
 """Refuse to print archives larger than this (pod logs are not meant for bulk data)."""
 
 
-class ArchiveError(ValueError):
+class ArchiveError(RankgateError, ValueError):
     """No archive in the logs, or one that is cut short or corrupt."""
 
 

@@ -1,17 +1,17 @@
 """How a dispatched job ended, before its results are fetched: the record that the
 round trip (:mod:`rankgate.dispatch.target`) hands to the results
-(:mod:`rankgate.dispatch.results`), kept apart so neither imports the other."""
+(:mod:`rankgate.dispatch.job_result`), kept apart so neither imports the other."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rankgate.dispatch.outcome import JobOutcome
+from rankgate.dispatch.job_outcome import JobOutcome
 from rankgate.dispatch.watch import Observation, Watched
 
 
 @dataclass(slots=True)
-class Ended:
+class JobEnded:
     """How a dispatched job ended, before its results are fetched."""
 
     job_id: str

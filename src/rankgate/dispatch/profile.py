@@ -32,13 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from rankgate import tomlfile
+from rankgate.errors import RankgateError
 
 TARGETS = ("slurm", "slurm-ssh", "interlink-kube", "interlink-rest")
 RUNTIMES = ("none", "apptainer", "singularity", "enroot")
 _TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 
 
-class ProfileError(ValueError):
+class ProfileError(RankgateError, ValueError):
     """A profile that cannot be used; the message names the key and the fix."""
 
 

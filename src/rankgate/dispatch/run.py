@@ -7,7 +7,7 @@
   deadlines), then what the command line says.
 - :func:`run_stage`: submit, wait, fetch and merge (:func:`~rankgate.dispatch.target.run_job`).
 - :func:`run_sharded_stage`: the same as ``profile.shards`` jobs, one shard of the tests
-  each, merged into one verdict (:mod:`~rankgate.dispatch.shards`).
+  each, merged into one verdict (:mod:`~rankgate.dispatch.sharded_run`).
 - :func:`describe_stage`: what ``--dry-run`` prints (the sbatch script, the pod).
 """
 
@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from rankgate.dispatch.job_result import DispatchResult
 from rankgate.dispatch.profile import Profile
-from rankgate.dispatch.results import DispatchResult
-from rankgate.dispatch.shards import ShardedResult, run_shards
+from rankgate.dispatch.sharded_run import ShardedResult, run_shards
 from rankgate.dispatch.target import Target, run_job
 from rankgate.dispatch.watch import Progress, WaitPolicy
 
@@ -91,7 +91,7 @@ def run_sharded_stage(  # as run_stage, for a profile with shards > 1
     target: Target | None = None,
 ) -> ShardedResult:
     """:func:`run_stage` as ``profile.shards`` jobs, one shard of the tests each, merged
-    into one verdict (:mod:`rankgate.dispatch.shards`)."""
+    into one verdict (:mod:`rankgate.dispatch.sharded_run`)."""
     target = target or target_for(profile)
     workdir = Path(profile.workdir) if profile.workdir and Path(profile.workdir).is_dir() else None
     return run_shards(

@@ -5,7 +5,7 @@ environment, then ``srun``-launches pytest on every task. pytest runs in the
 harness's in-place mode (``--rankgate-mode=inplace``): the ranks come from SLURM's
 variables (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID), every rank runs the same tests,
 and every rank writes ``junit.rank<R>.xml`` and ``rank<R>.log`` into the job directory,
-which :mod:`.results` merges. The ranks rendezvous through a FileStore in the job
+which :mod:`.job_result` merges. The ranks rendezvous through a FileStore in the job
 directory (RANKGATE_STORE), so no TCP port has to be free on the nodes.
 """
 
@@ -16,8 +16,8 @@ import shlex
 from collections.abc import Sequence
 
 from rankgate.dispatch.job import JobSpec
+from rankgate.dispatch.job_result import JUNIT_BASE, junit_name, log_name
 from rankgate.dispatch.profile import Profile, check_job_path
-from rankgate.dispatch.results import JUNIT_BASE, junit_name, log_name
 
 SCRIPT_NAME = "job.sbatch"
 _ENV_PREFIX = {"apptainer": "APPTAINERENV_", "singularity": "SINGULARITYENV_"}

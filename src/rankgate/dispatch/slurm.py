@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rankgate.dispatch.job import JobSpec, new_job_dir
-from rankgate.dispatch.outcome import JobOutcome, slurm_state
+from rankgate.dispatch.job_outcome import JobOutcome, slurm_state
 from rankgate.dispatch.profile import Profile, ProfileError
 from rankgate.dispatch.sbatch import SCRIPT_NAME, render_script, submit_command
 from rankgate.dispatch.shell import Shell

@@ -22,7 +22,7 @@ import json
 import re
 from typing import Any
 
-from rankgate.dispatch.outcome import JobOutcome, Phase, slurm_never_starts, slurm_state
+from rankgate.dispatch.job_outcome import JobOutcome, Phase, slurm_never_starts, slurm_state
 from rankgate.dispatch.shell import Output, Shell
 from rankgate.dispatch.watch import Observation
 from rankgate.proc.command import CommandFailed

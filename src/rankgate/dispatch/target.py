@@ -9,7 +9,7 @@ REST) implement it; nothing else in the package asks which target it has.
 :func:`run_job` is the round trip, the same for all: submit (finding a job the target
 accepted but whose id was lost), :func:`~rankgate.dispatch.watch.watch` it, release it,
 all under one interrupt guard, then fetch the results and build the
-:class:`~rankgate.dispatch.results.DispatchResult`. :func:`wait_for_job` is the first
+:class:`~rankgate.dispatch.job_result.DispatchResult`. :func:`wait_for_job` is the first
 half alone (the interLink canary needs no results).
 """
 
@@ -21,24 +21,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from rankgate.dispatch.ended import Ended
+from rankgate.dispatch.ended import JobEnded
 from rankgate.dispatch.interrupts import Interrupts, caught_interrupts
 from rankgate.dispatch.job import JobSpec
-from rankgate.dispatch.outcome import JobOutcome
+from rankgate.dispatch.job_outcome import JobOutcome
+from rankgate.dispatch.job_result import DispatchResult
 from rankgate.dispatch.profile import Profile
-from rankgate.dispatch.results import DispatchResult
 from rankgate.dispatch.watch import Progress, WaitPolicy, Watchable, Watched, watch
+from rankgate.errors import RankgateError
 
 
-class TargetError(RuntimeError):
+class TargetError(RankgateError, RuntimeError):
     """The target cannot be used at all (no API, no token, a client package missing)."""
 
 
-class SubmitError(RuntimeError):
+class SubmitError(RankgateError, RuntimeError):
     """The target did not accept the job; ``str()`` is its own message, verbatim."""
 
 
-class FetchError(RuntimeError):
+class FetchError(RankgateError, RuntimeError):
     """The job's folder could not be brought back (the results are then unknown)."""
 
 
@@ -96,7 +97,7 @@ def wait_for_job(
     *,
     say: Progress,
     interrupts: Interrupts | None = None,
-) -> Ended:
+) -> JobEnded:
     """Submit ``job``, watch it to its end, and release it, under one interrupt guard.
 
     Interrupts are held from before the submission until the release, so a Ctrl-C
@@ -112,14 +113,14 @@ def wait_for_job(
             found = target.find(job)
             if found is None:
                 refused = JobOutcome.INTERRUPTED if interrupts else JobOutcome.SUBMIT_ERROR
-                return Ended("", None, refused, [str(exc)])
+                return JobEnded("", None, refused, [str(exc)])
             job_id = found  # accepted, but its id never reached us: watch it all the same
             say(f"submitting failed ({exc}) after the target accepted {target.label(job_id)}")
         say(target.submitted(job, job_id))
         watched = watch(target, job_id, policy, say=say, interrupts=interrupts)
         notes = _said_by_the_target(watched) + target.explain(job_id, watched)
         notes += target.release(job_id)
-    return Ended(job_id, watched, watched.outcome, notes)
+    return JobEnded(job_id, watched, watched.outcome, notes)
 
 
 def _said_by_the_target(watched: Watched) -> list[str]:

@@ -1,7 +1,7 @@
 """Wait for a dispatched job: progress lines, deadlines, interrupts, and cancelling.
 
 One loop, :func:`watch`, serves every target. It looks at the job (``observe``) until it
-reaches a :class:`~rankgate.dispatch.outcome.JobOutcome`, and cancels the job itself when
+reaches a :class:`~rankgate.dispatch.job_outcome.JobOutcome`, and cancels the job itself when
 
 - the target says the queued job can never start (outcome ``unschedulable``),
 - it has been queued longer than the policy's ``queue_timeout_s`` (``queue-timeout``),
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from rankgate.dispatch.interrupts import Interrupts, caught_interrupts
-from rankgate.dispatch.outcome import JobOutcome, Phase
+from rankgate.dispatch.job_outcome import JobOutcome, Phase
 
 Progress = Callable[[str], None]
 PROGRESS_EVERY_S = 30.0

@@ -29,7 +29,7 @@ import ast
 import functools
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import PurePath
 
 from rankgate.harness.verdict_lines import ledger_cause
@@ -161,6 +161,9 @@ def _never_issued(seq, here, missing, ledgers, now) -> Divergence | None:
     missing = [r for r in missing if not _holds(ledgers[r], ref)]
     if not missing:
         return None
+    elsewhere = _on_another_group(ref, missing, ledgers)
+    if elsewhere is not None:
+        return elsewhere
     lasts = []
     for r in missing:
         entries = ledgers[r]
@@ -175,6 +178,32 @@ def _never_issued(seq, here, missing, ledgers, now) -> Divergence | None:
         f"{ranks_word(issuers)} issued at {_site(ref)}; " + "; ".join(lasts)
     )
     return Divergence(text, tuple(missing), ref["group"], seq, _order(here))
+
+
+def _on_another_group(ref: Mapping, missing: list[int], ledgers) -> Divergence | None:
+    """The ranks ``missing`` from ``ref``'s group each wait in the same call (op and line)
+    on another group: the ranks disagree on the group, as on a dtype, and the ledgers
+    cannot tell which is wrong. None when any of them is elsewhere."""
+    waits = {r: in_flight(ledgers[r]) for r in missing}
+    if not all(
+        e is not None
+        and e["op"] == ref["op"]
+        and _site(e) == _site(ref)
+        and e["group"] != ref["group"]
+        for e in waits.values()
+    ):
+        return None
+    by_group: dict[str, list[int]] = {}
+    for r, e in waits.items():
+        by_group.setdefault(_on(e) or " on the default group", []).append(r)
+    issuers = sorted(r for r, entries in ledgers.items() if _holds(entries, ref) and r not in waits)
+    parts = [f"{ranks_word(issuers)} issued it{_on(ref) or ' on the default group'}"]
+    parts += [f"{ranks_word(rs)} issued it{on}" for on, rs in by_group.items()]
+    text = f"ranks disagree on the group of {ref['op']} at {_site(ref)}: " + ", ".join(parts)
+    ranks = tuple(sorted((*issuers, *waits)))
+    return Divergence(
+        text, (), ref["group"], ref["seq"], (ref["_index"], ref.get("line", 0)), ranks
+    )
 
 
 def _holds(entries: Sequence[Mapping], ref: Mapping) -> bool:
@@ -247,10 +276,10 @@ def _differ(seq, here) -> Divergence:
     )
 
 
-def _kind(entry: Mapping) -> tuple[str, str, str]:
+def _kind(entry: Mapping) -> tuple[str, str, str, str]:
     """What the ranks must agree on in one collective: the op, its tensor's dtype and
-    shape, and its reduce op."""
-    return entry["op"], entry.get("arg", ""), entry.get("reduce", "")
+    shape, its reduce op and its root."""
+    return entry["op"], entry.get("arg", ""), entry.get("reduce", ""), entry.get("root", "")
 
 
 def _what_differs(entry: Mapping, kinds) -> str:
@@ -264,6 +293,8 @@ def _what_differs(entry: Mapping, kinds) -> str:
         parts.append(f"ReduceOp.{entry.get('reduce') or 'none'}")
     if len({k.get("arg", "") for k in kinds}) > 1:
         parts.append(entry.get("arg") or "no tensor")
+    if len({k.get("root", "") for k in kinds}) > 1:
+        parts.append(entry.get("root") or "no root")
     return " ".join(parts)
 
 
@@ -467,6 +498,27 @@ def in_flight(entries: Sequence[Mapping] | None) -> Mapping | None:
     if not entries or entries[-1].get("state") == "completed":
         return None
     return entries[-1]
+
+
+def waits_per_ledger(wheres: Mapping[int, object], ledgers) -> dict[int, object]:
+    """Where hung ranks wait (``stacks.Where`` by rank), where a rank's stack says "in user
+    code" at the very line of a collective its ledger holds unfinished: it waits in that
+    call (a ProcessGroup call's ``Work.wait()`` is C++, with no torch.distributed frame),
+    so a rank that only waits is never named before one outside every collective."""
+    out = dict(wheres)
+    for rank, where in wheres.items():
+        frame = getattr(where, "frame", None)
+        if frame is None or where.collective is not None:
+            continue
+        entry = in_flight((ledgers or {}).get(rank))
+        if (
+            entry is not None
+            and entry.get("state") == "issued"
+            and entry.get("line") == frame.line
+            and PurePath(entry.get("file") or "").name == PurePath(frame.file).name
+        ):
+            out[rank] = replace(where, collective=entry["op"])
+    return out
 
 
 def under_crash(crashed: Mapping[int, str], ledgers: Mapping[int, Sequence[Mapping] | None]) -> str:

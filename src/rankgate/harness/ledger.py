@@ -42,12 +42,12 @@ import os
 import sys
 from collections import deque
 from pathlib import Path
-from sys import _getframe
-from threading import get_ident
+from sys import _getframe  # noqa: F401  (the wrappers' text calls these)
+from threading import get_ident  # noqa: F401
 from typing import Any
 
 from rankgate.harness.ledger_call import passing
-from rankgate.harness.ledger_entry import (
+from rankgate.harness.ledger_entry import (  # noqa: F401  (the wrappers' text reads them)
     COMPLETED,
     DESTROY,
     FAILED,
@@ -58,77 +58,23 @@ from rankgate.harness.ledger_entry import (
     digest_of,
     record,
 )
+from rankgate.harness.ledger_frames import (  # noqa: F401  (the ledger's API)
+    WRAPPER_FILE,
+    is_wrapper_file,
+    without_wrapper_frames,
+)
+from rankgate.harness.ledger_ops import (
+    COLLECTIVES,
+    PG_METHODS,
+    ROOTED,
+)
 
 CAPACITY = 512
 """Entries kept per rank and test: the newest; sequence numbers go on counting."""
 
-WRAPPER_FILE = "/".join(Path(__file__).parts[-3:])
-"""This module as a stack names it ("rankgate/harness/ledger.py"). Its wrapper's frame sits
-between torch's and the test's in every recorded collective's stack; the stacks and
-tracebacks shown leave it out (:func:`without_wrapper_frames`, :func:`is_wrapper_file`,
-and ``__tracebackhide__`` for pytest's own), as they leave out the harness's."""
-
 ENV = "RANKGATE_LEDGER"
 """Unset or 1: record on every backend, NCCL included; 0: on none (torch.distributed
 unwrapped, verdicts from stacks) (:func:`enabled`)."""
-
-COLLECTIVES = (
-    "all_reduce",
-    "broadcast",
-    "reduce",
-    "all_gather",
-    "all_gather_into_tensor",
-    "gather",
-    "scatter",
-    "reduce_scatter",
-    "reduce_scatter_tensor",
-    "all_to_all",
-    "all_to_all_single",
-    "barrier",
-    "monitored_barrier",
-    "all_gather_object",
-    "broadcast_object_list",
-    "gather_object",
-    "scatter_object_list",
-)
-"""The torch.distributed functions recorded: every collective of the public API."""
-
-PG_METHODS = {
-    "allreduce": "all_reduce",
-    "allreduce_coalesced": "all_reduce_coalesced",
-    "broadcast": "broadcast",
-    "reduce": "reduce",
-    "allgather": "all_gather",
-    "_allgather_base": "all_gather_into_tensor",
-    "allgather_coalesced": "all_gather_coalesced",
-    "allgather_into_tensor_coalesced": "all_gather_into_tensor_coalesced",
-    "gather": "gather",
-    "scatter": "scatter",
-    "reduce_scatter": "reduce_scatter",
-    "_reduce_scatter_base": "reduce_scatter_tensor",
-    "reduce_scatter_tensor_coalesced": "reduce_scatter_tensor_coalesced",
-    "alltoall": "all_to_all",
-    "alltoall_base": "all_to_all_single",
-    "barrier": "barrier",
-    "monitored_barrier": "monitored_barrier",
-    "send": "send",
-    "recv": "recv",
-    "recv_anysource": "recv",
-}
-"""ProcessGroup's methods recorded: method -> the op the ledger names (torch.distributed's
-function of the same collective)."""
-
-_REDUCING = frozenset(
-    (
-        "all_reduce",
-        "all_reduce_coalesced",
-        "reduce",
-        "reduce_scatter",
-        "reduce_scatter_tensor",
-        "reduce_scatter_tensor_coalesced",
-    )
-)
-"""ProcessGroup methods (by their torch.distributed names) whose options carry a reduce op."""
 
 _entries: deque[list] = deque(maxlen=CAPACITY)
 _slots: dict[Any, list] = {}
@@ -157,6 +103,8 @@ call). Another thread's recorded call may replace it meanwhile: a method that do
 find its own thread here asks its caller's file, which is always right."""
 _method_swaps: dict[str, tuple[Any, Any]] = {}
 """Per ProcessGroup method: (torch's own, its wrapper)."""
+_backend_swaps: dict[str, tuple[Any, Any]] = {}
+"""The same per method of torch's Backend (ProcessGroupGloo's, ProcessGroupNCCL's base)."""
 _group_member: Any = None
 """torch's GroupMember, whose WORLD is the default group of the moment."""
 
@@ -217,10 +165,13 @@ def install(backend: str = "") -> bool:
             _wrap_destroy(original),
             c10d.destroy_process_group is original,
         )
-        for method, op in PG_METHODS.items():
-            original = dist.ProcessGroup.__dict__.get(method)
-            if original is not None:
-                _method_swaps[method] = (original, _wrap_method(op, original))
+        # A group's methods, and a backend's, called by the test on a group torch never
+        # registered (torch's newer group API, a backend's constructor) as on any other.
+        for cls, swaps in ((dist.ProcessGroup, _method_swaps), (_backend_class(), _backend_swaps)):
+            for method, op in PG_METHODS.items():
+                original = cls.__dict__.get(method)
+                if original is not None:
+                    swaps[method] = (original, _wrap_method(op, original))
     _put(dist, c10d, wrapped=True)
     _installed = True
     return True
@@ -256,10 +207,17 @@ def _put(dist, c10d, *, wrapped: bool) -> None:
             # destroy_process_group (adopt/torchcase.py) may sit there, and stays.
             if getattr(module, name, None) is replaced:
                 setattr(module, name, function)
-    for name, (original, wrapper) in _method_swaps.items():
-        function, replaced = (wrapper, original) if wrapped else (original, wrapper)
-        if dist.ProcessGroup.__dict__.get(name) is replaced:
-            setattr(dist.ProcessGroup, name, function)
+    for cls, swaps in ((dist.ProcessGroup, _method_swaps), (_backend_class(), _backend_swaps)):
+        for name, (original, wrapper) in swaps.items():
+            function, replaced = (wrapper, original) if wrapped else (original, wrapper)
+            if cls.__dict__.get(name) is replaced:
+                setattr(cls, name, function)
+
+
+def _backend_class():
+    from torch._C._distributed_c10d import Backend
+
+    return Backend
 
 
 def installed() -> bool:
@@ -323,10 +281,11 @@ def make(_original, _name, _slots, _append, _tensor_type, {defaults}):
                 _lasti = _caller.f_lasti
             else:
                 _code, _lasti = _outer_site(_caller)
-            _entry = [_slot[2], _seq, _name, _arg, _code, _lasti, ISSUED, _described, {reduce}]
+            _entry = [_slot[2], _seq, _name, _arg, _code, _lasti, ISSUED, _described, {reduce},
+                      {root}]
             _append(_entry)
         except Exception:  # odd arguments: torch rejects them next; kept nowhere
-            _entry = [None] * 9
+            _entry = [None] * 10
         del _caller  # no frame is kept: it would hold the test's locals (tensors) alive
         global _inside
         _me = get_ident()
@@ -364,6 +323,7 @@ def _wrap(name: str, original, signature: inspect.Signature | None = None):
         tensor=names[0] if tensor_arg and names else "None",
         # The reduce op (SUM against MAX pairs silently); torch's default when unnamed.
         reduce="op" if "op" in names else "None",
+        root=_root_expression(name, names),
     )
     scope: dict = {}
     exec(compile(source, __file__, "exec"), globals(), scope)
@@ -376,91 +336,22 @@ def _wrap(name: str, original, signature: inspect.Signature | None = None):
     return collective
 
 
+def _root_expression(name: str, names: list[str]) -> str:
+    """The wrapper's text for a rooted collective's root: its global rank, or its rank in
+    the group (``group_src=``) as ``("group", n)``; None for the others."""
+    root = ROOTED.get(name)
+    if root is None or root not in names:
+        return "None"
+    if f"group_{root}" not in names:
+        return root
+    return f'({root} if group_{root} is None else ("group", group_{root}))'
+
+
 def _wrap_method(op: str, original):
-    """A ProcessGroup method recorded as ``op`` on the group it is called on; its Work
-    is the entry's state until it finishes."""
-    import torch
+    """A ProcessGroup (or Backend) method recorded as ``op`` (:mod:`.ledger_methods`)."""
+    from rankgate.harness.ledger_methods import wrap_method
 
-    tensor_type = torch.Tensor
-    tensor_arg = op not in ("barrier", "monitored_barrier")
-    slots = _p2p_slots if op in POINT_TO_POINT else _slots
-    reducing = op in _REDUCING
-    append = _entries.append
-
-    # Two positional parameters by name: torch calls group.allreduce([t], opts), a test
-    # pg.allreduce([t]); passed on as they came, without packing a tuple (0.2 us a call).
-    def method(self, first=_ABSENT, second=_ABSENT, *rest, **kwargs):
-        __tracebackhide__ = True
-        if _inside and _inside == get_ident():  # torch's own call, inside a recorded one
-            if rest or kwargs:
-                return original(self, *_given(first, second, rest), **kwargs)
-            if second is not _ABSENT:
-                return original(self, first, second)
-            return original(self) if first is _ABSENT else original(self, first)
-        caller = _getframe(1)
-        code = caller.f_code
-        kind = _file_kinds.get(code.co_filename) or _kind_of(code.co_filename)
-        if kind == _PASS:
-            return original(self, *_given(first, second, rest), **kwargs)
-        try:
-            slot = slots.get(self)
-            if slot is None:
-                slot = _new_slot(slots, self)
-            seq = slot[0] = slot[0] + 1
-            described = slot[1]
-            if described is None:
-                described = slot[1] = _group_words(slot[2])
-            arg = None
-            if tensor_arg and first is not _ABSENT:
-                arg = first
-                if type(arg) is list and len(arg) == 1:
-                    arg = arg[0]  # pg.allreduce([t]) is dist.all_reduce(t)
-                arg = (arg.dtype, arg.shape) if isinstance(arg, tensor_type) else _shape_of(arg)
-            reduce = None
-            if reducing:
-                options = second if second is not _ABSENT else kwargs.get("opts")
-                if options is not None:
-                    reduce = getattr(options, "reduceOp", None)
-                if reduce is None:
-                    reduce = "SUM"
-            if kind == _OWN:
-                lasti = caller.f_lasti
-            else:
-                code, lasti = _outer_site(caller)
-            entry = [slot[2], seq, op, arg, code, lasti, ISSUED, described, reduce]
-            append(entry)
-        except Exception:
-            entry = [None] * 9
-        del caller
-        try:
-            if rest or kwargs:
-                result = original(self, *_given(first, second, rest), **kwargs)
-            elif second is not _ABSENT:
-                result = original(self, first, second)
-            else:
-                result = original(self) if first is _ABSENT else original(self, first)
-        except BaseException:
-            entry[STATE] = FAILED
-            raise
-        entry[STATE] = COMPLETED if result is None else result
-        return result
-
-    method.__name__ = method.__qualname__ = op
-    method.__doc__ = original.__doc__
-    method.__wrapped__ = original
-    method.__rankgate_ledger__ = True
-    return method
-
-
-_ABSENT = object()
-"""A positional parameter of a ProcessGroup method's wrapper that the caller left out."""
-
-
-def _given(first, second, rest: tuple) -> tuple:
-    """The positional arguments a method's wrapper was called with."""
-    if first is _ABSENT:
-        return ()
-    return (first,) if second is _ABSENT else (first, second, *rest)
+    return wrap_method(op, original)
 
 
 def _new_slot(slots: dict, group) -> list:
@@ -511,7 +402,7 @@ def _wrap_destroy(original):
         result = original(group)
         if slot is not None and _group_member.WORLD is None:
             slot[0] += 1  # the number a peer's next collective has
-            _entries.append([None, slot[0], DESTROY, None, *site, COMPLETED, slot[1], None])
+            _entries.append([None, slot[0], DESTROY, None, *site, COMPLETED, slot[1], None, None])
             # a default group made next is another group: read at its first call
             _described.pop(None, None)
             for slots in (_slots, _p2p_slots):
@@ -549,17 +440,6 @@ def _shape_of(arg):
         shape = getattr(first, "shape", None)
         return None if shape is None else (len(arg), (getattr(first, "dtype", None), shape))
     return None
-
-
-def is_wrapper_file(filename: str) -> bool:
-    """Whether a traceback entry's file is this module (its frames are the wrapper's)."""
-    return filename.replace(os.sep, "/").endswith(WRAPPER_FILE)
-
-
-def without_wrapper_frames(lines: list[str]) -> list[str]:
-    """A stack's lines without the wrapper's frame: a hung test reads as torch's
-    collective called from the test's own line, as it would without the ledger."""
-    return [line for line in lines if not (line.startswith('  File "') and WRAPPER_FILE in line)]
 
 
 # --- reading it back ---------------------------------------------------------------

@@ -16,13 +16,14 @@ import zlib
 from types import CodeType
 from typing import Any
 
-from rankgate.harness.ledger_words import describe_arg, describe_reduce
+from rankgate.harness.ledger_words import describe_arg, describe_reduce, describe_root
 
-GROUP, SEQ, OP, ARG, FILE, LINE, STATE, DESCRIBED, REDUCE = range(9)
+GROUP, SEQ, OP, ARG, FILE, LINE, STATE, DESCRIBED, REDUCE, ROOT = range(10)
 """An entry is a list of these: its group (None for the default one), its number on it,
 the op, the argument (``(dtype, shape)``, ``(count, (dtype, shape))`` or None), the call
 site (a code object and its instruction offset, or a file name and line), its state,
-its group's ``(name, ranks)`` as they were at the call, and its reduce op."""
+its group's ``(name, ranks)`` as they were at the call, its reduce op, and its root (a
+rank, ``("group", rank)`` for a rank in the group, None for a collective without one)."""
 
 ISSUED, COMPLETED, FAILED = "issued", "completed", "failed"
 """An entry's state: called and not returned (or async and not finished), returned
@@ -39,10 +40,11 @@ P2P = "p2p"
 
 
 def record(entry: list) -> dict:
-    """One entry as ``{group, ranks, seq, op, arg, file, line, state, reduce}``: ``group``
-    a name every rank gives the same group ("world" for the default one; "p2p:" before it
-    for a point-to-point call), ``ranks`` its global ranks, ``arg`` like "float32[4]" (""
-    for none), ``reduce`` the reduce op ("SUM", "MAX"; "" for a call without one)."""
+    """One entry as ``{group, ranks, seq, op, arg, file, line, state, reduce, root}``:
+    ``group`` a name every rank gives the same group ("world" for the default one; "p2p:"
+    before it for a point-to-point call), ``ranks`` its global ranks, ``arg`` like
+    "float32[4]" ("" for none), ``reduce`` the reduce op ("SUM", "MAX"; "" for a call
+    without one), ``root`` like "src 0" or "dst group rank 1" ("" for none)."""
     name, ranks = entry[DESCRIBED]
     file, line = site(entry)
     return {
@@ -55,6 +57,7 @@ def record(entry: list) -> dict:
         "line": line,
         "state": state_word(entry[STATE]),
         "reduce": describe_reduce(entry[REDUCE]),
+        "root": describe_root(entry[OP], entry[ROOT]),
     }
 
 
@@ -103,7 +106,7 @@ def state_word(state) -> str:
 
 def digest_of(entries: list[list]) -> dict[str, list]:
     """Per group, ``[its ranks, its last number, a CRC of every entry's number, op,
-    reduce op, dtype and shape]`` (see ``ledger.digest``)."""
+    reduce op, dtype, shape and root]`` (see ``ledger.digest``)."""
     if len(_kind_texts) > 4096:  # a session of ever new shapes: start again
         _kind_texts.clear()
     lines: dict[Any, list] = {}
@@ -114,11 +117,11 @@ def digest_of(entries: list[list]) -> dict[str, list]:
         if op in POINT_TO_POINT or op == DESTROY or not described or not described[1]:
             continue
         # Worded once per kind of call (hashing torch's reduce op itself costs 0.75 us).
-        reduce, arg = entry[REDUCE], entry[ARG]
-        key = (op, id(reduce), arg)
+        reduce, arg, root = entry[REDUCE], entry[ARG], entry[ROOT]
+        key = (op, id(reduce), arg, root)
         known = _kind_texts.get(key)
         if known is None or known[0] is not reduce:
-            text = f"{op} {describe_reduce(reduce)} {describe_arg(arg)}"
+            text = f"{op} {describe_reduce(reduce)} {describe_arg(arg)} {root}"
             known = _kind_texts[key] = (reduce, text)  # holds it: its id is not reused
         kept = lines.get(described)
         if kept is None:
@@ -158,14 +161,26 @@ def describe_group(group, known) -> tuple[str, tuple[int, ...]]:
 
 
 def _unregistered(group, known) -> tuple[str, tuple[int, ...]]:
-    """A group torch.distributed never registered (torch's newer group API makes them):
-    named by its group_name, else by the order the test first used such groups (the same
-    on every rank); its global ranks are not known."""
+    """A group torch.distributed never registered (torch's newer group API and a backend's
+    constructor make them): named by its group_name, else by the order the test first used
+    such groups (the same on every rank). Its ranks are every rank's when it is as large as
+    the default group (a rank that never calls on it is then seen to be missing), else not
+    known."""
     try:
-        named = group.group_name
+        named, size = group.group_name, group.size()
     except Exception:  # a destroyed group, or no group object
         return "unknown", ()
+    ranks = tuple(range(size)) if size == _default_size() else ()
     if named:
-        return named, ()
+        return named, ranks
     seen = sum(1 for name, _ in known if name.startswith("unregistered group"))
-    return f"unregistered group {seen + 1}", ()
+    return f"unregistered group {seen + 1}", ranks
+
+
+def _default_size() -> int | None:
+    import torch.distributed as dist
+
+    try:
+        return dist.get_world_size()
+    except Exception:  # no default group
+        return None

@@ -1,4 +1,5 @@
-"""How a ledger entry's reduce op and argument read in a verdict: "SUM", "float32[4]".
+"""How a ledger entry's reduce op, argument and root read in a verdict: "SUM",
+"float32[4]", "src 0".
 
 The ledger records raw values on every collective and words them only when a verdict or
 a digest needs them. Standard library only, but for torch's ReduceOp type, read when a
@@ -42,3 +43,18 @@ def describe_arg(arg) -> str:
         return f"{arg[0]}x {describe_arg(arg[1])}"
     dtype, shape = arg
     return f"{str(dtype).removeprefix('torch.')}[{', '.join(map(str, shape))}]"
+
+
+def describe_root(op: str, root) -> str:
+    """'src 0' (broadcast, scatter), 'dst 1' (reduce, gather), 'src group rank 1' (given
+    as ``group_src=``); '' for none."""
+    if root is None:
+        return ""
+    word = (
+        "src"
+        if op in ("broadcast", "scatter", "broadcast_object_list", "scatter_object_list")
+        else "dst"
+    )
+    if isinstance(root, tuple):
+        return f"{word} group rank {root[1]}"
+    return f"{word} {root}"

@@ -9,6 +9,7 @@ import pytest
 
 from rankgate.harness import ledger, rerun_bridge, timeout_bridge
 from rankgate.harness.attempts import FLAKY_POLICIES
+from rankgate.harness.inplace import subworld_env
 from rankgate.harness.spec import timeout_problem
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -109,9 +110,14 @@ INI_OPTIONS: dict[str, tuple[str, str | None]] = {
         "plus a margin instead",
         None,
     ),
+    "rankgate_subworld_local_rank": (
+        "in place, what LOCAL_RANK counts in a sub-world: subworld (its ranks on the host, "
+        "the default) or launcher (each rank keeps its launcher's, and its GPU) "
+        "(docs/running-in-place.md)",
+        None,
+    ),
     "rankgate_worker_setup": (
-        "module:function called as function(rank) in every rank before rendezvous "
-        "(default: none)",
+        "module:function called as function(rank) in every rank before rendezvous (default: none)",
         None,
     ),
     "rankgate_spawn_helpers": (
@@ -176,6 +182,13 @@ def rendezvous_timeout(config: pytest.Config) -> float:
     return _positive_float(config, "rankgate_rendezvous_timeout", DEFAULT_RENDEZVOUS_TIMEOUT_S)
 
 
+def subworld_local_rank(config: pytest.Config) -> str:
+    try:
+        return subworld_env.local_rank_setting(config.getini("rankgate_subworld_local_rank"))
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
 def check(config: pytest.Config) -> None:
     """Read every option now: a bad value is a usage error at the start, in either mode,
     rather than an error of the first test that would have read it."""
@@ -186,6 +199,7 @@ def check(config: pytest.Config) -> None:
     worker_setup(config)
     reruns(config)
     flaky_policy(config)
+    subworld_local_rank(config)
     problem = ledger.setting_problem()
     if problem:
         raise pytest.UsageError(problem)

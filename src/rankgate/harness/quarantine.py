@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rankgate import tomlfile
+from rankgate.errors import RankgateError
 
 QUARANTINE_PROPERTY = "rankgate.quarantined"
 """A JSON object: reason, issue, streak (passes in a row before this run), needed."""
@@ -47,7 +48,7 @@ DEFAULT_PASSES_TO_LEAVE = 5
 HISTORY_FORMAT = "rankgate.quarantine-history/1"
 
 
-class QuarantineError(ValueError):
+class QuarantineError(RankgateError, ValueError):
     """A quarantine file that cannot be used; the message names the file and the fix."""
 
 

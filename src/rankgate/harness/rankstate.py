@@ -17,6 +17,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from rankgate.errors import RankgateError
 from rankgate.harness import hypothesis_bridge
 
 
@@ -111,7 +112,7 @@ def hint_for(exc: BaseException) -> str:
     return ""
 
 
-class WorkerSetupError(RuntimeError):
+class WorkerSetupError(RankgateError, RuntimeError):
     """The ini option rankgate_worker_setup names what cannot be imported."""
 
 

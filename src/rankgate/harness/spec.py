@@ -9,13 +9,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from rankgate.errors import RankgateError
+
 BACKENDS = ("auto", "gloo", "nccl")
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
 """The longest test timeout accepted (a week). Waits on pipes and selects overflow
 somewhere past 24 days, and a timeout of infinity would make a hang last forever."""
 
 
-class WorldMarkerError(ValueError):
+class WorldMarkerError(RankgateError, ValueError):
     """A world marker whose arguments cannot describe a job."""
 
 

@@ -94,6 +94,7 @@ def headline(outcomes: list[RankOutcome], test_id: str) -> str:
     test_file = test_id.split("::", 1)[0]
     hung = {o.rank: stack_where(o.stack, test_file) for o in outcomes if o.outcome == "hung"}
     ledgers = {o.rank: o.ledger for o in outcomes}
+    hung = divergence.waits_per_ledger(hung, ledgers)  # a .wait() the stack cannot see
     diverged = divergence.find(
         ledgers, now={r: str(w) for r, w in hung.items() if w and w.collective is None}
     )

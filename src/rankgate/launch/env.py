@@ -23,6 +23,8 @@ import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+from rankgate.errors import RankgateError
+
 # launcher -> (rank, world size, local rank, local world size) variable names
 _LAUNCHER_VARS: tuple[tuple[str, tuple[str, str, str | None, str | None]], ...] = (
     ("torchrun", ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")),
@@ -40,7 +42,7 @@ _LAUNCHER_VARS: tuple[tuple[str, tuple[str, str, str | None, str | None]], ...] 
 )
 
 
-class LaunchEnvError(ValueError):
+class LaunchEnvError(RankgateError, ValueError):
     """The launcher's variables are present but inconsistent."""
 
 

@@ -10,10 +10,12 @@ import os
 import shutil
 import sys
 
+from rankgate.errors import RankgateError
+
 LAUNCHERS = ("torchrun", "srun", "mpirun")
 
 
-class LauncherUnavailable(RuntimeError):
+class LauncherUnavailable(RankgateError, RuntimeError):
     """The launcher's program is not installed here; the message says how to get it."""
 
 

@@ -10,7 +10,7 @@ Main API:
 - :mod:`rankgate.pipeline.stage_commands` — ``run_stage``: one stage's commands here,
   dispatched, or skipped saying why.
 - :mod:`rankgate.pipeline.options` — ``Options`` (nox posargs, ``rankgate run`` flags);
-  :mod:`~rankgate.pipeline.outcome` — ``Outcome`` and ``record``;
+  :mod:`~rankgate.pipeline.stage_outcome` — ``Outcome`` and ``record``;
   :mod:`~rankgate.pipeline.table` — ``summary_table``, the verdict table.
 - :mod:`rankgate.pipeline.run_stages` — ``rankgate run``, the seed runner's options
   mapped onto stages and markers.

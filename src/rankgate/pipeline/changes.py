@@ -31,12 +31,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from rankgate.errors import RankgateError
 from rankgate.pipeline import stages
 from rankgate.pipeline.stages import Stage
 from rankgate.proc import command
 
 
-class ChangesError(Exception):
+class ChangesError(RankgateError):
     """The change cannot be computed (no git, an unknown REF, not a repository)."""
 
 

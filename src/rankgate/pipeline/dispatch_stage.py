@@ -19,10 +19,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from rankgate.cliargs import int_at_least, seconds
+from rankgate.dispatch.job_result import MERGED_NAME, DispatchResult, render_report
 from rankgate.dispatch.profile import Profile, ProfileError, resolve_profile
-from rankgate.dispatch.results import MERGED_NAME, DispatchResult, render_report
 from rankgate.dispatch.run import describe_stage, run_sharded_stage, run_stage, wait_policy
-from rankgate.dispatch.shards import ShardedResult, render_sharded
+from rankgate.dispatch.sharded_run import ShardedResult, render_sharded
 from rankgate.dispatch.target import TargetError
 
 

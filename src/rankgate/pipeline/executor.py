@@ -17,9 +17,9 @@ from pathlib import Path
 
 from rankgate.pipeline import changes, side_by_side, stages
 from rankgate.pipeline.options import Options
-from rankgate.pipeline.outcome import Outcome, record, refresh_report
 from rankgate.pipeline.probe import Machine
 from rankgate.pipeline.stage_commands import announce, change_plan, run_command, run_stage
+from rankgate.pipeline.stage_outcome import Outcome, record, refresh_report
 from rankgate.pipeline.stages import Stage
 from rankgate.pipeline.stopped import rewrite_on_stop
 from rankgate.pipeline.table import summary_table

@@ -15,8 +15,8 @@ from rankgate.cliargs import UsageError
 from rankgate.dispatch.profile import profile_problem
 from rankgate.pipeline import executor, stages
 from rankgate.pipeline.options import Options
-from rankgate.pipeline.outcome import Outcome
 from rankgate.pipeline.probe import Machine
+from rankgate.pipeline.stage_outcome import Outcome
 from rankgate.pipeline.stages import Stage
 
 _CPU_TIERS = "not gpu and not hpc and not container and not perf"
@@ -43,7 +43,7 @@ SELECTIONS: dict[str, Callable[[], Stage]] = {
     "integration": lambda: stages.get("dist"),
     "benchmark": lambda: stages.get("bench"),
     "performance": lambda: _tests("performance", stages.get("bench").markers),
-    "error": lambda: _tests("error", _CPU_TIERS, "suites/harness"),
+    "error": lambda: _tests("error", _CPU_TIERS, "tests/harness"),
     "auto": lambda: _tests("auto", _CPU_TIERS, "suites/comm", keyword="auto or select"),
 }
 
@@ -54,7 +54,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Without a selection it runs the gate: env-check, then every stage this machine can\n"
         "run, and a table of verdicts. `rankgate run --list` names the stages."
     )
-    pick = parser.add_argument_group("what to run (default: the gate)")
+    _add_selection(parser.add_argument_group("what to run (default: the gate)"))
+    _add_how(parser.add_argument_group("how"))
+
+
+def _add_selection(pick) -> None:
+    """The options that choose what runs: stages, shortcuts for them, a narrower selection."""
     pick.add_argument(
         "--stage", action="append", default=[], choices=stages.names(), metavar="NAME",
         help=f"run this stage; repeatable ({', '.join(stages.names())}; default: the gate)",
@@ -76,7 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     pick.add_argument(
         "--error", action="store_true",
-        help="run the fault-injection suite (suites/harness) at every CPU tier",
+        help="run the harness's tests, fault injection included (tests/harness), at every CPU tier",
     )  # fmt: skip
     pick.add_argument(
         "--auto", action="store_true",
@@ -95,7 +100,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--env-check", action="store_true",
         help="run `rankgate env-check` first; given alone, run only that",
     )  # fmt: skip
-    how = parser.add_argument_group("how")
+
+
+def _add_how(how) -> None:
+    """The options that say how the chosen stages run and where their output goes."""
     how.add_argument(
         "--coverage", action="store_true",
         help="measure coverage of rankgate with pytest-cov (default: off)",

@@ -24,14 +24,14 @@ from rankgate.proc import command
 from rankgate.proc.progress import Progress
 
 
-class Finished(Protocol):
+class FinishedStage(Protocol):
     """What this module reads of a stage's outcome (the executor's ``Outcome``)."""
 
     status: str
     seconds: float
 
 
-Outcome = TypeVar("Outcome", bound=Finished)
+Outcome = TypeVar("Outcome", bound=FinishedStage)
 
 
 class Running(Generic[Outcome]):
@@ -76,13 +76,13 @@ class Running(Generic[Outcome]):
 
     def __exit__(self, kind, error, traceback) -> None:
         """Whatever ends the block early (Ctrl-C lands in the main thread, not in the
-        stages' threads; SIGTERM/SIGHUP as :class:`command.Ended`): every stage's tree
+        stages' threads; SIGTERM/SIGHUP as :class:`command.EndSignal`): every stage's tree
         goes, and on a signal this process dies of it."""
         try:
             if error is None:
                 return
             self.stop()
-            if isinstance(error, command.Ended):
+            if isinstance(error, command.EndSignal):
                 command.die_of(error.args[0])
         finally:
             self._hooks.close()

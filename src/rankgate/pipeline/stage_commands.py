@@ -1,6 +1,6 @@
 """One stage: run its commands here or dispatch it, or say loudly why it was skipped.
 
-:func:`run_stage` returns one :class:`~rankgate.pipeline.outcome.Outcome` and keeps it
+:func:`run_stage` returns one :class:`~rankgate.pipeline.stage_outcome.Outcome` and keeps it
 (``stages/<name>.json``); a stage run on its own (not in a gate) also describes its run
 in out/run.json and refreshes the report. :func:`run_command` runs one command of a
 stage, pytest's with the stage's markers and JUnit file.
@@ -17,8 +17,8 @@ from pathlib import Path
 from rankgate.pipeline import changes
 from rankgate.pipeline.coverage import coverage_args
 from rankgate.pipeline.options import Options
-from rankgate.pipeline.outcome import Outcome, Status, record, refresh_report
 from rankgate.pipeline.probe import Machine, module_missing
+from rankgate.pipeline.stage_outcome import Outcome, Status, record, refresh_report
 from rankgate.pipeline.stages import Command, Stage
 from rankgate.pipeline.stopped import rewrite_on_stop
 from rankgate.proc import command

@@ -147,6 +147,7 @@ CI entry point."""
 _PYTEST_RUN = (
     "conftest.py",
     "src/rankgate/__init__.py",
+    "src/rankgate/errors.py",  # every error's base
     "src/rankgate/pytest_plugin.py",
     "src/rankgate/harness/**",
     "src/rankgate/tomlfile.py",  # the quarantine list's reader
@@ -196,14 +197,27 @@ _INTERLINK_E2E = (
     *(
         f"src/rankgate/dispatch/{name}.py"
         for name in (
-            "__init__", "archive", "ended", "interrupts", "job", "outcome", "profile", "results",
-            "run", "sbatch", "shards", "shell", "slurm", "slurm_query", "target", "watch",
+            "__init__", "archive", "ended", "interrupts", "job", "job_outcome", "job_result",
+            "profile", "run", "sbatch", "sharded_run", "shell", "slurm", "slurm_query", "target",
+            "watch",
         )
     ),
 )
+# The hpc tests: a local SLURM (one node or two) that rankgate dispatches to.
+_LOCAL_SLURM_TESTS = (
+    "tests/dispatch/conftest.py",
+    "tests/dispatch/fake_interlink.py",  # the conftest they share with the interLink tests
+    *(
+        f"tests/dispatch/{name}.py"
+        for name in (
+            "test_dispatch_command", "test_local_slurm", "test_sharded_dispatch",
+            "test_slurm_dispatch", "test_two_node_cluster", "test_two_nodes",
+        )
+    ),
+)  # fmt: skip
 _JUNIT_MERGE = (
     "src/rankgate/report/junit.py",
-    "src/rankgate/report/shards.py",  # merge-junit --shards, a sharded dispatch's verdict
+    "src/rankgate/report/shard_merge.py",  # merge-junit --shards, a sharded dispatch's verdict
     "src/rankgate/report/merge_command.py",
     "src/rankgate/report/runs.py",  # which run's per-rank files a merge reads
     "src/rankgate/report/junitfile.py",
@@ -286,7 +300,7 @@ _STAGES: dict[str, Stage] = {
             workflow="ci.yml:dist",
             paths=(
                 *_PYTEST_RUN, *_WORKLOAD_SUITES, *_INTERLINK_E2E, *_JUNIT_MERGE, *_REPORT_TESTS,
-                "suites/harness/**", "suites/pipeline/test_dist_smoke.py", "tests/bench/**",
+                "tests/harness/**", "suites/pipeline/test_dist_smoke.py", "tests/bench/**",
                 "tests/test_leftovers.py", "tests/leftovers.py",
                 # the documentation's runnable examples, shown by rankgate.docsite
                 "tests/test_docs_examples.py", "docs/examples/**", "src/rankgate/docsite.py",
@@ -307,9 +321,11 @@ _STAGES: dict[str, Stage] = {
             dagger="test-gpu",
             workflow="release.yml:test-gpu",
             # Dispatched with a profile it also goes through rankgate.dispatch; the hpc
-            # stage is the one that proves dispatch works (on a real SLURM).
+            # stage is the one that proves dispatch works (on a real SLURM). Its tests
+            # under tests/: the harness's GPU tests and the backend detection's.
             paths=(
-                *_PYTEST_RUN, *_WORKLOAD_SUITES, *_JUNIT_MERGE, "suites/harness/**", "tests/**",
+                *_PYTEST_RUN, *_WORKLOAD_SUITES, *_JUNIT_MERGE, "tests/harness/**",
+                "tests/workloads/test_comm_detect.py", "tests/leftovers.py",
             ),
         ),
         Stage(
@@ -334,7 +350,7 @@ _STAGES: dict[str, Stage] = {
             paths=(
                 *_PYTEST_RUN, *_JUNIT_MERGE, "src/rankgate/dispatch/**", "src/rankgate/cli.py",
                 "src/rankgate/pipeline/dispatch_stage.py",
-                "suites/dispatch/**", "scripts/slurm/**",
+                *_LOCAL_SLURM_TESTS, "scripts/slurm/**",
                 *_TRAINING_LAUNCH,
             ),
         ),
@@ -419,7 +435,7 @@ _STAGES: dict[str, Stage] = {
                 "src/rankgate/pipeline/__init__.py", "src/rankgate/pipeline/container.py",
                 *_COMMANDS,
                 "src/rankgate/pipeline/probe.py", "src/rankgate/workloads/comm/**",
-                "suites/pipeline/test_container.py", "suites/comm/**", "suites/harness/**",
+                "tests/containers/test_container.py", "suites/comm/**", "tests/harness/**",
             ),
         ),
         Stage(

@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from rankgate.pipeline.options import Options
-from rankgate.pipeline.outcome import Outcome, record, refresh_report
+from rankgate.pipeline.stage_outcome import Outcome, record, refresh_report
 from rankgate.pipeline.table import summary_table
 from rankgate.proc import command
 from rankgate.report import runinfo

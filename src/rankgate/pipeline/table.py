@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rankgate.pipeline.outcome import Outcome
+from rankgate.pipeline.stage_outcome import Outcome
 
 FAILING_SHOWN = 10
 """The table names at most this many failed tests of a stage."""

@@ -27,22 +27,24 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from rankgate.errors import RankgateError
+
 END_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
-class Ended(BaseException):
+class EndSignal(BaseException):
     """This process received one of END_SIGNALS while a command ran (``args[0]``: it)."""
 
 
 @contextlib.contextmanager
 def signals_raise_ended():
-    """While a command runs, END_SIGNALS raise Ended in the main thread."""
+    """While a command runs, END_SIGNALS raise EndSignal in the main thread."""
     if threading.current_thread() is not threading.main_thread():
         yield  # only the main thread can take signals; its own run() handles them
         return
 
     def raise_ended(signum, frame):
-        raise Ended(signum)
+        raise EndSignal(signum)
 
     previous = {sig: signal.signal(sig, raise_ended) for sig in END_SIGNALS}
     try:
@@ -115,7 +117,7 @@ def stop_all() -> None:
     _end_trees(procs)
 
 
-class CommandFailed(RuntimeError):
+class CommandFailed(RankgateError, RuntimeError):
     """A command exited non-zero, could not start or ran out of time.
 
     Carries the command, its code (127: no such program, 124: timed out) and, where it
@@ -207,7 +209,7 @@ def run(
         except subprocess.TimeoutExpired:
             _end_trees([proc])
             raise CommandFailed(argv, 124, f"timed out after {timeout:.0f} s") from None
-        except Ended as ended:
+        except EndSignal as ended:
             name = signal.Signals(ended.args[0]).name
             print(f"rankgate: {name}: ending {shlex.join(argv)}", file=sys.stderr, flush=True)
             stop_all()  # this command and any a stage beside it runs in another thread

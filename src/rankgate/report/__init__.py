@@ -5,11 +5,11 @@ Main API:
 - :func:`rankgate.report.junit.merge_junit` -> :class:`~rankgate.report.junit.MergedReport`:
   per-rank JUnit files (the harness's in-place mode) to one rank-aware verdict per test,
   ``MergedReport.write_xml(path)`` for one JUnit file (``rankgate merge-junit``).
-- :func:`rankgate.report.shards.merge_shards`: the shards of a sharded dispatch as one
+- :func:`rankgate.report.shard_merge.merge_shards`: the shards of a sharded dispatch as one
   verdict, each test naming its shard's node, a lost shard's tests not run
   (``rankgate merge-junit --shards``, :mod:`~rankgate.report.merge_command`).
-- :func:`rankgate.report.summary.summarize`: a small JSON summary of JUnit and benchmark
-  files; :mod:`rankgate.report.cli` (``rankgate report``) writes it with the HTML page
+- :func:`rankgate.report.json_summary.summarize`: a small JSON summary of JUnit and benchmark
+  files; :mod:`rankgate.report.report_command` (``rankgate report``) writes it with the HTML page
   (:func:`~rankgate.report.html.render_html`) and its Markdown twin.
 - :func:`rankgate.report.junitfile.read_junit` / :func:`~rankgate.report.rankresults.read_any`:
   one rank's JUnit or results file, as the harness wrote it.

@@ -25,9 +25,9 @@ from pathlib import Path
 from rankgate.proc.contention import PROBE_KEY
 from rankgate.report import history, rankresults, runinfo
 from rankgate.report.failures import FailedTest, failed_tests, stopper_first
+from rankgate.report.json_summary import summarize
 from rankgate.report.junitfile import NO_TEST, ReportInputError
 from rankgate.report.results import count
-from rankgate.report.summary import summarize
 
 STAGE_ORDER = ("env-check", "lint", "unit", "dist", "gpu", "hpc", "bench", "container")
 STATUSES = ("passed", "failed", "incomplete", "skipped", runinfo.RUNNING)
@@ -70,7 +70,7 @@ class Plot:
 @dataclass(slots=True)
 class ReportData:
     summary: dict
-    """The report's JSON: :func:`rankgate.report.summary.summarize`'s result with the
+    """The report's JSON: :func:`rankgate.report.json_summary.summarize`'s result with the
     verdict, the run, the stages, what is incomplete and the trend added."""
     stages: list[dict] = field(default_factory=list)
     failures: list[FailedTest] = field(default_factory=list)

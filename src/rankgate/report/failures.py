@@ -1,6 +1,6 @@
 """Each failed test with its ranks' own tracebacks and logs, for the HTML and Markdown reports.
 
-:func:`failed_tests` reads the same JUnit files as :func:`rankgate.report.summary.summarize`
+:func:`failed_tests` reads the same JUnit files as :func:`rankgate.report.json_summary.summarize`
 and returns one :class:`FailedTest` per failed or errored test. Where a test's ranks come
 from:
 

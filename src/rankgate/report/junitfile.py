@@ -15,6 +15,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
+from rankgate.errors import RankgateError
 from rankgate.harness.quarantine import STALE_PROPERTY
 from rankgate.harness.rankfiles import RUN_ID_PROPERTY
 from rankgate.harness.verdict_lines import (
@@ -72,7 +73,7 @@ def not_run_reason(message: str) -> str:
     return reason[:-1] if message.startswith("failed on ") and reason.endswith('"') else reason
 
 
-class ReportInputError(Exception):
+class ReportInputError(RankgateError):
     """An input file that cannot be used: missing, not XML, not JUnit, no rank."""
 
 
@@ -140,7 +141,7 @@ class JUnitFile:
     per xdist worker."""
     shards: tuple[str, ...] = ()
     """A sharded run's merged file: one line per shard, where its job ran and how it ended
-    (its ``shard`` properties, :mod:`rankgate.report.shards`)."""
+    (its ``shard`` properties, :mod:`rankgate.report.shard_merge`)."""
     run_id: str = ""
     """The in-place launch that wrote it (its ``rankgate.run_id``); "" when unknown."""
     stale_quarantine: tuple[str, ...] = ()

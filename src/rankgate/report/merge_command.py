@@ -1,6 +1,6 @@
 """``rankgate merge-junit``: one rank-aware verdict from per-rank JUnit files
 (:mod:`rankgate.report.junit`), or, with ``--shards``, from the job folders of a
-sharded dispatch (:mod:`rankgate.report.shards`).
+sharded dispatch (:mod:`rankgate.report.shard_merge`).
 
 ``rankgate merge-junit FILES... [-o OUT.xml] [--world N] [--json] [--run-id ID]``; exit
 0 when nothing failed or errored and the run is complete, 1 otherwise, 2 on bad input.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rankgate.cliargs import int_at_least
 from rankgate.harness.attempts import attempts_line
-from rankgate.report import shards
+from rankgate.report import shard_merge
 from rankgate.report.junit import merge_junit
 from rankgate.report.junitfile import GREEN, ReportInputError
 from rankgate.report.rankresults import expand
@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return shards.run(args) if args.shards else _merge(args)
+    return shard_merge.run(args) if args.shards else _merge(args)
 
 
 def _add_merge_arguments(parser: argparse.ArgumentParser) -> None:

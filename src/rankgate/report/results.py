@@ -1,6 +1,6 @@
 """Every test of a run's JUnit files, with one of seven outcomes.
 
-:func:`read_results` reads JUnit files as :mod:`rankgate.report.summary` does: per-rank
+:func:`read_results` reads JUnit files as :mod:`rankgate.report.json_summary` does: per-rank
 files (in-place mode, dispatched jobs) merged per directory with the rules of
 :mod:`rankgate.report.junit`, any other file as it is. Each test becomes one
 :class:`TestResult` whose outcome is one of :data:`OUTCOMES`:

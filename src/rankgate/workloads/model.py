@@ -96,7 +96,7 @@ class SelfAttention(nn.Module):
         return self.wo(out.transpose(1, 2).reshape(batch, seq, cfg.dim))
 
 
-class Block(nn.Module):
+class TransformerBlock(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.attention_norm = nn.RMSNorm(config.dim)
@@ -119,7 +119,9 @@ class TinyTransformer(nn.Module):
         super().__init__()
         self.config = config or ModelConfig()
         self.embedding = nn.Embedding(self.config.vocab_size, self.config.dim)
-        self.blocks = nn.ModuleList(Block(self.config) for _ in range(self.config.n_layers))
+        self.blocks = nn.ModuleList(
+            TransformerBlock(self.config) for _ in range(self.config.n_layers)
+        )
         self.norm = nn.RMSNorm(self.config.dim)
         self.head = nn.Linear(self.config.dim, self.config.vocab_size, bias=False)
 

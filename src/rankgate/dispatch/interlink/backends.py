@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from rankgate.dispatch.interlink.manifest import CONTAINER_NAME
 from rankgate.dispatch.interlink.rest import InterlinkAPIError, InterlinkREST, redact
-from rankgate.dispatch.outcome import JobOutcome, Phase
+from rankgate.dispatch.job_outcome import JobOutcome, Phase
 from rankgate.dispatch.profile import Profile
 from rankgate.dispatch.watch import Observation
 

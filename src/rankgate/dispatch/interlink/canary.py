@@ -13,7 +13,7 @@ from rankgate.dispatch.interlink.backends import Backend
 from rankgate.dispatch.interlink.manifest import pod_name
 from rankgate.dispatch.interlink.target import InterlinkTarget
 from rankgate.dispatch.job import JobSpec
-from rankgate.dispatch.outcome import JobOutcome
+from rankgate.dispatch.job_outcome import JobOutcome
 from rankgate.dispatch.profile import Profile, ProfileError
 from rankgate.dispatch.target import wait_for_job
 from rankgate.dispatch.watch import Progress, WaitPolicy

@@ -21,7 +21,7 @@ from rankgate.dispatch.interlink.backends import LOST_AFTER, Backend, backend_fo
 from rankgate.dispatch.interlink.manifest import build_pod, check_profile, pod_name, pod_script
 from rankgate.dispatch.interlink.rest import InterlinkAPIError
 from rankgate.dispatch.job import JobSpec
-from rankgate.dispatch.outcome import JobOutcome, Phase
+from rankgate.dispatch.job_outcome import JobOutcome, Phase
 from rankgate.dispatch.profile import Profile
 from rankgate.dispatch.target import Fetched, SubmitError
 from rankgate.dispatch.watch import Observation, WaitPolicy, Watched

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rankgate.errors import RankgateError
+
 DEFAULT_SETUP_TIMEOUT_S = 900.0
 """How long an adopted ``setup=`` may take the first time on a rank (a C++ op build)."""
 
@@ -19,7 +21,7 @@ ENV_FIELDS = ("rank", "local_rank", "world_size", "local_world_size", "master_ad
 """What ``env=NAME={field}`` may put in a variable."""
 
 
-class AdoptConfigError(ValueError):
+class AdoptConfigError(RankgateError, ValueError):
     """An adoption line that cannot be used."""
 
 

@@ -27,6 +27,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import parse_qs, urlparse
 
+from rankgate.errors import RankgateError
+
 SCHEMES = ("env", "tcp")
 """The rendezvous that name an address (the ``file`` one names a file every rank sees)."""
 
@@ -34,7 +36,7 @@ _count = [0]
 """Rendezvous made in the test running now (the same on every rank)."""
 
 
-class RendezvousError(RuntimeError):
+class RendezvousError(RankgateError, RuntimeError):
     """A test's rendezvous asks for what rankgate's world is not."""
 
 

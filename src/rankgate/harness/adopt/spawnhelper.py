@@ -25,6 +25,7 @@ import sys
 import textwrap
 from collections.abc import Iterable
 
+from rankgate.errors import RankgateError
 from rankgate.harness.adopt.config import SpawnHelper, parse_spawn_helper
 from rankgate.harness.adopt.prelude import call_target, launcher_environment
 
@@ -32,7 +33,7 @@ ADOPTED_ATTR = "__rankgate_adopted__"
 _BACKENDS = {"gloo": "gloo", "nccl": "nccl"}
 
 
-class AdoptionError(RuntimeError):
+class HelperWorldError(RankgateError, RuntimeError):
     """An adopted helper called in a way its test's marker did not foresee."""
 
 
@@ -115,7 +116,7 @@ def _adopt(original, helper: SpawnHelper):
         given = bound.arguments
         world = _world_value(helper, given)
         if world != dist.get_world_size():
-            raise AdoptionError(
+            raise HelperWorldError(
                 f"{helper.target} was called for {world} ranks on a world of "
                 f"{dist.get_world_size()}: mark the test @pytest.mark.world({world})"
             )

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import importlib.metadata
 import inspect
+import sys
+from pathlib import Path
 
 from rankgate.harness.adopt.config import AdoptConfigError, SpawnHelper, WorldClass
 from rankgate.harness.adopt.prelude import call_target
@@ -69,16 +71,34 @@ def check_parameters(line: str, helper: SpawnHelper, function) -> None:
 
 
 def installed(target: str) -> str:
-    """'installed: deepspeed 0.19.6' for the distribution providing the target's top
-    package, or a line saying none does."""
+    """'imported: deepspeed 0.19.6 from /x/deepspeed' for the target's top package as this
+    process imports it (its ``__version__`` and folder: a copy on PYTHONPATH wins over the
+    installed distribution), with the installed distribution's version where it differs;
+    the distribution's alone where the package does not import."""
     top = target.partition(":")[0].split(".")[0]
-    names = importlib.metadata.packages_distributions().get(top, [])
+    distributions = _distributions(top)
+    try:
+        module = sys.modules.get(top) or importlib.import_module(top)
+    except Exception:  # its own import fails: the distribution is all there is to say
+        module = None
+    if module is None:
+        if distributions:
+            return "installed: " + ", ".join(f"{n} {v}" for n, v in distributions)
+        return f"no installed distribution provides {top!r}"
+    version = getattr(module, "__version__", None)
+    file = getattr(module, "__file__", None)
+    where = f" from {Path(file).parent}" if file else ""
+    said = f"imported: {top} {version or '(no __version__)'}{where}"
+    others = [f"{n} {v}" for n, v in distributions if v != str(version)]
+    return said + (f" (installed: {', '.join(others)})" if others else "")
+
+
+def _distributions(top: str) -> list[tuple[str, str]]:
+    """(name, version) of each installed distribution providing package ``top``."""
     found = []
-    for name in dict.fromkeys(names):
+    for name in dict.fromkeys(importlib.metadata.packages_distributions().get(top, [])):
         try:
-            found.append(f"{name} {importlib.metadata.version(name)}")
+            found.append((name, importlib.metadata.version(name)))
         except importlib.metadata.PackageNotFoundError:
             continue
-    if found:
-        return "installed: " + ", ".join(found)
-    return f"no installed distribution provides {top!r}"
+    return found

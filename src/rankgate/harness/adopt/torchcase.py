@@ -32,6 +32,7 @@ import unittest
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from rankgate.errors import RankgateError
 from rankgate.harness.adopt import freshgroup, ownstore
 
 BASE_MODULE = "torch.testing._internal.common_distributed"
@@ -42,7 +43,7 @@ _redirecting = [0]
 """Above 0 while an adopted test runs on this rank (its set-up and tear-down in place)."""
 
 
-class AdoptionError(RuntimeError):
+class ProcessGroupRequestError(RankgateError, RuntimeError):
     """A test asks its process group for what rankgate's world is not."""
 
 
@@ -172,12 +173,14 @@ def _redirected_init(original):
         world, rank, backend = group.size(), group.rank(), dist.get_backend(group)
         size = asked.get("world_size", -1)
         if size not in (-1, None, world):
-            raise AdoptionError(
+            raise ProcessGroupRequestError(
                 f"init_process_group(world_size={size}) on rankgate's world of {world} ranks: "
                 "the class's world_size must say the same"
             )
         if asked.get("rank", -1) not in (-1, None, rank):
-            raise AdoptionError(f"init_process_group(rank={asked['rank']}) on rank {rank}")
+            raise ProcessGroupRequestError(
+                f"init_process_group(rank={asked['rank']}) on rank {rank}"
+            )
         wanted = str(asked.get("backend") or "").lower()
         if wanted and not freshgroup.serves(backend, wanted):
             freshgroup.start(wanted)  # e.g. gloo asked on a GPU host's nccl world

@@ -10,13 +10,13 @@ default), else gloo; it can be renewed on every rank after a test lost it. A tes
 ``backend="gloo"`` sees a gloo-only default group there, as in a gloo pool. A rank
 leaves its group before its plain tests, which see none, as in the pool's controller.
 
-In a group, RANK and WORLD_SIZE name the rank in it and its size, as the pool's ranks
-see them (libraries such as DeepSpeed check WORLD_SIZE against the group); LOCAL_RANK
-stays the launcher's, so code that picks its GPU from it gets its own. Plain tests see
-the launcher's values, less torchrun's TORCHELASTIC_USE_AGENT_STORE: with it, a
-rendezvous a test makes for itself (``env://`` on an address it sets) only connects, to a
-port nobody serves, and waits there; a plain test runs on one rank, a process of its own
-as in the pool, whose rank 0 hosts the store it asks for.
+In a group, a test sees the variables of a launch of the group's ranks (a sub-world
+looks like a launch of its own: :mod:`.subworld_env` says what each variable holds, and
+docs/running-in-place.md has the table). Plain tests see the launcher's values, less
+torchrun's TORCHELASTIC_USE_AGENT_STORE: with it, a rendezvous a test makes for itself
+(``env://`` on an address it sets) only connects, to a port nobody serves, and waits
+there; a plain test runs on one rank, a process of its own as in the pool, whose rank 0
+hosts the store it asks for.
 """
 
 from __future__ import annotations
@@ -34,25 +34,24 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from rankgate.harness.inplace import subworld_env
 from rankgate.harness.inplace.control import ControlChannel
 from rankgate.harness.inplace.schedule import NO_GROUP, WHOLE_WORLD, Share
 from rankgate.harness.rankstate import set_collective_timeout
 from rankgate.harness.spec import AUTO_ON_GPUS
 from rankgate.launch.env import LaunchEnv
 
-RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
-"""What a group's tests see of the rank in it (the module's docstring says how)."""
-AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"
-"""torchrun's word to ``env://`` rendezvous: connect to the agent's store, never host one
-(plain tests run without it: the module's docstring says why)."""
-
 
 class InPlaceGroup:
     """The store, this run's key prefix in it, the control channel and the default group."""
 
-    def __init__(self, launch: LaunchEnv, rendezvous_s: float) -> None:
+    def __init__(
+        self, launch: LaunchEnv, rendezvous_s: float, local_rank_from: str = subworld_env.SUBWORLD
+    ) -> None:
         self.launch = launch
         self.rendezvous_s = rendezvous_s
+        self.local_rank_from = local_rank_from
+        """What LOCAL_RANK counts in a sub-world (ini rankgate_subworld_local_rank)."""
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
         self.has_gpus = gpus >= launch.local_world_size
         self.backend = AUTO_ON_GPUS if self.has_gpus else "gloo"
@@ -77,12 +76,8 @@ class InPlaceGroup:
         """Seconds each change of sub-world took to start its group (docs/harness.md)."""
         self._gloo_world: dist.ProcessGroup | None = None
         """Every rank in a gloo-only group, made at the first gloo test on a mixed group."""
-        self._launcher_variables = {
-            name: os.environ.get(name) for name in (*RANK_VARIABLES, AGENT_STORE)
-        }
-        self._set_rank_variables()
-        if self.has_gpus:
-            torch.cuda.set_device(self.device)
+        self._launcher_variables = subworld_env.launcher_values()
+        self._set_rank_variables(())
         if not dist.is_initialized():
             self._init_group()
 
@@ -183,29 +178,43 @@ class InPlaceGroup:
             return
         self._leave()
         self.current, self.members, self._groups_made = share.group, share.ranks, 0
-        self._set_rank_variables()
         if share.group == NO_GROUP:
+            self._set_rank_variables(())
             return
         meet()
         started = time.monotonic()
+        self._set_rank_variables(self._meet_members(share) if share.phase > 0 else ())
         self._init_group()
         self.changes.append(time.monotonic() - started)
 
-    def _set_rank_variables(self) -> None:
+    def _meet_members(self, share: Share) -> list[subworld_env.Member]:
+        """Every rank of ``share``'s sub-world, as it told the others: its host, and from
+        the first rank, the sub-world's port."""
+        leader = share.ranks[0] == self.launch.rank
+        mine = subworld_env.me(self.launch.rank, self.launch.local_rank, leader, self.control.store)
+        phase, subworld = share.group
+        name = f"phase{phase}/subworld{subworld}/members"
+        return self.control.all_gather(name, mine, ranks=share.ranks)
+
+    def _set_rank_variables(self, members) -> None:
+        """What a test sees of its launch (:mod:`.subworld_env`): in a sub-world, a
+        launch of its ``members``; and the current CUDA device, ``cuda:LOCAL_RANK``."""
+        launch, launcher = self.launch, self._launcher_variables
         if self.current == NO_GROUP:
-            values = {**self._launcher_variables, AGENT_STORE: None}
+            values = subworld_env.plain(launcher)
+        elif not members:
+            n = launch.world_size
+            values = subworld_env.whole_world(launcher, launch.rank, n, launch.local_rank)
         else:
-            values = {
-                "RANK": str(self.members.index(self.launch.rank)),
-                "WORLD_SIZE": str(len(self.members)),
-                "LOCAL_RANK": str(self.launch.local_rank),
-                AGENT_STORE: self._launcher_variables[AGENT_STORE],
-            }
-        for name, value in values.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+            index = self.members.index(launch.rank)
+            phase, subworld = self.current
+            tag = f"phase{phase}-subworld{subworld}"
+            values = subworld_env.subworld(launcher, members, index, tag, self.local_rank_from)
+        subworld_env.apply(values)
+        if self.has_gpus and self.current != NO_GROUP:
+            local = values.get("LOCAL_RANK")
+            self.device = torch.device("cuda", launch.local_rank if local is None else int(local))
+            torch.cuda.set_device(self.device)
 
     def _leave(self) -> None:
         self._gloo_world = None

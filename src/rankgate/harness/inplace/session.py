@@ -185,7 +185,11 @@ class InPlaceSession(ShareMixin):
 
     def _join(self) -> None:
         """Open the store, join this run's generation in it, start the process group."""
-        group = self.group = InPlaceGroup(self.launch, options.rendezvous_timeout(self.config))
+        group = self.group = InPlaceGroup(
+            self.launch,
+            options.rendezvous_timeout(self.config),
+            options.subworld_local_rank(self.config),
+        )
         self.backend, self.has_gpus, self.device = group.backend, group.has_gpus, group.device
         self.control = group.control
 

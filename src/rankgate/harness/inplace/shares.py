@@ -79,9 +79,10 @@ class ShareMixin:
         """The ``device`` fixture: cuda:<local rank> on GPUs, cpu for gloo tests."""
         import torch
 
-        if self.device is None or (spec is not None and spec.backend == "gloo"):
+        device = self.group.device  # the sub-world's (inplace/subworld_env.py)
+        if device is None or (spec is not None and spec.backend == "gloo"):
             return torch.device("cpu")
-        return self.device
+        return device
 
     def _meet(self, item: pytest.Item, share: schedule.Share) -> None:
         """Before a new sub-world's group: wait until each of its ranks is here (they

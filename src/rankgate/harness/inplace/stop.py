@@ -185,6 +185,7 @@ class RunStop:
             self.control.abort(reason)
             failed = self._failed_peers(item, ledgers)
             wheres = self._where_hung_ranks_wait(item, stacks, failed, ledgers)
+            wheres = divergence.waits_per_ledger(wheres, ledgers)
             finished = self._finished_peers(item, ledgers, (*failed, *wheres))
         except Exception:  # the store is gone: name where this rank waits only
             wheres = {rank: stack_where(stacks, str(item.path))}

@@ -17,8 +17,10 @@ from collections.abc import Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from rankgate.errors import RankgateError
 
-class DurationsError(ValueError):
+
+class DurationsError(RankgateError, ValueError):
     """A durations file that cannot be used; the message names the file and the fix."""
 
 

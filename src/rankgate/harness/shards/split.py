@@ -16,10 +16,12 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from rankgate.errors import RankgateError
+
 UNKNOWN_WHEN_NONE_KNOWN_S = 1.0
 
 
-class ShardSpecError(ValueError):
+class ShardSpecError(RankgateError, ValueError):
     """``K/N`` that names no shard."""
 
 

@@ -35,6 +35,8 @@ from typing import ClassVar
 import torch
 import torch.distributed as dist
 
+from rankgate.errors import RankgateError
+
 log = logging.getLogger("rankgate.comm")
 
 REDUCE_OPS: dict[str, dist.ReduceOp.RedOpType] = {
@@ -64,7 +66,7 @@ _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather
 _reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
-class CommError(RuntimeError):
+class CommError(RankgateError, RuntimeError):
     """Base class of the communication layer's errors."""
 
 

@@ -13,12 +13,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from types import ModuleType
 
+from rankgate.errors import RankgateError
+
 _PCIE = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
 """NVML_TOPOLOGY_* common-ancestor levels as nvidia-smi names them (0: the same board)."""
 _GPU, _SWITCH = 0x00, 0x02  # NVML_NVLINK_DEVICE_TYPE_GPU / _SWITCH
 
 
-class LinksUnavailable(Exception):
+class LinksUnavailable(RankgateError):
     """NVML cannot say how these GPUs are linked; the message says why."""
 
 

@@ -15,10 +15,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from rankgate.errors import RankgateError
+
 IGNORE_INDEX = -100
 
 
-class DatasetError(ValueError):
+class DatasetError(RankgateError, ValueError):
     """A JSONL file that cannot be used; the message names the file, line and fix."""
 
     def __init__(self, path: Path, line: int | None, problem: str) -> None:

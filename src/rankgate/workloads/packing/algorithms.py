@@ -21,13 +21,15 @@ import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from rankgate.errors import RankgateError
+
 PADDING = -1
 """Marks a slot whose rank has no sample in that minibatch (it runs a dummy sample)."""
 
 Slots = list[list[list[int]]]  # [minibatch][rank] -> sample indices
 
 
-class PackingError(ValueError):
+class PackingError(RankgateError, ValueError):
     """Lengths, cap or world size that cannot be packed."""
 
 

@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from rankgate.errors import RankgateError
 from rankgate.launch.env import detect_launch
 from rankgate.launch.rankvars import export_torchrun_names
 from rankgate.workloads.data.sampler import InfiniteSampler
@@ -30,7 +31,7 @@ from rankgate.workloads.data.sampler import InfiniteSampler
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 
 
-class StrategyError(RuntimeError):
+class StrategyError(RankgateError, RuntimeError):
     """A strategy used out of order (before init, twice, after shutdown) or unable to run."""
 
 

@@ -27,6 +27,7 @@ from typing import Any
 import torch.distributed as dist
 from torch import nn
 
+from rankgate.errors import RankgateError
 from rankgate.workloads.trainer.strategies.base import (
     OptimizerFactory,
     StrategyError,
@@ -82,7 +83,7 @@ class WorkerResult:
     error: str | None = None
 
 
-class RayRunError(RuntimeError):
+class RayRunError(RankgateError, RuntimeError):
     """The TorchTrainer failed or did not finish; the message carries every worker's log."""
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
+from rankgate.errors import RankgateError
 from rankgate.proc.contention import PROBE_KEY
 
 BASELINE_FORMAT = "rankgate.baseline/1"
@@ -29,7 +30,7 @@ BUSBW_MIN_BYTES = 16 << 20
 """comm's busbw metric covers sizes from here up, where bandwidth, not launch, bounds a call."""
 
 
-class ResultsError(Exception):
+class ResultsError(RankgateError):
     """A file that is not a benchmark result rankgate can compare."""
 
 

@@ -67,32 +67,9 @@ def summarize(
     """Summarise JUnit and benchmark files; raises :class:`ReportInputError` on bad input.
     ``run_id``: of a folder of several in-place runs' files, read that run's (else the
     newest's); no folder holding it is bad input."""
-    junit_paths = list(junit_paths)
-    bench = [{"file": str(p), "data": read_bench(p)} for p in bench_paths]
-    groups = read_results(junit_paths, run_id) if junit_paths else []
-    if not groups and not bench:
-        raise ReportInputError("no JUnit or benchmark files given")
-    if run_id is not None and not any(g.run_id == run_id for g in groups):
-        held = sorted({g.run_id for g in groups if g.run_id})
-        raise ReportInputError(
-            f"--run-id {run_id}: no per-rank files of that run here; the runs read: "
-            f"{', '.join(held) or 'none with a run id'}"
-        )
+    groups, bench = _read_inputs(list(junit_paths), bench_paths, run_id)
     results = [r for g in groups for r in g.results]
-    failing = [
-        {
-            "id": r.id,
-            "outcome": r.outcome,
-            "source": r.source,
-            "failing_ranks": None if r.failing_ranks is None else list(r.failing_ranks),
-            "ranks": None if r.ranks is None else {str(k): v for k, v in r.ranks.items()},
-            "message": _cut(r.reason),
-            **({"interrupted": True} if r.interrupted else {}),
-            **({"attempts": [a.line() for a in r.attempts]} if r.attempts else {}),
-        }
-        for r in results
-        if r.outcome in BAD_OUTCOMES
-    ]
+    failing = [_failing(r) for r in results if r.outcome in BAD_OUTCOMES]
     not_run = group_reasons(results, "not run")
     incomplete = [{"source": g.source, "why": why} for g in groups for why in g.incomplete]
     slowest = sorted(results, key=lambda r: -r.seconds)[:SLOWEST]
@@ -137,6 +114,38 @@ def summarize(
         "tests": {r.id: r.outcome for r in results},
         "bench": bench,
         "metrics": bench_metrics(bench),
+    }
+
+
+def _read_inputs(
+    junit_paths: list[str | Path], bench_paths: Iterable[str | Path], run_id: str | None
+) -> tuple[list, list[dict]]:
+    """The JUnit files' groups and the benchmark files' data, read and checked: some input,
+    and ``run_id``'s files among it when one is asked for."""
+    bench = [{"file": str(p), "data": read_bench(p)} for p in bench_paths]
+    groups = read_results(junit_paths, run_id) if junit_paths else []
+    if not groups and not bench:
+        raise ReportInputError("no JUnit or benchmark files given")
+    if run_id is not None and not any(g.run_id == run_id for g in groups):
+        held = sorted({g.run_id for g in groups if g.run_id})
+        raise ReportInputError(
+            f"--run-id {run_id}: no per-rank files of that run here; the runs read: "
+            f"{', '.join(held) or 'none with a run id'}"
+        )
+    return groups, bench
+
+
+def _failing(r) -> dict:
+    """One failing test's entry under ``failing``."""
+    return {
+        "id": r.id,
+        "outcome": r.outcome,
+        "source": r.source,
+        "failing_ranks": None if r.failing_ranks is None else list(r.failing_ranks),
+        "ranks": None if r.ranks is None else {str(k): v for k, v in r.ranks.items()},
+        "message": _cut(r.reason),
+        **({"interrupted": True} if r.interrupted else {}),
+        **({"attempts": [a.line() for a in r.attempts]} if r.attempts else {}),
     }
 
 

@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rankgate.dispatch.outcome import JobOutcome
+from rankgate.dispatch.job_outcome import JobOutcome
 from rankgate.report.junit import MergedReport, merge_files
 from rankgate.report.junitfile import ReportInputError, read_junit
 
 if TYPE_CHECKING:
-    from rankgate.dispatch.ended import Ended
+    from rankgate.dispatch.ended import JobEnded
     from rankgate.dispatch.profile import Profile
 
 LOG_TAIL_LINES = 40
@@ -123,7 +123,7 @@ class DispatchResult:
     """The node(s) the job ran on, as the target named them."""
 
     @classmethod
-    def of(cls, profile: Profile, ended: Ended) -> DispatchResult:
+    def of(cls, profile: Profile, ended: JobEnded) -> DispatchResult:
         """The result of a job that ended (:func:`rankgate.dispatch.target.wait_for_job`);
         its results are attached by :meth:`attach` once fetched."""
         result = cls(

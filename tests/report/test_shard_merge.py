@@ -1,4 +1,4 @@
-"""Shards merged into one verdict (rankgate.report.shards): nodes named, lost tests not run."""
+"""Shards merged into one verdict (rankgate.report.shard_merge): nodes named, lost tests not run."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from rankgate.report.junit import merge_files
 from rankgate.report.junitfile import CaseResult, JUnitFile
-from rankgate.report.shards import ShardRun, case_of, merge_shards
+from rankgate.report.shard_merge import ShardRun, case_of, merge_shards
 
 pytestmark = pytest.mark.unit
 

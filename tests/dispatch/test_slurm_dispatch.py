@@ -14,9 +14,9 @@ import time
 
 import pytest
 
-from rankgate.dispatch.outcome import JobOutcome
+from rankgate.dispatch.job_outcome import JobOutcome
+from rankgate.dispatch.job_result import render_report
 from rankgate.dispatch.profile import profile_from_dict
-from rankgate.dispatch.results import render_report
 from rankgate.dispatch.run import run_stage, wait_policy
 
 pytestmark = pytest.mark.hpc

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rankgate.dispatch.outcome import JobOutcome, Phase, slurm_never_starts, slurm_state
-from rankgate.dispatch.results import DispatchResult, merge_job_dir, render_report
+from rankgate.dispatch.job_outcome import JobOutcome, Phase, slurm_never_starts, slurm_state
+from rankgate.dispatch.job_result import DispatchResult, merge_job_dir, render_report
 
 pytestmark = pytest.mark.unit
 

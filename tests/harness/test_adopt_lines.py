@@ -6,6 +6,9 @@ installed version lacks the callable, as DeepSpeed before 0.19.8 lacks
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 from jobs import run_torchrun_pytest
 
@@ -62,8 +65,8 @@ def _plant(pytester: pytest.Pytester, line: str) -> None:
 def _expected(line: str) -> str:
     return (
         f"*rankgate adoption: '{line}': teardown={MISSING} does not import (AttributeError: "
-        "module 'lineproj.common' has no attribute 'release_groups'); no installed "
-        "distribution provides 'lineproj'; docs/adopting.md lists the versions each adoption "
+        "module 'lineproj.common' has no attribute 'release_groups'); imported: lineproj (no "
+        "__version__) from *lineproj; docs/adopting.md lists the versions each adoption "
         "line was tried with*"
     )
 
@@ -73,7 +76,8 @@ def test_a_missing_callable_names_the_installed_version_of_its_package():
         check_callables("l", parse_world_class("a.b:C teardown=pytest:no_such_reset"))
     message = str(raised.value)
     assert message.startswith("'l': teardown=pytest:no_such_reset does not import ("), message
-    assert f"installed: pytest {pytest.__version__};" in message, message
+    imported = f"imported: pytest {pytest.__version__} from {Path(pytest.__file__).parent};"
+    assert imported in message, message
 
 
 def test_a_callable_that_is_not_a_function_and_a_module_that_is_not_installed():
@@ -81,7 +85,32 @@ def test_a_callable_that_is_not_a_function_and_a_module_that_is_not_installed():
         check_callables("l", parse_world_class("a.b:C setup=pytest:__version__"))
     with pytest.raises(AdoptConfigError, match="no installed distribution provides 'no_such_pkg'"):
         check_callables("l", parse_world_class("a.b:C setup=no_such_pkg.x:init"))
-    assert installed("pytest:main") == f"installed: pytest {pytest.__version__}"
+    assert installed("pytest:main") == (
+        f"imported: pytest {pytest.__version__} from {Path(pytest.__file__).parent}"
+    )
+
+
+def test_the_version_named_is_the_imported_modules_not_the_installed_distributions(
+    tmp_path, monkeypatch
+):
+    # A copy on PYTHONPATH wins over the installed distribution: its version is named,
+    # and the distribution's beside it. Before, only the distribution's was.
+    copy = tmp_path / "pytest"
+    copy.mkdir()
+    (copy / "__init__.py").write_text("__version__ = '0.0.1'\n")
+    monkeypatch.setitem(sys.modules, "pytest", _module_from(copy))
+    assert installed("pytest:main") == (
+        f"imported: pytest 0.0.1 from {copy} (installed: pytest {pytest.__version__})"
+    )
+
+
+def _module_from(folder):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("pytest", folder / "__init__.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.mark.slow  # a pytest run of its own

@@ -13,8 +13,8 @@ import pytest
 from jobs import run_torchrun_pytest
 
 from rankgate.harness.quarantine import FAILURE_PROPERTY, QUARANTINE_PROPERTY, STALE_PROPERTY
+from rankgate.report.json_summary import summarize
 from rankgate.report.junit import merge_junit
-from rankgate.report.summary import summarize
 
 pytestmark = pytest.mark.dist
 
@@ -183,8 +183,8 @@ issue = "https://example.org/issues/4"
 
 def _report_of(junit: Path, out: Path) -> tuple[dict, str, str]:
     """The report (JSON, summary.md, report.html) `rankgate report` writes for ``junit``."""
-    from rankgate.report.cli import write
     from rankgate.report.collect import collect
+    from rankgate.report.report_command import write
 
     write(collect(out, junit=[junit]), out)
     return (

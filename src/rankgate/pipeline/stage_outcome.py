@@ -63,7 +63,7 @@ def record(outcome: Outcome, options: Options) -> None:
     from its JUnit file."""
     # Imported here, as in refresh_report: the report's modules add 0.5 s to importing
     # the executor (measured on 2 busy cores), which every nox session would pay.
-    from rankgate.report.summary import stage_counts, stage_failures, stage_flaky
+    from rankgate.report.json_summary import stage_counts, stage_failures, stage_flaky
 
     out_dir = options.out_dir
     junit = out_dir / "junit" / f"{outcome.stage}.xml"
@@ -80,7 +80,7 @@ def record(outcome: Outcome, options: Options) -> None:
 def refresh_report(out_dir: Path, log: Path | None = None) -> None:
     """Rewrite out/report.html and summary.md; the line saying so goes to ``log`` (a
     background stage's) or stderr. Never fails a stage."""
-    from rankgate.report.cli import write_quietly
+    from rankgate.report.report_command import write_quietly
 
     with _REPORT_LOCK:  # background stages finish at any time
         command.say(f"rankgate: {write_quietly(out_dir)}", log)

@@ -109,7 +109,7 @@ def test_the_worlds_backend_reuses_the_world_and_another_size_is_refused(rank):
         assert c10d._world.default_pg is world
         sub = dist.new_group(ranks=[0, 1])  # on rankgate's world: it stays (see below)
         assert _sum_of_ranks(sub) == 3.0
-        with pytest.raises(torchcase.AdoptionError) as caught:
+        with pytest.raises(torchcase.ProcessGroupRequestError) as caught:
             dist.init_process_group("gloo", rank=rank, world_size=4)
     assert str(caught.value) == (
         "init_process_group(world_size=4) on rankgate's world of 2 ranks: "

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from jobs import run_torchrun_pytest
 
+from rankgate.report.json_summary import summarize
 from rankgate.report.junit import merge_junit
-from rankgate.report.summary import summarize
 
 # slow: each test starts torchrun, and pytest on every rank
 pytestmark = [pytest.mark.dist, pytest.mark.torch_dist, pytest.mark.slow]

@@ -13,9 +13,9 @@ import gfm
 import pytest
 
 from rankgate import cli
+from rankgate.report.json_summary import summarize
 from rankgate.report.junit import ReportInputError, merge_junit
 from rankgate.report.results import read_results
-from rankgate.report.summary import summarize
 
 pytestmark = pytest.mark.unit
 

@@ -25,12 +25,16 @@ import os
 import torch.distributed as dist
 
 
+# One node: the global rank is the launcher's local one, read at import (in a sub-world
+# RANK and LOCAL_RANK count its own ranks).
+LOCAL = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID")  # torchrun, mpirun, srun
+LAUNCHED_AS = next(os.environ[name] for name in LOCAL if name in os.environ)
+
+
 def note(name, **values):
-    # One file per run of a test on one rank: counts how often and where it ran. One
-    # node: the global rank is the local one (RANK names the rank in its sub-world).
+    # One file per run of a test on one rank: counts how often and where it ran.
     folder = os.environ["SUBWORLD_NOTES"]
-    local = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID")  # torchrun, mpirun, srun
-    rank = next(os.environ[name] for name in local if name in os.environ)
+    rank = LAUNCHED_AS
     variables = {name: os.environ.get(name) for name in ("RANK", "WORLD_SIZE")}
     record = dict(name=name, global_rank=int(rank), variables=variables, **values)
     path = os.path.join(folder, f"{name}.{rank}.{os.urandom(4).hex()}")

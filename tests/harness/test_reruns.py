@@ -11,7 +11,7 @@ import pytest
 from rankgate.harness.attempts import ATTEMPTS_PROPERTY, FLAKY_PROPERTY, decode
 from rankgate.report.collect import ReportData
 from rankgate.report.html import render_html
-from rankgate.report.summary import summarize
+from rankgate.report.json_summary import summarize
 
 pytestmark = pytest.mark.dist
 

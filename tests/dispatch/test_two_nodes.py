@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from rankgate.dispatch.outcome import JobOutcome
+from rankgate.dispatch.job_outcome import JobOutcome
+from rankgate.dispatch.job_result import render_report
 from rankgate.dispatch.profile import profile_from_dict
-from rankgate.dispatch.results import render_report
 from rankgate.dispatch.run import run_stage, wait_policy
 
 pytestmark = pytest.mark.hpc
@@ -336,8 +336,8 @@ def test_a_node_lost_mid_job(two_nodes, tmp_path):
 
 
 def _planted_subworlds():
-    """suites/harness/test_inplace_subworlds.py: its planted suites, launcher and verdicts."""
-    path = REPO / "suites" / "harness" / "test_inplace_subworlds.py"
+    """tests/harness/test_inplace_subworlds.py: its planted suites, launcher and verdicts."""
+    path = REPO / "tests" / "harness" / "test_inplace_subworlds.py"
     spec = importlib.util.spec_from_file_location("planted_subworlds", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -6,7 +6,7 @@ import pytest
 
 from rankgate.cli import main
 from rankgate.dispatch.profile import ProfileError, profile_from_dict
-from rankgate.dispatch.shards import shard_stage
+from rankgate.dispatch.sharded_run import shard_stage
 from rankgate.pipeline.options import Options
 
 pytestmark = pytest.mark.unit

@@ -12,7 +12,7 @@
    before any job runs, so a shard whose job is lost still counts its tests, not run.
 3. The N jobs are submitted and waited for side by side (a thread each, one interrupt
    guard for all: a Ctrl-C cancels every shard), then fetched and merged
-   (:func:`rankgate.report.shards.merge_shards`).
+   (:func:`rankgate.report.shard_merge.merge_shards`).
 """
 
 from __future__ import annotations
@@ -27,15 +27,15 @@ from pathlib import Path
 
 from rankgate.dispatch.interrupts import caught_interrupts
 from rankgate.dispatch.job import JobSpec
-from rankgate.dispatch.outcome import JobOutcome
-from rankgate.dispatch.results import MERGED_NAME, DispatchResult, render_report
+from rankgate.dispatch.job_outcome import JobOutcome
+from rankgate.dispatch.job_result import MERGED_NAME, DispatchResult, render_report
 from rankgate.dispatch.target import Target, TargetError, run_job
 from rankgate.dispatch.watch import Progress, WaitPolicy
 from rankgate.harness.shards.durations import DurationsError, checked
 from rankgate.harness.shards.split import split
 from rankgate.proc.command import CommandFailed, finish
 from rankgate.report.junit import MergedReport
-from rankgate.report.shards import SHARD_FILE, ShardRun, merge_shards, shard_file
+from rankgate.report.shard_merge import SHARD_FILE, ShardRun, merge_shards, shard_file
 
 SNAPSHOT_NAME = "durations.in.json"
 """The durations a shard splits by, copied into its job folder before it is submitted."""
@@ -124,24 +124,7 @@ def run_shards(
     # A shard no test fell to is not submitted: its pytest would find nothing and fail.
     empty = {k for k in range(1, n + 1) if expected is not None and not expected[k - 1]}
     notes += [f"shard {k}/{n}: no test fell to it, not submitted" for k in sorted(empty)]
-    with caught_interrupts() as interrupts, ThreadPoolExecutor(max_workers=n) as pool:
-        futures = {
-            k: pool.submit(
-                run_job,
-                target,
-                job,
-                wait,
-                say=_prefixed(say, f"shard {k}/{n}"),
-                local=local_dir / f"shard{k}" if local_dir else None,
-                interrupts=interrupts,
-            )
-            for k, job in enumerate(jobs, start=1)
-            if k not in empty
-        }
-        results = [
-            futures[k].result() if k in futures else _not_submitted(profile)
-            for k in range(1, n + 1)
-        ]
+    results = _run_side_by_side(target, jobs, empty, wait, say, local_dir)
     runs = [
         ShardRun(
             index=k,
@@ -170,6 +153,37 @@ def run_shards(
         merged.write_xml(folder / MERGED_NAME)
         (folder / "summary.json").write_text(json.dumps(sharded.to_json(), indent=2) + "\n")
     return sharded
+
+
+def _run_side_by_side(
+    target: Target,
+    jobs: list[JobSpec],
+    empty: set[int],
+    wait: WaitPolicy,
+    say: Progress,
+    local_dir: Path | None,
+) -> list[DispatchResult]:
+    """Each shard's job but the ``empty`` ones submitted, waited for and fetched, a thread
+    each under one interrupt guard (a Ctrl-C cancels every shard); shard K's result K-1th."""
+    n = len(jobs)
+    with caught_interrupts() as interrupts, ThreadPoolExecutor(max_workers=n) as pool:
+        futures = {
+            k: pool.submit(
+                run_job,
+                target,
+                job,
+                wait,
+                say=_prefixed(say, f"shard {k}/{n}"),
+                local=local_dir / f"shard{k}" if local_dir else None,
+                interrupts=interrupts,
+            )
+            for k, job in enumerate(jobs, start=1)
+            if k not in empty
+        }
+        return [
+            futures[k].result() if k in futures else _not_submitted(target.profile)
+            for k in range(1, n + 1)
+        ]
 
 
 def _shard_job(

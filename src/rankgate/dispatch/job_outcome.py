@@ -4,7 +4,7 @@ A job moves through phases (queued, running) and ends in exactly one
 :class:`JobOutcome`. Each SLURM job state and each interLink failure class has its own
 outcome, so a report never says "failed" for a job that was really preempted,
 killed for memory or never left the queue. Whether the *tests* passed is a second,
-separate question, answered by the merged per-rank results (:mod:`.results`).
+separate question, answered by the merged per-rank results (:mod:`.job_result`).
 """
 
 from __future__ import annotations

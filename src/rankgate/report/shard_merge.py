@@ -40,7 +40,7 @@ class ShardRun:
     node: str = ""
     """The node(s) its job ran on, as the scheduler named them."""
     ended: str = ""
-    """How its job ended (a :class:`~rankgate.dispatch.outcome.JobOutcome` value)."""
+    """How its job ended (a :class:`~rankgate.dispatch.job_outcome.JobOutcome` value)."""
     report: MergedReport | None = None
     """Its ranks' merged results; None when the job left none."""
     expected: tuple[str, ...] | None = None

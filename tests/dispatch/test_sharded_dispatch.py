@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from rankgate.dispatch.outcome import JobOutcome
+from rankgate.dispatch.job_outcome import JobOutcome
 from rankgate.dispatch.profile import profile_from_dict
 from rankgate.dispatch.run import run_sharded_stage, wait_policy
-from rankgate.dispatch.shards import render_sharded
+from rankgate.dispatch.sharded_run import render_sharded
 
 pytestmark = pytest.mark.hpc
 
