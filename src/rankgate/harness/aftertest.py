@@ -9,7 +9,7 @@ processes).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Mapping
 
 import torch.distributed as dist
 
@@ -32,12 +32,14 @@ class AfterTestCheck:
         self.threads = threads_left.ThreadWatch()
         self.functions = replaced.FunctionWatch()
 
-    def problems(self, has_group: bool = True, fixtures: Iterable[object] = ()) -> list[str]:
+    def problems(
+        self, has_group: bool = True, fixtures: Mapping[str, object] | None = None
+    ) -> list[str]:
         """What the test left behind that fails it: a lost group (where it ran with one:
         ``has_group``), running processes and threads, replaced functions (``fixtures``:
-        the test's fixture values, whose monkeypatch undoes its own)."""
+        the test's fixtures by name, whose monkeypatch undoes its own)."""
         problems = []
-        found = self.functions.put_back(fixtures)
+        found = self.functions.put_back((fixtures or {}).values())
         if found:
             problems.append(replaced.problem(found))
         if has_group and not dist.is_initialized():

@@ -137,14 +137,14 @@ class RankRecords:
         items: list[pytest.Item],
         ranks_of: Callable[[str], tuple[int, ...]],
         backend_of: Callable[[str], str] | None = None,
-        planned: list[pytest.Item] | None = None,
+        planned: list[tuple[pytest.Item, object]] | None = None,
     ) -> None:
         """This rank's share of the run's tests, in the results file: a rank killed
         mid-run leaves the tests after the one it died in "not run", not unmentioned.
         ``ranks_of``: the global ranks that run a test (named in both files);
         ``backend_of``: the backend a world test's body runs on, from the one it asks for
-        (its JUnit properties, as the pool's); ``planned``: every rank's tests, into the
-        plan file (a test whose ranks all left no file is still named by the merge)."""
+        (its JUnit properties, as the pool's); ``planned``: every rank's tests (each with
+        its share), into the plan file (a test whose ranks left no file is still merged)."""
         self.items = list(items)
         self._ranks_of = ranks_of
         self._backend_of = backend_of
@@ -152,7 +152,7 @@ class RankRecords:
             self._results.collected([self._named(i) for i in self.items])
         xmlpath = self.config.option.xmlpath
         if planned is not None and xmlpath:
-            tests = [self._named(i) for i in planned]
+            tests = [self._named(item) for item, _ in planned]
             try:
                 write_plan(plan_path(xmlpath), self.run_id, self.launch.world_size, tests)
             except OSError:

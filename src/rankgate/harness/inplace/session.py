@@ -233,9 +233,7 @@ class InPlaceSession(ShareMixin):
         self.run_tests = len(planned)  # the run's, not this rank's share (shares.py)
         self.longest_timeout = max((self._timeout(i) for i, _ in planned), default=0.0)
         session.items[:] = [item for item, share in planned if self.launch.rank in share.ranks]
-        self.records.collected(
-            session.items, self.ranks_of, self.group.body_backend, [i for i, _ in planned]
-        )
+        self.records.collected(session.items, self.ranks_of, self.group.body_backend, planned)
         heap.keep_out_of_collections(tests_ran=False)  # the test modules are in, none ran
 
     # -- running ----------------------------------------------------------------------
@@ -301,8 +299,7 @@ class InPlaceSession(ShareMixin):
                     reset_state(saved_env, saved_cwd)
             finally:
                 self.hang_watch.disarm()
-            has_group = self.group.current != schedule.NO_GROUP
-            problems = check.problems(has_group, item.funcargs.values())
+            problems = check.problems(self.group.current != schedule.NO_GROUP, item.funcargs)
             if problems:
                 raise AfterTestProblem("\n".join(problems))
 
