@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch.distributed as dist
 
@@ -27,3 +29,16 @@ def test_the_examples_agreement_is_not_one_of_the_tests_collectives(tmp_path, mo
         if not was_installed:
             ledger.uninstall()
         dist.destroy_process_group()
+
+
+def test_hypothesis_leaves_the_bridge_out_of_its_explanations():
+    from hypothesis.internal import scrutineer
+
+    hypothesis_bridge._not_an_explanation()
+    hypothesis_bridge._not_an_explanation()  # once is enough
+    ours = [loc for loc in scrutineer.UNHELPFUL_LOCATIONS if "rankgate" in loc]
+    assert ours == ["/rankgate/harness/hypothesis_bridge.py"]
+    unhelpful = re.compile(scrutineer._glob_to_re(scrutineer.UNHELPFUL_LOCATIONS))
+    assert unhelpful.search(hypothesis_bridge.__file__)
+    assert not unhelpful.search(__file__)
+    assert hypothesis_bridge.is_bridge_file(hypothesis_bridge.__file__)

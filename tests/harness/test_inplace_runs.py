@@ -107,7 +107,8 @@ def test_a_killed_run_over_a_passing_one_never_reads_passed(tmp_path):
     out = tmp_path / "out"
     # The first run's JUnit files are still there; the second left its results files.
     assert sorted(p.name for p in out.glob("junit.rank*")) == [
-        "junit.rank0.jsonl", "junit.rank0.xml", "junit.rank1.jsonl", "junit.rank1.xml",
+        "junit.rank0.jsonl", "junit.rank0.plan", "junit.rank0.xml",
+        "junit.rank1.jsonl", "junit.rank1.plan", "junit.rank1.xml",
     ]  # fmt: skip
     merged = _rankgate(tmp_path, "merge-junit", "out")
     assert merged.returncode == 1, merged.stdout + merged.stderr
@@ -160,3 +161,61 @@ def test_a_killed_runs_results_files_alone_count_its_later_tests_not_run(tmp_pat
         f"rankgate merge-junit: INCOMPLETE: {UNFINISHED} (and 1 more); 3 tests on ranks 0, 1 "
         "of world 2: 1 passed, 1 failed, 0 error, 0 skipped, 0 xfailed, 0 xpassed, 1 not run"
     )
+
+
+SETUP = """
+import os
+import time
+
+
+def wait(rank):
+    with open(f"setup{rank}", "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(100)
+"""
+
+
+def test_a_run_killed_before_its_first_result_never_reads_as_the_last_run(tmp_path):
+    # The second run's ranks are held in rankgate_worker_setup (before their group, before
+    # any test) and SIGKILLed there: they wrote nothing but the launch's first record.
+    (tmp_path / "test_suite.py").write_text(textwrap.dedent(SUITE))
+    (tmp_path / "slow_setup.py").write_text(textwrap.dedent(SETUP))
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    cmd = torchrun_pytest_cmd("-q", "--color=no", "--junitxml=out/junit.xml", "test_suite.py")
+    first = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert _rankgate(tmp_path, "merge-junit", "out").returncode == 0
+    time.sleep(0.05)  # the second run's files are newer, whatever the clock's resolution
+    held = [*cmd[:-1], "-o", "rankgate_worker_setup=slow_setup:wait", "test_suite.py"]
+    job = subprocess.Popen(
+        held, cwd=tmp_path,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 90
+        setups = [tmp_path / f"setup{r}" for r in (0, 1)]
+        while not all(p.is_file() and p.read_text() for p in setups):
+            if time.monotonic() > deadline or job.poll() is not None:
+                pytest.fail(f"the ranks never reached their set-up:\n{end_session(job)}")
+            time.sleep(0.1)
+        os.kill(job.pid, signal.SIGKILL)
+        for path in setups:
+            os.kill(int(path.read_text()), signal.SIGKILL)
+        job.wait(timeout=30)
+    finally:
+        end_session(job)
+    merged = _rankgate(tmp_path, "merge-junit", "out")
+    assert merged.returncode == 1, merged.stdout + merged.stderr
+    last = merged.stdout.splitlines()[-1]
+    assert last.startswith(
+        "rankgate merge-junit: INCOMPLETE: rank 0 started a new run into this folder at "
+    )
+    assert last.endswith(
+        " and ended before it recorded any result (killed, or stopped by an error before its "
+        "tests: see its log); the folder's earlier results are not this run's "
+        "(junit.rank0.jsonl) (and 1 more); 0 tests on ranks 0, 1 of world 2: 0 passed, "
+        "0 failed, 0 error, 0 skipped, 0 xfailed, 0 xpassed, 0 not run"
+    )
+    report = _rankgate(tmp_path, "report", "out", "--out", "page")
+    assert report.returncode == 1, report.stdout + report.stderr
+    assert report.stdout.splitlines()[-1].startswith("rankgate report: INCOMPLETE: 0 tests: ")

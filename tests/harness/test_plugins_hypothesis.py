@@ -50,6 +50,9 @@ def _check(out: str) -> None:
     # the example is reported once, by the rank that failed it
     assert out.count("AssertionError: rank 1 breaks at n=100") == 1, out
     assert "AnotherRankFailedExample" not in out
+    # the failure is explained by the test's frames, never by rankgate's bridge
+    assert "hypothesis_bridge" not in out, out
+    assert "test_planted_rank_dependent_bug" in out
 
 
 def test_given_on_world_tests_in_the_pool(inner):

@@ -329,6 +329,8 @@ def _write(path: Path, text: str) -> Path:
 
 XFAILED = '<skipped type="pytest.xfail" message="known bug"/>'
 XPASSED = '<skipped message="xfail-marked test passes unexpectedly"/>'
+MARKED_PASS = '<properties><property name="rankgate.outcome" value="xpassed"/></properties>'
+"""An in-place rank's pass under an xfail marker: pytest's JUnit writes a plain pass."""
 NOT_RUN = (
     '<error message="failed on setup with &quot;not run: rank 1 stopped the run: '
     't::hangs did not finish within the test\'s timeout of 5 s&quot;">not run</error>'
@@ -363,7 +365,7 @@ def test_xfailed_xpassed_and_not_run_are_counted_apart(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("rank0", "verdict", "message"),
     [
-        ("", "xfailed", "known bug (rank 0 xpassed; rank 1 xfailed)"),
+        (MARKED_PASS, "xfailed", "known bug (rank 0 xpassed; rank 1 xfailed)"),
         (XPASSED, "xfailed", "known bug (rank 0 xpassed; rank 1 xfailed)"),
         ('<failure message="[XPASS(strict)] known bug"/>', "xfailed",
          "known bug (rank 0 xpassed; rank 1 xfailed)"),
@@ -380,6 +382,24 @@ def test_an_xfail_test_that_failed_on_one_rank_and_passed_on_the_others_is_xfail
     junit(tmp_path / "junit.rank1.xml", case("xf", XFAILED))
     (test,) = merge_junit(sorted(tmp_path.glob("*.xml"))).tests
     assert (test.verdict, test.message) == (verdict, message)
+
+
+def test_a_ranks_own_xfail_beside_plain_passes_is_a_disagreement_never_green(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    # pytest.xfail() on rank 1 only, no marker: rank 0's pass is a plain one.
+    junit(tmp_path / "junit.rank0.xml", case("xf"))
+    junit(tmp_path / "junit.rank1.xml", case("xf", XFAILED))
+    report = merge_junit(sorted(tmp_path.glob("*.xml")))
+    (test,) = report.tests
+    assert (test.verdict, test.message) == ("error", "ranks disagree: rank 1 xfailed; rank 0 passed")
+    assert (report.counts["error"], report.counts["xfailed"], report.ok) == (1, 0, False)
+    assert main(monkeypatch, "merge-junit", str(tmp_path)) == 1
+    assert capsys.readouterr().out == (
+        "ERROR t::xf: ranks disagree: rank 1 xfailed; rank 0 passed\n"
+        "rankgate merge-junit: 1 test on ranks 0, 1 of world 2: 0 passed, 0 failed, 1 error, "
+        "0 skipped, 0 xfailed, 0 xpassed, 0 not run\n"
+    )
 
 
 def test_merged_file_reads_back_with_the_same_outcomes(tmp_path: Path) -> None:

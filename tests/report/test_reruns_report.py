@@ -11,6 +11,7 @@ import pytest
 
 from rankgate.harness.attempts import ATTEMPTS_PROPERTY, FLAKY_PROPERTY, Attempt, encode
 from rankgate.harness.quarantine import FAILURE_PROPERTY, QUARANTINE_PROPERTY
+from rankgate.harness.verdict_lines import OUTCOME_PROPERTY
 from rankgate.pipeline.stage_outcome import Outcome
 from rankgate.pipeline.table import summary_table
 from rankgate.report import present
@@ -57,6 +58,8 @@ def _quarantined_case(failed: bool) -> str:
     pairs = [(QUARANTINE_PROPERTY, value)]
     if failed:
         pairs.append((FAILURE_PROPERTY, "E   AssertionError: boom"))
+    else:  # a pass under the quarantine's xfail marker, as an in-place rank records it
+        pairs.append((OUTCOME_PROPERTY, "xpassed"))
     result = '<skipped type="pytest.xfail" message="quarantined: slow"/>' if failed else ""
     return (
         f'<testcase classname="t" name="test_q" time="0.1"><properties>{_props(pairs)}'

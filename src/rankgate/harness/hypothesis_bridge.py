@@ -14,6 +14,7 @@ step when one rank fails an example.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 
 import pytest
@@ -89,6 +90,26 @@ _EXAMPLE_PASSED, _EXAMPLE_REJECTED, _EXAMPLE_FAILED = 0, 1, 2
 _AGREEING = "_rankgate_agreeing"
 
 
+def is_bridge_file(filename: str) -> bool:
+    """Whether a traceback's frame is this module's (left out: the test's own frames
+    explain its failure)."""
+    return os.path.abspath(filename) == os.path.abspath(__file__)
+
+
+def _not_an_explanation() -> None:
+    """Hypothesis explains a failure by the lines only failing examples ran; this
+    module's handling of a failed example is such a line, and says nothing of the test:
+    Hypothesis leaves it out, as it does pytest's own files."""
+    try:
+        from hypothesis.internal import scrutineer
+    except ImportError:  # a Hypothesis without explanations
+        return
+    unhelpful = getattr(scrutineer, "UNHELPFUL_LOCATIONS", None)
+    ours = "/rankgate/harness/hypothesis_bridge.py"
+    if isinstance(unhelpful, tuple) and ours not in unhelpful:
+        scrutineer.UNHELPFUL_LOCATIONS = (*unhelpful, ours)
+
+
 def agree_on_each_example(function) -> None:
     """Wrap the body Hypothesis calls for each example so that the ranks agree on its
     outcome. Hypothesis chooses the next example from the last one's outcome: when one
@@ -97,8 +118,10 @@ def agree_on_each_example(function) -> None:
     inner = getattr(getattr(function, "hypothesis", None), "inner_test", None)
     if inner is None or getattr(inner, _AGREEING, False):
         return
+    _not_an_explanation()
 
     def each_example(*args, **kwargs):
+        __tracebackhide__ = True  # a failure's traceback and Hypothesis's explanation
         from hypothesis.errors import UnsatisfiedAssumption
 
         code, failure = _EXAMPLE_PASSED, None

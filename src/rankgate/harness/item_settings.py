@@ -55,6 +55,15 @@ def collective_timeout(test_timeout: float) -> float:
     return test_timeout + COLLECTIVE_MARGIN_S
 
 
+EVERY_RANK_WITHOUT_LAUNCHER = (
+    "@pytest.mark.every_rank runs on every rank a launcher started (torchrun, srun, mpirun), "
+    "with the launcher's process group; this run has no launcher: run it under one, or "
+    "mark it @pytest.mark.world(n) to run it on n ranks here"
+)
+"""Why a pool run (and each -n worker) skips an every_rank test: it has no launched ranks
+to run it on, as a launched run skips world(k) with k above its size."""
+
+
 def skip_at_test(reason: str) -> None:
     """Skip, reported at the test's location rather than the plugin's."""
     raise pytest.skip.Exception(reason, _use_item_location=True)

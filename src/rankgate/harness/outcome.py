@@ -9,7 +9,7 @@ import enum
 from dataclasses import dataclass, field
 
 
-class RankResult(str, enum.Enum):
+class OutcomeKind(str, enum.Enum):
     """A rank's outcome of one test (a str, so reports and JUnit show the plain word)."""
 
     PASSED = "passed"
@@ -25,7 +25,7 @@ class RankResult(str, enum.Enum):
         return self.value
 
 
-BAD = (RankResult.CRASHED, RankResult.FAILED, RankResult.HUNG)
+BAD = (OutcomeKind.CRASHED, OutcomeKind.FAILED, OutcomeKind.HUNG)
 """Bad outcomes, most likely root cause first."""
 
 
@@ -36,7 +36,7 @@ class RankOutcome:
     rank: int
     test_id: str
     """The node id of the test this outcome belongs to."""
-    outcome: RankResult
+    outcome: OutcomeKind
     detail: str = ""
     """Traceback, skip reason, or how the process died."""
     duration: float = 0.0
@@ -59,4 +59,4 @@ class RankOutcome:
     digests differ, the controller asks for the ledgers themselves."""
 
     def __post_init__(self) -> None:
-        self.outcome = RankResult(self.outcome)  # ValueError names an unknown word
+        self.outcome = OutcomeKind(self.outcome)  # ValueError names an unknown word

@@ -20,6 +20,7 @@ from rankgate.harness import (
     hypothesis_bridge,
     options,
     rerun_bridge,
+    threads_left,
     timeout_bridge,
     unknown_options,
 )
@@ -86,6 +87,8 @@ def pytest_configure(config: pytest.Config) -> None:
             "Pass -n 0 under the launcher, or run pytest without the launcher to use worker "
             "pools (-n works there)"
         )
+    if launch is not None and config.option.xmlpath:
+        _mark_launch(config.option.xmlpath, launch)
     from rankgate.harness.adopt.hooks import ADOPT_PLUGIN, Adoption
     from rankgate.harness.rerun_report import RERUN_PLUGIN, RerunReport
     from rankgate.harness.shards.plugin import SHARD_PLUGIN, ShardPlugin
@@ -110,6 +113,33 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(PoolSession(config, ignored), POOL_PLUGIN)
         xdist_ranks.register(config, workers)
         config.pluginmanager.register(InterruptRecord(config), INTERRUPT_PLUGIN)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_sessionfinish(session: pytest.Session):
+    """The session's final exit status: a process a test's thread would keep alive at exit
+    ends with it (:mod:`rankgate.harness.threads_left`)."""
+    result = yield
+    threads_left.session_ended(session.exitstatus)
+    return result
+
+
+def _mark_launch(xmlpath: str, launch) -> None:
+    """This launch's first act, before its group and any test: its files are the
+    folder's newest from now on, so a kill before its first result never shows the last
+    run's verdict (:func:`rankgate.harness.rankfiles.mark_launch`). A folder this rank
+    cannot write is a usage error, said once, before anything else runs."""
+    from rankgate.harness.rankfiles import mark_launch, rank_junit_path
+
+    path = rank_junit_path(xmlpath, launch.rank)
+    try:
+        mark_launch(path, launch.rank, launch.world_size)
+    except OSError as exc:
+        raise pytest.UsageError(
+            f"rankgate: rank {launch.rank} cannot write its results beside --junitxml "
+            f"{xmlpath} ({exc.strerror}: {exc.filename}); pass a --junitxml in a folder "
+            "every rank can write"
+        ) from None
 
 
 def _register_quarantine(config: pytest.Config) -> None:

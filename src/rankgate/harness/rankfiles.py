@@ -14,6 +14,15 @@ the report read them back (:mod:`rankgate.report`). Standard library only.
   ``{"event": "begin", "classname", "name"}`` when a test starts and ``{"event": "end",
   "classname", "name", "outcome", "message", "text", "time", "stdout", "stderr"}`` when
   it ends.
+- The launch's mark: the results file's first record, written by :func:`mark_launch` as
+  the rank's first act (before its process group, before any test), without a run id
+  (the ranks have not agreed on one yet). A run killed before it wrote anything else
+  leaves this file newer than the folder's earlier files: merge-junit and the report read
+  it as the newest run, INCOMPLETE, never the earlier run's verdict.
+- The plan file ``<junit stem>.rank<r>.plan``: every test of the run (not only this
+  rank's share) with the ranks that run it, ``{"run_id", "world_size", "tests":
+  [{"classname", "name", "nodeid", "ranks"}, ...]}``, so a test whose only rank left no
+  file is still named in the merged file (not run).
 - The ledger file ``<junit stem>.rank<r>.ledger``: the collectives the rank issued in
   every test that went wrong, one JSON object a line, ``{"classname", "name",
   "ledger": [...], "run_id"}`` (the records of ``rankgate.harness.ledger.snapshot``).
@@ -24,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 RUN_ID_PROPERTY = "rankgate.run_id"
@@ -38,6 +48,21 @@ SUFFIX = ".jsonl"
 def results_path(junit_path: str | Path) -> Path:
     """The results file that goes with a rank's JUnit file (``junit.rank1.xml``)."""
     return Path(junit_path).with_suffix(SUFFIX)
+
+
+def rank_junit_path(junit_path: str | Path, rank: int) -> Path:
+    """The rank's own JUnit file of ``--junitxml junit_path``: ``junit.rank<r>.xml``."""
+    path = Path(junit_path)
+    return path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
+
+
+def mark_launch(rank_junit: str | Path, rank: int, world_size: int) -> None:
+    """The rank's first act in a launch: its results file, begun anew (its record names
+    no run id yet; ``ResultsWriter`` begins it again once the ranks agree on one)."""
+    path = results_path(rank_junit)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {"event": "rank", "rank": rank, "world_size": world_size, "started": time.time()}
+    path.write_text(json.dumps(record) + "\n")
 
 
 class ResultsWriter:
@@ -77,6 +102,35 @@ class ResultsWriter:
 
 
 # -- the ledger file -------------------------------------------------------------------
+
+PLAN_SUFFIX = ".plan"
+"""Not .jsonl, not .xml: merge-junit reads it beside a rank's file, never as one."""
+
+
+def plan_path(junit_path: str | Path) -> Path:
+    """The plan file that goes with a rank's JUnit or results file."""
+    return Path(junit_path).with_suffix(PLAN_SUFFIX)
+
+
+def write_plan(path: Path, run_id: str, world_size: int, tests: list[dict]) -> None:
+    """The run's tests (each ``classname``, ``name``, ``nodeid``, ``ranks``), in one write."""
+    record = {"run_id": run_id, "world_size": world_size, "tests": tests}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record) + "\n")
+
+
+def read_plan(path: Path, run_id: str) -> list[dict]:
+    """The tests of run ``run_id``'s plan in ``path``; [] for no file, another run's, or
+    one that cannot be read (a rank killed while writing it)."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    if not isinstance(record, dict) or record.get("run_id", "") != run_id:
+        return []
+    tests = record.get("tests")
+    return [t for t in tests if isinstance(t, dict)] if isinstance(tests, list) else []
+
 
 LEDGER_SUFFIX = ".ledger"
 """Not .jsonl: merge-junit takes every .jsonl of a folder for a results file."""

@@ -1,8 +1,8 @@
 """Per-test state of a rank, the same in a pool's rank and in place: the seed, the
-collectives' timeout, what is reset after each test, and what a finished test left
-behind that fails it (a lost group, processes still running).
+collectives' timeout, and what is reset after each test (what a finished test left
+behind that fails it is :mod:`rankgate.harness.aftertest`'s).
 
-Imports only the standard library, torch and ``leaks`` (it runs inside rank processes).
+Imports only the standard library, torch and ``hypothesis_bridge`` (it runs inside rank processes).
 """
 
 from __future__ import annotations
@@ -18,25 +18,7 @@ import torch
 import torch.distributed as dist
 
 from rankgate.errors import RankgateError
-from rankgate.harness import hypothesis_bridge, leaks
-
-GROUP_DESTROYED = (
-    "the test destroyed the default process group (dist.destroy_process_group()); the "
-    "harness creates it once and every later test needs it: remove the call "
-    "(subgroups a test creates are destroyed for it after the test)"
-)
-
-
-def after_test_problems(children_before: set[int], has_group: bool = True) -> list[str]:
-    """What a finished test left behind that fails it: a lost group (where it ran with
-    one: ``has_group``), running processes."""
-    problems = []
-    if has_group and not dist.is_initialized():
-        problems.append(f"rankgate: {GROUP_DESTROYED}")
-    left = leaks.end_leftovers(children_before)
-    if left:
-        problems.append(leaks.left_running_problem(left))
-    return problems
+from rankgate.harness import hypothesis_bridge
 
 
 def set_collective_timeout(seconds: float, group=None) -> None:

@@ -54,6 +54,14 @@ def parse_world_marker(args: tuple, kwargs: dict) -> WorldSpec:
         raise WorldMarkerError(
             f"world() got unknown argument(s) {sorted(kwargs)}; valid: n, backend, timeout"
         )
+    if isinstance(size, list | tuple):
+        raise WorldMarkerError(
+            f"world size must be an integer, got the list {size!r}: a list of sizes is read "
+            "only from adopted test classes (rankgate_world_classes, docs/adopting.md). Run a "
+            "test at several sizes with one marker per size: @pytest.mark.parametrize("
+            '"size", [pytest.param(1, marks=pytest.mark.world(1)), pytest.param(2, '
+            "marks=pytest.mark.world(2))])"
+        )
     if not _is_int(size):
         raise WorldMarkerError(f"world size must be an integer, got {size!r}")
     if size < 1:

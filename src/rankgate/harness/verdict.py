@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rankgate.harness import divergence, leaks, verdict_lines
-from rankgate.harness.outcome import BAD, RankOutcome, RankResult
+from rankgate.harness.outcome import BAD, OutcomeKind, RankOutcome
 from rankgate.harness.stacks import where as stack_where
+from rankgate.harness.verdict_table import combine
 
 KEPT_OPTIONS = ("-p", "-o", "-c", "--override-ini", "--config-file", "--rootdir")
 """Options of the run that the reproduction line repeats (they change what runs: an
@@ -53,9 +54,10 @@ def judge(outcomes: list[RankOutcome], world: int, backend: str, *, test_id: str
     # Ranks that all passed but whose ledgers part (their digests differed) fail too, and
     # a rank the ledgers single out is a failing rank even where its body returned.
     diverged = divergence.find({o.rank: o.ledger for o in outcomes})
-    if bad or diverged is not None:
+    named = divergence.worded({o.rank: str(o.outcome) for o in outcomes}, diverged)
+    combined = combine(named)  # the one table every wing uses (verdict_table)
+    if combined.verdict == "failed":
         summary = f"{headline(outcomes, test_id)} {where}"
-        named = divergence.worded({o.rank: str(o.outcome) for o in outcomes}, diverged)
         failing = {o.rank for o in bad} | {r for r, w in named.items() if w == "diverged"}
         return Verdict(
             test_id=test_id,
@@ -64,8 +66,7 @@ def judge(outcomes: list[RankOutcome], world: int, backend: str, *, test_id: str
             failing_ranks=tuple(sorted(failing)),
             text=summary + "\n" + _ledgers_section(outcomes) + "".join(_section(o) for o in bad),
         )
-    kinds = {o.outcome for o in outcomes}
-    if len(kinds) > 1:
+    if combined.disagree:
         by_kind = verdict_lines.outcomes_line({o.rank: str(o.outcome) for o in outcomes})
         summary = f"ranks disagree {where}: {by_kind}"
         details = "".join(_section(o) for o in outcomes if o.detail)
@@ -76,9 +77,9 @@ def judge(outcomes: list[RankOutcome], world: int, backend: str, *, test_id: str
             failing_ranks=(),
             text=summary + "\n" + details,
         )
-    (kind,) = kinds
+    kind = combined.verdict
     reason = outcomes[0].detail if kind in ("skipped", "xfailed") else ""
-    return Verdict(test_id=test_id, status=str(kind), summary=reason, failing_ranks=(), text=reason)
+    return Verdict(test_id=test_id, status=kind, summary=reason, failing_ranks=(), text=reason)
 
 
 def headline(outcomes: list[RankOutcome], test_id: str) -> str:
@@ -88,8 +89,8 @@ def headline(outcomes: list[RankOutcome], test_id: str) -> str:
     collective where the ranks' ledgers diverge, when they do; else, for hung ranks,
     what their stacks say (the ranks outside every collective).
     """
-    failed = {o.rank: o.duration for o in outcomes if o.outcome == RankResult.FAILED}
-    crashed = [o.detail for o in outcomes if o.outcome == RankResult.CRASHED and o.detail]
+    failed = {o.rank: o.duration for o in outcomes if o.outcome == OutcomeKind.FAILED}
+    crashed = [o.detail for o in outcomes if o.outcome == OutcomeKind.CRASHED and o.detail]
     test_file = test_id.split("::", 1)[0]
     hung = {o.rank: stack_where(o.stack, test_file) for o in outcomes if o.outcome == "hung"}
     ledgers = {o.rank: o.ledger for o in outcomes}
@@ -107,7 +108,7 @@ def headline(outcomes: list[RankOutcome], test_id: str) -> str:
     crashed = {
         o.rank: _crash_place(o.stderr, test_file)
         for o in outcomes
-        if o.outcome == RankResult.CRASHED and o.ledger is None
+        if o.outcome == OutcomeKind.CRASHED and o.ledger is None
     }
     under = divergence.under_crash(crashed, ledgers)
     if under:
@@ -115,7 +116,8 @@ def headline(outcomes: list[RankOutcome], test_id: str) -> str:
     cause = verdict_lines.hang_cause(hung) or verdict_lines.left_running_cause(
         {o.rank: leaks.left_running_in(o.detail) for o in outcomes if o.outcome in BAD}
     )
-    return verdict_lines.with_cause(line, cause)
+    left = verdict_lines.after_test_cause({o.rank: o.detail for o in outcomes if o.outcome in BAD})
+    return verdict_lines.with_cause(verdict_lines.with_cause(line, cause), left)
 
 
 def _crash_place(stderr: str, test_file: str) -> str:

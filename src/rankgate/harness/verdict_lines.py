@@ -69,6 +69,12 @@ NODE_ID_PROPERTY = "rankgate.nodeid"
 """A case's pytest node id (``path/to/test_x.py::Class::test``), which in-place ranks
 record: JUnit's classname mangles the path into dots and cannot be read back."""
 
+OUTCOME_PROPERTY = "rankgate.outcome"
+"""A case's outcome on an in-place rank where its JUnit element cannot say it: a pass
+under a non-strict xfail marker ("xpassed"), which pytest's JUnit writes as a plain pass.
+merge-junit reads it, so a rank's ``pytest.xfail()`` beside plain passes is a
+disagreement, and an xfail-marked test's pass beside another rank's xfail one failure."""
+
 WORLD_PROPERTY = "rankgate.world"
 """A world test's number of ranks, in the pool's JUnit and in every in-place rank's."""
 
@@ -159,6 +165,41 @@ def left_running_cause(left: Mapping[int, str]) -> str:
     return "; ".join(
         f"rank {r} left processes running: {names}" for r, names in sorted(left.items()) if names
     )
+
+
+AFTER_TEST = "rankgate: the test "
+"""How the failure of what a test left behind begins (``rankgate.harness.aftertest``)."""
+_NAMED_AFTER_TEST = re.compile(re.escape(AFTER_TEST) + r"(replaced |left \d+ threads? running)")
+
+
+def after_test_cause(texts: Mapping[int, str]) -> str:
+    """ "ranks 0, 1 left 1 thread running: 'w' (started at t.py:7 in test_x)" from {rank:
+    its failure text}: the threads a test left running and the torch.distributed functions
+    it replaced, said in the headline as processes left running are ('' when none)."""
+    said: dict[str, list[int]] = {}
+    for rank, text in sorted(texts.items()):
+        for line in text.splitlines():
+            if _NAMED_AFTER_TEST.match(line):
+                phrase = line[len(AFTER_TEST) :].split(". ", 1)[0]
+                said.setdefault(phrase, []).append(rank)
+    return "; ".join(f"{ranks(members)} {phrase}" for phrase, members in said.items())
+
+
+_PEERS_CRASHED = re.compile(r"^ranks? \d[\d, ]* crashed \(ended without a result")
+_OWN_RESULT = re.compile(r"^rank (\d+)'s own result before that: (\w+)$", re.MULTILINE)
+
+
+def own_result_before_peers_crashed(message: str, text: str, rank: int) -> str:
+    """A rank's own outcome of a test its peers died in ("passed"), from the record an
+    in-place rank writes when they do (its message "rank 1 crashed (ended without a
+    result ...)", its text "rank 0's own result before that: passed"); "" for any other
+    record. merge-junit words that rank by it, as the pool does ("rank 0 passed")."""
+    if not _PEERS_CRASHED.match(message):
+        return ""
+    for said_rank, outcome in _OWN_RESULT.findall(text):
+        if int(said_rank) == rank:
+            return outcome
+    return ""
 
 
 _CAUSES = ("likely cause: ", "every hung rank waits in a collective: ", UNDECIDED)

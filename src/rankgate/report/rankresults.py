@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import time
 from pathlib import Path
 
 from rankgate.harness.rankfiles import SUFFIX, results_path
@@ -87,7 +88,7 @@ def read_results(path: str | Path) -> JUnitFile:
         # A rank that finished writes its JUnit file: one that left this file did not
         # finish its run. The run is INCOMPLETE, as a signal-stopped one is; the test it
         # died in still counts as failed (crashed), but as the run's interruption.
-        interrupted=_unfinished(rank, path, crashed),
+        interrupted=_why_unfinished(rank, path, crashed, records),
         interrupted_tests=tuple(crashed),
         run_id=str(records[0].get("run_id") or ""),
     )
@@ -99,6 +100,27 @@ def _unfinished(rank: int, path: str, crashed: list[str]) -> str:
     return (
         f"rank {rank} ended {where} and wrote no JUnit file (killed, os._exit or the OOM "
         f"killer): its run did not finish ({Path(path).name})"
+    )
+
+
+def _why_unfinished(rank: int, path: str, crashed: list[str], records: list[dict]) -> str:
+    """Why a rank's results file (with no JUnit file of its run) is an unfinished run: a
+    file holding only its launch's first record was begun by a launch killed before it
+    recorded anything (:func:`rankgate.harness.rankfiles.mark_launch`)."""
+    if len(records) > 1:
+        return _unfinished(rank, path, crashed)
+    return _killed_before_its_first_result(rank, path, records[0].get("started"))
+
+
+def _killed_before_its_first_result(rank: int, path: str, started) -> str:
+    """Why a results file that holds only its launch's mark is an unfinished run."""
+    when = ""
+    if isinstance(started, int | float):
+        when = time.strftime(" at %Y-%m-%d %H:%M:%S", time.localtime(started))
+    return (
+        f"rank {rank} started a new run into this folder{when} and ended before it "
+        f"recorded any result (killed, or stopped by an error before its tests: see its "
+        f"log); the folder's earlier results are not this run's ({Path(path).name})"
     )
 
 

@@ -10,10 +10,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from rankgate.harness import leaks
+from rankgate.harness.aftertest import AfterTestCheck
 from rankgate.harness.inplace.group import InPlaceGroup
 from rankgate.harness.inplace.schedule import NO_GROUP, PLAIN_PHASE, WHOLE_WORLD, Share
-from rankgate.harness.rankstate import after_test_problems, needs_default_group
+from rankgate.harness.rankstate import needs_default_group
 from rankgate.launch.env import LaunchEnv
 
 pytestmark = pytest.mark.unit
@@ -40,13 +40,13 @@ def group(tmp_path, monkeypatch):
 
 def test_a_plain_test_has_no_group_and_the_next_world_test_gets_one(group):
     # What this process runs already is not the test's (an earlier test's in this worker).
-    children = set(leaks.children())
+    check = AfterTestCheck()
     assert dist.is_initialized() and group.current == WHOLE_WORLD
     met = []
     group.enter(PLAIN, lambda: met.append("plain"))
     assert not dist.is_initialized() and group.current == NO_GROUP
     assert not group.lost()  # no group is what a plain test should have
-    assert after_test_problems(children, has_group=False) == []
+    assert check.problems(has_group=False) == []
     with pytest.raises(ValueError) as exc:
         dist.all_reduce(torch.ones(1))
     assert needs_default_group(exc.value)
@@ -65,9 +65,9 @@ def test_a_plain_test_has_no_group_and_the_next_world_test_gets_one(group):
 
 
 def test_a_plain_test_that_lost_nothing_is_not_failed_for_it(group):
-    children = set(leaks.children())
+    check = AfterTestCheck()
     group.enter(PLAIN, lambda: None)
-    assert after_test_problems(children, has_group=True)  # a world test would be
+    assert check.problems(has_group=True)  # a world test would be
     group.enter(WORLD_1, lambda: None)
     dist.destroy_process_group()
     assert group.lost()

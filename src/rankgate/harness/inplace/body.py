@@ -29,7 +29,6 @@ from rankgate.harness.item_settings import (
 )
 from rankgate.harness.rankstate import (
     EnvironmentSnapshot,
-    after_test_problems,
     breaks_process_group,
     hint_for,
     needs_default_group,
@@ -119,7 +118,7 @@ class TestBody:
             on_timeout=lambda stacks, why: self.on_timeout(item, stacks, why),
             peer_failed=None if key is None else lambda: self._peer_failed(item, key),
         )
-        children = set(leaks.children())
+        check = AfterTestCheck()
         saved_env, saved_cwd = EnvironmentSnapshot(), os.getcwd()
         spec = world_spec(item)
         backend = spec.backend if spec is not None else self.group.backend
@@ -139,7 +138,7 @@ class TestBody:
                     reset_state(saved_env, saved_cwd)
             finally:
                 self.hang_watch.disarm()
-            problems = after_test_problems(children, self.group.current != schedule.NO_GROUP)
+            problems = check.problems(self.group.current != schedule.NO_GROUP, item.funcargs)
             if problems:
                 raise AfterTestProblem("\n".join(problems))
 

@@ -17,7 +17,7 @@ import pytest
 
 from rankgate.harness import verdict_lines
 from rankgate.harness.failure_repr import item_report, not_run_report
-from rankgate.harness.inplace.verdict import own_result, report_text
+from rankgate.harness.inplace.verdict import own_result, report_text, xpassed
 from rankgate.harness.item_settings import world_spec
 from rankgate.harness.output import JUNIT_LIMIT, clipped, plain_report
 from rankgate.harness.rankfiles import (
@@ -25,7 +25,10 @@ from rankgate.harness.rankfiles import (
     ResultsWriter,
     append_ledger,
     ledger_path,
+    plan_path,
+    rank_junit_path,
     results_path,
+    write_plan,
 )
 from rankgate.harness.verdict_lines import (
     BACKEND_PROPERTY,
@@ -33,6 +36,7 @@ from rankgate.harness.verdict_lines import (
     INTERRUPTED_TEST_PROPERTY,
     NODE_ID_PROPERTY,
     NOT_RUN_PREFIX,
+    OUTCOME_PROPERTY,
     RANKS_PROPERTY,
     WORLD_PROPERTY,
 )
@@ -46,6 +50,11 @@ def _csv(ranks) -> str:
 def _not_run(report: pytest.TestReport) -> bool:
     """A report of a test the run never started (``not_run_report``)."""
     return report.when == "setup" and str(report.longrepr).startswith(NOT_RUN_PREFIX)
+
+
+def _xfailed_or(outcome: str, xfail: str) -> str:
+    """An expected failure as the JUnit file says it (no plain skip)."""
+    return "xfailed" if xfail == "xfailed" else outcome
 
 
 def junit_names(nodeid: str) -> tuple[str, str]:
@@ -62,8 +71,7 @@ def per_rank_files(config: pytest.Config, rank: int) -> Path:
     xmlpath = config.option.xmlpath
     out_dir = (Path(xmlpath).parent if xmlpath else Path.cwd()).resolve()
     if xmlpath:
-        path = Path(xmlpath)
-        config.option.xmlpath = str(path.with_name(f"{path.stem}.rank{rank}{path.suffix}"))
+        config.option.xmlpath = str(rank_junit_path(xmlpath, rank))
     if rank != 0:
         out_dir.mkdir(parents=True, exist_ok=True)
         # Runs before the terminal reporter is created, which binds to sys.stdout.
@@ -135,21 +143,31 @@ class RankRecords:
         items: list[pytest.Item],
         ranks_of: Callable[[str], tuple[int, ...]],
         backend_of: Callable[[str], str] | None = None,
+        planned: list[tuple[pytest.Item, object]] | None = None,
     ) -> None:
         """This rank's share of the run's tests, in the results file: a rank killed
         mid-run leaves the tests after the one it died in "not run", not unmentioned.
         ``ranks_of``: the global ranks that run a test (named in both files);
         ``backend_of``: the backend a world test's body runs on, from the one it asks for
-        (its JUnit properties, as the pool's)."""
+        (its JUnit properties, as the pool's); ``planned``: every rank's tests (each with
+        its share), into the plan file (a test whose ranks left no file is still merged)."""
         self.items = list(items)
         self._ranks_of = ranks_of
         self._backend_of = backend_of
         if self._results is not None:
-            self._results.collected(
-                [dict(zip(("classname", "name"), junit_names(i.nodeid)), nodeid=i.nodeid,
-                      ranks=list(ranks_of(i.nodeid)))
-                 for i in self.items]
-            )  # fmt: skip
+            self._results.collected([self._named(i) for i in self.items])
+        xmlpath = self.config.option.xmlpath
+        if planned is not None and xmlpath:
+            tests = [self._named(item) for item, _ in planned]
+            try:
+                write_plan(plan_path(xmlpath), self.run_id, self.launch.world_size, tests)
+            except OSError:
+                pass  # the JUnit file says the same of this rank's own share
+
+    def _named(self, item: pytest.Item) -> dict:
+        classname, name = junit_names(item.nodeid)
+        ranks = list(self._ranks_of(item.nodeid)) if self._ranks_of else []
+        return {"classname": classname, "name": name, "nodeid": item.nodeid, "ranks": ranks}
 
     def reached(self, item: pytest.Item) -> None:
         """``item`` is recorded (or being recorded): the tests after it were not run."""
@@ -188,6 +206,7 @@ class RankRecords:
         attempt of a rerun test) and its results file (``junit``/``results``: only one)."""
         # Each stream cut as the pool cuts a rank's in its JUnit (harness.output).
         reports = clipped([plain_report(item, r) for r in reports], JUNIT_LIMIT)
+        mine = own_result(reports)
         xml = self.xml() if junit else None
         if xml is not None:
             if reports:  # merge-junit names the test as pytest does, not as JUnit mangles it
@@ -200,13 +219,14 @@ class RankRecords:
                     if spec is not None and self._backend_of is not None:  # as the pool's
                         node.add_property(WORLD_PROPERTY, str(spec.size))
                         node.add_property(BACKEND_PROPERTY, self._backend_of(spec.backend))
+                if xpassed(mine) and (OUTCOME_PROPERTY, "xpassed") not in node.properties:
+                    node.add_property(OUTCOME_PROPERTY, "xpassed")
                 for name, value in properties:
                     node.add_property(name, value)
             for report in reports:
                 xml.pytest_runtest_logreport(report=report)
         if self._results is not None and results:
             classname, name = junit_names(item.nodeid)
-            mine = own_result(reports)
             failed = [r for r in reports if r.failed or r.skipped]
             message = ""
             if failed and getattr(failed[0].longrepr, "reprcrash", None) is not None:
@@ -220,7 +240,9 @@ class RankRecords:
                     "nodeid": item.nodeid,
                     **({"ranks": list(self._ranks_of(item.nodeid))} if self._ranks_of else {}),
                     # as the JUnit file says it: an expected failure is no plain skip
-                    "outcome": "xfailed" if mine.xfail == "xfailed" else mine.outcome,
+                    "outcome": "xpassed"
+                    if xpassed(mine)
+                    else _xfailed_or(mine.outcome, mine.xfail),
                     "message": message,
                     "text": mine.text,
                     "time": sum(r.duration for r in reports),

@@ -107,6 +107,8 @@ class Schedule:
         self.index: dict[str, int] = {}
         """Each test's place in the run, alike on every rank."""
         self.shares: dict[str, Share] = {}
+        self.planned: list[tuple[pytest.Item, Share]] = []
+        """Every rank's tests in run order, each with its share (the plan file's)."""
         self.run_tests = 0
         """How many tests the run has, over every rank's share."""
         self.longest_timeout = 0.0
@@ -119,7 +121,7 @@ class Schedule:
         timeout_of: Callable[[pytest.Item], float],
     ) -> list[pytest.Item]:
         """Plan the run's ``items`` (``plan``); returns this rank's share, in run order."""
-        planned = plan(items, self.world_size, skip_reason)
+        planned = self.planned = plan(items, self.world_size, skip_reason)
         self.index = {item.nodeid: i for i, (item, _) in enumerate(planned)}
         self.shares = {item.nodeid: share for item, share in planned}
         self.run_tests = len(planned)

@@ -112,7 +112,9 @@ class InPlaceSession:
         collection.make_one(session, everyone, parts.log_dir)  # UsageError: they differ
         body = parts.body
         session.items[:] = parts.plan.make(session.items, body.skip_reason, body.timeout_of)
-        parts.records.collected(session.items, parts.plan.ranks_of, parts.group.body_backend)
+        parts.records.collected(
+            session.items, parts.plan.ranks_of, parts.group.body_backend, parts.plan.planned
+        )
         heap.keep_out_of_collections(tests_ran=False)  # the test modules are in, none ran
 
     # -- each test ------------------------------------------------------------------------

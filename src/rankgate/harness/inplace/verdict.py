@@ -24,6 +24,7 @@ from rankgate.harness import divergence, leaks, ledger, verdict_lines
 from rankgate.harness.failure_repr import failure_repr
 from rankgate.harness.output import strip_ansi
 from rankgate.harness.verdict import DISAGREEMENT
+from rankgate.harness.verdict_table import Combined, combine
 
 WORST_FIRST = ("error", "failed", "skipped", "passed")
 BAD = ("error", "failed")
@@ -105,8 +106,33 @@ def by_rank(everyone: Results | list[RankResult]) -> Results:
     return everyone if isinstance(everyone, dict) else dict(enumerate(everyone))
 
 
+def word(res: RankResult) -> str:
+    """A rank's outcome in the words of the one table (``verdict_table``): an expected
+    failure (a marker's or ``pytest.xfail()``'s) is "xfailed", a pass under an xfail
+    marker "xpassed" (a strict one too), never a plain skip or pass."""
+    return res.xfail or res.outcome
+
+
+def xpassed(res: RankResult) -> bool:
+    """Whether the rank passed the test under a non-strict xfail marker (a strict one's
+    pass is a failure its report already says)."""
+    return res.xfail == "xpassed" and res.outcome == "passed"
+
+
+def words(everyone: Results) -> dict[int, str]:
+    """Every rank's ``word``, by rank."""
+    return {r: word(res) for r, res in everyone.items()}
+
+
+def combined(everyone: Results, diverged: divergence.Divergence | None = None) -> Combined:
+    """The test's verdict over its ranks, by the one table the pool and merge-junit use
+    (a strict xfail's pass is a failure: that rank reported one)."""
+    strict = any(res.xfail == "xpassed" and res.outcome == "failed" for res in everyone.values())
+    return combine(divergence.worded(words(everyone), diverged), strict=strict)
+
+
 def _xfailed_as_one(everyone: Results) -> bool:
-    return verdict_lines.xfailed_as_one({r: res.xfail for r, res in everyone.items()})
+    return combined(everyone).as_one
 
 
 DISAGREE_PREFIX = "ranks disagree: "
@@ -140,10 +166,11 @@ def parted(everyone: Results) -> divergence.Divergence | None:
 def cross_rank_problem(everyone: Results | list[RankResult], rank: int) -> str | None:
     """What the other ranks add to this rank's verdict, or None when they add nothing."""
     everyone = by_rank(everyone)
-    if _xfailed_as_one(everyone):
-        return None
     diverged = parted(everyone)
-    outcomes = divergence.worded({r: res.outcome for r, res in everyone.items()}, diverged)
+    verdict = combined(everyone, diverged)
+    if verdict.as_one:
+        return None
+    outcomes = divergence.worded(words(everyone), diverged)
     failed = {r: res.seconds for r, res in everyone.items() if res.outcome == "failed"}
     line = verdict_lines.outcomes_line(outcomes, first=verdict_lines.first_failed(failed))
     ledgers = {r: res.ledger for r, res in everyone.items()}
@@ -155,12 +182,14 @@ def cross_rank_problem(everyone: Results | list[RankResult], rank: int) -> str |
         # processes a test left running, named as the pool's headline names them
         left = {r: leaks.left_running_in(res.text) for r, res in everyone.items()}
         line = verdict_lines.with_cause(line, verdict_lines.left_running_cause(left))
+        bad = {r: res.text for r, res in everyone.items() if res.outcome in BAD}
+        line = verdict_lines.with_cause(line, verdict_lines.after_test_cause(bad))
     others_bad = [r for r, res in everyone.items() if res.outcome in BAD and r != rank]
     if others_bad:
         return line + "".join(
             f"\n--- rank {r}: {everyone[r].outcome} ---\n{everyone[r].text}" for r in others_bad
         )
-    if len(set(outcomes.values())) > 1 and everyone[rank].outcome not in BAD:
+    if verdict.disagree:
         return f"{DISAGREE_PREFIX}{line}"
     return None
 

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from rankgate.harness import ledger
-from rankgate.harness.outcome import RankOutcome, RankResult
+from rankgate.harness.outcome import OutcomeKind, RankOutcome
 from rankgate.harness.output import read_clipped
 from rankgate.harness.pool import messages
 
@@ -35,7 +35,7 @@ def dump(hung: Iterable, why: str, test_id: str) -> dict[int, RankOutcome]:
         r.rank: RankOutcome(
             rank=r.rank,
             test_id=test_id,
-            outcome=RankResult.HUNG,
+            outcome=OutcomeKind.HUNG,
             detail=why,
             stack=trim_harness_frames(read_clipped(r.stderr, before[r.rank])),
         )

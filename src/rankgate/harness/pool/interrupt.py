@@ -152,8 +152,8 @@ class InterruptRecord:
         return None
 
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo) -> None:
-        if self.reason is not None:
-            return
+        if self.reason is not None or excinfo.errisinstance(pytest.Session.Interrupted):
+            return  # pytest's own stop (errors during collection), which it says itself
         why = why_interrupted(excinfo.value)
         if self._worker_running:  # the xdist controller: what its workers were running
             self.reason = f"{why} while {', '.join(self._worker_running)} ran"

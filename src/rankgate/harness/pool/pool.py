@@ -22,7 +22,7 @@ from typing import Any
 
 from rankgate.harness import divergence, locks
 from rankgate.harness.item_settings import collective_timeout
-from rankgate.harness.outcome import BAD, RankOutcome, RankResult
+from rankgate.harness.outcome import BAD, OutcomeKind, RankOutcome
 from rankgate.harness.output import read_clipped
 from rankgate.harness.pool import hungstacks, ledgerdump, messages
 from rankgate.harness.pool.gpus import xdist_slot
@@ -405,7 +405,7 @@ class Pool:
             self.kill()  # the registry starts a fresh pool for the next test
         note = locks.release(held, hung_pids)
         for outcome in outcomes.values():
-            if note and outcome.outcome == RankResult.HUNG:
+            if note and outcome.outcome == OutcomeKind.HUNG:
                 outcome.detail = f"{outcome.detail}\n{note}"
 
     def _collect(self, r: _Rank, ready: list, test_id: str) -> RankOutcome | None:
@@ -442,7 +442,7 @@ class Pool:
                 return RankOutcome(
                     rank=r.rank,
                     test_id=test_id,
-                    outcome=RankResult.CRASHED,
+                    outcome=OutcomeKind.CRASHED,
                     detail=describe_exit(r.process),
                 )
         return None

@@ -37,6 +37,7 @@ from rankgate.harness.attempts import (
 )
 from rankgate.harness.failure_repr import failure_repr
 from rankgate.harness.item_settings import (
+    EVERY_RANK_WITHOUT_LAUNCHER,
     SPEC_KEY,
     seed_for_test,
     skip_at_test,
@@ -182,6 +183,8 @@ class PoolSession:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_setup(self, item: pytest.Item):
         spec = item.stash.get(SPEC_KEY, None)
+        if spec is None and item.get_closest_marker("every_rank") is not None:
+            skip_at_test(EVERY_RANK_WITHOUT_LAUNCHER)
         if spec is None:
             return (yield)
         key = self._pool_key(spec)

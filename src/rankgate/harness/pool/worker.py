@@ -28,11 +28,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from rankgate.harness import heap, leaks, ledger
+from rankgate.harness import heap, hypothesis_bridge, leaks, ledger
+from rankgate.harness.aftertest import AfterTestCheck
 from rankgate.harness.pool import ledgerdump, messages, rankcoverage, ranklogs, rankwarnings
 from rankgate.harness.rankstate import (
     EnvironmentSnapshot,
-    after_test_problems,
     breaks_process_group,
     call_worker_setup,
     destroy_subgroups,
@@ -145,6 +145,7 @@ def _run_test(
     destroy_subgroups()
     ledger.begin_test()
     saved_env, saved_cwd = EnvironmentSnapshot(), os.getcwd()
+    check = AfterTestCheck(children_before)
     start = time.perf_counter()
     outcome, detail, broke_group, returned = "passed", "", False, ""
     warned: list = []
@@ -178,7 +179,7 @@ def _run_test(
         sys.stdout.flush()
         sys.stderr.flush()
         reset_state(saved_env, saved_cwd)
-    problems = after_test_problems(children_before)
+    problems = check.problems()
     if problems:
         broke_group = broke_group or not dist.is_initialized()
         outcome, detail = "failed", "\n".join(filter(None, [detail, *problems]))
@@ -253,7 +254,9 @@ def _format(exc: BaseException) -> str:
     kept = [
         f
         for f in frames
-        if str(Path(f.filename).resolve()) != own and not ledger.is_wrapper_file(f.filename)
+        if str(Path(f.filename).resolve()) != own
+        and not ledger.is_wrapper_file(f.filename)
+        and not hypothesis_bridge.is_bridge_file(f.filename)
     ]
     lines = ["Traceback (most recent call last):\n", *traceback.format_list(kept)]
     lines += traceback.format_exception_only(type(exc), exc)
