@@ -79,8 +79,9 @@ def _section(folder: Path, docs: dict[Path, str | None], packages: list[Path]) -
 
 def pages(package: Path = PACKAGE) -> dict[str, str]:
     """The map's pages by their path under the docs folder: ``code-map.md`` (the top
-    package and every package's job) and one page per top-level package, with a section
-    for it and each package inside it."""
+    package and every package's job) and one page per package and subpackage of it
+    (``code-map/harness.md``, ``code-map/harness.inplace.md``), with a section for it and
+    each package deeper inside it."""
     missing = undocumented(package)
     if missing:
         raise UndocumentedModules(
@@ -103,21 +104,26 @@ def pages(package: Path = PACKAGE) -> dict[str, str]:
         "| package | its one job |",
         "|---|---|",
     ]
-    made = {}
-    for first in (p for p in inside if p.parent == top):
-        name = f"{DIRECTORY}/{first.name}.md"
-        family = [p for p in inside if p == first or first in p.parents]
-        for member in family:
-            index.append(f"| [`{'.'.join(member.parts)}`]({name}#{_anchor(member)}) | "
-                         f"{_markdown(job(docs[member / '__init__.py']))} |")  # fmt: skip
-        body = [f"# Code map: `{'.'.join(first.parts)}`", "",
-                f"[All packages]({'../' + PAGE})", ""]  # fmt: skip
-        for member in family:
-            body += _section(member, docs, packages)
-        made[name] = "\n".join(body)
+    made: dict[str, list[str]] = {}
+    for member in inside:
+        owner = _page_owner(top, member)
+        name = f"{DIRECTORY}/{'.'.join(owner.relative_to(top).parts)}.md"
+        index.append(f"| [`{'.'.join(member.parts)}`]({name}#{_anchor(member)}) | "
+                     f"{_markdown(job(docs[member / '__init__.py']))} |")  # fmt: skip
+        body = made.setdefault(name, [f"# Code map: `{'.'.join(owner.parts)}`", "",
+                                      f"[All packages]({'../' + PAGE})", ""])  # fmt: skip
+        body += _section(member, docs, packages)
     index.append("")
     index += _section(top, docs, packages)
-    return {PAGE: "\n".join(index), **made}
+    return {PAGE: "\n".join(index), **{name: "\n".join(body) for name, body in made.items()}}
+
+
+def _page_owner(top: Path, package: Path) -> Path:
+    """The package whose page holds ``package``'s section: itself, or its ancestor two
+    levels under the top one (``rankgate.harness.inplace``): a page per package and
+    subpackage keeps each page short enough to read."""
+    depth = len(package.relative_to(top).parts)
+    return package if depth <= 2 else top.joinpath(*package.relative_to(top).parts[:2])
 
 
 def _anchor(folder: Path) -> str:

@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from rankgate.harness import divergence
+from rankgate.harness import divergence, ledger_waits
 
 pytestmark = pytest.mark.unit
 
@@ -195,7 +195,7 @@ def test_a_full_ledger_is_compared_where_every_rank_has_entries(test_file):
 
 
 def test_under_a_crash_names_the_peers_collective(test_file):
-    text = divergence.under_crash(
+    text = ledger_waits.under_crash(
         {0: "in all_reduce at test_x.py:5"},
         {0: None, 1: [entry(1, "all_reduce", 5, test_file, arg="float64[4]", state="failed")]},
     )
@@ -203,7 +203,7 @@ def test_under_a_crash_names_the_peers_collective(test_file):
         "rank 0 crashed in all_reduce at test_x.py:5; "
         "rank 1 was in all_reduce #1 (float64[4]) issued at test_x.py:5"
     )
-    assert divergence.under_crash({0: ""}, {1: [entry(1, "all_reduce", 5, test_file)]}) == ""
+    assert ledger_waits.under_crash({0: ""}, {1: [entry(1, "all_reduce", 5, test_file)]}) == ""
 
 
 def test_side_by_side_marks_the_divergence(test_file):

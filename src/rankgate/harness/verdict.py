@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rankgate.errors import RankgateError
-from rankgate.harness import divergence, leaks, verdict_lines
+from rankgate.harness import divergence, leaks, ledger_waits, verdict_lines
 from rankgate.harness.outcome import BAD, OutcomeKind, RankOutcome
 from rankgate.harness.stacks import where as stack_where
 from rankgate.harness.verdict_table import combine
@@ -95,7 +95,7 @@ def headline(outcomes: list[RankOutcome], test_id: str) -> str:
     test_file = test_id.split("::", 1)[0]
     hung = {o.rank: stack_where(o.stack, test_file) for o in outcomes if o.outcome == "hung"}
     ledgers = {o.rank: o.ledger for o in outcomes}
-    hung = divergence.waits_per_ledger(hung, ledgers)  # a .wait() the stack cannot see
+    hung = ledger_waits.waits_per_ledger(hung, ledgers)  # a .wait() the stack cannot see
     diverged = divergence.find(
         ledgers, now={r: str(w) for r, w in hung.items() if w and w.collective is None}
     )
@@ -111,7 +111,7 @@ def headline(outcomes: list[RankOutcome], test_id: str) -> str:
         for o in outcomes
         if o.outcome == OutcomeKind.CRASHED and o.ledger is None
     }
-    under = divergence.under_crash(crashed, ledgers)
+    under = ledger_waits.under_crash(crashed, ledgers)
     if under:
         return verdict_lines.with_cause(line, verdict_lines.ledger_cause(under))
     cause = verdict_lines.hang_cause(hung) or verdict_lines.left_running_cause(

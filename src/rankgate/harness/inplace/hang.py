@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from rankgate.harness import divergence, verdict_lines
+from rankgate.harness import divergence, ledger_waits, verdict_lines
 from rankgate.harness.inplace import control
 from rankgate.harness.inplace.verdict import RankResult
 from rankgate.harness.stacks import where as stack_where
@@ -96,7 +96,7 @@ def ask_peers(
         if r != rank and channel.store.check([where_key + str(r)]):
             told.wheres[r] = channel.peek(where_key + str(r))
             told.ledgers[r] = channel.peek(ledger_key + str(r))  # set before its where
-    told.wheres = divergence.waits_per_ledger(told.wheres, told.ledgers)
+    told.wheres = ledger_waits.waits_per_ledger(told.wheres, told.ledgers)
     for r in ranks if key is not None else ():
         if r == rank or r in told.failed or r in told.wheres:
             continue
