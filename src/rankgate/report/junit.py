@@ -45,7 +45,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rankgate.harness import divergence, verdict_lines
+from rankgate.harness import crashrecord, divergence, verdict_lines
 from rankgate.harness.attempts import (
     ATTEMPTS_PROPERTY,
     FLAKY_PROPERTY,
@@ -442,6 +442,8 @@ def _merge_test(
     diverged = divergence.find(ledgers or {})
     if diverged is not None and not cause:  # what a hung rank said stands: rank 0 showed it
         cause = divergence.cause_of(diverged, ledgers)
+    if not cause:  # 'rank 1 crashed at x.py:12; rank 0 was in all_reduce ...', as the pool
+        cause = crashrecord.cause(crashrecord.places_in(results), ledgers or {})
     # A rank the ledgers (or the hung rank's cause) single out never "passed".
     worded = divergence.worded(worded, diverged)
     blamed = divergence.blamed_in(cause)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, NoReturn, Protocol
 
 import pytest
 
-from rankgate.harness import divergence, leaks, ledger, locks, options, verdict_lines
+from rankgate.harness import crashrecord, divergence, leaks, ledger, locks, options, verdict_lines
 from rankgate.harness.failure_repr import failure_repr, item_report
 from rankgate.harness.inplace import control
 from rankgate.harness.inplace.reruns import no_rerun_note
@@ -65,12 +65,10 @@ def _own_result_note(own: list[pytest.TestReport] | None, rank: int) -> str:
     return f"\n\nrank {rank}'s own result before that: {result.outcome}"
 
 
-def _crashed(ranks: Sequence[int]) -> str:
-    """How a rank that ended inside a test without sending its result is named."""
-    return (
-        f"{verdict_lines.ranks(ranks)} crashed (ended without a result: os._exit, a signal or "
-        "the OOM killer)"
-    )
+def _crashed(ranks: Sequence[int], crashes=None) -> str:
+    """How a rank that ended inside a test without sending its result is named (with the
+    line it died on, where its crash record says)."""
+    return crashrecord.crashed_words(ranks, crashes or {})
 
 
 def end_children() -> None:
@@ -278,8 +276,9 @@ class RunStop:
             dead = self._dead_peers()
         except Exception:
             dead = []  # the store went with the launcher: say only what this rank knows
+        crashes = self.records.crashes(dead, str(item.path) if item is not None else None)
         if dead:
-            cause = f"{_crashed(dead)}, and the launcher sent {name} to rank {rank}"
+            cause = f"{_crashed(dead, crashes)}, and the launcher sent {name} to rank {rank}"
         else:
             who = "the launcher or the CI stopped the job"
             if signum == signal.SIGINT:
@@ -293,7 +292,8 @@ class RunStop:
             item, note = None, ""
         if dead and item is not None:  # merge-junit compares what the peers left
             self._log_ledger(item)
-        text, verdict = f"{cause} {where}{note}", "crashed"
+        stacks = crashrecord.stacks_section(crashes, self.records.crash_path)
+        text, verdict = f"{cause} {where}{note}{stacks}", "crashed"
         if not dead:  # no rank failed: the run was cut short, and its files must say so
             self.interrupted = (text, item)
             text, verdict = f"{INTERRUPTED_PREFIX}{text}", "interrupted"
@@ -502,9 +502,12 @@ class RunStop:
         if not self._claim():
             threading.Event().wait()  # a signal's watcher records this rank and exits it
         self.cut_short = True
-        cause = f"{_crashed(dead)} while {item.nodeid} ran"
+        crashes = self.records.crashes(dead, str(item.path))
+        cause = f"{_crashed(dead, crashes)} while {item.nodeid} ran"
         self._log_ledger(item)
-        self._record(item, cause, cause + self._in_flight_note(), verdict="crashed", gone=dead)
+        stacks = crashrecord.stacks_section(crashes, self.records.crash_path)
+        text = cause + self._in_flight_note() + stacks
+        self._record(item, cause, text, verdict="crashed", gone=dead)
         os._exit(pytest.ExitCode.TESTS_FAILED)
 
     def _log_ledger(self, item: pytest.Item) -> None:
