@@ -50,7 +50,7 @@ for step in "$@"; do
              --durations=15 -rfE 2>&1 | tee "$out/comm_suite.txt" | tail -25 ;;
     suite) timeout 300 python3 -m pytest -m gpu suites/comm -k "p2p or stress or errors" -q -p no:cacheprovider --rankgate-timeout 90 \
              --durations=15 -rfE 2>&1 | tee "$out/comm_suite.txt" | tail -25 ;;
-    gpu-suites) timeout 270 python3 -m pytest -m gpu suites/ -q -p no:cacheprovider \
+    gpu-suites) timeout 270 python3 -m pytest -m gpu suites/ tests/harness/ -q -p no:cacheprovider \
                   --rankgate-timeout 120 --durations=20 -rfE 2>&1 | tee "$out/gpu_suites.txt" | tail -30 ;;
     harness) timeout 50 python3 -m rankgate.cli bench harness --backend nccl --worlds 2 --json 2>&1 \
                | tee "$out/harness_nccl.txt" | tail -8 ;;

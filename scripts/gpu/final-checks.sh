@@ -9,8 +9,8 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 o=/tmp/final && mkdir -p $o/prep $o/a $o/b
 bash scripts/gpu/two-gpus.sh $o/prep >$o/prep/log.txt 2>&1 || { tail -5 $o/prep/log.txt; exit 3; }
 export SKIP_INSTALL=1
-export REST="suites/harness suites/parallel suites/trainer suites/data suites/pipeline"
-export POOL_FILES="suites/harness/test_adopt_torchcase.py suites/harness/test_adopt_freshgroup.py suites/harness/test_planted_divergences.py"
+export REST="tests/harness suites/parallel suites/trainer suites/data suites/pipeline"
+export POOL_FILES="tests/harness/test_adopt_torchcase.py tests/harness/test_adopt_freshgroup.py tests/harness/test_planted_divergences.py"
 export o
 # shellcheck disable=SC2016 # the inner shell expands these
 timeout "$limit" bash -c '

@@ -32,7 +32,7 @@ echo "rc $?"; tail -25 "$out/attention.txt"
 
 step gpu-suites
 timeout "${GPU_SUITES_LIMIT:-120}" python3 -m pytest -p no:cacheprovider \
-  -m gpu suites --ignore=suites/parallel -q -rfEs --junitxml="$out/gpu_junit.xml" \
+  -m gpu suites tests/harness --ignore=suites/parallel -q -rfEs --junitxml="$out/gpu_junit.xml" \
   >"$out/gpu_suites.txt" 2>&1
 echo "rc $?"; tail -5 "$out/gpu_suites.txt"
 # The whole dist and gpu selections in place on every GPU (INPLACE_LIMIT seconds; it
@@ -41,7 +41,7 @@ if [ "${INPLACE_LIMIT:-0}" -gt 0 ]; then
   step inplace
   mkdir -p "$out/inplace"
   timeout "$INPLACE_LIMIT" torchrun --standalone --nproc-per-node="$gpus" \
-    -m pytest -p no:cacheprovider -m "dist or gpu" suites -q -rfEs \
+    -m pytest -p no:cacheprovider -m "dist or gpu" suites tests/harness -q -rfEs \
     --junitxml="$out/inplace/junit.xml" >"$out/inplace/torchrun.txt" 2>&1
   echo "rc $?"; tail -5 "$out/inplace/torchrun.txt"
 fi

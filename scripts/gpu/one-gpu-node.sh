@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A user's one-GPU workstation: the whole `dist or gpu` selection of suites/, in the pool
+# A user's one-GPU workstation: the whole `dist or gpu` selection of suites/ and tests/harness/, in the pool
 # (STEP=pool) or in place under torchrun with 2 ranks sharing the GPU (STEP=inplace).
 # Usage: STEP=pool|inplace [LIMIT=540] scripts/gpu/one-gpu-node.sh OUT
 # Writes OUT/<step>/: the pytest log, JUnit (in place: one file per rank and the merged
@@ -15,7 +15,7 @@ mkdir -p "$out/$step"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   python3 -c 'import sys, torch; print("python", sys.version.split()[0]); print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", ".".join(map(str, torch.cuda.nccl.version())))'
 } >"$out/$step/env.txt" 2>&1
-select=(-p no:cacheprovider -m "dist or gpu" suites -q -rfEs)
+select=(-p no:cacheprovider -m "dist or gpu" suites tests/harness -q -rfEs)
 case $step in
 pool)
   cmd=(python3 -m pytest "${select[@]}" --junitxml="$out/pool/junit.xml")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The pool's whole `-m "dist or gpu"` selection of suites/ on a host with 4 GPUs, run as
-# two 2-GPU machines side by side (each pair its own CUDA_VISIBLE_DEVICES and lease dir):
-#   GPUs 0,1: every suite but suites/harness (-n 3), then the harness files of PAIR_A;
+# The pool's whole `-m "dist or gpu"` selection of suites/ and tests/harness/ on a host
+# with 4 GPUs, run as two 2-GPU machines side by side (each pair its own
+# CUDA_VISIBLE_DEVICES and lease dir):
+#   GPUs 0,1: every suite (-n 3), then the harness files of PAIR_A;
 #   GPUs 2,3: every other harness file (-n 6), new ones included, so none is left out.
 # Measured on nvidia-h100-x4 (benchmarks/results/nvidia-h100-x4/harness-pool-2026-11-27/):
 # the rest about 325 s at -n 3, PAIR_A's files 146 s, the others 273 + 136 s at -n 6.
@@ -17,7 +18,7 @@ export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} SKIP_INSTALL=1 STOP_SIGNA
 pair_a=(interrupted shards reruns_inplace inplace_temp_dirs marker_placement reruns
         test_styles launch_detection quarantine rank_process)
 files_a=() files_b=()
-for file in suites/harness/test_*.py; do
+for file in tests/harness/test_*.py; do
   name=$(basename "$file" .py)
   if [[ " ${pair_a[*]} " == *" ${name#test_} "* ]]; then files_a+=("$file"); else files_b+=("$file"); fi
 done

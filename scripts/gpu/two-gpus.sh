@@ -55,34 +55,35 @@ for s in "$@"; do
     inplace)  # every rank its own pytest; merge-junit makes one verdict
       mkdir -p "$work/inplace"
       timed inplace "${INPLACE_LIMIT:-260}" torchrun --standalone --nproc-per-node="${NPROC:-2}" -m pytest \
-        -p no:cacheprovider -q -rfEs -m "dist or gpu" ${INPLACE_PATHS:-suites} \
+        -p no:cacheprovider -q -rfEs -m "dist or gpu" ${INPLACE_PATHS:-suites tests/harness} \
         --junitxml="$work/inplace/junit.xml"
       (cd "$work/inplace" && python3 -m rankgate.cli merge-junit --world "${NPROC:-2}" -o merged.xml . \
         >merge-junit.txt 2>&1; echo "merge-junit rc $?" >>merge-junit.txt)
       tail -3 "$work/inplace/merge-junit.txt" ;;
     pool-gpu)
-      timed pool-gpu "${POOL_LIMIT:-320}" "${pytest_[@]}" -m gpu suites --junitxml="$work/pool-gpu.xml" ;;
+      timed pool-gpu "${POOL_LIMIT:-320}" "${pytest_[@]}" -m gpu suites tests/harness \
+        --junitxml="$work/pool-gpu.xml" ;;
     pool-gpu-n2)
-      timed pool-gpu-n2 "${POOL_LIMIT:-200}" "${pytest_[@]}" -n 2 -m gpu suites \
+      timed pool-gpu-n2 "${POOL_LIMIT:-200}" "${pytest_[@]}" -n 2 -m gpu suites tests/harness \
         --junitxml="$work/pool-gpu-n2.xml" ;;
     same-tests)
       python3 scripts/gpu/same_tests.py "$work/pool-gpu.xml" "$work/pool-gpu-n2.xml" \
         | tee "$work/same-tests.txt" ;;
     pool-dist)  # the CPU world tests, on this host's cores, four xdist workers
-      timed pool-dist "${DIST_LIMIT:-300}" "${pytest_[@]}" -n 4 -m "dist and not gpu" suites \
+      timed pool-dist "${DIST_LIMIT:-300}" "${pytest_[@]}" -n 4 -m "dist and not gpu" suites tests/harness \
         --junitxml="$work/pool-dist.xml" ;;
     pool-rest)  # every dist or gpu test of the suites but the harness's own, in the pool
       timed pool-rest "${POOL_LIMIT:-400}" "${pytest_[@]}" -n "${XDIST:-3}" -m "dist or gpu" \
-        suites --ignore=suites/harness --junitxml="$work/pool-rest.xml" ;;
-    pool-all)  # the whole dist or gpu selection of the suites, one pool run on every GPU
+        suites --junitxml="$work/pool-rest.xml" ;;
+    pool-all)  # the whole dist or gpu selection (suites, harness), one pool run on every GPU
       # POOL_BASETEMP keeps every test's tmp_path (the planted cases' inner outputs)
       timed pool-all "${POOL_LIMIT:-540}" "${pytest_[@]}" -n "${XDIST:-4}" -m "dist or gpu" \
-        ${POOL_BASETEMP:+--basetemp="$POOL_BASETEMP"} suites --junitxml="$work/pool-all.xml" ;;
+        ${POOL_BASETEMP:+--basetemp="$POOL_BASETEMP"} suites tests/harness --junitxml="$work/pool-all.xml" ;;
     pool-harness)  # the harness's own GPU tests and the adoption suites, in the pool
       timed pool-harness "${POOL_LIMIT:-300}" "${pytest_[@]}" ${XDIST:+-n $XDIST} -m "dist or gpu" \
-        ${HARNESS_FILES:-suites/harness/test_gpu.py suites/harness/test_adopt.py \
-        suites/harness/test_adopt_torchcase.py suites/harness/test_adopt_freshgroup.py \
-        suites/harness/test_ledger_default.py} \
+        ${HARNESS_FILES:-tests/harness/test_gpu.py tests/harness/test_adopt.py \
+        tests/harness/test_adopt_torchcase.py tests/harness/test_adopt_freshgroup.py \
+        tests/harness/test_ledger_default.py} \
         --junitxml="$work/pool-harness.xml" ;;
     harness)
       for backend in nccl gloo; do

@@ -94,6 +94,14 @@ def pytest_collection_finish(session):
         json.dump(rows, out)
 """
 _SPAWNING_FIXTURES = {"pytester", "testdir"}
+# The tests that start a local SLURM (one node or two) and dispatch to it.
+_LOCAL_SLURM_FILES = {
+    f"tests/dispatch/{name}.py"
+    for name in (
+        "test_dispatch_command", "test_local_slurm", "test_sharded_dispatch",
+        "test_slurm_dispatch", "test_two_node_cluster", "test_two_nodes",
+    )
+}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -151,16 +159,16 @@ def test_a_dispatched_stage_runs_no_test_that_starts_its_own_run(collected, stag
     spawning = {i for i, row in selected.items() if _SPAWNING_FIXTURES & set(row["fixtures"])}
     assert not spawning
     assert not {i for i, row in selected.items() if "world" not in row["markers"]}
-    assert not {i for i in selected if i.startswith("suites/dispatch/")}
+    assert not {i for i in selected if i.split("::")[0] in _LOCAL_SLURM_FILES}
 
 
 def test_the_gpu_stage_sends_nccl_world_tests_but_not_the_xdist_split(collected):
     from rankgate.pipeline import stages
 
     selected = _selected(collected, stages.get("gpu").dispatch_markers)
-    assert "suites/harness/test_gpu.py::test_nccl_all_reduce_on_each_rank_gpu[world2]" in selected
-    assert "suites/harness/test_gpu.py::test_xdist_workers_get_disjoint_gpus" not in selected
-    assert "suites/harness/test_gpu.py::test_xdist_workers_get_disjoint_gpus" in _selected(
+    assert "tests/harness/test_gpu.py::test_nccl_all_reduce_on_each_rank_gpu[world2]" in selected
+    assert "tests/harness/test_gpu.py::test_xdist_workers_get_disjoint_gpus" not in selected
+    assert "tests/harness/test_gpu.py::test_xdist_workers_get_disjoint_gpus" in _selected(
         collected, "gpu"
     )  # it is a GPU test: it stays in the local gpu stage
 

@@ -1,7 +1,8 @@
 """scripts/slurm/two-node-slurm.sh: every name a cluster leaves on the machine is its checkout's.
 
 ``paths`` prints the tag and the names ``start`` would use, without starting anything,
-so this needs bash only (the cluster itself is exercised by suites/dispatch).
+so this needs bash only (the hpc tests test_two_node_cluster.py and test_two_nodes.py
+start the cluster itself).
 """
 
 from __future__ import annotations

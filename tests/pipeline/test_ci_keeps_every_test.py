@@ -18,10 +18,10 @@ BEFORE = Path(__file__).with_name("ci-tests-before.txt")
 # Tests that only re-ran other tests, and why what they ran still runs: each of these
 # must be gone from the tree (a stale entry fails test_retired_tests_were_run_before_and_are_gone).
 RETIRED = {
-    "suites/pipeline/test_container.py::test_unit_suites_pass_inside": (
+    "tests/containers/test_container.py::test_unit_suites_pass_inside": (
         "ran every unit test again inside the image; the unit stage runs them on the host"
     ),
-    "suites/pipeline/test_container.py::test_distributed_cpu_suites_pass_inside": (
+    "tests/containers/test_container.py::test_distributed_cpu_suites_pass_inside": (
         "ran the comm and harness dist tests again inside the image; the dist stage runs "
         "them on the host, and the image's launchers are proven by "
         "test_torchrun_and_mpirun_run_tests_in_place_inside"

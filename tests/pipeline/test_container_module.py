@@ -1,6 +1,6 @@
 """rankgate.pipeline.container offline: the podman/docker command lines, the Containerfile,
 the variant matrix, and the container suite failing (not skipping) when it must run.
-(Named apart from suites/pipeline/test_container.py: test basenames must be unique.)
+(Named apart from tests/containers/test_container.py: test basenames must be unique.)
 
 No engine runs here: :mod:`rankgate.proc.command` (the one subprocess module) is
 replaced by a recorder.
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
 CONTAINERFILE = ROOT / "containers" / "Containerfile"
 MATRIX = container.load_matrix(ROOT / "containers" / "matrix.toml")
-SUITE = ROOT / "suites" / "pipeline" / "test_container.py"
+SUITE = ROOT / "tests" / "containers" / "test_container.py"
 
 
 class Recorder:

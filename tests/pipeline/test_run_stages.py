@@ -49,7 +49,7 @@ def test_seed_flags_map_to_stages_and_markers(flag, name, markers):
 
 
 def test_error_and_auto_name_their_suites():
-    assert planned("--error")[0][2] == ("pytest", "suites/harness")
+    assert planned("--error")[0][2] == ("pytest", "tests/harness")
     assert planned("--auto")[0][2] == ("pytest", "suites/comm", "-k", "auto or select")
 
 
@@ -121,6 +121,7 @@ def test_list_prints_every_stage(capsys):
         "lint",
         "unit",
         "dist",
+        "package",
         "gpu",
         "hpc",
         "bench",

@@ -43,7 +43,7 @@ SELECTIONS: dict[str, Callable[[], Stage]] = {
     "integration": lambda: stages.get("dist"),
     "benchmark": lambda: stages.get("bench"),
     "performance": lambda: _tests("performance", stages.get("bench").markers),
-    "error": lambda: _tests("error", _CPU_TIERS, "suites/harness"),
+    "error": lambda: _tests("error", _CPU_TIERS, "tests/harness"),
     "auto": lambda: _tests("auto", _CPU_TIERS, "suites/comm", keyword="auto or select"),
 }
 
@@ -81,7 +81,7 @@ def _add_selection(pick) -> None:
     )  # fmt: skip
     pick.add_argument(
         "--error", action="store_true",
-        help="run the fault-injection suite (suites/harness) at every CPU tier",
+        help="run the harness's tests, fault injection included (tests/harness), at every CPU tier",
     )  # fmt: skip
     pick.add_argument(
         "--auto", action="store_true",

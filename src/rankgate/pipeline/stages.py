@@ -67,6 +67,9 @@ class Stage:
     """One line, shown by ``nox -l``, ``rankgate run --list`` and docs/pipeline.md's table."""
     markers: str = ""
     """pytest marker expression selecting the stage's tests ("" when it runs no pytest)."""
+    test_paths: tuple[str, ...] = ()
+    """Folders its pytest collects (() = the whole tree); every test its markers select
+    must lie under them (tests/pipeline/test_stage_test_paths.py)."""
     remote_markers: str = ""
     """Marker expression of a dispatched run, when it differs from ``markers`` ("" = the
     same): the tests every rank of the remote job runs in place. A stage whose local
@@ -203,6 +206,18 @@ _INTERLINK_E2E = (
         )
     ),
 )
+# The hpc tests: a local SLURM (one node or two) that rankgate dispatches to.
+_LOCAL_SLURM_TESTS = (
+    "tests/dispatch/conftest.py",
+    "tests/dispatch/fake_interlink.py",  # the conftest they share with the interLink tests
+    *(
+        f"tests/dispatch/{name}.py"
+        for name in (
+            "test_dispatch_command", "test_local_slurm", "test_sharded_dispatch",
+            "test_slurm_dispatch", "test_two_node_cluster", "test_two_nodes",
+        )
+    ),
+)  # fmt: skip
 _JUNIT_MERGE = (
     "src/rankgate/report/junit.py",
     "src/rankgate/report/shard_merge.py",  # merge-junit --shards, a sharded dispatch's verdict
@@ -288,7 +303,7 @@ _STAGES: dict[str, Stage] = {
             workflow="ci.yml:dist",
             paths=(
                 *_PYTEST_RUN, *_WORKLOAD_SUITES, *_INTERLINK_E2E, *_JUNIT_MERGE, *_REPORT_TESTS,
-                "suites/harness/**", "suites/pipeline/test_dist_smoke.py", "tests/bench/**",
+                "tests/harness/**", "suites/pipeline/test_dist_smoke.py", "tests/bench/**",
                 "tests/test_leftovers.py", "tests/leftovers.py",
                 # the documentation's runnable examples, shown by rankgate.docsite
                 "tests/test_docs_examples.py", "docs/examples/**", "src/rankgate/docsite.py",
@@ -296,6 +311,37 @@ _STAGES: dict[str, Stage] = {
                 "tests/pipeline/test_stage_coverage.py", "tests/pipeline/conftest.py",
                 "tests/pipeline/tree_collection.py",
             ),
+        ),
+        Stage(
+            name="package",
+            description=(
+                "Build the sdist and the wheel, check them (twine, the checkout's files), and "
+                "run an outside project on the wheel alone in a new environment."
+            ),
+            where=("local", "container"),
+            # It waits more than it computes: a wheel trial took 188 s of wall time for
+            # 32 CPU-s on 2 busy cores (pip unpacking torch, ranks starting), so the gate
+            # runs it in the background beside the others.
+            beside=True,
+            slow=True,  # a build and a fresh environment with torch, whatever changed
+            # dist/ holds the sdist and the wheel; package/ the trial's logs and outputs
+            products=("package/merged.xml", "package/report/report.html"),
+            commands=(
+                Command(
+                    argv=(sys.executable, "-m", "rankgate.pipeline.distfiles"),
+                    label="sdist and wheel",
+                ),
+                Command(
+                    argv=(sys.executable, "-m", "rankgate.pipeline.wheel_trial"),
+                    label="wheel alone",
+                ),
+            ),
+            dagger="test-package",
+            workflow="ci.yml:package",
+            # The wheel is src/rankgate, README.md its long description. A new top-level
+            # file or folder, which MANIFEST.in may not put in the sdist, is under no
+            # stage's paths, so it runs every stage, this one too.
+            paths=("src/**", "pyproject.toml", "MANIFEST.in", "LICENSE", "README.md"),
         ),
         Stage(
             name="gpu",
@@ -309,9 +355,11 @@ _STAGES: dict[str, Stage] = {
             dagger="test-gpu",
             workflow="release.yml:test-gpu",
             # Dispatched with a profile it also goes through rankgate.dispatch; the hpc
-            # stage is the one that proves dispatch works (on a real SLURM).
+            # stage is the one that proves dispatch works (on a real SLURM). Its tests
+            # under tests/: the harness's GPU tests and the backend detection's.
             paths=(
-                *_PYTEST_RUN, *_WORKLOAD_SUITES, *_JUNIT_MERGE, "suites/harness/**", "tests/**",
+                *_PYTEST_RUN, *_WORKLOAD_SUITES, *_JUNIT_MERGE, "tests/harness/**",
+                "tests/workloads/test_comm_detect.py", "tests/leftovers.py",
             ),
         ),
         Stage(
@@ -321,6 +369,7 @@ _STAGES: dict[str, Stage] = {
                 "multi-rank CPU tests on the cluster's ranks."
             ),
             markers="hpc",
+            test_paths=("tests/dispatch", "suites/trainer"),
             # hpc tests start their own SLURM: on a cluster's ranks they would each start
             # one. World tests are the genuine multi-rank ones; "dist and not world" are
             # harness tests that spawn their own pytest/torchrun runs.
@@ -336,7 +385,7 @@ _STAGES: dict[str, Stage] = {
             paths=(
                 *_PYTEST_RUN, *_JUNIT_MERGE, "src/rankgate/dispatch/**", "src/rankgate/cli.py",
                 "src/rankgate/pipeline/dispatch_stage.py",
-                "suites/dispatch/**", "scripts/slurm/**",
+                *_LOCAL_SLURM_TESTS, "scripts/slurm/**",
                 *_TRAINING_LAUNCH,
             ),
         ),
@@ -347,6 +396,7 @@ _STAGES: dict[str, Stage] = {
                 "baselines (this machine's kind; every kind's committed runs)."
             ),
             markers="perf",
+            test_paths=("tests/bench",),  # 8 tests; collecting all 2,868 cost 14 CPU-s
             where=("local", "container"),
             products=(
                 "junit/bench.xml", "bench/harness.json", "bench/compare.json", "bench/compare.png",
@@ -392,6 +442,7 @@ _STAGES: dict[str, Stage] = {
                 "torchrun and mpirun in place."
             ),
             markers="container",
+            test_paths=("tests/containers",),
             where=("local",),
             needs=("container-engine",),
             beside=True,  # mostly an image build: package downloads and layer writes
@@ -421,7 +472,7 @@ _STAGES: dict[str, Stage] = {
                 "src/rankgate/pipeline/__init__.py", "src/rankgate/pipeline/container.py",
                 *_COMMANDS,
                 "src/rankgate/pipeline/probe.py", "src/rankgate/workloads/comm/**",
-                "suites/pipeline/test_container.py", "suites/comm/**", "suites/harness/**",
+                "tests/containers/test_container.py", "suites/comm/**", "tests/harness/**",
             ),
         ),
         Stage(
@@ -437,7 +488,7 @@ _STAGES: dict[str, Stage] = {
                     argv=("rankgate", "env-check"), label="env-check", module="rankgate.envcheck"
                 ),
             ),
-            includes=("lint", "unit", "dist", "gpu", "hpc", "bench", "container"),
+            includes=("lint", "unit", "dist", "package", "gpu", "hpc", "bench", "container"),
             dagger="release-gate",
             workflow="release.yml:release-gate",
         ),

@@ -1,6 +1,6 @@
 """What a test run in place sees of its launch: the variables and the CUDA device of
 the whole world, of a sub-world and of a plain test (docs/running-in-place.md has the
-table, and ``suites/harness/test_inplace_subworld_env.py`` checks each row).
+table, and ``tests/harness/test_inplace_subworld_env.py`` checks each row).
 
 A sub-world looks like a launch of its own: its k ranks see RANK and WORLD_SIZE of a
 k-rank job, their own MASTER_ADDR/MASTER_PORT (a free port its first rank claimed, unique
@@ -23,7 +23,8 @@ import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-SUBWORLD, LAUNCHER = "subworld", "launcher"
+from rankgate.harness.options import LAUNCHER, SUBWORLD
+
 """The values of ini ``rankgate_subworld_local_rank``: what LOCAL_RANK counts in a sub-world."""
 
 AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"
@@ -144,15 +145,3 @@ def apply(values: Mapping[str, str | None]) -> None:
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
-
-
-def local_rank_setting(raw: str) -> str:
-    """ini ``rankgate_subworld_local_rank``'s value; ValueError naming the choices."""
-    value = (raw or SUBWORLD).strip()
-    if value not in (SUBWORLD, LAUNCHER):
-        raise ValueError(
-            f"ini option rankgate_subworld_local_rank = {raw!r}: set {SUBWORLD} (LOCAL_RANK "
-            f"counts a sub-world's ranks on its host; the default) or {LAUNCHER} (each rank "
-            "keeps its launcher's LOCAL_RANK and GPU)"
-        )
-    return value

@@ -98,8 +98,8 @@ def test_a_distributed_test_passes_inside(engine, tmp_path):
 
 # In-place runs under each launcher: pytest started by torchrun and by mpirun on 2 ranks.
 IN_PLACE = (
-    "suites/harness/test_inplace.py::test_torchrun_runs_tests_on_every_rank_and_rank_0_reports_all",
-    "suites/harness/test_inplace.py::test_mpirun_runs_the_same_file",
+    "tests/harness/test_inplace.py::test_torchrun_runs_tests_on_every_rank_and_rank_0_reports_all",
+    "tests/harness/test_inplace.py::test_mpirun_runs_the_same_file",
 )
 
 

@@ -336,8 +336,8 @@ def test_a_node_lost_mid_job(two_nodes, tmp_path):
 
 
 def _planted_subworlds():
-    """suites/harness/test_inplace_subworlds.py: its planted suites, launcher and verdicts."""
-    path = REPO / "suites" / "harness" / "test_inplace_subworlds.py"
+    """tests/harness/test_inplace_subworlds.py: its planted suites, launcher and verdicts."""
+    path = REPO / "tests" / "harness" / "test_inplace_subworlds.py"
     spec = importlib.util.spec_from_file_location("planted_subworlds", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
