@@ -35,8 +35,6 @@ def _case(path: Path, name: str) -> ET.Element:
     return case
 
 
-
-
 CRASH = """
 import os
 import time
@@ -95,7 +93,9 @@ def test_os_exit_on_one_rank_the_survivor_writes_its_junit_naming_the_dead_rank(
     )  # fmt: skip
     assert cli.returncode == 1, cli.stderr
     # pytest's node ids, as the terminal says them
-    assert "FAILED test_suite.py::test_dies_on_rank_1: rank 1 crashed; rank 0 failed\n" in cli.stdout
+    assert (
+        "FAILED test_suite.py::test_dies_on_rank_1: rank 1 crashed; rank 0 failed\n" in cli.stdout
+    )
     # Rank 1 died first; its results file lists the test it never began: not run there too.
     assert "NOT RUN test_suite.py::test_after: ranks 0, 1 not run (rank 1 crashed" in cli.stdout
     assert "while test_suite.py::test_dies_on_rank_1 ran; 1 later test not run" in proc.stderr
@@ -357,6 +357,62 @@ def test_a_peer_dying_under_a_collective_names_the_collective_the_survivor_was_i
     ), message
 
 
+ABORTS_AT_A_KNOWN_LINE = """
+import os
+import pytest
+import torch
+import torch.distributed as dist
+
+@pytest.mark.world(2, timeout=60)
+def test_aborts_on_rank_1(rank):
+    t = torch.ones(4)
+    dist.broadcast(t, src=0)
+    if rank == 1:
+        os.abort()  # line 12: faulthandler writes rank 1's stacks as it dies
+    dist.all_reduce(t)  # rank 0 waits here for a rank that is gone
+"""
+
+
+def test_a_rank_that_dies_of_a_fatal_signal_is_named_with_the_line_it_died_on(
+    tmp_path, monkeypatch
+):
+    # The pool names it from the dead rank's stderr; in place each rank keeps its own
+    # crash record, which the survivor and merge-junit read.
+    monkeypatch.setenv(ledger.ENV, "1")  # rank 0's collective is named whatever the host
+    _write(tmp_path, ABORTS_AT_A_KNOWN_LINE)
+    proc = run_torchrun_pytest(
+        tmp_path, "-q", "--color=no", "--junitxml=out/junit.xml", "test_suite.py"
+    )
+    assert proc.returncode != 0
+    failure = _case(tmp_path / "out" / "junit.rank0.xml", "test_aborts_on_rank_1").find("failure")
+    message = failure.get("message")
+    assert message.startswith(
+        "rank 1 crashed at test_suite.py:12 (Fatal Python error: Aborted), and the launcher "
+        "sent SIGTERM to rank 0 while test_suite.py::test_aborts_on_rank_1 ran"
+    ) or message.startswith(  # gloo told rank 0 first: it ends itself in the exchange
+        "rank 1 crashed at test_suite.py:12 (Fatal Python error: Aborted) while "
+        "test_suite.py::test_aborts_on_rank_1 ran"
+    ), message
+    assert "----- rank 1: its fatal error (junit.rank1.crash) -----" in failure.text
+    assert 'test_suite.py", line 12 in test_aborts_on_rank_1' in failure.text
+    assert "rank 1 crashed at test_suite.py:12 (Fatal Python error: Aborted)" in proc.stdout
+    cli = subprocess.run(
+        [sys.executable, "-m", "rankgate.cli", "merge-junit", "out"],
+        cwd=tmp_path, capture_output=True, text=True,
+    )  # fmt: skip
+    assert cli.returncode == 1, cli.stderr
+    assert (
+        "FAILED test_suite.py::test_aborts_on_rank_1: rank 1 crashed; rank 0 failed; likely "
+        "cause: rank 1 crashed at test_suite.py:12; rank 0 was in all_reduce #2 (float32[4]) "
+        "issued at test_suite.py:13\n"
+    ) in cli.stdout, cli.stdout
+    merged = {t.name: t for t in merge_junit([tmp_path / "out"]).tests}["test_aborts_on_rank_1"]
+    assert merged.results[1].message == (
+        "crashed on rank 1 at test_suite.py:12 (Fatal Python error: Aborted): the rank ended "
+        "while running this test"
+    )
+
+
 FAILS_THEN_PEER_DIES = """
 import os
 import time
@@ -380,8 +436,8 @@ def test_a_peer_dying_after_this_rank_failed_is_in_the_junit_with_the_own_failur
     failure = _case(tmp_path / "out" / "junit.rank0.xml", "test_fails_then_peer_dies")
     failure = failure.find("failure")
     # The terminal and the JUnit give one verdict, the crash, and keep rank 0's own failure.
-    assert failure.get("message").startswith("rank 1 crashed (ended without a result"), (
-        failure.get("message")
+    assert failure.get("message").startswith("rank 1 crashed (ended without a result"), failure.get(
+        "message"
     )
     assert "rank 0's own result before that: failed" in failure.text, failure.text
     assert "AssertionError: rank 0 fails first" in failure.text, failure.text

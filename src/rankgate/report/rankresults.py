@@ -23,6 +23,7 @@ import re
 import time
 from pathlib import Path
 
+from rankgate.harness import crashrecord
 from rankgate.harness.rankfiles import SUFFIX, results_path
 from rankgate.harness.verdict_lines import NODE_ID_PROPERTY, NOT_RUN_PREFIX, RANKS_PROPERTY
 from rankgate.report.junitfile import (
@@ -79,6 +80,8 @@ def read_results(path: str | Path) -> JUnitFile:
                 source=path,
             )
     crashed = [c.test_id for c in cases.values() if crashed_in(c.message)]
+    run_id = str(records[0].get("run_id") or "")
+    cases.update(_with_crash_record(cases, path, run_id))
     return JUnitFile(
         path=path,
         rank=rank,
@@ -90,7 +93,7 @@ def read_results(path: str | Path) -> JUnitFile:
         # died in still counts as failed (crashed), but as the run's interruption.
         interrupted=_why_unfinished(rank, path, crashed, records),
         interrupted_tests=tuple(crashed),
-        run_id=str(records[0].get("run_id") or ""),
+        run_id=run_id,
     )
 
 
@@ -162,6 +165,28 @@ def _crashed(key: tuple[str, str], rank: int, path: str) -> CaseResult:
         f"Its results file {path} stops at this test; its output is in its log."
     )
     return CaseResult(key[0], key[1], rank, "failed", message, text, source=path)
+
+
+def _with_crash_record(cases, path: str, run_id: str) -> dict[tuple[str, str], CaseResult]:
+    """The test the rank died in, with the line its crash record names and its stacks
+    (nothing when the rank left no record: os._exit, SIGKILL)."""
+    died = [(key, c) for key, c in cases.items() if crashed_in(c.message)]
+    if not died:
+        return {}
+    key, case = died[-1]  # a rank dies once: in the last test it began
+    test_file = (case.node_id or "").split("::", 1)[0] or None
+    crash = crashrecord.read(crashrecord.crash_path(path), run_id, test_file)
+    if crash is None or not crash.place:
+        return {}
+    message = f"{CRASHED_PREFIX}{case.rank} {crash.words}: the rank ended while running this test"
+    return {
+        key: dataclasses.replace(
+            case,
+            message=message,
+            text=f"{case.text}\nIts crash record {crashrecord.crash_path(path)}:\n{crash.stacks}",
+            properties=(*case.properties, (crashrecord.CRASHED_AT_PROPERTY, crash.place)),
+        )
+    }
 
 
 def expand(paths) -> list[str]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rankgate.harness import verdict_lines
+from rankgate.harness import crashrecord, verdict_lines
 from rankgate.harness.failure_repr import item_report, not_run_report
 from rankgate.harness.inplace.verdict import own_result, report_text, xpassed
 from rankgate.harness.item_settings import world_spec
@@ -101,6 +101,9 @@ class RankRecords:
         self.log_shown = None
         """pytest_runtest_logreport of every plugin but JUnit's (the terminal's, say)."""
         self._results: ResultsWriter | None = None
+        self._crash = crashrecord.CrashRecord(
+            self.crash_path(launch.rank), launch.rank, run_id
+        )  # where this rank's fatal error goes, for its peers and merge-junit to read
         self._ranks_of: Callable[[str], tuple[int, ...]] | None = None
         self._backend_of: Callable[[str], str] | None = None
         self._tests_failed = 0  # on any rank: what -x and --maxfail count, alike on every rank
@@ -132,6 +135,26 @@ class RankRecords:
         self.log_shown = self.config.pluginmanager.subset_hook_caller(
             "pytest_runtest_logreport", remove_plugins=others
         )
+        self._crash.start()
+
+    def crash_path(self, rank: int) -> Path:
+        """Rank ``rank``'s crash record: beside its JUnit file, else in the run's folder."""
+        xmlpath = self.config.option.xmlpath  # this rank's, junit.rank<r>.xml by now
+        if not xmlpath:
+            return Path.cwd() / f"pytest.rank{rank}{crashrecord.SUFFIX}"
+        path = Path(xmlpath)
+        stem = path.stem.removesuffix(f".rank{self.launch.rank}")
+        return crashrecord.crash_path(path.with_name(f"{stem}.rank{rank}{path.suffix}"))
+
+    def crashes(self, ranks, test_file: str) -> dict[int, crashrecord.Crash]:
+        """What the records of ``ranks`` (peers that died) say of their deaths, where
+        this rank can read them (they ran on this host, or share its folder)."""
+        found = {}
+        for rank in ranks:
+            crash = crashrecord.read(self.crash_path(rank), self.run_id, test_file)
+            if crash is not None:
+                found[rank] = crash
+        return found
 
     def _junit_logging_unset(self) -> bool:
         # pytest's default ("no"), from the ini file, -o or nowhere alike: pytest has no
@@ -328,7 +351,9 @@ class RankRecords:
         self.close_results()
 
     def close_results(self) -> None:
-        """The JUnit file holds everything now: the results file can go."""
+        """The JUnit file holds everything now: the results file can go (and this rank's
+        crash record: it did not crash)."""
+        self._crash.close()
         if self._results is not None:
             self._results.close(remove=True)
             self._results = None

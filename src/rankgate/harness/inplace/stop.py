@@ -30,12 +30,10 @@ from rankgate.harness.inplace.schedule import Schedule
 from rankgate.harness.verdict_lines import INTERRUPTED_PREFIX
 
 
-def _crashed(ranks: Sequence[int]) -> str:
-    """How a rank that ended inside a test without sending its result is named."""
-    return (
-        f"{verdict_lines.ranks(ranks)} crashed (ended without a result: os._exit, a signal or "
-        "the OOM killer)"
-    )
+def _crashed(ranks: Sequence[int], crashes=None) -> str:
+    """How a rank that ended inside a test without sending its result is named (with the
+    line it died on, where its crash record says)."""
+    return crashrecord.crashed_words(ranks, crashes or {})
 
 
 def _signal_cause(signum: int, rank: int, dead: list[int]) -> str:
@@ -122,7 +120,8 @@ class RunStop:
             item, note = None, ""
         if dead and item is not None:  # merge-junit compares what the peers left
             self._log_ledger(item)
-        text, verdict = f"{cause} {where}{note}", "crashed"
+        stacks = crashrecord.stacks_section(crashes, self.records.crash_path)
+        text, verdict = f"{cause} {where}{note}{stacks}", "crashed"
         if not dead:  # no rank failed: the run was cut short, and its files must say so
             self.last.interrupted = (text, item)
             text, verdict = f"{INTERRUPTED_PREFIX}{text}", "interrupted"
@@ -137,7 +136,8 @@ class RunStop:
         if not self.gate.claim():
             self.gate.stay()  # a signal's watcher records this rank and exits it
         self.cut_short = True
-        cause = f"{_crashed(dead)} while {item.nodeid} ran"
+        crashes = self.records.crashes(dead, str(item.path))
+        cause = f"{_crashed(dead, crashes)} while {item.nodeid} ran"
         self._log_ledger(item)
         self.last.write(item, cause, cause + self._in_flight_note(), verdict="crashed", gone=dead)
         os._exit(pytest.ExitCode.TESTS_FAILED)
