@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from rankgate.harness import divergence, verdict_lines
+from rankgate.harness import ledger_waits, verdict_lines
 from rankgate.harness.stacks import Where
 from rankgate.harness.stacks import where as stack_where
 
@@ -155,6 +155,6 @@ def cause(places: Mapping[int, str], ledgers: Mapping[int, Sequence[Mapping] | N
     collective); '' when no rank's place is known."""
     if not places:
         return ""
-    under = divergence.under_crash(places, ledgers)
+    under = ledger_waits.under_crash(places, ledgers)
     died = "; ".join(f"rank {r} crashed {where}" for r, where in sorted(places.items()))
     return verdict_lines.ledger_cause(under or died)

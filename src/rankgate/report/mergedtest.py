@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from rankgate.harness import divergence, verdict_lines
+from rankgate.harness import crashrecord, divergence, verdict_lines
 from rankgate.harness.attempts import ATTEMPTS_PROPERTY, FLAKY_PROPERTY, Attempt, decode
 from rankgate.harness.verdict_lines import INTERRUPTED_PREFIX, OUTCOME_PROPERTY
 from rankgate.harness.verdict_table import FAILING, combine
@@ -140,6 +140,8 @@ def merge_test(
     diverged = divergence.find(ledgers or {})
     if diverged is not None and not cause:  # what a hung rank said stands: rank 0 showed it
         cause = divergence.cause_of(diverged, ledgers)
+    if not cause:  # 'rank 1 crashed at x.py:12; rank 0 was in all_reduce ...', as the pool
+        cause = crashrecord.cause(crashrecord.places_in(results), ledgers or {})
     # A rank the ledgers (or the hung rank's cause) single out never "passed".
     worded = divergence.worded(worded, diverged)
     blamed = divergence.blamed_in(cause)

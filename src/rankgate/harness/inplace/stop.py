@@ -20,7 +20,7 @@ from typing import NoReturn
 
 import pytest
 
-from rankgate.harness import divergence, ledger, verdict_lines
+from rankgate.harness import crashrecord, divergence, ledger
 from rankgate.harness.inplace import control, hang
 from rankgate.harness.inplace.lastrecord import STORE_TIMEOUT_WHEN_STOPPING, LastRecord
 from rankgate.harness.inplace.peers import Peers
@@ -36,12 +36,12 @@ def _crashed(ranks: Sequence[int], crashes=None) -> str:
     return crashrecord.crashed_words(ranks, crashes or {})
 
 
-def _signal_cause(signum: int, rank: int, dead: list[int]) -> str:
-    """Why a signal stops this rank: a peer's crash behind it, or the launcher, the CI
-    or Ctrl-C."""
+def _signal_cause(signum: int, rank: int, dead: list[int], crashes=None) -> str:
+    """Why a signal stops this rank: a peer's crash behind it (with the line it died on,
+    where its crash record says), or the launcher, the CI or Ctrl-C."""
     name = signal.Signals(signum).name
     if dead:
-        return f"{_crashed(dead)}, and the launcher sent {name} to rank {rank}"
+        return f"{_crashed(dead, crashes)}, and the launcher sent {name} to rank {rank}"
     who = "the launcher or the CI stopped the job"
     if signum == signal.SIGINT:
         who = "Ctrl-C, or the launcher passing it on"
@@ -111,7 +111,8 @@ class RunStop:
             dead = self.peers.dead_after_signal()
         except Exception:
             dead = []  # the store went with the launcher: say only what this rank knows
-        cause = _signal_cause(signum, self.rank, dead)
+        crashes = self.records.crashes(dead, str(item.path) if item is not None else None)
+        cause = _signal_cause(signum, self.rank, dead, crashes)
         where = f"while {item.nodeid} ran" if item is not None else "between tests"
         note = self._in_flight_note() if dead and item is not None else ""
         if dead and item is not None and not set(dead) & set(self.schedule.ranks_of(item.nodeid)):
@@ -139,7 +140,9 @@ class RunStop:
         crashes = self.records.crashes(dead, str(item.path))
         cause = f"{_crashed(dead, crashes)} while {item.nodeid} ran"
         self._log_ledger(item)
-        self.last.write(item, cause, cause + self._in_flight_note(), verdict="crashed", gone=dead)
+        stacks = crashrecord.stacks_section(crashes, self.records.crash_path)
+        text = cause + self._in_flight_note() + stacks
+        self.last.write(item, cause, text, verdict="crashed", gone=dead)
         os._exit(pytest.ExitCode.TESTS_FAILED)
 
     def end_gracefully(self, item: pytest.Item, reason: str) -> None:
