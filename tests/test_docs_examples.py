@@ -1,11 +1,18 @@
 """The documentation's runnable examples run, and print what the pages show.
 
 Each folder under docs/examples is one example: its files, ``example.toml`` (the
-command, its exit code, and the folder its output was recorded in) and ``output.txt``,
-recorded from a real run; the pages show them through ``<!-- rankgate:example ... -->``
-(rankgate.docsite). Here each runs in a copy of its folder, as a reader would run it in
-a new virtual environment: no plugin but rankgate's, and its output must equal the
-recorded one but for the wall time and the folder.
+command, its exit code, and the folder its output was recorded in) and its outputs,
+recorded from real runs; the pages show them through ``<!-- rankgate:example ... -->``
+(rankgate.docsite). Here each runs in a copy of its folder, as a reader would run it,
+once per install its outputs were recorded with, and its output must equal the recorded
+one but for the wall time, the folder and a log line's clock:
+
+- ``output.txt``: a new virtual environment with torch, numpy and rankgate (the getting
+  started page's install): no pytest plugin but rankgate's;
+- ``output-dev.txt``: the README's install (the lock and the dev extra), whose plugins
+  load as they are: pytest-randomly shuffles the order and loads DeepSpeed's seeder
+  (DeepSpeed logs which accelerator it found as it is imported), xdist, timeout, cov,
+  rerunfailures, hypothesis and anyio add nothing to the output unless asked.
 """
 
 from __future__ import annotations
@@ -29,9 +36,17 @@ EXAMPLES = ROOT / "docs" / docsite.EXAMPLES
 NAMES = sorted(p.name for p in EXAMPLES.iterdir() if (p / "example.toml").is_file())
 
 
+INSTALLS = {"alone": "output.txt", "dev": "output-dev.txt"}
+"""Each install an example's output can be recorded with, and the file that holds it."""
+CASES = [(name, install) for name in NAMES for install, file in INSTALLS.items()
+         if (EXAMPLES / name / file).is_file()]  # fmt: skip
+
+
 def normalised(output: str, folder: str) -> str:
-    """The output less what differs between two runs: the folder and the wall time."""
+    """The output less what differs between two runs: the folder, the wall time and the
+    clock of a log line (DeepSpeed's, in the dev install)."""
     output = output.replace(folder, "FOLDER")
+    output = re.sub(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\]", "[CLOCK]", output, flags=re.M)
     return re.sub(r"\bin \d+(\.\d+)?s\b", "in Ts", output)
 
 
@@ -48,25 +63,29 @@ def test_every_example_placeholder_names_an_example():
     assert shown == set(NAMES), "an example no page shows, or a page showing none"
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_the_example_prints_what_its_page_shows(name, tmp_path):
+@pytest.mark.parametrize(("name", "install"), CASES)
+def test_the_example_prints_what_its_page_shows(name, install, tmp_path):
     settings = docsite.example_settings(EXAMPLES / name)
     folder = tmp_path / name
     shutil.copytree(EXAMPLES / name, folder)
     argv = shlex.split(settings["command"])
     if argv[0] == "pytest":  # this environment's pytest, whatever PATH holds
         argv = [sys.executable, "-m", "pytest", *argv[1:]]
-    # A reader's new environment has rankgate's plugin and no other: the dev extra's
-    # (xdist, randomly, hypothesis...) would change the output; PYTEST_PLUGINS loads
-    # rankgate's without a word on the command line (the reproduction line repeats it),
-    # and its terminal is none: pytest draws its rules 80 wide, whatever COLUMNS says.
-    # Nor is it a CI job: pytest leaves a CI's short summary lines uncut (CI, BUILD_NUMBER).
+    # Nothing of this project's own runs: its PYTEST_ADDOPTS blocks pytest-randomly, and
+    # its terminal is none: pytest draws its rules 80 wide, whatever COLUMNS says. Nor is
+    # it a CI job: pytest leaves a CI's short summary lines uncut (CI, BUILD_NUMBER).
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_", "RANKGATE_"))
            and k not in ("COLUMNS", "LINES", "CI", "BUILD_NUMBER")}  # fmt: skip
-    env |= {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTEST_PLUGINS": "rankgate.pytest_plugin"}
+    if install == "alone":
+        # no plugin but rankgate's; PYTEST_PLUGINS loads it without a word on the command
+        # line (the reproduction line repeats the command line)
+        env |= {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTEST_PLUGINS": "rankgate.pytest_plugin"}
+    else:
+        # the README's install: every plugin it brings loads, as in a reader's project
+        pytest.importorskip("pytest_randomly", reason="not the README's install (dev extra)")
     done = subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
     output = done.stdout + done.stderr
-    expected = (folder / "output.txt").read_text()
+    expected = (folder / INSTALLS[install]).read_text()
     assert normalised(output, str(folder)) == normalised(expected, settings["recorded_in"]), output
     assert done.returncode == settings["exit_code"], output

@@ -59,7 +59,7 @@ def test_every_pytest_option_and_ini_key_says_its_default():
 
 
 def test_the_cli_reference_has_every_command_and_option():
-    page = docsite.cli_page()
+    page = docsite.cli_page() + docsite.cli_bench_page()
     for parser in cli.every_parser():
         assert f"## `{parser.prog}`" in page
         for action in parser._actions:
@@ -84,6 +84,21 @@ def test_an_include_of_a_missing_heading_or_page_fails(tmp_path):
         docsite.fill("<!-- rankgate:include long.md#gone -->", tmp_path)
     with pytest.raises(docsite.DocsiteError, match=re.escape("no page other.md")):
         docsite.fill("<!-- rankgate:include other.md#here -->", tmp_path)
+
+
+def test_no_page_of_the_site_is_over_the_word_limit():
+    long = docsite.too_long(ROOT / "docs")
+    assert long == {}, f"pages over {docsite.WORD_LIMIT} words (split each by task): {long}"
+
+
+def test_a_page_over_the_limit_is_named_with_its_words_filled_in(tmp_path):
+    (tmp_path / "short.md").write_text("# Short\n\n<!-- rankgate:include long.md#body -->\n")
+    (tmp_path / "long.md").write_text("# Long\n\n## Body\n\n" + "word " * 30 + "\n")
+    words = docsite.page_words(tmp_path)
+    assert words["long.md"] == 34 and words["short.md"] == 32  # the include counts
+    long = docsite.too_long(tmp_path, limit=32)
+    assert long.pop("long.md") == 34 and "short.md" not in long
+    assert set(docsite.PAGES) <= set(words)  # the generated references count too
 
 
 def test_the_stage_table_names_every_stage():

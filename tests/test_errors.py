@@ -25,7 +25,7 @@ INTERNAL = {
     "AnotherRankFailedExample": "harness/hypothesis_bridge.py: its makereport hook turns it into a pass",
     "RunAborted": "harness/inplace: caught where a rank waits, and turned into the run's stop",
     "PeerGone": "harness/inplace: caught where a rank waits, and reported as the ranks that ended",
-    "Stopped": "harness/inplace/shares.py: caught by the session, which stops the run",
+    "Stopped": "harness/inplace/round.py: caught by the round, whose session then ends in order",
     "GpuHeldTooLong": "harness/pool/session.py: caught, and its text raised as the test's failure",
 }
 """Exceptions derived from Exception that never reach a user as themselves: each is

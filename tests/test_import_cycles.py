@@ -99,7 +99,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("dispatch", "bench"),  # remote targets; benchmarks
     ("pipeline",),  # the stage list, the gate and the commands that run stages
     ("cli", "pytest_plugin"),  # the entry points: the ``rankgate`` command, pytest's plugin
-    ("docsite",),  # the documentation site's generated pages, read from the entry points
+    ("docsite", "codemap"),  # the documentation site's generated pages: from the entry points, the docstrings
 )
 """The rooms of src/rankgate (a top-level package or module) by floor, lowest first: a
 module imports only from its own floor or below."""

@@ -34,10 +34,11 @@ def test_ci_runs_the_readme_test_command():
 
 
 def test_test_command_runs_every_stage_ci_can_run_here():
-    # Through the gate, which runs hpc and container in the background beside the others.
+    # Through the gate, which runs package, hpc and container in the background beside the
+    # others.
     # In full: the quick gate (nox -s gate alone) leaves out the tests and stages marked slow.
     assert readme_commands()[1].endswith(
-        "nox -s gate -- --full --only lint,unit,dist,hpc,container"
+        "nox -s gate -- --full --only lint,unit,dist,package,hpc,container"
     )
 
 
@@ -67,11 +68,12 @@ def test_its_first_example_is_within_its_first_40_lines():
 
 
 def test_its_example_and_failing_output_are_the_recorded_run():
-    # docs/examples/first is run again in the dist stage (tests/test_docs_examples.py), its
-    # output compared with output.txt: the README shows those files, not a retyped copy
+    # docs/examples/first is run again in the dist stage (tests/test_docs_examples.py) with
+    # the plugins the README's install brings, its output compared with output-dev.txt: the
+    # README shows those files, not a retyped copy
     (_, code), (_, output) = fenced("python")[0], fenced("text")[0]
     assert code == (EXAMPLE / "test_first.py").read_text()
-    assert output == (EXAMPLE / "output.txt").read_text()
+    assert output == (EXAMPLE / "output-dev.txt").read_text()
     assert "rank 1 failed; rank 0 passed" in output
 
 
@@ -90,19 +92,28 @@ def test_every_link_reaches_a_file_and_its_heading():
             assert anchor in {slug(h) for h in headings}, f"README.md: no #{anchor} in {path}"
 
 
-def test_it_links_every_page_of_the_site_that_is_a_file():
+def test_it_links_every_part_of_the_site():
     yaml = pytest.importorskip("yaml", reason="pyyaml is in the dev extra")
 
-    def pages(nav):
-        for entry in nav:
-            for value in entry.values() if isinstance(entry, dict) else [entry]:
-                yield from pages(value) if isinstance(value, list) else [value]
+    def pages(entry):
+        for value in entry.values() if isinstance(entry, dict) else [entry]:
+            if isinstance(value, list):
+                for inner in value:
+                    yield from pages(inner)
+            else:
+                yield value
 
-    # reference/cli.md and pytest-options.md are generated when the site is built
+    # Each top-level entry of the site's navigation is a part (a page, or a section whose
+    # first page links the others): the README links at least one page of each that is a
+    # committed file (reference/cli.md and pytest-options.md are generated at build time)
     nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
-    committed = [p for p in pages(nav) if (ROOT / "docs" / p).is_file() and p != "index.md"]
     linked = {link.partition("#")[0] for link in readme_links()}
-    assert [p for p in committed if f"docs/{p}" not in linked] == []
+    unlinked = []
+    for part in nav[1:]:  # the first is the site's home, index.md
+        committed = [p for p in pages(part) if (ROOT / "docs" / p).is_file()]
+        if committed and not any(f"docs/{p}" in linked for p in committed):
+            unlinked.append(committed)
+    assert unlinked == []
 
 
 def test_its_layout_table_starts_from_the_six_parts_the_design_names():

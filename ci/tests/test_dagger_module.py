@@ -280,6 +280,21 @@ def test_lint_installs_with_a_pip_cache_volume(module):
     assert execs(ctr)[-1] == ["nox", "-s", "lint", "--", "--strict"]  # absent actionlint fails
 
 
+def test_package_runs_the_stage_strictly_with_torch_from_the_cpu_index(module):
+    ctr = run(module.test_package())
+    env = [a for n, a in selections(ctr) if n == "withEnvVariable"]
+    assert {"name": "PIP_EXTRA_INDEX_URL", "value": ci.TORCH_CPU_INDEX} in [
+        {"name": a["name"], "value": a["value"]} for a in env
+    ]  # the wheel trial installs the torch that runs here, a CPU build
+    assert execs(ctr)[-2][-2:] == ["-e", ".[dev]"]  # build and twine come with the dev extra
+    assert execs(ctr)[-1] == ["nox", "-s", "package", "--", "--strict", "--out", ci.OUT]
+
+
+def test_release_gate_runs_the_package_stage(module, capsys):
+    release(module)
+    assert "test-package  passed" in capsys.readouterr().out
+
+
 def test_bench_returns_the_products_directory(module):
     out = run(module.bench())
     assert selections(out)[-1] == ("directory", {"path": ci.OUT})
@@ -338,7 +353,7 @@ def test_release_refuses_when_a_gate_was_skipped(module, capsys):
     with pytest.raises(RuntimeError, match="release refused, nothing published: test-gpu skipped"):
         release(module, gpu_profile=None)
     assert module.recorder.published == []
-    assert "test-gpu  SKIPPED  no GPU engine" in capsys.readouterr().out
+    assert "test-gpu      SKIPPED  no GPU engine" in capsys.readouterr().out
 
 
 class FailedExec(dagger.ExecError):
@@ -365,7 +380,7 @@ def test_override_publishes_and_is_printed(module, capsys):
     result = release(module, hpc_profile=None, override="cluster down; tested by hand")
     assert "published" in result and module.recorder.published
     out = capsys.readouterr().out
-    assert "test-hpc  SKIPPED" in out
+    assert "test-hpc      SKIPPED" in out
     assert "OVERRIDE: publishing despite the table above. Reason given: cluster down" in out
 
 

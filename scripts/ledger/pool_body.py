@@ -1,5 +1,5 @@
 """The pool's per-test time with a given number of collectives in the trivial test: does the
-NCCL pool's shift with the ledger on (docs/harness.md, "What the ledger costs") grow with
+NCCL pool's shift with the ledger on (docs/ledger-cost.md) grow with
 the collectives a test issues, or is it there with none?
 
 Usage: python scripts/ledger/pool_body.py [--collectives N] [--k K] [--backend nccl|gloo]

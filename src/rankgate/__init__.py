@@ -14,7 +14,8 @@ local rank  a rank's index among the ranks on its own host (picks its GPU).
 world       the number of ranks of a job (``world_size``).
 worker      a rank process the harness keeps alive between tests.
 pool        the workers of one (world, backend), started once and reused.
-stage       one step of the pipeline (lint, unit, dist, gpu, hpc, bench, container, gate).
+stage       one step of the pipeline (lint, unit, dist, package, gpu, hpc, bench, container,
+            gate).
 target      where a dispatched stage runs (slurm over CLI or ssh, interLink).
 profile     a site's settings for a target (TOML).
 """

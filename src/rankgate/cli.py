@@ -13,6 +13,7 @@ import argparse
 import importlib
 import sys
 
+from rankgate import __version__
 from rankgate.cliargs import (
     USAGE_EXIT,
     OneLineParser,
@@ -62,6 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
     """The parser; only the chosen subcommand's options are added (every subcommand's
     under :func:`rankgate.cliargs.every_subcommand`, for the reference pages)."""
     parser = OneLineParser(prog="rankgate", description=DESCRIPTION)
+    parser.add_argument(
+        "--version", action="version", version=f"rankgate {__version__}",
+        help="print rankgate's version and exit",
+    )  # fmt: skip
     sub = parser.add_subparsers(
         dest="command", metavar="COMMAND", help="what to do; each command has its own --help"
     )

@@ -1,13 +1,16 @@
 """The documentation site's generated parts, read from the code, never typed.
 
-mkdocs loads this file as a hook (mkdocs.yml: ``hooks``); it adds two pages and fills
-two kinds of placeholder:
+mkdocs loads this file as a hook (mkdocs.yml: ``hooks``); it adds three pages, makes the
+code map's pages afresh and fills four kinds of placeholder:
 
-- ``reference/cli.md``: every ``rankgate`` command's ``--help``, from its parser
-  (:func:`rankgate.cli.every_parser`);
+- ``reference/cli.md`` and ``reference/cli-bench.md``: every ``rankgate`` command's
+  ``--help``, from its parser (:func:`rankgate.cli.every_parser`), the benchmarks' apart;
 - ``reference/pytest-options.md``: every ``--rankgate-*`` option and ``rankgate_*`` ini
   key with its default, from the plugins' own ``pytest_addoption`` on a fresh pytest
   parser (tests/test_docsite.py compares it with the options a real session has);
+- ``code-map.md`` and ``code-map/*.md``: each package and module with its docstring's
+  first sentence (:mod:`rankgate.codemap`), served as the code says at build time in
+  place of the committed copies;
 - ``<!-- rankgate:stages -->``: the pipeline's stages as a table (``rankgate.pipeline``);
 - ``<!-- rankgate:suites -->``: each suite under suites/, its test modules and what each
   one's docstring says it proves;
@@ -18,7 +21,7 @@ two kinds of placeholder:
   ``NAME/command``); tests/test_docs_examples.py runs each example in the dist stage and
   compares its output with the recorded one.
 
-``python -m rankgate.docsite DIR`` writes the two reference pages into DIR.
+``python -m rankgate.docsite DIR`` writes the three reference pages into DIR.
 """
 
 from __future__ import annotations
@@ -33,9 +36,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from rankgate import codemap
 from rankgate.errors import RankgateError
 
 CLI_PAGE = "reference/cli.md"
+CLI_BENCH_PAGE = "reference/cli-bench.md"
 OPTIONS_PAGE = "reference/pytest-options.md"
 HELP_COLUMNS = "100"
 """--help is wrapped at this width on the page, whatever the terminal that builds it."""
@@ -47,6 +52,8 @@ _EXAMPLE = re.compile(r"^([ \t]*)<!-- rankgate:example ([\w-]+)/([\w.-]+) -->$",
 EXAMPLES = "examples"
 """The runnable examples' folder, under the docs folder."""
 _LANGUAGES = {".py": "python", ".txt": "text", ".toml": "toml"}
+WORD_LIMIT = 2500
+"""The most words a page of the site may have: past it, the page is split by task."""
 
 
 class DocsiteError(RankgateError):
@@ -69,22 +76,35 @@ def _columns(width: str) -> Iterator[None]:
             os.environ["COLUMNS"] = before
 
 
-def cli_page() -> str:
-    """Every ``rankgate`` command's --help, one section each."""
+def _help_page(title: str, lead: str, bench: bool) -> str:
+    """The --help of every ``rankgate`` command (``bench``: those of ``rankgate bench``,
+    else the others), one section each."""
     from rankgate import cli
 
-    lines = [
-        "# Command line: `rankgate`",
-        "",
-        "Generated from the parsers (`rankgate.docsite`): what `rankgate COMMAND --help` "
-        "prints. Options that take no value are off unless given.",
-        "",
-    ]
+    lines = [title, "", "Generated from the parsers (`rankgate.docsite`): what `rankgate "
+             f"COMMAND --help` prints. Options that take no value are off unless given. {lead}",
+             ""]  # fmt: skip
     with _columns(HELP_COLUMNS):
         for parser in cli.every_parser():
+            if parser.prog.startswith("rankgate bench") != bench:
+                continue
             text = parser.format_help().rstrip()
             lines += [f"## `{parser.prog}`", "", "```text", text, "```", ""]
     return "\n".join(lines)
+
+
+def cli_page() -> str:
+    """Every ``rankgate`` command's --help but the benchmarks'."""
+    return _help_page("# Command line: `rankgate`",
+                      f"The benchmarks' commands: [`rankgate bench`]({Path(CLI_BENCH_PAGE).name}).",
+                      bench=False)  # fmt: skip
+
+
+def cli_bench_page() -> str:
+    """Every ``rankgate bench`` command's --help."""
+    return _help_page("# Command line: `rankgate bench`",
+                      f"The other commands: [`rankgate`]({Path(CLI_PAGE).name}).",
+                      bench=True)  # fmt: skip
 
 
 # --- the pytest options ----------------------------------------------------------------
@@ -188,7 +208,7 @@ def options_page() -> str:
     return "\n".join(lines) + "\n"
 
 
-PAGES = {CLI_PAGE: cli_page, OPTIONS_PAGE: options_page}
+PAGES = {CLI_PAGE: cli_page, CLI_BENCH_PAGE: cli_bench_page, OPTIONS_PAGE: options_page}
 
 
 def unlisted(page: str, names: set[str]) -> list[str]:
@@ -313,6 +333,20 @@ def fill(markdown: str, docs_dir: Path) -> str:
     return markdown
 
 
+def page_words(docs_dir: Path) -> dict[str, int]:
+    """Every page of the site and its words, as ``wc -w`` counts its Markdown with the
+    placeholders filled: the pages under ``docs_dir`` and the generated references."""
+    pages = {str(path.relative_to(docs_dir)): fill(path.read_text(), docs_dir)
+             for path in sorted(docs_dir.rglob("*.md"))}  # fmt: skip
+    pages |= {name: make() for name, make in PAGES.items()}
+    return {name: len(text.split()) for name, text in pages.items()}
+
+
+def too_long(docs_dir: Path, limit: int = WORD_LIMIT) -> dict[str, int]:
+    """The pages over ``limit`` words, with their counts."""
+    return {name: words for name, words in page_words(docs_dir).items() if words > limit}
+
+
 # --- mkdocs hooks ----------------------------------------------------------------------
 
 
@@ -321,6 +355,13 @@ def on_files(files, config):
 
     for name, make in PAGES.items():
         files.append(File.generated(config, name, content=make()))
+    # the code map's pages as the code says now, in place of the committed copies (which
+    # tests/test_codemap.py holds to the same text)
+    for name, text in codemap.pages().items():
+        committed = files.get_file_from_path(name)
+        if committed is not None:
+            files.remove(committed)
+        files.append(File.generated(config, name, content=text))
     return files
 
 

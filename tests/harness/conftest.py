@@ -48,7 +48,11 @@ class InnerRun:
             """
         source = source.replace("MARKER", marker).replace("VARIABLE", repr(variable))
         base = self.pytester.path / "bt"
-        result = self(source, "-n", "2", "--basetemp", str(base), subprocess=True)
+        # Room for both workers' pools at once: under a budget of one world (the CPUs
+        # of a small machine) one worker would run all four tests on its pool.
+        result = self(
+            source, "-n", "2", "--rankgate-max-ranks=8", "--basetemp", str(base), subprocess=True
+        )
         result.assert_outcomes(passed=4)
         seen: dict[str, set[str]] = {}
         for f in (base / "where").iterdir():

@@ -179,23 +179,22 @@ def test_fault(rank):
 def _record_order(monkeypatch) -> list[str]:
     """'ledgers' when the controller has the ranks' ledgers, 'stacks' when it starts the
     stack dump, in the order they happen."""
-    from rankgate.harness.pool import ledgerdump
-    from rankgate.harness.pool.pool import Pool
+    from rankgate.harness.pool import hungstacks, ledgerdump
 
     order: list[str] = []
-    collect, dump = ledgerdump.collect, Pool._dump_stacks
+    collect, dump = ledgerdump.collect, hungstacks.dump
 
     def collecting(*args, **kwargs):
         found = collect(*args, **kwargs)
         order.append("ledgers")
         return found
 
-    def dumping(self, *args, **kwargs):
+    def dumping(*args, **kwargs):
         order.append("stacks")
-        return dump(self, *args, **kwargs)
+        return dump(*args, **kwargs)
 
     monkeypatch.setattr(ledgerdump, "collect", collecting)
-    monkeypatch.setattr(Pool, "_dump_stacks", dumping)
+    monkeypatch.setattr(hungstacks, "dump", dumping)
     return order
 
 

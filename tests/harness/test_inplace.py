@@ -388,7 +388,7 @@ def _launch(launcher: str, tmp_path: Path, *args: str, env: dict | None = None, 
         start += ["-m", "pytest"]
     else:
         # 3 s from mpirun's SIGTERM to its SIGKILL (Open MPI's default is 1 s): on a loaded
-        # CI host rank 0 needs more to write its files and summary (docs/harness.md)
+        # CI host rank 0 needs more to write its files and summary (docs/inplace-stops.md)
         start = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"]
         start += ["--mca", "odls_base_sigkill_timeout", "3"]
         for name in env or {}:  # Open MPI forwards only the variables it is told to

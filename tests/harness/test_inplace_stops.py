@@ -174,16 +174,17 @@ def test_x_stops_every_rank_after_the_same_test(tmp_path, stop):
     )
     assert proc.returncode == 1
     assert "stopping after 1 failures (counted on every rank)" in proc.stdout
-    assert "1 failed in" in proc.stdout
+    assert "1 failed, 1 error in" in proc.stdout  # the error: the test the stop left
     assert list(tmp_path.glob("second-ran-on-rank*")) == []
-    for rank in (0, 1):  # both wrote their JUnit file, holding the one test that ran
+    for rank in (0, 1):  # both wrote their JUnit file, naming the test they did not run
         names = [
             c.get("name")
             for c in ET.parse(tmp_path / "out" / f"junit.rank{rank}.xml").iter("testcase")
         ]
-        assert names == ["test_fails_on_rank_1"]
+        assert names == ["test_fails_on_rank_1", "test_second"]
     assert merge_junit([tmp_path / "out"]).verdicts == {
-        "test_suite::test_fails_on_rank_1": "failed"
+        "test_suite::test_fails_on_rank_1": "failed",
+        "test_suite::test_second": "not run",
     }
 
 

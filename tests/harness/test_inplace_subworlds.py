@@ -209,9 +209,16 @@ def test_every_rank(world_size):
 """
 
 
-def launch(folder: Path, suite: str, timeout_s: int = 60, ranks: int = 4, launcher="torchrun"):
-    """``launcher`` (torchrun or mpirun) with ``ranks`` ranks on ``suite``, then
-    merge-junit: (the launcher's run, merged json, notes)."""
+def launch(
+    folder: Path,
+    suite: str,
+    timeout_s: int = 60,
+    ranks: int = 4,
+    launcher="torchrun",
+    pytest_args: tuple[str, ...] = (),
+):
+    """``launcher`` (torchrun or mpirun) with ``ranks`` ranks on ``suite`` (and pytest's
+    ``pytest_args``), then merge-junit: (the launcher's run, merged json, notes)."""
     folder.mkdir()
     (folder / "test_suite.py").write_text(suite)
     (folder / "note.py").write_text(NOTE)
@@ -229,7 +236,7 @@ def launch(folder: Path, suite: str, timeout_s: int = 60, ranks: int = 4, launch
     cmd = [
         *start, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q",
         "--color=no", f"--rankgate-timeout={timeout_s}", "--junitxml=out/junit.xml",
-        "test_suite.py",
+        *pytest_args, "test_suite.py",
     ]  # fmt: skip
     proc = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
     merge = [sys.executable, "-m", "rankgate.cli", "merge-junit", "--json", "out"]
@@ -497,3 +504,97 @@ def test_a_hang_in_another_sub_world_is_counted_in_every_ranks_closing_line(hang
         f"NOT RUN test_suite.py::test_plain[2]: {stopped}",
         f"NOT RUN test_suite.py::test_plain[3]: {stopped}",
     ], proc.stdout[-3000:]
+
+
+STOP_AT_THE_SECOND = """\
+import pytest
+import torch
+import torch.distributed as dist
+
+
+@pytest.mark.world(2)
+@pytest.mark.parametrize("i", range(6))
+def test_w2(rank, i):
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    assert i != 1, "the second fails on both of its ranks"
+
+
+@pytest.mark.parametrize("i", range(2))
+def test_plain(i):
+    pass
+"""
+
+
+@pytest.fixture(scope="module")
+def x_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("subworlds") / "x"
+    return folder, *launch(folder, STOP_AT_THE_SECOND, pytest_args=("-x",))
+
+
+def test_x_under_sub_worlds_names_every_test_once(x_run):
+    # w2[1] fails on ranks 2, 3 (the second sub-world): -x stops them there, and their
+    # share's later tests (w2[3], w2[5]) are "not run"; the first sub-world and the
+    # plain tests' ranks finish their shares. Before, the two were named nowhere.
+    folder, proc, merged, report, _records = x_run
+    assert proc.returncode == 1 and merged.returncode == 1, merged.stdout
+    verdicts = {test_id: test["verdict"] for test_id, test in by_id(report).items()}
+    assert verdicts == {
+        **{f"test_w2[{i}]": "passed" for i in (0, 2, 4)},
+        "test_w2[1]": "failed",
+        "test_w2[3]": "not run",
+        "test_w2[5]": "not run",
+        "test_plain[0]": "passed",
+        "test_plain[1]": "passed",
+    }
+    text = subprocess.run(
+        [sys.executable, "-m", "rankgate.cli", "merge-junit", "out"],
+        cwd=folder, capture_output=True, text=True, timeout=60,
+    ).stdout  # fmt: skip
+    assert text.splitlines()[-1] == (
+        "rankgate merge-junit: 8 tests on ranks 0, 1, 2, 3 of world 4: 5 passed, 1 failed, "
+        "0 error, 0 skipped, 0 xfailed, 0 xpassed, 2 not run"
+    ), text
+
+
+def test_x_under_sub_worlds_says_the_stop_on_rank_0(x_run):
+    folder, proc, _merged, report, _records = x_run
+    stop = "stopping after 1 failures (counted on every rank)"
+    assert f" {stop} " in proc.stdout, proc.stdout[-3000:]
+    assert _closing_line(proc.stdout) == "1 failed, 5 passed, 2 errors", proc.stdout[-3000:]
+    # the tests rank 0 counts of the other sub-world are named, as merge-junit names them
+    failed = by_id(report)["test_w2[1]"]["message"].splitlines()[0]
+    named = [line for line in proc.stdout.splitlines() if line.startswith(("FAILED ", "NOT RUN "))]
+    assert named == [
+        f"FAILED test_suite.py::test_w2[1]: {failed}",
+        f"NOT RUN test_suite.py::test_w2[3]: {stop}",
+        f"NOT RUN test_suite.py::test_w2[5]: {stop}",
+    ], proc.stdout[-3000:]
+    for rank in (2, 3):  # the ranks that stopped say it too, and count the same run
+        log = (folder / "out" / f"pytest.rank{rank}.log").read_text()
+        assert f" {stop} " in log and _closing_line(log) == "1 failed, 5 passed, 2 errors", log
+
+
+ONE_RANK_FAILS = """\
+import pytest
+import torch
+import torch.distributed as dist
+
+
+@pytest.mark.world(2)
+@pytest.mark.parametrize("i", range(4))
+def test_w2(rank, i):
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    assert not (i == 1 and rank == 1), "fails on the second rank of its sub-world"
+"""
+
+
+def test_rank_0_words_another_sub_worlds_failure_as_merge_junit_does(tmp_path):
+    proc, _merged, report, _records = launch(tmp_path / "run", ONE_RANK_FAILS)
+    assert by_id(report)["test_w2[1]"]["message"].splitlines()[0] == (
+        "rank 3 failed; rank 2 passed"
+    )
+    named = [line for line in proc.stdout.splitlines() if line.startswith("FAILED ")]
+    end = proc.stdout[-3000:]
+    assert named == ["FAILED test_suite.py::test_w2[1]: rank 3 failed; rank 2 passed"], end

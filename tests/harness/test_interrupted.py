@@ -150,8 +150,10 @@ def test_a_signal_to_a_pool_run_leaves_a_junit_that_reads_incomplete(tmp_path, s
 
 
 def test_sigterm_to_an_xdist_run_fails_each_running_test_and_lists_the_rest(tmp_path):
-    # The controller runs no test: it learns from its two workers which tests ran.
-    cmd = [*PYTEST, "-n", "2"]
+    # The controller runs no test: it learns from its two workers which tests ran. Room
+    # for both workers' world(2) pools at once: under a budget of the CPUs (2 here) one
+    # worker would run the four tests one after the other.
+    cmd = [*PYTEST, "-n", "2", "--rankgate-max-ranks=4"]
     code, out = _interrupt(
         tmp_path, cmd, signal.SIGTERM, source=FOUR_WAITS,
         ready=lambda path: len(_waiting_tests(path)) == 2,

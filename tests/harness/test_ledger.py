@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from rankgate.harness import ledger, ledger_methods
+from rankgate.harness import ledger
 
 pytestmark = pytest.mark.unit
 
@@ -460,7 +460,7 @@ def test_a_rooted_collective_records_its_root_in_either_form(recorded):
     t = torch.ones(2)
     broadcast(t, src=1)
     broadcast(t, group_src=0)
-    record = ledger_methods.wrap_method("broadcast", lambda self, *a, **k: None)
+    record = ledger._wrap_method("broadcast", lambda self, *a, **k: None)
     record(SUB, t, 1)  # pg.broadcast(t, root)
     options = dist.BroadcastOptions()
     options.rootRank = 0
@@ -471,7 +471,7 @@ def test_a_rooted_collective_records_its_root_in_either_form(recorded):
 
 
 def test_a_methods_reduce_op_is_read_from_either_form(recorded):
-    allreduce = ledger_methods.wrap_method("all_reduce", lambda self, *a, **k: None)
+    allreduce = ledger._wrap_method("all_reduce", lambda self, *a, **k: None)
     t = torch.ones(2)
     allreduce(SUB, t, dist.ReduceOp.MAX)  # pg.allreduce(t, op)
     allreduce(SUB, t, op=dist.ReduceOp.MIN, timeout=None)

@@ -101,7 +101,7 @@ def test_every_workflow_is_linted():
 def test_release_publishes_only_after_the_gate():
     jobs = workflow("release.yml")["jobs"]
     gate = jobs["release-gate"]
-    assert set(gate["needs"]) == {"test-gpu", "test-hpc", "bench"}
+    assert set(gate["needs"]) == {"test-gpu", "test-hpc", "bench", "dist"}
     text = steps_text(gate)
     assert "call release-gate" in text
     # --override only from the workflow_dispatch input (test_release_workflow.py)
@@ -111,7 +111,8 @@ def test_release_publishes_only_after_the_gate():
         if job_id != "release-gate":
             calls_publish = re.search(r"(\bcall |^)publish\b", steps_text(job), re.M)
             assert not calls_publish, f"{job_id} publishes outside the gate"
-    assert jobs["github-release"]["needs"] == "release-gate"
+    assert jobs["github-release"]["needs"] == ["release-gate", "pypi-publish"]
+    assert jobs["pypi-publish"]["needs"] == ["release-gate", "dist"]
 
 
 def test_dagger_versions_are_one_version():

@@ -79,12 +79,12 @@ def plan(repo: Path, since: str = "main", env=None) -> changes.Plan:
     return changes.plan(since, repo, env=_NO_GIT_ENV if env is None else env)
 
 
-def test_a_dispatch_only_change_runs_lint_unit_and_hpc_and_says_why(repo):
+def test_a_dispatch_only_change_runs_lint_unit_package_and_hpc_and_says_why(repo):
     edit(repo, "src/rankgate/dispatch/cli.py", "tests/dispatch/test_local_slurm.py",
          commit="dispatch: a fix")  # fmt: skip
     result = plan(repo)
     assert result.files == ("src/rankgate/dispatch/cli.py", "tests/dispatch/test_local_slurm.py")
-    assert result.to_run == ("lint", "unit", "hpc")
+    assert result.to_run == ("lint", "unit", "package", "hpc")  # the wheel is src/rankgate
     reasons = {d.stage: d.reason for d in result.decisions}
     assert reasons["lint"] == "src/rankgate/dispatch/cli.py matches **/*.py (+1 more)"
     assert reasons["unit"] == "src/rankgate/dispatch/cli.py matches src/** (+1 more)"
@@ -116,13 +116,15 @@ def test_uncommitted_and_untracked_files_count(repo):
 
 def test_a_harness_change_runs_every_stage_that_loads_the_plugin(repo):
     edit(repo, "src/rankgate/harness/pool.py", commit="harness")
-    assert plan(repo).to_run == ("lint", "unit", "dist", "gpu", "hpc", "bench", "container")
+    assert plan(repo).to_run == (
+        "lint", "unit", "dist", "package", "gpu", "hpc", "bench", "container"
+    )  # fmt: skip
 
 
 def test_a_workload_change_skips_dispatch_and_says_so(repo):
     edit(repo, "src/rankgate/workloads/comm/p2p.py", commit="comm")
     result = plan(repo)
-    assert result.to_run == ("lint", "unit", "dist", "gpu", "bench", "container")
+    assert result.to_run == ("lint", "unit", "dist", "package", "gpu", "bench", "container")
     assert result.decision("hpc").reason == (
         "not affected: none of the 1 changed file is under its paths"
     )
@@ -142,12 +144,16 @@ def test_the_stage_list_pyproject_and_ci_run_everything(repo, path):
     assert {d.reason for d in result.decisions} == {f"{path} changed: it runs every stage"}
 
 
+EVERY_STAGE = 8
+"""lint, unit, dist, package, gpu, hpc, bench, container: not the gate, not latest."""
+
+
 def test_a_file_no_stage_claims_runs_everything_and_names_the_fix(repo):
-    edit(repo, "LICENSE", "src/rankgate/dispatch/cli.py", commit="license")
+    edit(repo, "NOTICE", "src/rankgate/dispatch/cli.py", commit="notice")
     result = plan(repo)
-    assert len(result.to_run) == 7
+    assert len(result.to_run) == EVERY_STAGE
     assert result.decisions[0].reason == (
-        "LICENSE is under no stage's paths, so every stage runs "
+        "NOTICE is under no stage's paths, so every stage runs "
         "(add it to a stage's paths in src/rankgate/pipeline/stages.py)"
     )
 
@@ -156,7 +162,7 @@ def test_a_tagged_head_runs_everything(repo):
     edit(repo, "src/rankgate/dispatch/cli.py", commit="release fix")
     git(repo, "tag", "v1.0")
     result = plan(repo)
-    assert len(result.to_run) == 7
+    assert len(result.to_run) == EVERY_STAGE
     assert result.decisions[0].reason == "HEAD is tagged v1.0: a tag runs every stage"
 
 
@@ -171,7 +177,7 @@ def test_a_tagged_head_runs_everything(repo):
 def test_a_tag_or_release_in_ci_runs_everything(repo, env, reason):
     edit(repo, "src/rankgate/dispatch/cli.py", commit="dispatch")
     result = plan(repo, env=env)
-    assert len(result.to_run) == 7 and {d.reason for d in result.decisions} == {reason}
+    assert len(result.to_run) == EVERY_STAGE and {d.reason for d in result.decisions} == {reason}
 
 
 def test_no_change_runs_nothing(repo):
@@ -238,8 +244,8 @@ def test_the_gate_runs_only_the_touched_stages_and_its_table_says_why(repo, ran,
     status = {o.stage: (o.status, o.not_affected) for o in outcomes}
     assert status == {
         "env-check": ("passed", False), "lint": ("passed", False), "unit": ("passed", False),
-        "dist": ("skipped", True), "gpu": ("skipped", True), "hpc": ("passed", False),
-        "bench": ("skipped", True), "container": ("skipped", True),
+        "dist": ("skipped", True), "package": ("passed", False), "gpu": ("skipped", True),
+        "hpc": ("passed", False), "bench": ("skipped", True), "container": ("skipped", True),
     }  # fmt: skip
     # A stage the change does not touch never blocks, not even under --strict.
     assert executor.verdict(outcomes, allow_skipped=False) == []
@@ -276,7 +282,7 @@ def test_the_ci_command_writes_the_stages_for_github(repo, tmp_path):
         cwd=repo, env=env, capture_output=True, text=True,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert output.read_text() == 'stages=["lint", "unit", "hpc"]\n'
+    assert output.read_text() == 'stages=["lint", "unit", "package", "hpc"]\n'
     assert "| hpc | yes | src/rankgate/dispatch/cli.py matches src/rankgate/dispatch/** |" in summary.read_text()
 
 
@@ -290,7 +296,7 @@ def test_ci_runs_each_stage_job_only_when_the_change_plan_names_it():
     assert "python3 -m rankgate.pipeline.changes ${BASE:+--since \"$BASE\"} --github" in run
     assert "pull_request" in plan_job["steps"][1]["env"]["BASE"]  # pushes: BASE empty, all run
     ci_stages = [s.name for s in stages.all_stages() if s.workflow.startswith("ci.yml:")]
-    assert ci_stages == ["lint", "unit", "dist", "container"]
+    assert ci_stages == ["lint", "unit", "dist", "package", "container"]
     for name in ci_stages:
         assert jobs[name]["needs"] == "changes"
         assert jobs[name]["if"] == f"contains(fromJSON(needs.changes.outputs.stages), '{name}')"

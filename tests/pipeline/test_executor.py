@@ -304,7 +304,7 @@ def test_only_without_value_names_the_gates_stages(posargs):
         Options.from_args(posargs, quick=True)
     assert str(raised.value) == (
         "--only needs a value: some of the gate's stages "
-        "lint,unit,dist,gpu,hpc,bench,container, e.g. nox -s gate -- --only lint,unit"
+        "lint,unit,dist,package,gpu,hpc,bench,container, e.g. nox -s gate -- --only lint,unit"
     )
 
 
@@ -379,7 +379,7 @@ def test_only_with_a_stage_the_gate_does_not_run_names_it(value, problem):
         Options.from_args(["--only", value])
     assert str(stopped.value) == (
         f"--only {value!r}: {problem}; the gate's stages are "
-        "lint,unit,dist,gpu,hpc,bench,container"
+        "lint,unit,dist,package,gpu,hpc,bench,container"
     )
 
 

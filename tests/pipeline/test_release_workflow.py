@@ -74,6 +74,15 @@ def release_job() -> dict:
     return load(ROOT / ".github" / "workflows" / "release.yml")["jobs"]["github-release"]
 
 
+def release_step() -> dict:
+    (step,) = [s for s in release_job()["steps"] if "run" in s]
+    return step
+
+
+def jobs() -> dict:
+    return load(ROOT / ".github" / "workflows" / "release.yml")["jobs"]
+
+
 FAKE_DAGGER = """#!/usr/bin/env bash
 printf '%s\\n' "$@" > "$RUNNER_TEMP/dagger-args"
 echo "release gate:"
@@ -87,8 +96,11 @@ fi
 """
 
 
-def run_script(step: dict, tmp_path: Path, **env: str) -> tuple[int, str, dict[str, str]]:
-    """Run a step's script as GitHub would; return (exit code, output, $GITHUB_OUTPUT)."""
+def run_script(
+    step: dict, tmp_path: Path, cwd: Path | None = None, **env: str
+) -> tuple[int, str, dict[str, str]]:
+    """Run a step's script as GitHub would (in ``cwd``, the checkout by default); return
+    (exit code, output, $GITHUB_OUTPUT)."""
     assert "${{" not in step["run"], "expressions belong in env:, not in the script"
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
@@ -116,7 +128,9 @@ def run_script(step: dict, tmp_path: Path, **env: str) -> tuple[int, str, dict[s
         **env,
     }
     argv = [*SHELLS[step.get("shell")], str(script)]
-    done = subprocess.run(argv, env=full_env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        argv, env=full_env, capture_output=True, text=True, timeout=60, cwd=cwd or ROOT
+    )
     outputs = dict(line.split("=", 1) for line in output.read_text().splitlines() if "=" in line)
     return done.returncode, done.stdout + done.stderr, outputs
 
@@ -175,31 +189,166 @@ def test_override_comes_only_from_the_dispatch_input():
     assert "!cancelled()" in gate_if and "inputs.override != ''" in gate_if
 
 
-def test_github_release_needs_the_gate_and_its_image():
+def test_github_release_needs_the_gate_its_image_and_the_package_on_pypi():
     job = release_job()
-    assert job["needs"] == "release-gate"
+    assert job["needs"] == ["release-gate", "pypi-publish"]
     assert "needs.release-gate.result == 'success'" in job["if"]
+    assert "needs.pypi-publish.result == 'success'" in job["if"]
     assert "!cancelled()" in job["if"]  # not success(): that counts jobs before the gate
     assert "needs.release-gate.outputs.image" in job["if"]
-    (step,) = job["steps"]
-    assert step["env"]["IMAGE"] == "${{ needs.release-gate.outputs.image }}"
+    assert release_step()["env"]["IMAGE"] == "${{ needs.release-gate.outputs.image }}"
+
+
+def release_files(tmp_path: Path, notes: str = "### Added\n\n- the plugin") -> None:
+    """What github-release downloads: the notes and the dist artifacts."""
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "notes.md").write_text(notes)
+    (tmp_path / "dist").mkdir()
+    for name in ("rankgate-1.0.tar.gz", "rankgate-1.0-py3-none-any.whl"):
+        (tmp_path / "dist" / name).write_text("")
 
 
 @needs_bash
 @pytest.mark.parametrize("image", ["", "ghcr.io/org/rankgate:v1.0"])
 def test_github_release_refuses_an_image_without_digest(tmp_path, image):
-    (step,) = release_job()["steps"]
-    code, out, _ = run_script(step, tmp_path, IMAGE=image)
+    release_files(tmp_path)
+    code, out, _ = run_script(release_step(), tmp_path, IMAGE=image)
     assert code != 0 and "gh release" not in out
 
 
 @needs_bash
-def test_github_release_names_the_image(tmp_path):
-    (step,) = release_job()["steps"]
-    code, out, _ = run_script(step, tmp_path, IMAGE=DIGEST)
+def test_github_release_notes_are_the_changelog_section_then_the_image(tmp_path):
+    release_files(tmp_path)
+    code, out, _ = run_script(release_step(), tmp_path, IMAGE=DIGEST)
     assert code == 0, out
-    assert "gh release create v1.0 --repo org/rankgate --title v1.0 --notes" in out
-    assert f"Image, published by the release gate: {DIGEST}" in out
+    assert "gh release create v1.0 --repo org/rankgate --title v1.0 --notes ### Added" in out
+    assert f"- the plugin\n\nImage, published by the release gate: {DIGEST}" in out
+    assert "Python package: https://pypi.org/project/rankgate/1.0/" in out
+    assert out.rstrip().endswith(
+        f"{tmp_path}/dist/rankgate-1.0-py3-none-any.whl {tmp_path}/dist/rankgate-1.0.tar.gz"
+    )  # the sdist and the wheel are the release's assets
+
+
+@needs_bash
+def test_github_release_refuses_empty_notes(tmp_path):
+    release_files(tmp_path, notes="")
+    code, out, _ = run_script(release_step(), tmp_path, IMAGE=DIGEST)
+    assert code != 0 and "no release notes" in out and "gh release" not in out
+
+
+# --- the Python package: built and checked before the gate, published after it --------
+
+
+def test_the_gate_needs_the_checked_package_even_with_an_override():
+    gate = jobs()["release-gate"]
+    assert "dist" in gate["needs"]
+    assert "needs.dist.result == 'success'" in gate["if"]
+    assert gate["if"].index("needs.dist.result") < gate["if"].index("inputs.override")
+
+
+def test_dist_builds_checks_and_tries_the_wheel_then_uploads_it():
+    steps = jobs()["dist"]["steps"]
+    runs = [s.get("run", "") for s in steps]
+    order = ["rankgate.pipeline.changelog", "rankgate.pipeline.distfiles",
+             "rankgate.pipeline.wheel_trial"]  # fmt: skip
+    at = [next(i for i, run in enumerate(runs) if module in run) for module in order]
+    assert at == sorted(at)
+    uploads = {s["with"]["name"]: s["with"]["path"] for s in steps
+               if s.get("uses", "").startswith("actions/upload-artifact")}  # fmt: skip
+    assert uploads["dist"] == "out/dist/" and uploads["release-notes"] == "out/notes/notes.md"
+    assert "${{" not in "".join(runs)  # expressions go through env:
+
+
+def test_pypi_publish_only_after_the_gate_by_trusted_publishing():
+    job = jobs()["pypi-publish"]
+    assert job["needs"] == ["release-gate", "dist"]
+    for condition in (
+        "!cancelled()",
+        "needs.release-gate.result == 'success'",
+        "needs.dist.result == 'success'",
+        "needs.release-gate.outputs.image",
+    ):
+        assert condition in job["if"]  # fmt: skip
+    assert "success()" not in job["if"].replace("!cancelled()", "")
+    # Trusted publishing: an OpenID Connect token, no other permission, no stored token.
+    assert job["permissions"] == {"id-token": "write"}
+    assert job["environment"]["name"] == "pypi"
+    (publish,) = [s for s in job["steps"] if s.get("uses", "").startswith("pypa/")]
+    assert publish["uses"] == "pypa/gh-action-pypi-publish@release/v1"
+    assert "with" not in publish  # no password, no repository-url: PyPI, by its OIDC token
+    assert "secrets." not in (ROOT / ".github/workflows/release.yml").read_text().split(
+        "pypi-publish:", 1)[1].split("github-release:", 1)[0]  # fmt: skip
+
+
+def test_only_pypi_publish_uploads_to_pypi():
+    text = {name: str(job) for name, job in jobs().items()}
+    assert [name for name, job in text.items() if "pypi-publish@" in job] == ["pypi-publish"]
+    assert not [name for name, job in text.items() if "twine upload" in job]
+
+
+@needs_bash
+def test_pypi_publish_logs_the_override(tmp_path):
+    (step,) = [s for s in jobs()["pypi-publish"]["steps"] if "run" in s]
+    assert step["env"]["OVERRIDE"] == "${{ inputs.override }}"
+    code, out, _ = run_script(step, tmp_path, OVERRIDE="cluster down; tested by hand")
+    assert code == 0
+    assert (
+        "::warning::publishing to PyPI after a release gate override. Reason given: "
+        "cluster down; tested by hand" in out
+    )
+    code, out, _ = run_script(step, tmp_path)
+    assert (code, out) == (0, "")
+
+
+def notes_step() -> dict:
+    (step,) = [
+        s for s in jobs()["dist"]["steps"] if "rankgate.pipeline.changelog" in s.get("run", "")
+    ]
+    return step
+
+
+def release_checkout(tmp_path: Path, changelog: str) -> Path:
+    """A checkout with this one's code and the given CHANGELOG.md."""
+    root = tmp_path / "checkout"
+    root.mkdir()
+    (root / "src").symlink_to(ROOT / "src")
+    (root / "CHANGELOG.md").write_text(changelog)
+    return root
+
+
+@needs_bash
+def test_the_notes_step_writes_the_tags_section(tmp_path):
+    from rankgate import __version__
+
+    root = release_checkout(
+        tmp_path, f"# Changelog\n\n## Unreleased\n\n## {__version__} - 2026-12-01\n\n- first\n"
+    )
+    code, out, _ = run_script(notes_step(), tmp_path, cwd=root, TAG=f"v{__version__}")
+    assert code == 0, out
+    assert (root / "out" / "notes" / "notes.md").read_text() == "- first\n"
+
+
+@needs_bash
+@pytest.mark.parametrize(
+    ("tag", "changelog", "said"),
+    [
+        ("v9.9.9", "## Unreleased\n\n- a\n", "tag v9.9.9 is not v{v}"),
+        ("v{v}", "## Unreleased\n\n- a\n", "CHANGELOG.md has no '## {v} - YYYY-MM-DD' section"),
+        ("v{v}", "## {v}\n\n- a\n", "CHANGELOG.md: '## {v}' has no date"),
+    ],
+)
+def test_the_notes_step_refuses_a_tag_that_is_not_a_release(tmp_path, tag, changelog, said):
+    from rankgate import __version__ as v
+
+    root = release_checkout(tmp_path, changelog.format(v=v))
+    code, out, _ = run_script(notes_step(), tmp_path, cwd=root, TAG=tag.format(v=v))
+    assert code != 0 and f"rankgate: changelog: {said.format(v=v)}" in out, out
+
+
+@needs_bash
+def test_the_notes_step_runs_only_on_a_tag(tmp_path):
+    code, out, _ = run_script(notes_step(), tmp_path, GITHUB_REF_TYPE="branch")
+    assert code != 0 and "a release is made from a tag" in out
 
 
 def test_every_ssh_key_comes_with_known_hosts():

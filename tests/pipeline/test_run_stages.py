@@ -121,6 +121,7 @@ def test_list_prints_every_stage(capsys):
         "lint",
         "unit",
         "dist",
+        "package",
         "gpu",
         "hpc",
         "bench",

@@ -131,8 +131,8 @@ def test_a_background_stage_runs_while_the_others_do(tmp_path, monkeypatch, capf
     assert shown.out.index("out of beta") < shown.out.index("rankgate: stage alpha PASSED")
 
 
-def test_only_hpc_and_container_run_in_the_background():
-    assert [s.name for s in stages.all_stages() if s.beside] == ["hpc", "container"]
+def test_only_package_hpc_and_container_run_in_the_background():
+    assert [s.name for s in stages.all_stages() if s.beside] == ["package", "hpc", "container"]
 
 
 def _late(name: str, tmp_path) -> Stage:

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.unit
 
 def test_stage_names_in_pipeline_order():
     assert stages.names() == (
-        "lint", "unit", "dist", "gpu", "hpc", "bench", "container", "gate", "latest",
+        "lint", "unit", "dist", "package", "gpu", "hpc", "bench", "container", "gate", "latest",
     )  # fmt: skip
 
 
@@ -32,7 +32,7 @@ def test_every_stage_is_described_and_placed(stage: Stage):
     assert stage.description and "\n" not in stage.description
     assert stage.where and stage.dagger and stage.workflow.count(":") == 1
     assert all(
-        p.startswith(("junit/", "bench/", "container/", "latest/")) or p == "gate.json"
+        p.startswith(("junit/", "bench/", "container/", "latest/", "package/")) or p == "gate.json"
         for p in stage.products
     )
 

@@ -1,8 +1,8 @@
 """The Dagger functions: one per stage of rankgate.pipeline.stages, plus publish.
 
 Stage -> function: lint -> lint, unit and dist -> test-cpu, gpu -> test-gpu,
-hpc -> test-hpc, bench -> bench, container -> build-container, gate -> release-gate,
-latest -> test-latest.
+hpc -> test-hpc, bench -> bench, container -> build-container, package -> test-package,
+gate -> release-gate, latest -> test-latest.
 tests/pipeline/test_agreement.py and ci/tests keep this list equal to the stage list.
 
 Secrets (registry password, kubeconfig, interLink token, ssh key) arrive as
@@ -95,6 +95,17 @@ class RankgateCi:
             # A new run must meet new releases: a changing value keeps it out of the cache.
             .with_env_variable("RANKGATE_LATEST_AT", datetime.now(UTC).isoformat())
             .with_exec(["nox", "-s", "latest"])
+            .stdout()
+        )
+
+    @function
+    async def test_package(self) -> str:
+        """Stage package: the sdist and the wheel checked, and the wheel alone in a new
+        environment with torch (from the CPU index) running an outside project."""
+        return await (
+            self._python()
+            .with_env_variable("PIP_EXTRA_INDEX_URL", TORCH_CPU_INDEX)  # the trial's torch
+            .with_exec(["nox", "-s", "package", "--", "--strict", "--out", OUT])
             .stdout()
         )
 
@@ -211,6 +222,7 @@ class RankgateCi:
         gates = [
             await _gate("lint", self.lint()),
             await _gate("test-cpu", self.test_cpu(variant)),
+            await _gate("test-package", self.test_package()),
         ]
         if gpu_engine or gpu_profile is not None:
             gates.append(await _gate("test-gpu", self.test_gpu(gpu_variant, gpu_profile, *creds)))

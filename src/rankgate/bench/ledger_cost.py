@@ -16,7 +16,7 @@ of the ledger's digest, which each rank computes once per test):
   loaded host where one gloo call's time varies by several.
 
 The pool's per-test cost with the ledger on and off: ``rankgate bench harness`` and
-``RANKGATE_LEDGER=0 rankgate bench harness`` (see docs/harness.md).
+``RANKGATE_LEDGER=0 rankgate bench harness`` (see docs/ledger-cost.md).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ gloo and NCCL, where a collective returns before the GPU runs it. ``begin_test()
 empties it; ``snapshot()`` turns it into plain records (JSON-ready), safe to call from
 another thread while the test is stuck.
 
-Why a wrapper and not torch's Flight Recorder: docs/harness.md ("When it records").
+Why a wrapper and not torch's Flight Recorder: docs/ledger.md ("When it records").
 
 Each entry names its group as it was when the call was made (a group the test destroys
 later still reads as the one it was). A test's ``destroy_process_group()`` of the default
@@ -132,7 +132,7 @@ def enabled(backend: str = "") -> bool:
     every backend unless RANKGATE_LEDGER=0. On NCCL above all: there a rank that skipped
     a collective may pass while its peer waits, and only the ledger names it (the stacks
     blame the waiting rank). Its cost is its wrapper's host time per collective
-    (docs/harness.md, "Cost"); ``backend`` is kept for the callers that decide per group
+    (docs/ledger-cost.md); ``backend`` is kept for the callers that decide per group
     (``follow``)."""
     return os.environ.get(ENV) != "0"
 
@@ -351,7 +351,7 @@ def _wrap_method(op: str, original):
     """A ProcessGroup (or Backend) method recorded as ``op`` (:mod:`.ledger_methods`)."""
     from rankgate.harness.ledger_methods import wrap_method
 
-    return wrap_method(op, original)
+    return wrap_method(op, original, sys.modules[__name__])
 
 
 def _new_slot(slots: dict, group) -> list:

@@ -3,14 +3,14 @@
 recorded as the torch.distributed function of the same collective (``all_reduce``) on the
 group it is called on, with its reduce op and root read from either call form (options,
 or the values themselves). The rest of the ledger, its state included, is
-:mod:`rankgate.harness.ledger`'s."""
+:mod:`rankgate.harness.ledger`'s, which hands itself in (``ledger=``): this module imports
+nothing of it, so the two are no import cycle."""
 
 from __future__ import annotations
 
 from sys import _getframe
 from threading import get_ident
 
-from rankgate.harness import ledger
 from rankgate.harness.ledger_entry import COMPLETED, FAILED, ISSUED, POINT_TO_POINT, STATE
 from rankgate.harness.ledger_ops import METHOD_ROOT_AT, REDUCING
 
@@ -21,10 +21,11 @@ _REDUCE_OP_TYPES = ("ReduceOp", "RedOpType")
 """torch's reduce op given as itself (``pg.allreduce([t], ReduceOp.MAX)``), not in options."""
 
 
-def wrap_method(op: str, original):
+def wrap_method(op: str, original, ledger):
     """A ProcessGroup (or Backend) method recorded as ``op`` on the group it is called on;
-    its Work is the entry's state until it finishes."""
-    record_call = _method_recorder(op)
+    its Work is the entry's state until it finishes. ``ledger``: the ledger module, whose
+    state (entries, slots, the thread inside a recorded call) the wrapper reads."""
+    record_call = _method_recorder(op, ledger)
     kind_of, PASS = ledger._kind_of, ledger._PASS
 
     # Two positional parameters by name: torch calls group.allreduce([t], opts), a test
@@ -65,7 +66,7 @@ def wrap_method(op: str, original):
     return method
 
 
-def _method_recorder(op: str):
+def _method_recorder(op: str, ledger):
     """What a method's wrapper records of one call as ``op``: its entry, appended (one
     that cannot be read is kept nowhere: torch rejects its arguments next)."""
     import torch

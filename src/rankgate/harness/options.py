@@ -9,8 +9,11 @@ import pytest
 
 from rankgate.harness import ledger, rerun_bridge, timeout_bridge
 from rankgate.harness.attempts import FLAKY_POLICIES
-from rankgate.harness.inplace import subworld_env
 from rankgate.harness.spec import timeout_problem
+
+SUBWORLD, LAUNCHER = "subworld", "launcher"
+"""What LOCAL_RANK counts in an in-place sub-world (ini ``rankgate_subworld_local_rank``):
+the sub-world's ranks on their host, or the launcher's (each rank keeps its own and its GPU)."""
 
 DEFAULT_TIMEOUT_S = 300.0
 DEFAULT_START_TIMEOUT_S = 120.0
@@ -85,7 +88,14 @@ def add_options(parser: pytest.Parser) -> None:
         metavar="FILE",
         help="a TOML file of quarantined tests (id, reason, issue): they run, and their "
         "failures do not fail the run (overrides ini rankgate_quarantine; default: none; "
-        "docs/harness.md)",
+        "docs/reruns.md)",
+    )
+    group.addoption(
+        "--rankgate-max-ranks",
+        default=None,
+        metavar="N",
+        help="under pytest-xdist: the most rank processes all workers' pools hold at once "
+        "(overrides ini rankgate_max_ranks; default: the CPUs this run may use)",
     )
     add_shard_options(group)
     for name, (help_text, kind) in INI_OPTIONS.items():
@@ -108,6 +118,11 @@ INI_OPTIONS: dict[str, tuple[str, str | None]] = {
         "seconds ranks wait for each other while joining the process group "
         f"(default {DEFAULT_RENDEZVOUS_TIMEOUT_S:g}); collectives in a test get the test's timeout "
         "plus a margin instead",
+        None,
+    ),
+    "rankgate_max_ranks": (
+        "under pytest-xdist: the most rank processes all workers' pools hold at once "
+        "(default: the CPUs this run may use)",
         None,
     ),
     "rankgate_subworld_local_rank": (
@@ -182,9 +197,21 @@ def rendezvous_timeout(config: pytest.Config) -> float:
     return _positive_float(config, "rankgate_rendezvous_timeout", DEFAULT_RENDEZVOUS_TIMEOUT_S)
 
 
+def local_rank_setting(raw: str) -> str:
+    """ini ``rankgate_subworld_local_rank``'s value; ValueError naming the choices."""
+    value = (raw or SUBWORLD).strip()
+    if value not in (SUBWORLD, LAUNCHER):
+        raise ValueError(
+            f"ini option rankgate_subworld_local_rank = {raw!r}: set {SUBWORLD} (LOCAL_RANK "
+            f"counts a sub-world's ranks on its host; the default) or {LAUNCHER} (each rank "
+            "keeps its launcher's LOCAL_RANK and GPU)"
+        )
+    return value
+
+
 def subworld_local_rank(config: pytest.Config) -> str:
     try:
-        return subworld_env.local_rank_setting(config.getini("rankgate_subworld_local_rank"))
+        return local_rank_setting(config.getini("rankgate_subworld_local_rank"))
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
 

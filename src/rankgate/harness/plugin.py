@@ -30,6 +30,7 @@ from rankgate.harness.pluginnames import (
     PER_PROCESS_FIXTURES,
     POOL_PLUGIN,
 )
+from rankgate.harness.pool import xdist_ranks
 from rankgate.harness.pool.interrupt import INTERRUPT_PLUGIN, InterruptRecord
 from rankgate.harness.pool.messages import RankValue
 from rankgate.harness.pool.session import PoolSession
@@ -110,6 +111,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(InPlaceSession(config, launch), INPLACE_PLUGIN)
     else:
         config.pluginmanager.register(PoolSession(config, ignored), POOL_PLUGIN)
+        xdist_ranks.register(config, workers)
         config.pluginmanager.register(InterruptRecord(config), INTERRUPT_PLUGIN)
 
 

@@ -174,6 +174,7 @@ def run_command(
         junit = options.out_dir / "junit" / f"{stage.name}.xml"
         argv += ["-m", markers] if markers else []
         argv += [f"--junitxml={junit}", *options.pytest_args]
+        argv += collect_where(stage, options.pytest_args)
         argv += coverage_args(stage.name, options, coverage_env)
         ok_codes = (0, NO_TESTS)
     elif step.pytest_args:
@@ -190,6 +191,16 @@ def run_command(
     if argv[0] == "pytest" and options.quick:
         return "passed", SLOW_TESTS_LEFT_OUT
     return "passed", ""
+
+
+def collect_where(stage: Stage, pytest_args: list[str] | tuple[str, ...]) -> list[str]:
+    """The stage's test paths, unless the run's pytest arguments name paths of their own
+    (``nox -s unit -- tests/harness``): those choose where pytest collects."""
+    if not stage.test_paths or any(Path(a.split("::", 1)[0]).exists() for a in pytest_args):
+        return []
+    if not all(Path(p).exists() for p in stage.test_paths):
+        return []  # not run from the repository root: pytest's own testpaths decide
+    return list(stage.test_paths)
 
 
 def empty_selection(stage: Stage, markers: str, options: Options) -> tuple[Status, str]:

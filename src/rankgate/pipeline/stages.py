@@ -10,129 +10,19 @@ the workflows equal to this list.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
-from typing import Literal
 
-Where = Literal["local", "container", "dispatch"]
-"""local: this machine's Python environment. container: inside an image built from
-containers/. dispatch: on a remote target through ``rankgate dispatch``."""
-
-Need = Literal["gpus", "slurm", "container-engine"]
-"""What a stage needs from the machine that runs it locally."""
-
-WHERES: tuple[str, ...] = ("local", "container", "dispatch")
-NEEDS: tuple[str, ...] = ("gpus", "slurm", "container-engine")
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Command:
-    """One command a stage runs, in order."""
-
-    argv: tuple[str, ...]
-    """The command line; ``pytest`` gets the stage's markers, JUnit file and extra args."""
-    label: str = ""
-    """Short name for the summary table (default: the program's name)."""
-    optional: bool = False
-    """A tool that may be absent: absent means a loud note, not a failure (e.g. actionlint)."""
-    install: str = ""
-    """How to install an optional tool; shown when it is absent."""
-    module: str = ""
-    """A rankgate module the command needs; absent means the command is skipped with that reason."""
-    stdout: str = ""
-    """Product file (under the output dir) that receives a copy of the command's stdout."""
-    optional_paths: tuple[str, ...] = ()
-    """Arguments that are paths: absent ones are dropped (``actionlint`` with no workflows)."""
-    env: tuple[tuple[str, str], ...] = ()
-    """Environment variables the command gets, as (name, value) pairs."""
-    pytest_args: bool = False
-    """The run's extra pytest arguments go to this command too (it runs pytest through
-    nox itself, as stage latest does); a ``pytest`` command always gets them."""
-
-    def __post_init__(self) -> None:
-        if not self.argv:
-            raise ValueError("Command.argv is empty: give at least the program name")
-
-    @property
-    def name(self) -> str:
-        return self.label or self.argv[0]
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Stage:
-    """One step of the pipeline."""
-
-    name: str
-    """Stage name; also the nox session's name."""
-    description: str
-    """One line, shown by ``nox -l``, ``rankgate run --list`` and docs/pipeline.md's table."""
-    markers: str = ""
-    """pytest marker expression selecting the stage's tests ("" when it runs no pytest)."""
-    remote_markers: str = ""
-    """Marker expression of a dispatched run, when it differs from ``markers`` ("" = the
-    same): the tests every rank of the remote job runs in place. A stage whose local
-    tests drive a scheduler (hpc) sends genuine multi-rank tests to the cluster instead."""
-    where: tuple[Where, ...]
-    """Where the stage can run (see :data:`Where`)."""
-    needs: tuple[Need, ...] = ()
-    """What it needs to run locally; a machine without it skips the stage, loudly."""
-    products: tuple[str, ...] = ()
-    """Files it writes, relative to the output dir (``out/`` by default)."""
-    commands: tuple[Command, ...] = ()
-    """What it runs locally, in order."""
-    includes: tuple[str, ...] = ()
-    """Stages it runs after its own commands (only the gate has any)."""
-    empty_on_purpose: str = ""
-    """Why its pytest may select no test (e.g. "no GPU tests yet"): a run that selects
-    none is then skipped, "empty on purpose: <why>". Without it, a selection that runs no
-    test is INCOMPLETE and blocks the gate: a typo in a marker never passes."""
-    beside: bool = False
-    """The gate starts it first, in the background, and runs its other stages meanwhile:
-    it waits more than it computes (on a scheduler, on an image build), so it shares the
-    cores well. Its output then goes to ``logs/<name>.log``, shown once the others end."""
-    slow: bool = False
-    """Its work takes minutes whatever it selects (a scheduler's jobs, an image build):
-    the quick gate (``nox -s gate`` without ``--full``) leaves it out, saying so."""
-    scheduled: bool = False
-    """It runs on a schedule, in a workflow job of its own, never in the gate: its verdict
-    is news about upstream releases (stage latest), not about a change."""
-    paths: tuple[str, ...] = ()
-    """Files the stage depends on, as globs relative to the repository root (``*`` stays
-    within a folder, ``**`` crosses folders, ``dir/**`` is everything under dir). With
-    ``--changed-since REF`` the stage runs only when a changed file matches one of them
-    (:mod:`rankgate.pipeline.changes`); tests/pipeline checks that they cover every file
-    the stage's tests import."""
-    dagger: str
-    """The Dagger function (ci/) that runs the stage in CI."""
-    workflow: str
-    """``<file>:<job>`` of the GitHub Actions job (.github/workflows) that runs it."""
-
-    def __post_init__(self) -> None:
-        for where in self.where:
-            if where not in WHERES:
-                raise ValueError(f"stage {self.name}: where={where!r}; use one of {WHERES}")
-        for need in self.needs:
-            if need not in NEEDS:
-                raise ValueError(f"stage {self.name}: need {need!r}; use one of {NEEDS}")
-        if "dispatch" in self.where and not self.dispatch_markers:
-            raise ValueError(f"stage {self.name}: a dispatched stage needs a marker expression")
-        if not self.includes and not self.paths:
-            raise ValueError(
-                f"stage {self.name}: no paths; name the files it depends on, so that "
-                "--changed-since can tell when it must run"
-            )
-
-    @property
-    def dispatchable(self) -> bool:
-        return "dispatch" in self.where
-
-    @property
-    def dispatch_markers(self) -> str:
-        """The marker expression ``rankgate dispatch --stage NAME`` runs on the target."""
-        return self.remote_markers or self.markers
-
+from rankgate.pipeline.stage_types import (  # noqa: F401  (the list's users import them here)
+    NEEDS,
+    WHERES,
+    Command,
+    Need,
+    Stage,
+    Where,
+)
 
 RUN_EVERYTHING_PATHS: tuple[str, ...] = (
     "src/rankgate/pipeline/stages.py",
+    "src/rankgate/pipeline/stage_types.py",
     "src/rankgate/pipeline/changes.py",
     "pyproject.toml",
     "requirements/**",
@@ -197,8 +87,21 @@ _INTERLINK_E2E = (
     *(
         f"src/rankgate/dispatch/{name}.py"
         for name in (
-            "__init__", "archive", "ended", "interrupts", "job", "job_outcome", "job_result",
-            "profile", "run", "sbatch", "sharded_run", "shell", "slurm", "slurm_query", "target",
+            "__init__",
+            "archive",
+            "ended",
+            "interrupts",
+            "job",
+            "job_outcome",
+            "job_result",
+            "profile",
+            "run",
+            "sbatch",
+            "sharded_run",
+            "shell",
+            "slurm",
+            "slurm_query",
+            "target",
             "watch",
         )
     ),
@@ -299,15 +202,57 @@ _STAGES: dict[str, Stage] = {
             dagger="test-cpu",
             workflow="ci.yml:dist",
             paths=(
-                *_PYTEST_RUN, *_WORKLOAD_SUITES, *_INTERLINK_E2E, *_JUNIT_MERGE, *_REPORT_TESTS,
-                "tests/harness/**", "suites/pipeline/test_dist_smoke.py", "tests/bench/**",
-                "tests/test_leftovers.py", "tests/leftovers.py",
+                *_PYTEST_RUN,
+                *_WORKLOAD_SUITES,
+                *_INTERLINK_E2E,
+                *_JUNIT_MERGE,
+                *_REPORT_TESTS,
+                "tests/harness/**",
+                "suites/pipeline/test_dist_smoke.py",
+                "tests/bench/**",
+                "tests/test_leftovers.py",
+                "tests/leftovers.py",
                 # the documentation's runnable examples, shown by rankgate.docsite
-                "tests/test_docs_examples.py", "docs/examples/**", "src/rankgate/docsite.py",
+                "tests/test_docs_examples.py",
+                "docs/examples/**",
+                "src/rankgate/docsite.py",
+                "src/rankgate/codemap.py",
                 # a stage's coverage figure, from a stage run of a world test
-                "tests/pipeline/test_stage_coverage.py", "tests/pipeline/conftest.py",
+                "tests/pipeline/test_stage_coverage.py",
+                "tests/pipeline/conftest.py",
                 "tests/pipeline/tree_collection.py",
             ),
+        ),
+        Stage(
+            name="package",
+            description=(
+                "Build the sdist and the wheel, check them (twine, the checkout's files), and "
+                "run an outside project on the wheel alone in a new environment."
+            ),
+            where=("local", "container"),
+            # It waits more than it computes: a wheel trial took 188 s of wall time for
+            # 32 CPU-s on 2 busy cores (pip unpacking torch, ranks starting), so the gate
+            # runs it in the background beside the others.
+            beside=True,
+            slow=True,  # a build and a fresh environment with torch, whatever changed
+            # dist/ holds the sdist and the wheel; package/ the trial's logs and outputs
+            products=("package/merged.xml", "package/report/report.html"),
+            commands=(
+                Command(
+                    argv=(sys.executable, "-m", "rankgate.pipeline.distfiles"),
+                    label="sdist and wheel",
+                ),
+                Command(
+                    argv=(sys.executable, "-m", "rankgate.pipeline.wheel_trial"),
+                    label="wheel alone",
+                ),
+            ),
+            dagger="test-package",
+            workflow="ci.yml:package",
+            # The wheel is src/rankgate, README.md its long description. A new top-level
+            # file or folder, which MANIFEST.in may not put in the sdist, is under no
+            # stage's paths, so it runs every stage, this one too.
+            paths=("src/**", "pyproject.toml", "MANIFEST.in", "LICENSE", "README.md"),
         ),
         Stage(
             name="gpu",
@@ -324,8 +269,12 @@ _STAGES: dict[str, Stage] = {
             # stage is the one that proves dispatch works (on a real SLURM). Its tests
             # under tests/: the harness's GPU tests and the backend detection's.
             paths=(
-                *_PYTEST_RUN, *_WORKLOAD_SUITES, *_JUNIT_MERGE, "tests/harness/**",
-                "tests/workloads/test_comm_detect.py", "tests/leftovers.py",
+                *_PYTEST_RUN,
+                *_WORKLOAD_SUITES,
+                *_JUNIT_MERGE,
+                "tests/harness/**",
+                "tests/workloads/test_comm_detect.py",
+                "tests/leftovers.py",
             ),
         ),
         Stage(
@@ -335,6 +284,7 @@ _STAGES: dict[str, Stage] = {
                 "multi-rank CPU tests on the cluster's ranks."
             ),
             markers="hpc",
+            test_paths=("tests/dispatch", "suites/trainer"),
             # hpc tests start their own SLURM: on a cluster's ranks they would each start
             # one. World tests are the genuine multi-rank ones; "dist and not world" are
             # harness tests that spawn their own pytest/torchrun runs.
@@ -348,9 +298,13 @@ _STAGES: dict[str, Stage] = {
             dagger="test-hpc",
             workflow="release.yml:test-hpc",
             paths=(
-                *_PYTEST_RUN, *_JUNIT_MERGE, "src/rankgate/dispatch/**", "src/rankgate/cli.py",
+                *_PYTEST_RUN,
+                *_JUNIT_MERGE,
+                "src/rankgate/dispatch/**",
+                "src/rankgate/cli.py",
                 "src/rankgate/pipeline/dispatch_stage.py",
-                *_LOCAL_SLURM_TESTS, "scripts/slurm/**",
+                *_LOCAL_SLURM_TESTS,
+                "scripts/slurm/**",
                 *_TRAINING_LAUNCH,
             ),
         ),
@@ -361,9 +315,13 @@ _STAGES: dict[str, Stage] = {
                 "baselines (this machine's kind; every kind's committed runs)."
             ),
             markers="perf",
+            test_paths=("tests/bench",),  # 8 tests; collecting all 2,868 cost 14 CPU-s
             where=("local", "container"),
             products=(
-                "junit/bench.xml", "bench/harness.json", "bench/compare.json", "bench/compare.png",
+                "junit/bench.xml",
+                "bench/harness.json",
+                "bench/compare.json",
+                "bench/compare.png",
                 "bench/compare-committed.json",
             ),
             commands=(
@@ -373,8 +331,16 @@ _STAGES: dict[str, Stage] = {
                     # run); each costs ~18 s on 2 cores, most of it spawning ranks per
                     # test, so a third would be a fifth of the quick gate's bench stage.
                     argv=(
-                        "rankgate", "bench", "--repeat", "2", "harness", "--json",
-                        "--k", "20", "--spawn-k", "1",
+                        "rankgate",
+                        "bench",
+                        "--repeat",
+                        "2",
+                        "harness",
+                        "--json",
+                        "--k",
+                        "20",
+                        "--spawn-k",
+                        "1",
                     ),
                     label="bench harness",
                     module="rankgate.bench.pool_overhead",
@@ -394,8 +360,12 @@ _STAGES: dict[str, Stage] = {
             dagger="bench",
             workflow="release.yml:bench",
             paths=(
-                *_PYTEST_RUN, "src/rankgate/bench/**", "src/rankgate/workloads/**",
-                "src/rankgate/cli.py", "src/rankgate/proc/**", "tests/bench/**",
+                *_PYTEST_RUN,
+                "src/rankgate/bench/**",
+                "src/rankgate/workloads/**",
+                "src/rankgate/cli.py",
+                "src/rankgate/proc/**",
+                "tests/bench/**",
                 "benchmarks/baselines/**",
             ),
         ),
@@ -406,6 +376,7 @@ _STAGES: dict[str, Stage] = {
                 "torchrun and mpirun in place."
             ),
             markers="container",
+            test_paths=("tests/containers",),
             where=("local",),
             needs=("container-engine",),
             beside=True,  # mostly an image build: package downloads and layer writes
@@ -431,11 +402,17 @@ _STAGES: dict[str, Stage] = {
             # shared memory, pids) and its launchers. The code itself is tested by unit
             # and dist on the host, so the image does not run those suites again.
             paths=(
-                *_PYTEST_RUN, "containers/**", "scripts/container/**",
-                "src/rankgate/pipeline/__init__.py", "src/rankgate/pipeline/container.py",
+                *_PYTEST_RUN,
+                "containers/**",
+                "scripts/container/**",
+                "src/rankgate/pipeline/__init__.py",
+                "src/rankgate/pipeline/container.py",
                 *_COMMANDS,
-                "src/rankgate/pipeline/probe.py", "src/rankgate/workloads/comm/**",
-                "tests/containers/test_container.py", "suites/comm/**", "tests/harness/**",
+                "src/rankgate/pipeline/probe.py",
+                "src/rankgate/workloads/comm/**",
+                "tests/containers/test_container.py",
+                "suites/comm/**",
+                "tests/harness/**",
             ),
         ),
         Stage(
@@ -451,7 +428,7 @@ _STAGES: dict[str, Stage] = {
                     argv=("rankgate", "env-check"), label="env-check", module="rankgate.envcheck"
                 ),
             ),
-            includes=("lint", "unit", "dist", "gpu", "hpc", "bench", "container"),
+            includes=("lint", "unit", "dist", "package", "gpu", "hpc", "bench", "container"),
             dagger="release-gate",
             workflow="release.yml:release-gate",
         ),
@@ -464,7 +441,9 @@ _STAGES: dict[str, Stage] = {
             where=("local",),
             scheduled=True,
             products=(
-                "latest/versions.txt", "latest/gate.json", "latest/junit/unit.xml",
+                "latest/versions.txt",
+                "latest/gate.json",
+                "latest/junit/unit.xml",
                 "latest/junit/dist.xml",
             ),
             commands=(

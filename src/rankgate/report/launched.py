@@ -2,7 +2,7 @@
 
 The harness's in-place mode runs the test files on each rank; rank 0 writes the
 terminal, rank r > 0 writes ``pytest.rank<r>.log`` and every rank its own JUnit file
-(docs/harness.md). :func:`run_pytest_under` starts such a job in its own process
+(docs/running-in-place.md). :func:`run_pytest_under` starts such a job in its own process
 session with a deadline, and its :class:`LaunchedRun` gathers the launcher's output,
 each rank's log and the merged verdicts, so a failing caller can put all of it in its
 own report (``LaunchedRun.report()``). A job past its deadline is killed, whole, and

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rankgate.harness.pool import pool
+from rankgate.harness.pool import hungstacks, pool
 
 pytestmark = pytest.mark.unit
 
@@ -26,7 +26,7 @@ def test_the_worker_frames_under_the_test_are_dropped():
             '  File "/usr/lib/python3.11/threading.py", line 320 in wait',
         ]
     )
-    assert pool.trim_harness_frames(stack).splitlines() == [
+    assert hungstacks.trim_harness_frames(stack).splitlines() == [
         "Current thread 0x00007f (most recent call first):",
         '  File "/proj/test_hang.py", line 9 in test_hang',
         "  (rankgate worker frames omitted)",
@@ -49,7 +49,7 @@ def test_the_ledgers_wrapper_between_torch_and_the_test_is_dropped():
             '  File "/proj/test_hang.py", line 16 in test_hang',
         ]
     )
-    assert pool.trim_harness_frames(stack).splitlines() == [
+    assert hungstacks.trim_harness_frames(stack).splitlines() == [
         "Current thread 0x00007f (most recent call first):",
         '  File "/venv/torch/distributed/distributed_c10d.py", line 4800 in barrier',
         '  File "/proj/test_hang.py", line 16 in test_hang',

@@ -102,6 +102,11 @@ class ControlChannel:
         except Exception:  # a store that answers otherwise: this rank's own
             return reason
 
+    def stop_here(self, reason: str) -> None:
+        """This rank runs no more tests (-x or --maxfail stopped it): a wait for it ends
+        (``abort/<rank>``), while the other ranks' runs go on."""
+        self.set(rank_abort_key(self.rank), reason)
+
     def aborted(self, scope=None) -> str | None:
         """Why the run was stopped (by one of ``scope``'s ranks), or None."""
         if scope is None:
@@ -154,6 +159,10 @@ class ControlChannel:
                 )
             time.sleep(pause)
             pause = min(POLL_S, pause * 2)
+
+    def failed_peers(self, test_key, ranks) -> list[int]:
+        """Of ``ranks``, the others that marked test ``test_key`` failed (``failed_key``)."""
+        return [r for r in ranks if r != self.rank and self.peek(failed_key(test_key, r))]
 
     def end_together(self) -> bool:
         """At the run's end: hold every rank until rank 0 has written its summary

@@ -73,7 +73,7 @@ class InPlaceGroup:
         self.members: tuple[int, ...] = tuple(range(launch.world_size))
         """The global ranks of the default group, in the order of their ranks in it."""
         self.changes: list[float] = []
-        """Seconds each change of sub-world took to start its group (docs/harness.md)."""
+        """Seconds each change of sub-world took to start its group (docs/subworlds.md)."""
         self._gloo_world: dist.ProcessGroup | None = None
         """Every rank in a gloo-only group, made at the first gloo test on a mixed group."""
         self._launcher_variables = subworld_env.launcher_values()

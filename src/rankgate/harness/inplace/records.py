@@ -35,6 +35,7 @@ from rankgate.harness.verdict_lines import (
     INTERRUPTED_PROPERTY,
     INTERRUPTED_TEST_PROPERTY,
     NODE_ID_PROPERTY,
+    NOT_RUN_PREFIX,
     OUTCOME_PROPERTY,
     RANKS_PROPERTY,
     WORLD_PROPERTY,
@@ -44,6 +45,11 @@ from rankgate.launch.env import LaunchEnv
 
 def _csv(ranks) -> str:
     return ",".join(str(r) for r in ranks)
+
+
+def _not_run(report: pytest.TestReport) -> bool:
+    """A report of a test the run never started (``not_run_report``)."""
+    return report.when == "setup" and str(report.longrepr).startswith(NOT_RUN_PREFIX)
 
 
 def _xfailed_or(outcome: str, xfail: str) -> str:
@@ -176,9 +182,9 @@ class RankRecords:
         xmlpath = self.config.option.xmlpath
         if entries is None or not xmlpath:
             return
+        classname, name = junit_names(item.nodeid)
         try:
-            path = ledger_path(xmlpath)
-            append_ledger(path, *junit_names(item.nodeid), entries, self.run_id)
+            append_ledger(ledger_path(xmlpath), classname, name, entries, self.run_id)
         except OSError:
             pass  # the verdicts shown here carry the divergence all the same
 
@@ -264,8 +270,9 @@ class RankRecords:
         self.count_failure(item, shown)
 
     def count_failure(self, item: pytest.Item, shown: list[pytest.TestReport]) -> None:
-        """-x and --maxfail count tests failed on any rank, so every rank stops together."""
-        if not any(r.failed and not hasattr(r, "wasxfail") for r in shown):
+        """-x and --maxfail count tests failed on any rank, so every rank stops together
+        (a test not run is no failure of its own)."""
+        if not any(r.failed and not hasattr(r, "wasxfail") and not _not_run(r) for r in shown):
             return
         self._tests_failed += 1
         item.session.testsfailed += 1

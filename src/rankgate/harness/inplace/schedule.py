@@ -92,3 +92,96 @@ def plan(
     for j, item in enumerate(plain):
         out.append((item, Share((j % n,), PLAIN_PHASE, 0, False)))
     return out
+
+
+class Schedule:
+    """This run's plan as one rank reads it: which ranks run each test, its place in the
+    run, its name in store keys, and what a test's fixtures see of its world.
+
+    Made empty with the session; :meth:`make` fills it once every rank collected the same
+    tests. Plain data: it touches no store and no process group.
+    """
+
+    def __init__(self, rank: int, world_size: int) -> None:
+        self.rank, self.world_size = rank, world_size
+        self.index: dict[str, int] = {}
+        """Each test's place in the run, alike on every rank."""
+        self.shares: dict[str, Share] = {}
+        self.planned: list[tuple[pytest.Item, Share]] = []
+        """Every rank's tests in run order, each with its share (the plan file's)."""
+        self.run_tests = 0
+        """How many tests the run has, over every rank's share."""
+        self.longest_timeout = 0.0
+        """Of the run's tests: how long a peer may still be in one."""
+
+    def make(
+        self,
+        items: list[pytest.Item],
+        skip_reason: Callable[[pytest.Item], str | None],
+        timeout_of: Callable[[pytest.Item], float],
+    ) -> list[pytest.Item]:
+        """Plan the run's ``items`` (``plan``); returns this rank's share, in run order."""
+        planned = self.planned = plan(items, self.world_size, skip_reason)
+        self.index = {item.nodeid: i for i, (item, _) in enumerate(planned)}
+        self.shares = {item.nodeid: share for item, share in planned}
+        self.run_tests = len(planned)
+        self.longest_timeout = max((timeout_of(item) for item, _ in planned), default=0.0)
+        return [item for item, share in planned if self.rank in share.ranks]
+
+    def in_run(self, nodeid: str) -> bool:
+        return nodeid in self.index
+
+    def place(self, nodeid: str) -> int:
+        """A test's place in the run (-1 outside it): the others' tests are named in order."""
+        return self.index.get(nodeid, -1)
+
+    def store_key(self, nodeid: str, attempt: int = 1) -> int | str | None:
+        """The test's name in store keys (``t<key>/...``): its index in the run, and from
+        its second attempt on the attempt too, so no attempt reads an earlier one's
+        outcomes (None for a test outside the run's list)."""
+        index = self.index.get(nodeid)
+        if index is None or attempt == 1:
+            return index
+        return f"{index}.{attempt}"
+
+    def share_of(self, nodeid: str) -> Share | None:
+        return self.shares.get(nodeid)
+
+    def ranks_of(self, nodeid: str) -> tuple[int, ...]:
+        """The global ranks that run the test (every rank, for a test outside the plan)."""
+        share = self.shares.get(nodeid)
+        return tuple(range(self.world_size)) if share is None else share.ranks
+
+    def first_to_run(self, nodeid: str) -> bool:
+        """This rank is the first of the test's ranks: it speaks for them at the end."""
+        return self.ranks_of(nodeid)[0] == self.rank
+
+    def rank_in_test(self, nodeid: str) -> int:
+        """The ``rank`` fixture: a world test's rank in its (sub-)world; 0 in a plain test
+        shared out to one rank, as in the pool; the global rank in an every_rank test."""
+        share = self.shares.get(nodeid)
+        if share is not None and share.plain:
+            return 0
+        if share is None or not share.world_test:
+            return self.rank
+        return share.local_rank(self.rank)
+
+    def world_in_test(self, nodeid: str) -> int:
+        """The ``world_size`` fixture: a world test's (sub-)world size; 1 in a plain test
+        shared out to one rank, as in the pool; the launched size in an every_rank test."""
+        share = self.shares.get(nodeid)
+        if share is not None and share.plain:
+            return 1
+        if share is None or not share.world_test:
+            return self.world_size
+        return len(share.ranks)
+
+    def every_rank_hint(self, nodeid: str, entries=None, in_collective: bool = False) -> str:
+        """``EVERY_RANK_HINT`` for a plain test shared out to one rank that used the
+        default group (its ledger ``entries`` name it, or it hung or failed
+        ``in_collective``, as any collective does there: it has no group), else ''."""
+        share = self.shares.get(nodeid)
+        if share is None or not share.plain:
+            return ""
+        used = any(e.get("group") in ("world", "p2p:world") for e in entries or ())
+        return EVERY_RANK_HINT if used or in_collective else ""

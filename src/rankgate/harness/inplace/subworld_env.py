@@ -23,7 +23,8 @@ import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-SUBWORLD, LAUNCHER = "subworld", "launcher"
+from rankgate.harness.options import LAUNCHER, SUBWORLD
+
 """The values of ini ``rankgate_subworld_local_rank``: what LOCAL_RANK counts in a sub-world."""
 
 AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"
@@ -144,15 +145,3 @@ def apply(values: Mapping[str, str | None]) -> None:
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
-
-
-def local_rank_setting(raw: str) -> str:
-    """ini ``rankgate_subworld_local_rank``'s value; ValueError naming the choices."""
-    value = (raw or SUBWORLD).strip()
-    if value not in (SUBWORLD, LAUNCHER):
-        raise ValueError(
-            f"ini option rankgate_subworld_local_rank = {raw!r}: set {SUBWORLD} (LOCAL_RANK "
-            f"counts a sub-world's ranks on its host; the default) or {LAUNCHER} (each rank "
-            "keeps its launcher's LOCAL_RANK and GPU)"
-        )
-    return value

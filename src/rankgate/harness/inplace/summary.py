@@ -9,7 +9,12 @@ from typing import NamedTuple
 import pytest
 
 from rankgate.harness import verdict_lines
-from rankgate.harness.inplace.verdict import DISAGREE_PREFIX
+from rankgate.harness.inplace.verdict import (
+    DISAGREE_PREFIX,
+    Judged,
+    Results,
+    cross_rank_problem,
+)
 from rankgate.harness.verdict_lines import NOT_RUN_PREFIX
 from rankgate.launch.env import LaunchEnv
 
@@ -22,15 +27,50 @@ class Problem(NamedTuple):
     text: str
 
 
-def write_end(
-    tr,
-    config: pytest.Config,
-    launch: LaunchEnv,
-    problems: list[Problem],
-    failed_tests: list[tuple[str, list[int]]],
-) -> None:
+class RunNotes:
+    """What the run's end says beyond pytest's own summary, noted as the run goes."""
+
+    def __init__(self) -> None:
+        self.problems: list[Problem] = []
+        self.failed_tests: list[tuple[str, list[int]]] = []
+        """Each failed test's node id and the ranks that failed it."""
+        self.lines: dict[str, str] = {}
+        """A failed test's verdict in one line, as merge-junit words it: a rank that did
+        not run the test names it so."""
+
+    def add(self, nodeid: str, text: str) -> None:
+        """A problem to name at the end (no node id: why another rank stopped the run)."""
+        self.problems.append(Problem(nodeid, text))
+
+    def add_failed(self, nodeid: str, ranks: list[int]) -> None:
+        self.failed_tests.append((nodeid, ranks))
+
+    def note_verdict(self, nodeid: str, judged: Judged) -> None:
+        """The ranks that failed a test, and what the other ranks add to its verdict."""
+        if judged.failed:
+            self.add_failed(nodeid, judged.failed)
+            # as a rank outside the test words it: every rank that failed it is another's
+            said = cross_rank_problem(judged.everyone, rank=-1) or ""
+            self.lines[nodeid] = said.split("\n", 1)[0]
+        if judged.problem is not None:
+            self.add(nodeid, judged.problem)
+
+    def note_attempts(self, nodeid: str, everyone: Results, own) -> None:
+        """A flaky test failed by policy fails on every rank: the last line counts it."""
+        if any(r.failed for r in own) and not any(
+            res.outcome in ("failed", "error") for res in everyone.values()
+        ):
+            self.add_failed(nodeid, list(everyone))
+
+    def a_peer_stopped_the_run(self) -> bool:
+        """A problem without a test: another rank stopped the run."""
+        return any(not p.nodeid for p in self.problems)
+
+
+def write_end(tr, config: pytest.Config, launch: LaunchEnv, notes: RunNotes) -> None:
     """The failures on other ranks (each rank's terminal shows its own), then the
-    torchrun line. ``failed_tests``: each failed test's node id and the ranks it failed on."""
+    torchrun line."""
+    problems, failed_tests = notes.problems, notes.failed_tests
     if problems:
         tr.section("rankgate: failures on other ranks", sep="=", red=True, bold=True)
     for nodeid, text in problems:

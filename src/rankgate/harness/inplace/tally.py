@@ -15,11 +15,12 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 import pytest
 
 from rankgate.harness.inplace import control
+from rankgate.harness.inplace.schedule import Schedule
 from rankgate.harness.verdict import disagreement_status
 
 TALLY_WAIT_STEP_S = 0.05
@@ -32,14 +33,6 @@ TALLY_PLUGIN = "rankgate-inplace-tally"
 
 def tally_key(rank: int) -> str:
     return f"tally/{rank}"
-
-
-class RunPlan(Protocol):
-    """What the tally asks of the run's plan (the session's)."""
-
-    index: dict[str, int]
-
-    def ranks_of(self, nodeid: str) -> tuple[int, ...]: ...
 
 
 class Shown(NamedTuple):
@@ -68,7 +61,7 @@ class RunTally:
         rank: int,
         channel: control.ControlChannel,
         *,
-        plan: RunPlan,
+        plan: Schedule,
     ) -> None:
         self.config, self.rank, self.control, self.plan = config, rank, channel, plan
         self.mine: dict[str, list[Shown]] = {}
@@ -81,16 +74,12 @@ class RunTally:
         stats: a stop's summary comes from the signal watch's thread, maybe while the main
         thread prints the session's, and pytest's sections read each entry as a report."""
 
-    def _place(self, nodeid: str) -> int:
-        """A test's place in the run: the others' tests are named in that order."""
-        return self.plan.index.get(nodeid, -1)
-
     def pytest_report_teststatus(self, report: pytest.TestReport):
         """A report whose ranks disagree, in the terminal's words (as the pool's)."""
         return disagreement_status(report)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.nodeid in self.plan.index:  # what this rank's terminal counts of the run
+        if self.plan.in_run(report.nodeid):  # what this rank's terminal counts of the run
             self.note(report)
 
     def note(self, report: pytest.TestReport) -> None:
@@ -126,7 +115,7 @@ class RunTally:
             told = {r: self.control.peek(tally_key(r)) or {} for r in others}
         except Exception:
             return  # the store is gone: this rank's line counts its share
-        for nodeid in sorted({n for tally in told.values() for n in tally}, key=self._place):
+        for nodeid in sorted({n for tally in told.values() for n in tally}, key=self.plan.place):
             ranks = self.plan.ranks_of(nodeid)
             if self.rank not in ranks:
                 first = next(r for r in ranks if nodeid in told.get(r, {}))

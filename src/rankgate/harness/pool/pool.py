@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rankgate.harness import divergence, ledger, locks
+from rankgate.harness import divergence, locks
 from rankgate.harness.item_settings import collective_timeout
 from rankgate.harness.outcome import BAD, OutcomeKind, RankOutcome
 from rankgate.harness.output import read_clipped
-from rankgate.harness.pool import ledgerdump, messages
+from rankgate.harness.pool import hungstacks, ledgerdump, messages
 from rankgate.harness.pool.gpus import xdist_slot
 from rankgate.harness.pool.readiness import Readiness
 
@@ -32,8 +32,6 @@ from rankgate.harness.pool.readiness import Readiness
 # closed socket) or wait forever in a collective the failed rank never joined;
 # wait this long for them, then dump their stacks and kill the pool.
 FAILURE_GRACE_S = 3.0
-# Time for faulthandler to write every rank's stacks after the stack signal.
-STACK_DUMP_WAIT_S = 0.5
 SHUTDOWN_WAIT_S = 3.0
 # One wait on the ranks' pipes at most this long (the loop goes on until the deadline):
 # select() and poll() overflow on timeouts of weeks.
@@ -52,6 +50,16 @@ def _fork_context():
             ["torch", "torch.distributed", "rankgate.harness.pool.worker"]
         )
     return _context
+
+
+def start_fork_server_early() -> None:
+    """Start the fork server now, without waiting: its ``import torch`` (a second or two)
+    then runs beside collection and the plain tests before the first world test, on
+    another core, instead of in front of the first pool."""
+    from multiprocessing import forkserver
+
+    _fork_context()
+    forkserver.ensure_running()
 
 
 def threads_per_rank(world: int, cores: int | None = None, workers: int | None = None) -> int:
@@ -312,14 +320,31 @@ class Pool:
 
     def _run(self, task: messages.TestTask, timeout: float, what: str) -> list[RankOutcome]:
         task = dataclasses.replace(task, collective_timeout=collective_timeout(timeout))
+        self._send(task)
+        outcomes, pending, why_stopped = self._await_outcomes(task.test_id, timeout, what)
+        self._look_into_failures(outcomes, pending, why_stopped, task.test_id)
+        for r in self.ranks:
+            outcome = outcomes[r.rank]
+            outcome.stdout = read_clipped(r.stdout, r.offsets[0])
+            # The stack dump follows the test's own stderr; it is shown once, as the stack.
+            outcome.stderr = read_clipped(r.stderr, r.offsets[1], r.stderr_end)
+        return [outcomes[r.rank] for r in self.ranks]
+
+    def _send(self, task: messages.TestTask) -> None:
         payload = messages.encode(messages.RUN, task=task)
-        test_id = task.test_id
         for r in self.ranks:
             r.offsets = (_size(r.stdout), _size(r.stderr))
             r.stderr_end = None
         for r in self.ranks:  # back to back: the ranks start the test as close together as can be
             r.conn.send_bytes(payload)
         self.tests_run += 1
+
+    def _await_outcomes(
+        self, test_id: str, timeout: float, what: str
+    ) -> tuple[dict[int, RankOutcome], dict[int, _Rank], str]:
+        """Each rank's outcome as it comes, until all came or the deadline (cut short to
+        a grace period after a rank failed or crashed): (outcomes, the ranks still
+        running, why they were stopped)."""
         outcomes: dict[int, RankOutcome] = {}
         deadline = time.monotonic() + timeout
         why_stopped = f"did not finish within {what} of {timeout:g} s"
@@ -332,19 +357,31 @@ class Pool:
             ready = waiting.wait(min(remaining, WAIT_SLICE_S))
             for r in list(pending.values()):
                 outcome = self._collect(r, ready, test_id)
-                if outcome is not None:
-                    outcomes[r.rank] = outcome
-                    del pending[r.rank]
-                    # its answer is in: its pipe and sentinel are waited on no more
-                    waiting.remove(r.conn)
-                    waiting.remove(r.process.sentinel)
-                    grace_end = time.monotonic() + FAILURE_GRACE_S
-                    if outcome.outcome in ("crashed", "failed") and grace_end < deadline:
-                        deadline = grace_end
-                        why_stopped = (
-                            f"still running {FAILURE_GRACE_S:g} s after rank {r.rank} "
-                            f"{outcome.outcome}; stopped"
-                        )
+                if outcome is None:
+                    continue
+                outcomes[r.rank] = outcome
+                del pending[r.rank]
+                # its answer is in: its pipe and sentinel are waited on no more
+                waiting.remove(r.conn)
+                waiting.remove(r.process.sentinel)
+                grace_end = time.monotonic() + FAILURE_GRACE_S
+                if outcome.outcome in ("crashed", "failed") and grace_end < deadline:
+                    deadline = grace_end
+                    why_stopped = (
+                        f"still running {FAILURE_GRACE_S:g} s after rank {r.rank} "
+                        f"{outcome.outcome}; stopped"
+                    )
+        return outcomes, pending, why_stopped
+
+    def _look_into_failures(
+        self,
+        outcomes: dict[int, RankOutcome],
+        pending: dict[int, _Rank],
+        why_stopped: str,
+        test_id: str,
+    ) -> None:
+        """After a bad or diverging test: the ranks' ledgers, the hung ranks' stacks and
+        the locks they held; the pool is killed when it cannot run another test."""
         held, hung_pids = [], [r.process.pid for r in pending.values()]
         bad = bool(pending) or any(o.outcome in BAD for o in outcomes.values())
         # Ranks that passed but issued different collectives (their digests differ) fail.
@@ -359,7 +396,7 @@ class Pool:
             ledgers = ledgerdump.collect(self.directory, alive)
         if pending:
             held = locks.survey(hung_pids)  # before the kill: what the hung ranks hold
-            self._dump_stacks(pending.values(), outcomes, why_stopped, test_id)
+            outcomes.update(hungstacks.dump(pending.values(), why_stopped, test_id))
         for rank, entries in ledgers.items():
             if entries is not None:  # None: that rank keeps no ledger
                 outcomes[rank].ledger = entries
@@ -370,12 +407,6 @@ class Pool:
         for outcome in outcomes.values():
             if note and outcome.outcome == OutcomeKind.HUNG:
                 outcome.detail = f"{outcome.detail}\n{note}"
-        for r in self.ranks:
-            outcome = outcomes[r.rank]
-            outcome.stdout = read_clipped(r.stdout, r.offsets[0])
-            # The stack dump follows the test's own stderr; it is shown once, as the stack.
-            outcome.stderr = read_clipped(r.stderr, r.offsets[1], r.stderr_end)
-        return [outcomes[r.rank] for r in self.ranks]
 
     def _collect(self, r: _Rank, ready: list, test_id: str) -> RankOutcome | None:
         if r.conn in ready:
@@ -415,49 +446,6 @@ class Pool:
                     detail=describe_exit(r.process),
                 )
         return None
-
-    def _dump_stacks(self, hung, outcomes: dict[int, RankOutcome], why: str, test_id: str) -> None:
-        hung = list(hung)
-        before = {r.rank: _size(r.stderr) for r in hung}
-        for r in hung:
-            r.stderr_end = before[r.rank]
-        for r in hung:
-            try:
-                os.kill(r.process.pid, messages.STACK_SIGNAL)
-            except ProcessLookupError:
-                pass
-        time.sleep(STACK_DUMP_WAIT_S)
-        for r in hung:
-            outcomes[r.rank] = RankOutcome(
-                rank=r.rank,
-                test_id=test_id,
-                outcome=OutcomeKind.HUNG,
-                detail=why,
-                stack=trim_harness_frames(read_clipped(r.stderr, before[r.rank])),
-            )
-
-
-# The worker's file as a stack names it (".../rankgate/harness/pool/worker.py"), from
-# where this module is, so a move of either keeps the frames found.
-_WORKER_FILE = "/".join(Path(__file__).with_name("worker.py").parts[-4:])
-_LEDGER_FILE = "/".join(Path(__file__).with_name("ledgerdump.py").parts[-4:])
-
-
-def trim_harness_frames(stack: str) -> str:
-    """Drop the worker's and multiprocessing's frames under the test's own frames, and the
-    ledger's wrapper between torch's collective and the test."""
-    kept, skipping = [], False
-    for line in ledger.without_wrapper_frames(stack.splitlines()):
-        if not line.startswith('  File "'):
-            skipping = False
-        elif skipping:
-            continue
-        elif _WORKER_FILE in line or _LEDGER_FILE in line:
-            skipping = True
-            kept.append("  (rankgate worker frames omitted)")
-            continue
-        kept.append(line)
-    return "\n".join(kept) + "\n"
 
 
 def describe_exit(process) -> str:

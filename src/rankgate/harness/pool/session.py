@@ -18,7 +18,6 @@ import shlex
 import shutil
 import signal
 import tempfile
-import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +45,7 @@ from rankgate.harness.item_settings import (
 )
 from rankgate.harness.outcome import RankOutcome
 from rankgate.harness.output import JUNIT_LIMIT, clip_text
-from rankgate.harness.pool import classstate, rankwarnings
+from rankgate.harness.pool import classstate, rankwarnings, stopsignals
 from rankgate.harness.pool.gpulease import GpuHeldTooLong, GpuLease
 from rankgate.harness.pool.gpus import gpu_block, visible_gpu_count, xdist_slot
 from rankgate.harness.pool.item_to_task import FixtureCrossingError, build_task, is_unittest
@@ -57,9 +56,11 @@ from rankgate.harness.pool.pool import (
     PoolProtocolError,
     PoolSettings,
     PoolStartError,
+    start_fork_server_early,
 )
 from rankgate.harness.pool.registry import PoolRegistry
 from rankgate.harness.pool.reruns import attempt_of, every_attempt_text
+from rankgate.harness.pool.xdist_ranks import rank_budget_of_worker
 from rankgate.harness.spec import resolve_backend, uses_gpus
 from rankgate.harness.verdict import (
     StrayOutcome,
@@ -127,7 +128,7 @@ class PoolSession:
         self.flaky_policy = options.flaky_policy(config)
         self._registry: PoolRegistry | None = None
         self._base_dir: Path | None = None
-        self._previous_handlers = _end_the_session_on_stop_signals()
+        self._previous_handlers = stopsignals.end_the_session_on_stop_signals()
         self._gpus: tuple[str, ...] | None = None
         self._class_baselines: dict[type, dict] = {}
         self._setups: dict[int, tuple[Pool, set[str]]] = {}  # adopted set-ups each pool ran
@@ -138,7 +139,8 @@ class PoolSession:
             # mkdtemp per pytest process: xdist workers never share pool directories.
             self._base_dir = Path(tempfile.mkdtemp(prefix="rankgate-pools-"))
             settings = pool_settings(self.config)
-            self._registry = PoolRegistry(self._base_dir, settings)
+            budget = rank_budget_of_worker(self.config)
+            self._registry = PoolRegistry(self._base_dir, settings, budget)
         return self._registry
 
     def gpus(self) -> tuple[str, ...]:
@@ -172,6 +174,11 @@ class PoolSession:
             cls = getattr(item, "cls", None)
             if cls is not None and SPEC_KEY in item.stash and cls not in self._class_baselines:
                 self._class_baselines[cls] = classstate.class_baseline(cls)
+        # Under xdist a worker learns which tests it runs only as they come.
+        in_xdist_worker = hasattr(self.config, "workerinput")
+        runs_tests = not in_xdist_worker and not self.config.option.collectonly
+        if runs_tests and any(SPEC_KEY in item.stash for item in session.items):
+            start_fork_server_early()
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_setup(self, item: pytest.Item):
@@ -180,23 +187,18 @@ class PoolSession:
             skip_at_test(EVERY_RANK_WITHOUT_LAUNCHER)
         if spec is None:
             return (yield)
-        gpus = self.gpus() if spec.backend != "gloo" else ()
-        backend = resolve_backend(spec.backend, spec.size, len(gpus))
-        if uses_gpus(backend) and len(gpus) < spec.size:
+        key = self._pool_key(spec)
+        if uses_gpus(key.backend) and not key.gpus:
             skip_at_test(
                 f"world({spec.size}, backend='nccl') needs {spec.size} GPUs; "
-                f"{len(gpus)} visible here"
+                f"{len(self.gpus())} visible here"
             )
         run = WorldRun(
             world=spec.size,
-            backend=backend,
+            backend=key.backend,
             seed=seed_for_test(self.base_seed, item.nodeid),
             base_seed=self.base_seed,
-            key=PoolKey(
-                world=spec.size,
-                backend=backend,
-                gpus=self.pool_gpus(gpus, spec.size) if uses_gpus(backend) else (),
-            ),
+            key=key,
         )
         item.stash[RUN_KEY] = run
         if run.key.gpus:
@@ -217,6 +219,17 @@ class PoolSession:
             return result
         run.task = build_task(item, run.seed, pool, baseline)  # FixtureCrossingError: setup error
         return result
+
+    def _pool_key(self, spec) -> PoolKey:
+        """The pool a world test runs on (no GPUs where it needs more than are visible)."""
+        gpus = self.gpus() if spec.backend != "gloo" else ()
+        backend = resolve_backend(spec.backend, spec.size, len(gpus))
+        on_gpus = uses_gpus(backend) and len(gpus) >= spec.size
+        return PoolKey(
+            world=spec.size,
+            backend=backend,
+            gpus=self.pool_gpus(gpus, spec.size) if on_gpus else (),
+        )
 
     def _lease_allowance(self, item: pytest.Item) -> float:
         """How long this test may hold its GPUs: every attempt's pool start and timeout."""
@@ -242,13 +255,17 @@ class PoolSession:
         return on_the_ranks
 
     @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_teardown(self, item: pytest.Item):
+    def pytest_runtest_teardown(self, item: pytest.Item, nextitem: pytest.Item | None):
         try:
             return (yield)
         finally:
             lease = item.stash.get(LEASE_KEY, None)
             if lease is not None:
                 lease.release()
+            if RUN_KEY in item.stash and self._registry is not None:
+                # Under a rank budget the pool the next test needs is kept; others may go.
+                spec = nextitem.stash.get(SPEC_KEY, None) if nextitem is not None else None
+                self._registry.release(keep=self._pool_key(spec) if spec else None)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function):
@@ -393,37 +410,6 @@ class PoolSession:
         if self._base_dir is not None:
             shutil.rmtree(self._base_dir, ignore_errors=True)
             self._base_dir = None
-
-
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-
-
-def _end_the_session_on_stop_signals() -> dict:
-    """SIGTERM or SIGHUP (a CI cancel, a gate stopping its stage) end the session as
-    Ctrl-C does, so the pools end and their folder goes, instead of the process dying
-    with them left behind. Signals someone else handles are left to them."""
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-    _session_pid[0] = os.getpid()
-    previous = {}
-    for signum in STOP_SIGNALS:
-        if signal.getsignal(signum) is signal.SIG_DFL:
-            previous[signum] = signal.signal(signum, _stop_the_session)
-    return previous
-
-
-_session_pid = [0]
-"""The pytest process whose session the stop signals end."""
-
-
-def _stop_the_session(signum, frame) -> None:
-    signal.signal(signum, signal.SIG_DFL)  # a second one ends the process at once
-    if os.getpid() != _session_pid[0]:
-        # A process forked from pytest's (a project's own launcher, in a test rankgate did
-        # not adopt) inherited the handler: the signal ends it as it would have.
-        os.kill(os.getpid(), signum)
-        return
-    pytest.exit(f"rankgate: received {signal.Signals(signum).name}", returncode=128 + signum)
 
 
 def _warn_of_returned_values(nodeid: str, outcomes: list[RankOutcome]) -> None:

@@ -39,7 +39,7 @@ class ShardPlugin:
         self.store_to = store_to
         self.records = records or store_to is not None
         """Times are recorded: by the writer, and in place by every rank (rank 0 learns
-        at the end the times of the tests other ranks ran, ``inplace/shares.py``)."""
+        at the end the times of the tests other ranks ran, ``inplace/ending.py``)."""
         self.times: dict[str, float] = defaultdict(float)
         self.split: Split | None = None
         self.kept = 0

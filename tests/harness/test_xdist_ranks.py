@@ -1,0 +1,154 @@
+"""Pools under pytest-xdist: one rank budget for every worker, world sizes kept together.
+
+Each world test counts, from /proc, the rank processes of its whole run that are alive
+while it runs (every worker's), so the budget is checked from outside the ledger that
+keeps it.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+
+import pytest
+
+pytestmark = [pytest.mark.dist, pytest.mark.slow]  # pytest runs of their own
+
+COUNT_RANKS = """
+import os
+from pathlib import Path
+
+import pytest
+import torch.distributed as dist
+
+
+def _processes():
+    run = b"PYTEST_XDIST_TESTRUNUID=" + os.environ["PYTEST_XDIST_TESTRUNUID"].encode()
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\\0")
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            stat = Path(f"/proc/{pid}/stat").read_bytes()
+        except OSError:
+            continue
+        if run in environ:
+            found[int(pid)] = (int(stat[stat.rindex(b")") + 2:].split()[1]), cmdline)
+    return found
+
+
+def live_ranks():
+    # A rank is forked by its worker's fork server (and has its command line); the
+    # fork server was started by the worker.
+    found = _processes()
+    forked = {p for p, (_, cmd) in found.items() if b"multiprocessing.forkserver" in cmd}
+    return sum(1 for p in forked if found[p][0] in forked)
+
+
+def record(out, name, rank, world):
+    dist.barrier()  # every rank of this world is up
+    if rank == 0:
+        (out / name).write_text(f"{world} {live_ranks()}")
+    dist.barrier()
+
+
+@pytest.fixture
+def counts(tmp_path_factory):
+    out = tmp_path_factory.getbasetemp().parent / "counts"
+    out.mkdir(exist_ok=True)
+    return out
+"""
+
+
+def _counts(base) -> dict[str, tuple[int, int]]:
+    """Each world test's (world, live ranks of the run while it ran)."""
+    return {f.name: tuple(map(int, f.read_text().split())) for f in (base / "counts").iterdir()}
+
+
+def _workers_by_test(result) -> dict[str, str]:
+    return dict(
+        (m.group(2), m.group(1))
+        for m in re.finditer(r"\[(gw\d)\] .*?PASSED \S+::(\S+)", result.stdout.str())
+    )
+
+
+def test_each_world_size_runs_on_one_worker_and_the_ranks_stay_in_the_budget(pytester):
+    pytester.makepyfile(
+        conftest=COUNT_RANKS,
+        test_mix=textwrap.dedent(
+            """
+            import pytest
+            from conftest import record
+
+            @pytest.mark.world(1)
+            @pytest.mark.parametrize("i", range(3))
+            def test_w1(i, rank, counts):
+                record(counts, f"w1-{i}", rank, 1)
+
+            @pytest.mark.world(2)
+            @pytest.mark.parametrize("i", range(3))
+            def test_w2(i, rank, counts):
+                record(counts, f"w2-{i}", rank, 2)
+
+            @pytest.mark.world(3)
+            @pytest.mark.parametrize("i", range(2))
+            def test_w3(i, rank, counts):
+                record(counts, f"w3-{i}", rank, 3)
+
+            @pytest.mark.parametrize("i", range(4))
+            def test_plain(i):
+                pass
+            """
+        ),
+    )
+    base = pytester.path / "bt"
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-p", "no:randomly", "-v", "-n", "2",
+        "--rankgate-max-ranks=2", "--basetemp", str(base), timeout=300,
+    )  # fmt: skip
+    result.assert_outcomes(passed=12)
+    result.stdout.fnmatch_lines(
+        [
+            "rankgate: -n 2: the workers' pools hold at most 2 rank processes at once*",
+            "rankgate: the workers' pools held at most [123] rank processes at once (budget 2)",
+        ]
+    )
+    counts = _counts(base)
+    assert len(counts) == 8
+    for test, (world, live) in counts.items():
+        assert world <= live <= max(2, world), (test, world, live)
+    workers = _workers_by_test(result)
+    for size in ("w1", "w2", "w3"):
+        ran_on = {w for t, w in workers.items() if t.startswith(f"test_{size}[")}
+        assert len(ran_on) == 1, (size, workers)
+
+
+def test_a_worker_waiting_for_ranks_gets_another_workers_idle_pool(pytester):
+    # loadfile sends each file to one worker: both need a world(2) pool, and a budget
+    # of 2 ranks holds one. The first worker's last test is held back by xdist until the
+    # run ends, so its pool is given back while idle, or the run would never end.
+    body = """
+        import pytest
+        from conftest import record
+
+        @pytest.mark.world(2)
+        @pytest.mark.parametrize("i", range(3))
+        def test_w2(i, rank, counts):
+            record(counts, f"{__name__}-{i}", rank, 2)
+        """
+    pytester.makepyfile(
+        conftest=COUNT_RANKS,
+        test_one=textwrap.dedent(body),
+        test_two=textwrap.dedent(body.replace("test_w2", "test_w2_again")),
+    )
+    base = pytester.path / "bt"
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-p", "no:randomly", "-v", "-n", "2", "--dist", "loadfile",
+        "--rankgate-max-ranks=2", "--basetemp", str(base), timeout=300,
+    )  # fmt: skip
+    result.assert_outcomes(passed=6)
+    counts = _counts(base)
+    assert len(counts) == 6
+    assert {live for _, live in counts.values()} == {2}, counts
+    workers = _workers_by_test(result)
+    assert len(set(workers.values())) == 2, workers  # both workers ran world(2) tests
