@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rankgate.errors import RankgateError
 from rankgate.harness import divergence, leaks, verdict_lines
 from rankgate.harness.outcome import BAD, OutcomeKind, RankOutcome
 from rankgate.harness.stacks import where as stack_where
@@ -25,7 +26,7 @@ def disagreement_status(report) -> tuple[str, str, str] | None:
     return None
 
 
-class StrayOutcome(RuntimeError):
+class StrayOutcome(RankgateError, RuntimeError):
     """An outcome of another test than the one being judged (a harness bug)."""
 
 

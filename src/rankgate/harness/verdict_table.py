@@ -33,6 +33,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from rankgate.errors import RankgateError
+
 RANK_OUTCOMES = (
     "passed",
     "failed",
@@ -61,7 +63,7 @@ GREEN = frozenset({"passed", "skipped", "xfailed", "xpassed"})
 """Verdicts that leave a run green."""
 
 
-class UnknownOutcome(ValueError):
+class UnknownOutcome(RankgateError, ValueError):
     """A rank's outcome that is not one of RANK_OUTCOMES (a harness bug)."""
 
 

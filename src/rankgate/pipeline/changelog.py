@@ -19,6 +19,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from rankgate.errors import RankgateError
 from rankgate.pipeline.distfiles import DistProblem, version
 
 CHANGELOG = "CHANGELOG.md"
@@ -26,7 +27,7 @@ UNRELEASED = "Unreleased"
 _HEADING = re.compile(r"^## (?P<name>\S+)(?: - (?P<date>\d{4}-\d{2}-\d{2}))?\s*$")
 
 
-class ChangelogProblem(Exception):
+class ChangelogProblem(RankgateError, Exception):
     """CHANGELOG.md or the tag cannot give a release its notes."""
 
 

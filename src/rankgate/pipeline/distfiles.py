@@ -26,6 +26,7 @@ import tarfile
 import zipfile
 from pathlib import Path
 
+from rankgate.errors import RankgateError
 from rankgate.proc import command
 
 PACKAGE = "rankgate"
@@ -39,7 +40,7 @@ SHOWN = 20
 """How many missing files a failure names before it counts the rest."""
 
 
-class DistProblem(Exception):
+class DistProblem(RankgateError, Exception):
     """The sdist or the wheel is not what the checkout says it must be."""
 
 

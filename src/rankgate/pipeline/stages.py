@@ -125,6 +125,8 @@ _JUNIT_MERGE = (
     "src/rankgate/report/runs.py",  # which run's per-rank files a merge reads
     "src/rankgate/report/junitfile.py",
     "src/rankgate/report/rankresults.py",
+    "src/rankgate/report/mergedtest.py",  # one test's merged verdict
+    "src/rankgate/report/mergedxml.py",  # the merged JUnit file
     "src/rankgate/cliargs.py",
 )
 # The report's tests run real ranks (a failing world test) and the executor, then open

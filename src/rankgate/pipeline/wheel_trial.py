@@ -29,6 +29,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from rankgate.errors import RankgateError
 from rankgate.proc import command
 
 PROJECT_TEST = """\
@@ -67,7 +68,7 @@ first process compiles what it imports and the later ones (ranks, pools) reuse i
 STEP_TIMEOUT_S = 600.0
 
 
-class TrialFailed(Exception):
+class TrialFailed(RankgateError, Exception):
     """A step did not do what a user of the wheel must see."""
 
 

@@ -88,9 +88,11 @@ def test_each_round_runs_judges_reruns_and_records(tmp_path):
     assert "rankgate.attempts" in junit["test_fails"][1]
     assert {"rankgate.attempts", "rankgate.flaky"} <= junit["test_flaky"][1]
     assert "rankgate.attempts" not in junit["test_passes"][1]
-    # the round's results file goes once the JUnit file holds everything
+    # the round's results file goes once the JUnit file holds everything; the run's plan
+    # stays beside it (merge-junit names a test whose ranks left no file)
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         "junit.rank0.ledger",
+        "junit.rank0.plan",
         "junit.rank0.xml",
     ]
 

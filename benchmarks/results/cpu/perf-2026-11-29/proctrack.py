@@ -4,8 +4,13 @@ by kind, sampled from /proc every 50 ms.
 
     python proctrack.py [--json FILE] [--peak-ranks] -- COMMAND ...
 """
-import json, os, subprocess, sys, time
+import json
+import os
+import subprocess
+import sys
+import time
 from collections import Counter
+from pathlib import Path
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -19,7 +24,8 @@ def stat(pid):
     except OSError:
         return None
     rest = raw[raw.rindex(b")") + 2:].split()
-    ppid = int(rest[1]); cpu = (int(rest[11]) + int(rest[12])) / TICK
+    ppid = int(rest[1])
+    cpu = (int(rest[11]) + int(rest[12])) / TICK
     return ppid, cpu, cmd
 
 
@@ -65,7 +71,8 @@ def main():
             with open(f"{cg}/tasks", "w") as f:
                 f.write(str(os.getpid()))
     proc = subprocess.Popen(args, preexec_fn=into_cgroup)
-    seen = {proc.pid: {"kind": "root", "cmd": " ".join(args)[:200], "cpu": 0.0, "ppid": os.getpid()}}
+    root = {"kind": "root", "cmd": " ".join(args)[:200], "cpu": 0.0, "ppid": os.getpid()}
+    seen = {proc.pid: root}
     peak = Counter()
     while proc.poll() is None:
         live = Counter()
@@ -81,7 +88,8 @@ def main():
                 seen[pid]["cpu"] = cpu
                 seen[pid]["cmd"] = seen[pid]["cmd"] or cmd[:300]
             elif ppid in seen:
-                seen[pid] = {"kind": kind(cmd, seen[ppid]["kind"]), "cmd": cmd[:300], "cpu": cpu, "ppid": ppid}
+                what = kind(cmd, seen[ppid]["kind"])
+                seen[pid] = {"kind": what, "cmd": cmd[:300], "cpu": cpu, "ppid": ppid}
             else:
                 continue
             live[seen[pid]["kind"]] += 1
@@ -104,7 +112,7 @@ def main():
         e["cpu_s_sampled"] = round(e["cpu_s_sampled"] + p["cpu"], 2)
     report = {"rc": proc.returncode, "wall_s": round(wall, 2), "cpu_s": cpu_cg and round(cpu_cg, 2),
               "starts_by_kind": by, "peak_live_by_kind": dict(peak),
-              "load_after": open("/proc/loadavg").read().split()[:3]}
+              "load_after": Path("/proc/loadavg").read_text().split()[:3]}
     if out:
         with open(out, "w") as f:
             json.dump({**report, "processes": list(seen.values())}, f, indent=1)

@@ -14,7 +14,9 @@ from collections.abc import Callable
 
 import pytest
 
-from rankgate.harness import leaks, ledger
+from rankgate.errors import RankgateError
+from rankgate.harness import ledger
+from rankgate.harness.aftertest import AfterTestCheck
 from rankgate.harness.failure_repr import failure_repr
 from rankgate.harness.inplace import control, schedule
 from rankgate.harness.inplace.group import InPlaceGroup
@@ -49,7 +51,7 @@ def add_section(report: pytest.TestReport, title: str, text: str) -> None:
         report.longrepr += f"\n{text}"
 
 
-class AfterTestProblem(AssertionError):
+class AfterTestProblem(RankgateError, AssertionError):
     """A test that lost the process group or left processes running. Its report is its
     text alone: the frames of the hook that raised it say nothing of the test."""
 

@@ -17,6 +17,8 @@ import pickle
 import time
 from typing import Any
 
+from rankgate.errors import RankgateError
+
 POLL_S = 0.01
 """The longest sleep between looks at the store; the first looks come sooner."""
 ABORT_KEY = "abort"
@@ -26,7 +28,7 @@ class RunAborted(Exception):
     """A rank stopped the run (its test hung); ``args[0]`` says which and why."""
 
 
-class PeerLeft(Exception):
+class PeerLeft(RankgateError, Exception):
     """A peer finished the current test without reaching the step this rank waits in."""
 
 

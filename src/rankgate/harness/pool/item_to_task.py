@@ -16,13 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from rankgate.errors import RankgateError
 from rankgate.harness.item_settings import PRELUDE_KEY
 from rankgate.harness.pool import classstate, ranklogs, rankwarnings
 from rankgate.harness.pool.messages import TestTask
 from rankgate.harness.pool.pool import NOT_SENT, Pool, raw_environ_to_send
 
 
-class FixtureCrossingError(RuntimeError):
+class FixtureCrossingError(RankgateError, RuntimeError):
     """A fixture value (or a set-up's attribute) that cannot be sent into the ranks."""
 
 

@@ -10,6 +10,7 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any
 
+from rankgate.errors import RankgateError
 from rankgate.harness.pool.ranklogs import LogSettings
 
 STACK_SIGNAL = signal.SIGUSR1
@@ -99,7 +100,7 @@ class TestTask:
     """torch's default dtype in the controller (``float64`` when a conftest set it)."""
 
 
-class UnknownMessage(RuntimeError):
+class UnknownMessage(RankgateError, RuntimeError):
     """A message whose name the receiving side does not handle (a version skew or a bug)."""
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rankgate.errors import RankgateError
 from rankgate.harness import divergence, locks
 from rankgate.harness.item_settings import collective_timeout
 from rankgate.harness.outcome import BAD, OutcomeKind, RankOutcome
@@ -78,11 +79,11 @@ def threads_per_rank(world: int, cores: int | None = None, workers: int | None =
     return max(1, (cores or 1) // max(1, workers) // world)
 
 
-class PoolStartError(RuntimeError):
+class PoolStartError(RankgateError, RuntimeError):
     """The ranks could not be started or could not rendezvous."""
 
 
-class PoolProtocolError(RuntimeError):
+class PoolProtocolError(RankgateError, RuntimeError):
     """A rank answered for another test than the one it was sent (a harness bug)."""
 
 

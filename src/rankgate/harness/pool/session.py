@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from rankgate.errors import RankgateError
 from rankgate.harness import options, verdict_lines
 from rankgate.harness.adopt.config import DEFAULT_SETUP_TIMEOUT_S
 from rankgate.harness.attempts import (
@@ -80,11 +81,11 @@ LEASE_MARGIN_S = 300.0
 before a test waiting for them calls it stuck."""
 
 
-class RankFailure(AssertionError):
+class RankFailure(RankgateError, AssertionError):
     """Raised in the controller when any rank failed, crashed or hung."""
 
 
-class RankDisagreement(RuntimeError):
+class RankDisagreement(RankgateError, RuntimeError):
     """Ranks ended the same test differently (say one skipped, one passed)."""
 
 
