@@ -124,6 +124,10 @@ def test_in_place(folder):
         cwd=folder, capture_output=True, text=True,
     )  # fmt: skip
     assert merged.returncode == 1, merged.stdout + merged.stderr
+    assert merged.stdout.splitlines()[:2] == [
+        f"FAILED test_suite.py::test_a_leaves_a_thread: ranks 0, 1 failed; ranks 0, 1 {thread}",
+        f"FAILED test_suite.py::test_b_replaces_all_reduce: ranks 0, 1 failed; ranks 0, 1 {REPLACED}",
+    ]
     assert merged.stdout.splitlines()[-1] == (
         "rankgate merge-junit: 4 tests on ranks 0, 1 of world 2: 2 passed, 2 failed, 0 error, "
         "0 skipped, 0 xfailed, 0 xpassed, 0 not run"

@@ -181,7 +181,8 @@ def after_test_cause(texts: Mapping[int, str]) -> str:
         for line in text.splitlines():
             if _NAMED_AFTER_TEST.match(line):
                 phrase = line[len(AFTER_TEST) :].split(". ", 1)[0]
-                said.setdefault(phrase, []).append(rank)
+                if rank not in said.setdefault(phrase, []):
+                    said[phrase].append(rank)
     return "; ".join(f"{ranks(members)} {phrase}" for phrase, members in said.items())
 
 

@@ -184,7 +184,9 @@ def _message(
     failed = {r: res.time for r, res in results.items() if worded[r] == "failed"}
     line = verdict_lines.outcomes_line(worded, first=verdict_lines.first_failed(failed))
     if verdict in ("failed", "error"):
+        left = {r: f"{res.message}\n{res.text}" for r, res in results.items()}
         what = verdict_lines.with_cause(line, cause)
+        what = verdict_lines.with_cause(what, verdict_lines.after_test_cause(left))
         return f"ranks disagree: {what}" if disagree else what
     if verdict == "not run":  # a rank without it died before the run was stopped
         why = next((r for res in results.values() if (r := not_run_reason(res.message))), "")
