@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 LAUNCHED_AS = os.environ["LOCAL_RANK"]  # read at import: one host, so the global rank
+LAUNCHED_LOCAL_WORLD = int(os.environ["LOCAL_WORLD_SIZE"])  # the launcher's, at import
 NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
          "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
          "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT",
@@ -40,6 +41,13 @@ NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
 def note(name):
     seen = {n: os.environ.get(n) for n in NAMES}
     seen["cuda"] = torch.cuda.current_device() if torch.cuda.is_available() else None
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if not gpus:
+        seen["expected_cuda"] = None
+    elif gpus >= LAUNCHED_LOCAL_WORLD:
+        seen["expected_cuda"] = int(os.environ["LOCAL_RANK"])
+    else:
+        seen["expected_cuda"] = 0
     folder = os.environ["SUBWORLD_NOTES"]
     with open(os.path.join(folder, f"{name}.{LAUNCHED_AS}.json"), "w") as f:
         json.dump(seen, f)
@@ -144,7 +152,9 @@ def test_a_sub_world_on_ranks_2_3_looks_like_a_launch_of_its_own(run):
         assert mine["TORCHELASTIC_USE_AGENT_STORE"] is None
         for kept in ("TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "ROLE_NAME"):
             assert mine[kept] == launch[kept] is not None, kept
-        assert mine["cuda"] is None  # a CPU host: no current CUDA device
+        # the current CUDA device is cuda:LOCAL_RANK where each launched rank has a GPU;
+        # a host with fewer GPUs than ranks (or none) keeps torch's own
+        assert mine["cuda"] == mine["expected_cuda"]
     assert seen["w2_1.2"]["MASTER_PORT"] == seen["w2_1.3"]["MASTER_PORT"]
 
 
