@@ -18,6 +18,7 @@ LINE = re.compile(r"(comm(?: calibration)?:) (?:round (\d)/2  )?(\w+) (\d+ KiB) 
 
 
 @pytest.mark.dist
+@pytest.mark.launches  # bench comm starts gloo ranks of its own
 def test_one_line_per_size_and_backend_in_the_order_they_ran():
     cmd = [sys.executable, "-m", "rankgate.cli", "bench", "comm", "--cpu",
            "--backends", "gloo,auto", "--collectives", "all_reduce,send_recv",

@@ -13,7 +13,9 @@ import sys
 
 import pytest
 
-pytestmark = [pytest.mark.dist, pytest.mark.slow]
+# launches: each test starts rankgate's own ranks (a pool, or bench comm's gloo ranks),
+# which in place would rendezvous on the launcher's variables of every rank
+pytestmark = [pytest.mark.dist, pytest.mark.slow, pytest.mark.launches]
 
 
 def rankgate(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:

@@ -176,6 +176,7 @@ def bench(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.dist
 @pytest.mark.slow  # a rankgate bench run of its own
+@pytest.mark.launches  # its gloo ranks would rendezvous on the launcher's variables
 def test_bench_puts_nccl_tests_beside_gloo_in_every_output(tmp_path):
     stand_in(tmp_path / "nt", "all_reduce_perf")
     done = bench(tmp_path, "--nccl-tests", str(tmp_path / "nt"))
@@ -197,6 +198,7 @@ def test_bench_puts_nccl_tests_beside_gloo_in_every_output(tmp_path):
 
 @pytest.mark.dist
 @pytest.mark.slow  # a rankgate bench run of its own
+@pytest.mark.launches  # its gloo ranks would rendezvous on the launcher's variables
 def test_a_missing_binary_fails_the_command_but_the_bench_is_written(tmp_path):
     (tmp_path / "empty").mkdir()
     done = bench(tmp_path, "--nccl-tests", str(tmp_path / "empty"))
