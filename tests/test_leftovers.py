@@ -89,6 +89,7 @@ def test_all_reduce(rank):
 
 @pytest.mark.dist
 @pytest.mark.slow  # a pytest run of its own
+@pytest.mark.launches  # in place every rank would start it once more
 def test_the_pools_leave_nothing_behind(pytester):
     """The pools' folders go with the session, before the check looks; and no error is
     printed at exit (multiprocessing removes its own folder in the temp dir last)."""
@@ -111,6 +112,7 @@ def test_sleeps(rank, dist_tmp_path):
 
 @pytest.mark.dist
 @pytest.mark.slow  # a pytest run of its own
+@pytest.mark.launches  # in place every rank would start it once more
 def test_sigterm_ends_the_session_and_its_pools(tmp_path):
     """A CI cancel or a gate stopping its stage sends SIGTERM: the session ends as Ctrl-C
     ends it, and its pools' folder goes with it."""
@@ -186,6 +188,7 @@ def _torchrun_with_leftovers(tmp_path: Path, leak_on_rank: str = "") -> tuple:
 @pytest.mark.dist
 @pytest.mark.torch_dist
 @pytest.mark.slow  # starts torchrun
+@pytest.mark.launches  # in place every rank would start it once more
 def test_the_ranks_of_one_torchrun_share_one_temp_dir_and_rank_0_removes_it(tmp_path):
     """Per-rank temp dirs broke symmetric memory ("Failed to send fd") on two GPUs."""
     proc, parent, seen = _torchrun_with_leftovers(tmp_path)
@@ -200,6 +203,7 @@ def test_the_ranks_of_one_torchrun_share_one_temp_dir_and_rank_0_removes_it(tmp_
 @pytest.mark.dist
 @pytest.mark.torch_dist
 @pytest.mark.slow  # starts torchrun
+@pytest.mark.launches  # in place every rank would start it once more
 def test_a_folder_rank_1_leaves_fails_the_run_on_rank_0s_terminal(tmp_path):
     proc, parent, seen = _torchrun_with_leftovers(tmp_path, leak_on_rank="1")
     assert proc.returncode != 0, proc.stdout
@@ -245,6 +249,7 @@ def _two_nodes_on_one_file_system(tmp_path: Path, leak_on_rank: str = "") -> tup
 @pytest.mark.dist
 @pytest.mark.torch_dist
 @pytest.mark.slow  # starts two ranks
+@pytest.mark.launches  # in place every rank would start them once more
 @pytest.mark.parametrize("leak_on_rank", ["", "1"], ids=["clean", "leak-on-rank-1"])
 def test_two_nodes_on_one_file_system_check_their_shared_dir_once(tmp_path, leak_on_rank):
     # Both ranks are local rank 0 of a node: each waited for the other to leave, 120 s.
