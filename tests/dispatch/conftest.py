@@ -26,8 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-TOKEN = "rg-test-token-5f0c1e9d7a"
+from fake_interlink import TOKEN
 
 
 @pytest.fixture

@@ -37,6 +37,11 @@ from pathlib import Path
 
 from openapi_schema_validator import OAS30Validator
 
+TOKEN = "rg-test-token-5f0c1e9d7a"
+"""The bearer token the fake server and the tests share (the tests import it from here:
+`from conftest import ...` would find another folder's conftest when stages collect
+several folders in one run)."""
+
 # Copies of the interLink API and plugin specs (data), so the contract tests always run.
 SPEC_DIR = Path(__file__).resolve().parent / "specs"
 API_SPEC = SPEC_DIR / "interlink-openapi.json"

@@ -17,9 +17,8 @@ import pytest
 # (the [dev] extra); without it these tests skip rather than fail collection.
 pytest.importorskip("openapi_schema_validator", reason="needs the [dev] extra")
 
-from fake_interlink import Spec
+from fake_interlink import TOKEN, Spec
 
-from conftest import TOKEN
 from rankgate.dispatch.archive import ArchiveError, pack, unpack
 from rankgate.dispatch.interlink.backends import KubeBackend, RestBackend, classify
 from rankgate.dispatch.interlink.canary import run_canary

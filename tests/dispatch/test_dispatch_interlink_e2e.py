@@ -10,8 +10,8 @@ import json
 import textwrap
 
 import pytest
+from fake_interlink import TOKEN
 
-from conftest import TOKEN
 from rankgate.dispatch.job_outcome import JobOutcome
 from rankgate.dispatch.job_result import render_report
 from rankgate.dispatch.profile import profile_from_dict
