@@ -117,7 +117,7 @@ def test_each_world_size_runs_on_one_worker_and_the_ranks_stay_in_the_budget(pyt
     assert len(counts) == 8
     for test, (world, live) in counts.items():
         assert world <= live <= max(2, world), (test, world, live)
-    # Each world size on one worker (xdist_schedule) is not installed: it left a run of
+    # A scheduler sending each world size to one worker is not installed: it left a run of
     # two world(2) tests with both workers idle. The budget holds under xdist's own order.
     assert set(_workers_by_test(result).values()) <= {"gw0", "gw1"}
 

@@ -1,31 +1,22 @@
-"""Pools under pytest-xdist: one rank budget for all workers, and world tests sent to
-the workers whose pools fit them.
+"""Pools under pytest-xdist: one rank budget for all workers.
 
 The controller (the pytest process that runs ``-n N``) makes the budget's directory in
 the run's shared temp directory, hands it to each worker through ``workerinput`` and
 says the rule once in the report header. Each worker's :class:`.registry.PoolRegistry`
 takes its ranks from it (:mod:`.rankbudget`).
 
-With xdist's default ``--dist load`` the controller schedules through
-:class:`WorldAffinityScheduling`: a worker gets the tests of the world sizes it already
-has pools for first, then a world size no other worker has taken, then plain tests,
-and only then a share of another worker's world size. Each world size's pool is then
-started about once in the whole run, where plain ``load`` made every worker start one
-per world size. Other ``--dist`` modes keep their own order; the budget holds there too.
+xdist's own scheduling sends the tests: one that sent each world size to one worker left
+a run of two world(2) tests idle under ``-n 2``.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 import pytest
 
-from rankgate.harness.item_settings import SPEC_KEY
 from rankgate.harness.pool.rankbudget import BUDGET_DIR_KEY, RankBudget, usable_cpus
 
-GROUPS_FILE = "world-groups.json"
 """Beside the budget: each collected test's world group ("2/gloo"), written by the
 workers after collection, read by the controller's scheduler."""
 
@@ -94,32 +85,11 @@ class XdistController:
     def pytest_configure_node(self, node) -> None:
         node.workerinput[BUDGET_DIR_KEY] = [str(self.directory()), self.limit]
 
-    # xdist_schedule.WorldAffinityScheduling (each world size to one worker) is not
-    # installed: under -n 2 a run of two world(2) tests never started a test with it (both
-    # workers idle until the run's timeout). xdist's own scheduling runs, within the budget.
-
-
-class XdistWorker:
-    """An xdist worker's side: tell the controller each test's world group."""
-
-    def __init__(self, config: pytest.Config) -> None:
-        self.directory = Path(config.workerinput[BUDGET_DIR_KEY][0])
-
-    @pytest.hookimpl(tryfirst=True)  # before xdist sends the collection to the controller
-    def pytest_collection_finish(self, session: pytest.Session) -> None:
-        groups = {}
-        for item in session.items:
-            spec = item.stash.get(SPEC_KEY, None)
-            groups[item.nodeid] = f"{spec.size}/{spec.backend}" if spec is not None else None
-        path = self.directory / GROUPS_FILE
-        tmp = path.with_name(f"{GROUPS_FILE}.{os.getpid()}")
-        tmp.write_text(json.dumps(groups))
-        os.replace(tmp, path)  # every worker collects the same tests: the last one stays
+    # No scheduler of rankgate's: one that sent each world size to one worker left a run of
+    # two world(2) tests idle under -n 2. xdist's own scheduling runs, within the budget.
 
 
 def register(config: pytest.Config, workers: str) -> None:
     """The controller's or a worker's side, when this pytest runs under ``-n``."""
     if workers:
         config.pluginmanager.register(XdistController(config, workers), XDIST_RANKS_PLUGIN)
-    elif BUDGET_DIR_KEY in getattr(config, "workerinput", {}):
-        config.pluginmanager.register(XdistWorker(config), XDIST_RANKS_PLUGIN)
