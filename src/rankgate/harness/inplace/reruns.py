@@ -79,17 +79,18 @@ def properties(attempts: list[Attempt], policy: str) -> list[tuple[str, str]]:
 
 def with_attempts(
     item: pytest.Item, reports: list[pytest.TestReport], attempts: list[Attempt], policy: str
-) -> list[pytest.TestReport]:
-    """The last attempt's reports, telling of every attempt: the properties on its call
-    report; a flaky test failed under ``--rankgate-flaky=fail``; the earlier attempts'
-    texts (the first failure's whole text first) on a failure, or beside a flaky pass."""
+) -> tuple[list[pytest.TestReport], list[tuple[str, str]]]:
+    """The last attempt's reports, telling of every attempt, and the JUnit properties
+    that tell of them (``properties``): these on its call report too; a flaky test
+    failed under ``--rankgate-flaky=fail``; the earlier attempts' texts (the first
+    failure's whole text first) on a failure, or beside a flaky pass."""
     props = properties(attempts, policy)
     if not props:
-        return reports
+        return reports, props
     reports = [copy.copy(r) for r in reports]
     call = next((r for r in reports if r.when == "call"), None)
     if call is None:
-        return reports
+        return reports, props
     call.user_properties = [*call.user_properties, *props]
     call.sections = list(call.sections)
     every = attempts_text(attempts)
@@ -99,8 +100,8 @@ def with_attempts(
     elif is_flaky(attempts):
         call.sections.append((f"rankgate: {flaky_summary(attempts, policy)}", every))
     if not is_flaky(attempts):
-        return with_every_attempt(item, reports, attempts)
-    return reports
+        return _with_text(item, reports, every), props
+    return reports, props
 
 
 def with_every_attempt(
@@ -109,7 +110,13 @@ def with_every_attempt(
     """Failed reports with every attempt's texts, the first failure's whole text first."""
     if len(attempts) < 2:
         return reports
-    every = attempts_text(attempts)
+    return _with_text(item, reports, attempts_text(attempts))
+
+
+def _with_text(
+    item: pytest.Item, reports: list[pytest.TestReport], every: str
+) -> list[pytest.TestReport]:
+    """Failed reports with ``every`` attempt's texts (``attempts_text``) added."""
     reports = list(reports)
     for i, report in enumerate(reports):
         if not report.failed:

@@ -27,7 +27,6 @@ from rankgate.harness.inplace.peers import Peers
 from rankgate.harness.inplace.records import RankRecords
 from rankgate.harness.inplace.reruns import (
     attempt_of,
-    properties,
     with_attempts,
     with_every_attempt,
 )
@@ -154,10 +153,12 @@ class TestRound:
         self.result = None
         if not self.exchanged or kit.stop.aborted is not None:
             return self._leave_subgroups
-        kit.records.reached(item)
-        mine = with_ledger(own_result(self.own, all_output=kit.shows_passes), kit.group.members)
-        mine = mine._replace(group_trouble=kit.running.group_trouble)
+        mine = own_result(self.own, all_output=kit.shows_passes)
+        mine = with_ledger(mine, kit.group.members)._replace(
+            group_trouble=kit.running.group_trouble
+        )
         kit.running.group_trouble = False
+        kit.records.reached(item)
         if mine.outcome in BAD:  # now: a peer that dies in the exchange ends this rank there
             kit.records.log_ledger(item, mine.ledger)
         key = kit.plan.store_key(item.nodeid, kit.running.attempt)
@@ -223,8 +224,8 @@ class TestRound:
         """The last attempt's own reports, telling of every attempt, into this rank's
         files; its verdict and the attempts for the run's end."""
         kit, item = self.kit, self.item
-        self.own = with_attempts(item, self.own, self.attempts, kit.flaky_policy)
-        kit.records.log_own(item, self.own, properties(self.attempts, kit.flaky_policy))
+        self.own, props = with_attempts(item, self.own, self.attempts, kit.flaky_policy)
+        kit.records.log_own(item, self.own, props)
         kit.running.logged = True
         if self.result is not None:
             kit.notes.note_verdict(item.nodeid, self.result)
