@@ -219,3 +219,37 @@ def test_torchrun_at_4_ranks_rank_0_keeps_the_history_of_quarantined_tests_it_di
     history = (tmp_path / "quarantine.history.json").read_text()
     assert '"test_suite.py::test_always": 0' in history
     assert '"test_suite.py::test_flaky": 0' in history
+
+
+XFAIL_ON_RANK_1 = """
+import pathlib
+import pytest
+
+@pytest.mark.world(2)
+def test_rank1_xfails(rank):
+    (pathlib.Path(__file__).parent / f"ran-rank{rank}").open("a").write("x")
+    if rank == 1:
+        pytest.xfail("rank 1 says xfail")
+"""
+
+
+def test_torchrun_an_attempt_whose_ranks_disagree_is_judged_by_the_table_and_not_rerun(tmp_path):
+    # rank 1's pytest.xfail() beside rank 0's pass: the table's "ranks disagree", an
+    # error as in the pool, never a failure that reruns it (nor a pass).
+    (tmp_path / "test_disagree.py").write_text(XFAIL_ON_RANK_1)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    proc = run_torchrun_pytest(
+        tmp_path, "-q", "--rankgate-reruns", "2", "--junitxml=out/junit.xml", timeout=180
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
+    # (the short summary's line is cut at the terminal's width)
+    assert "ERROR test_disagree.py::test_rank1_xfails - ranks disagree: rank 1 xfailed" in (
+        proc.stdout
+    )
+    assert "\n1 error in " in proc.stdout
+    assert "tests run more than once" not in proc.stdout
+    # each rank ran the body once
+    assert [(tmp_path / f"ran-rank{r}").read_text() for r in (0, 1)] == ["x", "x"]
+    test = _merged(tmp_path)["test_rank1_xfails"]
+    assert (test.verdict, test.attempts) == ("error", [])
+    assert test.message.startswith("ranks disagree: rank 1 xfailed; rank 0 passed"), test.message
