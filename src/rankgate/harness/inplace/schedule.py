@@ -182,9 +182,7 @@ class Schedule:
         """Plan the run's ``items`` (``plan``); returns this rank's share, in run order.
         ``skip_reason``: the run's skips known from a test alone (``left_out_reason``
         adds the placement's)."""
-        planned, self.left_out = plan(
-            items, self.world_size, skip_reason, self.one_world_per_rank
-        )
+        planned, self.left_out = plan(items, self.world_size, skip_reason, self.one_world_per_rank)
         self.planned = planned
         self.index = {item.nodeid: i for i, (item, _) in enumerate(planned)}
         self.shares = {item.nodeid: share for item, share in planned}
