@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from jobs import run_torchrun_pytest
 
 # slow: starts torchrun with 4 ranks, and pytest on every rank, twice
