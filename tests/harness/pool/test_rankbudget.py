@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from rankgate.harness.pool.rankbudget import RankBudget
+from rankgate.harness.pool.rankbudget import RankBudget, default_max_ranks
 
 pytestmark = pytest.mark.unit
 
 HOLDER = """
 import os, sys
 from pathlib import Path
-from rankgate.harness.pool.rankbudget import RankBudget
+from rankgate.harness.pool.rankbudget import RankBudget, default_max_ranks
 budget = RankBudget(Path(sys.argv[1]), int(sys.argv[2]))
 budget.take(int(sys.argv[3]), lambda: None)
 print("held", flush=True)
@@ -47,6 +47,11 @@ def _take_in_thread(budget: RankBudget, ranks: int) -> threading.Thread:
 
 def _ledger(directory: Path) -> dict:
     return json.loads((directory / "ranks.json").read_text())
+
+
+def test_the_default_budget_is_eight_ranks_per_cpu():
+    assert (default_max_ranks(1), default_max_ranks(2), default_max_ranks(16)) == (8, 16, 128)
+    assert default_max_ranks() == 8 * len(os.sched_getaffinity(0))
 
 
 def test_ranks_that_fit_are_taken_and_given_back(tmp_path):
