@@ -7,7 +7,6 @@ keeps it.
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 import textwrap
