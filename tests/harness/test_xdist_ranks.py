@@ -213,5 +213,6 @@ def test_the_default_budget_is_eight_ranks_per_cpu(pytester):
             "rankgate: the workers' pools held at most 4 rank processes at once (budget 8)",
         ]
     )
+    # Both worlds were alive while each counted: 4 ranks, each worker's 2 (the two tests
+    # wait for each other, so they passed on two workers at once).
     assert _counts(base) == {"one": (2, 4), "two": (2, 4)}
-    assert len(set(_workers_by_test(result).values())) == 2
