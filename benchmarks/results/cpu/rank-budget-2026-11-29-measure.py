@@ -3,7 +3,8 @@ process tree's CPU seconds, the machine's busy CPU seconds meanwhile (as
 scripts/ci/cpu_busy.sh counts them: every process, ours and others'), the load, and the
 pool ranks it started (children of a multiprocessing fork server) with the most alive at
 once: all of them (inner pytest sessions' pools too) and the outer session's (a fork
-server started by the command's pytest or by one of its xdist workers). Only the group's own pids are read (every 0.2 s), so the watch costs little.
+server started by the command's pytest or by one of its xdist workers). Only the group's
+own pids are read (every 0.2 s), so the watch costs little.
 
     python rank-budget-2026-11-29-measure.py LABEL -- COMMAND ...
 """
@@ -20,7 +21,7 @@ POLL_S = 0.2
 
 def machine_busy() -> tuple[int, int]:
     fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-    user, nice, system, idle, iowait, irq, softirq, steal = map(int, fields[:8])
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[:8])
     return user + nice + system + irq + softirq + steal, sum(map(int, fields[:8]))
 
 
@@ -55,8 +56,8 @@ def main() -> None:
         forked = {p for p, (_, cmd) in known.items() if "multiprocessing.forkserver" in cmd}
         servers = {p for p in forked if known[p][0] not in forked}
         live = {p for p in pids if p in forked and known[p][0] in servers}
-        outer_servers = {
-            s for s in servers if known[s][0] == proc.pid or known.get(known[s][0], (0,))[0] == proc.pid
+        outer_servers = {  # started by the command or by one of its children (xdist workers)
+            s for s in servers if proc.pid in (known[s][0], known.get(known[s][0], (0,))[0])
         }
         outer = {p for p in live if known[p][0] in outer_servers}
         rank_pids |= live
