@@ -99,6 +99,38 @@ class LocalSlurm:
         return self.conf.parent
 
 
+@pytest.fixture
+def private_copy(tmp_path):
+    """Copies a cluster script (its whole folder: it sources leases.sh beside it) into a
+    checkout of this test's own, so its cluster (state folder, port, tag: derived from
+    that path) is not the session's, and returns what runs the copy without the
+    session's SLURM variables; every cluster so started is stopped at the end, whatever
+    happens."""
+    copies = []
+
+    def copy(original: str):
+        script = tmp_path / "checkout" / "scripts" / "slurm" / Path(original).name
+        shutil.copytree(Path(original).parent, script.parent)
+        env = {
+            k: v for k, v in os.environ.items() if not k.startswith(("RANKGATE_SLURM", "SLURM_"))
+        }
+        env["TMPDIR"] = str(tmp_path)
+
+        def run(*args: str) -> subprocess.CompletedProcess:
+            return subprocess.run(
+                [str(script), *args], capture_output=True, text=True, timeout=120, env=env
+            )
+
+        copies.append(run)
+        return run
+
+    try:
+        yield copy
+    finally:
+        for run in copies:
+            run("stop")
+
+
 def _script(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=120)
 

@@ -25,38 +25,42 @@ def test_here(rank):
 """
 
 
+def _profile(tmp_path, local_slurm, *lines: str):
+    """A profile for the local SLURM's two tasks, results and work in ``tmp_path``;
+    ``lines``: more of it (a time limit, an [env] table)."""
+    profile = tmp_path / "local.toml"
+    profile.write_text(
+        "\n".join(
+            [
+                f'partition = "{local_slurm.partition}"',
+                "tasks_per_node = 2",
+                f'results_dir = "{tmp_path / "results"}"',
+                f'workdir = "{tmp_path}"',
+                f'python = "{sys.executable}"',
+                *lines,
+            ]
+        )
+        + "\n"
+    )
+    return profile
+
+
+def _dispatch(profile, test_file: str, *options: str) -> list[str]:
+    """``rankgate dispatch`` of ``test_file``'s hpc stage on ``profile``, as CI calls it."""
+    return [
+        sys.executable, "-m", "rankgate.cli", "dispatch", "--profile", str(profile),
+        "--stage", "hpc", "--markers", "not slow", *options, "--json", "--", test_file,
+    ]  # fmt: skip
+
+
 @pytest.mark.parametrize(("break_rank", "code"), [("", 0), ("1", 1)])
 def test_dispatch_command_exit_status_and_json(local_slurm, tmp_path, break_rank, code):
     (tmp_path / "test_here.py").write_text(textwrap.dedent(SUITE))
-    profile = tmp_path / "local.toml"
-    profile.write_text(
-        textwrap.dedent(f"""\
-        partition = "{local_slurm.partition}"
-        tasks_per_node = 2
-        time_limit = "5"
-        results_dir = "{tmp_path / "results"}"
-        workdir = "{tmp_path}"
-        python = "{sys.executable}"
-        [env]
-        BREAK_RANK = "{break_rank}"
-        """)
+    profile = _profile(
+        tmp_path, local_slurm, 'time_limit = "5"', "[env]", f'BREAK_RANK = "{break_rank}"'
     )
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rankgate.cli",
-            "dispatch",
-            "--profile",
-            str(profile),
-            "--stage",
-            "hpc",
-            "--markers",
-            "not slow",
-            "--json",
-            "--",
-            "test_here.py",
-        ],
+        _dispatch(profile, "test_here.py"),
         capture_output=True,
         text=True,
         timeout=300,
@@ -78,34 +82,9 @@ def test_ctrl_c_cancels_the_job(local_slurm, tmp_path):
     (tmp_path / "test_sleep.py").write_text(
         "import time\n\ndef test_sleep():\n    time.sleep(600)\n"
     )
-    profile = tmp_path / "local.toml"
-    profile.write_text(
-        textwrap.dedent(f"""\
-        partition = "{local_slurm.partition}"
-        tasks_per_node = 2
-        results_dir = "{tmp_path / "results"}"
-        workdir = "{tmp_path}"
-        python = "{sys.executable}"
-        """)
-    )
+    profile = _profile(tmp_path, local_slurm)
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rankgate.cli",
-            "dispatch",
-            "--profile",
-            str(profile),
-            "--stage",
-            "hpc",
-            "--markers",
-            "not slow",
-            "--poll",
-            "0.5",
-            "--json",
-            "--",
-            "test_sleep.py",
-        ],
+        _dispatch(profile, "test_sleep.py", "--poll", "0.5"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

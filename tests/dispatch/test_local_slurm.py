@@ -7,8 +7,6 @@ stop a cluster of their own and never touch the session's.
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -34,23 +32,9 @@ Script = Callable[..., subprocess.CompletedProcess]
 
 
 @pytest.fixture
-def private_cluster(local_slurm, tmp_path) -> Script:
+def private_cluster(local_slurm, private_copy) -> Script:
     """Runs a copy of the script whose cluster is this test's own; stops it at the end."""
-    script = tmp_path / "checkout" / "scripts" / "slurm" / "local-slurm.sh"
-    # The whole folder: the script sources leases.sh beside it.
-    shutil.copytree(Path(local_slurm.script).parent, script.parent)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RANKGATE_SLURM_", "SLURM_"))}
-    env["TMPDIR"] = str(tmp_path)
-
-    def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [str(script), *args], capture_output=True, text=True, timeout=120, env=env
-        )
-
-    try:
-        yield run
-    finally:
-        run("stop")
+    return private_copy(local_slurm.script)
 
 
 def _holder() -> subprocess.Popen:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -24,22 +23,9 @@ Script = Callable[..., subprocess.CompletedProcess]
 
 
 @pytest.fixture
-def private_two_nodes(two_node_cluster, tmp_path) -> Script:
-    script = tmp_path / "checkout" / "scripts" / "slurm" / "two-node-slurm.sh"
-    # The whole folder: the script sources leases.sh beside it.
-    shutil.copytree(Path(two_node_cluster.script).parent, script.parent)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RANKGATE_SLURM", "SLURM_"))}
-    env["TMPDIR"] = str(tmp_path)
-
-    def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [str(script), *args], capture_output=True, text=True, timeout=120, env=env
-        )
-
-    try:
-        yield run
-    finally:
-        run("stop")
+def private_two_nodes(two_node_cluster, private_copy) -> Script:
+    """Runs a copy of the script whose two nodes are this test's own; stops them at the end."""
+    return private_copy(two_node_cluster.script)
 
 
 def _paths(run: Script) -> dict[str, str]:

@@ -134,28 +134,29 @@ class TestBase(DistributedTestBase):
         self.assertEqual(t.item(), 2.0)
 
 
-class TestDefaultWorld(MultiProcessTestCase):
+class SpawnedWorld(MultiProcessTestCase):
+    """A world whose size the subclass gives its own way; no test of its own."""
+
     def setUp(self):
         super().setUp()
         self._spawn_processes()
 
-    def test_default_world(self):
+    def _world_size_seen(self):
         dist.init_process_group("gloo", init_method=f"file://{self.file_name}",
                                 rank=self.rank, world_size=self.world_size)
-        self.assertEqual(dist.get_world_size(), 4)
+        return dist.get_world_size()
 
 
-class TestClassAttribute(MultiProcessTestCase):
+class TestDefaultWorld(SpawnedWorld):
+    def test_default_world(self):
+        self.assertEqual(self._world_size_seen(), 4)  # MultiProcessTestCase's default
+
+
+class TestClassAttribute(SpawnedWorld):
     world_size = 2  # a plain attribute in place of the property
 
-    def setUp(self):
-        super().setUp()
-        self._spawn_processes()
-
     def test_class_attribute(self):
-        dist.init_process_group("gloo", init_method=f"file://{self.file_name}",
-                                rank=self.rank, world_size=self.world_size)
-        self.assertEqual(dist.get_world_size(), 2)
+        self.assertEqual(self._world_size_seen(), 2)
 
 
 class TestNoWorld(MultiProcessTestCase):

@@ -69,36 +69,49 @@ def _run_id(path: Path) -> str:
     return value
 
 
-def _killed_run_over_a_passing_one(tmp_path: Path) -> str:
-    """A passing run into out/, then a second one SIGKILLed inside test_sleeps; returns
-    the first run's id."""
+def _passing_run(tmp_path: Path) -> list[str]:
+    """A passing run of SUITE into out/; returns its command, for the run to kill."""
     (tmp_path / "test_suite.py").write_text(textwrap.dedent(SUITE))
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     cmd = torchrun_pytest_cmd("-q", "--color=no", "--junitxml=out/junit.xml", "test_suite.py")
     first = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert first.returncode == 0, first.stdout + first.stderr
-    old = _run_id(tmp_path / "out" / "junit.rank0.xml")
-    assert _run_id(tmp_path / "out" / "junit.rank1.xml") == old  # one id per launch
-    time.sleep(0.05)  # the second run's files are newer, whatever the clock's resolution
+    return cmd
+
+
+def _kill_once_held(cmd: list[str], cwd: Path, held: list[Path], where: str, env=None) -> None:
+    """Start ``cmd``, wait until each rank wrote its pid into its file in ``held`` (the
+    ranks are held ``where``), then SIGKILL the launcher and every rank: a hard kill, no
+    rank gets to write anything more (torchrun's ranks run in sessions of their own, so
+    each is killed by its pid)."""
+    time.sleep(0.05)  # this run's files are newer than the last's, whatever the clock
     job = subprocess.Popen(
-        cmd, cwd=tmp_path, env={**os.environ, "PLANTED_SLEEP": "1"},
+        cmd, cwd=cwd, env=env,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 90
-        running = [tmp_path / f"running{r}" for r in (0, 1)]
-        while not all(p.is_file() and p.read_text() for p in running):
+        while not all(p.is_file() and p.read_text() for p in held):
             if time.monotonic() > deadline or job.poll() is not None:
-                pytest.fail(f"the ranks never reached test_sleeps:\n{end_session(job)}")
+                pytest.fail(f"the ranks never reached {where}:\n{end_session(job)}")
             time.sleep(0.1)
-        # A hard kill: no rank gets to write anything more (torchrun's ranks run in
-        # sessions of their own, so each is killed by its pid).
         os.kill(job.pid, signal.SIGKILL)
-        for path in running:
+        for path in held:
             os.kill(int(path.read_text()), signal.SIGKILL)
         job.wait(timeout=30)
     finally:
         end_session(job)
+
+
+def _killed_run_over_a_passing_one(tmp_path: Path) -> str:
+    """A passing run into out/, then a second one SIGKILLed inside test_sleeps; returns
+    the first run's id."""
+    cmd = _passing_run(tmp_path)
+    old = _run_id(tmp_path / "out" / "junit.rank0.xml")
+    assert _run_id(tmp_path / "out" / "junit.rank1.xml") == old  # one id per launch
+    running = [tmp_path / f"running{r}" for r in (0, 1)]
+    env = {**os.environ, "PLANTED_SLEEP": "1"}
+    _kill_once_held(cmd, tmp_path, running, "test_sleeps", env=env)
     return old
 
 
@@ -179,32 +192,12 @@ def wait(rank):
 def test_a_run_killed_before_its_first_result_never_reads_as_the_last_run(tmp_path):
     # The second run's ranks are held in rankgate_worker_setup (before their group, before
     # any test) and SIGKILLed there: they wrote nothing but the launch's first record.
-    (tmp_path / "test_suite.py").write_text(textwrap.dedent(SUITE))
+    cmd = _passing_run(tmp_path)
     (tmp_path / "slow_setup.py").write_text(textwrap.dedent(SETUP))
-    (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    cmd = torchrun_pytest_cmd("-q", "--color=no", "--junitxml=out/junit.xml", "test_suite.py")
-    first = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert first.returncode == 0, first.stdout + first.stderr
     assert _rankgate(tmp_path, "merge-junit", "out").returncode == 0
-    time.sleep(0.05)  # the second run's files are newer, whatever the clock's resolution
     held = [*cmd[:-1], "-o", "rankgate_worker_setup=slow_setup:wait", "test_suite.py"]
-    job = subprocess.Popen(
-        held, cwd=tmp_path,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 90
-        setups = [tmp_path / f"setup{r}" for r in (0, 1)]
-        while not all(p.is_file() and p.read_text() for p in setups):
-            if time.monotonic() > deadline or job.poll() is not None:
-                pytest.fail(f"the ranks never reached their set-up:\n{end_session(job)}")
-            time.sleep(0.1)
-        os.kill(job.pid, signal.SIGKILL)
-        for path in setups:
-            os.kill(int(path.read_text()), signal.SIGKILL)
-        job.wait(timeout=30)
-    finally:
-        end_session(job)
+    setups = [tmp_path / f"setup{r}" for r in (0, 1)]
+    _kill_once_held(held, tmp_path, setups, "their set-up")
     merged = _rankgate(tmp_path, "merge-junit", "out")
     assert merged.returncode == 1, merged.stdout + merged.stderr
     last = merged.stdout.splitlines()[-1]

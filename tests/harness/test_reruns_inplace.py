@@ -219,3 +219,92 @@ def test_torchrun_at_4_ranks_rank_0_keeps_the_history_of_quarantined_tests_it_di
     history = (tmp_path / "quarantine.history.json").read_text()
     assert '"test_suite.py::test_always": 0' in history
     assert '"test_suite.py::test_flaky": 0' in history
+
+
+XFAIL_ON_RANK_1 = """
+import pathlib
+import pytest
+
+@pytest.mark.world(2)
+def test_rank1_xfails(rank):
+    (pathlib.Path(__file__).parent / f"ran-rank{rank}").open("a").write("x")
+    if rank == 1:
+        pytest.xfail("rank 1 says xfail")
+"""
+
+
+def test_torchrun_an_attempt_whose_ranks_disagree_is_judged_by_the_table_and_not_rerun(tmp_path):
+    # rank 1's pytest.xfail() beside rank 0's pass: the table's "ranks disagree", an
+    # error as in the pool, never a failure that reruns it (nor a pass).
+    (tmp_path / "test_disagree.py").write_text(XFAIL_ON_RANK_1)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    proc = run_torchrun_pytest(
+        tmp_path, "-q", "--rankgate-reruns", "2", "--junitxml=out/junit.xml", timeout=180
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
+    # (the short summary's line is cut at the terminal's width)
+    assert "ERROR test_disagree.py::test_rank1_xfails - ranks disagree: rank 1 xfailed" in (
+        proc.stdout
+    )
+    assert "\n1 error in " in proc.stdout
+    assert "tests run more than once" not in proc.stdout
+    # each rank ran the body once
+    assert [(tmp_path / f"ran-rank{r}").read_text() for r in (0, 1)] == ["x", "x"]
+    test = _merged(tmp_path)["test_rank1_xfails"]
+    assert (test.verdict, test.attempts) == ("error", [])
+    assert test.message.startswith("ranks disagree: rank 1 xfailed; rank 0 passed"), test.message
+
+
+FLAKY_IN_THE_SECOND_SUB_WORLD = """
+import pytest
+import torch
+import torch.distributed as dist
+
+@pytest.mark.world(2)
+def test_passes(rank):
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    assert t.item() == 2
+
+@pytest.mark.world(2)
+def test_flaky(rank, tmp_path):
+    counter = tmp_path / f"attempts-rank{rank}"
+    n = int(counter.read_text()) + 1 if counter.exists() else 1
+    counter.write_text(str(n))
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    assert not (rank == 1 and n == 1), "rank 1 fails its first attempt"
+"""
+
+
+def test_torchrun_at_4_ranks_rank_0_names_a_flaky_test_of_another_sub_world_as_merge_junit(
+    tmp_path, auto_backend
+):
+    # test_passes runs on ranks 0, 1 and test_flaky on ranks 2, 3: rank 0 ran no attempt
+    # of test_flaky, and still names it with every attempt, in merge-junit's words.
+    (tmp_path / "test_sub.py").write_text(FLAKY_IN_THE_SECOND_SUB_WORLD)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    proc = run_torchrun_pytest(
+        tmp_path, "-q", "--rankgate-reruns", "2", "--junitxml=out/junit.xml",
+        ranks=4, timeout=180,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    rank0 = proc.stdout  # rank 0's terminal; the others' go to their log files
+    assert "1 passed, 1 flaky in " in rank0
+    assert (
+        "FLAKY test_sub.py::test_flaky\n"
+        f"    attempt 1 failed: rank 3 failed; rank 2 passed (world 2, backend {auto_backend})\n"
+        "    attempt 2 passed\n"
+    ) in rank0
+    flaky = _merged(tmp_path)["test_flaky"]
+    assert (flaky.verdict, flaky.flaky) == ("passed", "pass")
+    assert [(a.verdict, a.ranks) for a in flaky.attempts] == [
+        ("failed", {2: "passed", 3: "failed"}),
+        ("passed", {2: "passed", 3: "passed"}),
+    ]
+    merge = subprocess.run(
+        [sys.executable, "-m", "rankgate.cli", "merge-junit", "out"],
+        cwd=tmp_path, capture_output=True, text=True,
+    )  # fmt: skip
+    assert merge.returncode == 0, merge.stdout + merge.stderr
+    assert "FLAKY test_sub.py::test_flaky: attempt 1 failed, attempt 2 passed" in merge.stdout

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from rankgate.harness.attempts import RERUN_KEYS
+from rankgate.harness.inplace.reruns import attempt_of as inplace_attempt_of
 from rankgate.harness.inplace.verdict import (
     DISAGREE_PREFIX,
     RankResult,
@@ -15,6 +17,7 @@ from rankgate.harness.inplace.verdict import (
     cross_rank_problem,
 )
 from rankgate.harness.outcome import RankOutcome
+from rankgate.harness.pool.reruns import attempt_of as pool_attempt_of
 from rankgate.harness.verdict import judge
 from rankgate.harness.verdict_table import UnknownOutcome, combine
 from rankgate.report.junit import merge_junit
@@ -126,6 +129,50 @@ def test_in_place_judges_by_the_table(rank0, rank1):
 def test_in_place_a_ranks_xfail_is_named_xfailed_not_skipped():
     everyone = {0: IN_PLACE["passed"], 1: IN_PLACE["xfailed"]}
     assert cross_rank_problem(everyone, 0) == "ranks disagree: rank 1 xfailed; rank 0 passed"
+
+
+# ------------------------------------------------------- an in-place rerun's attempt
+
+NO_MARKER = [k for k in IN_PLACE if k != "xpassed"]  # only a marker makes an xpass
+AS_POOL_RANK = {"xfailed": "failed", "xpassed": "passed"}
+"""A rank's result under an xfail marker, as a pool's rank reports it: its body's."""
+
+
+def _attempt_said(verdict: str) -> str:
+    return {"disagreement": "disagree"}.get(verdict, verdict)
+
+
+@pytest.mark.parametrize(("rank0", "rank1"), list(itertools.product(NO_MARKER, NO_MARKER)))
+def test_an_in_place_attempt_is_judged_by_the_table(rank0, rank1):
+    everyone = {0: IN_PLACE[rank0], 1: IN_PLACE[rank1]}
+    attempt = inplace_attempt_of(1, everyone, 2, "gloo")
+    assert _attempt_said(attempt.verdict) == EXPECTED[rank0, rank1]
+    assert attempt.ranks == {0: rank0, 1: rank1}
+    if rank0 in POOL and rank1 in POOL:  # and as the pool's attempt of the same outcomes
+        outcomes = [
+            RankOutcome(rank=r, test_id="t", outcome=o) for r, o in enumerate((rank0, rank1))
+        ]
+        pool = pool_attempt_of(1, judge(outcomes, 2, "gloo", test_id="t"), outcomes)
+        assert attempt.verdict == pool.verdict
+
+
+@pytest.mark.parametrize(("rank0", "rank1"), list(itertools.product(IN_PLACE, IN_PLACE)))
+def test_an_in_place_attempt_under_an_xfail_marker_is_the_pools(rank0, rank1):
+    # A pool's ranks report the body's failure or pass; the marker judges the last attempt.
+    everyone = {0: IN_PLACE[rank0], 1: IN_PLACE[rank1]}
+    attempt = inplace_attempt_of(1, everyone, 2, "gloo", marked=True)
+    as_pool = (AS_POOL_RANK.get(rank0, rank0), AS_POOL_RANK.get(rank1, rank1))
+    assert _attempt_said(attempt.verdict) == EXPECTED[as_pool]
+
+
+def test_an_attempt_where_rank_1_xfails_and_rank_0_passes_is_a_disagreement_not_a_rerun():
+    everyone = {0: IN_PLACE["passed"], 1: IN_PLACE["xfailed"]}
+    attempt = inplace_attempt_of(1, everyone, 2, "gloo")
+    assert (attempt.verdict, attempt.ranks) == ("disagreement", {0: "passed", 1: "xfailed"})
+    assert (
+        attempt.summary == "ranks disagree (world 2, backend gloo): rank 1 xfailed; rank 0 passed"
+    )
+    assert attempt.verdict not in RERUN_KEYS
 
 
 # ------------------------------------------------------------------- merge-junit

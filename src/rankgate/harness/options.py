@@ -132,6 +132,12 @@ INI_OPTIONS: dict[str, tuple[str, str | None]] = {
         "(docs/running-in-place.md)",
         None,
     ),
+    "rankgate_one_world_per_rank": (
+        "in place, each rank joins at most one world of two or more ranks, as a pool's rank "
+        "does: for a suite whose set-up happens once per process (docs/subworlds.md; "
+        "default false)",
+        "bool",
+    ),
     "rankgate_worker_setup": (
         "module:function called as function(rank) in every rank before rendezvous (default: none)",
         None,
@@ -215,6 +221,10 @@ def subworld_local_rank(config: pytest.Config) -> str:
         return local_rank_setting(config.getini("rankgate_subworld_local_rank"))
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
+
+
+def one_world_per_rank(config: pytest.Config) -> bool:
+    return bool(config.getini("rankgate_one_world_per_rank"))
 
 
 def check(config: pytest.Config) -> None:

@@ -9,6 +9,8 @@ call report; this plugin reads nothing else.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from rankgate.harness.attempts import (
@@ -39,6 +41,15 @@ def flaky_pass(report: pytest.TestReport) -> bool:
     )
 
 
+def rerun_word(report: pytest.TestReport, attempts: list[Attempt]) -> str:
+    """A rerun test's word in the section: FLAKY, or its final outcome."""
+    if flaky_pass(report):
+        return "FLAKY"
+    if is_flaky(attempts):
+        return "FLAKY (failed: --rankgate-flaky=fail)"
+    return "FAILED" if report.failed else report.outcome.upper()
+
+
 class RerunReport:
     """Counts flaky tests apart and lists every test that was rerun."""
 
@@ -55,13 +66,16 @@ class RerunReport:
         attempts = attempts_of(report) if report.when == "call" else []
         if not attempts:
             return
-        if flaky_pass(report):
-            word = "FLAKY"
-        elif is_flaky(attempts):
-            word = "FLAKY (failed: --rankgate-flaky=fail)"
-        else:
-            word = "FAILED" if report.failed else report.outcome.upper()
-        self.rerun[report.nodeid] = (word, attempts)
+        self.rerun[report.nodeid] = (rerun_word(report, attempts), attempts)
+
+    def add_others(
+        self, others: dict[str, tuple[str, list[Attempt]]], place: Callable[[str], int]
+    ) -> None:
+        """In place, the rerun tests other ranks ran (``others``: node id -> word,
+        attempts), listed with this rank's in the run's order (``place``), so rank 0
+        names every test the run ran more than once, as merge-junit does."""
+        self.rerun.update(others)
+        self.rerun = dict(sorted(self.rerun.items(), key=lambda entry: place(entry[0])))
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if not self.rerun:

@@ -54,8 +54,11 @@ def judge(outcomes: list[RankOutcome], world: int, backend: str, *, test_id: str
     bad = _root_cause_first(outcomes)
     # Ranks that all passed but whose ledgers part (their digests differed) fail too, and
     # a rank the ledgers single out is a failing rank even where its body returned.
-    diverged = divergence.find({o.rank: o.ledger for o in outcomes})
+    ledgers = {o.rank: o.ledger for o in outcomes}
+    diverged = divergence.find(ledgers)
     named = divergence.worded({o.rank: str(o.outcome) for o in outcomes}, diverged)
+    # The ledgers side by side around where they part, shown with the failure.
+    table = "" if diverged is None else "\n" + divergence.side_by_side(ledgers, diverged)
     combined = combine(named)  # the one table every wing uses (verdict_table)
     if combined.verdict == "failed":
         summary = f"{headline(outcomes, test_id)} {where}"
@@ -65,12 +68,12 @@ def judge(outcomes: list[RankOutcome], world: int, backend: str, *, test_id: str
             status="failed",
             summary=summary,
             failing_ranks=tuple(sorted(failing)),
-            text=summary + "\n" + _ledgers_section(outcomes) + "".join(_section(o) for o in bad),
+            text=summary + "\n" + table + "".join(_section(o) for o in bad),
         )
     if combined.disagree:
+        details = "".join(_section(o) for o in outcomes if o.detail)
         by_kind = verdict_lines.outcomes_line({o.rank: str(o.outcome) for o in outcomes})
         summary = f"ranks disagree {where}: {by_kind}"
-        details = "".join(_section(o) for o in outcomes if o.detail)
         return Verdict(
             test_id=test_id,
             status="disagreement",
@@ -128,15 +131,6 @@ def _crash_place(stderr: str, test_file: str) -> str:
         return ""
     what = f"in {place.collective} " if place.collective else ""
     return f"{what}at {place.frame.place}"
-
-
-def _ledgers_section(outcomes: list[RankOutcome]) -> str:
-    """The ranks' ledgers side by side around their divergence ('' when none)."""
-    ledgers = {o.rank: o.ledger for o in outcomes}
-    diverged = divergence.find(ledgers)
-    if diverged is None:
-        return ""
-    return "\n" + divergence.side_by_side(ledgers, diverged)
 
 
 def _root_cause_first(outcomes: list[RankOutcome]) -> list[RankOutcome]:

@@ -78,7 +78,7 @@ def test_a_plain_test_is_told_at_one_rank_too():
 
 def test_plain_tests_have_no_group_and_come_last():
     items = [_Item("plain"), _Item("w2", 2), _Item("every", every_rank=True)]
-    planned = [(item.name, share) for item, share in schedule.plan(items, 4, lambda i: None)]
+    planned = [(item.name, share) for item, share in schedule.plan(items, 4, lambda i: None)[0]]
     assert [name for name, _ in planned] == ["t.py::every", "t.py::w2", "t.py::plain"]
     shares = dict(planned)
     assert shares["t.py::plain"].plain and shares["t.py::plain"].group == schedule.NO_GROUP
@@ -149,3 +149,55 @@ def test_a_skipped_test_is_dealt_out_as_a_plain_one_and_the_longest_timeout_is_k
     assert [item.nodeid for item in mine] == ["t.py::w2", "t.py::plain"]
     assert plan.share_of("t.py::w8").plain and plan.ranks_of("t.py::w8") == (0,)
     assert plan.longest_timeout == 900.0
+
+
+# ini rankgate_one_world_per_rank: a suite whose set-up happens once per process, for the
+# first world the process joins, needs each rank in one world of two or more ranks.
+ONCE_PER_PROCESS = [_Item("w3", 3), *(_Item(f"w2_{i}", 2) for i in range(4)),
+                    _Item("w1_0", 1), _Item("w1_1", 1), _Item("plain")]  # fmt: skip
+
+
+def _one_world(items, n: int, rank: int = 0) -> Schedule:
+    plan = Schedule(rank, n, one_world_per_rank=True)
+    plan.make(items, lambda item: None, lambda item: 5.0)
+    return plan
+
+
+def test_one_world_per_rank_keeps_each_rank_in_one_world_of_two_or_more():
+    plan = _one_world(ONCE_PER_PROCESS, 4)
+    # world(2) first (the smallest), then its second block from the ranks left: world(3)
+    # would need ranks 0-2, and ranks 0, 1 and 2 have each joined a world(2)
+    assert [plan.ranks_of(f"t.py::w2_{i}") for i in range(4)] == [(0, 1), (2, 3)] * 2
+    assert plan.share_of("t.py::w3").plain and plan.left_out_reason("t.py::w3") == (
+        "world(3) needs 3 ranks that joined no other world (ini rankgate_one_world_per_rank), "
+        "and this run's ranks are taken: world(2) on ranks 0-1 and 2-3; a launch of 5 ranks "
+        "runs it, as does the pool"
+    )
+    # a one-rank world has no peer to set up with: world(1) tests run on any rank, as before
+    assert [plan.ranks_of(f"t.py::w1_{i}") for i in range(2)] == [(0,), (1,)]
+    assert plan.left_out_reason("t.py::w2_0") is None
+    # a left-out test is dealt out after the plain ones, to one rank: it is reported once
+    assert [plan.ranks_of(n) for n in ("t.py::plain", "t.py::w3")] == [(0,), (1,)]
+
+
+def test_one_world_per_rank_runs_every_size_that_fits_beside_the_smaller_ones():
+    plan = _one_world(ONCE_PER_PROCESS, 5)
+    assert plan.ranks_of("t.py::w2_0") == plan.ranks_of("t.py::w2_1") == (0, 1)
+    assert plan.ranks_of("t.py::w3") == (2, 3, 4)
+    assert plan.share_of("t.py::w3").world_test and not plan.left_out
+    # the rank numbers a test sees are its sub-world's, wherever the block starts
+    four = _one_world(ONCE_PER_PROCESS, 5, rank=4)
+    assert (four.rank_in_test("t.py::w3"), four.world_in_test("t.py::w3")) == (2, 3)
+
+
+def test_one_world_per_rank_with_one_size_is_the_ordinary_plan():
+    items = [_Item("w2_0", 2), _Item("w2_1", 2), _Item("w1", 1), _Item("every", every_rank=True)]
+    at_two = _one_world(items[:3], 2)
+    assert at_two.share_of("t.py::w2_0") == Share((0, 1), 0, 0, True)  # the launcher's group
+    assert not at_two.left_out
+    at_four = _one_world(items, 4)
+    # every_rank joins the world of all four ranks, which world(2)'s blocks already took
+    assert at_four.left_out_reason("t.py::every").startswith(
+        "every_rank (a world of 4) needs 4 ranks that joined no other world"
+    )
+    assert at_four.ranks_of("t.py::w2_1") == (2, 3)

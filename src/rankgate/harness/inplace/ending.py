@@ -22,6 +22,7 @@ from rankgate.harness.inplace.schedule import Schedule
 from rankgate.harness.inplace.stop import RunStop
 from rankgate.harness.inplace.tally import RunTally
 from rankgate.harness.quarantine_plugin import QUARANTINE_PLUGIN
+from rankgate.harness.rerun_report import RERUN_PLUGIN
 from rankgate.harness.shards.plugin import SHARD_PLUGIN
 from rankgate.launch.env import LaunchEnv
 
@@ -97,13 +98,16 @@ class RunEnd:
 
     def around_summary(self, terminalreporter):
         """A wrapper of pytest's summary: the tests other ranks ran are named (their
-        failures, those not run) and counted in its last line (after pytest's short
-        summary, which lists this rank's own)."""
+        failures, those not run, those run more than once) and counted in its last line
+        (after pytest's short summary, which lists this rank's own)."""
         self.tally.learn(self._tally_wait(), self.peers.ended_here)
         named = {p.nodeid for p in self.notes.problems}
         for nodeid, text in self.tally.problems():
             if nodeid not in named:
                 self.notes.add(nodeid, text)
+        reruns = self.config.pluginmanager.get_plugin(RERUN_PLUGIN)
+        if reruns is not None:  # the others' tests run more than once, named as merge-junit does
+            reruns.add_others(self.tally.reruns(), self.plan.place)
         with self.tally.summary_turn():  # one summary at a time (signalwatch's thread too)
             self.tally.count_out(terminalreporter)  # counted by a summary before this one
             result = yield

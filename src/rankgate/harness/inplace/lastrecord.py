@@ -166,33 +166,45 @@ class LastRecord:
         stop), its results file unless its own result is there, the terminal."""
         own = self.running.own if item is self.running.item else None
         note = _own_result_note(own, self.control.rank)
-        report = self._stop_report(item, text + note, captured, verdict)
-        shown = report
-        if shown_text is not None:
-            shown = self._stop_report(item, shown_text, captured, verdict)
+        report, shown = self._stop_reports(item, (text + note, shown_text), captured, verdict)
         if self.running.logged:  # its own result is in the JUnit file already
             self.records.log_shown(report=shown)
         else:  # the results file may hold its own result (the exchange was next)
             self.records.log_both(item, [report], shown=[shown], results=own is None)
         self.records.reached(item)
 
-    def _stop_report(
-        self, item: pytest.Item, text: str, captured: tuple[str, str], verdict: str
-    ) -> pytest.TestReport:
-        """The failure a stopping rank records for the test it was in."""
-        return item_report(
-            item,
-            outcome="failed",
-            longrepr=failure_repr(item, f"{text}\n{self.reproduce(item)}"),
-            when="call",
-            sections=[  # the terminal's share, as the pool's (the files cut it again)
-                (f"Captured {name} call", clip_text(out, TERMINAL_LIMIT))
-                for name, out in zip(("stdout", "stderr"), captured, strict=True)
-                if out
-            ],
-            user_properties=[("rankgate.verdict", verdict)],
-            duration=time.monotonic() - self.running.start if self.running.item is item else 0.0,
-        )
+    def _stop_reports(
+        self,
+        item: pytest.Item,
+        texts: tuple[str, str | None],
+        captured: tuple[str, str],
+        verdict: str,
+    ) -> list[pytest.TestReport]:
+        """The failure a stopping rank records for the test it was in, once for each of
+        ``texts``: its files' and its terminal's (None: the terminal's is the files')."""
+        sections = [  # the terminal's share, as the pool's (the files cut it again)
+            (f"Captured {name} call", clip_text(out, TERMINAL_LIMIT))
+            for name, out in zip(("stdout", "stderr"), captured, strict=True)
+            if out
+        ]
+        ran = time.monotonic() - self.running.start if self.running.item is item else 0.0
+        reproduce = self.reproduce(item)
+        reports: list[pytest.TestReport] = []
+        for text in texts:
+            reports.append(
+                reports[-1]
+                if text is None
+                else item_report(
+                    item,
+                    outcome="failed",
+                    longrepr=failure_repr(item, f"{text}\n{reproduce}"),
+                    when="call",
+                    sections=list(sections),
+                    user_properties=[("rankgate.verdict", verdict)],
+                    duration=ran,
+                )
+            )
+        return reports
 
     def _print_summary(self, reason: str) -> None:
         """What pytest prints at the end of a session, for a session that ends here."""

@@ -17,7 +17,7 @@ import pytest
 
 from rankgate.harness import crashrecord, verdict_lines
 from rankgate.harness.failure_repr import item_report, not_run_report
-from rankgate.harness.inplace.verdict import own_result, report_text, xpassed
+from rankgate.harness.inplace.verdict import failure_message, junit_outcome, own_result
 from rankgate.harness.item_settings import world_spec
 from rankgate.harness.output import JUNIT_LIMIT, clipped, plain_report
 from rankgate.harness.rankfiles import (
@@ -50,11 +50,6 @@ def _csv(ranks) -> str:
 def _not_run(report: pytest.TestReport) -> bool:
     """A report of a test the run never started (``not_run_report``)."""
     return report.when == "setup" and str(report.longrepr).startswith(NOT_RUN_PREFIX)
-
-
-def _xfailed_or(outcome: str, xfail: str) -> str:
-    """An expected failure as the JUnit file says it (no plain skip)."""
-    return "xfailed" if xfail == "xfailed" else outcome
 
 
 def junit_names(nodeid: str) -> tuple[str, str]:
@@ -229,43 +224,17 @@ class RankRecords:
         attempt of a rerun test) and its results file (``junit``/``results``: only one)."""
         # Each stream cut as the pool cuts a rank's in its JUnit (harness.output).
         reports = clipped([plain_report(item, r) for r in reports], JUNIT_LIMIT)
+        # What the verdict makes of them, once; the files below only write it down.
         mine = own_result(reports)
+        outcome, message = junit_outcome(mine), failure_message(reports)
         xml = self.xml() if junit else None
         if xml is not None:
-            if reports:  # merge-junit names the test as pytest does, not as JUnit mangles it
-                node = xml.node_reporter(reports[0])
-                if (NODE_ID_PROPERTY, item.nodeid) not in node.properties:
-                    node.add_property(NODE_ID_PROPERTY, item.nodeid)
-                    if self._ranks_of is not None:
-                        node.add_property(RANKS_PROPERTY, _csv(self._ranks_of(item.nodeid)))
-                    spec = world_spec(item)
-                    if spec is not None and self._backend_of is not None:  # as the pool's
-                        node.add_property(WORLD_PROPERTY, str(spec.size))
-                        node.add_property(BACKEND_PROPERTY, self._backend_of(spec.backend))
-                if xpassed(mine) and (OUTCOME_PROPERTY, "xpassed") not in node.properties:
-                    node.add_property(OUTCOME_PROPERTY, "xpassed")
-                for name, value in properties:
-                    node.add_property(name, value)
-            for report in reports:
-                xml.pytest_runtest_logreport(report=report)
+            self._log_junit(xml, reports, self._named_properties(item, outcome), properties)
         if self._results is not None and results:
-            classname, name = junit_names(item.nodeid)
-            failed = [r for r in reports if r.failed or r.skipped]
-            message = ""
-            if failed and getattr(failed[0].longrepr, "reprcrash", None) is not None:
-                message = failed[0].longrepr.reprcrash.message
-            elif failed:
-                message = report_text(failed[0]).split("\n", 1)[0]
             self._results.end(
                 {
-                    "classname": classname,
-                    "name": name,
-                    "nodeid": item.nodeid,
-                    **({"ranks": list(self._ranks_of(item.nodeid))} if self._ranks_of else {}),
-                    # as the JUnit file says it: an expected failure is no plain skip
-                    "outcome": "xpassed"
-                    if xpassed(mine)
-                    else _xfailed_or(mine.outcome, mine.xfail),
+                    **self._named(item),  # ranks [] where no plan names them: none
+                    "outcome": outcome,  # as the JUnit file says it
                     "message": message,
                     "text": mine.text,
                     "time": sum(r.duration for r in reports),
@@ -274,6 +243,35 @@ class RankRecords:
                     "stderr": reports[-1].capstderr if reports else "",
                 }
             )
+
+    def _named_properties(self, item: pytest.Item, outcome: str) -> list[tuple[str, str]]:
+        """The properties merge-junit reads of a test: its node id as pytest names it
+        (JUnit mangles it), its ranks, its world and backend as the pool's, xpassed."""
+        named = [(NODE_ID_PROPERTY, item.nodeid)]
+        if self._ranks_of is not None:
+            named.append((RANKS_PROPERTY, _csv(self._ranks_of(item.nodeid))))
+        spec = world_spec(item)
+        if spec is not None and self._backend_of is not None:
+            named.append((WORLD_PROPERTY, str(spec.size)))
+            named.append((BACKEND_PROPERTY, self._backend_of(spec.backend)))
+        if outcome == "xpassed":
+            named.append((OUTCOME_PROPERTY, "xpassed"))
+        return named
+
+    @staticmethod
+    def _log_junit(xml, reports: list, named: list, properties: list) -> None:
+        """``reports`` into the JUnit file; the test's ``named`` properties once (a
+        test recorded twice, say hung after its own result, is named once), then
+        ``properties`` (say every attempt of a rerun test)."""
+        if reports:
+            node = xml.node_reporter(reports[0])
+            for prop in named:
+                if prop not in node.properties:
+                    node.add_property(*prop)
+            for prop in properties:
+                node.add_property(*prop)
+        for report in reports:
+            xml.pytest_runtest_logreport(report=report)
 
     def log_both(
         self,

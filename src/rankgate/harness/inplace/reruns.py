@@ -16,7 +16,7 @@ import copy
 
 import pytest
 
-from rankgate.harness import verdict_lines
+from rankgate.harness import divergence, verdict_lines
 from rankgate.harness.attempts import (
     ATTEMPTS_PROPERTY,
     FLAKY_PROPERTY,
@@ -27,31 +27,42 @@ from rankgate.harness.attempts import (
     is_flaky,
 )
 from rankgate.harness.failure_repr import failure_repr
-from rankgate.harness.inplace.verdict import BAD, by_rank, report_text
+from rankgate.harness.inplace.verdict import BAD, Results, by_rank, parted, report_text, words
+from rankgate.harness.verdict_table import combine
 
 
-def attempt_of(number: int, everyone, world: int, backend: str) -> Attempt:
-    """One attempt from every rank's result. A call that failed under an xfail marker
-    counts as failed here, as it does in a pool (the marker turns the last attempt's
-    failure into an expected one)."""
+def attempt_words(everyone: Results, *, marked: bool) -> dict[int, str]:
+    """Each rank's outcome of one attempt, as a pool's rank reports it. Under an xfail
+    marker a rank's body failed or passed (the marker makes the last attempt's failure an
+    expected one, as a pool's controller does); without one a rank's own
+    ``pytest.xfail()`` is "xfailed", which beside a pass is a disagreement, never a
+    failure to rerun."""
+    if not marked:
+        return words(everyone)
+    as_body = {"xfailed": "failed", "xpassed": "passed"}
+    return {r: as_body.get(res.xfail, res.outcome) for r, res in everyone.items()}
+
+
+def attempt_of(number: int, everyone, world: int, backend: str, *, marked: bool = False) -> Attempt:
+    """One attempt from every rank's result; its verdict is the one table's
+    (``verdict_table.combine``) for the ranks' ``attempt_words`` and ledgers, as a pool
+    attempt's is. ``marked``: the test runs under an xfail marker."""
     everyone = by_rank(everyone)  # by global rank: a sub-world's ranks are named as such
-    outcomes = {
-        r: "failed" if res.xfail == "xfailed" else res.outcome for r, res in everyone.items()
-    }
+    outcomes = divergence.worded(attempt_words(everyone, marked=marked), parted(everyone))
+    table = combine(outcomes)
+    verdict = "disagreement" if table.disagree else table.verdict
     failed = {r: everyone[r].seconds for r, o in outcomes.items() if o == "failed"}
-    bad = [r for r, o in outcomes.items() if o in BAD]
-    kinds = set(outcomes.values())
-    if "failed" in kinds:
-        verdict = "failed"
-    elif "error" in kinds:
-        verdict = "error"
+    bad = [r for r, res in everyone.items() if res.outcome in BAD]
+    line = verdict_lines.outcomes_line(outcomes, first=verdict_lines.first_failed(failed))
+    where = f"(world {world}, backend {backend})"
+    if table.disagree:  # as a pool attempt's summary says it
+        summary = f"ranks disagree {where}: {line}"
     else:
-        verdict = kinds.pop() if len(kinds) == 1 else "disagreement"
-    summary = verdict_lines.outcomes_line(outcomes, first=verdict_lines.first_failed(failed))
+        summary = f"{line} {where}" if bad or verdict == "failed" else ""
     return Attempt(
         number=number,
         verdict=verdict,
-        summary=f"{summary} (world {world}, backend {backend})" if bad else "",
+        summary=summary,
         ranks=outcomes,
         errors={r: everyone[r].text for r in bad},
     )

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import pytest
 from _pytest.runner import runtestprotocol
+from _pytest.skipping import xfailed_key
 
 from rankgate.harness import ledger
 from rankgate.harness.inplace.control import ControlChannel, PeerGone, RunAborted
@@ -196,9 +197,11 @@ class TestRound:
         every rank says it can go again; else the attempts are recorded."""
         kit, result = self.kit, self.result
         if result is not None:
-            n = len(result.everyone)
+            n, marked = len(result.everyone), self.item.stash.get(xfailed_key, None) is not None
             self.attempts.append(
-                attempt_of(kit.running.attempt, result.everyone, n, kit.group.backend)
+                attempt_of(
+                    kit.running.attempt, result.everyone, n, kit.group.backend, marked=marked
+                )
             )
         if result is None or not self._every_rank_reruns():
             return self._record_attempts

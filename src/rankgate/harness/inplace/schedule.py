@@ -16,6 +16,10 @@ With N launched ranks, the tests run in phases, each on one kind of group:
 Each rank runs only its share; every rank's files name only the tests it ran, with the
 global ranks that ran each, so merge-junit merges a test from those ranks' files only.
 A phase's sub-worlds are made once (one group change per k on each rank).
+
+With ini ``rankgate_one_world_per_rank`` (a suite whose set-up happens once per process,
+for the first world the process joins), each rank joins at most one world of two or more
+ranks, as a pool's rank does (``one_world_blocks``); world(1) tests still run on any rank.
 """
 
 from __future__ import annotations
@@ -68,30 +72,81 @@ class Share(NamedTuple):
 
 
 def plan(
-    items: list[pytest.Item], n: int, skip_reason: Callable[[pytest.Item], str | None]
-) -> list[tuple[pytest.Item, Share]]:
-    """Every test with its share, in the order the run takes them (see the module doc)."""
-    whole, by_k, plain = [], {}, []
+    items: list[pytest.Item],
+    n: int,
+    skip_reason: Callable[[pytest.Item], str | None],
+    one_world_per_rank: bool = False,
+) -> tuple[list[tuple[pytest.Item, Share]], dict[str, str]]:
+    """Every test with its share, in the order the run takes them (see the module doc),
+    and the tests the placement leaves out, each with the reason (only with
+    ``one_world_per_rank``: a world that does not fit beside the smaller ones)."""
+    by_k: dict[int, list[pytest.Item]] = {}
+    plain = []
     for item in items:
         spec = world_spec(item)
         if skip_reason(item) is not None:
             plain.append(item)  # reported once, by the rank it is dealt to
-        elif spec is not None and spec.size < n:
-            by_k.setdefault(spec.size, []).append(item)
-        elif spec is not None or item.get_closest_marker(EVERY_RANK_MARKER) is not None:
-            whole.append(item)
+        elif spec is not None:  # a larger world than n is skip_reason's to skip
+            by_k.setdefault(min(spec.size, n), []).append(item)
+        elif item.get_closest_marker(EVERY_RANK_MARKER) is not None:
+            by_k.setdefault(n, []).append(item)
         else:
             plain.append(item)
-    everyone = tuple(range(n))
-    out = [(item, Share(everyone, 0, 0, world_spec(item) is not None)) for item in whole]
-    for phase, k in enumerate(sorted(by_k, reverse=True), start=1):
-        subworlds = n // k
+    blocks = one_world_blocks(sorted(by_k), n) if one_world_per_rank else None
+    left_out: dict[str, str] = {}
+    out = []
+    for phase, k in enumerate(sorted(by_k, reverse=True), start=0 if n in by_k else 1):
+        if blocks is None or k == 1:  # a one-rank world has no peer to set up with
+            subworlds = [tuple(range(s * k, (s + 1) * k)) for s in range(n // k)]
+        elif k in blocks:
+            subworlds = blocks[k]
+        else:
+            for item in by_k[k]:
+                left_out[item.nodeid] = _no_block_reason(item, k, sorted(by_k), blocks)
+            plain.extend(by_k[k])
+            continue
         for j, item in enumerate(by_k[k]):
-            s = j % subworlds
-            out.append((item, Share(tuple(range(s * k, (s + 1) * k)), phase, s, True)))
+            s = j % len(subworlds)
+            out.append((item, Share(subworlds[s], phase, s, world_spec(item) is not None)))
     for j, item in enumerate(plain):
         out.append((item, Share((j % n,), PLAIN_PHASE, 0, False)))
-    return out
+    return out, left_out
+
+
+def one_world_blocks(sizes: list[int], n: int) -> dict[int, list[tuple[int, ...]]]:
+    """Disjoint blocks of ranks, so each rank joins one world of two or more ranks: the
+    sizes from the smallest up while they fit beside each other (the most sizes that fit;
+    a size that runs at n ranks runs at every larger n too), then more blocks of the
+    smallest from the ranks left, so its tests run side by side."""
+    blocks: dict[int, list[tuple[int, ...]]] = {}
+    first = 0
+    for k in (k for k in sorted(sizes) if k > 1):
+        if first + k > n:
+            break
+        blocks[k] = [tuple(range(first, first + k))]
+        first += k
+    if blocks:
+        smallest = min(blocks)
+        while first + smallest <= n:
+            blocks[smallest].append(tuple(range(first, first + smallest)))
+            first += smallest
+    return blocks
+
+
+def _no_block_reason(
+    item: pytest.Item, k: int, sizes: list[int], blocks: dict[int, list[tuple[int, ...]]]
+) -> str:
+    what = f"world({k})" if world_spec(item) is not None else f"every_rank (a world of {k})"
+    taken = ", ".join(
+        f"world({size}) on ranks " + " and ".join(f"{b[0]}-{b[-1]}" for b in blocks[size])
+        for size in sorted(blocks)
+    )
+    needs = sum(size for size in sizes if 1 < size <= k)
+    return (
+        f"{what} needs {k} ranks that joined no other world (ini "
+        f"rankgate_one_world_per_rank), and this run's ranks are taken: {taken}; "
+        f"a launch of {needs} ranks runs it, as does the pool"
+    )
 
 
 class Schedule:
@@ -102,8 +157,12 @@ class Schedule:
     tests. Plain data: it touches no store and no process group.
     """
 
-    def __init__(self, rank: int, world_size: int) -> None:
+    def __init__(self, rank: int, world_size: int, one_world_per_rank: bool = False) -> None:
         self.rank, self.world_size = rank, world_size
+        self.one_world_per_rank = one_world_per_rank
+        """ini ``rankgate_one_world_per_rank``: each rank joins one world of 2+ ranks."""
+        self.left_out: dict[str, str] = {}
+        """Tests the placement leaves out, each with the reason they are skipped."""
         self.index: dict[str, int] = {}
         """Each test's place in the run, alike on every rank."""
         self.shares: dict[str, Share] = {}
@@ -120,13 +179,20 @@ class Schedule:
         skip_reason: Callable[[pytest.Item], str | None],
         timeout_of: Callable[[pytest.Item], float],
     ) -> list[pytest.Item]:
-        """Plan the run's ``items`` (``plan``); returns this rank's share, in run order."""
-        planned = self.planned = plan(items, self.world_size, skip_reason)
+        """Plan the run's ``items`` (``plan``); returns this rank's share, in run order.
+        ``skip_reason``: the run's skips known from a test alone (``left_out_reason``
+        adds the placement's)."""
+        planned, self.left_out = plan(items, self.world_size, skip_reason, self.one_world_per_rank)
+        self.planned = planned
         self.index = {item.nodeid: i for i, (item, _) in enumerate(planned)}
         self.shares = {item.nodeid: share for item, share in planned}
         self.run_tests = len(planned)
         self.longest_timeout = max((timeout_of(item) for item, _ in planned), default=0.0)
         return [item for item, share in planned if self.rank in share.ranks]
+
+    def left_out_reason(self, nodeid: str) -> str | None:
+        """Why the placement skips the test (None: it runs, or is not planned yet)."""
+        return self.left_out.get(nodeid)
 
     def in_run(self, nodeid: str) -> bool:
         return nodeid in self.index

@@ -106,11 +106,15 @@ def _parts(
     log_dir: Path,
 ) -> Parts:
     channel, rank = group.control, launch.rank
-    skip_reason = functools.partial(
+    plan = Schedule(rank, launch.world_size, options.one_world_per_rank(config))
+    known_skip = functools.partial(
         collection.skip_reason, launch=launch, has_gpus=group.has_gpus, backend=group.backend
     )
+
+    def skip_reason(item: pytest.Item) -> str | None:
+        return known_skip(item) or plan.left_out_reason(item.nodeid)
+
     records = RankRecords(config, launch, skip_reason, the_run_id)
-    plan = Schedule(rank, launch.world_size)
     tally = RunTally(config, rank, channel, plan=plan)
     config.pluginmanager.register(tally, TALLY_PLUGIN)  # next to the session's
     ledger.install(group.backend)

@@ -19,8 +19,10 @@ from typing import NamedTuple
 
 import pytest
 
+from rankgate.harness.attempts import Attempt, decode, encode
 from rankgate.harness.inplace import control
 from rankgate.harness.inplace.schedule import Schedule
+from rankgate.harness.rerun_report import attempts_of, rerun_word
 from rankgate.harness.verdict import disagreement_status
 
 TALLY_WAIT_STEP_S = 0.05
@@ -37,10 +39,15 @@ def tally_key(rank: int) -> str:
 
 class Shown(NamedTuple):
     """One report as a rank's terminal showed it: its status category ("passed",
-    "failed", "error", "" for a passed set-up) and, for a failure, its first line."""
+    "failed", "error", "" for a passed set-up) and, for a failure, its first line; for
+    a call run more than once, its word and attempts as the reruns' section lists them."""
 
     category: str
     line: str
+    rerun: str = ""
+    """``rerun_report.rerun_word`` of a test run more than once ("" for one run once)."""
+    attempts: str = ""
+    """Its attempts, encoded (``attempts.encode``)."""
 
 
 class Counted:
@@ -91,7 +98,9 @@ class RunTally:
             crash = getattr(report.longrepr, "reprcrash", None)
             text = crash.message if crash is not None else str(report.longrepr).strip()
             line = text.splitlines()[0] if text else ""
-        self.mine.setdefault(report.nodeid, []).append(Shown(category, line))
+        attempts = attempts_of(report) if report.when == "call" else []
+        rerun = (rerun_word(report, attempts), encode(attempts)) if attempts else ("", "")
+        self.mine.setdefault(report.nodeid, []).append(Shown(category, line, *rerun))
 
     def publish(self) -> None:
         """This rank's share has ended (or stopped): the others may count it now."""
@@ -138,6 +147,15 @@ class RunTally:
             for s in shown
             if s.category in ("failed", "error") and s.line
         ]
+
+    def reruns(self) -> dict[str, tuple[str, list[Attempt]]]:
+        """The others' tests run more than once: node id -> (word, attempts)."""
+        return {
+            nodeid: (s.rerun, decode(s.attempts))
+            for nodeid, shown in self.others.items()
+            for s in shown
+            if s.rerun
+        }
 
     @contextlib.contextmanager
     def summary_turn(self) -> Iterator[None]:

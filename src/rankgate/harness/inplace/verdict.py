@@ -66,35 +66,59 @@ def report_text(report: pytest.TestReport) -> str:
     return strip_ansi(str(report.longrepr))
 
 
-def xfail_outcome(report: pytest.TestReport) -> str:
-    """ "xfailed" or "xpassed" for a call that ran under an xfail marker, else ""."""
+def xfail_outcome(report: pytest.TestReport, text: str | None = None) -> str:
+    """ "xfailed" or "xpassed" for a call that ran under an xfail marker, else "".
+    ``text``: the report's ``report_text``, where the caller has it already."""
     if report.when != "call":
         return ""
     if hasattr(report, "wasxfail"):
         return "xfailed" if report.skipped else "xpassed"
-    strict_pass = report.failed and verdict_lines.is_strict_xpass(report_text(report))
-    return "xpassed" if strict_pass else ""
+    if not report.failed:
+        return ""
+    text = report_text(report) if text is None else text
+    return "xpassed" if verdict_lines.is_strict_xpass(text) else ""
 
 
 def own_result(reports: list[pytest.TestReport], *, all_output: bool = False) -> RankResult:
     """This rank's result of one test from its phase reports; ``all_output``: the
     captured output of phases that passed too (``-rA``/``-rP`` shows it)."""
-    outcome, texts, output = "passed", [], []
+    outcome, texts, output, xfail = "passed", [], [], ""
     for report in reports:
-        this = outcome_of(report)
+        this, text = outcome_of(report), report_text(report)  # each report read once
         if WORST_FIRST.index(this) < WORST_FIRST.index(outcome):
             outcome = this
         if this in BAD or (this == "skipped" and outcome == "skipped"):
-            texts.append(report_text(report))
+            texts.append(text)
         if this in BAD or all_output:
-            output.extend((title, strip_ansi(text)) for title, text in report.sections)
+            output.extend((title, strip_ansi(section)) for title, section in report.sections)
+        xfail = xfail or xfail_outcome(report, text)
     return RankResult(
         outcome,
         "\n".join(t for t in texts if t),
         tuple(dict.fromkeys(output)),
         seconds=sum(report.duration for report in reports),
-        xfail=next((x for report in reports if (x := xfail_outcome(report))), ""),
+        xfail=xfail,
     )
+
+
+def junit_outcome(res: RankResult) -> str:
+    """A rank's outcome as its JUnit and results files say it: "xpassed" for a pass
+    under a non-strict xfail marker, "xfailed" for an expected failure (no plain skip)."""
+    if xpassed(res):
+        return "xpassed"
+    return "xfailed" if res.xfail == "xfailed" else res.outcome
+
+
+def failure_message(reports: list[pytest.TestReport]) -> str:
+    """The first line of the first failed or skipped phase's report, as JUnit's
+    ``message`` says it ('' when every phase passed)."""
+    failed = [r for r in reports if r.failed or r.skipped]
+    if not failed:
+        return ""
+    crash = getattr(failed[0].longrepr, "reprcrash", None)
+    if crash is not None:
+        return crash.message
+    return report_text(failed[0]).split("\n", 1)[0]
 
 
 Results = dict[int, RankResult]

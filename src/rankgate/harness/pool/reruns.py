@@ -8,9 +8,44 @@ controller, are the same for every attempt (its ``tmp_path`` too).
 
 from __future__ import annotations
 
-from rankgate.harness.attempts import Attempt, attempts_line
+import dataclasses
+from collections.abc import Callable
+
+from rankgate.harness.attempts import RERUN_KEYS, Attempt, attempts_line
 from rankgate.harness.outcome import BAD, RankOutcome
-from rankgate.harness.verdict import Verdict
+from rankgate.harness.pool.pool import Pool
+from rankgate.harness.pool.worldrun import WorldRun
+from rankgate.harness.verdict import Verdict, judge
+
+
+def run_attempts(
+    run: WorldRun, pool: Pool, reruns: int, fresh_pool: Callable[[], Pool], test_id: str
+) -> Verdict:
+    """Run ``run``'s task on ``pool``, and again on ``fresh_pool()`` after a failure
+    while ``reruns`` are left; returns the verdict, the last attempt's unless every
+    attempt failed (then the first's, whose summary names what failed first)."""
+    while True:
+        run.outcomes = pool.run(run.task, run.timeout)
+        run.verdict = judge(run.outcomes, run.world, run.backend, test_id=test_id)
+        run.attempt_verdicts.append(run.verdict)
+        number = len(run.attempt_verdicts)
+        run.attempts.append(attempt_of(number, run.verdict, run.outcomes))
+        if run.verdict.status not in RERUN_KEYS or number > reruns:
+            break
+        pool.kill()  # never the broken world again: new processes, a new group
+        pool = fresh_pool()  # its set-up first: a failure there raises, run says so
+    if number == 1:
+        run.attempts, run.attempt_verdicts = [], []
+        return run.verdict
+    if run.verdict.status == "failed":
+        first = run.attempt_verdicts[0]
+        summary = f"{first.summary}; failed {number} of {number} attempts"
+        run.verdict = dataclasses.replace(
+            first,
+            summary=summary,
+            text=summary + "\n" + every_attempt_text(run.attempt_verdicts, run.attempts),
+        )
+    return run.verdict
 
 
 def attempt_of(number: int, verdict: Verdict, outcomes: list[RankOutcome]) -> Attempt:

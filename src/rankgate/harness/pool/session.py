@@ -11,27 +11,20 @@ rank, and rank-dependent values belong in the test body.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 import shlex
 import shutil
 import signal
 import tempfile
-import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from rankgate.errors import RankgateError
-from rankgate.harness import options, verdict_lines
-from rankgate.harness.adopt.config import DEFAULT_SETUP_TIMEOUT_S
+from rankgate.harness import options
 from rankgate.harness.attempts import (
     ATTEMPTS_PROPERTY,
     FLAKY_PROPERTY,
-    RERUN_KEYS,
-    Attempt,
     encode,
     flaky_summary,
     is_flaky,
@@ -44,13 +37,12 @@ from rankgate.harness.item_settings import (
     skip_at_test,
     test_timeout,
 )
-from rankgate.harness.outcome import RankOutcome
 from rankgate.harness.output import JUNIT_LIMIT, clip_text
-from rankgate.harness.pool import classstate, rankwarnings, stopsignals
+from rankgate.harness.pool import classstate, stopsignals
+from rankgate.harness.pool.adopted_setups import AdoptedSetups
 from rankgate.harness.pool.gpulease import GpuHeldTooLong, GpuLease
 from rankgate.harness.pool.gpus import gpu_block, visible_gpu_count, xdist_slot
 from rankgate.harness.pool.item_to_task import FixtureCrossingError, build_task, is_unittest
-from rankgate.harness.pool.messages import TestTask
 from rankgate.harness.pool.pool import (
     Pool,
     PoolKey,
@@ -60,14 +52,14 @@ from rankgate.harness.pool.pool import (
     start_fork_server_early,
 )
 from rankgate.harness.pool.registry import PoolRegistry
-from rankgate.harness.pool.reruns import attempt_of, every_attempt_text
+from rankgate.harness.pool.reruns import every_attempt_text, run_attempts
+from rankgate.harness.pool.tell_pytest import tell_pytest
+from rankgate.harness.pool.worldrun import WorldRun
 from rankgate.harness.pool.xdist_ranks import rank_budget_of_worker
 from rankgate.harness.spec import resolve_backend, uses_gpus
 from rankgate.harness.verdict import (
     StrayOutcome,
-    Verdict,
     disagreement_status,
-    judge,
     reproduction_line,
     run_options,
 )
@@ -79,32 +71,6 @@ LEASE_MARGIN_S = 300.0
 """Past its attempts' pool starts and timeouts, a test may hold its GPUs this much longer
 (an adopted class's set-up, stacks of a hung rank, killing its pool, its teardown)
 before a test waiting for them calls it stuck."""
-
-
-class RankFailure(RankgateError, AssertionError):
-    """Raised in the controller when any rank failed, crashed or hung."""
-
-
-class RankDisagreement(RankgateError, RuntimeError):
-    """Ranks ended the same test differently (say one skipped, one passed)."""
-
-
-@dataclass(slots=True, kw_only=True)
-class WorldRun:
-    """What the controller knows about one world test while reporting it."""
-
-    world: int
-    backend: str
-    seed: int
-    base_seed: int
-    key: PoolKey | None = None
-    task: TestTask | None = None
-    outcomes: list[RankOutcome] | None = None
-    verdict: Verdict | None = None
-    attempts: list[Attempt] = dataclasses.field(default_factory=list)
-    """Every attempt, when the test ran more than once (``--rankgate-reruns``)."""
-    attempt_verdicts: list[Verdict] = dataclasses.field(default_factory=list)
-    """Each attempt's whole verdict, alongside ``attempts``."""
 
 
 def pool_settings(config: pytest.Config) -> PoolSettings:
@@ -132,7 +98,7 @@ class PoolSession:
         self._previous_handlers = stopsignals.end_the_session_on_stop_signals()
         self._gpus: tuple[str, ...] | None = None
         self._class_baselines: dict[type, dict] = {}
-        self._setups: dict[int, tuple[Pool, set[str]]] = {}  # adopted set-ups each pool ran
+        self._setups = AdoptedSetups()
 
     @property
     def registry(self) -> PoolRegistry:
@@ -199,6 +165,7 @@ class PoolSession:
             backend=key.backend,
             seed=seed_for_test(self.base_seed, item.nodeid),
             base_seed=self.base_seed,
+            timeout=test_timeout(item, self.default_timeout),
             key=key,
         )
         item.stash[RUN_KEY] = run
@@ -206,7 +173,7 @@ class PoolSession:
             # Held until the test's teardown: another worker's test on these GPUs waits.
             lease = item.stash[LEASE_KEY] = GpuLease(run.key.gpus)
             try:
-                lease.acquire(holds_for_s=self._lease_allowance(item), what=item.nodeid)
+                lease.acquire(holds_for_s=self._lease_allowance(run), what=item.nodeid)
             except GpuHeldTooLong as exc:  # from None: the error is this line alone
                 raise pytest.fail.Exception(f"rankgate: {exc}", pytrace=False) from None
             if lease.waited_s >= 0.1:  # in the JUnit: time spent behind other workers
@@ -232,9 +199,9 @@ class PoolSession:
             gpus=self.pool_gpus(gpus, spec.size) if on_gpus else (),
         )
 
-    def _lease_allowance(self, item: pytest.Item) -> float:
+    def _lease_allowance(self, run: WorldRun) -> float:
         """How long this test may hold its GPUs: every attempt's pool start and timeout."""
-        attempt = test_timeout(item, self.default_timeout) + options.start_timeout(self.config)
+        attempt = run.timeout + options.start_timeout(self.config)
         return (self.reruns + 1) * attempt + LEASE_MARGIN_S
 
     def _unittest_method_on_the_ranks(
@@ -277,81 +244,14 @@ class PoolSession:
         return True
 
     def _run_on_pool(self, item: pytest.Item, run: WorldRun) -> None:
-        """Run the task on the pool; raise as pytest expects for the ranks' verdict."""
-        timeout = test_timeout(item, self.default_timeout)
-        pool = self.registry.acquire(run.key)
-        if not self._adopted_setup_done(item, run, pool):
-            return
-        verdict = self._run_attempts(item, run, pool, timeout)
-        rankwarnings.warn_again([o.warnings for o in run.outcomes])
-        _warn_of_returned_values(item.nodeid, run.outcomes)
-        if verdict.status == "failed":
-            raise RankFailure(verdict.summary)
-        if is_flaky(run.attempts) and self.flaky_policy == "fail":
-            raise RankFailure(flaky_summary(run.attempts, "fail"))
-        if verdict.status == "disagreement":
-            raise RankDisagreement(verdict.summary)
-        if verdict.status == "skipped":
-            skip_at_test(verdict.summary)
-        if verdict.status == "xfailed":
-            pytest.xfail(verdict.summary)
+        """The call phase, step by step: the pool, ready once an adopted class's set-up
+        ran there; each attempt (``reruns``); pytest told the ranks' verdict."""
 
-    def _run_attempts(self, item: pytest.Item, run: WorldRun, pool: Pool, timeout: float):
-        """Run the task, and again on a fresh pool after a failure while reruns are
-        left; returns the verdict, the last attempt's unless every attempt failed (then
-        the first's, whose summary names what failed first)."""
-        while True:
-            run.outcomes = pool.run(run.task, timeout)
-            run.verdict = judge(run.outcomes, run.world, run.backend, test_id=item.nodeid)
-            run.attempt_verdicts.append(run.verdict)
-            number = len(run.attempt_verdicts)
-            run.attempts.append(attempt_of(number, run.verdict, run.outcomes))
-            if run.verdict.status not in RERUN_KEYS or number > self.reruns:
-                break
-            pool.kill()  # never the broken world again: new processes, a new group
-            pool = self.registry.acquire(run.key)
-            if not self._adopted_setup_done(item, run, pool):
-                break  # its set-up failed on the new pool: run.verdict says so
-        if number == 1:
-            run.attempts, run.attempt_verdicts = [], []
-            return run.verdict
-        if run.verdict.status == "failed":
-            first = run.attempt_verdicts[0]
-            summary = f"{first.summary}; failed {number} of {number} attempts"
-            run.verdict = dataclasses.replace(
-                first,
-                summary=summary,
-                text=summary + "\n" + every_attempt_text(run.attempt_verdicts, run.attempts),
-            )
-        return run.verdict
+        def ready_pool() -> Pool:
+            return self._setups.ready(self.registry.acquire(run.key), run, item.nodeid)
 
-    def _adopted_setup_done(self, item: pytest.Item, run: WorldRun, pool: Pool) -> bool:
-        """An adopted class's ``setup=`` (say a C++ op build) first runs on this pool's
-        ranks as a step of its own, under its own start timeout, apart from the test's."""
-        prelude = run.task.prelude or {}
-        setup = prelude.get("setup")
-        done = self._setups.setdefault(id(pool), (pool, set()))
-        if done[0] is not pool:  # a new pool under a reused id
-            done = self._setups[id(pool)] = (pool, set())
-        if not setup or setup in done[1]:
-            return True
-        seconds = prelude.get("setup_timeout") or DEFAULT_SETUP_TIMEOUT_S
-        step = dataclasses.replace(run.task, prelude={**prelude, "setup_only": True})
-        what = f"the start timeout of the adoption's setup={setup}"
-        outcomes = pool.run(step, seconds, what=what)
-        verdict = judge(outcomes, run.world, run.backend, test_id=item.nodeid)
-        if verdict.status == "passed":
-            done[1].add(setup)
-            return True
-        run.outcomes = outcomes
-        summary = f"setup={setup} (the adoption's set-up, before the test): {verdict.summary}"
-        run.verdict = dataclasses.replace(
-            verdict,
-            status="failed",
-            summary=summary,
-            text=verdict.text.replace(verdict.summary, summary, 1),
-        )
-        raise RankFailure(summary)
+        verdict = run_attempts(run, ready_pool(), self.reruns, ready_pool, item.nodeid)
+        tell_pytest(item.nodeid, run, verdict, self.flaky_policy)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
@@ -411,21 +311,6 @@ class PoolSession:
         if self._base_dir is not None:
             shutil.rmtree(self._base_dir, ignore_errors=True)
             self._base_dir = None
-
-
-def _warn_of_returned_values(nodeid: str, outcomes: list[RankOutcome]) -> None:
-    """pytest's warning for a test that returns a value, which it gives a plain test."""
-    returned = {o.rank: o.returned for o in outcomes if o.returned}
-    if returned:
-        kinds = ", ".join(sorted(set(returned.values())))
-        warnings.warn(
-            pytest.PytestReturnNotNoneWarning(
-                f"Test functions should return None, but {nodeid} returned {kinds} on "
-                f"{verdict_lines.ranks(sorted(returned))}.\n"
-                "Did you mean to use `assert` instead of `return`?"
-            ),
-            stacklevel=1,
-        )
 
 
 def attach_attempts(
