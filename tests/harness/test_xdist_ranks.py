@@ -1,4 +1,4 @@
-"""Pools under pytest-xdist: one rank budget for every worker, world sizes kept together.
+"""Pools under pytest-xdist: one rank budget for every worker.
 
 Each world test counts, from /proc, the rank processes of its whole run that are alive
 while it runs (every worker's), so the budget is checked from outside the ledger that
@@ -8,6 +8,7 @@ keeps it.
 from __future__ import annotations
 
 import re
+import sys
 import textwrap
 
 import pytest
@@ -151,3 +152,67 @@ def test_a_worker_waiting_for_ranks_gets_another_workers_idle_pool(pytester):
     assert {live for _, live in counts.values()} == {2}, counts
     workers = _workers_by_test(result)
     assert len(set(workers.values())) == 2, workers  # both workers ran world(2) tests
+
+
+BESIDE_THE_OTHER = """
+import time
+
+import pytest
+import torch.distributed as dist
+from conftest import live_ranks
+
+ME, OTHER = "{me}", "{other}"
+
+
+def _meet(marks, step):
+    # Say this world reached ``step``; wait until the other file's world did too.
+    (marks / f"{{step}}-{{ME}}").touch()
+    deadline = time.monotonic() + 240  # one CPU for both workers, on a loaded machine
+    while not (marks / f"{{step}}-{{OTHER}}").exists():
+        assert time.monotonic() < deadline, f"{{OTHER}}'s world(2) never ran beside this one"
+        time.sleep(0.05)
+
+
+@pytest.mark.world(2)
+def test_beside_the_other_world(rank, counts):
+    marks = counts.parent / "marks"
+    marks.mkdir(exist_ok=True)
+    dist.barrier()
+    if rank == 0:
+        _meet(marks, "up")
+        (counts / ME).write_text(f"2 {{live_ranks()}}")
+        _meet(marks, "counted")  # neither world ends before both counted
+    dist.barrier()
+"""
+
+ONE_CPU_PYTEST = (
+    "import os, sys; os.sched_setaffinity(0, [min(os.sched_getaffinity(0))]); "
+    "import pytest; sys.exit(pytest.main(sys.argv[1:]))"
+)
+
+
+def test_the_default_budget_is_eight_ranks_per_cpu(pytester):
+    # The run may use one CPU: the default budget is 8 ranks, so two workers' world(2)
+    # pools are alive at once (a budget of one rank per CPU held them apart: each test
+    # waits for the other file's world, and would time out).
+    pytester.makepyfile(
+        conftest=COUNT_RANKS,
+        test_one=BESIDE_THE_OTHER.format(me="one", other="two"),
+        test_two=BESIDE_THE_OTHER.format(me="two", other="one"),
+    )
+    base = pytester.path / "bt"
+    result = pytester.run(
+        sys.executable, "-c", ONE_CPU_PYTEST, "-p", "no:cacheprovider", "-p", "no:randomly",
+        "-v", "-n", "2", "--dist", "loadfile", "--basetemp", str(base), timeout=600,
+    )  # fmt: skip
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "rankgate: -n 2: the workers' pools hold at most 8 rank processes at once "
+            "(8 per CPU this run may use, 1 CPU); a larger world runs alone*",
+            "rankgate: the workers' pools held at most 4 rank processes at once (budget 8)",
+        ]
+    )
+    # Both worlds were alive while each counted: 4 ranks, each worker's 2 (the two tests
+    # wait for each other, so they passed on two workers at once).
+    assert _counts(base) == {"one": (2, 4), "two": (2, 4)}

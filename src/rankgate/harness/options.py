@@ -95,7 +95,7 @@ def add_options(parser: pytest.Parser) -> None:
         default=None,
         metavar="N",
         help="under pytest-xdist: the most rank processes all workers' pools hold at once "
-        "(overrides ini rankgate_max_ranks; default: the CPUs this run may use)",
+        "(overrides ini rankgate_max_ranks; default: 8 per CPU this run may use)",
     )
     add_shard_options(group)
     for name, (help_text, kind) in INI_OPTIONS.items():
@@ -122,7 +122,7 @@ INI_OPTIONS: dict[str, tuple[str, str | None]] = {
     ),
     "rankgate_max_ranks": (
         "under pytest-xdist: the most rank processes all workers' pools hold at once "
-        "(default: the CPUs this run may use)",
+        "(default: 8 per CPU this run may use)",
         None,
     ),
     "rankgate_subworld_local_rank": (

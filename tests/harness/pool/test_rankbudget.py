@@ -11,14 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from rankgate.harness.pool.rankbudget import RankBudget
+from rankgate.harness.options import INI_OPTIONS
+from rankgate.harness.pool.rankbudget import RankBudget, default_max_ranks
 
 pytestmark = pytest.mark.unit
 
 HOLDER = """
 import os, sys
 from pathlib import Path
-from rankgate.harness.pool.rankbudget import RankBudget
+from rankgate.harness.options import INI_OPTIONS
+from rankgate.harness.pool.rankbudget import RankBudget, default_max_ranks
 budget = RankBudget(Path(sys.argv[1]), int(sys.argv[2]))
 budget.take(int(sys.argv[3]), lambda: None)
 print("held", flush=True)
@@ -47,6 +49,13 @@ def _take_in_thread(budget: RankBudget, ranks: int) -> threading.Thread:
 
 def _ledger(directory: Path) -> dict:
     return json.loads((directory / "ranks.json").read_text())
+
+
+def test_the_default_budget_is_eight_ranks_per_cpu():
+    assert (default_max_ranks(1), default_max_ranks(2), default_max_ranks(16)) == (8, 16, 128)
+    assert default_max_ranks() == 8 * len(os.sched_getaffinity(0))
+    # the options' help says it too (the shared options module imports nothing of the pool)
+    assert "(default: 8 per CPU this run may use)" in INI_OPTIONS["rankgate_max_ranks"][0]
 
 
 def test_ranks_that_fit_are_taken_and_given_back(tmp_path):

@@ -4,8 +4,8 @@ hold at once, machine-wide.
 Every xdist worker owns its pools; left alone, each starts one per world size its
 tests need and keeps it, so ``-n 16`` on a node whose tests use worlds 1 to 8 holds
 16 x 36 ranks. Under ``-n`` the workers share one budget instead: at most
-``limit`` ranks (the CPUs the run may use, ``--rankgate-max-ranks`` to change) are
-alive in all pools together, and a world larger than the budget runs alone.
+``limit`` ranks (:data:`RANKS_PER_CPU` per CPU the run may use, ``--rankgate-max-ranks``
+to change) are alive in all pools together, and a world larger than the budget runs alone.
 
 The budget is one small JSON ledger in the run's shared temp directory, read and
 written under an exclusive ``flock`` of a file beside it: ``held`` (ranks per
@@ -32,12 +32,25 @@ BUDGET_DIR_KEY = "rankgate_rank_budget"
 POLL_S = 0.02
 """A waiting worker reads the ledger this often."""
 
+RANKS_PER_CPU = 8
+"""The default budget's ranks per CPU. An idle rank waits on its pipe and costs no CPU; a
+budget that counts it as busy makes workers end and restart pools as their tests
+alternate world sizes. On 2 cores, 302 world(2)/world(4) tests under ``-n 2``: a budget
+of 2, 4 or 8 ranks restarted pools for 107-117 rank starts (60-71 CPU-s, 131-208 s); 16
+started each worker's pools once (13-14 rank starts, 40-44 CPU-s, 70-92 s)
+(benchmarks/results/cpu/rank-budget-2026-11-29.txt)."""
+
 
 def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity), as the budget's default."""
+    """The CPUs this process may run on (its affinity)."""
     if hasattr(os, "sched_getaffinity"):
         return max(1, len(os.sched_getaffinity(0)))
     return max(1, os.cpu_count() or 1)
+
+
+def default_max_ranks(cpus: int | None = None) -> int:
+    """The budget without ``--rankgate-max-ranks``: :data:`RANKS_PER_CPU` per CPU."""
+    return RANKS_PER_CPU * (usable_cpus() if cpus is None else cpus)
 
 
 def _alive(pid: int) -> bool:

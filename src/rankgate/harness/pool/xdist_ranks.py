@@ -15,10 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from rankgate.harness.pool.rankbudget import BUDGET_DIR_KEY, RankBudget, usable_cpus
-
-"""Beside the budget: each collected test's world group ("2/gloo"), written by the
-workers after collection, read by the controller's scheduler."""
+from rankgate.harness.pool.rankbudget import (
+    BUDGET_DIR_KEY,
+    RANKS_PER_CPU,
+    RankBudget,
+    default_max_ranks,
+    usable_cpus,
+)
 
 XDIST_RANKS_PLUGIN = "rankgate-xdist-ranks"
 
@@ -32,11 +35,16 @@ def rank_budget_of_worker(config: pytest.Config) -> RankBudget | None:
     return RankBudget(Path(directory), int(limit))
 
 
+def _given_max_ranks(config: pytest.Config) -> str:
+    return config.getoption("rankgate_max_ranks", None) or config.getini("rankgate_max_ranks")
+
+
 def max_ranks(config: pytest.Config) -> int:
-    """``--rankgate-max-ranks`` (ini ``rankgate_max_ranks``), else the CPUs the run may use."""
-    raw = config.getoption("rankgate_max_ranks", None) or config.getini("rankgate_max_ranks")
+    """``--rankgate-max-ranks`` (ini ``rankgate_max_ranks``), else
+    :data:`.rankbudget.RANKS_PER_CPU` per CPU the run may use."""
+    raw = _given_max_ranks(config)
     if not raw:
-        return usable_cpus()
+        return default_max_ranks()
     try:
         value = int(raw)
     except ValueError:
@@ -66,11 +74,15 @@ class XdistController:
         return self._directory
 
     def pytest_report_header(self) -> str:
+        if _given_max_ranks(self.config):
+            source = "--rankgate-max-ranks"
+        else:
+            cpus = usable_cpus()
+            source = f"{RANKS_PER_CPU} per CPU this run may use, {cpus} CPU{'s' * (cpus > 1)}"
         return (
             f"rankgate: -n {self.workers}: the workers' pools hold at most {self.limit} "
-            "rank processes at once (--rankgate-max-ranks, default: the CPUs this run may "
-            "use); a larger world runs alone; a worker gives back idle pools while another "
-            "waits"
+            f"rank processes at once ({source}); a larger world runs alone; a worker gives "
+            "back idle pools while another waits"
         )
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
