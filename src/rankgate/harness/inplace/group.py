@@ -77,7 +77,7 @@ class InPlaceGroup:
         self._gloo_world: dist.ProcessGroup | None = None
         """Every rank in a gloo-only group, made at the first gloo test on a mixed group."""
         self._launcher_variables = subworld_env.launcher_values()
-        self._set_rank_variables()
+        self._set_rank_variables(())
         if not dist.is_initialized():
             self._init_group()
 
@@ -179,41 +179,37 @@ class InPlaceGroup:
         self._leave()
         self.current, self.members, self._groups_made = share.group, share.ranks, 0
         if share.group == NO_GROUP:
-            self._set_rank_variables()
+            self._set_rank_variables(())
             return
         meet()
         started = time.monotonic()
-        self._set_rank_variables()
+        self._set_rank_variables(self._meet_members(share) if share.phase > 0 else ())
         self._init_group()
         self.changes.append(time.monotonic() - started)
 
-    def _launch_seen(self) -> dict[str, str | None]:
-        """What a test in the current group sees of its launch (:mod:`.subworld_env`):
-        none, a plain test's; phase 0, the whole world's; a sub-world, a launch of its
-        ranks, once each told the others its host (and the first, the sub-world's port)."""
+    def _meet_members(self, share: Share) -> list[subworld_env.Member]:
+        """Every rank of ``share``'s sub-world, as it told the others: its host, and from
+        the first rank, the sub-world's port."""
+        leader = share.ranks[0] == self.launch.rank
+        mine = subworld_env.me(self.launch.rank, self.launch.local_rank, leader, self.control.store)
+        phase, subworld = share.group
+        name = f"phase{phase}/subworld{subworld}/members"
+        return self.control.all_gather(name, mine, ranks=share.ranks)
+
+    def _set_rank_variables(self, members) -> None:
+        """What a test sees of its launch (:mod:`.subworld_env`): in a sub-world, a
+        launch of its ``members``; and the current CUDA device, ``cuda:LOCAL_RANK``."""
         launch, launcher = self.launch, self._launcher_variables
         if self.current == NO_GROUP:
-            return subworld_env.plain(launcher)
-        phase, subworld = self.current
-        if phase == 0:
+            values = subworld_env.plain(launcher)
+        elif not members:
             n = launch.world_size
-            return subworld_env.whole_world(launcher, launch.rank, n, launch.local_rank)
-        name = f"phase{phase}/subworld{subworld}/members"
-        return subworld_env.met(
-            launcher,
-            self.members,
-            launch.rank,
-            launch.local_rank,
-            f"phase{phase}-subworld{subworld}",
-            self.control.store,
-            lambda mine: self.control.all_gather(name, mine, ranks=self.members),
-            self.local_rank_from,
-        )
-
-    def _set_rank_variables(self) -> None:
-        """What a test in the current group sees of its launch, and the current CUDA
-        device, ``cuda:LOCAL_RANK``."""
-        launch, values = self.launch, self._launch_seen()
+            values = subworld_env.whole_world(launcher, launch.rank, n, launch.local_rank)
+        else:
+            index = self.members.index(launch.rank)
+            phase, subworld = self.current
+            tag = f"phase{phase}-subworld{subworld}"
+            values = subworld_env.subworld(launcher, members, index, tag, self.local_rank_from)
         subworld_env.apply(values)
         if self.has_gpus and self.current != NO_GROUP:
             local = values.get("LOCAL_RANK")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from rankgate.harness.options import LAUNCHER, SUBWORLD
@@ -59,23 +59,6 @@ class Member:
 def launcher_values() -> dict[str, str | None]:
     """The launcher's values of :data:`VARIABLES` (None: unset), read once at the start."""
     return {name: os.environ.get(name) for name in VARIABLES}
-
-
-def met(
-    launcher: Mapping[str, str | None],
-    ranks: Sequence[int],
-    rank: int,
-    local_rank: int,
-    tag: str,
-    store,
-    all_gather: Callable[[Member], list[Member]],
-    local_rank_from: str = SUBWORLD,
-) -> dict[str, str | None]:
-    """What global rank ``rank`` sees in the sub-world of global ``ranks`` (``tag`` names
-    it), once its ranks have met: each tells the others its :class:`Member` through
-    ``all_gather`` (the first rank claims the sub-world's port in ``store``)."""
-    members = all_gather(me(rank, local_rank, ranks[0] == rank, store))
-    return subworld(launcher, members, ranks.index(rank), tag, local_rank_from)
 
 
 def me(rank: int, local_rank: int, leader: bool, store) -> Member:
