@@ -7,7 +7,8 @@ that asks, under a lock in the run's shared temp dir, and writes it there as JSO
 workers wait for the lock and read it. Alone (no xdist), the fixture just computes it.
 
 The value goes through JSON in every case, so a fixture sees the same types with and
-without xdist (a tuple comes back a list, a path as the string the fixture stored). Folders
+without xdist: paths and finished processes (``subprocess.CompletedProcess``) come back as
+such, a tuple comes back a list (it unpacks the same). Folders
 the computation made stay in the computing worker's temp dir, which every worker can read:
 tests that share one must not change it.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -27,14 +29,14 @@ from filelock import FileLock
 
 
 def once_per_run(request: pytest.FixtureRequest, compute: Callable[[], Any]) -> Any:
-    """``compute()`` (a JSON-able value) once per run for the fixture ``request`` sets up.
+    """``compute()`` (JSON, paths and finished processes) once per run for the fixture ``request`` sets up.
 
     Keyed by the fixture's name, its scope's node (the test file of a module fixture) and
     its parameter: two fixtures never share a value. A failure of the computation fails
     every worker's setup with its traceback, and is not run again; a skip skips them all.
     """
     if not hasattr(request.config, "workerinput"):
-        return json.loads(json.dumps(compute()))
+        return _loads(_dumps(compute()))
     workerinput = request.config.workerinput
     # The run's temp dir, above each worker's own; the run's id guards against a
     # --basetemp that an earlier run used too.
@@ -45,7 +47,7 @@ def once_per_run(request: pytest.FixtureRequest, compute: Callable[[], Any]) -> 
     with FileLock(f"{path}.lock"):
         if not path.exists():
             return _compute_and_write(compute, path)
-        outcome = json.loads(path.read_text())
+        outcome = _loads(path.read_text())
     if "skip" in outcome:
         pytest.skip(outcome["skip"])
     if "error" in outcome:
@@ -58,12 +60,36 @@ def _compute_and_write(compute: Callable[[], Any], path: Path) -> Any:
     """The first worker's part: its own failure shows as it is; the others read it."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "a worker")
     try:
-        value = json.loads(json.dumps(compute()))
+        value = _loads(_dumps(compute()))
     except pytest.skip.Exception as skip:
         path.write_text(json.dumps({"skip": skip.msg}))
         raise
     except Exception:
         path.write_text(json.dumps({"error": traceback.format_exc(), "worker": worker}))
         raise
-    path.write_text(json.dumps({"value": value}))
+    path.write_text(_dumps({"value": value}))
+    return value
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, default=_encode)
+
+
+def _loads(text: str) -> Any:
+    return json.loads(text, object_hook=_decode)
+
+
+def _encode(value: Any) -> dict[str, Any]:
+    if isinstance(value, Path):
+        return {"__path__": str(value)}
+    if isinstance(value, subprocess.CompletedProcess):
+        return {"__completed__": [value.args, value.returncode, value.stdout, value.stderr]}
+    raise TypeError(f"once_per_run: a {type(value).__name__} cannot be shared through JSON")
+
+
+def _decode(value: dict[str, Any]) -> Any:
+    if "__path__" in value:
+        return Path(value["__path__"])
+    if "__completed__" in value:
+        return subprocess.CompletedProcess(*value["__completed__"])
     return value

@@ -16,6 +16,7 @@ pytestmark = pytest.mark.unit
 COUNTED = """
 import itertools
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,8 @@ def compute(what):
     leave("computed", what)
     if what == "broken":
         raise RuntimeError("the planted computation failed")
-    return {"what": what, "pair": (1, 2)}
+    done = subprocess.CompletedProcess(["true"], 0, "out", "err")
+    return {"what": what, "pair": (1, 2), "where": DONE, "done": done}
 
 
 @pytest.fixture(scope="module", params=["a", "b"])
@@ -50,7 +52,10 @@ def broken(request):
 
 @pytest.mark.parametrize("i", range(4))
 def test_value(shared, i):
-    assert shared["pair"] == [1, 2]  # through JSON, with or without xdist
+    # through JSON, with or without xdist
+    assert shared["pair"] == [1, 2] and shared["where"] == DONE
+    done = shared["done"]
+    assert (done.args, done.returncode, done.stdout, done.stderr) == (["true"], 0, "out", "err")
     leave("used", shared["what"])
 
 
