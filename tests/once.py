@@ -8,9 +8,9 @@ workers wait for the lock and read it. Alone (no xdist), the fixture just comput
 
 The value goes through JSON in every case, so a fixture sees the same types with and
 without xdist: paths and finished processes (``subprocess.CompletedProcess``) come back as
-such, a tuple comes back a list (it unpacks the same). Folders
-the computation made stay in the computing worker's temp dir, which every worker can read:
-tests that share one must not change it.
+such, a tuple comes back a list (it unpacks the same). Folders the computation made stay in
+the computing worker's temp dir, which every worker can read: tests that share one must not
+change it.
 """
 
 from __future__ import annotations
