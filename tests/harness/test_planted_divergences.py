@@ -20,6 +20,7 @@ from jobs import run_torchrun_pytest
 
 from rankgate.harness import ledger
 from rankgate.report.junit import merge_junit
+from tests.once import once_per_run
 
 pytestmark = pytest.mark.dist
 
@@ -218,13 +219,15 @@ def _write(folder: Path, backend: str) -> None:
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def pool_verdicts(request, tmp_path_factory) -> dict[str, str]:
-    """Every planted case in one pool session: test name -> its failure message."""
+    """Every planted case in one pool session, once per run: test name -> its failure message."""
     backend = request.param
-    folder = tmp_path_factory.mktemp(f"planted-{backend}")
-    _write(folder, backend)
-    verdicts = pool_session_verdicts(folder, timeout=300)
-    verdicts["backend"] = backend
-    return verdicts
+
+    def verdicts() -> dict[str, str]:
+        folder = tmp_path_factory.mktemp(f"planted-{backend}")
+        _write(folder, backend)
+        return {**pool_session_verdicts(folder, timeout=300), "backend": backend}
+
+    return once_per_run(request, verdicts)
 
 
 def unasked_env() -> dict[str, str]:
