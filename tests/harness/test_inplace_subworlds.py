@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.once import once_per_run
+
 # slow: starts torchrun with 4 ranks, and pytest on every rank
 pytestmark = [pytest.mark.dist, pytest.mark.torch_dist, pytest.mark.slow]
 
@@ -254,24 +256,33 @@ def by_id(report: dict) -> dict[str, dict]:
     return {t["id"].split("::", 1)[1]: t for t in report["tests"]}
 
 
+# Each planted run is launched once per run and shared by the xdist workers (tests/once.py);
+# its folder is fixed first, for the tests that read it.
 @pytest.fixture(scope="module")
-def everything(tmp_path_factory):
-    return launch(tmp_path_factory.mktemp("subworlds") / "all", SUITE)
-
-
-@pytest.fixture(scope="module")
-def hang_folder(tmp_path_factory):
-    return tmp_path_factory.mktemp("subworlds") / "hang"
+def everything_folder(request, tmp_path_factory):
+    return once_per_run(request, lambda: tmp_path_factory.mktemp("subworlds") / "all")
 
 
 @pytest.fixture(scope="module")
-def hang_run(hang_folder):
-    return launch(hang_folder, HANG, timeout_s=8)
+def everything(request, everything_folder):
+    return once_per_run(request, lambda: launch(everything_folder, SUITE))
 
 
 @pytest.fixture(scope="module")
-def crash_run(tmp_path_factory):
-    return launch(tmp_path_factory.mktemp("subworlds") / "crash", CRASH)
+def hang_folder(request, tmp_path_factory):
+    return once_per_run(request, lambda: tmp_path_factory.mktemp("subworlds") / "hang")
+
+
+@pytest.fixture(scope="module")
+def hang_run(request, hang_folder):
+    return once_per_run(request, lambda: launch(hang_folder, HANG, timeout_s=8))
+
+
+@pytest.fixture(scope="module")
+def crash_run(request, tmp_path_factory):
+    return once_per_run(
+        request, lambda: launch(tmp_path_factory.mktemp("subworlds") / "crash", CRASH)
+    )
 
 
 def test_every_test_runs_but_world_8(everything):
@@ -343,10 +354,10 @@ def test_a_wrong_value_names_its_global_rank(everything):
 
 
 def test_a_sub_world_tests_reproduce_line_names_its_world_as_the_pools_does(
-    everything, tmp_path_factory
+    everything, everything_folder
 ):
     # test_w2[1] ran on ranks 2 and 3 of 4: its world is 2, as the pool's line says.
-    (junit,) = tmp_path_factory.getbasetemp().glob("subworlds[0-9]*/all/out/junit.rank3.xml")
+    junit = everything_folder / "out" / "junit.rank3.xml"
     (line,) = {x for x in junit.read_text().splitlines() if x.startswith("reproduce:")}
     assert line.startswith(
         "reproduce: torchrun --standalone --nproc-per-node=4 -m pytest -p no:cacheprovider "
@@ -527,9 +538,12 @@ def test_plain(i):
 
 
 @pytest.fixture(scope="module")
-def x_run(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("subworlds") / "x"
-    return folder, *launch(folder, STOP_AT_THE_SECOND, pytest_args=("-x",))
+def x_run(request, tmp_path_factory):
+    def run():
+        folder = tmp_path_factory.mktemp("subworlds") / "x"
+        return folder, *launch(folder, STOP_AT_THE_SECOND, pytest_args=("-x",))
+
+    return once_per_run(request, run)
 
 
 def test_x_under_sub_worlds_names_every_test_once(x_run):
