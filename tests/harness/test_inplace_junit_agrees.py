@@ -14,6 +14,7 @@ import pytest
 from jobs import run_torchrun_pytest
 
 from rankgate.report.junit import merge_junit
+from tests.once import once_per_run
 
 pytestmark = [pytest.mark.dist, pytest.mark.torch_dist]
 
@@ -52,18 +53,24 @@ def _properties(case) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    path = tmp_path_factory.mktemp("agrees")
-    (path / "test_suite.py").write_text(SUITE)
-    (path / "pytest.ini").write_text("[pytest]\nrankgate_rendezvous_timeout = 2\n")
-    proc = run_torchrun_pytest(
-        path, "-p", "no:randomly", "-q", "--junitxml=out/junit.xml", "test_suite.py", timeout=240
-    )
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    return path, proc
+def run(request, tmp_path_factory):
+    """The suite under torchrun, once per run (tests/once.py): its folder and the run."""
+
+    def launch():
+        path = tmp_path_factory.mktemp("agrees")
+        (path / "test_suite.py").write_text(SUITE)
+        (path / "pytest.ini").write_text("[pytest]\nrankgate_rendezvous_timeout = 2\n")
+        proc = run_torchrun_pytest(
+            path, "-p", "no:randomly", "-q", "--junitxml=out/junit.xml", "test_suite.py",
+            timeout=240,
+        )  # fmt: skip
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        return path, proc
+
+    return once_per_run(request, launch)
 
 
-def test_in_place_junit_names_world_and_backend_as_the_pool_does(run):
+def test_in_place_junit_names_world_and_backend_as_the_pool_does(run, tmp_path):
     path, _ = run
     for rank_file in sorted((path / "out").glob("junit.rank*.xml")):
         cases = {c.get("name"): c for c in ET.parse(rank_file).getroot().iter("testcase")}
@@ -72,8 +79,8 @@ def test_in_place_junit_names_world_and_backend_as_the_pool_does(run):
         if "test_plain" in cases:  # a plain test ran on one rank, on no world
             assert "rankgate.world" not in _properties(cases["test_plain"])
     merged = merge_junit(sorted((path / "out").glob("junit.rank*.xml")), world_size=2)
-    merged.write_xml(path / "merged.xml")
-    cases = {c.get("name"): c for c in ET.parse(path / "merged.xml").getroot().iter("testcase")}
+    merged.write_xml(tmp_path / "merged.xml")  # the run's folder is shared: left as it is
+    cases = {c.get("name"): c for c in ET.parse(tmp_path / "merged.xml").getroot().iter("testcase")}
     world = _properties(cases["test_world"])
     assert (world.get("rankgate.world"), world.get("rankgate.backend")) == ("2", "gloo")
 
