@@ -18,6 +18,8 @@ import xml.etree.ElementTree as ET
 import pytest
 from jobs import run_torchrun_pytest
 
+from tests.once import once_per_run
+
 # slow: starts torchrun with 4 ranks, and pytest on every rank
 pytestmark = [pytest.mark.dist, pytest.mark.torch_dist, pytest.mark.slow]
 
@@ -104,18 +106,26 @@ def test_plain():
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("subworld_env")
-    (folder / "test_suite.py").write_text(SUITE)
-    (folder / "pytest.ini").write_text("[pytest]\n")
-    notes = folder / "notes"
-    notes.mkdir()
-    proc = run_torchrun_pytest(
-        folder, "-p", "no:randomly", "-q", "--rankgate-timeout=30", "--junitxml=out/junit.xml",
-        "test_suite.py", ranks=4, env={**os.environ, "SUBWORLD_NOTES": str(notes)}, timeout=240,
-    )  # fmt: skip
-    seen = {p.name.removesuffix(".json"): json.loads(p.read_text()) for p in notes.glob("*.json")}
-    return proc, folder, seen
+def run(request, tmp_path_factory):
+    """The suite under torchrun on 4 ranks, once per run (tests/once.py)."""
+
+    def launch():
+        folder = tmp_path_factory.mktemp("subworld_env")
+        (folder / "test_suite.py").write_text(SUITE)
+        (folder / "pytest.ini").write_text("[pytest]\n")
+        notes = folder / "notes"
+        notes.mkdir()
+        proc = run_torchrun_pytest(
+            folder, "-p", "no:randomly", "-q", "--rankgate-timeout=30",
+            "--junitxml=out/junit.xml", "test_suite.py", ranks=4,
+            env={**os.environ, "SUBWORLD_NOTES": str(notes)}, timeout=240,
+        )  # fmt: skip
+        seen = {
+            p.name.removesuffix(".json"): json.loads(p.read_text()) for p in notes.glob("*.json")
+        }
+        return proc, folder, seen
+
+    return once_per_run(request, launch)
 
 
 def verdicts(folder) -> dict[str, dict[int, str]]:
