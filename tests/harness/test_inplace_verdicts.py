@@ -11,6 +11,7 @@ import pytest
 from jobs import run_torchrun_pytest
 
 from rankgate.harness import ledger
+from tests.once import once_per_run
 
 # slow: starts torchrun, and pytest on every rank
 pytestmark = [pytest.mark.dist, pytest.mark.torch_dist, pytest.mark.slow]
@@ -54,18 +55,23 @@ def at(tag: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("inplace_verdicts")
-    (folder / "test_suite.py").write_text(SUITE)
-    (folder / "pytest.ini").write_text("[pytest]\n")
-    # Asked for (the default, on a GPU host's cpu:gloo,cuda:nccl too), whatever the caller
-    # set: the destroy's headline comes from the ledger.
-    proc = run_torchrun_pytest(
-        folder, "-p", "no:randomly", "-q", "--color=no", "--rankgate-timeout=20",
-        "--junitxml=out/junit.xml", "test_suite.py", env={**os.environ, ledger.ENV: "1"},
-        timeout=180,
-    )  # fmt: skip
-    return folder, proc
+def run(request, tmp_path_factory):
+    """The suite under torchrun, once per run (tests/once.py): its folder and the run."""
+
+    def launch():
+        folder = tmp_path_factory.mktemp("inplace_verdicts")
+        (folder / "test_suite.py").write_text(SUITE)
+        (folder / "pytest.ini").write_text("[pytest]\n")
+        # Asked for (the default, on a GPU host's cpu:gloo,cuda:nccl too), whatever the
+        # caller set: the destroy's headline comes from the ledger.
+        proc = run_torchrun_pytest(
+            folder, "-p", "no:randomly", "-q", "--color=no", "--rankgate-timeout=20",
+            "--junitxml=out/junit.xml", "test_suite.py", env={**os.environ, ledger.ENV: "1"},
+            timeout=180,
+        )  # fmt: skip
+        return folder, proc
+
+    return once_per_run(request, launch)
 
 
 def _failure_messages(path) -> dict[str, str]:
