@@ -25,6 +25,7 @@ import scenarios
 from chromium import Browser, find_chromium
 
 from rankgate.pipeline.executor import Outcome, summary_table
+from tests.once import once_per_run
 
 pytestmark = [pytest.mark.dist, pytest.mark.slow]  # the planted runs start real ranks
 
@@ -72,9 +73,15 @@ def _bench(out: Path, work: Path) -> None:
     assert done.returncode == 0, done.stderr
 
 
+# Each run is made once per run and shared by the xdist workers (tests/once.py): the
+# tests only read its folder.
 @pytest.fixture(scope="module")
-def passing(tmp_path_factory) -> tuple[Path, dict]:
+def passing(request, tmp_path_factory) -> tuple[Path, dict]:
     """The passing run, after an earlier run of the same suite in which one test failed."""
+    return once_per_run(request, lambda: _passing(tmp_path_factory))
+
+
+def _passing(tmp_path_factory) -> tuple[Path, dict]:
     work = _run(tmp_path_factory, "passing", scenarios.PASSING, PLANTED_BROKEN="1")
     history = work / "history"
     history.mkdir()
@@ -90,26 +97,39 @@ def passing(tmp_path_factory) -> tuple[Path, dict]:
     return work, summary
 
 
-@pytest.fixture(scope="module")
-def failing(tmp_path_factory) -> tuple[Path, dict]:
-    work = _run(tmp_path_factory, "failing", scenarios.FAILING)
-    return work, _summary(work / "out", expect=1)
+def _reported(tmp_path_factory, name: str, text: str, expect: int) -> tuple[Path, dict]:
+    """The run of a planted suite and its summary."""
+    work = _run(tmp_path_factory, name, text)
+    return work, _summary(work / "out", expect=expect)
 
 
 @pytest.fixture(scope="module")
-def hang(tmp_path_factory) -> tuple[Path, dict]:
-    work = _run(tmp_path_factory, "hang", scenarios.HANG)
-    return work, _summary(work / "out", expect=1)
+def failing(request, tmp_path_factory) -> tuple[Path, dict]:
+    return once_per_run(
+        request, lambda: _reported(tmp_path_factory, "failing", scenarios.FAILING, expect=1)
+    )
 
 
 @pytest.fixture(scope="module")
-def gpu_skips(tmp_path_factory) -> tuple[Path, dict]:
-    work = _run(tmp_path_factory, "gpu_skips", scenarios.GPU_SKIPS)
-    return work, _summary(work / "out", expect=0)
+def hang(request, tmp_path_factory) -> tuple[Path, dict]:
+    return once_per_run(
+        request, lambda: _reported(tmp_path_factory, "hang", scenarios.HANG, expect=1)
+    )
 
 
 @pytest.fixture(scope="module")
-def interrupted(tmp_path_factory) -> tuple[Path, dict]:
+def gpu_skips(request, tmp_path_factory) -> tuple[Path, dict]:
+    return once_per_run(
+        request, lambda: _reported(tmp_path_factory, "gpu_skips", scenarios.GPU_SKIPS, expect=0)
+    )
+
+
+@pytest.fixture(scope="module")
+def interrupted(request, tmp_path_factory) -> tuple[Path, dict]:
+    return once_per_run(request, lambda: _interrupted(tmp_path_factory))
+
+
+def _interrupted(tmp_path_factory) -> tuple[Path, dict]:
     work = tmp_path_factory.mktemp("interrupted")
     release = scenarios.interrupted_gate(work)
     try:
