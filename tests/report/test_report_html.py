@@ -23,6 +23,7 @@ from chromium import Browser, find_chromium
 from rankgate import cli
 from rankgate.pipeline import executor
 from rankgate.pipeline.executor import Options, Outcome
+from tests.once import once_per_run
 
 pytestmark = [pytest.mark.dist, pytest.mark.slow]  # the inner run starts real ranks
 
@@ -50,8 +51,13 @@ FAILING_SUITE = textwrap.dedent(
 
 
 @pytest.fixture(scope="module")
-def out_dir(tmp_path_factory) -> Path:
-    """An output folder as a failed dist stage and a bench stage leave it."""
+def out_dir(request, tmp_path_factory) -> Path:
+    """An output folder as a failed dist stage and a bench stage leave it, made once per run
+    and shared by the xdist workers (tests/once.py)."""
+    return once_per_run(request, lambda: _out_dir(tmp_path_factory))
+
+
+def _out_dir(tmp_path_factory) -> Path:
     work = tmp_path_factory.mktemp("report")
     out = work / "out"
     (work / "test_failing.py").write_text(FAILING_SUITE)
@@ -102,7 +108,12 @@ def out_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def written(out_dir) -> Path:
+def written(request, out_dir) -> Path:
+    # Once per run too: two workers writing one report at once would read each other's halves.
+    return once_per_run(request, lambda: _write_report(out_dir))
+
+
+def _write_report(out_dir: Path) -> Path:
     saved_argv = sys.argv[:]
     try:
         assert cli.main(["report", "--out", str(out_dir)]) == 1  # failures: exit 1
