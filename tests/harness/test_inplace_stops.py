@@ -20,6 +20,7 @@ from jobs import end_session, run_torchrun_pytest, torchrun_pytest_cmd
 from rankgate.harness import ledger
 from rankgate.harness.leaks import running
 from rankgate.report.junit import merge_junit
+from tests.once import once_per_run
 
 # slow: each test starts torchrun or mpirun, and pytest on every rank
 pytestmark = [pytest.mark.dist, pytest.mark.torch_dist, pytest.mark.slow]
@@ -206,12 +207,26 @@ def test_fine(rank):
 """
 
 
-def test_terminal_shows_the_cross_rank_verdict_once_with_every_ranks_output(tmp_path):
-    _write(tmp_path, VERDICTS)
-    proc = run_torchrun_pytest(
-        tmp_path, "-v", "--color=no", "-rf", "-c", "pytest.ini", "-o", "console_output_style=classic",
-        "--junitxml=out/junit.xml", "test_suite.py",
-    )  # fmt: skip
+@pytest.fixture(scope="module")
+def verdicts_run(request, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """VERDICTS under torchrun, once per run (tests/once.py): its folder and the run. Both
+    tests below read it: -v with -c and -o for the first, -rA and a timeout for the second."""
+
+    def launch():
+        folder = tmp_path_factory.mktemp("verdicts")
+        _write(folder, VERDICTS)
+        proc = run_torchrun_pytest(
+            folder, "-v", "-rA", "--color=no", "-c", "pytest.ini", "-o",
+            "console_output_style=classic", "--rankgate-timeout=60", "--junitxml=out/junit.xml",
+            "test_suite.py",
+        )  # fmt: skip
+        return folder, proc
+
+    return once_per_run(request, launch)
+
+
+def test_terminal_shows_the_cross_rank_verdict_once_with_every_ranks_output(verdicts_run):
+    tmp_path, proc = verdicts_run
     out = proc.stdout
     assert proc.returncode == 1
     # A failure on rank 1 is a failure on rank 0's terminal, not rank 0's own PASSED.
@@ -244,12 +259,8 @@ def test_terminal_shows_the_cross_rank_verdict_once_with_every_ranks_output(tmp_
     assert "value seen on rank 1" in mine.results[1].system_out
 
 
-def test_with_ra_rank_0_shows_every_ranks_output_and_the_verdict_as_the_pool_does(tmp_path):
-    _write(tmp_path, VERDICTS)
-    proc = run_torchrun_pytest(
-        tmp_path, "-rA", "--color=no", "--rankgate-timeout=60", "--junitxml=out/junit.xml",
-        "test_suite.py",
-    )  # fmt: skip
+def test_with_ra_rank_0_shows_every_ranks_output_and_the_verdict_as_the_pool_does(verdicts_run):
+    _, proc = verdicts_run
     out = proc.stdout
     assert proc.returncode == 1, out + proc.stderr
     # The short summary names what each rank did, not rank 0's own exception.
