@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.once import once_per_run
+
 # One test module whose outcome depends on the rank it is told it runs as
 # (RG_TEST_RANK, not RANK: the harness's in-place mode must not wake up).
 RANKED_TESTS = textwrap.dedent(
@@ -127,15 +129,22 @@ def expected_verdicts() -> dict[str, str]:
     return dict(EXPECTED_VERDICTS)
 
 
+# The pytest runs below are made once per run and shared by the xdist workers
+# (tests/once.py): their tests only read the files.
 @pytest.fixture(scope="session")
-def ranked_junit(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+def ranked_junit(request, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     """junit.rank0..2.xml of test_ranked.py on three ranks."""
-    return run_pytest_as_ranks(tmp_path_factory.mktemp("ranked"), range(3))
+    return once_per_run(
+        request, lambda: run_pytest_as_ranks(tmp_path_factory.mktemp("ranked"), range(3))
+    )
 
 
 @pytest.fixture(scope="session")
-def clean_junit(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+def clean_junit(request, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     """junit.rank0..1.xml of the tests of test_ranked.py that pass on every rank."""
-    return run_pytest_as_ranks(
-        tmp_path_factory.mktemp("clean"), range(2), "-k", "test_pass or test_param"
+    return once_per_run(
+        request,
+        lambda: run_pytest_as_ranks(
+            tmp_path_factory.mktemp("clean"), range(2), "-k", "test_pass or test_param"
+        ),
     )
