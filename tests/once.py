@@ -28,12 +28,14 @@ import pytest
 from filelock import FileLock
 
 
-def once_per_run(request: pytest.FixtureRequest, compute: Callable[[], Any]) -> Any:
-    """``compute()`` (JSON, paths and finished processes) once per run for the fixture ``request`` sets up.
+def once_per_run(request: pytest.FixtureRequest, compute: Callable[[], Any], part: str = "") -> Any:
+    """``compute()`` (JSON, paths, finished processes) once per run, for the fixture that
+    ``request`` sets up.
 
-    Keyed by the fixture's name, its scope's node (the test file of a module fixture) and
-    its parameter: two fixtures never share a value. A failure of the computation fails
-    every worker's setup with its traceback, and is not run again; a skip skips them all.
+    Keyed by the fixture's name, its scope's node (the test file of a module fixture), its
+    parameter and ``part`` (one key per value, for a fixture that computes several): two
+    fixtures never share a value. A failure of the computation fails every worker's setup
+    with its traceback, and is not run again; a skip skips them all.
     """
     if not hasattr(request.config, "workerinput"):
         return _loads(_dumps(compute()))
@@ -42,7 +44,9 @@ def once_per_run(request: pytest.FixtureRequest, compute: Callable[[], Any]) -> 
     # --basetemp that an earlier run used too.
     shared = request.getfixturevalue("tmp_path_factory").getbasetemp().parent
     param = request.param if hasattr(request, "param") else None
-    key = f"{workerinput['testrunuid']}|{request.node.nodeid}|{request.fixturename}|{param!r}"
+    key = (
+        f"{workerinput['testrunuid']}|{request.node.nodeid}|{request.fixturename}|{param!r}|{part}"
+    )
     path = shared / f"once-{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"
     with FileLock(f"{path}.lock"):
         if not path.exists():
