@@ -103,6 +103,7 @@ def kind_of(cmd: str, parent_kind: str) -> str:
         return "pool rank (forked)"
     checks = (
         ("multiprocessing.forkserver", "fork server"),
+        ("rankgate.harness.pool.forkserver", "fork server"),
         ("spawn_main", "spawned (multiprocessing spawn)"),
         ("exec(eval(sys.stdin.readline()))", "xdist worker"),
         ("torch.distributed.run", "torchrun"),
