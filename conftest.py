@@ -15,6 +15,32 @@ pytest_plugins = ["pytester", "tests.leftovers"]
 NO_RANDOM_ORDER = "-p no:randomly"
 os.environ["PYTEST_ADDOPTS"] = f"{os.environ.get('PYTEST_ADDOPTS', '')} {NO_RANDOM_ORDER}".strip()
 
+# Hypothesis's pytest plugin imports most of hypothesis in every session's terminal
+# summary: 0.9 of a bare session's 1.8 CPU-s here, paid by each of the hundreds of inner
+# sessions and launched ranks the tests start, none of which draws an example unless its
+# test says so (tests/harness/test_plugins_hypothesis.py, test_test_styles.py: they take
+# the ``hypothesis_plugin_in_inner_runs`` fixture). Blocked for the processes the tests
+# start, after xdist has started its workers: the project's own @given tests keep the
+# plugin and its health checks.
+NO_HYPOTHESIS_PLUGIN = "-p no:hypothesispytest"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_sessionstart(session: pytest.Session):
+    result = yield
+    addopts = os.environ["PYTEST_ADDOPTS"]
+    if NO_HYPOTHESIS_PLUGIN not in addopts:
+        os.environ["PYTEST_ADDOPTS"] = f"{addopts} {NO_HYPOTHESIS_PLUGIN}"
+    return result
+
+
+@pytest.fixture
+def hypothesis_plugin_in_inner_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pytest runs this test starts load hypothesis's pytest plugin (its health checks
+    and reports are what they test)."""
+    addopts = os.environ["PYTEST_ADDOPTS"].replace(NO_HYPOTHESIS_PLUGIN, "")
+    monkeypatch.setenv("PYTEST_ADDOPTS", " ".join(addopts.split()))
+
 
 # A deprecation warning raised from rankgate's own modules is an error: pyproject's
 # filterwarnings covers collection and the tests (pytest applies it only there); this
@@ -30,6 +56,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture
-def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    monkeypatch.setenv("PYTEST_ADDOPTS", NO_RANDOM_ORDER)  # pytester clears the variable
+def pytester(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> pytest.Pytester:
+    inner_options = [NO_RANDOM_ORDER]  # pytester clears the variable
+    if "hypothesis_plugin_in_inner_runs" not in request.fixturenames:
+        inner_options.append(NO_HYPOTHESIS_PLUGIN)
+    monkeypatch.setenv("PYTEST_ADDOPTS", " ".join(inner_options))
     return pytester

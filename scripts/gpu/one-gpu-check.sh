@@ -2,11 +2,13 @@
 # After a change to the harness, on a one-GPU host: the whole `-m "dist or gpu"` selection
 # of the default test paths in the pool under `-n 6`, or in place under
 # `torchrun --nproc-per-node=2` (two ranks sharing the GPU) with merge-junit.
-# Usage: scripts/gpu/one-gpu-check.sh OUT pool|inplace [SECONDS]
+# Usage: scripts/gpu/one-gpu-check.sh OUT pool|inplace [SECONDS [PATH...]]
+# (PATHs narrow the selection, e.g. `suites` or `tests`, to fit one device call.)
 # Writes OUT/env.txt, OUT/<step>.txt (the run's log, its rc and wall time at the end) and
 # OUT/<step>.tgz (JUnit files and merged verdicts).
 set -uo pipefail
 out=$1 step=$2 limit=${3:-540}
+shift $(($# < 3 ? $# : 3))
 . scripts/gpu/install.sh "$out/pip.txt" || exit $?
 {
   date -u; nvidia-smi -L
@@ -18,10 +20,10 @@ work=$(mktemp -d) && start=$SECONDS
 case $step in
   pool)
     timeout -s INT -k 30 "$limit" python3 -m pytest -p no:cacheprovider -q -rfE -n 6 \
-      -m "dist or gpu" --junitxml="$work/pool.xml" >"$out/pool.txt" 2>&1 ;;
+      -m "dist or gpu" --junitxml="$work/pool.xml" "$@" >"$out/pool.txt" 2>&1 ;;
   inplace)
     timeout -s INT -k 30 "$limit" torchrun --standalone --nproc-per-node=2 -m pytest \
-      -p no:cacheprovider -q -rfE -m "dist or gpu" --junitxml="$work/junit.xml" \
+      -p no:cacheprovider -q -rfE -m "dist or gpu" --junitxml="$work/junit.xml" "$@" \
       >"$out/inplace.txt" 2>&1 ;;
   *) echo "step: pool or inplace, not $step" >&2; exit 2 ;;
 esac

@@ -55,7 +55,7 @@ def _check(out: str) -> None:
     assert "test_planted_rank_dependent_bug" in out
 
 
-def test_given_on_world_tests_in_the_pool(inner):
+def test_given_on_world_tests_in_the_pool(inner, hypothesis_plugin_in_inner_runs):
     result = inner(SOURCE)
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(
@@ -67,7 +67,9 @@ def test_given_on_world_tests_in_the_pool(inner):
     _check(result.stdout.str())
 
 
-def test_own_function_scoped_fixture_still_trips_the_health_check(inner):
+def test_own_function_scoped_fixture_still_trips_the_health_check(
+    inner, hypothesis_plugin_in_inner_runs
+):
     result = inner(
         """
 import pytest
@@ -89,7 +91,7 @@ def test_keeps_state(n, rank, counter):
 
 @pytest.mark.torch_dist
 @pytest.mark.slow
-def test_given_on_world_tests_in_place(tmp_path):
+def test_given_on_world_tests_in_place(tmp_path, hypothesis_plugin_in_inner_runs):
     (tmp_path / "test_suite.py").write_text(textwrap.dedent(SOURCE))
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     proc = run_torchrun_pytest(tmp_path, "-q", "-rA", "test_suite.py", timeout=300)

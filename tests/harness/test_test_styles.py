@@ -140,7 +140,7 @@ if HAS_HYPOTHESIS:
 PASSED = list(VERDICTS.values()).count("passed")
 
 
-def test_each_style_runs_on_every_rank_in_the_pool(inner):
+def test_each_style_runs_on_every_rank_in_the_pool(inner, hypothesis_plugin_in_inner_runs):
     # Before: a unittest class's methods ran once, in the controller (no process
     # group there), and what setup_class set was missing on the ranks; Hypothesis drew
     # different sizes on each rank, so gloo aborted on the mismatch.
@@ -163,7 +163,9 @@ def test_each_style_runs_on_every_rank_in_the_pool(inner):
 
 
 @pytest.mark.slow  # torchrun runs of its own
-def test_each_style_has_the_pools_verdict_in_place_and_in_merge_junit(tmp_path):
+def test_each_style_has_the_pools_verdict_in_place_and_in_merge_junit(
+    tmp_path, hypothesis_plugin_in_inner_runs
+):
     # run from the tests' folder under the project's root, as `cd tests && pytest` does
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     tests = tmp_path / "tests"
