@@ -17,6 +17,7 @@ import os
 import pickle
 import select
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -137,7 +138,24 @@ class RunForkServer:
                 self._client = None
                 if attempt == 2:
                     raise ForkServerError(f"cannot reach the fork server: {exc}") from exc
+                self._forget(client.address)
         raise AssertionError("unreachable")
+
+    def _forget(self, address: str) -> None:
+        """The server at ``address`` refused a fork: its socket no longer listens, so it
+        is gone or going (a killed server's pid can outlive its socket by a moment). End
+        it and drop its record, so that the next attempt starts a new one; a record that
+        already names another server (another worker's new one) stays."""
+        with self._lock():
+            record = self._record()
+            if record is None or record["address"] != address:
+                return
+            if _serves(record["pid"], address):  # never a process that took over its pid
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(record["pid"], signal.SIGKILL)
+            _reap(record["pid"], wait_s=2.0)
+            shutil.rmtree(Path(address).parent, ignore_errors=True)
+            (self.directory / RECORD).unlink(missing_ok=True)
 
     def stop(self) -> None:
         """The owner's last act: end the server and remove its files (a no-op elsewhere)."""
@@ -249,6 +267,15 @@ def _running(pid: int) -> bool:
         if done:
             return False
     return leaks.running(pid)
+
+
+def _serves(pid: int, address: str) -> bool:
+    """Whether ``pid`` is the fork server listening (or once listening) at ``address``."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return SERVER_MODULE.encode() in argv and address.encode() in argv
 
 
 def _reap(pid: int, wait_s: float) -> None:
