@@ -226,3 +226,40 @@ def test_the_default_budget_is_eight_ranks_per_cpu(pytester):
     # Both workers' ranks were forked by the run's one fork server (each worker had its
     # own before, each importing torch).
     assert {(base / f"servers-{me}").read_text() for me in ("one", "two")} == {"1"}
+
+
+LEFT_AT_THE_END = """
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session):
+    # Where an end-of-run check (the project's leftovers plugin) looks: the controller's
+    # temp dir, after every other plugin's sessionfinish.
+    if not hasattr(session.config, "workerinput"):
+        left = sorted(p.name for p in Path(tempfile.gettempdir()).glob("rankgate-*"))
+        Path(os.environ["LEFT_FILE"]).write_text(repr(left))
+"""
+
+
+def test_the_fork_server_and_its_folder_are_gone_before_the_end_of_run_checks(
+    pytester, monkeypatch
+):
+    # Under -n the controller owns the run's fork server: it ended it only when pytest
+    # unconfigured, after the checks of what the run left behind (a GPU host's run of the
+    # project's own tests failed on "rankgate-fs-*" left in its temp dir).
+    private = pytester.path / "private-tmp"
+    private.mkdir()
+    monkeypatch.setenv("TMPDIR", str(private))
+    monkeypatch.setenv("LEFT_FILE", str(pytester.path / "left.txt"))
+    pytester.makeconftest(LEFT_AT_THE_END)
+    pytester.makepyfile(
+        test_w="import pytest\n\n@pytest.mark.world(2)\ndef test_w(rank):\n    pass\n"
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", timeout=300)
+    result.assert_outcomes(passed=1)
+    assert (pytester.path / "left.txt").read_text() == "[]"

@@ -122,3 +122,22 @@ def test_a_rank_whose_server_died_is_lost_and_the_next_fork_starts_a_new_server(
     rank2.join(30)
     assert rank2.exitcode == 0
     server.stop()
+
+
+def test_a_temp_dir_too_long_for_a_unix_socket_still_serves(tmp_path, target, monkeypatch):
+    # A socket's path has room for about 107 bytes; a run's temp dir can be longer (a
+    # scheduler's per-job TMPDIR, pytester's folders): "OSError: AF_UNIX path too long".
+    deep = tmp_path / ("x" * 60) / ("y" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.setenv("TMPDIR", str(deep))
+    monkeypatch.setattr("tempfile.tempdir", None)  # gettempdir() reads TMPDIR again
+    run = tmp_path / "run"
+    server = RunForkServer(run, os.getpid())
+    conn, rank = _fork(server, target, 3, tmp_path)
+    address = json.loads((run / RECORD).read_text())["address"]
+    assert address.startswith(str(deep)) and len(address) > 120
+    conn.send_bytes(b"bye")
+    rank.join(30)
+    assert rank.exitcode == 3
+    server.stop()
+    assert not os.path.exists(os.path.dirname(address))

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from rankgate.errors import RankgateError
 from rankgate.harness import leaks
-from rankgate.harness.pool.forkserver import FAILED_SUFFIX, WORD
+from rankgate.harness.pool.forkserver import FAILED_SUFFIX, WORD, socket_name
 
 SERVER_MODULE = "rankgate.harness.pool.forkserver"
 RECORD = "forkserver.json"
@@ -92,7 +92,7 @@ class ForkServerClient:
         Raises ConnectionError (OSError) when the server cannot be reached."""
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            sock.connect(self.address)
+            sock.connect(socket_name(self.address))
             _send(sock, ("fork", target, args, cwd), [fd])
             data = _recv_exactly(sock, WORD.size)
         except BaseException:
@@ -105,7 +105,7 @@ class ForkServerClient:
 
     def stop(self) -> None:
         with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as sock:
-            sock.connect(self.address)
+            sock.connect(socket_name(self.address))
             _send(sock, ("stop",), [])
 
 

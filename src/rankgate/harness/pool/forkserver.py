@@ -24,6 +24,7 @@ the run) does, or when asked; the ranks end themselves when their controller is 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
 import os
 import pickle
@@ -48,6 +49,19 @@ MAX_REQUEST = 1 << 26
 FAILED_SUFFIX = ".failed"
 """Beside the address: why the server could not start (its preload failed)."""
 
+LONGEST_SOCKET_PATH = 100
+"""Bytes: a Unix socket's path has room for about 107 (a temp dir under a long TMPDIR
+has more)."""
+
+
+def socket_name(address: str) -> str:
+    """What the server at ``address`` (a path) listens on: the path itself, or, when it is
+    too long for a Unix socket and this is Linux, an abstract name made from it (the path
+    is then a plain file that appears once the server listens)."""
+    if len(os.fsencode(address)) <= LONGEST_SOCKET_PATH or not sys.platform.startswith("linux"):
+        return address
+    return "\0rankgate-fs-" + hashlib.sha1(os.fsencode(address)).hexdigest()
+
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m rankgate.harness.pool.forkserver")
@@ -68,8 +82,13 @@ class _Server:
     def __init__(self, address: str, owner: int) -> None:
         self.address = address
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        name = socket_name(address)
         bound = f"{address}.{os.getpid()}"
-        self.listener.bind(bound)
+        if name == address:
+            self.listener.bind(bound)
+        else:  # abstract: the path becomes a file saying the server listens
+            self.listener.bind(name)
+            open(bound, "x").close()
         self.listener.listen(128)
         self.ranks: dict[int, socket.socket] = {}
         """Each live rank's client connection, by pid: its exit code goes there."""

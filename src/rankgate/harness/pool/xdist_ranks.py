@@ -113,8 +113,16 @@ class XdistController:
         node.workerinput[BUDGET_DIR_KEY] = [str(self.directory()), self.limit]
         node.workerinput[FORK_SERVER_KEY] = [str(self.directory()), os.getpid()]
 
+    def pytest_sessionfinish(self) -> None:
+        # Every worker has finished its session (and ended its pools): end the fork server
+        # one of them started (if any did), before any end-of-run check looks for what
+        # the run left behind (the server's folder among them).
+        self._stop_fork_server()
+
     def pytest_unconfigure(self) -> None:
-        # The workers are gone: end the fork server one of them started (if any did).
+        self._stop_fork_server()  # a session that never finished (an internal error)
+
+    def _stop_fork_server(self) -> None:
         if self._directory is not None:
             RunForkServer(self._directory, os.getpid()).stop()
 
