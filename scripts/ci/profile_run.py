@@ -20,6 +20,7 @@ torchrun, a pytest rank or inner session, ...).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -43,22 +44,23 @@ def busy_cpu_s() -> float:
     return (user + nice + system + irq + softirq + steal) / TICK
 
 
-def read_stat(pid: int) -> tuple[int, float] | None:
-    """(ppid, CPU-s) of a live process, None once it is gone."""
+def read_stat(pid: int) -> tuple[int, float, int] | None:
+    """(ppid, CPU-s, start time in ticks) of a live process, None once it is gone. The
+    start time tells a process from a later one that got its pid again."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_bytes()
     except OSError:
         return None
     rest = raw[raw.rindex(b")") + 2 :].split()
-    return int(rest[1]), (int(rest[11]) + int(rest[12])) / TICK
+    return int(rest[1]), (int(rest[11]) + int(rest[12])) / TICK, int(rest[19])
 
 
-def read_cmdline(pid: int) -> str:
+def read_argv(pid: int) -> list[str]:
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
-        return ""
-    return raw.replace(b"\0", b" ").decode(errors="replace").strip()
+        return []
+    return [arg.decode(errors="replace") for arg in raw.split(b"\0") if arg]
 
 
 def started_by_test(pid: int) -> str | None:
@@ -72,30 +74,28 @@ def started_by_test(pid: int) -> str | None:
     return None
 
 
-def stage_of(cmd: str) -> str:
+def stage_of(argv: list[str]) -> str:
     """The stage (or set-up step) a direct child of the gate or of .ci/run works for."""
+    cmd = " ".join(argv)
     if "rankgate.pipeline.distfiles" in cmd or "rankgate.pipeline.wheel_trial" in cmd:
         return "package"
     if "rankgate.pipeline.container" in cmd:
         return "container"
-    if match := re.search(r" -m (?:'([^']*)'|\"([^\"]*)\"|(\S+))", cmd):
-        marker = next(group for group in match.groups() if group is not None)
-        if marker in STAGE_MARKERS and "pytest" in cmd:
-            return STAGE_MARKERS[marker]
-    words = cmd.split()
+    if "pytest" in cmd:
+        for flag, marker in itertools.pairwise(argv):
+            if flag == "-m" and marker in STAGE_MARKERS:
+                return STAGE_MARKERS[marker]
     if "ruff" in cmd or "actionlint" in cmd:
         return "lint"
     if "env-check" in cmd:
         return "env-check"
-    if words and os.path.basename(words[0]) in ("uv", "pip", "apt-get"):
-        return "set-up: " + os.path.basename(words[0])
+    if argv and os.path.basename(argv[0]) in ("uv", "pip", "apt-get"):
+        return "set-up: " + os.path.basename(argv[0])
     if "pip install" in cmd or " -m pip " in cmd or " -m venv" in cmd:
         return "set-up: pip"
     if "build_ops" in cmd:
         return "set-up: DeepSpeed op"
-    if "nox" in cmd:
-        return "gate (nox itself)"
-    return "set-up: " + (os.path.basename(words[0]) if words else "?")
+    return "set-up: " + (os.path.basename(argv[0]) if argv else "?")
 
 
 def kind_of(cmd: str, parent_kind: str) -> str:
@@ -103,6 +103,7 @@ def kind_of(cmd: str, parent_kind: str) -> str:
         return "pool rank (forked)"
     checks = (
         ("multiprocessing.forkserver", "fork server"),
+        ("rankgate.harness.pool.forkserver", "fork server"),
         ("spawn_main", "spawned (multiprocessing spawn)"),
         ("exec(eval(sys.stdin.readline()))", "xdist worker"),
         ("torch.distributed.run", "torchrun"),
@@ -129,52 +130,74 @@ def kind_of(cmd: str, parent_kind: str) -> str:
     return "other: " + (os.path.basename(words[0]) if words else "?")
 
 
+YOUNG_S = 2.0
+"""A process's command line is read again while it is this young: a fork shows its
+parent's until it execs."""
+
+
 class Tracker:
-    """Every process below the command, sampled; each stage root moved into its group."""
+    """Every process below the command, sampled; each stage root moved into its group.
+    A process is keyed by (pid, start time): pids come round again in a long run."""
 
     def __init__(self, root_pid: int, groups: Path | None) -> None:
-        self.root_pid = root_pid
         self.groups = groups
-        self.seen: dict[int, dict] = {root_pid: {"kind": "root", "stage": "root", "cpu": 0.0,
-                                                  "test": None, "cmd": ""}}  # fmt: skip
-        self.gate_pids: set[int] = {root_pid}
+        root = read_stat(root_pid)
+        self.root = (root_pid, root[2] if root else 0)
+        self.seen: dict[tuple[int, int], dict] = {
+            self.root: {"kind": "root", "stage": "root", "cpu": 0.0, "test": None, "cmd": "",
+                        "parent": None, "first": 0.0}
+        }  # fmt: skip
+        self.live: dict[int, tuple[int, int]] = {root_pid: self.root}
+        self.gate: set[tuple[int, int]] = {self.root}
 
-    def sample(self) -> set[str]:
+    def sample(self, now: float) -> set[str]:
         """Update every process's CPU; the stages with a live process."""
-        live: set[str] = set()
+        live: dict[int, tuple[int, int]] = {}
+        stages: set[str] = set()
         for name in os.listdir("/proc"):
             if not name.isdigit():
                 continue
             pid = int(name)
             if (state := read_stat(pid)) is None:
                 continue
-            if pid in self.seen:
-                self.seen[pid]["cpu"] = max(self.seen[pid]["cpu"], state[1])
-            elif state[0] in self.seen:
-                self._adopt(pid, state[0], state[1], read_cmdline(pid))
-            else:
-                continue
-            live.add(self.seen[pid]["stage"])
-        return live
+            ppid, cpu, start = state
+            key = (pid, start)
+            entry = self.seen.get(key)
+            if entry is None:
+                parent = self.live.get(ppid) or live.get(ppid)
+                if parent is None:
+                    continue
+                entry = self.seen[key] = {"parent": parent, "first": now, "cpu": cpu}
+                self._classify(key, read_argv(pid))
+            elif entry["parent"] is not None and now - entry["first"] < YOUNG_S:
+                argv = read_argv(pid)
+                if argv and " ".join(argv)[:300] != entry["cmd"]:
+                    self._classify(key, argv)  # it exec'd
+            entry["cpu"] = max(entry["cpu"], cpu)
+            live[pid] = key
+            stages.add(entry["stage"])
+        self.live = live
+        return stages
 
-    def _adopt(self, pid: int, ppid: int, cpu: float, cmd: str) -> None:
-        parent = self.seen[ppid]
-        words = cmd.split()[:3]
-        if ppid in self.gate_pids and any(os.path.basename(word) == "nox" for word in words):
-            self.gate_pids.add(pid)  # the gate's own process: its children are stages
-        if ppid in self.gate_pids and pid not in self.gate_pids:
-            stage = stage_of(cmd)
-            self._into_group(pid, stage)
+    def _classify(self, key: tuple[int, int], argv: list[str]) -> None:
+        entry = self.seen[key]
+        parent = self.seen[entry["parent"]]
+        cmd = " ".join(argv)
+        from_gate = entry["parent"] in self.gate
+        if from_gate and any(os.path.basename(word) == "nox" for word in argv[:3]):
+            self.gate.add(key)  # the gate's own process: its children are stages
+        if from_gate and key not in self.gate:
+            entry["stage"] = stage_of(argv)
+            self._into_group(key[0], entry["stage"])
         else:
-            stage = parent["stage"]
-        kind = kind_of(cmd, parent["kind"])
-        test = parent["test"]
-        if test is None and parent["kind"] in ("xdist worker", "stage pytest"):
-            test = started_by_test(pid)
-        if ppid in self.gate_pids and pid not in self.gate_pids and "pytest" in cmd:
-            kind = "stage pytest"
-        self.seen[pid] = {"kind": kind, "stage": stage, "cpu": cpu, "test": test,
-                          "cmd": cmd[:300]}  # fmt: skip
+            entry["stage"] = parent["stage"]
+        entry["kind"] = kind_of(cmd, parent["kind"])
+        if from_gate and key not in self.gate and "pytest" in cmd:
+            entry["kind"] = "stage pytest"
+        entry["test"] = parent["test"]
+        if entry["test"] is None and parent["kind"] in ("xdist worker", "stage pytest"):
+            entry["test"] = started_by_test(key[0])
+        entry["cmd"] = cmd[:300]
 
     def _into_group(self, pid: int, stage: str) -> None:
         if self.groups is None:
@@ -209,8 +232,8 @@ def run(out: Path, command: list[str]) -> int:
     stage_first_seen: dict[str, float] = {}
     stage_last_seen: dict[str, float] = {}
     while proc.poll() is None:
-        live = tracker.sample()
         now = time.monotonic() - start
+        live = tracker.sample(now)
         for stage in live:
             stage_first_seen.setdefault(stage, now)
             stage_last_seen[stage] = now
@@ -226,7 +249,10 @@ def run(out: Path, command: list[str]) -> int:
             name: [round(stage_first_seen[name], 1), round(stage_last_seen.get(name, 0), 1)]
             for name in stage_first_seen
         },
-        "processes": list(tracker.seen.values()),
+        "processes": [
+            {key: value for key, value in entry.items() if key not in ("parent", "first")}
+            for entry in tracker.seen.values()
+        ],
     }
     out.write_text(json.dumps(report, indent=1))
     print_tables(report)
@@ -263,9 +289,7 @@ def print_tables(report: dict) -> None:
             print(f"| {stage} | {kind} | {starts} | {cpu:.1f} |")
     print("\n| stage | test file (the processes its tests started) | starts | CPU-s (sampled) |")
     print("|---|---|---|---|")
-    for (stage, test), (starts, cpu) in sorted(by_file.items(), key=lambda item: -item[1][1])[
-        :30
-    ]:
+    for (stage, test), (starts, cpu) in sorted(by_file.items(), key=lambda item: -item[1][1])[:30]:
         print(f"| {stage} | {test} | {starts} | {cpu:.1f} |")
 
 

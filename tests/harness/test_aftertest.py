@@ -65,6 +65,23 @@ def test_a_replaced_collective_is_named_and_put_back():
     assert dist.all_reduce is real
 
 
+def test_a_replaced_function_is_found_beside_a_value_whose_eq_raises(monkeypatch):
+    # The namespaces are compared whole first; a tensor that changed there makes that
+    # comparison raise, and the names are then looked at one by one.
+    import torch
+
+    monkeypatch.setattr(dist, "rankgate_probe", torch.zeros(2), raising=False)
+    watch = replaced.FunctionWatch()
+    monkeypatch.setattr(dist, "rankgate_probe", torch.ones(2))
+    real = dist.barrier
+    dist.barrier = print
+    try:
+        assert watch.put_back() == ["torch.distributed.barrier (now builtin_function_or_method)"]
+    finally:
+        dist.barrier = real
+    assert watch.put_back() == []  # nothing else: the tensor is no function
+
+
 def test_a_monkeypatch_fixtures_change_is_its_own(monkeypatch):
     watch = replaced.FunctionWatch()
     monkeypatch.setattr(dist, "barrier", lambda *a, **k: None)

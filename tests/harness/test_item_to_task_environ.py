@@ -8,6 +8,7 @@ import os
 import pytest
 
 from rankgate.harness.pool import item_to_task
+from rankgate.harness.pool.forkclient import RunForkServer
 from rankgate.harness.pool.pool import Pool, PoolKey, PoolSettings, raw_environ_to_send
 
 pytestmark = pytest.mark.unit
@@ -19,6 +20,7 @@ def _pool_started_now(tmp_path) -> Pool:
         PoolKey(world=2, backend="gloo", gpus=()),
         tmp_path,
         PoolSettings(rendezvous_timeout=1.0, start_timeout=1.0),
+        RunForkServer(tmp_path, os.getpid()),  # never asked for a rank
     )
     pool.environ, pool.environ_raw = dict(os.environ), raw_environ_to_send()
     return pool

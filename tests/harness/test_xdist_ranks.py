@@ -39,11 +39,17 @@ def _processes():
 
 
 def live_ranks():
-    # A rank is forked by its worker's fork server (and has its command line); the
-    # fork server was started by the worker.
+    # A rank is forked by the run's fork server (and has its command line).
     found = _processes()
-    forked = {p for p, (_, cmd) in found.items() if b"multiprocessing.forkserver" in cmd}
+    forked = {p for p, (_, cmd) in found.items() if b"rankgate.harness.pool.forkserver" in cmd}
     return sum(1 for p in forked if found[p][0] in forked)
+
+
+def live_fork_servers():
+    # The run's fork servers: the processes running it that no fork server forked.
+    found = _processes()
+    servers = {p for p, (_, cmd) in found.items() if b"rankgate.harness.pool.forkserver" in cmd}
+    return sum(1 for p in servers if found[p][0] not in servers)
 
 
 def record(out, name, rank, world):
@@ -159,7 +165,7 @@ import time
 
 import pytest
 import torch.distributed as dist
-from conftest import live_ranks
+from conftest import live_fork_servers, live_ranks
 
 ME, OTHER = "{me}", "{other}"
 
@@ -181,6 +187,7 @@ def test_beside_the_other_world(rank, counts):
     if rank == 0:
         _meet(marks, "up")
         (counts / ME).write_text(f"2 {{live_ranks()}}")
+        (counts.parent / f"servers-{{ME}}").write_text(str(live_fork_servers()))
         _meet(marks, "counted")  # neither world ends before both counted
     dist.barrier()
 """
@@ -216,3 +223,43 @@ def test_the_default_budget_is_eight_ranks_per_cpu(pytester):
     # Both worlds were alive while each counted: 4 ranks, each worker's 2 (the two tests
     # wait for each other, so they passed on two workers at once).
     assert _counts(base) == {"one": (2, 4), "two": (2, 4)}
+    # Both workers' ranks were forked by the run's one fork server (each worker had its
+    # own before, each importing torch).
+    assert {(base / f"servers-{me}").read_text() for me in ("one", "two")} == {"1"}
+
+
+LEFT_AT_THE_END = """
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session):
+    # Where an end-of-run check (the project's leftovers plugin) looks: the controller's
+    # temp dir, after every other plugin's sessionfinish.
+    if not hasattr(session.config, "workerinput"):
+        left = sorted(p.name for p in Path(tempfile.gettempdir()).glob("rankgate-*"))
+        Path(os.environ["LEFT_FILE"]).write_text(repr(left))
+"""
+
+
+def test_the_fork_server_and_its_folder_are_gone_before_the_end_of_run_checks(
+    pytester, monkeypatch
+):
+    # Under -n the controller owns the run's fork server: it ended it only when pytest
+    # unconfigured, after the checks of what the run left behind (a GPU host's run of the
+    # project's own tests failed on "rankgate-fs-*" left in its temp dir).
+    private = pytester.path / "private-tmp"
+    private.mkdir()
+    monkeypatch.setenv("TMPDIR", str(private))
+    monkeypatch.setenv("LEFT_FILE", str(pytester.path / "left.txt"))
+    pytester.makeconftest(LEFT_AT_THE_END)
+    pytester.makepyfile(
+        test_w="import pytest\n\n@pytest.mark.world(2)\ndef test_w(rank):\n    pass\n"
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", timeout=300)
+    result.assert_outcomes(passed=1)
+    assert (pytester.path / "left.txt").read_text() == "[]"

@@ -29,26 +29,38 @@ class FunctionWatch:
     """The functions of torch.distributed when a test starts."""
 
     def __init__(self) -> None:
-        self.before = {
-            (module, name): value
-            for module in _MODULES
-            for name, value in vars(module).items()
-            if _function(name, value)
-        }
+        # Each module's namespace as it is, copied in C: taken before every test, where
+        # picking its ~390 names' functions one by one took 0.4-1 ms of a rank's 2 ms.
+        self.before = [(module, dict(vars(module))) for module in _MODULES]
 
     def put_back(self, fixtures: Iterable[object] = ()) -> list[str]:
         """Put back each function the test replaced; their names ("torch.distributed.
         all_reduce (now <lambda> at test_x.py:6)"), [] for none. ``fixtures``: the
         test's fixture values (in place), whose ``monkeypatch`` undoes its own changes."""
-        patched = _monkeypatched(fixtures)
         found = []
-        for (module, name), value in self.before.items():
-            now = getattr(module, name, None)
-            if now is value or (module, name) in patched or _own(now):
+        for module, before in self.before:
+            now_names = vars(module)
+            if _unchanged(before, now_names):
                 continue
-            setattr(module, name, value)
-            found.append(f"{module.__name__}.{name} (now {_what(now)})")
+            patched = _monkeypatched(fixtures)
+            for name, value in before.items():
+                now = now_names.get(name)
+                if now is value or not _function(name, value):
+                    continue
+                if (module, name) in patched or _own(now):
+                    continue
+                setattr(module, name, value)
+                found.append(f"{module.__name__}.{name} (now {_what(now)})")
         return found
+
+
+def _unchanged(before: dict, now: dict) -> bool:
+    """Whether the namespace holds the same names, each the very object it held (one
+    C-level pass: values compare by identity first, by ``==`` only where one changed)."""
+    try:
+        return before == now
+    except Exception:  # a changed value whose == raises (a tensor's): look name by name
+        return False
 
 
 def problem(found: list[str]) -> str:

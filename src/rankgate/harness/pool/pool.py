@@ -1,7 +1,8 @@
 """Worker pools: the ranks of one (world, backend), started once and reused.
 
-A pool forks its ranks from a fork server that has torch preloaded, so a pool
-starts in about a second instead of paying ``import torch`` per rank. Ranks
+A pool forks its ranks from the run's fork server, which has torch preloaded
+(:mod:`.forkserver`; one for the whole run, every xdist worker's pools included), so a
+pool starts in a fraction of a second instead of paying ``import torch`` per rank. Ranks
 rendezvous through a FileStore in the pool's own directory (no TCP ports). A
 pool that saw a crash or a hang is killed; the registry starts a fresh one for
 the next test that needs it.
@@ -26,6 +27,7 @@ from rankgate.harness.item_settings import collective_timeout
 from rankgate.harness.outcome import BAD, OutcomeKind, RankOutcome
 from rankgate.harness.output import read_clipped
 from rankgate.harness.pool import hungstacks, ledgerdump, messages
+from rankgate.harness.pool.forkclient import ForkServerError, RunForkServer
 from rankgate.harness.pool.gpus import xdist_slot
 from rankgate.harness.pool.readiness import Readiness
 
@@ -37,30 +39,6 @@ SHUTDOWN_WAIT_S = 3.0
 # One wait on the ranks' pipes at most this long (the loop goes on until the deadline):
 # select() and poll() overflow on timeouts of weeks.
 WAIT_SLICE_S = 3600.0
-
-
-_context = None
-
-
-def _fork_context():
-    """The fork-server context, with torch and the worker preloaded (set once)."""
-    global _context
-    if _context is None:
-        _context = multiprocessing.get_context("forkserver")
-        _context.set_forkserver_preload(
-            ["torch", "torch.distributed", "rankgate.harness.pool.worker"]
-        )
-    return _context
-
-
-def start_fork_server_early() -> None:
-    """Start the fork server now, without waiting: its ``import torch`` (a second or two)
-    then runs beside collection and the plain tests before the first world test, on
-    another core, instead of in front of the first pool."""
-    from multiprocessing import forkserver
-
-    _fork_context()
-    forkserver.ensure_running()
 
 
 def threads_per_rank(world: int, cores: int | None = None, workers: int | None = None) -> int:
@@ -77,6 +55,10 @@ def threads_per_rank(world: int, cores: int | None = None, workers: int | None =
     if workers is None:
         workers = xdist_slot()[1]
     return max(1, (cores or 1) // max(1, workers) // world)
+
+
+WORKER_MAIN = "rankgate.harness.pool.worker:worker_main"
+"""What each rank runs (in the fork server's child; the controller never imports it)."""
 
 
 class PoolStartError(RankgateError, RuntimeError):
@@ -150,8 +132,11 @@ class PoolSettings:
 class Pool:
     """The ranks of one world; ``run`` sends one test to every rank."""
 
-    def __init__(self, key: PoolKey, directory: Path, settings: PoolSettings) -> None:
+    def __init__(
+        self, key: PoolKey, directory: Path, settings: PoolSettings, fork_server: RunForkServer
+    ) -> None:
         self.key = key
+        self.fork_server = fork_server
         self.directory = directory
         self.settings = settings
         self.ranks: list[_Rank] = []
@@ -172,9 +157,6 @@ class Pool:
         self.directory.mkdir(parents=True, exist_ok=True)
         store_path = self.directory / "store"
         store_path.unlink(missing_ok=True)
-        ctx = _fork_context()
-        from rankgate.harness.pool.worker import worker_main  # imports torch: only when needed
-
         threads = threads_per_rank(self.key.world)
         self.environ, self.cwd = dict(os.environ), os.getcwd()
         self.environ_raw = raw_environ_to_send()
@@ -185,7 +167,7 @@ class Pool:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(self.key.gpus)
         for rank in range(self.key.world):
             ledgerdump.make_pipe(self.directory, rank)
-            parent_conn, child_conn = ctx.Pipe()
+            parent_conn, child_conn = multiprocessing.Pipe()
             paths = (self.directory / f"rank{rank}.out", self.directory / f"rank{rank}.err")
             config = messages.RankConfig(
                 rank=rank,
@@ -201,11 +183,16 @@ class Pool:
                 stderr=str(paths[1]),
                 env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
             )
-            process = ctx.Process(
-                target=worker_main, args=(child_conn, config), name=f"rankgate-rank{rank}"
-            )
-            process.start()
-            child_conn.close()
+            try:
+                process = self.fork_server.fork(
+                    WORKER_MAIN, (config,), child_conn.fileno(), self.cwd
+                )
+            except ForkServerError as exc:
+                parent_conn.close()
+                self.kill()
+                raise PoolStartError(self._start_error(str(exc))) from None
+            finally:
+                child_conn.close()
             self.ranks.append(_Rank(rank, process, parent_conn, *paths))
         self.alive = True
         try:
@@ -289,6 +276,7 @@ class Pool:
         for r in self.ranks:
             r.process.join(5)
             r.conn.close()
+            r.process.close()
         self.alive = False
 
     def healthy(self) -> bool:
@@ -450,6 +438,8 @@ class Pool:
 
 
 def describe_exit(process) -> str:
+    if getattr(process, "lost", False):
+        return "its fork server ended first (exit code unknown)"
     code = process.exitcode
     if code is None:
         return "still running"

@@ -7,6 +7,7 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
+from rankgate.harness.pool.forkclient import RunForkServer
 from rankgate.harness.pool.pool import Pool, PoolKey, PoolSettings, PoolStartError
 from rankgate.harness.pool.rankbudget import RankBudget
 
@@ -32,10 +33,15 @@ class PoolRegistry:
     """
 
     def __init__(
-        self, base_dir: Path, settings: PoolSettings, budget: RankBudget | None = None
+        self,
+        base_dir: Path,
+        settings: PoolSettings,
+        fork_server: RunForkServer,
+        budget: RankBudget | None = None,
     ) -> None:
         self._base_dir = base_dir
         self._settings = settings
+        self._fork_server = fork_server
         self._pools: OrderedDict[PoolKey, Pool] = OrderedDict()
         self._started = 0
         # A pool that could not start will not start for the next test either (a
@@ -88,7 +94,7 @@ class PoolRegistry:
             self._budget.take(key.world, self._give_back_idle)
         self._started += 1
         name = f"w{key.world}-{key.backend}-{self._started}"
-        pool = Pool(key, self._base_dir / name, self._settings)
+        pool = Pool(key, self._base_dir / name, self._settings, self._fork_server)
         try:
             pool.start()
         except BaseException as exc:

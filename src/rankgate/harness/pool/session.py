@@ -40,6 +40,7 @@ from rankgate.harness.item_settings import (
 from rankgate.harness.output import JUNIT_LIMIT, clip_text
 from rankgate.harness.pool import classstate, stopsignals
 from rankgate.harness.pool.adopted_setups import AdoptedSetups
+from rankgate.harness.pool.forkclient import RunForkServer
 from rankgate.harness.pool.gpulease import GpuHeldTooLong, GpuLease
 from rankgate.harness.pool.gpus import gpu_block, visible_gpu_count, xdist_slot
 from rankgate.harness.pool.item_to_task import FixtureCrossingError, build_task, is_unittest
@@ -49,13 +50,12 @@ from rankgate.harness.pool.pool import (
     PoolProtocolError,
     PoolSettings,
     PoolStartError,
-    start_fork_server_early,
 )
 from rankgate.harness.pool.registry import PoolRegistry
 from rankgate.harness.pool.reruns import every_attempt_text, run_attempts
 from rankgate.harness.pool.tell_pytest import tell_pytest
 from rankgate.harness.pool.worldrun import WorldRun
-from rankgate.harness.pool.xdist_ranks import rank_budget_of_worker
+from rankgate.harness.pool.xdist_ranks import fork_server_of_worker, rank_budget_of_worker
 from rankgate.harness.spec import resolve_backend, uses_gpus
 from rankgate.harness.verdict import (
     StrayOutcome,
@@ -95,6 +95,7 @@ class PoolSession:
         self.flaky_policy = options.flaky_policy(config)
         self._registry: PoolRegistry | None = None
         self._base_dir: Path | None = None
+        self._fork_server: RunForkServer | None = None
         self._previous_handlers = stopsignals.end_the_session_on_stop_signals()
         self._gpus: tuple[str, ...] | None = None
         self._class_baselines: dict[type, dict] = {}
@@ -103,12 +104,27 @@ class PoolSession:
     @property
     def registry(self) -> PoolRegistry:
         if self._registry is None:
-            # mkdtemp per pytest process: xdist workers never share pool directories.
-            self._base_dir = Path(tempfile.mkdtemp(prefix="rankgate-pools-"))
             settings = pool_settings(self.config)
             budget = rank_budget_of_worker(self.config)
-            self._registry = PoolRegistry(self._base_dir, settings, budget)
+            self._registry = PoolRegistry(self.base_dir, settings, self.fork_server, budget)
         return self._registry
+
+    @property
+    def base_dir(self) -> Path:
+        """This process's pools' folders (mkdtemp: xdist workers never share them)."""
+        if self._base_dir is None:
+            self._base_dir = Path(tempfile.mkdtemp(prefix="rankgate-pools-"))
+        return self._base_dir
+
+    @property
+    def fork_server(self) -> RunForkServer:
+        """The run's fork server: this process's own, or under xdist the one every worker
+        shares (the controller owns it)."""
+        if self._fork_server is None:
+            self._fork_server = fork_server_of_worker(self.config) or RunForkServer(
+                self.base_dir, os.getpid()
+            )
+        return self._fork_server
 
     def gpus(self) -> tuple[str, ...]:
         """GPU ids (as CUDA_VISIBLE_DEVICES entries) visible to this process: all of them;
@@ -141,11 +157,12 @@ class PoolSession:
             cls = getattr(item, "cls", None)
             if cls is not None and SPEC_KEY in item.stash and cls not in self._class_baselines:
                 self._class_baselines[cls] = classstate.class_baseline(cls)
-        # Under xdist a worker learns which tests it runs only as they come.
-        in_xdist_worker = hasattr(self.config, "workerinput")
-        runs_tests = not in_xdist_worker and not self.config.option.collectonly
+        # The fork server's ``import torch`` runs beside collection's end and the plain
+        # tests. Under xdist the first worker here starts the run's one server; a worker
+        # learns which tests it runs only as they come, but the run will run these.
+        runs_tests = not self.config.option.collectonly
         if runs_tests and any(SPEC_KEY in item.stash for item in session.items):
-            start_fork_server_early()
+            self.fork_server.start_early()
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_setup(self, item: pytest.Item):
@@ -308,6 +325,9 @@ class PoolSession:
         if self._registry is not None:
             self._registry.shutdown_all()
             self._registry = None
+        if self._fork_server is not None:
+            self._fork_server.stop()  # this process's own; under xdist the controller's
+            self._fork_server = None
         if self._base_dir is not None:
             shutil.rmtree(self._base_dir, ignore_errors=True)
             self._base_dir = None

@@ -45,15 +45,18 @@ from rankgate.harness.rankstate import (
 
 
 def worker_main(conn, config: messages.RankConfig) -> None:
-    """Entry point of a rank process (the target of the pool's Process)."""
+    """Entry point of a rank process (what the fork server's child runs)."""
     os.setsid()  # own process group, so a kill of the group reaches the rank's children
     leaks.become_subreaper()  # and orphaned grandchildren come back to it, to be found
     _redirect_output(Path(config.stdout), Path(config.stderr))
     faulthandler.enable(file=sys.stderr, all_threads=True)
     faulthandler.register(messages.STACK_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
+    # Exactly its controller's environment: the run's fork server was started by whichever
+    # xdist worker came first, with that worker's.
+    os.environ.clear()
     os.environ.update(config.env)
-    # The fork server handed its start method down; the test's own processes (DataLoader
-    # workers, a multiprocessing.Pool) start as in a plain process: fork on Linux.
+    # The test's own processes (DataLoader workers, a multiprocessing.Pool) start as in a
+    # plain process: fork on Linux, whatever the fork server's interpreter chose.
     multiprocessing.set_start_method(None, force=True)
     rank = config.rank
     _exit_with_controller(config.controller_pid)

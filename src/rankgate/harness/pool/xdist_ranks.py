@@ -1,9 +1,11 @@
-"""Pools under pytest-xdist: one rank budget for all workers.
+"""Pools under pytest-xdist: one rank budget and one fork server for all workers.
 
 The controller (the pytest process that runs ``-n N``) makes the budget's directory in
 the run's shared temp directory, hands it to each worker through ``workerinput`` and
 says the rule once in the report header. Each worker's :class:`.registry.PoolRegistry`
-takes its ranks from it (:mod:`.rankbudget`).
+takes its ranks from it (:mod:`.rankbudget`) and forks them from the run's one fork
+server, recorded in the same directory (:mod:`.forkclient`); the controller owns that
+server and stops it at the end of the run.
 
 xdist's own scheduling sends the tests: one that sent each world size to one worker left
 a run of two world(2) tests idle under ``-n 2``.
@@ -11,10 +13,12 @@ a run of two world(2) tests idle under ``-n 2``.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
+from rankgate.harness.pool.forkclient import RunForkServer
 from rankgate.harness.pool.rankbudget import (
     BUDGET_DIR_KEY,
     RANKS_PER_CPU,
@@ -24,6 +28,8 @@ from rankgate.harness.pool.rankbudget import (
 )
 
 XDIST_RANKS_PLUGIN = "rankgate-xdist-ranks"
+FORK_SERVER_KEY = "rankgate_fork_server"
+"""The key of ``workerinput`` that hands each worker the fork server's directory and owner."""
 
 
 def rank_budget_of_worker(config: pytest.Config) -> RankBudget | None:
@@ -33,6 +39,15 @@ def rank_budget_of_worker(config: pytest.Config) -> RankBudget | None:
         return None
     directory, limit = given
     return RankBudget(Path(directory), int(limit))
+
+
+def fork_server_of_worker(config: pytest.Config) -> RunForkServer | None:
+    """The run's fork server, as this xdist worker reaches it; None outside xdist."""
+    given = getattr(config, "workerinput", {}).get(FORK_SERVER_KEY)
+    if not given:
+        return None
+    directory, owner = given
+    return RunForkServer(Path(directory), int(owner))
 
 
 def _given_max_ranks(config: pytest.Config) -> str:
@@ -96,6 +111,20 @@ class XdistController:
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
         node.workerinput[BUDGET_DIR_KEY] = [str(self.directory()), self.limit]
+        node.workerinput[FORK_SERVER_KEY] = [str(self.directory()), os.getpid()]
+
+    def pytest_sessionfinish(self) -> None:
+        # Every worker has finished its session (and ended its pools): end the fork server
+        # one of them started (if any did), before any end-of-run check looks for what
+        # the run left behind (the server's folder among them).
+        self._stop_fork_server()
+
+    def pytest_unconfigure(self) -> None:
+        self._stop_fork_server()  # a session that never finished (an internal error)
+
+    def _stop_fork_server(self) -> None:
+        if self._directory is not None:
+            RunForkServer(self._directory, os.getpid()).stop()
 
     # No scheduler of rankgate's: one that sent each world size to one worker left a run of
     # two world(2) tests idle under -n 2. xdist's own scheduling runs, within the budget.

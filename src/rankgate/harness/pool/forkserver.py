@@ -1,0 +1,243 @@
+"""The fork server: one process with torch and the rank code imported, that forks the
+ranks of every pool of a pytest run (``python -m rankgate.harness.pool.forkserver``).
+
+One serves the whole run: under pytest-xdist every worker's pools fork from it, so the
+run imports torch once for its ranks, not once per worker (multiprocessing's fork server
+belongs to the process that started it, and sharing it would take its private state).
+:mod:`.forkclient` starts it, finds it and asks it for ranks.
+
+Protocol, one Unix-socket connection per rank:
+
+- client -> server: one message, the pickled request ``("fork", target, args, cwd)``
+  with one file descriptor (the rank's end of its pipe); the server forks, and the child
+  calls ``target(Connection(fd), *args)`` (``target`` is ``"module:function"``) in
+  ``cwd`` and exits with 0 when it returns. ``("stop",)`` ends the server at once.
+- server -> client: the rank's pid, later its exit code (negative: the signal that killed
+  it), each as 8 bytes; then the connection closes. It is the rank's sentinel: readable
+  once the rank has ended (or the server did).
+
+The socket appears at its address only once the preload is imported, so a client that
+sees it can fork at once. The server ends when its owner (the pytest process that owns
+the run) does, or when asked; the ranks end themselves when their controller is gone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib
+import os
+import pickle
+import selectors
+import shutil
+import signal
+import socket
+import struct
+import sys
+import traceback
+from multiprocessing.connection import Connection
+
+PRELOAD = ("rankgate.harness.pool.worker",)
+"""Imported before the first fork: the rank code, and with it torch and torch.distributed."""
+
+WORD = struct.Struct("q")
+"""A pid or an exit code on the wire."""
+
+MAX_REQUEST = 1 << 26
+"""The largest request (a rank's config carries the controller's environment)."""
+
+FAILED_SUFFIX = ".failed"
+"""Beside the address: why the server could not start (its preload failed)."""
+
+LONGEST_SOCKET_PATH = 100
+"""Bytes: a Unix socket's path has room for about 107 (a temp dir under a long TMPDIR
+has more)."""
+
+
+def socket_name(address: str) -> str:
+    """What the server at ``address`` (a path) listens on: the path itself, or, when it is
+    too long for a Unix socket and this is Linux, an abstract name made from it (the path
+    is then a plain file that appears once the server listens)."""
+    if len(os.fsencode(address)) <= LONGEST_SOCKET_PATH or not sys.platform.startswith("linux"):
+        return address
+    return "\0rankgate-fs-" + hashlib.sha1(os.fsencode(address)).hexdigest()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m rankgate.harness.pool.forkserver")
+    parser.add_argument("address", help="path of the Unix socket to listen on")
+    parser.add_argument("--owner", type=int, required=True, help="end when this pid ends")
+    args = parser.parse_args(argv)
+    try:
+        for name in PRELOAD:
+            importlib.import_module(name)
+    except BaseException:
+        with open(args.address + FAILED_SUFFIX, "w") as f:
+            f.write(traceback.format_exc())
+        raise
+    _Server(args.address, args.owner).serve()
+
+
+class _Server:
+    def __init__(self, address: str, owner: int) -> None:
+        self.address = address
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        name = socket_name(address)
+        bound = f"{address}.{os.getpid()}"
+        if name == address:
+            self.listener.bind(bound)
+        else:  # abstract: the path becomes a file saying the server listens
+            self.listener.bind(name)
+            open(bound, "x").close()
+        self.listener.listen(128)
+        self.ranks: dict[int, socket.socket] = {}
+        """Each live rank's client connection, by pid: its exit code goes there."""
+        self.wake_r, wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(wake_w, False)
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wakeup fd fires
+        signal.set_wakeup_fd(wake_w)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.listener, selectors.EVENT_READ, "listen")
+        self.selector.register(self.wake_r, selectors.EVENT_READ, "child")
+        self.owner = owner
+        self.owner_fd = _pidfd(owner)
+        if self.owner_fd is not None:
+            self.selector.register(self.owner_fd, selectors.EVENT_READ, "owner")
+        os.rename(bound, address)  # clients see the socket once it accepts
+
+    def serve(self) -> None:
+        while True:
+            # Without a pidfd the owner is looked at once a second.
+            for key, _ in self.selector.select(None if self.owner_fd is not None else 1.0):
+                if key.data == "listen":
+                    self._request()
+                elif key.data == "child":
+                    self._reap()
+                else:
+                    self._exit()
+            if self.owner_fd is None and not _alive(self.owner):
+                self._exit()
+
+    def _request(self) -> None:
+        client, _ = self.listener.accept()
+        try:
+            request, fds = _receive(client)
+        except Exception:  # a client that went away mid-request
+            client.close()
+            return
+        if request[0] == "stop":
+            self._exit()
+        if len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            client.close()
+            return
+        _, target, args, cwd = request
+        pid = os.fork()
+        if pid == 0:
+            self._child(client, fds[0], target, args, cwd)
+        os.close(fds[0])
+        try:
+            client.sendall(WORD.pack(pid))
+        except OSError:  # the client is gone; its rank ends with its controller
+            client.close()
+            return
+        self.ranks[pid] = client
+
+    def _child(self, client: socket.socket, fd: int, target: str, args: tuple, cwd: str):
+        """In the rank: drop the server's sockets and signal set-up, then run ``target``."""
+        code = 1
+        try:
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            self.selector.close()
+            for sock in (self.listener, client, *self.ranks.values()):
+                sock.close()
+            for extra in (self.wake_r, self.owner_fd):
+                if extra is not None:
+                    os.close(extra)
+            os.chdir(cwd)
+            module, function = target.split(":")
+            getattr(importlib.import_module(module), function)(Connection(fd), *args)
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except Exception:
+                    pass
+            os._exit(code)
+
+    def _reap(self) -> None:
+        try:
+            while os.read(self.wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            client = self.ranks.pop(pid, None)
+            if client is not None:
+                try:
+                    client.sendall(WORD.pack(os.waitstatus_to_exitcode(status)))
+                except OSError:
+                    pass
+                client.close()
+
+    def _exit(self) -> None:
+        # Its folder (the socket and its log) is its own: made for it by the client.
+        shutil.rmtree(os.path.dirname(self.address), ignore_errors=True)
+        os._exit(0)  # torch's interpreter teardown would take a second for nothing
+
+
+def _receive(client: socket.socket) -> tuple[tuple, list[int]]:
+    """One request: its length (a word), then its pickle; the file descriptors come
+    with the first bytes."""
+    data, fds, _, _ = socket.recv_fds(client, 1 << 16, 4)
+    while len(data) < WORD.size:
+        data += _chunk(client, WORD.size - len(data))
+    (size,) = WORD.unpack(data[: WORD.size])
+    if size > MAX_REQUEST:
+        raise ValueError(f"a request of {size} bytes")
+    body = data[WORD.size :]
+    while len(body) < size:
+        body += _chunk(client, size - len(body))
+    return pickle.loads(body), fds
+
+
+def _chunk(client: socket.socket, size: int) -> bytes:
+    chunk = client.recv(min(size, 1 << 16))
+    if not chunk:
+        raise EOFError("the client closed its connection mid-request")
+    return chunk
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):  # not Linux >= 5.3, or the owner is gone already
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+if __name__ == "__main__":
+    main()
