@@ -93,8 +93,10 @@ def test_capture_never_raises():
 
 def test_timeout_applies_while_stdout_is_copied(tmp_path):
     script = "import time; print('started', flush=True); time.sleep(60)"
-    with pytest.raises(process.CommandFailed, match="timed out after 1 s"):
-        process.run([PY, "-c", script], timeout=1, stdout_path=tmp_path / "log", echo=False)
+    # 5 s: room for the interpreter to start and print on a saturated machine (with 1 s a
+    # loaded CI run killed it before its first line), far below the script's 60.
+    with pytest.raises(process.CommandFailed, match="timed out after 5 s"):
+        process.run([PY, "-c", script], timeout=5, stdout_path=tmp_path / "log", echo=False)
     assert (tmp_path / "log").read_text() == "started\n"
 
 
