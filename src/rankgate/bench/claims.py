@@ -340,7 +340,7 @@ def attention_table(path: str) -> Callable[[Loader], str]:
 
 # --- the README's table ----------------------------------------------------------------
 
-HARNESS_CPU = "benchmarks/results/cpu/harness_gloo.txt"
+HARNESS_CPU = "benchmarks/results/cpu/harness_gloo-2026-11-29.txt"
 HARNESS_NCCL = f"{X2}/two-gpus/harness/nccl.txt"
 
 
