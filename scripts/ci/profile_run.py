@@ -83,6 +83,8 @@ def stage_of(argv: list[str]) -> str:
         return "container"
     if "pytest" in cmd:
         for flag, marker in itertools.pairwise(argv):
+            # the quick gate's: "(unit) and not slow"
+            marker = marker.removesuffix(" and not slow").removeprefix("(").removesuffix(")")
             if flag == "-m" and marker in STAGE_MARKERS:
                 return STAGE_MARKERS[marker]
     if "ruff" in cmd or "actionlint" in cmd:
