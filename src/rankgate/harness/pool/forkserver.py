@@ -37,6 +37,8 @@ import sys
 import traceback
 from multiprocessing.connection import Connection
 
+from rankgate.harness.pool.rankbudget import pid_alive
+
 PRELOAD = ("rankgate.harness.pool.worker",)
 """Imported before the first fork: the rank code, and with it torch and torch.distributed."""
 
@@ -116,7 +118,7 @@ class _Server:
                     self._reap()
                 else:
                     self._exit()
-            if self.owner_fd is None and not _alive(self.owner):
+            if self.owner_fd is None and not pid_alive(self.owner):
                 self._exit()
 
     def _request(self) -> None:
@@ -227,16 +229,6 @@ def _pidfd(pid: int) -> int | None:
         return os.pidfd_open(pid)
     except (AttributeError, OSError):  # not Linux >= 5.3, or the owner is gone already
         return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 if __name__ == "__main__":

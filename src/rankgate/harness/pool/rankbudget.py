@@ -53,7 +53,8 @@ def default_max_ranks(cpus: int | None = None) -> int:
     return RANKS_PER_CPU * (usable_cpus() if cpus is None else cpus)
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (one of another user's too)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -105,8 +106,8 @@ class RankBudget:
             raw = json.loads(self._file.read_text())
         except (FileNotFoundError, ValueError):
             raw = {}
-        held = {p: n for p, n in raw.get("held", {}).items() if _alive(int(p))}
-        queue = [p for p in raw.get("queue", []) if _alive(int(p))]
+        held = {p: n for p, n in raw.get("held", {}).items() if pid_alive(int(p))}
+        queue = [p for p in raw.get("queue", []) if pid_alive(int(p))]
         return _Ledger(held, queue, raw.get("peak", 0))
 
     def _try_take(self, ranks: int) -> bool:
