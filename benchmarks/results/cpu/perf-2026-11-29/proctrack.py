@@ -32,7 +32,7 @@ def stat(pid):
 def kind(cmd, parent_kind):
     if parent_kind == "forkserver":
         return "pool rank"
-    if "multiprocessing.forkserver" in cmd:
+    if "multiprocessing.forkserver" in cmd or "rankgate.harness.pool.forkserver" in cmd:
         return "forkserver"
     if "multiprocessing.spawn" in cmd or "spawn_main" in cmd:
         return "spawned (torch.multiprocessing / mp spawn)"
@@ -86,7 +86,10 @@ def main():
             ppid, cpu, cmd = s
             if pid in seen:
                 seen[pid]["cpu"] = cpu
-                seen[pid]["cmd"] = seen[pid]["cmd"] or cmd[:300]
+                if pid != proc.pid and cmd and cmd[:300] != seen[pid]["cmd"]:
+                    # it exec'd since first seen (a spawn is seen with its parent's command)
+                    seen[pid]["cmd"] = cmd[:300]
+                    seen[pid]["kind"] = kind(cmd, seen.get(seen[pid]["ppid"], {}).get("kind"))
             elif ppid in seen:
                 what = kind(cmd, seen[ppid]["kind"])
                 seen[pid] = {"kind": what, "cmd": cmd[:300], "cpu": cpu, "ppid": ppid}
