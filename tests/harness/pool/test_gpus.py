@@ -1,6 +1,10 @@
+import os
+import subprocess
+import sys
+
 import pytest
 
-from rankgate.harness.pool.gpus import gpu_block, xdist_slot
+from rankgate.harness.pool.gpus import GPU_DRIVER_NODES, gpu_block, xdist_slot
 from rankgate.harness.pool.pool import threads_per_rank
 
 pytestmark = pytest.mark.unit
@@ -54,3 +58,17 @@ def test_pool_ranks_read_the_worker_count_from_xdist(monkeypatch):
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
     monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "4")
     assert threads_per_rank(2, cores=64) == 8
+
+
+def test_the_gpu_count_is_torchs_and_imports_torch_only_where_a_gpu_driver_is():
+    probe = (
+        "import sys; from rankgate.harness.pool.gpus import visible_gpu_count; "
+        "n = visible_gpu_count(); imported = 'torch' in sys.modules; "
+        "import torch; "
+        "print(n, torch.cuda.device_count() if torch.cuda.is_available() else 0, imported)"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    ours, torchs, imported = out.stdout.split()
+    assert ours == torchs
+    driver = any(os.path.exists(node) for node in GPU_DRIVER_NODES)
+    assert imported == str(driver)

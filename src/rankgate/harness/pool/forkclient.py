@@ -103,10 +103,15 @@ class ForkServerClient:
             raise ConnectionError(f"the fork server at {self.address} closed the connection")
         return RankProcess(sock, WORD.unpack(data)[0])
 
-    def stop(self) -> None:
-        with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as sock:
-            sock.connect(socket_name(self.address))
-            _send(sock, ("stop",), [])
+    def stop(self) -> bool:
+        """Whether the server took the request (one still starting listens nowhere yet)."""
+        try:
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.connect(socket_name(self.address))
+                _send(sock, ("stop",), [])
+        except OSError:
+            return False
+        return True
 
 
 class RunForkServer:
@@ -150,9 +155,7 @@ class RunForkServer:
             record = self._record()
             if record is None or record["address"] != address:
                 return
-            if _serves(record["pid"], address):  # never a process that took over its pid
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(record["pid"], signal.SIGKILL)
+            _kill(record["pid"], address)
             _reap(record["pid"], wait_s=2.0)
             shutil.rmtree(Path(address).parent, ignore_errors=True)
             (self.directory / RECORD).unlink(missing_ok=True)
@@ -165,7 +168,8 @@ class RunForkServer:
             record = self._record()
             if record is None:
                 return
-            ForkServerClient(record["address"]).stop()
+            if not ForkServerClient(record["address"]).stop():  # still importing torch
+                _kill(record["pid"], record["address"])
             _reap(record["pid"], wait_s=2.0)
             shutil.rmtree(Path(record["address"]).parent, ignore_errors=True)
             (self.directory / RECORD).unlink(missing_ok=True)
@@ -276,6 +280,12 @@ def _serves(pid: int, address: str) -> bool:
     except OSError:
         return False
     return SERVER_MODULE.encode() in argv and address.encode() in argv
+
+
+def _kill(pid: int, address: str) -> None:
+    if _serves(pid, address):  # never a process that took over its pid
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _reap(pid: int, wait_s: float) -> None:

@@ -12,8 +12,15 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+GPU_DRIVER_NODES = ("/dev/nvidiactl", "/proc/driver/nvidia", "/dev/kfd", "/dev/dxg")
+"""What a GPU driver torch.cuda can use puts on a machine (NVIDIA, ROCm, WSL): without any
+of them torch sees no GPU, and a pytest process need not import torch (a second or more
+of CPU) to learn that."""
+
 
 def visible_gpu_count() -> int:
+    if not any(os.path.exists(node) for node in GPU_DRIVER_NODES):
+        return 0
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0

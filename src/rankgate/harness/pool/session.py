@@ -53,6 +53,7 @@ from rankgate.harness.pool.pool import (
 )
 from rankgate.harness.pool.registry import PoolRegistry
 from rankgate.harness.pool.reruns import every_attempt_text, run_attempts
+from rankgate.harness.pool.sessionserver import PROCESS_FORK_SERVER
 from rankgate.harness.pool.tell_pytest import tell_pytest
 from rankgate.harness.pool.worldrun import WorldRun
 from rankgate.harness.pool.xdist_ranks import fork_server_of_worker, rank_budget_of_worker
@@ -96,6 +97,8 @@ class PoolSession:
         self._registry: PoolRegistry | None = None
         self._base_dir: Path | None = None
         self._fork_server: RunForkServer | None = None
+        PROCESS_FORK_SERVER.session_opened()
+        self._session_open = True
         self._previous_handlers = stopsignals.end_the_session_on_stop_signals()
         self._gpus: tuple[str, ...] | None = None
         self._class_baselines: dict[type, dict] = {}
@@ -118,11 +121,11 @@ class PoolSession:
 
     @property
     def fork_server(self) -> RunForkServer:
-        """The run's fork server: this process's own, or under xdist the one every worker
-        shares (the controller owns it)."""
+        """The fork server of this process's sessions (:mod:`.sessionserver`): under
+        xdist the one every worker shares (the controller owns it)."""
         if self._fork_server is None:
-            self._fork_server = fork_server_of_worker(self.config) or RunForkServer(
-                self.base_dir, os.getpid()
+            self._fork_server = PROCESS_FORK_SERVER.server(
+                functools.partial(fork_server_of_worker, self.config)
             )
         return self._fork_server
 
@@ -325,9 +328,10 @@ class PoolSession:
         if self._registry is not None:
             self._registry.shutdown_all()
             self._registry = None
-        if self._fork_server is not None:
-            self._fork_server.stop()  # this process's own; under xdist the controller's
+        if self._session_open:
+            self._session_open = False
             self._fork_server = None
+            PROCESS_FORK_SERVER.session_closed()
         if self._base_dir is not None:
             shutil.rmtree(self._base_dir, ignore_errors=True)
             self._base_dir = None
