@@ -82,7 +82,7 @@ def folder(tmp_path):
     return tmp_path
 
 
-def test_in_the_pool(folder):
+def test_in_the_pool(folder, auto_backend):
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q",
            "--junitxml=junit.xml", "test_suite.py"]  # fmt: skip
     proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, timeout=120)
@@ -90,9 +90,11 @@ def test_in_the_pool(folder):
     assert proc.stdout.splitlines()[-1].startswith("2 failed, 2 passed in ")
     thread = THREAD.format(line=_line("start"))
     assert _messages(folder / "junit.xml") == {
-        "test_a_leaves_a_thread": f"ranks 0, 1 failed; ranks 0, 1 {thread} (world 2, backend gloo)",
+        "test_a_leaves_a_thread": (
+            f"ranks 0, 1 failed; ranks 0, 1 {thread} (world 2, backend {auto_backend})"
+        ),
         "test_b_replaces_all_reduce": (
-            f"ranks 0, 1 failed; ranks 0, 1 {REPLACED} (world 2, backend gloo)"
+            f"ranks 0, 1 failed; ranks 0, 1 {REPLACED} (world 2, backend {auto_backend})"
         ),
     }
 

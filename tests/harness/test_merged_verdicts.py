@@ -62,14 +62,14 @@ def _rankgate(folder: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["pool", "xdist"])
-def test_a_ranks_xfail_disagrees_in_the_pool(tmp_path, workers):
+def test_a_ranks_xfail_disagrees_in_the_pool(tmp_path, workers, auto_backend):
     folder = _folder(tmp_path, XFAIL_ON_ONE_RANK)
     proc = _pytest(folder, *workers, "test_suite.py")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert proc.stdout.splitlines()[-1].startswith("1 xfailed, 1 error in ")
     assert (
         "ERROR test_suite.py::test_xfail_imperative_rank1 - "
-        "ranks disagree (world 2, backend gloo): rank 1 xfailed; rank 0 passed"
+        f"ranks disagree (world 2, backend {auto_backend}): rank 1 xfailed; rank 0 passed"
     ) in proc.stdout
 
 

@@ -46,6 +46,7 @@ def open_session():
     PROCESS_FORK_SERVER.session_closed()
 
 
+@pytest.mark.launches  # its pytest sessions would see a launcher's variables in place
 def test_inline_sessions_fork_from_the_server_of_the_session_around_them(
     pytester, tmp_path, open_session
 ):
