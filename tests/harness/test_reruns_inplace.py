@@ -278,7 +278,7 @@ def test_flaky(rank, tmp_path):
 
 
 def test_torchrun_at_4_ranks_rank_0_names_a_flaky_test_of_another_sub_world_as_merge_junit(
-    tmp_path, auto_backend
+    tmp_path, auto_backend_for
 ):
     # test_passes runs on ranks 0, 1 and test_flaky on ranks 2, 3: rank 0 ran no attempt
     # of test_flaky, and still names it with every attempt, in merge-junit's words.
@@ -293,7 +293,9 @@ def test_torchrun_at_4_ranks_rank_0_names_a_flaky_test_of_another_sub_world_as_m
     assert "1 passed, 1 flaky in " in rank0
     assert (
         "FLAKY test_sub.py::test_flaky\n"
-        f"    attempt 1 failed: rank 3 failed; rank 2 passed (world 2, backend {auto_backend})\n"
+        # in place a sub-world has the launch's group: auto for 4 ranks (gloo on fewer GPUs)
+        f"    attempt 1 failed: rank 3 failed; rank 2 passed (world 2, backend "
+        f"{auto_backend_for(4)})\n"
         "    attempt 2 passed\n"
     ) in rank0
     flaky = _merged(tmp_path)["test_flaky"]
