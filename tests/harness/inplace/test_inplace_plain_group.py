@@ -4,6 +4,7 @@ every_rank test needs. One rank, gloo, a FileStore in tmp_path."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -32,10 +33,15 @@ def group(tmp_path, monkeypatch):
         launcher="torchrun", rank=0, world_size=1, local_rank=0, local_world_size=1, job_id="t"
     )
     assert not dist.is_initialized()
+    # The group sets the launcher's variables (RANK, WORLD_SIZE, MASTER_PORT...) as a rank's
+    # would: left in this worker, every later pytest it starts would take itself for a rank.
+    saved = dict(os.environ)
     made = InPlaceGroup(launch, rendezvous_s=30)
     yield made
     if dist.is_initialized():
         dist.destroy_process_group()
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 def test_a_plain_test_has_no_group_and_the_next_world_test_gets_one(group):
