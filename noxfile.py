@@ -11,8 +11,8 @@ slow stages, package, hpc and container, are left out and named; ``-- --full`` r
 the gate too; with ``--strict`` a skipped single stage fails its session as well),
 ``nox -s gate -- --changed-since origin/main`` (only the stages the change touches; the
 others are skipped, saying why, and never fail the gate), ``nox -s gate -- --full --only
-lint,unit,dist,package,hpc,container`` (those stages only, in full, unit, package, hpc
-and container in the background meanwhile: what CI runs).
+lint,unit,dist,package,hpc,container`` (those stages only, in full, package, hpc and
+container in the background meanwhile: what CI runs).
 
 One session is not a stage: ``nox -s docs`` builds the documentation site (mkdocs.yml)
 into out/site with --strict; the unit stage builds it too (tests/test_docsite.py).

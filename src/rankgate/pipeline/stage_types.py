@@ -84,9 +84,8 @@ class Stage:
     test is INCOMPLETE and blocks the gate: a typo in a marker never passes."""
     beside: bool = False
     """The gate starts it first, in the background, and runs its other stages meanwhile:
-    it waits more than it computes (on a scheduler, on an image build), or the stage in
-    the foreground does (dist, beside which unit runs), so they share the cores well.
-    Its output then goes to ``logs/<name>.log``, shown once the others end."""
+    it waits more than it computes (on a scheduler, on an image build), so it shares the
+    cores well. Its output then goes to ``logs/<name>.log``, shown once the others end."""
     slow: bool = False
     """Its work takes minutes whatever it selects (a scheduler's jobs, an image build):
     the quick gate (``nox -s gate`` without ``--full``) leaves it out, saying so."""

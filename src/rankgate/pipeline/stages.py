@@ -190,11 +190,6 @@ _STAGES: dict[str, Stage] = {
             where=("local", "container"),
             products=("junit/unit.xml",),
             commands=(_PYTEST_TWO_WORKERS,),
-            # Beside dist: each alone kept 2 cores ~62 % busy (unit 149 CPU-s in 120 s,
-            # dist 266 CPU-s in 216 s, `nox -s gate` under scripts/ci/profile_run.py),
-            # dist's tests waiting on ranks, timeouts and launchers; side by side they
-            # fill each other's waits.
-            beside=True,
             dagger="test-cpu",
             workflow="ci.yml:unit",
             paths=_UNIT_PATHS,
