@@ -10,9 +10,9 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
+from ended import ended_within
 
 from rankgate.harness.pool.forkclient import RECORD, RunForkServer
 from rankgate.harness.pool.pool import describe_exit
@@ -53,19 +53,6 @@ def _server_pid(directory) -> int:
     return json.loads((directory / RECORD).read_text())["pid"]
 
 
-def _gone(pid: int, within_s: float) -> bool:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    return True
-        except FileNotFoundError:
-            return True
-        time.sleep(0.02)
-    return False
-
-
 def test_every_process_of_the_run_forks_from_one_server(tmp_path, target):
     run = tmp_path / "run"
     owner = RunForkServer(run, os.getpid())
@@ -86,7 +73,7 @@ def test_every_process_of_the_run_forks_from_one_server(tmp_path, target):
     assert describe_exit(rank2) == "killed by SIGKILL (exit code -9)"
     address = json.loads((run / RECORD).read_text())["address"]
     owner.stop()
-    assert _gone(server, within_s=10)
+    assert ended_within(server, 10)
     assert not os.path.exists(os.path.dirname(address)) and not (run / RECORD).exists()
 
 
@@ -100,7 +87,7 @@ def test_the_server_ends_with_its_owner(tmp_path, target):
         rank.join(30)
         owner.kill()
         owner.wait()
-        assert _gone(_server_pid(run), within_s=10)
+        assert ended_within(_server_pid(run), 10)
     finally:
         owner.kill()
         owner.wait()

@@ -4,10 +4,10 @@ server of the process; the outermost session ends it."""
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
+from ended import ended_within
 
 from rankgate.harness.pool.sessionserver import PROCESS_FORK_SERVER, ProcessForkServer
 
@@ -22,19 +22,6 @@ def test_parent(rank):
     with open(os.path.join(OUT, f"{NAME}-{rank}"), "w") as f:
         f.write(str(os.getppid()))
 """
-
-
-def _gone(pid: int, within_s: float) -> bool:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    return True
-        except FileNotFoundError:
-            return True
-        time.sleep(0.02)
-    return False
 
 
 @pytest.fixture
@@ -60,7 +47,7 @@ def test_inline_sessions_fork_from_the_server_of_the_session_around_them(
     assert sorted(parents) == ["first-0", "first-1", "second-0", "second-1"]
     assert len(set(parents.values())) == 1, parents
     server_pid = int(parents["first-0"])
-    assert not _gone(server_pid, within_s=0.2), "an inline session ended the shared server"
+    assert not ended_within(server_pid, 0.2), "an inline session ended the shared server"
 
 
 def test_the_last_session_to_close_ends_the_server_and_its_folders():
@@ -74,9 +61,9 @@ def test_the_last_session_to_close_ends_the_server_and_its_folders():
     assert sessions.server(lambda: None) is inner_server
     pid = inner_server._record()["pid"]
     socket_home = Path(inner_server._record()["address"]).parent
-    assert not _gone(pid, within_s=0.2)
+    assert not ended_within(pid, 0.2)
     sessions.session_closed()
-    assert _gone(pid, within_s=10)
+    assert ended_within(pid, 10)
     assert not record.exists() and not socket_home.exists()
 
 
