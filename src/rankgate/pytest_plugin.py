@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import pytest
 
+from rankgate import fastexit
 from rankgate.harness import plugin as harness_plugin
 from rankgate.harness.pluginnames import HARNESS_PLUGIN, TRACING_PLUGIN
 from rankgate.report import tracing_plugin
 
 PLUGINS = ((HARNESS_PLUGIN, harness_plugin), (TRACING_PLUGIN, tracing_plugin))
 """The plugins this entry point registers, by name (rankgate.docsite reads their options)."""
+
+fastexit.skip_last_collection()  # at exit: every pytest with rankgate ends sooner
 
 
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:

@@ -23,33 +23,41 @@ import pytest
 import torch.distributed as dist
 
 
+def _parent(pid):
+    stat = Path(f"/proc/{pid}/stat").read_bytes()
+    return int(stat[stat.rindex(b")") + 2:].split()[1])
+
+
 def _processes():
-    run = b"PYTEST_XDIST_TESTRUNUID=" + os.environ["PYTEST_XDIST_TESTRUNUID"].encode()
+    # The fork servers and ranks under the run's controller (the owner named on the
+    # command line of the server that forked this rank), whoever started them.
+    args = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().split(b"\\0")
+    controller = int(args[args.index(b"--owner") + 1])
     found = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    for pid in map(int, filter(str.isdigit, os.listdir("/proc"))):
         try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\\0")
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            stat = Path(f"/proc/{pid}/stat").read_bytes()
-        except OSError:
+            if b"rankgate.harness.pool.forkserver" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+                continue
+            parent = ancestor = _parent(pid)
+            while ancestor not in (controller, 0, 1):
+                ancestor = _parent(ancestor)
+        except (OSError, ValueError):
             continue
-        if run in environ:
-            found[int(pid)] = (int(stat[stat.rindex(b")") + 2:].split()[1]), cmdline)
+        if ancestor == controller:
+            found[pid] = parent
     return found
 
 
 def live_ranks():
     # A rank is forked by the run's fork server (and has its command line).
     found = _processes()
-    forked = {p for p, (_, cmd) in found.items() if b"rankgate.harness.pool.forkserver" in cmd}
-    return sum(1 for p in forked if found[p][0] in forked)
+    return sum(1 for parent in found.values() if parent in found)
 
 
 def live_fork_servers():
     # The run's fork servers: the processes running it that no fork server forked.
     found = _processes()
-    servers = {p for p, (_, cmd) in found.items() if b"rankgate.harness.pool.forkserver" in cmd}
-    return sum(1 for p in servers if found[p][0] not in servers)
+    return sum(1 for parent in found.values() if parent not in found)
 
 
 def record(out, name, rank, world):
@@ -263,3 +271,34 @@ def test_the_fork_server_and_its_folder_are_gone_before_the_end_of_run_checks(
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", timeout=300)
     result.assert_outcomes(passed=1)
     assert (pytester.path / "left.txt").read_text() == "[]"
+
+
+SERVER_AT_WORKER_START = """
+import json, os
+from pathlib import Path
+
+def pytest_sessionstart(session):
+    given = getattr(session.config, "workerinput", {}).get("rankgate_fork_server")
+    if given:  # a worker, before it collects: has the run's server been started?
+        started = (Path(given[0]) / "forkserver.json").exists()
+        Path(os.environ["SEEN_DIR"], os.environ["PYTEST_XDIST_WORKER"]).write_text(
+            json.dumps(started)
+        )
+"""
+
+
+def test_the_controller_starts_the_fork_server_before_any_worker_collects(
+    pytester, monkeypatch
+):
+    # The server's import of torch runs while the workers start and collect; a worker that
+    # started it after its collection kept every world test waiting for that import.
+    seen = pytester.path / "seen"
+    seen.mkdir()
+    monkeypatch.setenv("SEEN_DIR", str(seen))
+    pytester.makeconftest(SERVER_AT_WORKER_START)
+    pytester.makepyfile(
+        test_w="import pytest\n\n@pytest.mark.world(2)\ndef test_w(rank):\n    pass\n"
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", timeout=300)
+    result.assert_outcomes(passed=1)
+    assert {f.name: f.read_text() for f in seen.iterdir()} == {"gw0": "true", "gw1": "true"}
