@@ -92,7 +92,7 @@ def test_src_has_no_import_cycle():
 
 
 FLOORS: tuple[tuple[str, ...], ...] = (
-    ("rankgate", "errors", "proc", "cliargs", "tomlfile"),  # version, errors, commands, args, TOML
+    ("rankgate", "errors", "proc", "cliargs", "tomlfile", "fastexit"),  # version, errors, commands, args, TOML, exit
     ("launch",),  # rank environments and launcher commands
     ("harness", "workloads", "parity", "envcheck"),  # the plugin; what the suites exercise
     ("report",),  # results of runs: JUnit, summaries, launched jobs

@@ -39,6 +39,7 @@ _PYTEST_RUN = (
     "src/rankgate/__init__.py",
     "src/rankgate/errors.py",  # every error's base
     "src/rankgate/pytest_plugin.py",
+    "src/rankgate/fastexit.py",  # every pytest with the plugin: its exit
     "src/rankgate/harness/**",
     "src/rankgate/tomlfile.py",  # the quarantine list's reader
     "src/rankgate/launch/**",

@@ -250,6 +250,12 @@ class Pool:
 
     def shutdown(self) -> None:
         """Ask ranks to leave the process group and exit; kill what does not."""
+        self.ask_to_leave()
+        self.finish_leaving(time.monotonic() + SHUTDOWN_WAIT_S)
+
+    def ask_to_leave(self) -> None:
+        """Tell every rank to leave the process group and exit (not waited for: several
+        pools leave side by side, each rank tearing its group down at once)."""
         if not self.alive:
             return
         for r in self.ranks:
@@ -257,7 +263,11 @@ class Pool:
                 r.conn.send_bytes(messages.encode(messages.SHUTDOWN))
             except OSError:
                 pass
-        deadline = time.monotonic() + SHUTDOWN_WAIT_S
+
+    def finish_leaving(self, deadline: float) -> None:
+        """Wait until ``deadline`` for the ranks asked to leave; kill what is left."""
+        if not self.alive:
+            return
         for r in self.ranks:
             r.process.join(max(0.0, deadline - time.monotonic()))
         self.kill()

@@ -8,7 +8,13 @@ from collections import OrderedDict
 from pathlib import Path
 
 from rankgate.harness.pool.forkclient import RunForkServer
-from rankgate.harness.pool.pool import Pool, PoolKey, PoolSettings, PoolStartError
+from rankgate.harness.pool.pool import (
+    SHUTDOWN_WAIT_S,
+    Pool,
+    PoolKey,
+    PoolSettings,
+    PoolStartError,
+)
 from rankgate.harness.pool.rankbudget import RankBudget
 
 MAX_LIVE_RANKS = 16
@@ -150,5 +156,14 @@ class PoolRegistry:
         if self._watcher is not None:
             self._watcher.join()
         with self._lock:
-            while self._pools:
-                self._drop(next(reversed(self._pools)))
+            # Every pool is asked first, then waited for: the ranks of all of them tear
+            # their groups down at once (four pools, one by one, took 137 ms at the end
+            # of a session on 2 cores).
+            leaving = [self._pools.pop(key) for key in reversed(list(self._pools))]
+            for pool in leaving:
+                pool.ask_to_leave()
+            deadline = time.monotonic() + SHUTDOWN_WAIT_S
+            for pool in leaving:
+                pool.finish_leaving(deadline)
+                if self._budget is not None:
+                    self._budget.give(pool.key.world)
