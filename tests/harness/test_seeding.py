@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 import traceback
 
 import pytest
@@ -42,3 +44,26 @@ def test_seeding_formats_no_stack(monkeypatch):
 
     monkeypatch.setattr(traceback, "format_stack", no_stack)
     seed_everything(7)
+
+
+ASKED_ONCE = """
+import torch
+from rankgate.harness import rankstate
+
+asked = []
+real = torch.cuda.is_available
+torch.cuda.is_available = lambda: asked.append(1) or real()
+rankstate.accelerators()  # what a pool rank does as it starts
+for seed in range(3):
+    rankstate.seed_everything(seed)
+print(len(asked), rankstate.accelerators() is rankstate.accelerators())
+"""
+
+
+def test_whether_cuda_exists_is_asked_once_per_process():
+    # The first is_available() starts the driver (seconds on a busy GPU host): a rank
+    # asks as it starts, and no test's seeding asks again inside its timeout.
+    out = subprocess.run(
+        [sys.executable, "-c", ASKED_ONCE], capture_output=True, text=True, check=True, timeout=120
+    ).stdout
+    assert out.split() == ["1", "True"]

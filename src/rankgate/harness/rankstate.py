@@ -131,17 +131,34 @@ def call_worker_setup(spec: str | None, rank: int) -> None:
     function(rank)
 
 
+_accelerators: tuple | None = None
+
+
+def accelerators() -> tuple:
+    """The accelerator modules this process has (``torch.cuda``, ``torch.xpu``,
+    ``torch.mps``), asked once. The first ``is_available()`` starts the driver, seconds on
+    a busy GPU host: a pool rank asks as it starts, before any test's timeout runs (a
+    gloo test's 2 s timeout once ran out inside it), and every test's seeding reuses it."""
+    global _accelerators
+    if _accelerators is None:
+        found = [a for a in (torch.cuda, getattr(torch, "xpu", None)) if a and a.is_available()]
+        if torch.backends.mps.is_available():
+            found.append(torch.mps)
+        _accelerators = tuple(found)
+    return _accelerators
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     # Not torch.manual_seed: it seeds every accelerator torch knows (CUDA, XPU, MTIA...),
     # and queues the call for each one not started with a formatted stack: 0.3-0.8 ms
     # per test on every rank. The CPU generator, and the accelerators this host has.
     torch.default_generator.manual_seed(seed)
-    for accelerator in (torch.cuda, getattr(torch, "xpu", None)):
-        if accelerator is not None and accelerator.is_available():
+    for accelerator in accelerators():
+        if accelerator is torch.mps:
+            accelerator.manual_seed(seed)
+        else:
             accelerator.manual_seed_all(seed)  # lazily if not started yet, as torch does
-    if torch.backends.mps.is_available():
-        torch.mps.manual_seed(seed)
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         numpy.random.seed(seed % 2**32)

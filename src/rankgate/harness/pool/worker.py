@@ -33,6 +33,7 @@ from rankgate.harness.aftertest import AfterTestCheck
 from rankgate.harness.pool import ledgerdump, messages, rankcoverage, ranklogs, rankwarnings
 from rankgate.harness.rankstate import (
     EnvironmentSnapshot,
+    accelerators,
     breaks_process_group,
     call_worker_setup,
     destroy_subgroups,
@@ -79,6 +80,7 @@ def worker_main(conn, config: messages.RankConfig) -> None:
         conn.send_bytes(messages.encode(messages.START_FAILED, rank=rank, error=_format(exc)))
         sys.stderr.flush()
         os._exit(3)
+    accelerators()  # the driver's start, outside every test's timeout
     ledger.install(config.backend)
     ledgerdump.serve(Path(config.store_path).parent, rank)
     heap.keep_out_of_collections(tests_ran=False)  # torch and the harness, forked ready-made
