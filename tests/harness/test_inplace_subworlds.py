@@ -354,15 +354,16 @@ def test_a_wrong_value_names_its_global_rank(everything):
 
 
 def test_a_sub_world_tests_reproduce_line_names_its_world_as_the_pools_does(
-    everything, everything_folder
+    everything, everything_folder, auto_backend_for
 ):
-    # test_w2[1] ran on ranks 2 and 3 of 4: its world is 2, as the pool's line says.
+    # test_w2[1] ran on ranks 2 and 3 of 4: its world is 2, as the pool's line says; its
+    # backend is the launch's group, auto for 4 ranks (cpu:gloo,cuda:nccl on 4 GPUs).
     junit = everything_folder / "out" / "junit.rank3.xml"
     (line,) = {x for x in junit.read_text().splitlines() if x.startswith("reproduce:")}
     assert line.startswith(
         "reproduce: torchrun --standalone --nproc-per-node=4 -m pytest -p no:cacheprovider "
         "-p no:randomly 'test_suite.py::test_w2[1]' --rankgate-seed=0 --rankgate-timeout=60"
-        "  # world=2 backend=gloo seed="
+        f"  # world=2 backend={auto_backend_for(4)} seed="
     ), line
 
 
