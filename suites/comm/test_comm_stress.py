@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 
 import pytest
 import torch
@@ -60,7 +61,7 @@ def test_1000_back_to_back_broadcasts(name, rank, world_size, device):
 
 def _rss_bytes() -> int:
     with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * __import__("os").sysconf("SC_PAGE_SIZE")
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def _cycle(name, device, count):
@@ -75,6 +76,34 @@ def _cycle(name, device, count):
     gc.collect()
 
 
+def _device_bytes_of_this_process(device) -> int | None:
+    """This process's memory on ``device`` as the driver counts it (NCCL's buffers too,
+    which the caching allocator never sees); None where NVML cannot tell: no nvidia-ml-py,
+    or a container whose process ids NVML does not share."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    pynvml.nvmlInit()
+    uuid = str(torch.cuda.get_device_properties(device).uuid)
+    handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+    for process in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+        if process.pid == os.getpid():
+            return process.usedGpuMemory
+    return None
+
+
+def _device_bytes_in_use(device) -> tuple[int, str]:
+    """(bytes in use, whose): this process's own where NVML tells, else the whole
+    device's, which counts every other process on the GPU (another xdist worker's ranks,
+    an in-place run beside the pool)."""
+    own = _device_bytes_of_this_process(device)
+    if own is not None:
+        return own, "this process's"
+    free, total = torch.cuda.mem_get_info(device)
+    return total - free, "the whole device's"
+
+
 @pytest.mark.parametrize("name", BACKENDS)
 def test_memory_stable_across_create_destroy(name, device):
     """After a warm-up, 20 more create/use/destroy cycles grow RSS < 64 MiB and GPU memory < 8 MiB."""
@@ -85,16 +114,19 @@ def test_memory_stable_across_create_destroy(name, device):
     if cuda:
         torch.cuda.synchronize(dev)
         alloc0 = torch.cuda.memory_allocated(dev)
-        free0 = torch.cuda.mem_get_info(dev)[0]
+        used0, whose = _device_bytes_in_use(dev)
     _cycle(name, dev, 20)
     rss_growth = _rss_bytes() - rss0
     assert rss_growth < 64 << 20, f"host RSS grew by {rss_growth / 2**20:.1f} MiB in 20 cycles"
     if cuda:
         torch.cuda.synchronize(dev)
         alloc_growth = torch.cuda.memory_allocated(dev) - alloc0
-        used_growth = free0 - torch.cuda.mem_get_info(dev)[0]
+        used_growth = _device_bytes_in_use(dev)[0] - used0
         print(
-            f"rss {rss_growth / 2**20:.1f} MiB, allocated {alloc_growth} B, device {used_growth} B"
+            f"rss {rss_growth / 2**20:.1f} MiB, allocated {alloc_growth} B, "
+            f"{whose} device memory {used_growth} B"
         )
         assert alloc_growth <= 0, f"caching allocator holds {alloc_growth} more bytes"
-        assert used_growth < 8 << 20, f"device memory in use grew by {used_growth / 2**20:.1f} MiB"
+        assert used_growth < 8 << 20, (
+            f"{whose} device memory in use grew by {used_growth / 2**20:.1f} MiB"
+        )
