@@ -432,13 +432,22 @@ def test_a_dtype_mismatch_whose_rank_died_says_the_ledgers_cannot_tell(pool_verd
     # Which read each was in is gloo's timing (a loaded CI machine gave 'rank 1 hung').
     site = at3("dtypes3:all_reduce")
     verdict = _world3(pool_verdicts, "test_mismatched_dtypes_three")
-    survivors = ("ranks 1, 2 failed; ", "rank 2 failed; rank 1 hung; ", "rank 1 failed; rank 2 hung; ")
+    # Each outcome, and how ranks 1 and 2 are then said to be where they were: a failed
+    # rank's collective raised ("was in"), a hung one's is still in flight ("waits in").
+    survivors = {
+        "ranks 1, 2 failed; ": ("was", "was"),
+        "rank 2 failed; rank 1 hung; ": ("waits", "was"),
+        "rank 1 failed; rank 2 hung; ": ("was", "waits"),
+    }
     crashed = "rank 0 crashed (killed by SIGABRT (exit code -6)); "
-    assert any(verdict.startswith(crashed + outcome) for outcome in survivors), verdict
-    assert verdict.endswith(
-        f"{UNDECIDED}ranks disagree at #1: rank 1 issued float64[4], rank 2 issued float32[4] "
-        f"(all_reduce #1 at {site}); rank 1 was in all_reduce #1 (float64[4]) issued at "
-        f"{site}; rank 2 was in all_reduce #1 (float32[4]) issued at {site}"
+    outcomes = [o for o in survivors if verdict.startswith(crashed + o)]
+    assert len(outcomes) == 1, verdict
+    one, two = survivors[outcomes[0]]
+    assert verdict == (
+        f"{crashed}{outcomes[0]}{UNDECIDED}ranks disagree at #1: rank 1 issued float64[4], "
+        f"rank 2 issued float32[4] (all_reduce #1 at {site}); rank 1 {one} in all_reduce #1 "
+        f"(float64[4]) issued at {site}; rank 2 {two} in all_reduce #1 (float32[4]) issued at "
+        f"{site}"
     )
 
 
