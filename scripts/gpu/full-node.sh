@@ -27,7 +27,7 @@ bash scripts/gpu/two-gpus.sh "$out" >$work/install.txt 2>&1 || { tail -5 $work/i
 export SKIP_INSTALL=1 STOP_SIGNAL=INT
 keep_planted() {  # the planted divergences' inner outputs from a pool run's basetemp
   (cd $work/pool-base && find . \( -path '*planted*' -o -path '*names_the_culpri*' \) \
-     \( -name 'output*.txt' -o -name '*.xml' -o -name '*.log' -o -name 'test_planted*.py' \) -print0 \
+     \( -name output.txt -o -name '*.xml' -o -name '*.log' -o -name 'test_planted*.py' \) -print0 \
      | tar -czf $work/planted.tgz --null -T -)
   rm -rf $work/pool-base
 }

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -238,38 +237,19 @@ def unasked_env() -> dict[str, str]:
 
 
 def pool_session_verdicts(folder: Path, timeout: float) -> dict[str, str]:
-    """Each planted file in ``folder`` in a pool session of its own with nothing set, all
-    side by side (their hangs wait out timeouts, not CPU), each of which fails: test name
-    -> its failure message ("" for a pass)."""
-    files = sorted(f.name for f in folder.glob("test_*.py"))
-    sessions = {name: _session(folder, name) for name in files}
-    try:
-        return _verdicts_of(folder, sessions, time.monotonic() + timeout)
-    finally:
-        for session in sessions.values():
-            session.kill()  # past the timeout (a session that ended is not touched)
-            session.wait()
-
-
-def _session(folder: Path, name: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q"]
-    return subprocess.Popen(
-        [*cmd, f"--junitxml=j-{name}.xml", name],
-        cwd=folder, env=unasked_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-
-
-def _verdicts_of(folder: Path, sessions: dict, deadline: float) -> dict[str, str]:
+    """The planted files in ``folder`` in one pool session with nothing set, which fails:
+    test name -> its failure message ("" for a pass)."""
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--junitxml=j.xml"]
+    done = subprocess.run(
+        cmd, cwd=folder, env=unasked_env(), capture_output=True, text=True, timeout=timeout
+    )
+    # Kept beside j.xml: the terminal's verdicts, for a run kept with --basetemp.
+    (folder / "output.txt").write_text(done.stdout + done.stderr)
+    assert done.returncode == 1, done.stdout + done.stderr
     verdicts = {}
-    for name, session in sessions.items():
-        output, _ = session.communicate(timeout=max(0.0, deadline - time.monotonic()))
-        # Kept beside its JUnit file: the terminal's verdicts, for a run kept with --basetemp.
-        (folder / f"output-{name}.txt").write_text(output)
-        assert session.returncode == 1, output
-        for case in ET.parse(folder / f"j-{name}.xml").getroot().iter("testcase"):
-            failure = case.find("failure")
-            assert case.get("name") not in verdicts, case.get("name")
-            verdicts[case.get("name")] = "" if failure is None else failure.get("message", "")
+    for case in ET.parse(folder / "j.xml").getroot().iter("testcase"):
+        failure = case.find("failure")
+        verdicts[case.get("name")] = "" if failure is None else failure.get("message", "")
     return verdicts
 
 
