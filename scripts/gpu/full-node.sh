@@ -41,7 +41,7 @@ for s in "$@"; do
     pool-all) POOL_BASETEMP=$work/pool-base XDIST=${XDIST:-4} bash scripts/gpu/two-gpus.sh "$out" pool-all
               keep_planted ;;
     pool-all-start)
-      rm -f $work/pool-all.done
+      rm -f $work/pool-all.done; mkdir -p $work/bg-out  # the background run's env.txt
       POOL_BASETEMP=$work/pool-base XDIST=${XDIST:-4} POOL_LIMIT=${POOL_LIMIT:-1500} setsid bash -c \
         "bash scripts/gpu/two-gpus.sh $work/bg-out pool-all; touch $work/pool-all.done" \
         >$work/pool-all-bg.log 2>&1 </dev/null &

@@ -35,7 +35,8 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
 {
   date -u; nvidia-smi -L; nvidia-smi topo -m
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-  python3 -c 'import torch, deepspeed; print("python", __import__("sys").version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version(), "deepspeed", deepspeed.__version__)'
+  # DeepSpeed's version where it is installed: without it the versions line was lost.
+  python3 -c 'import importlib.util as u, sys, torch; ds = u.find_spec("deepspeed") and __import__("deepspeed"); print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version(), "deepspeed", ds.__version__ if ds else "not installed")'
   nproc
 } >"$out/env.txt" 2>&1
 step() { echo "=== $1 $(date -u +%T)"; }
