@@ -4,8 +4,9 @@ find it, fork ranks from it.
 The pytest process that owns the run (the pool alone's pytest, or the pytest-xdist
 controller) owns the server: the server ends with it, and it stops the server when the
 run ends. The server's record (address and pid) is a file in the run's directory; under
-xdist every worker reads it there, and the first worker that wants ranks starts the
-server (under a lock), so the run has one fork server whatever ``-n`` is.
+xdist the controller starts the server as its session starts and every worker reads the
+record there (a worker that finds none, the server gone, starts one under a lock), so the
+run has one fork server whatever ``-n`` is.
 """
 
 from __future__ import annotations

@@ -161,8 +161,8 @@ class PoolSession:
             if cls is not None and SPEC_KEY in item.stash and cls not in self._class_baselines:
                 self._class_baselines[cls] = classstate.class_baseline(cls)
         # The fork server's ``import torch`` runs beside collection's end and the plain
-        # tests. Under xdist the first worker here starts the run's one server; a worker
-        # learns which tests it runs only as they come, but the run will run these.
+        # tests. Under xdist the controller started the run's one server already (this
+        # finds its record); a worker learns which tests it runs only as they come.
         runs_tests = not self.config.option.collectonly
         if runs_tests and any(SPEC_KEY in item.stash for item in session.items):
             self.fork_server.start_early()

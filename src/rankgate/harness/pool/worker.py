@@ -52,8 +52,8 @@ def worker_main(conn, config: messages.RankConfig) -> None:
     _redirect_output(Path(config.stdout), Path(config.stderr))
     faulthandler.enable(file=sys.stderr, all_threads=True)
     faulthandler.register(messages.STACK_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
-    # Exactly its controller's environment: the run's fork server was started by whichever
-    # xdist worker came first, with that worker's.
+    # Exactly its controller's environment: the run's fork server was started by another
+    # process (under xdist the run's controller), with that process's.
     os.environ.clear()
     os.environ.update(config.env)
     # The test's own processes (DataLoader workers, a multiprocessing.Pool) start as in a
