@@ -25,13 +25,3 @@ def test_the_heap_is_frozen_at_exit_and_not_before():
     ).stdout
     assert out.splitlines() == ["before exit, frozen: False", "at exit, frozen: True"]
 
-
-def test_registering_twice_freezes_once(monkeypatch):
-    from rankgate import fastexit
-
-    registered = []
-    monkeypatch.setattr(fastexit.atexit, "register", registered.append)
-    monkeypatch.setattr(fastexit, "_registered", False)
-    fastexit.skip_last_collection()
-    fastexit.skip_last_collection()
-    assert registered == [fastexit.gc.freeze]

@@ -14,12 +14,8 @@ from __future__ import annotations
 import atexit
 import gc
 
-_registered = False
-
 
 def skip_last_collection() -> None:
-    """Freeze the heap at exit (once per process; handlers registered later run first)."""
-    global _registered
-    if not _registered:
-        atexit.register(gc.freeze)
-        _registered = True
+    """Freeze the heap at exit (handlers registered later run first). Called once, as
+    rankgate's entry point is imported."""
+    atexit.register(gc.freeze)

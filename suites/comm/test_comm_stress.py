@@ -10,6 +10,7 @@ import torch
 from commcase import cached_backend
 
 from rankgate.workloads.comm import create_backend
+from rankgate.workloads.comm.detect import TorchCudaProbe
 
 BACKENDS = [
     pytest.param("gloo", marks=pytest.mark.world(2, backend="gloo"), id="gloo"),
@@ -85,8 +86,7 @@ def _device_bytes_of_this_process(device) -> int | None:
     except ImportError:
         return None
     pynvml.nvmlInit()
-    uuid = str(torch.cuda.get_device_properties(device).uuid)
-    handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+    handle = pynvml.nvmlDeviceGetHandleByUUID(TorchCudaProbe().device_uuid(device.index))
     for process in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
         if process.pid == os.getpid():
             return process.usedGpuMemory
