@@ -103,7 +103,10 @@ def stage_of(argv: list[str]) -> str:
 def kind_of(cmd: str, parent_kind: str) -> str:
     if parent_kind == "fork server":
         return "pool rank (forked)"
+    if parent_kind == "warm server":
+        return "warm program (forked: a rank, torchrun or an inner session)"
     checks = (
+        ("warmserver.py", "warm server"),
         ("multiprocessing.forkserver", "fork server"),
         ("rankgate.harness.pool.forkserver", "fork server"),
         ("spawn_main", "spawned (multiprocessing spawn)"),

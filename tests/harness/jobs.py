@@ -6,16 +6,19 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
+
+from warmstart import WARM_PYTHON
 
 
 def torchrun_pytest_cmd(*pytest_args: str, ranks: int = 2) -> list[str]:
     """The command starting ``ranks`` ranks on this host with torchrun, each running
-    ``pytest -p no:cacheprovider *pytest_args`` (no cache left in the test's folder)."""
+    ``pytest -p no:cacheprovider *pytest_args`` (no cache left in the test's folder).
+    torchrun and its ranks start from this process's warm ``python`` (:mod:`warmstart`)."""
+    python = WARM_PYTHON.executable()
     return [
-        sys.executable, "-m", "torch.distributed.run", "--standalone",
-        "--nproc-per-node", str(ranks), "-m", "pytest", "-p", "no:cacheprovider", *pytest_args,
+        python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks),
+        "--no-python", python, "-m", "pytest", "-p", "no:cacheprovider", *pytest_args,
     ]  # fmt: skip
 
 

@@ -6,7 +6,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import textwrap
 import time
 import xml.etree.ElementTree as ET
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from jobs import run_torchrun_pytest
+from warmstart import WARM_PYTHON
 
 from rankgate.harness import ledger
 from rankgate.harness.item_settings import seed_for_test
@@ -341,7 +341,7 @@ def test_a_test_that_one_rank_xfails_or_skips_has_the_pools_verdict_in_place(tmp
         "ERROR test_suite.py::test_skips_on_rank_1 - ranks disagree",
     ]
     pool = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfEx", "test_suite.py"],
+        [WARM_PYTHON.executable(), "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfEx", "test_suite.py"],
         cwd=tmp_path, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     in_place = run_torchrun_pytest(
@@ -385,9 +385,10 @@ LAUNCHERS = [
 
 def _launch(launcher: str, tmp_path: Path, *args: str, env: dict | None = None, timeout=120):
     """pytest on 2 ranks started by ``launcher``, in ``tmp_path``."""
+    python = WARM_PYTHON.executable()
     if launcher == "torchrun":
-        start = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-        start += ["-m", "pytest"]
+        start = [python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+        start += ["--no-python", python, "-m", "pytest"]
     else:
         # 3 s from mpirun's SIGTERM to its SIGKILL (Open MPI's default is 1 s): on a loaded
         # CI host rank 0 needs more to write its files and summary (docs/inplace-stops.md)
@@ -395,7 +396,7 @@ def _launch(launcher: str, tmp_path: Path, *args: str, env: dict | None = None, 
         start += ["--mca", "odls_base_sigkill_timeout", "3"]
         for name in env or {}:  # Open MPI forwards only the variables it is told to
             start += ["-x", name]
-        start += [sys.executable, "-m", "pytest"]
+        start += [python, "-m", "pytest"]
     cmd = [*start, "-p", "no:cacheprovider", "-q", "--color=no", *args]
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(

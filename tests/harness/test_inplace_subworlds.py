@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from warmstart import WARM_PYTHON
 
 from tests.once import once_per_run
 
@@ -228,13 +229,14 @@ def launch(
     notes = folder / "notes"
     notes.mkdir()
     env = {**os.environ, "SUBWORLD_NOTES": str(notes), "PYTHONPATH": _pythonpath(folder)}
+    python = WARM_PYTHON.executable()
     if launcher == "torchrun":
-        start = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                 "--nproc-per-node", str(ranks)]  # fmt: skip
+        start = [python, "-m", "torch.distributed.run", "--standalone",
+                 "--nproc-per-node", str(ranks), "--no-python", python]  # fmt: skip
     else:  # Open MPI forwards only the variables it is told to; 3 s to write at a stop
         start = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks),
                  "--mca", "odls_base_sigkill_timeout", "3",
-                 "-x", "SUBWORLD_NOTES", "-x", "PYTHONPATH", sys.executable]  # fmt: skip
+                 "-x", "SUBWORLD_NOTES", "-x", "PYTHONPATH", python]  # fmt: skip
     cmd = [
         *start, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q",
         "--color=no", f"--rankgate-timeout={timeout_s}", "--junitxml=out/junit.xml",

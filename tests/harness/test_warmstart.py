@@ -1,0 +1,150 @@
+"""The warm ``python`` rankgate's own tests launch ranks and inner sessions with: a program
+forked from the warm server ends, signals and reads its arguments, folder, environment and
+streams as the same program started cold; what a warm start cannot give goes cold."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from warmserver import cold_reason
+from warmstart import WarmPython
+
+pytestmark = pytest.mark.unit
+
+# Prints whether it started warm (torch imported before its first line), then what it
+# was given; exits with the code in its first argument.
+PROBE = """
+import os, signal, sys
+warm = "torch" in sys.modules
+print(warm, sys.argv[1:], os.getcwd(), os.environ.get("PROBE_VALUE"), sys.path[:2])
+print(signal.getsignal(signal.SIGINT) == signal.SIG_IGN, file=sys.stderr)
+sys.exit(int(sys.argv[1]))
+"""
+
+# Writes its pid, then waits; SIGTERM makes it say so and exit 3.
+WAITER = """
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: (print("terminated", flush=True), os._exit(3)))
+print(os.getpid(), flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.fixture
+def warm():
+    python = WarmPython()
+    executable = python.executable()
+    python.wait_until_warm(timeout_s=120)
+    yield executable
+    python.stop()
+
+
+def _script(tmp_path, name: str, source: str) -> str:
+    path = tmp_path / name
+    path.write_text(source)
+    return str(path)
+
+
+def test_a_program_started_warm_has_its_arguments_folder_environment_and_exit_code(
+    warm, tmp_path
+):
+    probe = _script(tmp_path, "probe.py", PROBE)
+    env = {**os.environ, "PROBE_VALUE": "mine", "PYTHONPATH": "/extra/entry"}
+    done = subprocess.run(
+        [warm, probe, "7", "x y"], cwd="/", env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 7, done.stderr
+    # Cold where the server has a PYTHONPATH of its own; the same program either way.
+    warm_start = not os.environ.get("PYTHONPATH")
+    path = [str(tmp_path), "/extra/entry"]
+    assert done.stdout == f"{warm_start} ['7', 'x y'] / mine {path}\n"
+    assert done.stderr == "False\n"
+
+
+def test_an_ignored_sigint_stays_ignored(warm, tmp_path):
+    probe = _script(tmp_path, "probe.py", PROBE)
+    done = subprocess.run(
+        [warm, probe, "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    assert (done.returncode, done.stderr) == (0, "True\n")
+
+
+def test_a_signal_reaches_the_program_and_its_death_by_signal_is_the_clients(warm, tmp_path):
+    waiter = _script(tmp_path, "waiter.py", WAITER)
+    job = subprocess.Popen([warm, waiter], stdout=subprocess.PIPE, text=True)
+    program = int(job.stdout.readline())
+    assert program != job.pid  # forked by the server, not the client itself
+    job.send_signal(signal.SIGTERM)
+    assert job.stdout.readline() == "terminated\n"
+    assert job.wait(timeout=60) == 3
+
+    killed = subprocess.Popen([warm, "-c", "import os; os.kill(os.getpid(), 9)"])
+    assert killed.wait(timeout=60) == -signal.SIGKILL
+
+
+def test_a_killed_client_takes_its_program_with_it(warm, tmp_path):
+    waiter = _script(tmp_path, "waiter.py", WAITER)
+    job = subprocess.Popen([warm, waiter], stdout=subprocess.PIPE, text=True)
+    program = int(job.stdout.readline())
+    job.kill()
+    job.wait(timeout=60)
+    deadline = time.monotonic() + 30
+    while _alive(program) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(program)
+
+
+def test_what_a_warm_start_cannot_give_starts_cold(warm, tmp_path):
+    probe = _script(tmp_path, "probe.py", PROBE)
+    env = {**os.environ, "TORCH_SHOW_CPP_STACKTRACES": "1"}
+    done = subprocess.run([warm, probe, "0"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.stdout.startswith("False "), done.stderr  # cold: torch not imported yet
+    assert done.returncode == 0
+
+
+def test_the_rule_for_a_cold_start():
+    own = {"PATH": "/bin", "TORCH_LOGS": "", "PYTHONHASHSEED": "0"}
+    same = dict(own)
+    assert cold_reason(["-m", "pytest"], same, own) is None
+    assert cold_reason(["-u", "-mpytest", "-q"], same, own) is None
+    assert cold_reason(["script.py"], {**own, "RANK": "1", "OMP_NUM_THREADS": "1"}, own) is None
+    assert cold_reason(["script.py"], {**own, "TORCHELASTIC_RUN_ID": "x"}, own) is None
+    assert cold_reason(["script.py"], {**own, "PYTHONPATH": "/a"}, own) is None
+    assert cold_reason(["-c", "pass"], same, own) == (
+        "arguments a warm start does not take: ['-c', 'pass']"
+    )
+    assert cold_reason(["-m", "pytest"], {**own, "TORCH_LOGS": "+dynamo"}, own) == (
+        "TORCH_LOGS differs from the warm server's"
+    )
+    assert cold_reason(["-m", "pytest"], {"PATH": "/bin", "TORCH_LOGS": ""}, own) == (
+        "PYTHONHASHSEED differs from the warm server's"
+    )
+    assert cold_reason(["-m", "pytest"], {**own, "OMP_NUM_THREADS": "all"}, own) == (
+        "OMP_NUM_THREADS differs from the warm server's"
+    )
+    with_path = {**own, "PYTHONPATH": "/a"}
+    assert cold_reason(["-m", "pytest"], {**own, "PYTHONPATH": "/b"}, with_path) == (
+        "PYTHONPATH differs from the warm server's"
+    )
+
+
+def test_turned_off_it_is_this_python(monkeypatch):
+    monkeypatch.setenv("RANKGATE_TESTS_COLD", "1")
+    assert WarmPython().executable() == sys.executable
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

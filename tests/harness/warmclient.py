@@ -1,0 +1,97 @@
+"""What a test launches in place of ``python``: it asks the warm server
+(:mod:`warmserver`) to fork the program, passes on the signals it gets and ends as the
+program ended. Where the server says "cold", or cannot be reached, it execs ``python``
+itself. The standard library only: it starts in a few milliseconds (``python -IS``).
+
+:mod:`warmstart` writes the executable that calls :func:`main` with the server's
+address and the ``python`` to exec.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import socket
+import struct
+import sys
+
+WORD = struct.Struct("q")
+
+FORWARDED = (
+    signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
+    signal.SIGUSR2, signal.SIGALRM, signal.SIGABRT,
+)  # fmt: skip
+"""Signals a launcher sends its ranks: each goes on to the program."""
+
+
+def main(address: str, python: str) -> None:
+    argv = sys.argv[1:]
+    ignored = [s for s in signal.valid_signals() if _ignored_at_start(s)]
+    mask = sorted(signal.pthread_sigmask(signal.SIG_BLOCK, []))
+    request = {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd(), "ignored": ignored,
+               "mask": mask}  # fmt: skip
+    try:
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.connect(address)
+        body = pickle.dumps(request)
+        socket.send_fds(server, [WORD.pack(len(body)) + body], _standard_fds())
+        pid = _word(server)
+    except OSError:
+        pid = 0  # no server: start cold
+    if pid == 0:
+        os.execv(python, [python, *argv])
+    for sig in FORWARDED:
+        if sig not in ignored:
+            signal.signal(sig, lambda sig, _frame: _forward(pid, sig))
+    try:
+        code = _word(server)
+    except OSError:
+        code = 1  # the server went away; it killed the program's session as it went
+    if code < 0:
+        signal.signal(-code, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [-code])
+        os.kill(os.getpid(), -code)
+    os._exit(code)
+
+
+def _ignored_at_start(sig: int) -> bool:
+    """Ignored where this process started (Python ignores SIGPIPE and SIGXFSZ itself)."""
+    if sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGKILL, signal.SIGSTOP):
+        return False
+    try:
+        return signal.getsignal(sig) == signal.SIG_IGN
+    except (OSError, ValueError):
+        return False
+
+
+def _standard_fds() -> list[int]:
+    """0, 1 and 2, with /dev/null standing in for one that is closed."""
+    fds = []
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+            fds.append(fd)
+        except OSError:
+            fds.append(os.open(os.devnull, os.O_RDWR))
+    return fds
+
+
+def _forward(pid: int, sig: int) -> None:
+    """To the program alone, as a signal to a cold program's pid reaches it alone (a
+    launcher's SIGKILL to its group still ends the program's whole session: the client
+    dies, and the server kills the session)."""
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _word(server: socket.socket) -> int:
+    data = b""
+    while len(data) < WORD.size:
+        chunk = server.recv(WORD.size - len(data))
+        if not chunk:
+            raise ConnectionResetError("the warm server closed the connection")
+        data += chunk
+    return WORD.unpack(data)[0]
