@@ -3,7 +3,7 @@ programs rankgate's own tests launch (torchrun's ranks, inner pytest sessions), 
 starts with torch imported instead of importing it again (1.6-1.9 CPU-s a process on 2
 cores, hundreds of processes a CI run).
 
-    python tests/harness/warmserver.py ADDRESS --owner PID
+    python tests/harness/warmserver.py FOLDER --owner PID
 
 :mod:`warmstart` starts it; :mod:`warmclient` is the program a test launches in place of
 ``python``. Protocol, one Unix-socket connection per program (rankgate's fork server's):
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import hashlib
 import io
 import os
 import pickle
@@ -94,23 +95,28 @@ def _program(argv: list[str]) -> tuple[bool, str, str, list[str]] | None:
     return None
 
 
+def socket_name(folder: str) -> str:
+    """The server's abstract Unix socket (Linux): a path under a deep TMPDIR can be too
+    long for one."""
+    return "\0warm-python-" + hashlib.sha1(os.fsencode(folder)).hexdigest()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python tests/harness/warmserver.py")
-    parser.add_argument("address", help="path of the Unix socket to listen on")
+    parser.add_argument("folder", help="the server's folder; it writes 'ready' there")
     parser.add_argument("--owner", type=int, required=True, help="end when this pid ends")
     args = parser.parse_args(argv)
     for name in PRELOAD:
         __import__(name)
-    WarmServer(args.address, args.owner).serve()
+    WarmServer(args.folder, args.owner).serve()
 
 
 class WarmServer:
-    def __init__(self, address: str, owner: int) -> None:
-        self.address = address
+    def __init__(self, folder: str, owner: int) -> None:
+        self.folder = folder
         self.own_env = dict(os.environ)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        bound = f"{address}.{os.getpid()}"
-        self.listener.bind(bound)
+        self.listener.bind(socket_name(folder))
         self.listener.listen(128)
         self.programs: dict[int, socket.socket] = {}
         """Each live program's client connection, by pid: its exit code goes there."""
@@ -124,7 +130,7 @@ class WarmServer:
         self.selector.register(self.wake_r, selectors.EVENT_READ, "child")
         self.owner_fd = os.pidfd_open(owner)
         self.selector.register(self.owner_fd, selectors.EVENT_READ, "owner")
-        os.rename(bound, address)  # clients see the socket once it accepts
+        open(os.path.join(folder, "ready"), "x").close()
 
     def serve(self) -> None:
         while True:
@@ -210,7 +216,7 @@ class WarmServer:
     def _exit(self) -> None:
         for pid in self.programs:
             _kill_session(pid)
-        shutil.rmtree(os.path.dirname(self.address), ignore_errors=True)
+        shutil.rmtree(self.folder, ignore_errors=True)
         os._exit(0)
 
 

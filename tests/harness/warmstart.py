@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from warmserver import socket_name
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -39,11 +41,12 @@ class WarmPython:
 
     def _start(self) -> None:
         self._folder = Path(tempfile.mkdtemp(prefix="warm-python-"))
-        address = str(self._folder / "socket")
+        address = socket_name(str(self._folder))
         self._server = subprocess.Popen(
-            [sys.executable, str(HERE / "warmserver.py"), address, "--owner", str(os.getpid())],
+            [sys.executable, str(HERE / "warmserver.py"), str(self._folder), "--owner",
+             str(os.getpid())],
             stdin=subprocess.DEVNULL,
-        )
+        )  # fmt: skip
         launcher = self._folder / "python"
         launcher.write_text(
             f"#!{sys.executable} -IS\n"
@@ -51,14 +54,14 @@ class WarmPython:
             f"warmclient.main({address!r}, {sys.executable!r})\n"
         )
         launcher.chmod(0o755)
-        # Not waited for: until its socket appears (its import of torch, about 2 s),
-        # the programs launched start cold.
+        # Not waited for: until it listens (after its import of torch, about 2 s), the
+        # programs launched start cold.
         atexit.register(self.stop)
 
     def wait_until_warm(self, timeout_s: float) -> None:
-        """Wait for the server's socket (programs launched before it start cold)."""
+        """Wait until the server listens (programs launched before start cold)."""
         deadline = time.monotonic() + timeout_s
-        while not (self._folder / "socket").exists():
+        while not (self._folder / "ready").exists():
             if self._server.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the warm server did not start (exit {self._server.poll()})")
             time.sleep(0.05)
