@@ -107,6 +107,7 @@ def kind_of(cmd: str, parent_kind: str) -> str:
         return "warm program (forked: a rank, torchrun or an inner session)"
     checks = (
         ("warmserver.py", "warm server"),
+        ("/warm-python-", "warm client (launched in place of python)"),
         ("multiprocessing.forkserver", "fork server"),
         ("rankgate.harness.pool.forkserver", "fork server"),
         ("spawn_main", "spawned (multiprocessing spawn)"),

@@ -340,7 +340,11 @@ def _planted_subworlds():
     path = REPO / "tests" / "harness" / "test_inplace_subworlds.py"
     spec = importlib.util.spec_from_file_location("planted_subworlds", path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.path.insert(0, str(path.parent))  # its imports of its folder's helpers (warmstart)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(path.parent))
     return module
 
 

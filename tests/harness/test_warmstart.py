@@ -35,7 +35,7 @@ time.sleep(600)
 """
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def warm():
     python = WarmPython()
     executable = python.executable()
@@ -55,9 +55,12 @@ def test_a_program_started_warm_has_its_arguments_folder_environment_and_exit_co
 ):
     probe = _script(tmp_path, "probe.py", PROBE)
     env = {**os.environ, "PROBE_VALUE": "mine", "PYTHONPATH": "/extra/entry"}
+    # SIGINT as a shell's foreground job has it, whatever this process inherited.
+    default_sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
     done = subprocess.run(
-        [warm, probe, "7", "x y"], cwd="/", env=env, capture_output=True, text=True, timeout=60
-    )
+        [warm, probe, "7", "x y"], cwd="/", env=env, capture_output=True, text=True, timeout=60,
+        preexec_fn=default_sigint,
+    )  # fmt: skip
     assert done.returncode == 7, done.stderr
     # Cold where the server has a PYTHONPATH of its own; the same program either way.
     warm_start = not os.environ.get("PYTHONPATH")
