@@ -1,9 +1,12 @@
 """The warm ``python`` of this test process: a program that starts the Python programs a
 test launches (torchrun's ranks, inner pytest sessions) forked from a server with torch
 and pytest imported (:mod:`warmserver`, one per test process, started on first use, ended
-with the process). A rank started so is the same pytest run as one started cold; what
-it cannot be given (a variable the interpreter or torch reads at import set differently,
-Python options beyond ``-u``) makes it start cold (:func:`warmserver.cold_reason`).
+with the process). A rank started so runs the same pytest session as one started cold:
+its arguments, folder, environment, standard streams, signal dispositions, exit code or
+signal. What differs: /proc shows the server's command line and first environment for
+it, its parent is the server, and it shares the server's hash seed. What it cannot be
+given (a variable the interpreter or torch reads at import set differently, Python
+options beyond ``-u``) makes it start cold (:func:`warmserver.cold_reason`).
 
 ``RANKGATE_TESTS_COLD=1`` turns it off: every program starts cold.
 """
@@ -33,8 +36,8 @@ class WarmPython:
 
     def executable(self) -> str:
         """The path of the warm ``python`` (``sys.executable`` when turned off)."""
-        if os.environ.get("RANKGATE_TESTS_COLD") == "1":
-            return sys.executable
+        if os.environ.get("RANKGATE_TESTS_COLD") == "1" or any(c.isspace() for c in sys.executable):
+            return sys.executable  # off, or a path a #! line cannot hold
         if self._server is None or self._server.poll() is not None:
             self._start()
         return str(self._folder / "python")
