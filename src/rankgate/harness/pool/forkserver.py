@@ -35,6 +35,7 @@ import socket
 import struct
 import sys
 import traceback
+from collections.abc import Iterator
 from multiprocessing.connection import Connection
 
 from rankgate.harness.pool.rankbudget import pid_alive
@@ -124,7 +125,7 @@ class _Server:
     def _request(self) -> None:
         client, _ = self.listener.accept()
         try:
-            request, fds = _receive(client)
+            request, fds = receive_request(client)
         except Exception:  # a client that went away mid-request
             client.close()
             return
@@ -176,22 +177,11 @@ class _Server:
             os._exit(code)
 
     def _reap(self) -> None:
-        try:
-            while os.read(self.wake_r, 4096):
-                pass
-        except BlockingIOError:
-            pass
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
+        for pid, code in ended_children(self.wake_r):
             client = self.ranks.pop(pid, None)
             if client is not None:
                 try:
-                    client.sendall(WORD.pack(os.waitstatus_to_exitcode(status)))
+                    client.sendall(WORD.pack(code))
                 except OSError:
                     pass
                 client.close()
@@ -202,7 +192,25 @@ class _Server:
         os._exit(0)  # torch's interpreter teardown would take a second for nothing
 
 
-def _receive(client: socket.socket) -> tuple[tuple, list[int]]:
+def ended_children(wake_r: int) -> Iterator[tuple[int, int]]:
+    """(pid, exit code, negative for a signal) of each child that has ended, once the
+    SIGCHLD wakeup fd ``wake_r`` fired (it is drained first)."""
+    try:
+        while os.read(wake_r, 4096):
+            pass
+    except BlockingIOError:
+        pass
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        yield pid, os.waitstatus_to_exitcode(status)
+
+
+def receive_request(client: socket.socket) -> tuple[object, list[int]]:
     """One request: its length (a word), then its pickle; the file descriptors come
     with the first bytes."""
     data, fds, _, _ = socket.recv_fds(client, 1 << 16, 4)
