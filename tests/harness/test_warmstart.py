@@ -23,6 +23,7 @@ import os, signal, sys
 warm = "torch" in sys.modules
 print(warm, sys.argv[1:], os.getcwd(), os.environ.get("PROBE_VALUE"), sys.path[:2])
 print(signal.getsignal(signal.SIGINT) == signal.SIG_IGN, file=sys.stderr)
+print(sorted(m for m in sys.modules if m.split(".")[0] == "rankgate"), file=sys.stderr)
 sys.exit(int(sys.argv[1]))
 """
 
@@ -66,7 +67,9 @@ def test_a_program_started_warm_has_its_arguments_folder_environment_and_exit_co
     warm_start = not os.environ.get("PYTHONPATH")
     path = [str(tmp_path), "/extra/entry"]
     assert done.stdout == f"{warm_start} ['7', 'x y'] / mine {path}\n"
-    assert done.stderr == "False\n"
+    # Nothing of rankgate yet: pytest could not rewrite the asserts of a module imported
+    # before it started, and would say so in every warm run.
+    assert done.stderr == "False\n[]\n"
 
 
 def test_an_ignored_sigint_stays_ignored(warm, tmp_path):
@@ -78,7 +81,7 @@ def test_an_ignored_sigint_stays_ignored(warm, tmp_path):
         timeout=60,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
-    assert (done.returncode, done.stderr) == (0, "True\n")
+    assert (done.returncode, done.stderr) == (0, "True\n[]\n")
 
 
 def test_a_signal_reaches_the_program_and_its_death_by_signal_is_the_clients(warm, tmp_path):

@@ -7,7 +7,8 @@ cores, hundreds of processes a CI run).
 
 :mod:`warmstart` starts it; :mod:`warmclient` is the program a test launches in place of
 ``python``. Protocol, one Unix-socket connection per program, framed as rankgate's fork
-server frames its own (:mod:`rankgate.harness.pool.forkserver`, whose helpers it uses):
+server frames its own; the server imports nothing of rankgate (a module imported before a
+child's pytest starts cannot be assert-rewritten, and pytest warns in every such run):
 
 - client -> server: a word (its length) and a pickled request ``{"argv", "env", "cwd",
   "ignored", "mask"}`` (Python's arguments after ``python``, the environment, the folder,
@@ -29,17 +30,19 @@ import atexit
 import hashlib
 import io
 import os
+import pickle
 import runpy
 import selectors
 import shutil
 import signal
 import socket
+import struct
 import sys
 import tempfile
 import threading
 import traceback
 
-from rankgate.harness.pool.forkserver import WORD, ended_children, receive_request
+WORD = struct.Struct("q")
 
 PRELOAD = ("torch", "torch.distributed", "pytest", "_pytest.main", "_pytest.python")
 """What every child starts with: what a rank or an inner session imports first."""
@@ -146,7 +149,7 @@ class WarmServer:
     def _request(self) -> None:
         client, _ = self.listener.accept()
         try:
-            request, fds = receive_request(client)
+            request, fds = _receive(client)
         except Exception:  # a client that went away mid-request
             client.close()
             return
@@ -193,12 +196,23 @@ class WarmServer:
             os._exit(code)
 
     def _reap(self) -> None:
-        for pid, code in ended_children(self.wake_r):
+        try:
+            while os.read(self.wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
             client = self.programs.pop(pid, None)
             if client is not None:
                 if client.fileno() in self.selector.get_map():
                     self.selector.unregister(client)
-                _send(client, code)
+                _send(client, os.waitstatus_to_exitcode(status))
                 client.close()
 
     def _exit(self) -> None:
@@ -343,6 +357,26 @@ def _send(client: socket.socket, value: int) -> bool:
         return True
     except OSError:
         return False
+
+
+def _receive(client: socket.socket) -> tuple[dict, list[int]]:
+    """One request: its length (a word), then its pickle; the descriptors come with the
+    first bytes."""
+    data, fds, _, _ = socket.recv_fds(client, 1 << 16, 4)
+    while len(data) < WORD.size:
+        data += _chunk(client, WORD.size - len(data))
+    (size,) = WORD.unpack(data[: WORD.size])
+    body = data[WORD.size :]
+    while len(body) < size:
+        body += _chunk(client, size - len(body))
+    return pickle.loads(body), fds
+
+
+def _chunk(client: socket.socket, size: int) -> bytes:
+    chunk = client.recv(min(size, 1 << 16))
+    if not chunk:
+        raise EOFError("the client closed its connection mid-request")
+    return chunk
 
 
 if __name__ == "__main__":

@@ -35,7 +35,6 @@ import socket
 import struct
 import sys
 import traceback
-from collections.abc import Iterator
 from multiprocessing.connection import Connection
 
 from rankgate.harness.pool.rankbudget import pid_alive
@@ -125,7 +124,7 @@ class _Server:
     def _request(self) -> None:
         client, _ = self.listener.accept()
         try:
-            request, fds = receive_request(client)
+            request, fds = _receive(client)
         except Exception:  # a client that went away mid-request
             client.close()
             return
@@ -177,11 +176,22 @@ class _Server:
             os._exit(code)
 
     def _reap(self) -> None:
-        for pid, code in ended_children(self.wake_r):
+        try:
+            while os.read(self.wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
             client = self.ranks.pop(pid, None)
             if client is not None:
                 try:
-                    client.sendall(WORD.pack(code))
+                    client.sendall(WORD.pack(os.waitstatus_to_exitcode(status)))
                 except OSError:
                     pass
                 client.close()
@@ -192,25 +202,7 @@ class _Server:
         os._exit(0)  # torch's interpreter teardown would take a second for nothing
 
 
-def ended_children(wake_r: int) -> Iterator[tuple[int, int]]:
-    """(pid, exit code, negative for a signal) of each child that has ended, once the
-    SIGCHLD wakeup fd ``wake_r`` fired (it is drained first)."""
-    try:
-        while os.read(wake_r, 4096):
-            pass
-    except BlockingIOError:
-        pass
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        yield pid, os.waitstatus_to_exitcode(status)
-
-
-def receive_request(client: socket.socket) -> tuple[object, list[int]]:
+def _receive(client: socket.socket) -> tuple[tuple, list[int]]:
     """One request: its length (a word), then its pickle; the file descriptors come
     with the first bytes."""
     data, fds, _, _ = socket.recv_fds(client, 1 << 16, 4)
