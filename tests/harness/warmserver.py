@@ -189,7 +189,7 @@ class WarmServer:
                 os.close(fd)
             code = WarmProgram(request).run()
         except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
+            code = _exit_code(exc.code)
         except BaseException:
             traceback.print_exc()
         finally:
