@@ -10,6 +10,7 @@ import pytest
 
 # Imported before pytester snapshots sys.modules (torch cannot be imported twice).
 import torch  # noqa: F401
+from warmstart import WARM_PYTHON
 
 import rankgate.harness.pool.worker  # noqa: F401
 
@@ -88,6 +89,14 @@ def auto_backend_for():
 
     visible = visible_gpu_count()
     return lambda k: resolve_backend("auto", k, visible)
+
+
+@pytest.fixture
+def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """pytester whose subprocess runs (``runpytest_subprocess``) start from this process's
+    warm ``python`` (:mod:`warmstart`), as the launches of jobs.py do."""
+    monkeypatch.setattr(pytester, "_getpytestargs", lambda: (WARM_PYTHON.executable(), "-mpytest"))
+    return pytester
 
 
 @pytest.fixture
