@@ -82,9 +82,7 @@ def test_a_stage_run_alone_cannot_meet_its_partner(tmp_path):
     assert "alpha: beta never came" in (options.out_dir / "alpha.log").read_text()
 
 
-def test_the_gate_starts_unit_hpc_and_container_first_and_keeps_pipeline_order(
-    tmp_path, monkeypatch
-):
+def test_the_gate_starts_hpc_and_container_first_and_keeps_pipeline_order(tmp_path, monkeypatch):
     started: list[str] = []
 
     def fake_run_stage(stage, options, machine=None, decision=None, log=None, *, in_gate=False):
@@ -94,17 +92,15 @@ def test_the_gate_starts_unit_hpc_and_container_first_and_keeps_pipeline_order(
     monkeypatch.setattr(executor, "run_stage", fake_run_stage)
     monkeypatch.setattr(executor, "gate_checks", lambda options, progress: [])
     options = Options(out_dir=tmp_path / "out")
-    include = ("unit", "dist", "hpc", "bench", "container")
-    outcomes = executor.run_gate(options, Machine(), include=include)
-    assert [o.stage for o in outcomes] == list(include)
+    outcomes = executor.run_gate(options, Machine(), include=("unit", "hpc", "bench", "container"))
+    assert [o.stage for o in outcomes] == ["unit", "hpc", "bench", "container"]
     saved = json.loads((options.out_dir / "gate.json").read_text())
-    assert [row["stage"] for row in saved] == list(include)
-    # unit, hpc and container in the background, each with a log; dist and bench in order.
+    assert [row["stage"] for row in saved] == ["unit", "hpc", "bench", "container"]
+    # hpc and container in the background, each with a log; unit and bench in order.
     assert sorted(started) == [
-        "bench log=None", "container log=container.log", "dist log=None", "hpc log=hpc.log",
-        "unit log=unit.log",
-    ]  # fmt: skip
-    assert [s for s in started if "log=None" in s] == ["dist log=None", "bench log=None"]
+        "bench log=None", "container log=container.log", "hpc log=hpc.log", "unit log=None"
+    ]
+    assert [s for s in started if "log=None" in s] == ["unit log=None", "bench log=None"]
 
 
 def _registered(monkeypatch, *made: Stage) -> tuple[str, ...]:
@@ -135,9 +131,8 @@ def test_a_background_stage_runs_while_the_others_do(tmp_path, monkeypatch, capf
     assert shown.out.index("out of beta") < shown.out.index("rankgate: stage alpha PASSED")
 
 
-def test_only_unit_package_hpc_and_container_run_in_the_background():
-    beside = [s.name for s in stages.all_stages() if s.beside]
-    assert beside == ["unit", "package", "hpc", "container"]
+def test_only_package_hpc_and_container_run_in_the_background():
+    assert [s.name for s in stages.all_stages() if s.beside] == ["package", "hpc", "container"]
 
 
 def _late(name: str, tmp_path) -> Stage:

@@ -192,10 +192,6 @@ _STAGES: dict[str, Stage] = {
             description="Single-process tests (marker: unit).",
             markers="unit",
             where=("local", "container"),
-            # Unit and dist each keep 1.25 of 2 cores busy (the quick gate at aeaa43b:
-            # unit 160.7 CPU-s in 129 s, dist 324.8 in 259 s; they wait on launches and
-            # timeouts): unit runs in the background while dist runs.
-            beside=True,
             products=("junit/unit.xml",),
             commands=(_PYTEST_TWO_WORKERS,),
             dagger="test-cpu",
