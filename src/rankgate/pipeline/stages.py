@@ -149,8 +149,9 @@ _PYTEST = Command(argv=("pytest",))
 # and 423 s with 4 workers (measured for 9a30008, whose message has them). Since the
 # tests start their launches warm (tests/harness/warmserver.py) a dist test waits more
 # than it computes (the quick gate's dist: 259 s wall for 325 CPU-s on 2 cores), and a
-# third worker fills the waits (benchmarks/results/cpu/ci-durations.txt).
-_PYTEST_TWO_WORKERS = Command(argv=("pytest", "-n", "2"))
+# third worker fills the waits (benchmarks/results/cpu/ci-durations.txt). Unit too: its
+# 1,983 tests took 140 s (182 CPU-s) under 2 workers, 103 s (177) under 3 and 113 s
+# (198) under 4 (benchmarks/results/cpu/profile-2026-11-30/README.md).
 _PYTEST_THREE_WORKERS = Command(argv=("pytest", "-n", "3"))
 # The container stage's tests fail, never skip, without an engine or the image it built.
 _CONTAINER_PYTEST = Command(argv=("pytest",), env=(("RANKGATE_REQUIRE_CONTAINER", "1"),))
@@ -193,7 +194,7 @@ _STAGES: dict[str, Stage] = {
             markers="unit",
             where=("local", "container"),
             products=("junit/unit.xml",),
-            commands=(_PYTEST_TWO_WORKERS,),
+            commands=(_PYTEST_THREE_WORKERS,),
             dagger="test-cpu",
             workflow="ci.yml:unit",
             paths=_UNIT_PATHS,
