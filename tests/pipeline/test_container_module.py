@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import shlex
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -232,36 +231,11 @@ def test_dependencies_come_from_the_lock_before_anything_resolves_them():
     lock = installs[from_lock[0]]
     assert lock[lock.index(LOCK_IN_IMAGE) - 1] == "-r"
     assert {"--no-deps", "--require-hashes"} <= set(lock)
-    # uv installs it (`uv pip install`); before it only torch (the base image's or the
-    # matrix's build, which the lock leaves out) and uv itself, at the lock's pin with its
-    # hashes; every install that resolves dependencies comes after it.
-    assert installs[from_lock[0] - 1][-1] == UV_FROM_LOCK
-    assert {"--no-deps", "--require-hashes"} <= set(installs[from_lock[0] - 1])
-    assert [words[-1] for words in installs[: from_lock[0]]] == ['"$TORCH_SPEC"', UV_FROM_LOCK]
+    # Before it only torch (the base image's or the matrix's build, which the lock leaves
+    # out); every install that resolves dependencies comes after it.
+    assert [words[-1] for words in installs[: from_lock[0]]] == ['"$TORCH_SPEC"']
     *_, project = installs
     assert "--no-deps" in project and project[-1] == "/opt/rankgate"
-
-
-UV_FROM_LOCK = "/tmp/uv-lock.txt"
-
-
-def test_uv_is_installed_from_its_own_lines_of_the_lock():
-    """The Containerfile's awk program, run on the real lock, keeps uv's pin and its hashes
-    and nothing else: pip --require-hashes checks uv as the lock's other pins are checked."""
-    run = next(args for op, args in instructions() if op == "RUN" and UV_FROM_LOCK in args)
-    awk = shlex.split(run.split("awk", 1)[1].split(">", 1)[0])
-    assert awk[-1] == LOCK_IN_IMAGE
-    done = subprocess.run(
-        ["awk", awk[0], str(ROOT / "requirements" / "dev-lock.txt")],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    first, *rest = done.stdout.splitlines()
-    pinned = re.fullmatch(r"uv==([\w.]+) \\", first)
-    assert pinned, first
-    hashes = [line for line in rest if re.fullmatch(r" +--hash=sha256:[0-9a-f]{64}( \\)?", line)]
-    assert hashes and all(line in hashes or line.lstrip().startswith("# ") for line in rest)
-    lock = (ROOT / "requirements" / "dev-lock.txt").read_text()
-    assert lock.count("--hash=") > len(hashes)  # the other pins' hashes were left out
 
 
 def variant_with(torch: str, cuda: str):
