@@ -1,0 +1,4 @@
+import cProfile
+PROFILER = cProfile.Profile()
+def setup(rank):
+    PROFILER.enable()
