@@ -192,6 +192,10 @@ class Tracker:
         from_gate = entry["parent"] in self.gate
         if from_gate and any(os.path.basename(word) == "nox" for word in argv[:3]):
             self.gate.add(key)  # the gate's own process: its children are stages
+        else:
+            # nox's child seen before it exec'd (nox's argv then) is a stage once it has:
+            # kept as the gate, the unit stage's processes read as set-up steps.
+            self.gate.discard(key)
         if from_gate and key not in self.gate:
             entry["stage"] = stage_of(argv)
             self._into_group(key[0], entry["stage"])
