@@ -145,6 +145,10 @@ def test_gpu_queued_collective_a_peer_never_joins_times_out(name, rank, device):
 @pytest.mark.parametrize("name", BACKENDS)
 def test_destroy_twice_and_use_after_destroy(name, device):
     backend = create_backend(name, device=_device(name, device), timeout=30)
+    # Every rank's group connected before either closes it: Gloo's constructor can return
+    # on one rank while its peer still reads the handshake, which then fails with
+    # "Connection closed by peer" (the quick gate, under load, at 35b1f7c).
+    backend.barrier()
     backend.destroy()
     backend.destroy()
     with pytest.raises(BackendDestroyedError, match="was destroyed; create a new one"):

@@ -29,6 +29,13 @@ def pytest_runtest_logreport(report):
     if report.when == "teardown" and "PYTEST_XDIST_WORKER" not in os.environ:
         with open(os.environ["PLANTED_PROGRESS"], "a") as f:
             f.write(report.nodeid + "\\n")
+
+
+def pytest_runtest_logstart(nodeid, location):
+    # The controller knows test_long runs (under xdist, once its worker's report of the
+    # start arrived, which can trail the test's body): only then can it name it.
+    if nodeid.endswith("::test_long") and "PYTEST_XDIST_WORKER" not in os.environ:
+        open(os.environ["PLANTED_SEEN"], "w").close()
 """
 
 TESTS = f"""
@@ -72,6 +79,7 @@ def _env(work: Path) -> dict[str, str]:
     env["RANKGATE_PROGRESS"] = "plain"
     env["PLANTED_PROGRESS"] = str(work / "progress.txt")
     env["PLANTED_STARTED"] = str(work / "started.flag")
+    env["PLANTED_SEEN"] = str(work / "seen.flag")
     return env
 
 
@@ -121,7 +129,8 @@ def _default_sigint() -> None:
 
 def _stopped_gate(project: Path, sig: signal.Signals) -> subprocess.CompletedProcess:
     """A gate (env-check, unit) in its own session, sent ``sig`` once the five quick tests
-    have ended and the long one runs: polled from pytest's own reports, never slept on."""
+    have ended and the long one runs, as its body and the stage's controller both know:
+    polled from pytest's own reports, never slept on."""
     code = (
         "from pathlib import Path\n"
         "from rankgate.pipeline import executor\n"
@@ -132,10 +141,12 @@ def _stopped_gate(project: Path, sig: signal.Signals) -> subprocess.CompletedPro
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint,
     )  # fmt: skip
     progress, started = project / "progress.txt", project / "started.flag"
+    seen = project / "seen.flag"
     try:
         deadline = time.monotonic() + 300
         while not (
             started.exists()
+            and seen.exists()
             and progress.exists()
             and len(progress.read_text().splitlines()) >= QUICK_TESTS
         ):
