@@ -28,6 +28,14 @@ def _parent(pid):
     return int(stat[stat.rindex(b")") + 2:].split()[1])
 
 
+def pytest_sessionstart(session):
+    # The run's fork server forks xdist's workers too: each says it is one.
+    if hasattr(session.config, "workerinput"):
+        workers = session.config._tmp_path_factory.getbasetemp().parent / "workers"
+        workers.mkdir(exist_ok=True)
+        (workers / str(os.getpid())).touch()
+
+
 def _processes():
     # The fork servers and ranks under the run's controller (the owner named on the
     # command line of the server that forked this rank), whoever started them.
@@ -48,10 +56,12 @@ def _processes():
     return found
 
 
-def live_ranks():
-    # A rank is forked by the run's fork server (and has its command line).
+def live_ranks(counts):
+    # A rank is forked by the run's fork server (and has its command line), as are the
+    # workers, which listed themselves beside ``counts``.
+    workers = {int(p.name) for p in (counts.parent / "workers").iterdir()}
     found = _processes()
-    return sum(1 for parent in found.values() if parent in found)
+    return sum(1 for pid, parent in found.items() if parent in found and pid not in workers)
 
 
 def live_fork_servers():
@@ -63,7 +73,7 @@ def live_fork_servers():
 def record(out, name, rank, world):
     dist.barrier()  # every rank of this world is up
     if rank == 0:
-        (out / name).write_text(f"{world} {live_ranks()}")
+        (out / name).write_text(f"{world} {live_ranks(out)}")
     dist.barrier()
 
 
@@ -194,7 +204,7 @@ def test_beside_the_other_world(rank, counts):
     dist.barrier()
     if rank == 0:
         _meet(marks, "up")
-        (counts / ME).write_text(f"2 {{live_ranks()}}")
+        (counts / ME).write_text(f"2 {{live_ranks(counts)}}")
         (counts.parent / f"servers-{{ME}}").write_text(str(live_fork_servers()))
         _meet(marks, "counted")  # neither world ends before both counted
     dist.barrier()
