@@ -8,11 +8,18 @@ import pytest
 pytestmark = [pytest.mark.dist, pytest.mark.slow]  # pytest runs of their own
 
 # Whether torch was imported before pytest imported this conftest (a forked worker has
-# it from the server), and whether the worker's parent is the fork server.
+# it from the server), and whether the worker's parent is the controller (a cold one's
+# is; a forked one's is the fork server).
 CONFTEST = """
-import sys
+import os, sys
+from pathlib import Path
 
 TORCH_BEFORE_PYTEST = "torch" in sys.modules
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput"):
+        (config.rootpath / "controller.pid").write_text(str(os.getpid()))
 """
 
 WHERE_AM_I = """
@@ -22,16 +29,16 @@ from pathlib import Path
 from conftest import TORCH_BEFORE_PYTEST
 
 
-def test_where(tmp_path_factory):
-    parent = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().split(b"\\0")
+def test_where(tmp_path_factory, pytestconfig):
+    controller = int((pytestconfig.rootpath / "controller.pid").read_text())
     out = tmp_path_factory.getbasetemp().parent / os.environ["PYTEST_XDIST_WORKER"]
-    out.write_text(f"{TORCH_BEFORE_PYTEST} {b'rankgate.harness.pool.forkserver' in parent}")
+    out.write_text(f"{TORCH_BEFORE_PYTEST} {os.getppid() == controller}")
 """
 
 
 @pytest.mark.parametrize(
     ("ini", "expected"),
-    [("", "True True"), ("rankgate_cold_workers = true", "False False")],
+    [("", "True False"), ("rankgate_cold_workers = true", "False True")],
     ids=["forked", "cold"],
 )
 def test_workers_start_forked_from_the_fork_server_unless_told_cold(pytester, ini, expected):

@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from rankgate.harness.pool.forkclient import RunForkServer
+from rankgate.harness.pool.forkclient import SERVER_PYTHON_ENV, RunForkServer
 
 
 class WarmPython:
@@ -37,13 +37,18 @@ class WarmPython:
         if self._server is None or self._server.owner != os.getpid():
             self._server = RunForkServer(Path(tempfile.mkdtemp(prefix="warm-python-")), os.getpid())
             atexit.register(self.stop)
-        return self._server.python() or sys.executable  # restarted if it died
+        python = self._server.python() or sys.executable  # restarted if it died
+        # The pytest sessions a test starts start their own fork servers forked from this
+        # one (torch imported), not cold.
+        os.environ[SERVER_PYTHON_ENV] = python
+        return python
 
     def wait_until_warm(self) -> None:
         """Wait until the server forks (programs launched before start cold)."""
         self._server.ready()
 
     def stop(self) -> None:
+        os.environ.pop(SERVER_PYTHON_ENV, None)
         if self._server is not None and self._server.owner == os.getpid():
             self._server.stop()
             shutil.rmtree(self._server.directory, ignore_errors=True)

@@ -31,6 +31,10 @@ from rankgate.harness.pool import programclient
 from rankgate.harness.pool.forkserver import FAILED_SUFFIX, WORD, socket_name
 
 SERVER_MODULE = "rankgate.harness.pool.forkserver"
+SERVER_PYTHON_ENV = "RANKGATE_FORK_SERVER_PYTHON"
+"""The ``python`` that starts the server, where not this process's: another server's
+(:meth:`RunForkServer.python`), whose fork of it has torch imported already (rankgate's
+own tests set it for the pytest sessions they start)."""
 RECORD = "forkserver.json"
 """In the run's directory: the server's address and pid."""
 LOG = "log"
@@ -237,9 +241,12 @@ class RunForkServer:
         # A folder of its own, short (a socket's path has ~100 bytes) and private.
         home = Path(tempfile.mkdtemp(prefix="rankgate-fs-"))
         address = str(home / "sock")
-        argv = [sys.executable, "-m", SERVER_MODULE, address, "--owner", str(self.owner)]
+        python = os.environ.get(SERVER_PYTHON_ENV, "")
+        if not os.access(python, os.X_OK):  # unset, or its server has gone
+            python = sys.executable
+        argv = [python, "-m", SERVER_MODULE, address, "--owner", str(self.owner)]
         pid = os.posix_spawn(
-            sys.executable, argv, os.environ,
+            python, argv, os.environ,
             file_actions=[
                 (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                 (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
