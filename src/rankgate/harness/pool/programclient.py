@@ -80,13 +80,17 @@ def _standard_fds() -> list[int]:
 
 
 def _forward(pid: int, sig: int) -> None:
-    """To the program alone, as a signal to a cold program's pid reaches it alone (a
-    launcher's SIGKILL to its group still ends the program's whole session: the client
-    dies, and the server kills the session)."""
+    """To the program's process group: the signals a launcher, nox or a terminal sends
+    go to a process group, where a cold program's children would get them too (a
+    signal meant for its pid alone reaches them as well; a SIGKILL to the client ends
+    the program's whole session: the server kills it)."""
     try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):  # not its group's leader yet
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
 
 
 def _word(server: socket.socket) -> int:
