@@ -26,6 +26,7 @@ import fcntl
 import hashlib
 import os
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -146,6 +147,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     private = session.config.stash.get(_KEY, None)
     if private is None:
         return
+    warm = sys.modules.get("warmstart")  # tests/harness/warmstart.py, when a test used it
+    if warm is not None:
+        warm.WARM_PYTHON.stop()  # its fork server's folder goes with the session, not at exit
     checks = session.config.stash[_CHECKS]  # else another rank of this run on this host checks
     rank = session.config.stash.get(_RANK, None)
     if checks and rank is not None:  # every rank joined before the first test ran

@@ -102,14 +102,14 @@ def stage_of(argv: list[str]) -> str:
 
 def kind_of(cmd: str, parent_kind: str) -> str:
     if parent_kind == "fork server":
-        return "pool rank (forked)"
-    if parent_kind == "warm server":
-        return "warm program (forked: a rank, torchrun or an inner session)"
+        # rankgate's fork server forks pool ranks, xdist's workers and the programs the
+        # tests launch warm (torchrun, its ranks, inner sessions): /proc shows each with
+        # the server's command line
+        return "forked (a pool rank, an xdist worker or a warm program)"
     checks = (
-        ("warmserver.py", "warm server"),
-        ("/warm-python-", "warm client (launched in place of python)"),
         ("multiprocessing.forkserver", "fork server"),
         ("rankgate.harness.pool.forkserver", "fork server"),
+        ("/rankgate-fs-", "warm client (launched in place of python)"),
         ("spawn_main", "spawned (multiprocessing spawn)"),
         ("exec(eval(sys.stdin.readline()))", "xdist worker"),
         ("torch.distributed.run", "torchrun"),

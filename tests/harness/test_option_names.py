@@ -24,7 +24,7 @@ def test_plain():
         (("-o", "rankgate_start_timeot=9"), "",
          "unknown ini option rankgate_start_timeot (-o): did you mean rankgate_start_timeout?"),
         (("-o", "rankgate_zzz=1"), "",
-         "unknown ini option rankgate_zzz (-o): rankgate's are rankgate_flaky, *"),
+         "unknown ini option rankgate_zzz (-o): rankgate's are rankgate_cold_workers, rankgate_flaky, *"),
         (("--rankgate-timout=5",), "",
          "unknown option --rankgate-timout=5: did you mean --rankgate-timeout?"),
         # pytest's parser matches no prefix: an abbreviation is unknown too, and named

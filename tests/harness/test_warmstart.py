@@ -1,6 +1,7 @@
-"""The warm ``python`` rankgate's own tests launch ranks and inner sessions with: a program
-forked from the warm server ends, signals and reads its arguments, folder, environment and
-streams as the same program started cold; what a warm start cannot give goes cold."""
+"""The warm ``python`` rankgate's own tests launch ranks and inner sessions with (and
+xdist's workers start with under rankgate): a program forked from the fork server ends,
+signals and reads its arguments, folder, environment and streams as the same program
+started cold; what a warm start cannot give goes cold."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import sys
 import time
 
 import pytest
-from warmserver import cold_reason
 from warmstart import WarmPython
+
+from rankgate.harness.pool.program import cold_reason
 
 pytestmark = pytest.mark.unit
 
@@ -40,7 +42,7 @@ time.sleep(600)
 def warm():
     python = WarmPython()
     executable = python.executable()
-    python.wait_until_warm(timeout_s=120)
+    python.wait_until_warm()
     yield executable
     python.stop()
 
@@ -125,9 +127,11 @@ def test_the_rule_for_a_cold_start():
     assert cold_reason(["script.py"], {**own, "RANK": "1", "OMP_NUM_THREADS": "1"}, own) is None
     assert cold_reason(["script.py"], {**own, "TORCHELASTIC_RUN_ID": "x"}, own) is None
     assert cold_reason(["script.py"], {**own, "PYTHONPATH": "/a"}, own) is None
-    assert cold_reason(["-c", "pass"], same, own) == (
-        "arguments a warm start does not take: ['-c', 'pass']"
+    assert cold_reason(["-u", "-B", "-c", "pass"], same, own) is None
+    assert cold_reason(["-X", "dev", "-c", "pass"], same, own) == (
+        "arguments a warm start does not take: ['-X', 'dev', '-c']"
     )
+    assert cold_reason(["-c", "pass"], {**own, "PYTHONDONTWRITEBYTECODE": "1"}, own) is None
     assert cold_reason(["-m", "pytest"], {**own, "TORCH_LOGS": "+dynamo"}, own) == (
         "TORCH_LOGS differs from the warm server's"
     )

@@ -23,47 +23,43 @@ import pytest
 import torch.distributed as dist
 
 
-def _parent(pid):
+def _parent_and_state(pid):
     stat = Path(f"/proc/{pid}/stat").read_bytes()
-    return int(stat[stat.rindex(b")") + 2:].split()[1])
+    fields = stat[stat.rindex(b")") + 2:].split()
+    return int(fields[1]), fields[0]
 
 
-def _processes():
-    # The fork servers and ranks under the run's controller (the owner named on the
-    # command line of the server that forked this rank), whoever started them.
-    args = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().split(b"\\0")
-    controller = int(args[args.index(b"--owner") + 1])
-    found = {}
+def pytest_sessionstart(session):
+    # The run's fork server forks xdist's workers too: each says it is one.
+    if hasattr(session.config, "workerinput"):
+        workers = session.config._tmp_path_factory.getbasetemp().parent / "workers"
+        workers.mkdir(exist_ok=True)
+        (workers / str(os.getpid())).touch()
+
+
+def fork_server():
+    # This rank's parent: the server that forked it (the run's one, if the run has one).
+    return os.getppid()
+
+
+def live_ranks(counts):
+    # The live processes the run's fork server forked, less xdist's workers (which
+    # listed themselves beside ``counts``): every worker's ranks.
+    workers = {int(p.name) for p in (counts.parent / "workers").iterdir()}
+    server, found = fork_server(), 0
     for pid in map(int, filter(str.isdigit, os.listdir("/proc"))):
         try:
-            if b"rankgate.harness.pool.forkserver" not in Path(f"/proc/{pid}/cmdline").read_bytes():
-                continue
-            parent = ancestor = _parent(pid)
-            while ancestor not in (controller, 0, 1):
-                ancestor = _parent(ancestor)
+            parent, state = _parent_and_state(pid)
         except (OSError, ValueError):
             continue
-        if ancestor == controller:
-            found[pid] = parent
+        found += parent == server and state != b"Z" and pid not in workers
     return found
-
-
-def live_ranks():
-    # A rank is forked by the run's fork server (and has its command line).
-    found = _processes()
-    return sum(1 for parent in found.values() if parent in found)
-
-
-def live_fork_servers():
-    # The run's fork servers: the processes running it that no fork server forked.
-    found = _processes()
-    return sum(1 for parent in found.values() if parent not in found)
 
 
 def record(out, name, rank, world):
     dist.barrier()  # every rank of this world is up
     if rank == 0:
-        (out / name).write_text(f"{world} {live_ranks()}")
+        (out / name).write_text(f"{world} {live_ranks(out)}")
     dist.barrier()
 
 
@@ -173,7 +169,7 @@ import time
 
 import pytest
 import torch.distributed as dist
-from conftest import live_fork_servers, live_ranks
+from conftest import fork_server, live_ranks
 
 ME, OTHER = "{me}", "{other}"
 
@@ -194,8 +190,8 @@ def test_beside_the_other_world(rank, counts):
     dist.barrier()
     if rank == 0:
         _meet(marks, "up")
-        (counts / ME).write_text(f"2 {{live_ranks()}}")
-        (counts.parent / f"servers-{{ME}}").write_text(str(live_fork_servers()))
+        (counts / ME).write_text(f"2 {{live_ranks(counts)}}")
+        (counts.parent / f"server-{{ME}}").write_text(str(fork_server()))
         _meet(marks, "counted")  # neither world ends before both counted
     dist.barrier()
 """
@@ -233,7 +229,7 @@ def test_the_default_budget_is_eight_ranks_per_cpu(pytester):
     assert _counts(base) == {"one": (2, 4), "two": (2, 4)}
     # Both workers' ranks were forked by the run's one fork server (each worker had its
     # own before, each importing torch).
-    assert {(base / f"servers-{me}").read_text() for me in ("one", "two")} == {"1"}
+    assert len({(base / f"server-{me}").read_text() for me in ("one", "two")}) == 1
 
 
 LEFT_AT_THE_END = """

@@ -125,6 +125,12 @@ INI_OPTIONS: dict[str, tuple[str, str | None]] = {
         "(default: 8 per CPU this run may use)",
         None,
     ),
+    "rankgate_cold_workers": (
+        "under pytest-xdist: start each worker as a new python (its own import of torch) "
+        "instead of forked from the run's fork server, which imports torch once for the "
+        "run (default false)",
+        "bool",
+    ),
     "rankgate_subworld_local_rank": (
         "in place, what LOCAL_RANK counts in a sub-world: subworld (its ranks on the host, "
         "the default) or launcher (each rank keeps its launcher's, and its GPU) "

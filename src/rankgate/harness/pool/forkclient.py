@@ -27,13 +27,20 @@ from pathlib import Path
 
 from rankgate.errors import RankgateError
 from rankgate.harness import leaks
+from rankgate.harness.pool import programclient
 from rankgate.harness.pool.forkserver import FAILED_SUFFIX, WORD, socket_name
 
 SERVER_MODULE = "rankgate.harness.pool.forkserver"
+SERVER_PYTHON_ENV = "RANKGATE_FORK_SERVER_PYTHON"
+"""The ``python`` that starts the server, where not this process's: another server's
+(:meth:`RunForkServer.python`), whose fork of it has torch imported already (rankgate's
+own tests set it for the pytest sessions they start)."""
 RECORD = "forkserver.json"
 """In the run's directory: the server's address and pid."""
 LOG = "log"
 """The server's stderr, beside its socket."""
+STOP_ANSWER_S = 5.0
+"""How long the owner waits for the server's answer to "stop" (it answers at once)."""
 START_TIMEOUT_S = 600.0
 """How long a process waits for the server's preload (``import torch``, seconds on a
 saturated machine); not ``rankgate_start_timeout``, which bounds a pool's rendezvous."""
@@ -104,15 +111,18 @@ class ForkServerClient:
             raise ConnectionError(f"the fork server at {self.address} closed the connection")
         return RankProcess(sock, WORD.unpack(data)[0])
 
-    def stop(self) -> bool:
-        """Whether the server took the request (one still starting listens nowhere yet)."""
+    def stop(self) -> int | None:
+        """How many programs the server still waits for before it ends (0: it ends now);
+        None when it did not take the request (one still starting listens nowhere yet)."""
         try:
             with socket.socket(socket.AF_UNIX) as sock:
                 sock.connect(socket_name(self.address))
                 _send(sock, ("stop",), [])
+                sock.settimeout(STOP_ANSWER_S)
+                data = _recv_exactly(sock, WORD.size)
         except OSError:
-            return False
-        return True
+            return None
+        return WORD.unpack(data)[0] if data is not None else 0
 
 
 class RunForkServer:
@@ -169,12 +179,39 @@ class RunForkServer:
             record = self._record()
             if record is None:
                 return
-            if not ForkServerClient(record["address"]).stop():  # still importing torch
+            running = ForkServerClient(record["address"]).stop()
+            if running is None:  # still importing torch
                 _kill(record["pid"], record["address"])
-            _reap(record["pid"], wait_s=2.0)
+            if not running:  # else it ends with its last program (xdist's workers)
+                _reap(record["pid"], wait_s=2.0)
             shutil.rmtree(Path(record["address"]).parent, ignore_errors=True)
             (self.directory / RECORD).unlink(missing_ok=True)
         self._client = None
+
+    def ready(self) -> None:
+        """Wait until the server forks (started now if need be)."""
+        self._ready_client()
+
+    def python(self) -> str | None:
+        """An executable that runs ``python ARGS`` as a program forked by this server
+        (:mod:`.program`), cold where the server cannot take it; None where this
+        ``python``'s path cannot be a ``#!`` line."""
+        if any(c.isspace() for c in sys.executable):
+            return None
+        with self._lock():
+            address = self._started_record()["address"]
+        launcher = Path(address).parent / "python"
+        if not launcher.exists():
+            client_dir = os.path.dirname(os.path.abspath(programclient.__file__))
+            tmp = launcher.with_name(f"python.{os.getpid()}")
+            tmp.write_text(
+                f"#!{sys.executable} -IS\n"
+                f"import sys\nsys.path.insert(0, {client_dir!r})\nimport programclient\n"
+                f"programclient.main({socket_name(address)!r}, {sys.executable!r})\n"
+            )
+            tmp.chmod(0o755)
+            os.replace(tmp, launcher)
+        return str(launcher)
 
     # -- the record and the start ------------------------------------------------------
 
@@ -204,9 +241,12 @@ class RunForkServer:
         # A folder of its own, short (a socket's path has ~100 bytes) and private.
         home = Path(tempfile.mkdtemp(prefix="rankgate-fs-"))
         address = str(home / "sock")
-        argv = [sys.executable, "-m", SERVER_MODULE, address, "--owner", str(self.owner)]
+        python = os.environ.get(SERVER_PYTHON_ENV, "")
+        if not os.access(python, os.X_OK):  # unset, or its server has gone
+            python = sys.executable
+        argv = [python, "-m", SERVER_MODULE, address, "--owner", str(self.owner)]
         pid = os.posix_spawn(
-            sys.executable, argv, os.environ,
+            python, argv, os.environ,
             file_actions=[
                 (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                 (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),

@@ -11,14 +11,23 @@ Protocol, one Unix-socket connection per rank:
 - client -> server: one message, the pickled request ``("fork", target, args, cwd)``
   with one file descriptor (the rank's end of its pipe); the server forks, and the child
   calls ``target(Connection(fd), *args)`` (``target`` is ``"module:function"``) in
-  ``cwd`` and exits with 0 when it returns. ``("stop",)`` ends the server at once.
+  ``cwd`` and exits with 0 when it returns.
 - server -> client: the rank's pid, later its exit code (negative: the signal that killed
   it), each as 8 bytes; then the connection closes. It is the rank's sentinel: readable
   once the rank has ended (or the server did).
+- ``("program", request)`` with the client's file descriptors 0, 1 and 2
+  (:mod:`.programclient`): a Python program forked in place of a cold ``python``
+  (:mod:`.program`; pytest-xdist's workers start so), in a session of its own. The
+  server answers its pid (0: "start it cold", :func:`.program.cold_reason`), later its
+  exit code. A client that closes its connection before its program ended was killed:
+  the program's session is killed too.
+- ``("stop",)``: the server stops listening and answers how many programs still run; it
+  ends once they have (a worker's last words after the controller's end of session).
 
 The socket appears at its address only once the preload is imported, so a client that
 sees it can fork at once. The server ends when its owner (the pytest process that owns
-the run) does, or when asked; the ranks end themselves when their controller is gone.
+the run) does, killing the programs' sessions, or when asked; the ranks end themselves
+when their controller is gone.
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ import sys
 import traceback
 from multiprocessing.connection import Connection
 
+from rankgate.harness.pool.program import ForkedProgram, cold_reason, exit_code
 from rankgate.harness.pool.rankbudget import pid_alive
 
 PRELOAD = ("rankgate.harness.pool.worker",)
@@ -94,6 +104,11 @@ class _Server:
         self.listener.listen(128)
         self.ranks: dict[int, socket.socket] = {}
         """Each live rank's client connection, by pid: its exit code goes there."""
+        self.programs: dict[int, socket.socket] = {}
+        """The same for each live program (:mod:`.program`)."""
+        self.own_env = dict(os.environ)
+        """What the preload was imported under: a program wanting other values starts cold."""
+        self.stopping = False
         self.wake_r, wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
         os.set_blocking(wake_w, False)
@@ -116,8 +131,10 @@ class _Server:
                     self._request()
                 elif key.data == "child":
                     self._reap()
-                else:
+                elif key.data == "owner":
                     self._exit()
+                else:
+                    self._program_client_closed(key.fileobj, key.data)
             if self.owner_fd is None and not pid_alive(self.owner):
                 self._exit()
 
@@ -129,7 +146,11 @@ class _Server:
             client.close()
             return
         if request[0] == "stop":
-            self._exit()
+            self._stop(client)
+            return
+        if request[0] == "program":
+            self._program(client, request[1], fds)
+            return
         if len(fds) != 1:
             for fd in fds:
                 os.close(fd)
@@ -147,18 +168,60 @@ class _Server:
             return
         self.ranks[pid] = client
 
+    def _program(self, client: socket.socket, request: dict, fds: list[int]) -> None:
+        if len(fds) != 3 or cold_reason(request["argv"], request["env"], self.own_env):
+            for fd in fds:
+                os.close(fd)
+            _send_word(client, 0)
+            client.close()
+            return
+        pid = os.fork()
+        if pid == 0:
+            self._program_child(client, fds, request)
+        for fd in fds:
+            os.close(fd)
+        self.programs[pid] = client
+        self.selector.register(client, selectors.EVENT_READ, pid)
+        _send_word(client, pid)  # a client gone already reads as closed
+
+    def _program_client_closed(self, client: socket.socket, pid: int) -> None:
+        """A client says nothing after its request: readable means it closed, killed
+        before its program ended. The program's session goes with it."""
+        self.selector.unregister(client)
+        _kill_session(pid)
+
+    def _program_child(self, client: socket.socket, fds: list[int], request: dict):
+        code = 1
+        try:
+            self._leave(client)
+            os.setsid()  # the client forwards the signals it gets
+            for target, fd in enumerate(fds):
+                os.dup2(fd, target)
+                os.close(fd)
+            code = ForkedProgram(request).run()
+        except SystemExit as exc:
+            code = exit_code(exc.code)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+
+    def _leave(self, client: socket.socket) -> None:
+        """In a child: drop the server's sockets and signal set-up."""
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        self.selector.close()
+        for sock in (self.listener, client, *self.ranks.values(), *self.programs.values()):
+            sock.close()
+        for extra in (self.wake_r, self.owner_fd):
+            if extra is not None:
+                os.close(extra)
+
     def _child(self, client: socket.socket, fd: int, target: str, args: tuple, cwd: str):
         """In the rank: drop the server's sockets and signal set-up, then run ``target``."""
         code = 1
         try:
-            signal.set_wakeup_fd(-1)
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            self.selector.close()
-            for sock in (self.listener, client, *self.ranks.values()):
-                sock.close()
-            for extra in (self.wake_r, self.owner_fd):
-                if extra is not None:
-                    os.close(extra)
+            self._leave(client)
             os.chdir(cwd)
             module, function = target.split(":")
             getattr(importlib.import_module(module), function)(Connection(fd), *args)
@@ -188,18 +251,50 @@ class _Server:
                 return
             if pid == 0:
                 return
-            client = self.ranks.pop(pid, None)
+            client = self.ranks.pop(pid, None) or self.programs.pop(pid, None)
             if client is not None:
-                try:
-                    client.sendall(WORD.pack(os.waitstatus_to_exitcode(status)))
-                except OSError:
-                    pass
+                if client.fileno() in self.selector.get_map():
+                    self.selector.unregister(client)
+                _send_word(client, os.waitstatus_to_exitcode(status))
                 client.close()
+        if self.stopping and not self.programs:
+            self._exit()
+
+    def _stop(self, client: socket.socket) -> None:
+        """Asked by the owner: no more forks; the server ends now, or once the programs
+        still running (xdist's workers, finishing) have ended."""
+        _send_word(client, len(self.programs))
+        client.close()
+        if not self.programs:
+            self._exit()
+        self.stopping = True
+        self.selector.unregister(self.listener)
+        self.listener.close()
+        shutil.rmtree(os.path.dirname(self.address), ignore_errors=True)
 
     def _exit(self) -> None:
         # Its folder (the socket and its log) is its own: made for it by the client.
         shutil.rmtree(os.path.dirname(self.address), ignore_errors=True)
+        for pid in self.programs:  # only when the owner ended first
+            _kill_session(pid)
         os._exit(0)  # torch's interpreter teardown would take a second for nothing
+
+
+def _send_word(client: socket.socket, value: int) -> None:
+    try:
+        client.sendall(WORD.pack(value))
+    except OSError:  # the client is gone
+        pass
+
+
+def _kill_session(pid: int) -> None:
+    """SIGKILL to the program's session, and to the program itself should it not have
+    made its session yet."""
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _receive(client: socket.socket) -> tuple[tuple, list[int]]:

@@ -6,7 +6,8 @@ says the rule once in the report header. Each worker's :class:`.registry.PoolReg
 takes its ranks from it (:mod:`.rankbudget`) and forks them from the run's one fork
 server, recorded in the same directory (:mod:`.forkclient`); the controller owns that
 server: it starts it as the session starts, before xdist spawns the workers, and stops
-it at the end of the run.
+it at the end of the run. The workers themselves are forked from it (:mod:`.program`),
+so the run imports torch once (ini ``rankgate_cold_workers`` starts them as new pythons).
 
 xdist's own scheduling sends the tests: one that sent each world size to one worker left
 a run of two world(2) tests idle under ``-n 2``.
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from rankgate.harness.pool.forkclient import RunForkServer
+from rankgate.harness.pool.forkclient import ForkServerError, RunForkServer
 from rankgate.harness.pool.rankbudget import (
     BUDGET_DIR_KEY,
     RANKS_PER_CPU,
@@ -95,10 +96,13 @@ class XdistController:
         else:
             cpus = usable_cpus()
             source = f"{RANKS_PER_CPU} per CPU this run may use, {cpus} CPU{'s' * (cpus > 1)}"
+        start = "forked from the run's fork server"
+        if self.config.getini("rankgate_cold_workers"):
+            start = "cold (rankgate_cold_workers)"
         return (
             f"rankgate: -n {self.workers}: the workers' pools hold at most {self.limit} "
             f"rank processes at once ({source}); a larger world runs alone; a worker gives "
-            "back idle pools while another waits"
+            f"back idle pools while another waits; workers start {start}"
         )
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
@@ -117,6 +121,33 @@ class XdistController:
         # test pays the import in the background.
         if not self.config.option.collectonly:
             RunForkServer(self.directory(), os.getpid()).start_early()
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_setupnodes(self, specs: list) -> None:
+        # Each worker imports torch as it collects (2 CPU-s each on 2 cores; -n 2 was
+        # slower than the pool alone for it): forked from the run's fork server, which
+        # has it imported, none does. xdist makes (and remakes, after a crash) its workers
+        # from these very specs; one naming its own python keeps it.
+        python = self._worker_python()
+        if python is None:
+            return
+        for spec in specs:
+            if spec.popen and not spec.python and not spec.via:
+                spec.python = python
+
+    def _worker_python(self) -> str | None:
+        """The fork server's ``python`` for the workers, once it forks; None for cold ones."""
+        if self.config.getini("rankgate_cold_workers"):
+            return None
+        server = RunForkServer(self.directory(), os.getpid())
+        python = server.python()
+        if python is None:
+            return None
+        try:
+            server.ready()
+        except ForkServerError:
+            return None  # the workers start cold; a world test then names the error
+        return python
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:

@@ -1,10 +1,11 @@
-"""What a test launches in place of ``python``: it asks the warm server
-(:mod:`warmserver`) to fork the program, passes on the signals it gets and ends as the
-program ended. Where the server says "cold", or cannot be reached, it execs ``python``
-itself. The standard library only: it starts in a few milliseconds (``python -IS``).
+"""What runs in place of ``python`` to start a program warm: it asks the fork server
+(:mod:`.forkserver`) to fork the program (:mod:`.program`), passes on the signals it gets
+and ends as the program ended. Where the server says "cold", or cannot be reached, it
+execs ``python`` itself. The standard library only, loaded by its path: it starts in a
+few milliseconds (``python -IS``) and imports no rankgate module.
 
-:mod:`warmstart` writes the executable that calls :func:`main` with the server's
-address and the ``python`` to exec.
+:meth:`.forkclient.RunForkServer.python` writes the executable that calls :func:`main`
+with the server's socket and the ``python`` to exec.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ FORWARDED = (
     signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
     signal.SIGUSR2, signal.SIGALRM, signal.SIGABRT,
 )  # fmt: skip
-"""Signals a launcher sends its ranks: each goes on to the program."""
+"""Signals a launcher sends its ranks, or xdist its workers: each goes on to the program."""
 
 
 def main(address: str, python: str) -> None:
@@ -34,7 +35,7 @@ def main(address: str, python: str) -> None:
     try:
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         server.connect(address)
-        body = pickle.dumps(request)
+        body = pickle.dumps(("program", request))
         socket.send_fds(server, [WORD.pack(len(body)) + body], _standard_fds())
         pid = _word(server)
     except OSError:
@@ -49,7 +50,8 @@ def main(address: str, python: str) -> None:
     except OSError:
         code = 1  # the server went away; it killed the program's session as it went
     if code < 0:
-        signal.signal(-code, signal.SIG_DFL)
+        if -code != signal.SIGKILL:
+            signal.signal(-code, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, [-code])
         os.kill(os.getpid(), -code)
     os._exit(code)
@@ -78,13 +80,17 @@ def _standard_fds() -> list[int]:
 
 
 def _forward(pid: int, sig: int) -> None:
-    """To the program alone, as a signal to a cold program's pid reaches it alone (a
-    launcher's SIGKILL to its group still ends the program's whole session: the client
-    dies, and the server kills the session)."""
+    """To the program's process group: the signals a launcher, nox or a terminal sends
+    go to a process group, where a cold program's children would get them too (a
+    signal meant for its pid alone reaches them as well; a SIGKILL to the client ends
+    the program's whole session: the server kills it)."""
     try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):  # not its group's leader yet
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
 
 
 def _word(server: socket.socket) -> int:
@@ -92,6 +98,6 @@ def _word(server: socket.socket) -> int:
     while len(data) < WORD.size:
         chunk = server.recv(WORD.size - len(data))
         if not chunk:
-            raise ConnectionResetError("the warm server closed the connection")
+            raise ConnectionResetError("the fork server closed the connection")
         data += chunk
     return WORD.unpack(data)[0]

@@ -1,0 +1,232 @@
+"""A Python program forked by the fork server (:mod:`.forkserver`) in place of a cold
+``python``: pytest-xdist's workers, and whatever a client (:mod:`.programclient`) asks
+for. It starts with torch imported instead of importing it again (about 2 CPU-s a
+process on 2 cores) and otherwise runs as the same program started cold: its arguments,
+folder, environment, standard streams, signal dispositions, exit code or signal.
+
+What differs: /proc shows the server's command line for it, its parent is the server,
+and it shares the server's hash seed. What it cannot be given (a variable the
+interpreter or torch reads at import set differently, Python options beyond ``-u``,
+``-B`` and ``-c``/``-m``/a script) makes it start cold (:func:`cold_reason`).
+
+Before the program runs, every ``rankgate`` module the server imported for its ranks is
+dropped: pytest rewrites a plugin's asserts as it imports it, and warns in every run
+about one imported before it started.
+"""
+
+from __future__ import annotations
+
+import atexit
+import io
+import os
+import runpy
+import signal
+import sys
+import tempfile
+import threading
+import traceback
+import types
+
+READ_AT_IMPORT = (
+    "PYTHON", "TORCH", "PYTORCH", "OMP_", "MKL_", "KMP_", "GOMP_", "LD_", "CUDA_", "NVIDIA_",
+    "HIP_", "ROCR_", "MALLOC_", "GLIBC_",
+)  # fmt: skip
+"""Prefixes of variables that the interpreter, torch or its libraries read while
+importing: a child whose value differs from the server's would not see its own."""
+
+SET_BY_LAUNCHERS = ("TORCHELASTIC_", "TORCH_NCCL_ASYNC_ERROR_HANDLING")
+"""What torchrun sets for its ranks and torch reads only later. Its OMP_NUM_THREADS is
+applied to a forked program through ``torch.set_num_threads``."""
+
+
+def cold_reason(argv: list[str], env: dict[str, str], own_env: dict[str, str]) -> str | None:
+    """Why the program ``python *argv`` with ``env`` must start cold, or None."""
+    if _parse(argv) is None:
+        return f"arguments a warm start does not take: {argv[:3]}"
+    keys = {k for k in (*env, *own_env) if k.startswith(READ_AT_IMPORT)}
+    for key in sorted(keys):
+        if env.get(key) == own_env.get(key) or key.startswith(SET_BY_LAUNCHERS):
+            continue
+        if key == "OMP_NUM_THREADS" and _threads(env) is not None:
+            continue
+        if key == "PYTHONPATH" and not own_env.get(key):
+            continue  # put on sys.path as Python would; the server imported none of it
+        if key == "PYTHONDONTWRITEBYTECODE":
+            continue  # read when a module is first compiled: set in the child as given
+        return f"{key} differs from the warm server's"
+    return None
+
+
+def _threads(env: dict[str, str]) -> int | None:
+    value = env.get("OMP_NUM_THREADS", "")
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+class _Invocation(types.SimpleNamespace):
+    """``python *argv`` read: ``unbuffered``, ``no_bytecode``, ``kind`` ("module",
+    "script" or "command"), ``name`` (the module, the script's path or the code) and
+    ``args`` (what follows it)."""
+
+
+def _parse(argv: list[str]) -> _Invocation | None:
+    """``python *argv`` read, or None for options a warm start does not take."""
+    unbuffered = no_bytecode = False
+    rest = list(argv)
+    while rest and rest[0] in ("-u", "-B"):
+        unbuffered |= rest[0] == "-u"
+        no_bytecode |= rest[0] == "-B"
+        rest.pop(0)
+    flags = {"unbuffered": unbuffered, "no_bytecode": no_bytecode}
+    for option, kind in (("-m", "module"), ("-c", "command")):
+        if rest and rest[0].startswith(option) and rest[0] != option:
+            return _Invocation(**flags, kind=kind, name=rest[0][2:], args=rest[1:])
+        if len(rest) >= 2 and rest[0] == option:
+            return _Invocation(**flags, kind=kind, name=rest[1], args=rest[2:])
+    if rest and not rest[0].startswith("-"):
+        return _Invocation(**flags, kind="script", name=rest[0], args=rest[1:])
+    return None
+
+
+class ForkedProgram:
+    """In the forked child: become ``python *argv`` as the client started it, then run.
+
+    ``request``: the client's ``{"argv", "env", "cwd", "ignored", "mask"}`` (Python's
+    arguments after ``python``, the environment, the folder, the signals ignored and
+    blocked where the client started)."""
+
+    def __init__(self, request: dict) -> None:
+        self.request = request
+
+    def run(self) -> int:
+        """Run the program; its exit code (a signal's death is the process's own)."""
+        invocation = _parse(self.request["argv"])
+        _forget_rankgate()
+        os.chdir(self.request["cwd"])
+        os.environ.clear()
+        os.environ.update(self.request["env"])
+        tempfile.tempdir = None  # gettempdir() reads TMPDIR again, as in a new process
+        sys.dont_write_bytecode = invocation.no_bytecode or bool(
+            os.environ.get("PYTHONDONTWRITEBYTECODE")
+        )
+        self._signals()
+        self._threads()
+        self._stdio(invocation.unbuffered or bool(os.environ.get("PYTHONUNBUFFERED")))
+        if "numpy" in sys.modules:
+            sys.modules["numpy"].random.seed()  # the server's global state, not the child's own
+        try:
+            self._start(invocation)
+            code = 0
+        except SystemExit as exc:
+            code = exit_code(exc.code)
+        except KeyboardInterrupt as exc:
+            _print_uncaught(exc)
+            self._finish()
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+            code = 130
+        except BaseException as exc:
+            _print_uncaught(exc)
+            code = 1
+        self._finish()
+        return code
+
+    def _start(self, invocation: _Invocation) -> None:
+        if invocation.kind == "script":
+            first = os.path.dirname(os.path.abspath(invocation.name))
+        else:
+            first = "" if invocation.kind == "command" else os.getcwd()
+        extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        sys.path[0:1] = [first, *extra]
+        if invocation.kind == "module":
+            sys.argv = ["-m", *invocation.args]
+            runpy.run_module(invocation.name, run_name="__main__", alter_sys=True)
+        elif invocation.kind == "script":
+            sys.argv = [invocation.name, *invocation.args]
+            runpy.run_path(invocation.name, run_name="__main__")
+        else:
+            sys.argv = ["-c", *invocation.args]
+            main = types.ModuleType("__main__")
+            sys.modules["__main__"] = main
+            exec(compile(invocation.name, "<string>", "exec"), main.__dict__)
+
+    def _signals(self) -> None:
+        """The dispositions ``python`` starts with where the client started."""
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for sig in signal.valid_signals():
+            if sig in (signal.SIGKILL, signal.SIGSTOP):
+                continue
+            if sig in self.request["ignored"] or sig in (signal.SIGPIPE, signal.SIGXFSZ):
+                handler = signal.SIG_IGN
+            elif sig == signal.SIGINT:
+                handler = signal.default_int_handler
+            else:
+                handler = signal.SIG_DFL
+            try:
+                signal.signal(sig, handler)
+            except (OSError, ValueError):
+                pass
+        signal.pthread_sigmask(signal.SIG_SETMASK, self.request["mask"])
+
+    def _threads(self) -> None:
+        threads = _threads(os.environ)
+        if threads is not None and "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(threads)
+
+    def _stdio(self, unbuffered: bool) -> None:
+        """New standard streams over fds 0-2 (the server's stay referenced: closing them
+        would close the child's fds)."""
+        _KEPT.extend((sys.stdin, sys.stdout, sys.stderr))
+        sys.stdin = sys.__stdin__ = io.TextIOWrapper(
+            io.BufferedReader(io.FileIO(0, "rb", closefd=False)), line_buffering=False
+        )
+        for fd, name in ((1, "stdout"), (2, "stderr")):
+            tty = os.isatty(fd)
+            raw = io.FileIO(fd, "wb", closefd=False)
+            binary = raw if unbuffered else io.BufferedWriter(raw)
+            stream = io.TextIOWrapper(
+                binary,
+                errors="backslashreplace" if fd == 2 else "strict",
+                line_buffering=tty or fd == 2,
+                write_through=unbuffered,
+            )
+            setattr(sys, name, stream)
+            setattr(sys, f"__{name}__", stream)
+
+    def _finish(self) -> None:
+        """What the interpreter does at its end: wait for threads, run atexit, flush."""
+        threading._shutdown()
+        atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+
+
+_KEPT: list = []
+
+
+def _forget_rankgate() -> None:
+    """Drop the server's rankgate modules: the program imports its own, as pytest wants
+    (this function's module stays alive through its frame)."""
+    for name in [m for m in sys.modules if m == "rankgate" or m.startswith("rankgate.")]:
+        del sys.modules[name]
+
+
+def _print_uncaught(exc: BaseException) -> None:
+    """The traceback Python prints, without the frames of this start."""
+    ours = (__file__, runpy.__file__, "<frozen runpy>")
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename in ours:
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb)
+
+
+def exit_code(code: object) -> int:
+    """The process's exit code for ``SystemExit(code)``, as Python gives it."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1

@@ -1,0 +1,94 @@
+"""xdist's workers forked from the run's fork server: torch imported once for the run, and
+a worker that crashes reads as one started cold does."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = [pytest.mark.dist, pytest.mark.slow]  # pytest runs of their own
+
+# Whether torch was imported before pytest imported this conftest (a forked worker has
+# it from the server), and whether the worker's parent is the controller (a cold one's
+# is; a forked one's is the fork server).
+CONFTEST = """
+import os, sys
+from pathlib import Path
+
+TORCH_BEFORE_PYTEST = "torch" in sys.modules
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput"):
+        (config.rootpath / "controller.pid").write_text(str(os.getpid()))
+"""
+
+WHERE_AM_I = """
+import os
+from pathlib import Path
+
+from conftest import TORCH_BEFORE_PYTEST
+
+
+def test_where(tmp_path_factory, pytestconfig):
+    controller = int((pytestconfig.rootpath / "controller.pid").read_text())
+    out = tmp_path_factory.getbasetemp().parent / os.environ["PYTEST_XDIST_WORKER"]
+    out.write_text(f"{TORCH_BEFORE_PYTEST} {os.getppid() == controller}")
+"""
+
+
+@pytest.mark.parametrize(
+    ("ini", "expected"),
+    [("", "True False"), ("rankgate_cold_workers = true", "False True")],
+    ids=["forked", "cold"],
+)
+def test_workers_start_forked_from_the_fork_server_unless_told_cold(pytester, ini, expected):
+    pytester.makeini(f"[pytest]\n{ini}\n")
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_where=WHERE_AM_I)
+    base = pytester.path / "bt"
+    # A module of rankgate imported before pytest starts cannot be assert-rewritten:
+    # pytest would warn, and -W error makes that a failure.
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-p", "no:randomly", "-n", "2", "--basetemp", str(base),
+        "-W", "error::pytest.PytestAssertRewriteWarning", timeout=300,
+    )  # fmt: skip
+    result.assert_outcomes(passed=1)
+    start = "cold (rankgate_cold_workers)" if ini else "forked from the run's fork server"
+    result.stdout.fnmatch_lines([f"rankgate: -n 2: *; workers start {start}"])
+    ran = [p for p in base.iterdir() if p.name.startswith("gw")]
+    assert [p.read_text() for p in ran] == [expected]
+
+
+CRASH = """
+import os, signal
+
+import pytest
+
+
+@pytest.mark.world(2)
+@pytest.mark.parametrize("i", range(2))
+def test_world(rank, i):
+    pass
+
+
+def test_crash():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_after():
+    pass
+"""
+
+
+@pytest.mark.parametrize("ini", ["", "rankgate_cold_workers = true"], ids=["forked", "cold"])
+def test_a_worker_killed_mid_test_is_reported_and_replaced_as_a_cold_one_is(pytester, ini):
+    pytester.makeini(f"[pytest]\n{ini}\n")
+    pytester.makepyfile(test_crash=CRASH)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-p", "no:randomly", "-n", "2", timeout=300
+    )
+    result.assert_outcomes(passed=3, failed=1)
+    result.stdout.fnmatch_lines(
+        ["[[]gw?[]] node down: Not properly terminated", "F", "replacing crashed worker gw?"]
+    )
+    result.stdout.fnmatch_lines(["worker 'gw?' crashed while running 'test_crash.py::test_crash'"])
