@@ -132,9 +132,11 @@ def test_sigterm_ends_the_session_and_its_pools(tmp_path):
 
     (tmp_path / "test_inner.py").write_text(SLEEPY_WORLD)
     temp = Path(tempfile.mkdtemp(prefix="sig-"))  # short: forkserver's socket lives there
+    # Cold, not from the warm ``python``: its client passes a signal on to the program's
+    # process group, so the pools would get the SIGTERM too; the session must end them.
     proc = subprocess.Popen(
-        [WARM_PYTHON.executable(), "-m", "pytest", "-p", "no:cacheprovider", "-q",
-         "test_inner.py", f"--basetemp={tmp_path / 'base'}"],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_inner.py",
+         f"--basetemp={tmp_path / 'base'}"],
         cwd=tmp_path, env={**os.environ, "TMPDIR": str(temp)},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
