@@ -8,6 +8,12 @@ from pathlib import Path
 
 import pytest
 
+HERE = Path(__file__).resolve().parent
+if str(HERE / "harness") not in sys.path:  # run alone, tests/harness/conftest.py is not loaded
+    sys.path.insert(0, str(HERE / "harness"))
+from jobs import torchrun_pytest_cmd  # noqa: E402
+from warmstart import WARM_PYTHON  # noqa: E402
+
 # Marked one by one: the two session tests below are dist tests only (a module-wide unit
 # mark ran them in the unit stage as well, twice per CI run).
 
@@ -25,12 +31,12 @@ def test_cleans_up(tmp_path):
 """
 
 
-def _run(pytester: pytest.Pytester, source: str):
+def _run(pytester: pytest.Pytester, source: str, python: str = sys.executable):
     pytester.makepyfile(test_inner=source)
     pytester.makeconftest('pytest_plugins = ["leftovers"]')
     env_path = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
     pytester._monkeypatch.setenv("PYTHONPATH", env_path)
-    return pytester.run(sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q")
+    return pytester.run(python, "-m", "pytest", "-p", "no:cacheprovider", "-q")
 
 
 @pytest.mark.unit
@@ -93,7 +99,9 @@ def test_all_reduce(rank):
 def test_the_pools_leave_nothing_behind(pytester):
     """The pools' folders go with the session, before the check looks; and no error is
     printed at exit (multiprocessing removes its own folder in the temp dir last)."""
-    result = _run(pytester, WORLD_TESTS)
+    # From the warm ``python`` (torch imported, as in the other dist tests' launches): what
+    # is checked happens at the session's end. The unit tests above start no warm server.
+    result = _run(pytester, WORLD_TESTS, python=WARM_PYTHON.executable())
     assert result.ret == 0, result.stdout.str()
     assert "leftover" not in result.stdout.str()
     assert "Traceback" not in result.stderr.str(), result.stderr.str()
@@ -124,6 +132,8 @@ def test_sigterm_ends_the_session_and_its_pools(tmp_path):
 
     (tmp_path / "test_inner.py").write_text(SLEEPY_WORLD)
     temp = Path(tempfile.mkdtemp(prefix="sig-"))  # short: forkserver's socket lives there
+    # Cold, not from the warm ``python``: its client passes a signal on to the program's
+    # process group, so the pools would get the SIGTERM too; the session must end them.
     proc = subprocess.Popen(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_inner.py",
          f"--basetemp={tmp_path / 'base'}"],
@@ -177,11 +187,8 @@ def _torchrun_with_leftovers(tmp_path: Path, leak_on_rank: str = "") -> tuple:
     (project / "conftest.py").write_text('pytest_plugins = ["leftovers"]')
     env = {**os.environ, "TMPDIR": str(parent), "SEEN": str(seen), "LEAK_ON_RANK": leak_on_rank,
            "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_inner.py"],
-        cwd=project, env=env, capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
+    proc = subprocess.run(torchrun_pytest_cmd("-q", "test_inner.py"), cwd=project, env=env,
+                          capture_output=True, text=True, timeout=180)  # fmt: skip
     return proc, parent, {p.name: p.read_text() for p in seen.iterdir()}
 
 
@@ -236,7 +243,8 @@ def _two_nodes_on_one_file_system(tmp_path: Path, leak_on_rank: str = "") -> tup
            "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
            "TORCHELASTIC_RUN_ID": "two-nodes"}  # fmt: skip
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_inner.py"]
+    cmd = [WARM_PYTHON.executable(), "-m", "pytest", "-p", "no:cacheprovider", "-q",
+           "test_inner.py"]  # fmt: skip
     out = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
     ranks = [
         subprocess.Popen(cmd, cwd=project, env={**env, "RANK": str(r), "GROUP_RANK": str(r)}, **out)

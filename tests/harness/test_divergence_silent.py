@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from jobs import run_torchrun_pytest
+from warmstart import WARM_PYTHON
 
 from rankgate.report.junit import merge_junit
 
@@ -133,7 +134,8 @@ def _messages(junit: Path) -> dict[str, str]:
 
 def test_in_the_pool_every_mismatch_fails_and_names_the_odd_rank_out(tmp_path):
     _write(tmp_path)
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--junitxml=j.xml"]
+    cmd = [WARM_PYTHON.executable(), "-m", "pytest", "-p", "no:cacheprovider", "-q",
+           "--junitxml=j.xml"]  # fmt: skip
     done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stdout + done.stderr
     expected = {

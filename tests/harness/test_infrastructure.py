@@ -203,6 +203,8 @@ def test_ranks_exit_when_the_controller_is_killed(pytester, request):
     # The killed controller cannot remove its pools' folder: it gets a temp dir of its
     # own, removed below (short: the pool's forkserver socket lives there).
     temp = Path(tempfile.mkdtemp(prefix="ctl-"))
+    # Cold, not from the warm ``python``: there the killed client's server would kill the
+    # controller's whole session, ranks included, and the ranks' own exit would go unseen.
     controller = subprocess.Popen(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--basetemp={base}"],
         cwd=pytester.path,

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 from jobs import run_torchrun_pytest
+from warmstart import WARM_PYTHON
 
 # slow: starts torchrun and pytest on every rank
 pytestmark = [pytest.mark.dist, pytest.mark.torch_dist, pytest.mark.slow]
@@ -39,12 +39,15 @@ def _torchrun(tmp_path: Path, per_rank_tmpdir: bool) -> subprocess.CompletedProc
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     base = tmp_path / "temp"
     base.mkdir()
-    pytest_cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_suite.py"]
+    # torchrun and its ranks start from the warm ``python`` (torch imported); a rank's own
+    # TMPDIR reaches it all the same (read when the rank first asks for its temp dir).
+    python = WARM_PYTHON.executable()
+    pytest_cmd = [python, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_suite.py"]
     if per_rank_tmpdir:
         rank_cmd = ["--no-python", "sh", "-c", PER_RANK_TMPDIR, *pytest_cmd]
     else:
         rank_cmd = ["--no-python", *pytest_cmd]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+    cmd = [python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            *rank_cmd]  # fmt: skip
     env = {**os.environ, "BASE": str(base), "TMPDIR": str(base)}
     return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)

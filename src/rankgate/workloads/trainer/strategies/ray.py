@@ -28,6 +28,7 @@ import torch.distributed as dist
 from torch import nn
 
 from rankgate.errors import RankgateError
+from rankgate.workloads.ray_address import pin_ray_address
 from rankgate.workloads.trainer.strategies.base import (
     OptimizerFactory,
     StrategyError,
@@ -87,6 +88,10 @@ class RayRunError(RankgateError, RuntimeError):
     """The TorchTrainer failed or did not finish; the message carries every worker's log."""
 
 
+# Named by its own light module: the workers import it without torch.
+_SETUP_HOOK = f"{pin_ray_address.__module__}.{pin_ray_address.__name__}"
+
+
 @contextlib.contextmanager
 def local_ray(num_cpus: int = 2) -> Iterator[Path]:
     """A private local Ray instance (never one that others started); yields its temp dir.
@@ -111,10 +116,13 @@ def local_ray(num_cpus: int = 2) -> Iterator[Path]:
             include_dashboard=False,
             log_to_driver=True,
             _temp_dir=str(root / "ray"),
+            # Workers start when a task or actor needs one: prestarted ones (one per CPU at
+            # start, more when the first driver connects) were never used by a fit.
+            _system_config={"enable_worker_prestart": False, "prestart_worker_first_driver": False},
             runtime_env={
                 # Workers import the caller's modules (test files too) by the same paths.
                 "env_vars": {"PYTHONPATH": os.pathsep.join(_import_paths())},
-                "worker_process_setup_hook": f"{__name__}.{_pin_ray_address.__name__}",
+                "worker_process_setup_hook": _SETUP_HOOK,
             },
         )
         yield root
@@ -126,15 +134,6 @@ def local_ray(num_cpus: int = 2) -> Iterator[Path]:
             else:
                 os.environ[key] = value
         shutil.rmtree(root, ignore_errors=True)
-
-
-def _pin_ray_address() -> None:
-    """In each worker: RAY_ADDRESS is this instance, so Ray's own lookups (Train's state
-    API calls) never find another instance on the machine and fail on "multiple active
-    Ray instances" (two test runs side by side, or someone else's Ray)."""
-    import ray
-
-    os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
 
 
 def _import_paths() -> list[str]:
