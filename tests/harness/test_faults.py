@@ -338,6 +338,15 @@ def test_bad_default_timeout_is_a_usage_error(inner, args, ini, message):
     result.stderr.fnmatch_lines([f"ERROR: {message}"])
 
 
+@pytest.mark.parametrize("name", ["rankgate_cold_workers", "rankgate_one_world_per_rank"])
+def test_a_flag_that_is_not_true_or_false_is_a_usage_error_naming_it(inner, name):
+    result = inner(HEADER + NEXT, ini=f"{name} = maybe")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [f"ERROR: ini option {name}: invalid truth value 'maybe'; give true or false (or yes/no, 1/0)"]
+    )
+
+
 def test_skip_disagreement_is_an_error(inner):
     result, _ = run_fault(
         inner,

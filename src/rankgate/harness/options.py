@@ -229,7 +229,20 @@ def subworld_local_rank(config: pytest.Config) -> str:
 
 
 def one_world_per_rank(config: pytest.Config) -> bool:
-    return bool(config.getini("rankgate_one_world_per_rank"))
+    return _flag(config, "rankgate_one_world_per_rank")
+
+
+def cold_workers(config: pytest.Config) -> bool:
+    return _flag(config, "rankgate_cold_workers")
+
+
+def _flag(config: pytest.Config, ini_name: str) -> bool:
+    try:
+        return bool(config.getini(ini_name))
+    except (ValueError, pytest.UsageError) as exc:  # pytest's names the value alone
+        raise pytest.UsageError(
+            f"ini option {ini_name}: {exc}; give true or false (or yes/no, 1/0)"
+        ) from None
 
 
 def check(config: pytest.Config) -> None:
@@ -243,6 +256,8 @@ def check(config: pytest.Config) -> None:
     reruns(config)
     flaky_policy(config)
     subworld_local_rank(config)
+    one_world_per_rank(config)
+    cold_workers(config)
     problem = ledger.setting_problem()
     if problem:
         raise pytest.UsageError(problem)

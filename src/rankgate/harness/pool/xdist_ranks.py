@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from rankgate.harness.options import cold_workers
 from rankgate.harness.pool.forkclient import ForkServerError, RunForkServer
 from rankgate.harness.pool.rankbudget import (
     BUDGET_DIR_KEY,
@@ -97,7 +98,7 @@ class XdistController:
             cpus = usable_cpus()
             source = f"{RANKS_PER_CPU} per CPU this run may use, {cpus} CPU{'s' * (cpus > 1)}"
         start = "forked from the run's fork server"
-        if self.config.getini("rankgate_cold_workers"):
+        if cold_workers(self.config):
             start = "cold (rankgate_cold_workers)"
         return (
             f"rankgate: -n {self.workers}: the workers' pools hold at most {self.limit} "
@@ -137,7 +138,7 @@ class XdistController:
 
     def _worker_python(self) -> str | None:
         """The fork server's ``python`` for the workers, once it forks; None for cold ones."""
-        if self.config.getini("rankgate_cold_workers"):
+        if cold_workers(self.config):
             return None
         server = RunForkServer(self.directory(), os.getpid())
         python = server.python()
