@@ -343,7 +343,10 @@ def test_a_flag_that_is_not_true_or_false_is_a_usage_error_naming_it(inner, name
     result = inner(HEADER + NEXT, ini=f"{name} = maybe")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        [f"ERROR: ini option {name}: invalid truth value 'maybe'; give true or false (or yes/no, 1/0)"]
+        [
+            f"ERROR: ini option {name}: invalid truth value 'maybe'; "
+            "give true or false (or yes/no, 1/0)"
+        ]
     )
 
 
