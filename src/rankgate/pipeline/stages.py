@@ -72,6 +72,7 @@ _TRAINING_LAUNCH = (
     "src/rankgate/workloads/data/**",
     "src/rankgate/workloads/packing/**",
     "src/rankgate/workloads/trainer/**",
+    "src/rankgate/workloads/ray_address.py",
     "suites/trainer/**",
     *_LAUNCHED,
 )
