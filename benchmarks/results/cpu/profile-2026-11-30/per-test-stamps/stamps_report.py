@@ -2,9 +2,10 @@
 
 import json
 import statistics
+from pathlib import Path
 
-ctrl = json.load(open("stamps_ctrl.json"))
-ranks = [json.load(open(f"stamps_rank{i}.json")) for i in (0, 1)]
+ctrl = json.loads(Path("stamps_ctrl.json").read_text())
+ranks = [json.loads(Path(f"stamps_rank{i}.json").read_text()) for i in (0, 1)]
 rows = []
 for t in range(20, len(ctrl["send_start"]) - 1):
     start = ctrl["send_start"][t]
