@@ -100,12 +100,17 @@ def stage_of(argv: list[str]) -> str:
     return "set-up: " + (os.path.basename(argv[0]) if argv else "?")
 
 
+FORKED = "forked (a pool rank, an xdist worker or a warm program)"
+
+
 def kind_of(cmd: str, parent_kind: str) -> str:
-    if parent_kind == "fork server":
+    if parent_kind in ("fork server", FORKED) and "rankgate.harness.pool.forkserver" in cmd:
         # rankgate's fork server forks pool ranks, xdist's workers and the programs the
-        # tests launch warm (torchrun, its ranks, inner sessions): /proc shows each with
-        # the server's command line
-        return "forked (a pool rank, an xdist worker or a warm program)"
+        # tests launch warm (torchrun, its ranks, inner sessions and their own fork
+        # servers): /proc shows each with the first server's command line
+        return FORKED
+    if parent_kind == "fork server":  # multiprocessing's
+        return FORKED
     checks = (
         ("multiprocessing.forkserver", "fork server"),
         ("rankgate.harness.pool.forkserver", "fork server"),
