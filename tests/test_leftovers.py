@@ -17,8 +17,6 @@ from warmstart import WARM_PYTHON  # noqa: E402
 # Marked one by one: the two session tests below are dist tests only (a module-wide unit
 # mark ran them in the unit stage as well, twice per CI run).
 
-HERE = Path(__file__).resolve().parent
-
 LEAKY = """
 import tempfile
 

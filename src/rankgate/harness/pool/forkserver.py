@@ -41,19 +41,16 @@ import selectors
 import shutil
 import signal
 import socket
-import struct
 import sys
 import traceback
 from multiprocessing.connection import Connection
 
 from rankgate.harness.pool.program import ForkedProgram, cold_reason, exit_code
+from rankgate.harness.pool.programclient import WORD
 from rankgate.harness.pool.rankbudget import pid_alive
 
 PRELOAD = ("rankgate.harness.pool.worker",)
 """Imported before the first fork: the rank code, and with it torch and torch.distributed."""
-
-WORD = struct.Struct("q")
-"""A pid or an exit code on the wire."""
 
 MAX_REQUEST = 1 << 26
 """The largest request (a rank's config carries the controller's environment)."""

@@ -18,6 +18,7 @@ import struct
 import sys
 
 WORD = struct.Struct("q")
+"""A request's length, a pid or an exit code on the wire (the fork server's framing)."""
 
 FORWARDED = (
     signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
