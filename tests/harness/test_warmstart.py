@@ -119,6 +119,19 @@ def test_what_a_warm_start_cannot_give_starts_cold(warm, tmp_path):
     assert done.returncode == 0
 
 
+def test_a_sitecustomize_on_the_programs_pythonpath_runs(warm, tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import os\nos.environ['CUSTOMIZED'] = 'yes'\n")
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    code = "import os, sys; print(os.environ.get('CUSTOMIZED'), 'torch' in sys.modules)"
+    done = subprocess.run([warm, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.stdout == "yes False\n", done.stderr  # cold, as Python starts it
+    assert cold_reason(["-c", code], env, {k: v for k, v in env.items() if k != "PYTHONPATH"}) == (
+        f"PYTHONPATH holds {site / 'sitecustomize.py'}, which Python imports as it starts"
+    )
+
+
 def test_the_rule_for_a_cold_start():
     own = {"PATH": "/bin", "TORCH_LOGS": "", "PYTHONHASHSEED": "0"}
     same = dict(own)

@@ -50,10 +50,23 @@ def cold_reason(argv: list[str], env: dict[str, str], own_env: dict[str, str]) -
         if key == "OMP_NUM_THREADS" and _threads(env) is not None:
             continue
         if key == "PYTHONPATH" and not own_env.get(key):
+            if startup := _imported_at_start(env[key]):
+                return f"PYTHONPATH holds {startup}, which Python imports as it starts"
             continue  # put on sys.path as Python would; the server imported none of it
         if key == "PYTHONDONTWRITEBYTECODE":
             continue  # read when a module is first compiled: set in the child as given
         return f"{key} differs from the warm server's"
+    return None
+
+
+def _imported_at_start(pythonpath: str) -> str | None:
+    """A ``sitecustomize``/``usercustomize`` in ``pythonpath``: the site module imports it
+    before the program runs, which a forked program never does."""
+    for folder in filter(None, pythonpath.split(os.pathsep)):
+        for name in ("sitecustomize", "usercustomize"):
+            for found in (f"{name}.py", os.path.join(name, "__init__.py")):
+                if os.path.isfile(os.path.join(folder, found)):
+                    return os.path.join(folder, found)
     return None
 
 
