@@ -33,6 +33,7 @@ when their controller is gone.
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import importlib
 import os
@@ -84,6 +85,10 @@ def main(argv: list[str] | None = None) -> None:
         with open(args.address + FAILED_SUFFIX, "w") as f:
             f.write(traceback.format_exc())
         raise
+    # What the preload built lives as long as every child: out of the collector's reach,
+    # a child's collections (pytest runs two at its end) neither walk it nor write to its
+    # pages (each a copy-on-write fault in a forked child).
+    gc.freeze()
     _Server(args.address, args.owner).serve()
 
 
