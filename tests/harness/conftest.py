@@ -13,6 +13,13 @@ import torch  # noqa: F401
 from warmstart import WARM_PYTHON
 
 import rankgate.harness.pool.worker  # noqa: F401
+from rankgate.harness.pool.xdist_ranks import fork_server_of_worker
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    run_server = fork_server_of_worker(config)
+    if run_server is not None:
+        WARM_PYTHON.fork_from(run_server.python())
 
 
 class InnerRun:

@@ -27,6 +27,18 @@ class WarmPython:
 
     def __init__(self) -> None:
         self._server: RunForkServer | None = None
+        # The server starts as a test first asks for it, under that test's environment
+        # (a monkeypatched CUDA_VISIBLE_DEVICES, say) and would keep it as its own: every
+        # later launch with the process's own value then started cold. It starts under
+        # the environment this process had when it was made, before any test ran.
+        self._env = dict(os.environ)
+
+    def fork_from(self, python: str | None) -> None:
+        """Start the server forked from ``python``, another fork server's launcher (an
+        xdist worker's run has one, torch imported): not from a cold ``import torch``,
+        ~2 CPU-s and seconds in which the programs launched start cold."""
+        if python and SERVER_PYTHON_ENV not in self._env:
+            self._env[SERVER_PYTHON_ENV] = python
 
     def executable(self) -> str:
         """The path of the warm ``python`` (``sys.executable`` when turned off). Not waited
@@ -35,7 +47,8 @@ class WarmPython:
         if os.environ.get("RANKGATE_TESTS_COLD") == "1":
             return sys.executable
         if self._server is None or self._server.owner != os.getpid():
-            self._server = RunForkServer(Path(tempfile.mkdtemp(prefix="warm-python-")), os.getpid())
+            folder = Path(tempfile.mkdtemp(prefix="warm-python-"))
+            self._server = RunForkServer(folder, os.getpid(), env=self._env)
             atexit.register(self.stop)
         python = self._server.python() or sys.executable  # restarted if it died
         # The pytest sessions a test starts start their own fork servers forked from this

@@ -128,3 +128,19 @@ def test_a_temp_dir_too_long_for_a_unix_socket_still_serves(tmp_path, target, mo
     assert rank.exitcode == 3
     server.stop()
     assert not os.path.exists(os.path.dirname(address))
+
+
+def test_a_server_keeps_the_environment_it_was_started_under(tmp_path, monkeypatch):
+    # Read at torch's import: a program asking for another value of it starts cold.
+    monkeypatch.delenv("TORCH_SHOW_CPP_STACKTRACES", raising=False)
+    started_under = {**os.environ, "TORCH_SHOW_CPP_STACKTRACES": "1"}
+    server = RunForkServer(tmp_path / "run", os.getpid(), env=started_under)
+    python = server.python()
+    server.ready()
+    probe = [python, "-c", "import os, sys; print('torch' in sys.modules)"]
+    try:
+        warm = subprocess.run(probe, env=started_under, capture_output=True, text=True, timeout=60)
+        cold = subprocess.run(probe, capture_output=True, text=True, timeout=60)
+    finally:
+        server.stop()
+    assert (warm.stdout, cold.stdout) == ("True\n", "False\n"), warm.stderr + cold.stderr

@@ -23,6 +23,7 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from rankgate.errors import RankgateError
@@ -129,12 +130,22 @@ class RunForkServer:
     """This pytest process's way to the run's fork server, recorded in ``directory``.
 
     ``owner``: the pid of the run's owner (this process in the pool alone, the xdist
-    controller under ``-n``); the server ends with it, and only it stops the server."""
+    controller under ``-n``); the server ends with it, and only it stops the server.
+    ``env``: the environment a server started here imports its preload under and keeps
+    as its own (a program asking for other values of what is read at import starts
+    cold); this process's, as the server starts, when None."""
 
-    def __init__(self, directory: Path, owner: int, start_timeout: float = START_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        owner: int,
+        start_timeout: float = START_TIMEOUT_S,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.directory = Path(directory)
         self.owner = owner
         self.start_timeout = start_timeout
+        self.env = env
         self._client: ForkServerClient | None = None
 
     def start_early(self) -> None:
@@ -241,12 +252,13 @@ class RunForkServer:
         # A folder of its own, short (a socket's path has ~100 bytes) and private.
         home = Path(tempfile.mkdtemp(prefix="rankgate-fs-"))
         address = str(home / "sock")
-        python = os.environ.get(SERVER_PYTHON_ENV, "")
+        env = os.environ if self.env is None else self.env
+        python = env.get(SERVER_PYTHON_ENV, "")
         if not os.access(python, os.X_OK):  # unset, or its server has gone
             python = sys.executable
         argv = [python, "-m", SERVER_MODULE, address, "--owner", str(self.owner)]
         pid = os.posix_spawn(
-            python, argv, os.environ,
+            python, argv, env,
             file_actions=[
                 (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                 (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
