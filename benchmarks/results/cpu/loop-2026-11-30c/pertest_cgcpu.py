@@ -1,5 +1,8 @@
 """pytest plugin: each test's CPU seconds from the cgroup the run sits in (serial runs only)."""
-import json, os, time
+import json
+import os
+import time
+
 import pytest
 
 CG = os.environ["CGCPU_GROUP"]
