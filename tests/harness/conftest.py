@@ -19,7 +19,7 @@ from rankgate.harness.pool.xdist_ranks import fork_server_of_worker
 def pytest_configure(config: pytest.Config) -> None:
     run_server = fork_server_of_worker(config)
     if run_server is not None:
-        WARM_PYTHON.fork_from(run_server.python())
+        WARM_PYTHON.fork_from(run_server)
 
 
 class InnerRun:

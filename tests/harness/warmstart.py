@@ -32,13 +32,13 @@ class WarmPython:
         # later launch with the process's own value then started cold. It starts under
         # the environment this process had when it was made, before any test ran.
         self._env = dict(os.environ)
+        self._parent: RunForkServer | None = None
 
-    def fork_from(self, python: str | None) -> None:
-        """Start the server forked from ``python``, another fork server's launcher (an
+    def fork_from(self, server: RunForkServer) -> None:
+        """Start the server, when a test first asks for it, forked from ``server`` (an
         xdist worker's run has one, torch imported): not from a cold ``import torch``,
         ~2 CPU-s and seconds in which the programs launched start cold."""
-        if python and SERVER_PYTHON_ENV not in self._env:
-            self._env[SERVER_PYTHON_ENV] = python
+        self._parent = server
 
     def executable(self) -> str:
         """The path of the warm ``python`` (``sys.executable`` when turned off). Not waited
@@ -47,8 +47,12 @@ class WarmPython:
         if os.environ.get("RANKGATE_TESTS_COLD") == "1":
             return sys.executable
         if self._server is None or self._server.owner != os.getpid():
+            env = dict(self._env)
+            parent = self._parent.python() if self._parent is not None else None
+            if parent and SERVER_PYTHON_ENV not in env:
+                env[SERVER_PYTHON_ENV] = parent
             folder = Path(tempfile.mkdtemp(prefix="warm-python-"))
-            self._server = RunForkServer(folder, os.getpid(), env=self._env)
+            self._server = RunForkServer(folder, os.getpid(), env=env)
             atexit.register(self.stop)
         python = self._server.python() or sys.executable  # restarted if it died
         # The pytest sessions a test starts start their own fork servers forked from this

@@ -17,6 +17,7 @@ about one imported before it started.
 from __future__ import annotations
 
 import atexit
+import importlib.machinery
 import io
 import os
 import runpy
@@ -60,13 +61,14 @@ def cold_reason(argv: list[str], env: dict[str, str], own_env: dict[str, str]) -
 
 
 def _imported_at_start(pythonpath: str) -> str | None:
-    """A ``sitecustomize``/``usercustomize`` in ``pythonpath``: the site module imports it
-    before the program runs, which a forked program never does."""
-    for folder in filter(None, pythonpath.split(os.pathsep)):
-        for name in ("sitecustomize", "usercustomize"):
-            for found in (f"{name}.py", os.path.join(name, "__init__.py")):
-                if os.path.isfile(os.path.join(folder, found)):
-                    return os.path.join(folder, found)
+    """Where ``pythonpath`` holds a ``sitecustomize``/``usercustomize`` (as Python's own
+    path finder finds one): the site module imports it before the program runs, which a
+    forked program never does."""
+    folders = [folder for folder in pythonpath.split(os.pathsep) if folder]
+    for name in ("sitecustomize", "usercustomize"):
+        spec = importlib.machinery.PathFinder.find_spec(name, folders)
+        if spec is not None:
+            return spec.origin
     return None
 
 
