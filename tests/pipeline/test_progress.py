@@ -81,13 +81,17 @@ def test_the_gate_reports_progress_per_stage(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("CI", "true")
     monkeypatch.setattr(executor.command, "run", lambda argv, **kw: 0)
     monkeypatch.setattr(stage_commands, "module_missing", lambda name: None)
-    executor.run_gate(Options(out_dir=tmp_path / "out"), include=("unit", "dist"))
+    out = tmp_path / "out"
+    executor.run_gate(Options(out_dir=out), include=("unit", "dist"))
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("rankgate: gate")]
+    # dist runs in the background beside unit: its step is shown once unit's has ended
     assert lines == [
         "rankgate: gate [1/3] env-check started",
         "rankgate: gate [1/3] passed in 0.0 s",
+        f"rankgate: gate runs dist in the background; output: {out / 'logs' / 'dist.log'}",
         "rankgate: gate [2/3] unit started",
         "rankgate: gate [2/3] passed in 0.0 s",
-        "rankgate: gate [3/3] dist started",
+        f"rankgate: gate [3/3] dist started: ran in the background; its output, from "
+        f"{out / 'logs' / 'dist.log'}:",
         "rankgate: gate [3/3] passed in 0.0 s",
     ]

@@ -131,18 +131,42 @@ def test_a_background_stage_runs_while_the_others_do(tmp_path, monkeypatch, capf
     assert shown.out.index("out of beta") < shown.out.index("rankgate: stage alpha PASSED")
 
 
-def test_only_package_hpc_and_container_run_in_the_background():
-    assert [s.name for s in stages.all_stages() if s.beside] == ["package", "hpc", "container"]
+def test_dist_package_hpc_and_container_run_in_the_background_and_bench_alone():
+    assert [s.name for s in stages.all_stages() if s.beside] == [
+        "dist", "package", "hpc", "container"
+    ]  # fmt: skip
+    assert [s.name for s in stages.all_stages() if s.alone] == ["bench"]
 
 
-def _late(name: str, tmp_path) -> Stage:
-    """A stage that writes its file after 20 s."""
-    late = "import pathlib, sys, time; time.sleep(20); pathlib.Path(sys.argv[1]).touch()"
+def _late(name: str, tmp_path, seconds: float = 20) -> Stage:
+    """A stage that writes its file after ``seconds`` (20 s)."""
+    late = "import pathlib, sys, time; time.sleep(float(sys.argv[2])); pathlib.Path(sys.argv[1]).touch()"
     return Stage(
         name=name, description=name, where=("local",), paths=("x",), beside=True,
-        commands=(Command(argv=(sys.executable, "-c", late, str(tmp_path / name))),),
+        commands=(Command(argv=(sys.executable, "-c", late, str(tmp_path / name), str(seconds))),),
         dagger=name, workflow=f"ci.yml:{name}",
     )  # fmt: skip
+
+
+def test_a_stage_that_measures_starts_once_the_background_has_ended(tmp_path, monkeypatch, capfd):
+    """beta (alone) passes only if alpha (in the background, done after 2 s) has ended
+    when beta starts; alpha's step is shown once, before beta's."""
+    monkeypatch.setattr(executor, "gate_checks", lambda options, progress: [])
+    background = _late("alpha", tmp_path, seconds=2)
+    ended = "import pathlib, sys; sys.exit(0 if pathlib.Path(sys.argv[1]).exists() else 'alpha ran on')"
+    measures = Stage(
+        name="beta", description="beta", where=("local",), paths=("x",), alone=True,
+        commands=(Command(argv=(sys.executable, "-c", ended, str(tmp_path / "alpha"))),),
+        dagger="beta", workflow="ci.yml:beta",
+    )  # fmt: skip
+    options = Options(out_dir=tmp_path / "out")
+    outcomes = executor.run_gate(
+        options, Machine(), include=_registered(monkeypatch, background, measures)
+    )
+    assert [(o.stage, o.status) for o in outcomes] == [("alpha", "passed"), ("beta", "passed")]
+    shown = capfd.readouterr().err
+    assert shown.count("alpha started: ran in the background") == 1
+    assert shown.index("alpha started: ran in the background") < shown.index("beta started")
 
 
 @contextlib.contextmanager

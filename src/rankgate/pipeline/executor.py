@@ -69,9 +69,10 @@ def checks(run: GateRun) -> None:
 
 
 def run_stages(run: GateRun) -> None:
-    """Every chosen stage; those that mostly wait (on a scheduler, on an image build)
-    start first, in the background, and the others run meanwhile: the gate takes the
-    longer of the two. The report is refreshed as each one ends."""
+    """Every chosen stage; those that mostly wait (on a scheduler, on an image build, on
+    the launches their tests start) start first, in the background, and the others run
+    meanwhile: the gate takes the longer of the two. A stage that measures waits for the
+    background to end. The report is refreshed as each one ends."""
     options, progress = run.options, run.progress
     machine = run.machine or Machine()
     numbered = list(enumerate(run.chosen, start=len(run.outcomes) + 1))
@@ -92,6 +93,8 @@ def run_stages(run: GateRun) -> None:
         for i, stage in numbered:
             if stage.name in background.names:
                 continue
+            if stage.alone:  # it measures: what runs in the background ends first
+                by_name.update(background.wait(progress))
             decision = run.plan.decision(stage.name) if run.plan is not None else None
             with progress.step(i, stage.name, decision.reason if decision else "", spinner=False):
                 by_name[stage.name] = stage_run(stage)

@@ -61,6 +61,7 @@ class Running(Generic[Outcome]):
         TERM) is the stop's doing, never their failure. Noted when the first
         :func:`command.stop_all` begins, whichever thread or signal started it."""
         self._stop_began = False
+        self._shown: set[str] = set()
         self._hooks = contextlib.ExitStack()
 
     @property
@@ -94,11 +95,15 @@ class Running(Generic[Outcome]):
         self.stopped[:] = [name for name, future in self._futures.items() if not future.done()]
 
     def wait(self, progress: Progress) -> dict[str, Outcome]:
-        """Wait for every stage, then show each one's log and verdict; name -> outcome."""
+        """Wait for every stage, then show each one's log and verdict; name -> outcome.
+        Each stage is shown once: a later call returns only those not shown yet."""
         with command.signals_raise_ended():
             outcomes = {name: future.result() for name, future in self._futures.items()}
         self._pool.shutdown()
+        shown, self._shown = self._shown, self._shown | set(outcomes)
         for i, stage in self.numbered:
+            if stage.name in shown:
+                continue
             outcome = outcomes[stage.name]
             log = self.logs[stage.name]
             with progress.step(
@@ -107,7 +112,7 @@ class Running(Generic[Outcome]):
                 sys.stdout.write(log.read_text())
                 sys.stdout.flush()
             progress.done(i, outcome.status, outcome.seconds)
-        return outcomes
+        return {name: outcome for name, outcome in outcomes.items() if name not in shown}
 
     def stop(self) -> None:
         """End every stage's commands (TERM, then KILL) and wait for the threads to return."""

@@ -205,6 +205,11 @@ _STAGES: dict[str, Stage] = {
             description="Multi-rank tests on CPU through gloo (marker: dist and not gpu).",
             markers="dist and not gpu",
             where=("local", "container"),
+            # Its tests wait on the launches, ranks and servers they start: alone, the quick
+            # gate's dist kept 1.4 of 2 cores busy (215.5 CPU-s in 156 s), so the gate runs
+            # it in the background beside unit instead of after it: the quick gate 284 ->
+            # 236 s on 2 cores (benchmarks/results/cpu/loop-2026-11-30d/gate-beside.txt).
+            beside=True,
             products=("junit/dist.xml",),
             commands=(_PYTEST_THREE_WORKERS,),
             dagger="test-cpu",
@@ -324,6 +329,7 @@ _STAGES: dict[str, Stage] = {
             ),
             markers="perf",
             test_paths=("tests/bench",),  # 8 tests; collecting all 2,868 cost 14 CPU-s
+            alone=True,  # its figures are compared with baselines: no other stage beside it
             where=("local", "container"),
             products=(
                 "junit/bench.xml",
