@@ -221,15 +221,15 @@ def report(out: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
 
 
 def interrupted_gate(work: Path) -> Path:
-    """A gate (env-check, lint, unit, dist) killed with SIGTERM while unit runs, as
+    """A gate (env-check, lint, unit, bench) killed with SIGTERM while unit runs, as
     ``timeout`` kills it: on its way out it records unit INCOMPLETE (stopped before any
-    test ended); dist never starts."""
+    test ended); bench, which runs only after the others, never starts."""
     plant(work, "test_long.py", INTERRUPTED)
     started, release = work / "started.flag", work / "release.flag"
     code = (
         "from pathlib import Path\n"
         "from rankgate.pipeline import executor\n"
-        "executor.run_gate(executor.Options(out_dir=Path('out')), include=('lint', 'unit', 'dist'))\n"
+        "executor.run_gate(executor.Options(out_dir=Path('out')), include=('lint', 'unit', 'bench'))\n"
     )
     gate = subprocess.Popen(
         [sys.executable, "-c", code], cwd=work, start_new_session=True,

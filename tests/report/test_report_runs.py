@@ -448,9 +448,9 @@ def test_an_interrupted_gate_never_reads_passed(interrupted, chromium, tmp_path)
         "test_long::test_runs_until_released was running"
     )
     assert summary["incomplete"] == {
-        "interrupted": [], "stages": [unit], "never ran": ["dist"], "stopped": [stopped],
+        "interrupted": [], "stages": [unit], "never ran": ["bench"], "stopped": [stopped],
     }  # fmt: skip
-    assert summary["run"]["planned"] == ["env-check", "lint", "unit", "dist"]
+    assert summary["run"]["planned"] == ["env-check", "lint", "unit", "bench"]
     gate = json.loads((out / "gate.json").read_text())
     assert [(s["stage"], s["status"]) for s in gate] == [
         ("env-check", "passed"), ("lint", "passed"), ("unit", "incomplete"),
@@ -462,23 +462,23 @@ def test_an_interrupted_gate_never_reads_passed(interrupted, chromium, tmp_path)
     tokens = gfm.parse(md)
     assert gfm.headings(tokens, 2) == ["rankgate: INCOMPLETE"]
     assert (
-        f"**Incomplete run**: incomplete stages: {unit}; never ran: dist; stopped: {stopped}."
+        f"**Incomplete run**: incomplete stages: {unit}; never ran: bench; stopped: {stopped}."
         in md
     )
     stages = next(t for t in gfm.tables(tokens) if t[0][0] == "stage")
     assert [row[:2] for row in stages[1:]] == [
         ["env-check", "passed"], ["lint", "passed"], ["unit", "**INCOMPLETE**"],
-        ["dist", "**NEVER RAN**"],
+        ["bench", "**NEVER RAN**"],
     ]  # fmt: skip
     page = chromium(out)
     try:
         assert page.evaluate("document.title") == "rankgate report — INCOMPLETE"
         assert page.evaluate("document.querySelector('#incomplete').innerText").startswith(
-            f"Incomplete run: incomplete stages: {unit}; never ran: dist; stopped: {stopped}."
+            f"Incomplete run: incomplete stages: {unit}; never ran: bench; stopped: {stopped}."
         )
         assert [r[:2] for r in _rows(page, "#stages tr[data-stage]")] == [
             ["env-check", "passed"], ["lint", "passed"], ["unit", "incomplete"],
-            ["dist", "never ran"],
+            ["bench", "never ran"],
         ]  # fmt: skip
         _screenshot(page, "interrupted", tmp_path)
     finally:

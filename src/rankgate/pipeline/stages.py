@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 
+from rankgate.pipeline import stage_files
 from rankgate.pipeline.stage_types import (  # noqa: F401  (the list's users import them here)
     NEEDS,
     WHERES,
@@ -23,6 +24,7 @@ from rankgate.pipeline.stage_types import (  # noqa: F401  (the list's users imp
 RUN_EVERYTHING_PATHS: tuple[str, ...] = (
     "src/rankgate/pipeline/stages.py",
     "src/rankgate/pipeline/stage_types.py",
+    "src/rankgate/pipeline/stage_files.py",
     "src/rankgate/pipeline/changes.py",
     "pyproject.toml",
     "requirements/**",
@@ -31,118 +33,6 @@ RUN_EVERYTHING_PATHS: tuple[str, ...] = (
 """A change to one of these runs every stage: the stage list and the selection logic
 themselves, the project's dependencies (and their lock) and tool configuration, and the
 CI entry point."""
-
-# Every pytest run loads the harness plugin and the tracing plugin (pytest11 entry
-# points) and the project-wide conftest, whatever the stage selects.
-_PYTEST_RUN = (
-    "conftest.py",
-    "src/rankgate/__init__.py",
-    "src/rankgate/errors.py",  # every error's base
-    "src/rankgate/pytest_plugin.py",
-    "src/rankgate/fastexit.py",  # every pytest with the plugin: its exit
-    "src/rankgate/harness/**",
-    "src/rankgate/tomlfile.py",  # the quarantine list's reader
-    "src/rankgate/launch/**",
-    "src/rankgate/report/__init__.py",
-    "src/rankgate/report/tracing*.py",
-    "src/rankgate/report/outcome_plugin.py",
-    # in place, each rank's results file (and merge-junit's reading of it)
-    "src/rankgate/report/rankresults.py",
-    "src/rankgate/report/junitfile.py",
-)
-# A pytest job under a launcher (the training suite's launcher matrix) and the module
-# that starts it.
-_COMMANDS = ("src/rankgate/proc/__init__.py", "src/rankgate/proc/command.py")
-"""The one module that starts processes (dispatch's shell, launched jobs, containers)."""
-_LAUNCHED = ("src/rankgate/report/launched.py", *_COMMANDS)
-# The new suites (parallelism, training, data) and the workloads they exercise.
-_WORKLOAD_SUITES = (
-    "src/rankgate/workloads/**",
-    "src/rankgate/parity.py",
-    "suites/comm/**",
-    "suites/parallel/**",
-    "suites/trainer/**",
-    "suites/data/**",
-    *_LAUNCHED,
-)
-# The training suite's launcher matrix runs its strategies under srun (an hpc test).
-_TRAINING_LAUNCH = (
-    "src/rankgate/workloads/__init__.py",
-    "src/rankgate/workloads/model.py",
-    "src/rankgate/workloads/data/**",
-    "src/rankgate/workloads/packing/**",
-    "src/rankgate/workloads/trainer/**",
-    "src/rankgate/workloads/ray_address.py",
-    "suites/trainer/**",
-    *_LAUNCHED,
-)
-# The interLink end-to-end test is a dist test (ranks on this machine behind a fake
-# interLink server): it goes through the round trip both targets share, so it needs
-# every dispatch module; the command line (pipeline/dispatch_stage.py) only hpc's.
-_INTERLINK_E2E = (
-    "tests/dispatch/test_dispatch_interlink_e2e.py",
-    "tests/dispatch/conftest.py",
-    "tests/dispatch/fake_interlink.py",
-    "tests/dispatch/specs/**",
-    "src/rankgate/dispatch/interlink/**",
-    *_COMMANDS,
-    *(
-        f"src/rankgate/dispatch/{name}.py"
-        for name in (
-            "__init__",
-            "archive",
-            "ended",
-            "interrupts",
-            "job",
-            "job_outcome",
-            "job_result",
-            "profile",
-            "run",
-            "sbatch",
-            "sharded_run",
-            "shell",
-            "slurm",
-            "slurm_query",
-            "target",
-            "watch",
-        )
-    ),
-)
-# The hpc tests: a local SLURM (one node or two) that rankgate dispatches to.
-_LOCAL_SLURM_TESTS = (
-    "tests/dispatch/conftest.py",
-    "tests/dispatch/fake_interlink.py",  # the conftest they share with the interLink tests
-    *(
-        f"tests/dispatch/{name}.py"
-        for name in (
-            "test_dispatch_command", "test_local_slurm", "test_sharded_dispatch",
-            "test_slurm_dispatch", "test_two_node_cluster", "test_two_nodes",
-        )
-    ),
-)  # fmt: skip
-_JUNIT_MERGE = (
-    "src/rankgate/report/junit.py",
-    "src/rankgate/report/shard_merge.py",  # merge-junit --shards, a sharded dispatch's verdict
-    "src/rankgate/report/merge_command.py",
-    "src/rankgate/report/runs.py",  # which run's per-rank files a merge reads
-    "src/rankgate/report/junitfile.py",
-    "src/rankgate/report/rankresults.py",
-    "src/rankgate/report/mergedtest.py",  # one test's merged verdict
-    "src/rankgate/report/mergedxml.py",  # the merged JUnit file
-    "src/rankgate/cliargs.py",
-)
-# The report's tests run real ranks (a failing world test) and the executor, then open
-# the page in Chromium; the traces' tests run a traced stage: both are dist tests.
-_REPORT_TESTS = (
-    "src/rankgate/report/**",
-    "src/rankgate/pipeline/**",
-    "src/rankgate/bench/**",
-    "src/rankgate/proc/**",
-    "src/rankgate/cli.py",
-    "src/rankgate/envcheck.py",
-    "tests/report/**",
-    "benchmarks/baselines/**",
-)
 
 _PYTEST = Command(argv=("pytest",))
 # Unit and dist tests wait more than they compute (launchers starting, timeouts, Ray), so
@@ -158,14 +48,6 @@ _PYTEST_THREE_WORKERS = Command(argv=("pytest", "-n", "3"))
 _CONTAINER_PYTEST = Command(argv=("pytest",), env=(("RANKGATE_REQUIRE_CONTAINER", "1"),))
 _WORKFLOWS = (
     ".github/workflows/ci.yml", ".github/workflows/release.yml", ".github/workflows/latest.yml",
-)  # fmt: skip
-# Unit tests read almost everything: code, workflows, the Dagger module, the README's
-# commands, the container matrix, the committed benchmark files and the documentation
-# site (tests/test_docsite.py builds it).
-_UNIT_PATHS = (
-    "src/**", "tests/**", "suites/**", "ci/**", "conftest.py", "noxfile.py", ".github/**",
-    "README.md", "docs/**", "containers/**", "scripts/**", "benchmarks/**", "dagger.json",
-    "mkdocs.yml",
 )  # fmt: skip
 
 
@@ -198,7 +80,7 @@ _STAGES: dict[str, Stage] = {
             commands=(_PYTEST_THREE_WORKERS,),
             dagger="test-cpu",
             workflow="ci.yml:unit",
-            paths=_UNIT_PATHS,
+            paths=stage_files.UNIT_PATHS,
         ),
         Stage(
             name="dist",
@@ -215,11 +97,11 @@ _STAGES: dict[str, Stage] = {
             dagger="test-cpu",
             workflow="ci.yml:dist",
             paths=(
-                *_PYTEST_RUN,
-                *_WORKLOAD_SUITES,
-                *_INTERLINK_E2E,
-                *_JUNIT_MERGE,
-                *_REPORT_TESTS,
+                *stage_files.PYTEST_RUN,
+                *stage_files.WORKLOAD_SUITES,
+                *stage_files.INTERLINK_E2E,
+                *stage_files.JUNIT_MERGE,
+                *stage_files.REPORT_TESTS,
                 "tests/harness/**",
                 "suites/pipeline/test_dist_smoke.py",
                 "tests/bench/**",
@@ -282,9 +164,9 @@ _STAGES: dict[str, Stage] = {
             # stage is the one that proves dispatch works (on a real SLURM). Its tests
             # under tests/: the harness's GPU tests and the backend detection's.
             paths=(
-                *_PYTEST_RUN,
-                *_WORKLOAD_SUITES,
-                *_JUNIT_MERGE,
+                *stage_files.PYTEST_RUN,
+                *stage_files.WORKLOAD_SUITES,
+                *stage_files.JUNIT_MERGE,
                 "tests/harness/**",
                 "tests/workloads/test_comm_detect.py",
                 "tests/leftovers.py",
@@ -311,14 +193,14 @@ _STAGES: dict[str, Stage] = {
             dagger="test-hpc",
             workflow="release.yml:test-hpc",
             paths=(
-                *_PYTEST_RUN,
-                *_JUNIT_MERGE,
+                *stage_files.PYTEST_RUN,
+                *stage_files.JUNIT_MERGE,
                 "src/rankgate/dispatch/**",
                 "src/rankgate/cli.py",
                 "src/rankgate/pipeline/dispatch_stage.py",
-                *_LOCAL_SLURM_TESTS,
+                *stage_files.LOCAL_SLURM_TESTS,
                 "scripts/slurm/**",
-                *_TRAINING_LAUNCH,
+                *stage_files.TRAINING_LAUNCH,
             ),
         ),
         Stage(
@@ -374,7 +256,7 @@ _STAGES: dict[str, Stage] = {
             dagger="bench",
             workflow="release.yml:bench",
             paths=(
-                *_PYTEST_RUN,
+                *stage_files.PYTEST_RUN,
                 "src/rankgate/bench/**",
                 "src/rankgate/workloads/**",
                 "src/rankgate/cli.py",
@@ -416,12 +298,12 @@ _STAGES: dict[str, Stage] = {
             # shared memory, pids) and its launchers. The code itself is tested by unit
             # and dist on the host, so the image does not run those suites again.
             paths=(
-                *_PYTEST_RUN,
+                *stage_files.PYTEST_RUN,
                 "containers/**",
                 "scripts/container/**",
                 "src/rankgate/pipeline/__init__.py",
                 "src/rankgate/pipeline/container.py",
-                *_COMMANDS,
+                *stage_files.COMMANDS,
                 "src/rankgate/pipeline/probe.py",
                 "src/rankgate/workloads/comm/**",
                 "tests/containers/test_container.py",
@@ -469,7 +351,7 @@ _STAGES: dict[str, Stage] = {
             ),
             dagger="test-latest",
             workflow="latest.yml:latest",
-            paths=_UNIT_PATHS,  # they cover dist's too
+            paths=stage_files.UNIT_PATHS,  # they cover dist's too
         ),
     )
 }
