@@ -88,9 +88,10 @@ _STAGES: dict[str, Stage] = {
             markers="dist and not gpu",
             where=("local", "container"),
             # Its tests wait on the launches, ranks and servers they start: alone, the quick
-            # gate's dist kept 1.4 of 2 cores busy (215.5 CPU-s in 156 s), so the gate runs
-            # it in the background beside unit instead of after it: the quick gate 284 ->
-            # 236 s on 2 cores (benchmarks/results/cpu/loop-2026-11-30d/gate-beside.txt).
+            # gate's dist kept 1.4 of 2 cores busy (215.5 CPU-s in 156 s, benchmarks/results/
+            # cpu/loop-2026-11-30c/gate-4-runs.txt), so the gate runs it in the background
+            # beside unit: the quick gate took 284 s before, 236-249 s after on 2 cores
+            # (loop-2026-11-30d/gate-beside.txt there).
             beside=True,
             products=("junit/dist.xml",),
             commands=(_PYTEST_THREE_WORKERS,),
