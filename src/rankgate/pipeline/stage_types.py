@@ -87,8 +87,8 @@ class Stage:
     it waits more than it computes (on a scheduler, on an image build), so it shares the
     cores well. Its output then goes to ``logs/<name>.log``, shown once the others end."""
     alone: bool = False
-    """It measures: the gate starts it only once every stage before it has ended, those in
-    the background too, and nothing else runs while it does."""
+    """It measures: the gate starts it only once the stages before it and every stage in
+    the background (whatever its place in the list) have ended; nothing runs beside it."""
     slow: bool = False
     """Its work takes minutes whatever it selects (a scheduler's jobs, an image build):
     the quick gate (``nox -s gate`` without ``--full``) leaves it out, saying so."""
