@@ -210,7 +210,10 @@ class Tracker:
         if from_gate and key not in self.gate and "pytest" in cmd:
             entry["kind"] = "stage pytest"
         entry["test"] = parent["test"]
-        if entry["test"] is None and parent["kind"] in ("xdist worker", "stage pytest"):
+        # xdist's workers are forked from rankgate's fork server (kind FORKED): what their
+        # tests start carries PYTEST_CURRENT_TEST in the environment it began with (what a
+        # pool rank starts may name the test whose set-up started the pool instead)
+        if entry["test"] is None and parent["kind"] in ("xdist worker", "stage pytest", FORKED):
             entry["test"] = started_by_test(key[0])
         entry["cmd"] = cmd[:300]
 
