@@ -24,10 +24,10 @@ PYTEST_RUN = (
     "src/rankgate/report/rankresults.py",
     "src/rankgate/report/junitfile.py",
 )
-# A pytest job under a launcher (the training suite's launcher matrix) and the module
-# that starts it.
 COMMANDS = ("src/rankgate/proc/__init__.py", "src/rankgate/proc/command.py")
 """The one module that starts processes (dispatch's shell, launched jobs, containers)."""
+# A pytest job under a launcher (the training suite's launcher matrix) and the module
+# that starts it.
 LAUNCHED = ("src/rankgate/report/launched.py", *COMMANDS)
 # The new suites (parallelism, training, data) and the workloads they exercise.
 WORKLOAD_SUITES = (

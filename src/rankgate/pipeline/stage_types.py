@@ -84,8 +84,9 @@ class Stage:
     test is INCOMPLETE and blocks the gate: a typo in a marker never passes."""
     beside: bool = False
     """The gate starts it first, in the background, and runs its other stages meanwhile:
-    it waits more than it computes (on a scheduler, on an image build), so it shares the
-    cores well. Its output then goes to ``logs/<name>.log``, shown once the others end."""
+    it waits more than it computes (on a scheduler, on an image build, on the launches its
+    tests start), so it shares the cores well. Its output then goes to
+    ``logs/<name>.log``, shown once the others end."""
     alone: bool = False
     """It measures: the gate starts it only once the stages before it and every stage in
     the background (whatever its place in the list) have ended; nothing runs beside it."""
