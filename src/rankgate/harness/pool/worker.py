@@ -1,8 +1,8 @@
 """What runs inside each rank process of a pool.
 
 Imports only the standard library, torch and the harness's rank-side modules (messages,
-heap, leaks, ledger, ledgerdump, rankstate, rankwarnings, ranklogs, batchwait; never
-pytest), so it can be preloaded into the fork server cheaply and read on its own. A rank:
+heap, leaks, ledger, ledgerdump, rankstate, rankwarnings, ranklogs; never pytest), so it can be
+preloaded into the fork server cheaply and read on its own. A rank:
 redirects fds 1 and 2 to its own log files (so C-level output, crash messages and
 faulthandler stacks land there too), joins the process group through a FileStore,
 then runs test bodies until told to stop.
@@ -30,14 +30,7 @@ import torch.distributed as dist
 
 from rankgate.harness import heap, hypothesis_bridge, leaks, ledger
 from rankgate.harness.aftertest import AfterTestCheck
-from rankgate.harness.pool import (
-    batchwait,
-    ledgerdump,
-    messages,
-    rankcoverage,
-    ranklogs,
-    rankwarnings,
-)
+from rankgate.harness.pool import ledgerdump, messages, rankcoverage, ranklogs, rankwarnings
 from rankgate.harness.rankstate import (
     EnvironmentSnapshot,
     accelerators,
@@ -131,7 +124,7 @@ def _redirect_output(stdout: Path, stderr: Path) -> None:
 
 def _serve(conn, config: messages.RankConfig, children_before: set[int]) -> None:
     while True:
-        name, kwargs = messages.decode_for_rank(batchwait.receive(conn))
+        name, kwargs = messages.decode_for_rank(conn.recv_bytes())
         if name == messages.SHUTDOWN:
             _shutdown()
             return
