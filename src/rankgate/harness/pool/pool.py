@@ -26,7 +26,7 @@ from rankgate.harness import divergence, locks
 from rankgate.harness.item_settings import collective_timeout
 from rankgate.harness.outcome import BAD, OutcomeKind, RankOutcome
 from rankgate.harness.output import read_clipped
-from rankgate.harness.pool import hungstacks, ledgerdump, messages
+from rankgate.harness.pool import bells, hungstacks, ledgerdump, messages
 from rankgate.harness.pool.forkclient import ForkServerError, RunForkServer
 from rankgate.harness.pool.gpus import xdist_slot
 from rankgate.harness.pool.readiness import Readiness
@@ -150,6 +150,7 @@ class Pool:
         self.cwd = ""
         """The controller's working directory when the ranks started: theirs too."""
         self._sentinels: Readiness | None = None
+        self._belfry: bells.Belfry | None = None
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -158,6 +159,8 @@ class Pool:
         store_path = self.directory / "store"
         store_path.unlink(missing_ok=True)
         threads = threads_per_rank(self.key.world)
+        bells.make(self.directory)
+        self._belfry = bells.Belfry(self.directory)
         self.environ, self.cwd = dict(os.environ), os.getcwd()
         self.environ_raw = raw_environ_to_send()
         env = {**self.environ, **self.settings.env}
@@ -263,6 +266,7 @@ class Pool:
                 r.conn.send_bytes(messages.encode(messages.SHUTDOWN))
             except OSError:
                 pass
+        self._belfry.ring()
 
     def finish_leaving(self, deadline: float) -> None:
         """Wait until ``deadline`` for the ranks asked to leave; kill what is left."""
@@ -287,6 +291,9 @@ class Pool:
             r.process.join(5)
             r.conn.close()
             r.process.close()
+        if self._belfry is not None:
+            self._belfry.close()
+            self._belfry = None
         self.alive = False
 
     def healthy(self) -> bool:
@@ -321,6 +328,8 @@ class Pool:
         task = dataclasses.replace(task, collective_timeout=collective_timeout(timeout))
         self._send(task)
         outcomes, pending, why_stopped = self._await_outcomes(task.test_id, timeout, what)
+        if not pending:  # a rank still running: the pool is killed below
+            self._belfry.answered()
         self._look_into_failures(outcomes, pending, why_stopped, task.test_id)
         for r in self.ranks:
             outcome = outcomes[r.rank]
@@ -334,8 +343,9 @@ class Pool:
         for r in self.ranks:
             r.offsets = (_size(r.stdout), _size(r.stderr))
             r.stderr_end = None
-        for r in self.ranks:  # back to back: the ranks start the test as close together as can be
+        for r in self.ranks:  # wakes no rank: they wait on the bell
             r.conn.send_bytes(payload)
+        self._belfry.ring()  # every rank at once
         self.tests_run += 1
 
     def _await_outcomes(

@@ -1,8 +1,8 @@
 """What runs inside each rank process of a pool.
 
 Imports only the standard library, torch and the harness's rank-side modules (messages,
-heap, leaks, ledger, ledgerdump, rankstate, rankwarnings, ranklogs; never pytest), so it can be
-preloaded into the fork server cheaply and read on its own. A rank:
+heap, leaks, ledger, ledgerdump, rankstate, rankwarnings, ranklogs, bells; never pytest),
+so it can be preloaded into the fork server cheaply and read on its own. A rank:
 redirects fds 1 and 2 to its own log files (so C-level output, crash messages and
 faulthandler stacks land there too), joins the process group through a FileStore,
 then runs test bodies until told to stop.
@@ -30,7 +30,14 @@ import torch.distributed as dist
 
 from rankgate.harness import heap, hypothesis_bridge, leaks, ledger
 from rankgate.harness.aftertest import AfterTestCheck
-from rankgate.harness.pool import ledgerdump, messages, rankcoverage, ranklogs, rankwarnings
+from rankgate.harness.pool import (
+    bells,
+    ledgerdump,
+    messages,
+    rankcoverage,
+    ranklogs,
+    rankwarnings,
+)
 from rankgate.harness.rankstate import (
     EnvironmentSnapshot,
     accelerators,
@@ -83,11 +90,12 @@ def worker_main(conn, config: messages.RankConfig) -> None:
     accelerators()  # the driver's start, outside every test's timeout
     ledger.install(config.backend)
     ledgerdump.serve(Path(config.store_path).parent, rank)
+    rope = bells.BellRope(Path(config.store_path).parent)  # before READY: no ring is missed
     heap.keep_out_of_collections(tests_ran=False)  # torch and the harness, forked ready-made
     conn.send_bytes(messages.encode(messages.READY, rank=rank, pid=os.getpid()))
     # Taken once: a test's leftovers are ended after it, so this is also what every later
     # test starts with (a scan reads each thread's children, about 25 us a thread).
-    _serve(conn, config, set(leaks.children()))
+    _serve(conn, rope, config, set(leaks.children()))
     rankcoverage.save_in_rank()
 
 
@@ -122,8 +130,11 @@ def _redirect_output(stdout: Path, stderr: Path) -> None:
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
 
 
-def _serve(conn, config: messages.RankConfig, children_before: set[int]) -> None:
+def _serve(
+    conn, rope: bells.BellRope, config: messages.RankConfig, children_before: set[int]
+) -> None:
     while True:
+        rope.wait()  # the controller wrote to every rank's pipe, then rang once
         name, kwargs = messages.decode_for_rank(conn.recv_bytes())
         if name == messages.SHUTDOWN:
             _shutdown()
