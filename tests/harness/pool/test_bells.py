@@ -19,16 +19,11 @@ class Ranks:
         self.ropes = [bells.BellRope(folder) for _ in range(count)]
         self.woken = [threading.Event() for _ in range(count)]
 
-    def wait_once(self) -> list[threading.Thread]:
+    def wait_once(self) -> None:
         for event in self.woken:
             event.clear()
-        threads = [
-            threading.Thread(target=self._wait, args=(i,), daemon=True)
-            for i in range(len(self.ropes))
-        ]
-        for thread in threads:
-            thread.start()
-        return threads
+        for i in range(len(self.ropes)):
+            threading.Thread(target=self._wait, args=(i,), daemon=True).start()
 
     def _wait(self, i: int) -> None:
         self.ropes[i].wait()

@@ -89,8 +89,9 @@ def worker_main(conn, config: messages.RankConfig) -> None:
         os._exit(3)
     accelerators()  # the driver's start, outside every test's timeout
     ledger.install(config.backend)
-    ledgerdump.serve(Path(config.store_path).parent, rank)
-    rope = bells.BellRope(Path(config.store_path).parent)  # before READY: no ring is missed
+    pool_dir = Path(config.store_path).parent
+    ledgerdump.serve(pool_dir, rank)
+    rope = bells.BellRope(pool_dir)  # before READY: no ring is missed
     heap.keep_out_of_collections(tests_ran=False)  # torch and the harness, forked ready-made
     conn.send_bytes(messages.encode(messages.READY, rank=rank, pid=os.getpid()))
     # Taken once: a test's leftovers are ended after it, so this is also what every later
