@@ -37,7 +37,13 @@ class Belfry:
     def __init__(self, directory: Path) -> None:
         # Read and write: the open does not wait for a reader, and the controller can
         # empty a bell it rang.
-        self._fds = [os.open(directory / name, os.O_RDWR | os.O_NONBLOCK) for name in NAMES]
+        self._fds: list[int] = []
+        try:
+            for name in NAMES:
+                self._fds.append(os.open(directory / name, os.O_RDWR | os.O_NONBLOCK))
+        except BaseException:
+            self.close()
+            raise
         self._next = 0
 
     def ring(self) -> None:

@@ -156,11 +156,20 @@ class Pool:
 
     def start(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
+        bells.make(self.directory)
+        self._belfry = bells.Belfry(self.directory)
+        try:  # from here on what failed leaves nothing open or running: no bell, no rank
+            self._fork_ranks()
+            self.alive = True
+            self._await_ready()
+        except BaseException:
+            self.kill()
+            raise
+
+    def _fork_ranks(self) -> None:
         store_path = self.directory / "store"
         store_path.unlink(missing_ok=True)
         threads = threads_per_rank(self.key.world)
-        bells.make(self.directory)
-        self._belfry = bells.Belfry(self.directory)
         self.environ, self.cwd = dict(os.environ), os.getcwd()
         self.environ_raw = raw_environ_to_send()
         env = {**self.environ, **self.settings.env}
@@ -192,17 +201,10 @@ class Pool:
                 )
             except ForkServerError as exc:
                 parent_conn.close()
-                self.kill()
                 raise PoolStartError(self._start_error(str(exc))) from None
             finally:
                 child_conn.close()
             self.ranks.append(_Rank(rank, process, parent_conn, *paths))
-        self.alive = True
-        try:
-            self._await_ready()
-        except BaseException:
-            self.kill()
-            raise
 
     def _await_ready(self) -> None:
         deadline = time.monotonic() + self.settings.start_timeout

@@ -1,0 +1,69 @@
+"""A pool whose start fails partway leaves nothing behind: no bell open, no rank running."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from rankgate.harness.pool import bells, ledgerdump
+from rankgate.harness.pool.forkclient import RunForkServer
+from rankgate.harness.pool.pool import Pool, PoolKey, PoolSettings
+
+
+def _open_paths_under(directory: Path) -> list[str]:
+    """This process's descriptors that name a file in ``directory``."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # the listing's own descriptor, closed by now
+            continue
+        if target.startswith(f"{directory}{os.sep}"):
+            found.append(target)
+    return found
+
+
+def _processes_of(directory: Path) -> list[int]:
+    """Processes whose environment names ``directory`` as their pool's."""
+    wanted = f"RANKGATE_POOL_DIR={directory}".encode()
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if wanted in environ.split(b"\0"):
+            found.append(int(pid))
+    return found
+
+
+@pytest.mark.unit
+def test_a_belfry_that_cannot_open_its_second_bell_keeps_the_first_closed(tmp_path):
+    bells.make(tmp_path)
+    (tmp_path / bells.NAMES[1]).unlink()
+    with pytest.raises(FileNotFoundError):
+        bells.Belfry(tmp_path)
+    assert _open_paths_under(tmp_path) == []
+
+
+@pytest.mark.dist  # a real rank process, forked by a real fork server
+def test_a_start_failing_after_a_rank_forked_closes_the_bells_and_kills_that_rank(tmp_path):
+    server = RunForkServer(tmp_path / "run", os.getpid())
+    directory = tmp_path / "w2"
+    directory.mkdir()
+    # Rank 1's ledger pipe cannot be made (a folder where it goes): the start fails
+    # after rank 0 was forked and while the bells were open.
+    ledgerdump.paths(directory, 1)[0].mkdir()
+    settings = PoolSettings(rendezvous_timeout=120.0, start_timeout=120.0)
+    pool = Pool(PoolKey(world=2, backend="gloo", gpus=()), directory, settings, server)
+    try:
+        with pytest.raises(IsADirectoryError):
+            pool.start()
+        assert len(pool.ranks) == 1  # rank 0 had been forked: the failure came after it
+        assert _open_paths_under(directory) == []
+        assert _processes_of(directory) == []
+        assert not pool.alive
+    finally:
+        server.stop()
