@@ -179,7 +179,6 @@ class Pool:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(self.key.gpus)
         for rank in range(self.key.world):
             ledgerdump.make_pipe(self.directory, rank)
-            parent_conn, child_conn = multiprocessing.Pipe()
             paths = (self.directory / f"rank{rank}.out", self.directory / f"rank{rank}.err")
             config = messages.RankConfig(
                 rank=rank,
@@ -195,13 +194,16 @@ class Pool:
                 stderr=str(paths[1]),
                 env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
             )
+            parent_conn, child_conn = multiprocessing.Pipe()
             try:
                 process = self.fork_server.fork(
                     WORKER_MAIN, (config,), child_conn.fileno(), self.cwd
                 )
-            except ForkServerError as exc:
-                parent_conn.close()
-                raise PoolStartError(self._start_error(str(exc))) from None
+            except BaseException as exc:
+                parent_conn.close()  # the ranks forked before it are start's to kill
+                if isinstance(exc, ForkServerError):
+                    raise PoolStartError(self._start_error(str(exc))) from None
+                raise
             finally:
                 child_conn.close()
             self.ranks.append(_Rank(rank, process, parent_conn, *paths))
