@@ -151,6 +151,7 @@ class Pool:
         """The controller's working directory when the ranks started: theirs too."""
         self._sentinels: Readiness | None = None
         self._belfry: bells.Belfry | None = None
+        self._killed = False
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -281,7 +282,14 @@ class Pool:
         self.kill()
 
     def kill(self) -> None:
-        """SIGKILL every rank's process group; safe to call twice."""
+        """SIGKILL every rank's process group; a second call does nothing.
+
+        The fork server reaps the ranks once they are killed, and their pids can name
+        other processes by the time a second call comes (the registry drops a pool that
+        ``run`` had killed at the next test)."""
+        if self._killed:
+            return
+        self._killed = True
         for r in self.ranks:
             pid = r.process.pid
             if pid is None:

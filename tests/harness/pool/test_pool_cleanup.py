@@ -1,8 +1,10 @@
-"""A pool whose start fails partway leaves nothing behind: no bell open, no rank running."""
+"""A pool cleans up after itself and nothing else: a start that fails partway leaves no
+bell open and no rank running; a second kill signals no process that came since."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -66,4 +68,27 @@ def test_a_start_failing_after_a_rank_forked_closes_the_bells_and_kills_that_ran
         assert _processes_of(directory) == []
         assert not pool.alive
     finally:
+        server.stop()
+
+
+@pytest.mark.dist  # a real rank process, forked by a real fork server
+def test_a_second_kill_signals_no_process_that_came_after_the_first(tmp_path):
+    server = RunForkServer(tmp_path / "run", os.getpid())
+    settings = PoolSettings(rendezvous_timeout=120.0, start_timeout=120.0)
+    pool = Pool(PoolKey(world=1, backend="gloo", gpus=()), tmp_path / "w1", settings, server)
+    later = None
+    try:
+        pool.start()
+        pool.kill()  # as run() does when a test breaks its world
+        # The rank's pid now names another process leading its own group, as a reused
+        # pid would: the registry's kill of the dropped pool comes later, at the next test.
+        later = subprocess.Popen(["sleep", "60"], start_new_session=True)
+        pool.ranks[0].process.pid = later.pid
+        pool.kill()
+        with pytest.raises(subprocess.TimeoutExpired):  # a SIGKILL would land well within
+            later.wait(timeout=1)
+    finally:
+        if later is not None:
+            later.kill()
+            later.wait()
         server.stop()
