@@ -123,6 +123,31 @@ def _cases(path: Path) -> dict[str, ET.Element]:
     return {c.get("name"): c for c in ET.parse(path).getroot().iter("testcase")}
 
 
+# The controller is slow to read its worker's events (a hook of its own sleeps once the
+# first test has ended), so the second test's start still waits in xdist's queue when the
+# signal comes.
+BUSY_CONTROLLER = """
+import os
+import time
+import pytest
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_logfinish(nodeid):
+    if "PYTEST_XDIST_WORKER" not in os.environ and nodeid.endswith("test_first"):
+        time.sleep(100)
+"""
+PLAIN_WAIT = """
+import time
+
+def test_first():
+    pass
+
+def test_waits():
+    open("running", "w").close()
+    time.sleep(100)
+"""
+
+
 @pytest.mark.parametrize(
     ("signum", "why"),
     [(signal.SIGTERM, "received SIGTERM"), (signal.SIGINT, "received SIGINT (Ctrl-C)")],
@@ -226,3 +251,19 @@ def test_sigterm_to_rankgate_run_leaves_a_report_that_reads_incomplete(tmp_path)
     assert report.stdout.startswith(
         "rankgate report: INCOMPLETE: 3 tests: 1 passed, 1 failed, 0 error, 1 not run, "
     ), report.stdout
+
+
+def test_sigterm_while_the_xdist_controller_has_not_read_a_start_names_that_test(tmp_path):
+    (tmp_path / "conftest.py").write_text(textwrap.dedent(BUSY_CONTROLLER))
+    code, out = _interrupt(
+        tmp_path, [*PYTEST, "-n", "1"], signal.SIGTERM, source=PLAIN_WAIT,
+        ready=lambda path: (path / "running").exists(),
+    )  # fmt: skip
+    assert code != 0, out
+    stopped = "received SIGTERM while test_suite.py::test_waits ran"
+    cases = _cases(tmp_path / "out" / "junit.xml")
+    assert sorted(cases) == ["test_first", "test_waits"], out
+    assert list(cases["test_first"]) == [], out  # passed: no failure, error or skip inside
+    results = [(c.tag, c.get("message")) for c in cases["test_waits"]]
+    assert results == [("failure", f"interrupted: {stopped}; the test did not end")], out
+    assert f"rankgate: interrupted: {stopped}; 0 later test(s) not run" in out

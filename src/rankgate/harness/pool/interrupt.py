@@ -106,6 +106,24 @@ class InterruptRecord:
     def pytest_runtest_logfinish(self, nodeid: str) -> None:
         self._worker_running.pop(nodeid, None)
 
+    def _take_in_queued_worker_events(self) -> None:
+        """Under xdist, the starts and ends of tests the controller had not read yet when
+        the signal came: xdist queues each worker's events for the controller's loop, so a
+        test a worker began a moment before (or while the loop was busy) is running, not
+        "between tests"."""
+        queue = getattr(self.config.pluginmanager.get_plugin("dsession"), "queue", None)
+        if queue is None or not self._worker_ids:
+            return
+        with queue.mutex:
+            pending = list(queue.queue)
+        for name, kwargs in pending:  # xdist's ("logstart", {node, nodeid, location}), ...
+            if name == "logstart":
+                self.pytest_runtest_logstart(kwargs["nodeid"], kwargs["location"])
+                location, started, _ = self._worker_running[kwargs["nodeid"]]
+                self._worker_running[kwargs["nodeid"]] = (location, started, kwargs["node"])
+            elif name == "logfinish":
+                self.pytest_runtest_logfinish(kwargs["nodeid"])
+
     def _index_of(self, item: pytest.Item) -> int:
         if self._next < len(self._items) and self._items[self._next] is item:
             return self._next
@@ -155,6 +173,7 @@ class InterruptRecord:
         if self.reason is not None or excinfo.errisinstance(pytest.Session.Interrupted):
             return  # pytest's own stop (errors during collection), which it says itself
         why = why_interrupted(excinfo.value)
+        self._take_in_queued_worker_events()
         if self._worker_running:  # the xdist controller: what its workers were running
             self.reason = f"{why} while {', '.join(self._worker_running)} ran"
         else:  # between tests, or in collection
