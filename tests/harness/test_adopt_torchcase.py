@@ -246,7 +246,12 @@ def test_torch_test_cases_run_in_place_under_torchrun(pytester):
         timeout=300,
     )  # fmt: skip
     assert proc.returncode == 1, proc.stdout + proc.stderr  # the planted failure only
-    merged = merge_junit(sorted((pytester.path / "out").glob("junit.rank*.xml")), world_size=2)
+    # Exit code 1 is also torchrun's own failure: without both ranks' files, its output says why.
+    junits = sorted((pytester.path / "out").glob("junit.rank*.xml"))
+    assert [f.name for f in junits] == ["junit.rank0.xml", "junit.rank1.xml"], (
+        proc.stdout[-6000:] + proc.stderr[-6000:]
+    )
+    merged = merge_junit(junits, world_size=2)
     why = "\n".join(f"{t.name}: {t.message}" for t in merged.tests if t.verdict == "failed")
     assert {t.name: t.verdict for t in merged.tests} == {
         "test_all_reduce": "passed",
