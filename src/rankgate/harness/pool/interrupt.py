@@ -98,10 +98,14 @@ class InterruptRecord:
             self._worker_started.add(nodeid)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        running = self._worker_running.get(report.nodeid)
+        self._running_on(report.nodeid, getattr(report, "node", None))
+
+    def _running_on(self, nodeid: str, worker) -> None:
+        """The worker a running test runs on, once known: pytest's JUnit keys a test by
+        (id, worker), and the record joins the worker's own."""
+        running = self._worker_running.get(nodeid)
         if running is not None and running[2] is None:
-            # pytest's JUnit keys a test by (id, worker): the record joins the worker's own
-            self._worker_running[report.nodeid] = (*running[:2], getattr(report, "node", None))
+            self._worker_running[nodeid] = (*running[:2], worker)
 
     def pytest_runtest_logfinish(self, nodeid: str) -> None:
         self._worker_running.pop(nodeid, None)
@@ -119,8 +123,7 @@ class InterruptRecord:
         for name, kwargs in pending:  # xdist's ("logstart", {node, nodeid, location}), ...
             if name == "logstart":
                 self.pytest_runtest_logstart(kwargs["nodeid"], kwargs["location"])
-                location, started, _ = self._worker_running[kwargs["nodeid"]]
-                self._worker_running[kwargs["nodeid"]] = (location, started, kwargs["node"])
+                self._running_on(kwargs["nodeid"], kwargs["node"])
             elif name == "logfinish":
                 self.pytest_runtest_logfinish(kwargs["nodeid"])
 
