@@ -102,15 +102,28 @@ def _scan_for_children(pid: int) -> list[int]:
         return []
 
 
-def _state_and_parent(pid: int) -> tuple[str, int] | None:
+def _stat_after_comm(pid: int) -> list[str] | None:
+    """/proc/PID/stat's fields from the state on (its third field), None if it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             stat = f.read()
     except OSError:
         return None
     # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return fields[0], int(fields[1])
+    return stat[stat.rindex(")") + 2 :].split()
+
+
+def _state_and_parent(pid: int) -> tuple[str, int] | None:
+    fields = _stat_after_comm(pid)
+    return None if fields is None else (fields[0], int(fields[1]))
+
+
+def started(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks after boot), None if it is gone. With the pid, a
+    process's identity: once a process is reaped its pid can name another one, which a
+    later signal to that pid alone would hit."""
+    fields = _stat_after_comm(pid)
+    return None if fields is None else int(fields[19])  # field 22, starttime
 
 
 def running(pid: int) -> bool:

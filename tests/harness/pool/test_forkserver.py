@@ -20,13 +20,22 @@ from rankgate.harness.pool.pool import describe_exit
 pytestmark = pytest.mark.dist  # real processes: the server imports torch
 
 TARGET = """
-import os, sys
+import os, subprocess, sys
 
 def echo(conn, code):
     conn.send_bytes(f"{os.getpid()} {os.getcwd()}".encode())
     if conn.recv_bytes() == b"die":
         os.kill(os.getpid(), 9)
     sys.exit(code)
+
+
+def leader(conn, code):
+    # A rank leads its own group (as the pool's worker does) and starts a child in it.
+    os.setsid()
+    child = subprocess.Popen(["sleep", "600"])
+    conn.send_bytes(str(child.pid).encode())
+    conn.recv_bytes()
+    os.kill(os.getpid(), 9)
 """
 
 
@@ -144,3 +153,23 @@ def test_a_server_keeps_the_environment_it_was_started_under(tmp_path, monkeypat
     finally:
         server.stop()
     assert (warm.stdout, cold.stdout) == ("True\n", "False\n"), warm.stderr + cold.stderr
+
+
+def test_what_a_rank_left_in_its_group_ends_as_the_server_reaps_it(tmp_path, target):
+    """The pool never signals a rank the server reported ended (its pid may be another
+    process's by then): the server ends the rank's group itself, before it reaps it."""
+    server = RunForkServer(tmp_path / "run", os.getpid())
+    mine, theirs = multiprocessing.Pipe()
+    rank = server.fork("fs_target:leader", (0,), theirs.fileno(), str(tmp_path))
+    theirs.close()
+    child = int(mine.recv_bytes())
+    try:
+        assert os.getpgid(child) == rank.pid  # in the rank's group
+        mine.send_bytes(b"die")
+        rank.join(30)
+        assert rank.exitcode == -signal.SIGKILL
+        assert ended_within(child, 5), f"pid {child} (sleep 600) outlived its rank's reaping"
+    finally:
+        if not ended_within(child, 0):
+            os.kill(child, signal.SIGKILL)
+        server.stop()

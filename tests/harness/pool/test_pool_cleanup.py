@@ -1,9 +1,10 @@
 """A pool cleans up after itself and nothing else: a start that fails partway leaves no
-bell open and no rank running; a second kill signals no process that came since."""
+bell open and no rank running; a kill signals no process that took an ended rank's pid."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -84,6 +85,32 @@ def test_a_second_kill_signals_no_process_that_came_after_the_first(tmp_path):
         # pid would: the registry's kill of the dropped pool comes later, at the next test.
         later = subprocess.Popen(["sleep", "60"], start_new_session=True)
         pool.ranks[0].process.pid = later.pid
+        pool.kill()
+        with pytest.raises(subprocess.TimeoutExpired):  # a SIGKILL would land well within
+            later.wait(timeout=1)
+    finally:
+        if later is not None:
+            later.kill()
+            later.wait()
+        server.stop()
+
+
+@pytest.mark.dist  # a real rank process, forked by a real fork server
+def test_a_kill_after_a_rank_ended_signals_no_process_that_took_its_pid(tmp_path):
+    server = RunForkServer(tmp_path / "run", os.getpid())
+    settings = PoolSettings(rendezvous_timeout=120.0, start_timeout=120.0)
+    pool = Pool(PoolKey(world=1, backend="gloo", gpus=()), tmp_path / "w1", settings, server)
+    later = None
+    try:
+        pool.start()
+        rank = pool.ranks[0].process
+        os.kill(rank.pid, signal.SIGKILL)  # the rank crashes between tests
+        rank.join(30)
+        assert rank.exitcode == -signal.SIGKILL  # the server reaped it: its pid is free
+        # The pid now names another process leading its own group, as a reused pid would
+        # by the time run() kills the pool whose rank died.
+        later = subprocess.Popen(["sleep", "60"], start_new_session=True)
+        rank.pid = later.pid
         pool.kill()
         with pytest.raises(subprocess.TimeoutExpired):  # a SIGKILL would land well within
             later.wait(timeout=1)

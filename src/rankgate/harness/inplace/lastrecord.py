@@ -35,19 +35,23 @@ STORE_TIMEOUT_WHEN_STOPPING = timedelta(seconds=2)
 def end_children() -> None:
     """End every process this rank started (forkservers, pool workers, helpers):
     the rank exits now, and they would outlive it under PID 1."""
-    tree, todo = [], [os.getpid()]
+    tree, todo = {}, [os.getpid()]
     while todo:
         found = list(leaks.children(todo.pop()))
-        tree += found
+        tree |= {pid: leaks.started(pid) for pid in found}
         todo += found
     for sig, wait in ((signal.SIGTERM, 1.0), (signal.SIGKILL, 0.0)):
-        for pid in tree:
+        for pid, start in tree.items():
+            # A grandchild reaped by its own parent meanwhile left its pid free: only the
+            # process that started then is signalled.
+            if start is None or leaks.started(pid) != start:
+                continue
             try:
                 os.kill(pid, sig)
             except (ProcessLookupError, PermissionError):
                 pass
         deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in tree):
+        while time.monotonic() < deadline and any(leaks.started(p) == s for p, s in tree.items()):
             leaks.reap(tree)
             time.sleep(0.05)
         leaks.reap(tree)

@@ -85,6 +85,18 @@ class RankProcess:
     def join(self, timeout: float | None = None) -> None:
         self._ended(timeout)
 
+    def signal(self, sig: int, *, group: bool = False) -> None:
+        """Send ``sig`` to the process, and to its process group with ``group``, unless
+        the server has said it ended: it was reaped then, and its pid may be another
+        process's by now (the server ended what was left in its group before reaping it).
+        With the server gone (``lost``) the pid is signalled as before: nothing tells."""
+        if not self._ended(0) or self.lost:
+            for kill in (os.killpg, os.kill) if group else (os.kill,):
+                try:
+                    kill(self.pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
     def close(self) -> None:
         self._sock.close()
 

@@ -14,7 +14,8 @@ Protocol, one Unix-socket connection per rank:
   ``cwd`` and exits with 0 when it returns.
 - server -> client: the rank's pid, later its exit code (negative: the signal that killed
   it), each as 8 bytes; then the connection closes. It is the rank's sentinel: readable
-  once the rank has ended (or the server did).
+  once the rank has ended (or the server did). What is left in the rank's process group
+  is killed before the rank is reaped, so no one signals its pid after it ended.
 - ``("program", request)`` with the client's file descriptors 0, 1 and 2
   (:mod:`.programclient`): a Python program forked in place of a cold ``python``
   (:mod:`.program`; pytest-xdist's workers start so), in a session of its own. The
@@ -248,11 +249,18 @@ class _Server:
             pass
         while True:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                ended = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
             except ChildProcessError:
                 return
-            if pid == 0:
+            if ended is None:
                 return
+            pid = ended.si_pid
+            if pid in self.ranks:
+                # What the rank left in its process group ends with it, signalled while
+                # its zombie still holds the pid: once reaped, the number can be another
+                # process's, so the pool never signals an ended rank's pid.
+                _kill_group(pid)
+            _, status = os.waitpid(pid, 0)
             client = self.ranks.pop(pid, None) or self.programs.pop(pid, None)
             if client is not None:
                 if client.fileno() in self.selector.get_map():
@@ -286,6 +294,13 @@ def _send_word(client: socket.socket, value: int) -> None:
     try:
         client.sendall(WORD.pack(value))
     except OSError:  # the client is gone
+        pass
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):  # nothing left in it
         pass
 
 

@@ -3,7 +3,6 @@ signal (faulthandler, set up by the worker), and the test's frames are kept."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -26,10 +25,7 @@ def dump(hung: Iterable, why: str, test_id: str) -> dict[int, RankOutcome]:
     for r in hung:
         r.stderr_end = before[r.rank]
     for r in hung:
-        try:
-            os.kill(r.process.pid, messages.STACK_SIGNAL)
-        except ProcessLookupError:
-            pass
+        r.process.signal(messages.STACK_SIGNAL)  # not one that ended meanwhile
     time.sleep(STACK_DUMP_WAIT_S)
     return {
         r.rank: RankOutcome(

@@ -282,23 +282,17 @@ class Pool:
         self.kill()
 
     def kill(self) -> None:
-        """SIGKILL every rank's process group; a second call does nothing.
+        """SIGKILL every running rank's process group; a second call does nothing.
 
-        The fork server reaps the ranks once they are killed, and their pids can name
-        other processes by the time a second call comes (the registry drops a pool that
-        ``run`` had killed at the next test)."""
+        The fork server reaps the ranks once they end, and their pids can name other
+        processes after that: a rank the server has reported ended is not signalled (its
+        group was killed as it was reaped), nor is any rank at a second call (the
+        registry drops a pool that ``run`` had killed at the next test)."""
         if self._killed:
             return
         self._killed = True
         for r in self.ranks:
-            pid = r.process.pid
-            if pid is None:
-                continue
-            for kill in (os.killpg, os.kill):
-                try:
-                    kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            r.process.signal(signal.SIGKILL, group=True)
         for r in self.ranks:
             r.process.join(5)
             r.conn.close()
