@@ -96,6 +96,9 @@ _STAGES: dict[str, Stage] = {
             # beside unit: the quick gate took 284 s before, 236-249 s after on 2 cores
             # (loop-2026-11-30d/gate-beside.txt there).
             beside=True,
+            # ci/tests holds unit tests alone: each worker would import Dagger's SDK (about
+            # 1 CPU-s) to deselect them.
+            test_paths=("tests", "suites"),
             products=("junit/dist.xml",),
             commands=(_PYTEST_THREE_WORKERS,),
             dagger="test-cpu",
