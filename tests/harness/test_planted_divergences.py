@@ -1,5 +1,6 @@
 """Planted divergences: the verdict names the first collective where the ranks' ledgers
-part, in the pool (every case, one inner session) and in place under torchrun.
+part, in the pool (every case: one inner session per planted file, side by side) and in
+place under torchrun.
 
 The inner file runs on gloo here and on NCCL where two GPUs are (``nccl`` cases); each
 case ends in a check of its values, so a backend that completes a mismatched collective
@@ -11,12 +12,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 from jobs import run_torchrun_pytest
+from warmstart import WARM_PYTHON
 
 from rankgate.harness import ledger
 from rankgate.report.junit import merge_junit
@@ -219,7 +220,7 @@ def _write(folder: Path, backend: str) -> None:
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def pool_verdicts(request, tmp_path_factory) -> dict[str, str]:
-    """Every planted case in one pool session, once per run: test name -> its failure message."""
+    """Every planted case in the pool, once per run: test name -> its failure message."""
     backend = request.param
 
     def verdicts() -> dict[str, str]:
@@ -237,19 +238,32 @@ def unasked_env() -> dict[str, str]:
 
 
 def pool_session_verdicts(folder: Path, timeout: float) -> dict[str, str]:
-    """The planted files in ``folder`` in one pool session with nothing set, which fails:
-    test name -> its failure message ("" for a pass)."""
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--junitxml=j.xml"]
-    done = subprocess.run(
-        cmd, cwd=folder, env=unasked_env(), capture_output=True, text=True, timeout=timeout
-    )
-    # Kept beside j.xml: the terminal's verdicts, for a run kept with --basetemp.
-    (folder / "output.txt").write_text(done.stdout + done.stderr)
-    assert done.returncode == 1, done.stdout + done.stderr
+    """Each planted file in ``folder`` in a pool session of its own with nothing set, all
+    at once (their hangs wait side by side: one session took about a minute of timeouts
+    and was the quick gate's last minute), each of which fails: test name -> its failure
+    message ("" for a pass)."""
+    runs = {}
+    for planted in sorted(folder.glob("test_*.py")):
+        junit = f"j-{planted.stem}.xml"
+        cmd = [WARM_PYTHON.executable(), "-m", "pytest", "-p", "no:cacheprovider", "-q",
+               f"--junitxml={junit}", planted.name]  # fmt: skip
+        session = subprocess.Popen(
+            cmd, cwd=folder, env=unasked_env(), stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        runs[planted.stem] = (session, junit)
     verdicts = {}
-    for case in ET.parse(folder / "j.xml").getroot().iter("testcase"):
-        failure = case.find("failure")
-        verdicts[case.get("name")] = "" if failure is None else failure.get("message", "")
+    for stem, (session, junit) in runs.items():
+        try:
+            output, _ = session.communicate(timeout=timeout)
+        finally:
+            session.kill()  # nothing when it ended; a session past its time ends here
+        # Kept beside the JUnit file: the terminal's verdicts, for a run kept with --basetemp.
+        (folder / f"output-{stem}.txt").write_text(output or "")
+        assert session.returncode == 1, output
+        for case in ET.parse(folder / junit).getroot().iter("testcase"):
+            failure = case.find("failure")
+            verdicts[case.get("name")] = "" if failure is None else failure.get("message", "")
     return verdicts
 
 
