@@ -46,7 +46,7 @@ _PYTEST = Command(argv=("pytest",))
 _PYTEST_THREE_WORKERS = Command(argv=("pytest", "-n", "3"))
 # dist's files each run on one worker: xdist's default hands out chunks of consecutive
 # tests, and a worker kept a queue of them behind a minute-long inner session while the
-# other two stood idle (the quick gate's dist ended 54 s after them); by file the three
+# other two stood idle (the quick gate's dist ended 54-61 s after them); by file the three
 # end within 12 s of each other, and a module's inner sessions start on one worker only
 # (benchmarks/results/cpu/loop-2026-11-30e/README.md).
 _PYTEST_THREE_WORKERS_BY_FILE = Command(argv=("pytest", "-n", "3", "--dist", "loadfile"))
