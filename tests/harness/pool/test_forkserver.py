@@ -14,7 +14,7 @@ import textwrap
 import pytest
 from ended import ended_within
 
-from rankgate.harness.pool.forkclient import RECORD, RunForkServer
+from rankgate.harness.pool.forkclient import RECORD, SERVER_PYTHON_ENV, RunForkServer
 from rankgate.harness.pool.pool import describe_exit
 
 pytestmark = pytest.mark.dist  # real processes: the server imports torch
@@ -37,6 +37,15 @@ def leader(conn, code):
     conn.recv_bytes()
     os.kill(os.getpid(), 9)
 """
+
+
+@pytest.fixture(autouse=True)
+def cold_servers(monkeypatch):
+    """Each server here starts from this interpreter. Once a test of this process has used
+    the warm python (tests/harness/warmstart.py) a server starts through its client, whose
+    pid the record then holds: a test killing "the server" by that pid killed the client,
+    and the warm server then ended the program's whole session, its ranks too."""
+    monkeypatch.delenv(SERVER_PYTHON_ENV, raising=False)
 
 
 @pytest.fixture
