@@ -82,7 +82,7 @@ def test_seed_marker_lists_mean_and(text, expression):
 
 def test_markers_narrow_the_chosen_stages():
     assert planned("--integration", "--markers", "slow") == [
-        ("dist", "(dist and not gpu) and (slow)", ("pytest", "-n", "3", "--dist", "loadfile"))
+        ("dist", "(dist and not gpu) and (slow)", ("pytest", "-n", "3"))
     ]
 
 

@@ -44,12 +44,6 @@ _PYTEST = Command(argv=("pytest",))
 # 1,983 tests took 140 s (182 CPU-s) under 2 workers, 103 s (177) under 3 and 113 s
 # (198) under 4 (benchmarks/results/cpu/profile-2026-11-30/README.md).
 _PYTEST_THREE_WORKERS = Command(argv=("pytest", "-n", "3"))
-# dist's files each run on one worker: xdist's default hands out chunks of consecutive
-# tests, and a worker kept a queue of them behind a minute-long inner session while the
-# other two stood idle (the quick gate's dist ended 54-61 s after them); by file the three
-# end within 12 s of each other, and a module's inner sessions start on one worker only
-# (benchmarks/results/cpu/loop-2026-11-30e/README.md).
-_PYTEST_THREE_WORKERS_BY_FILE = Command(argv=("pytest", "-n", "3", "--dist", "loadfile"))
 # bench's tests run the benchmark tools end to end and assert no time (its figures come
 # from its harness command after them); bench runs alone, so a second worker has a core.
 _PYTEST_TWO_WORKERS = Command(argv=("pytest", "-n", "2"))
@@ -106,7 +100,7 @@ _STAGES: dict[str, Stage] = {
             # 1 CPU-s) to deselect them.
             test_paths=("tests", "suites"),
             products=("junit/dist.xml",),
-            commands=(_PYTEST_THREE_WORKERS_BY_FILE,),
+            commands=(_PYTEST_THREE_WORKERS,),
             dagger="test-cpu",
             workflow="ci.yml:dist",
             paths=(
