@@ -38,13 +38,13 @@ def end_children() -> None:
     tree, todo = {}, [os.getpid()]
     while todo:
         found = list(leaks.children(todo.pop()))
-        tree |= {pid: leaks.started(pid) for pid in found}
+        # Each with its start time: a grandchild reaped by its own parent meanwhile leaves
+        # its pid free, and only the process that started then is signalled.
+        tree |= {pid: start for pid in found if (start := leaks.started(pid)) is not None}
         todo += found
     for sig, wait in ((signal.SIGTERM, 1.0), (signal.SIGKILL, 0.0)):
         for pid, start in tree.items():
-            # A grandchild reaped by its own parent meanwhile left its pid free: only the
-            # process that started then is signalled.
-            if start is None or leaks.started(pid) != start:
+            if leaks.started(pid) != start:
                 continue
             try:
                 os.kill(pid, sig)
