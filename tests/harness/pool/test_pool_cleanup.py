@@ -72,50 +72,54 @@ def test_a_start_failing_after_a_rank_forked_closes_the_bells_and_kills_that_ran
         server.stop()
 
 
-@pytest.mark.dist  # a real rank process, forked by a real fork server
-def test_a_second_kill_signals_no_process_that_came_after_the_first(tmp_path):
+@pytest.fixture
+def started_pool(tmp_path):
+    """A started world(1) pool of a fork server of its own, stopped after the test."""
     server = RunForkServer(tmp_path / "run", os.getpid())
     settings = PoolSettings(rendezvous_timeout=120.0, start_timeout=120.0)
     pool = Pool(PoolKey(world=1, backend="gloo", gpus=()), tmp_path / "w1", settings, server)
-    later = None
     try:
         pool.start()
-        pool.kill()  # as run() does when a test breaks its world
-        # The rank's pid now names another process leading its own group, as a reused
-        # pid would: the registry's kill of the dropped pool comes later, at the next test.
-        later = subprocess.Popen(["sleep", "60"], start_new_session=True)
-        pool.ranks[0].process.pid = later.pid
-        pool.kill()
-        with pytest.raises(subprocess.TimeoutExpired):  # a SIGKILL would land well within
-            later.wait(timeout=1)
+        yield pool
     finally:
-        if later is not None:
-            later.kill()
-            later.wait()
         server.stop()
+
+
+@pytest.fixture
+def newcomer():
+    """A process leading its own group, as another process holding a reused pid would;
+    a kill of the pool must leave it running."""
+    process = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    yield process
+    process.kill()
+    process.wait()
+
+
+def _still_running_a_second_later(process: subprocess.Popen) -> bool:
+    try:
+        process.wait(timeout=1)  # a SIGKILL would land well within
+    except subprocess.TimeoutExpired:
+        return True
+    return False
 
 
 @pytest.mark.dist  # a real rank process, forked by a real fork server
-def test_a_kill_after_a_rank_ended_signals_no_process_that_took_its_pid(tmp_path):
-    server = RunForkServer(tmp_path / "run", os.getpid())
-    settings = PoolSettings(rendezvous_timeout=120.0, start_timeout=120.0)
-    pool = Pool(PoolKey(world=1, backend="gloo", gpus=()), tmp_path / "w1", settings, server)
-    later = None
-    try:
-        pool.start()
-        rank = pool.ranks[0].process
-        os.kill(rank.pid, signal.SIGKILL)  # the rank crashes between tests
-        rank.join(30)
-        assert rank.exitcode == -signal.SIGKILL  # the server reaped it: its pid is free
-        # The pid now names another process leading its own group, as a reused pid would
-        # by the time run() kills the pool whose rank died.
-        later = subprocess.Popen(["sleep", "60"], start_new_session=True)
-        rank.pid = later.pid
-        pool.kill()
-        with pytest.raises(subprocess.TimeoutExpired):  # a SIGKILL would land well within
-            later.wait(timeout=1)
-    finally:
-        if later is not None:
-            later.kill()
-            later.wait()
-        server.stop()
+def test_a_second_kill_signals_no_process_that_came_after_the_first(started_pool, newcomer):
+    started_pool.kill()  # as run() does when a test breaks its world
+    # The rank's pid now names another process: the registry's kill of the dropped pool
+    # comes later, at the next test.
+    started_pool.ranks[0].process.pid = newcomer.pid
+    started_pool.kill()
+    assert _still_running_a_second_later(newcomer)
+
+
+@pytest.mark.dist  # a real rank process, forked by a real fork server
+def test_a_kill_after_a_rank_ended_signals_no_process_that_took_its_pid(started_pool, newcomer):
+    rank = started_pool.ranks[0].process
+    os.kill(rank.pid, signal.SIGKILL)  # the rank crashes between tests
+    rank.join(30)
+    assert rank.exitcode == -signal.SIGKILL  # the server reaped it: its pid is free
+    # The pid now names another process, by the time run() kills the pool whose rank died.
+    rank.pid = newcomer.pid
+    started_pool.kill()
+    assert _still_running_a_second_later(newcomer)
