@@ -259,7 +259,7 @@ class _Server:
                 # What the rank left in its process group ends with it, signalled while
                 # its zombie still holds the pid: once reaped, the number can be another
                 # process's, so the pool never signals an ended rank's pid.
-                _kill_group(pid)
+                _kill_session(pid)
             _, status = os.waitpid(pid, 0)
             client = self.ranks.pop(pid, None) or self.programs.pop(pid, None)
             if client is not None:
@@ -297,16 +297,9 @@ def _send_word(client: socket.socket, value: int) -> None:
         pass
 
 
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):  # nothing left in it
-        pass
-
-
 def _kill_session(pid: int) -> None:
-    """SIGKILL to the program's session, and to the program itself should it not have
-    made its session yet."""
+    """SIGKILL to the session a program or a rank leads (each makes its own), and to the
+    process itself should it not have made it yet."""
     for kill in (os.killpg, os.kill):
         try:
             kill(pid, signal.SIGKILL)
