@@ -242,26 +242,28 @@ def pool_session_verdicts(folder: Path, timeout: float) -> dict[str, str]:
     at once (their hangs wait side by side: one session took about a minute of timeouts
     and was the quick gate's last minute), each of which fails: test name -> its failure
     message ("" for a pass)."""
-    runs = {}
-    for planted in sorted(folder.glob("test_*.py")):
-        junit = f"j-{planted.stem}.xml"
-        cmd = [WARM_PYTHON.executable(), "-m", "pytest", "-p", "no:cacheprovider", "-q",
-               f"--junitxml={junit}", planted.name]  # fmt: skip
-        session = subprocess.Popen(
-            cmd, cwd=folder, env=unasked_env(), stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
-        runs[planted.stem] = (session, junit)
+    sessions = []
+    try:
+        for planted in sorted(folder.glob("test_*.py")):
+            cmd = [WARM_PYTHON.executable(), "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                   f"--junitxml=j-{planted.stem}.xml", planted.name]  # fmt: skip
+            # The terminal's verdicts go to a file kept beside the JUnit file (for a run
+            # kept with --basetemp): a pipe read only after the first session ended could
+            # fill and stall the others.
+            with open(folder / f"output-{planted.stem}.txt", "w") as output:
+                sessions.append((planted.stem, subprocess.Popen(
+                    cmd, cwd=folder, env=unasked_env(), stdout=output, stderr=subprocess.STDOUT,
+                )))  # fmt: skip
+        for _, session in sessions:
+            session.wait(timeout=timeout)
+    finally:
+        for _, session in sessions:  # nothing for one that ended; every one past its time
+            session.kill()
+            session.wait()
     verdicts = {}
-    for stem, (session, junit) in runs.items():
-        try:
-            output, _ = session.communicate(timeout=timeout)
-        finally:
-            session.kill()  # nothing when it ended; a session past its time ends here
-        # Kept beside the JUnit file: the terminal's verdicts, for a run kept with --basetemp.
-        (folder / f"output-{stem}.txt").write_text(output or "")
-        assert session.returncode == 1, output
-        for case in ET.parse(folder / junit).getroot().iter("testcase"):
+    for stem, session in sessions:
+        assert session.returncode == 1, (folder / f"output-{stem}.txt").read_text()
+        for case in ET.parse(folder / f"j-{stem}.xml").getroot().iter("testcase"):
             failure = case.find("failure")
             verdicts[case.get("name")] = "" if failure is None else failure.get("message", "")
     return verdicts
