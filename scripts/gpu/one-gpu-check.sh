@@ -2,6 +2,8 @@
 # After a change to the harness, on a one-GPU host: the whole `-m "dist or gpu"` selection
 # of the default test paths in the pool under `-n 6`, or in place under
 # `torchrun --nproc-per-node=2` (two ranks sharing the GPU) with merge-junit.
+# On a host of more GPUs the same, with XDIST workers (default 6) and NPROC ranks in place
+# (default 2; 4 on a 4-GPU host).
 # Usage: scripts/gpu/one-gpu-check.sh OUT pool|inplace [SECONDS [PATH...]]
 # (PATHs narrow the selection, e.g. `suites` or `tests`, to fit one device call.)
 # Writes OUT/env.txt, OUT/<step>.txt (the run's log, its rc and wall time at the end) and
@@ -9,7 +11,9 @@
 set -uo pipefail
 out=$1 step=$2 limit=${3:-540}
 shift $(($# < 3 ? $# : 3))
-. scripts/gpu/install.sh "$out/pip.txt" || exit $?
+# SKIP_INSTALL=1: installed already (two checks side by side must not reinstall at once)
+[ -n "${SKIP_INSTALL:-}" ] || . scripts/gpu/install.sh "$out/pip.txt" || exit $?
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
 {
   date -u; nvidia-smi -L
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
@@ -19,10 +23,10 @@ shift $(($# < 3 ? $# : 3))
 work=$(mktemp -d) && start=$SECONDS
 case $step in
   pool)
-    timeout -s INT -k 30 "$limit" python3 -m pytest -p no:cacheprovider -q -rfE -n 6 \
+    timeout -s INT -k 30 "$limit" python3 -m pytest -p no:cacheprovider -q -rfE -n "${XDIST:-6}" \
       -m "dist or gpu" --junitxml="$work/pool.xml" "$@" >"$out/pool.txt" 2>&1 ;;
   inplace)
-    timeout -s INT -k 30 "$limit" torchrun --standalone --nproc-per-node=2 -m pytest \
+    timeout -s INT -k 30 "$limit" torchrun --standalone --nproc-per-node="${NPROC:-2}" -m pytest \
       -p no:cacheprovider -q -rfE -m "dist or gpu" --junitxml="$work/junit.xml" "$@" \
       >"$out/inplace.txt" 2>&1 ;;
   *) echo "step: pool or inplace, not $step" >&2; exit 2 ;;
@@ -30,7 +34,7 @@ esac
 rc=$?
 echo "rc $rc wall $((SECONDS - start)) s" >>"$out/$step.txt"
 if [ "$step" = inplace ]; then
-  (cd "$work" && python3 -m rankgate.cli merge-junit --world 2 -o merged.xml . ; echo "merge-junit rc $?") \
+  (cd "$work" && python3 -m rankgate.cli merge-junit --world "${NPROC:-2}" -o merged.xml . ; echo "merge-junit rc $?") \
     >>"$out/inplace.txt" 2>&1
 fi
 tar -czf "$out/$step.tgz" -C "$work" .
