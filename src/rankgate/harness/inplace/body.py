@@ -145,9 +145,15 @@ class TestBody:
                 raise AfterTestProblem("\n".join(problems))
 
     def _peer_failed(self, item: pytest.Item, key: int | str) -> str | None:
-        """What the hang watch polls: "rank N failed" for the first peer that failed."""
-        failed = self.control.failed_peers(key, self.plan.ranks_of(item.nodeid))
-        return f"rank {failed[0]} failed" if failed else None
+        """What the hang watch polls: "rank N failed" for the first peer that failed, or
+        "rank N stopped the run" once one of the test's ranks did (it timed out first: a
+        rank whose test began later must answer its hang's questions within their wait)."""
+        ranks = self.plan.ranks_of(item.nodeid)
+        failed = self.control.failed_peers(key, ranks)
+        if failed:
+            return f"rank {failed[0]} failed"
+        stopped = self.control.aborted(ranks)
+        return stopped.split(":")[0] if stopped is not None else None
 
     def around_report(self, item: pytest.Item, call):
         """A wrapper of pytest_runtest_makereport: a failure marked in the store at once,

@@ -17,12 +17,14 @@ import pytest
 
 from rankgate.harness import divergence, ledger_waits, verdict_lines
 from rankgate.harness.inplace import control
+from rankgate.harness.inplace.hangwatch import PEER_GRACE_S
 from rankgate.harness.inplace.verdict import RankResult
 from rankgate.harness.stacks import where as stack_where
 
-WHERE_WAIT_S = 2.0
-"""A hung rank waits this long for the other hung ranks to say where they wait (the
-ranks of one test time out together), to name the likely cause."""
+WHERE_WAIT_S = PEER_GRACE_S + 2.0
+"""A hung rank waits this long for the other hung ranks to say where they wait, to name
+the likely cause: a rank whose test began later stops PEER_GRACE_S after this one
+stopped the run (hangwatch), then answers."""
 
 
 @dataclass(slots=True)
