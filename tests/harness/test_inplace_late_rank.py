@@ -42,9 +42,7 @@ CAUSE = (  # two ranks, two calls: the ledgers name both, neither as the odd one
 )
 
 
-def test_the_first_rank_to_time_out_hears_the_late_rank_and_names_the_cause(
-    tmp_path, monkeypatch
-):
+def test_the_first_rank_to_time_out_hears_the_late_rank_and_names_the_cause(tmp_path, monkeypatch):
     monkeypatch.setenv(ledger.ENV, "1")  # the cause is the ledger's, GPUs seen or not
     (tmp_path / "test_suite.py").write_text(textwrap.dedent(LATE_CULPRIT))
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
