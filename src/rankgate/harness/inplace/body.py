@@ -152,8 +152,8 @@ class TestBody:
         failed = self.control.failed_peers(key, ranks)
         if failed:
             return f"rank {failed[0]} failed"
-        stopped = self.control.aborted(ranks)
-        return stopped.split(":")[0] if stopped is not None else None
+        stopper = self.control.stopped_by(ranks)
+        return f"rank {stopper} stopped the run" if stopper is not None else None
 
     def around_report(self, item: pytest.Item, call):
         """A wrapper of pytest_runtest_makereport: a failure marked in the store at once,

@@ -113,10 +113,14 @@ class ControlChannel:
         """Why the run was stopped (by one of ``scope``'s ranks), or None."""
         if scope is None:
             return self.peek(ABORT_KEY)
-        keys = [rank_abort_key(r) for r in scope]
-        if not any(self.store.check([k]) for k in keys):
+        stopper = self.stopped_by(scope)
+        if stopper is None:
             return None
-        return self.peek(ABORT_KEY) or next(self.peek(k) for k in keys if self.store.check([k]))
+        return self.peek(ABORT_KEY) or self.peek(rank_abort_key(stopper))
+
+    def stopped_by(self, scope) -> int | None:
+        """The first of ``scope``'s ranks that stopped the run, or itself, or None."""
+        return next((r for r in scope if self.store.check([rank_abort_key(r)])), None)
 
     def wait(
         self,
