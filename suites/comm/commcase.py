@@ -1,4 +1,5 @@
-"""Shared pieces of the comm suites: world/backend parameters and a per-rank backend cache.
+"""Shared pieces of the comm suites: world/backend parameters, a per-rank backend cache
+and the sweep's inputs, kept per rank.
 
 Backends for the correctness sweeps are created once per rank process and reused by
 later tests of the same pool (``cached_backend``): they run on the default process
@@ -13,6 +14,7 @@ import pytest
 import torch.distributed as dist
 
 from rankgate.workloads.comm import create_backend
+from rankgate.workloads.comm.reference import KeptDraws
 
 GLOO_WORLDS = [
     pytest.param(2, marks=pytest.mark.world(2, backend="gloo"), id="gloo-w2"),
@@ -24,6 +26,10 @@ GPU_BACKENDS = [
 ]
 
 _cache: dict[tuple, object] = {}
+
+SWEEP_INPUTS = KeptDraws()
+"""This rank's sweep inputs: each large draw is made once for every collective and dtype
+of its size (the quick sweep's sizes stay below what it keeps)."""
 
 
 def cached_backend(name: str, device):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from commcase import GLOO_WORLDS, GPU_BACKENDS, cached_backend
+from commcase import GLOO_WORLDS, GPU_BACKENDS, SWEEP_INPUTS, cached_backend
 
 from rankgate.workloads.comm.reference import (
     COLLECTIVES,
@@ -52,7 +52,10 @@ def _run_and_check(backend, collective, dtype_name, size, seed, root=0):
         "send_recv": {rank, (rank - 1) % world},
         "gather": set(range(world)) if rank == root else {rank},
     }.get(collective, set(range(world)))
-    inputs = [rank_input(r, numel, dtype, seed=seed) if r in needed else None for r in range(world)]
+    inputs = [
+        SWEEP_INPUTS.rank_input(r, numel, dtype, seed=seed) if r in needed else None
+        for r in range(world)
+    ]
     got = run_collective(backend, collective, inputs, root=root)
     want = expected(collective, inputs, rank, root=root)
     what = f"{backend.name} {collective} {dtype_name} numel={numel} rank {rank}/{world}"
