@@ -67,7 +67,8 @@ def module_file(name: str, importer: Path) -> Path | None:
     return None
 
 
-def imports_of(path: Path) -> set[Path]:
+@cache  # every closure walks the same modules: each file is parsed once
+def imports_of(path: Path) -> frozenset[Path]:
     """Repository files ``path`` imports (at any depth of the file: lazy imports count)."""
     found: set[Path] = set()
     tree = ast.parse(path.read_text(), str(path))
@@ -89,7 +90,7 @@ def imports_of(path: Path) -> set[Path]:
             names = [f"{prefix}.{alias.name}" for alias in node.names] + [prefix]
         # ``from a import b``: b is a module or a name in a; both resolve where they exist.
         found.update(t for name in names if name and (t := module_file(name, path)))
-    return found
+    return frozenset(found)
 
 
 @cache
