@@ -64,3 +64,25 @@ def pytester(
         inner_options.append(NO_HYPOTHESIS_PLUGIN)
     monkeypatch.setenv("PYTEST_ADDOPTS", " ".join(inner_options))
     return pytester
+
+
+# xdist hands tests to its workers in collection order, in chunks: a file of inner sessions
+# that wait out planted hangs and crashes, collected late, ran on one worker after the
+# others had ended. These dist files (the longest in one process, benchmarks/results/cpu/
+# loop-2026-12-01/dist-quick.txt) go first, each kept whole: the quick dist under -n 3 took
+# 138 s instead of 165 s there (tests/test_long_first.py).
+LONG_FIRST = (
+    "tests/harness/test_ledger_process_group.py",
+    "tests/harness/test_faults.py",
+    "tests/harness/test_planted_divergences.py",
+    "tests/harness/test_hostile.py",
+    "tests/harness/test_ledger_roots.py",
+    "tests/report/test_empty_and_stopped.py",
+    "tests/harness/test_plugins_timeout.py",
+    "tests/bench/test_ledger_pool_variants.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    first = {path: place for place, path in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: first.get(item.nodeid.split("::", 1)[0], len(first)))
