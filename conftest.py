@@ -5,6 +5,9 @@ import warnings
 
 import pytest
 
+from rankgate.harness.pool.xdist_ranks import fork_server_of_worker
+from tests.warmstart import WARM_PYTHON
+
 # pytester drives inner pytest runs in the harness suites; pytest only accepts
 # pytest_plugins in the top-level conftest. tests/leftovers.py fails a run that leaves
 # rankgate-* folders in its (private) temp dir.
@@ -51,6 +54,10 @@ DEPRECATIONS = (DeprecationWarning, PendingDeprecationWarning, FutureWarning)
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # The Python programs tests start (tests/warmstart.py) fork from the run's server.
+    run_server = fork_server_of_worker(config)
+    if run_server is not None:
+        WARM_PYTHON.fork_from(run_server)
     for category in DEPRECATIONS:
         warnings.filterwarnings("error", category=category, module=RANKGATE_MODULES)
 

@@ -12,7 +12,8 @@ HERE = Path(__file__).resolve().parent
 if str(HERE / "harness") not in sys.path:  # run alone, tests/harness/conftest.py is not loaded
     sys.path.insert(0, str(HERE / "harness"))
 from jobs import torchrun_pytest_cmd  # noqa: E402
-from warmstart import WARM_PYTHON  # noqa: E402
+
+from tests.warmstart import WARM_PYTHON  # noqa: E402
 
 # Marked one by one: the two session tests below are dist tests only (a module-wide unit
 # mark ran them in the unit stage as well, twice per CI run).

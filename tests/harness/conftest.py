@@ -10,16 +10,9 @@ import pytest
 
 # Imported before pytester snapshots sys.modules (torch cannot be imported twice).
 import torch  # noqa: F401
-from warmstart import WARM_PYTHON
 
 import rankgate.harness.pool.worker  # noqa: F401
-from rankgate.harness.pool.xdist_ranks import fork_server_of_worker
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    run_server = fork_server_of_worker(config)
-    if run_server is not None:
-        WARM_PYTHON.fork_from(run_server)
+from tests.warmstart import WARM_PYTHON
 
 
 class InnerRun:

@@ -8,7 +8,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from warmstart import WARM_PYTHON
+from tests.warmstart import WARM_PYTHON
 
 
 def torchrun_pytest_cmd(*pytest_args: str, ranks: int = 2) -> list[str]:

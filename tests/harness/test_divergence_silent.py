@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 from jobs import run_torchrun_pytest
-from warmstart import WARM_PYTHON
 
 from rankgate.report.junit import merge_junit
+from tests.warmstart import WARM_PYTHON
 
 pytestmark = pytest.mark.dist
 

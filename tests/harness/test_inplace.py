@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 from jobs import run_torchrun_pytest
-from warmstart import WARM_PYTHON
 
 from rankgate.harness import ledger
 from rankgate.harness.item_settings import seed_for_test
 from rankgate.harness.leaks import running
 from rankgate.report.junit import merge_junit
+from tests.warmstart import WARM_PYTHON
 
 # slow: each test starts torchrun or mpirun, and pytest on every rank
 pytestmark = [pytest.mark.dist, pytest.mark.torch_dist, pytest.mark.slow]

@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from warmstart import WARM_PYTHON
 
 from tests.once import once_per_run
+from tests.warmstart import WARM_PYTHON
 
 # slow: starts torchrun with 4 ranks, and pytest on every rank
 pytestmark = [pytest.mark.dist, pytest.mark.torch_dist, pytest.mark.slow]

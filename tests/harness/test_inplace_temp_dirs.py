@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 from jobs import run_torchrun_pytest
-from warmstart import WARM_PYTHON
+
+from tests.warmstart import WARM_PYTHON
 
 # slow: starts torchrun and pytest on every rank
 pytestmark = [pytest.mark.dist, pytest.mark.torch_dist, pytest.mark.slow]

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 from jobs import run_torchrun_pytest
-from warmstart import WARM_PYTHON
 
 from rankgate.harness import ledger
 from rankgate.report.junit import merge_junit
 from tests.once import once_per_run
+from tests.warmstart import WARM_PYTHON
 
 pytestmark = pytest.mark.dist
 

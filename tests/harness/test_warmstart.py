@@ -12,9 +12,9 @@ import sys
 import time
 
 import pytest
-from warmstart import WarmPython
 
 from rankgate.harness.pool.program import cold_reason
+from tests.warmstart import WarmPython
 
 pytestmark = pytest.mark.unit
 

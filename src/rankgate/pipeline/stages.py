@@ -38,7 +38,7 @@ _PYTEST = Command(argv=("pytest",))
 # Unit and dist tests wait more than they compute (launchers starting, timeouts, Ray), so
 # xdist workers overlap them; on 2 cores dist took 372 s against 555 s in one process,
 # and 423 s with 4 workers (measured for 9a30008, whose message has them). Since the
-# tests start their launches warm (tests/harness/warmstart.py) a dist test waits more
+# tests start their launches warm (tests/warmstart.py) a dist test waits more
 # than it computes (the quick gate's dist: 259 s wall for 325 CPU-s on 2 cores), and a
 # third worker fills the waits (benchmarks/results/cpu/ci-durations.txt). Unit too: its
 # 1,983 tests took 140 s (182 CPU-s) under 2 workers, 103 s (177) under 3 and 113 s

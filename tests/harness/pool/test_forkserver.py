@@ -42,7 +42,7 @@ def leader(conn, code):
 @pytest.fixture(autouse=True)
 def cold_servers(monkeypatch):
     """Each server here starts from this interpreter. Once a test of this process has used
-    the warm python (tests/harness/warmstart.py) a server starts through its client, whose
+    the warm python (tests/warmstart.py) a server starts through its client, whose
     pid the record then holds: a test killing "the server" by that pid killed the client,
     and the warm server then ended the program's whole session, its ranks too."""
     monkeypatch.delenv(SERVER_PYTHON_ENV, raising=False)
