@@ -10,6 +10,7 @@ from __future__ import annotations
 # points) and the project-wide conftest, whatever the stage selects.
 PYTEST_RUN = (
     "conftest.py",
+    "tests/warmstart.py",  # the root conftest.py sets up its warm python
     "src/rankgate/__init__.py",
     "src/rankgate/errors.py",  # every error's base
     "src/rankgate/pytest_plugin.py",
