@@ -147,7 +147,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     private = session.config.stash.get(_KEY, None)
     if private is None:
         return
-    warm = sys.modules.get("tests.warmstart")  # when a test used it
+    warm = sys.modules.get("tests.warmstart")  # the root conftest.py imports it, if it ran
     if warm is not None:
         warm.WARM_PYTHON.stop()  # its fork server's folder goes with the session, not at exit
     checks = session.config.stash[_CHECKS]  # else another rank of this run on this host checks
