@@ -11,6 +11,8 @@ import os
 import platform
 import re
 
+from rankgate.harness.pool.gpus import gpu_driver_present
+
 
 def machine_kind() -> str:
     """This machine's kind (see the module docstring)."""
@@ -33,6 +35,9 @@ def machine_description() -> dict:
 
 
 def _gpus() -> tuple[str, int]:
+    # Without a GPU driver torch sees none: no import of torch (1.4 CPU-s) to learn it.
+    if not gpu_driver_present():
+        return "", 0
     try:
         import torch
     except ImportError:

@@ -18,8 +18,13 @@ of them torch sees no GPU, and a pytest process need not import torch (a second 
 of CPU) to learn that."""
 
 
+def gpu_driver_present() -> bool:
+    """Whether any of :data:`GPU_DRIVER_NODES` exists (without it, no torch import)."""
+    return any(os.path.exists(node) for node in GPU_DRIVER_NODES)
+
+
 def visible_gpu_count() -> int:
-    if not any(os.path.exists(node) for node in GPU_DRIVER_NODES):
+    if not gpu_driver_present():
         return 0
     import torch
 
