@@ -85,7 +85,9 @@ def test_a_stage_run_alone_cannot_meet_its_partner(tmp_path):
 def test_the_gate_starts_hpc_and_container_first_and_keeps_pipeline_order(tmp_path, monkeypatch):
     started: list[str] = []
 
-    def fake_run_stage(stage, options, machine=None, decision=None, log=None, *, in_gate=False):
+    def fake_run_stage(
+        stage, options, machine=None, decision=None, log=None, *, in_gate=False, before_measuring=None
+    ):
         started.append(f"{stage.name} log={log.name if log else None}")
         return executor.Outcome(stage=stage.name, status="passed")
 
@@ -155,8 +157,8 @@ def test_a_stage_that_measures_starts_once_the_background_has_ended(tmp_path, mo
     background = _late("alpha", tmp_path, seconds=2)
     ended = "import pathlib, sys; sys.exit(0 if pathlib.Path(sys.argv[1]).exists() else 'alpha ran on')"
     measures = Stage(
-        name="beta", description="beta", where=("local",), paths=("x",), alone=True,
-        commands=(Command(argv=(sys.executable, "-c", ended, str(tmp_path / "alpha"))),),
+        name="beta", description="beta", where=("local",), paths=("x",),
+        commands=(Command(argv=(sys.executable, "-c", ended, str(tmp_path / "alpha")), measures=True),),
         dagger="beta", workflow="ci.yml:beta",
     )  # fmt: skip
     options = Options(out_dir=tmp_path / "out")
@@ -166,7 +168,51 @@ def test_a_stage_that_measures_starts_once_the_background_has_ended(tmp_path, mo
     assert [(o.stage, o.status) for o in outcomes] == [("alpha", "passed"), ("beta", "passed")]
     shown = capfd.readouterr().err
     assert shown.count("alpha started: ran in the background") == 1
-    assert shown.index("alpha started: ran in the background") < shown.index("beta started")
+
+
+def test_the_commands_before_a_measuring_one_run_beside_the_background(tmp_path, monkeypatch, capfd):
+    """alpha (in the background) ends only after beta's first command has run; beta's
+    second command measures and passes only once alpha has ended. Had beta waited for the
+    background before its first command, alpha would have failed after 60 s."""
+    monkeypatch.setattr(executor, "gate_checks", lambda options, progress: [])
+    go, alpha_ended = tmp_path / "go", tmp_path / "alpha"
+    waits_for_go = (
+        "import pathlib, sys, time\n"
+        "deadline = time.monotonic() + 60\n"
+        "while not pathlib.Path(sys.argv[1]).exists():\n"
+        "    if time.monotonic() > deadline: sys.exit('beta never started beside alpha')\n"
+        "    time.sleep(0.05)\n"
+        "time.sleep(0.5)\n"
+        "pathlib.Path(sys.argv[2]).touch()\n"
+    )
+    background = Stage(
+        name="alpha", description="alpha", where=("local",), paths=("x",), beside=True,
+        commands=(Command(argv=(sys.executable, "-c", waits_for_go, str(go), str(alpha_ended))),),
+        dagger="alpha", workflow="ci.yml:alpha",
+    )  # fmt: skip
+    touch = "import pathlib, sys; pathlib.Path(sys.argv[1]).touch()"
+    ended = "import pathlib, sys; sys.exit(0 if pathlib.Path(sys.argv[1]).exists() else 'alpha ran on')"
+    beta = Stage(
+        name="beta", description="beta", where=("local",), paths=("x",),
+        commands=(
+            Command(argv=(sys.executable, "-c", touch, str(go))),
+            Command(argv=(sys.executable, "-c", ended, str(alpha_ended)), measures=True),
+        ),
+        dagger="beta", workflow="ci.yml:beta",
+    )  # fmt: skip
+    assert beta.alone and not background.alone
+    options = Options(out_dir=tmp_path / "out")
+    outcomes = executor.run_gate(options, Machine(), include=_registered(monkeypatch, background, beta))
+    assert [(o.stage, o.status) for o in outcomes] == [("alpha", "passed"), ("beta", "passed")]
+    assert capfd.readouterr().err.count("alpha started: ran in the background") == 1
+
+
+def test_a_stage_in_the_background_cannot_measure():
+    with pytest.raises(ValueError, match="stage gamma: a stage in the background cannot measure"):
+        Stage(
+            name="gamma", description="gamma", where=("local",), paths=("x",), beside=True,
+            commands=(Command(argv=("true",), measures=True),), dagger="gamma", workflow="ci.yml:gamma",
+        )  # fmt: skip
 
 
 @contextlib.contextmanager

@@ -71,15 +71,21 @@ def checks(run: GateRun) -> None:
 def run_stages(run: GateRun) -> None:
     """Every chosen stage; those that mostly wait (on a scheduler, on an image build, on
     the launches their tests start) start first, in the background, and the others run
-    meanwhile: the gate takes the longer of the two. A stage that measures waits for the
-    background to end. The report is refreshed as each one ends."""
+    meanwhile: the gate takes the longer of the two. A command that measures waits for
+    the background to end (the commands of its stage before it need not). The report is
+    refreshed as each one ends."""
     options, progress = run.options, run.progress
     machine = run.machine or Machine()
     numbered = list(enumerate(run.chosen, start=len(run.outcomes) + 1))
 
-    def stage_run(stage: Stage, log: Path | None = None) -> Outcome:
+    def stage_run(
+        stage: Stage, log: Path | None = None, before_measuring: Callable[[], None] | None = None
+    ) -> Outcome:
         decision = run.plan.decision(stage.name) if run.plan is not None else None
-        outcome = run_stage(stage, options, machine, decision, log, in_gate=True)
+        outcome = run_stage(
+            stage, options, machine, decision, log, in_gate=True,
+            before_measuring=before_measuring,
+        )  # fmt: skip
         refresh_report(options.out_dir, log)
         return outcome
 
@@ -93,11 +99,10 @@ def run_stages(run: GateRun) -> None:
         for i, stage in numbered:
             if stage.name in background.names:
                 continue
-            if stage.alone:  # it measures: what runs in the background ends first
-                by_name.update(background.wait(progress))
             decision = run.plan.decision(stage.name) if run.plan is not None else None
             with progress.step(i, stage.name, decision.reason if decision else "", spinner=False):
-                by_name[stage.name] = stage_run(stage)
+                # its measuring command waits there for the background (shown after it)
+                by_name[stage.name] = stage_run(stage, before_measuring=background.join)
             progress.done(i, by_name[stage.name].status, by_name[stage.name].seconds)
         by_name.update(background.wait(progress))
     run.outcomes += [by_name[stage.name] for stage in run.chosen]

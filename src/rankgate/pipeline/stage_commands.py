@@ -12,6 +12,7 @@ import contextlib
 import shlex
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from rankgate.pipeline import changes
@@ -39,6 +40,7 @@ def run_stage(
     log: Path | None = None,
     *,
     in_gate: bool = False,
+    before_measuring: Callable[[], None] | None = None,
 ) -> Outcome:
     """Run one stage here or dispatch it; a stage the machine cannot run is skipped, loudly.
 
@@ -46,7 +48,8 @@ def run_stage(
     does not touch is skipped, saying why. Outside a gate (``in_gate``) it is a run of
     its own: out/run.json describes it (:mod:`rankgate.report.runinfo`) and it refreshes
     the report; in a gate, the gate does. ``log``: the commands' output goes there, not
-    to the terminal (a stage run beside another).
+    to the terminal (a stage run beside another). ``before_measuring``: called before
+    its first command that measures (the gate's wait for its background stages).
     """
     if stage.includes:
         raise ValueError(f"{stage.name} runs other stages: use run_gate()")
@@ -72,7 +75,9 @@ def run_stage(
         else rewrite_on_stop(options, lambda: [stage.name], gate=False)
     )
     with on_stop, tracing.span(f"stage {stage.name}", {"rankgate.stage": stage.name}) as trace_env:
-        outcome = _run_selected(stage, options, machine or Machine(), trace_env, log)
+        outcome = _run_selected(
+            stage, options, machine or Machine(), trace_env, log, before_measuring
+        )
         tracing.mark(outcome.status, **{"rankgate.reason": outcome.reason})
     tracing.flush()
     if decision is not None:
@@ -89,6 +94,7 @@ def _run_selected(
     machine: Machine,
     trace_env: dict[str, str],
     log: Path | None = None,
+    before_measuring: Callable[[], None] | None = None,
 ) -> Outcome:
     start = time.monotonic()
     if options.quick and stage.slow:
@@ -106,6 +112,9 @@ def _run_selected(
         steps = list(stage.commands)
     statuses, notes, tool_absent = [], [], False
     for step in steps:
+        if step.measures and before_measuring is not None:
+            before_measuring()
+            before_measuring = None
         step_status, note = run_command(step, stage, options, trace_env, log)
         statuses.append(step_status)
         if note:

@@ -41,6 +41,10 @@ class Command:
     pytest_args: bool = False
     """The run's extra pytest arguments go to this command too (it runs pytest through
     nox itself, as stage latest does); a ``pytest`` command always gets them."""
+    measures: bool = False
+    """Its figures are compared with baselines: in a gate it starts once every stage in
+    the background has ended, and nothing runs beside it (the stage's commands before it
+    may run while the background ends)."""
 
     def __post_init__(self) -> None:
         if not self.argv:
@@ -87,9 +91,6 @@ class Stage:
     it waits more than it computes (on a scheduler, on an image build, on the launches its
     tests start), so it shares the cores well. Its output then goes to
     ``logs/<name>.log``, shown once the others end."""
-    alone: bool = False
-    """It measures: the gate starts it only once the stages before it and every stage in
-    the background (whatever its place in the list) have ended; nothing runs beside it."""
     slow: bool = False
     """Its work takes minutes whatever it selects (a scheduler's jobs, an image build):
     the quick gate (``nox -s gate`` without ``--full``) leaves it out, saying so."""
@@ -116,11 +117,23 @@ class Stage:
                 raise ValueError(f"stage {self.name}: need {need!r}; use one of {NEEDS}")
         if "dispatch" in self.where and not self.dispatch_markers:
             raise ValueError(f"stage {self.name}: a dispatched stage needs a marker expression")
+        if self.beside and self.alone:
+            raise ValueError(
+                f"stage {self.name}: a stage in the background cannot measure (a command "
+                "with measures=True waits for the background to end)"
+            )
         if not self.includes and not self.paths:
             raise ValueError(
                 f"stage {self.name}: no paths; name the files it depends on, so that "
                 "--changed-since can tell when it must run"
             )
+
+    @property
+    def alone(self) -> bool:
+        """It measures (a :attr:`Command.measures` command): the gate starts it after the
+        stages before it, and its measuring commands only once every stage in the
+        background (whatever its place in the list) has ended."""
+        return any(command.measures for command in self.commands)
 
     @property
     def dispatchable(self) -> bool:

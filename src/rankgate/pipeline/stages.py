@@ -45,7 +45,8 @@ _PYTEST = Command(argv=("pytest",))
 # (198) under 4 (benchmarks/results/cpu/profile-2026-11-30/README.md).
 _PYTEST_THREE_WORKERS = Command(argv=("pytest", "-n", "3"))
 # bench's tests run the benchmark tools end to end and assert no time (its figures come
-# from its harness command after them); bench runs alone, so a second worker has a core.
+# from its harness command after them, which measures: nothing runs beside it), so they
+# start while the background's last stage ends; two workers fill the cores after it.
 _PYTEST_TWO_WORKERS = Command(argv=("pytest", "-n", "2"))
 # The container stage's tests fail, never skip, without an engine or the image it built.
 _CONTAINER_PYTEST = Command(argv=("pytest",), env=(("RANKGATE_REQUIRE_CONTAINER", "1"),))
@@ -218,7 +219,6 @@ _STAGES: dict[str, Stage] = {
             ),
             markers="perf",
             test_paths=("tests/bench",),  # 8 tests; collecting all 2,868 cost 14 CPU-s
-            alone=True,  # its figures are compared with baselines: no other stage beside it
             where=("local", "container"),
             products=(
                 "junit/bench.xml",
@@ -248,6 +248,7 @@ _STAGES: dict[str, Stage] = {
                     label="bench harness",
                     module="rankgate.bench.pool_overhead",
                     stdout="bench/harness.json",
+                    measures=True,  # compared with baselines: no other stage beside it
                 ),
                 Command(
                     argv=("rankgate", "bench", "compare", "--kind", "auto"),
