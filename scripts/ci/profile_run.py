@@ -95,8 +95,6 @@ def stage_of(argv: list[str]) -> str:
         return "set-up: " + os.path.basename(argv[0])
     if "pip install" in cmd or " -m pip " in cmd or " -m venv" in cmd:
         return "set-up: pip"
-    if "build_ops" in cmd:
-        return "set-up: DeepSpeed op"
     return "set-up: " + (os.path.basename(argv[0]) if argv else "?")
 
 

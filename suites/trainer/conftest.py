@@ -7,64 +7,17 @@ import os
 import pickle
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from rankgate.launch.markers import PLAIN, current_launcher, launcher_skip_reason
+from rankgate.launch.markers import current_launcher, launcher_skip_reason
 
 # Read once, before any test runs: strategies export torchrun's variable names (RANK,
 # WORLD_SIZE, ...) for the libraries that read only those, which would make a later
 # look at the environment see torchrun under mpirun or srun.
 LAUNCHER = current_launcher()
-
-
-_BUILD_OPS = (
-    "from rankgate.workloads.trainer.strategies.deepspeed import build_ops; print(build_ops())"
-)
-_ops_build: subprocess.Popen | None = None
-"""DeepSpeed's op build, started in the background when the session selects a test that
-needs it (pytest_collection_finish); the fixture deepspeed_ops waits for it."""
-
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    # In a new environment DeepSpeed compiles its CPU op with g++ (40 s on 2 cores). Built
-    # when the first DeepSpeed test sets up, it stalled both xdist workers (one building,
-    # one waiting for the build's lock); started here, it overlaps the tests before them.
-    # One process builds: the only one, or xdist's first worker; under a launcher every
-    # rank runs the fixture itself, as before.
-    global _ops_build
-    workerinput = getattr(session.config, "workerinput", {"workerid": "gw0"})
-    if LAUNCHER != PLAIN or workerinput["workerid"] != "gw0" or session.config.option.collectonly:
-        return
-    if not any("deepspeed_ops" in getattr(item, "fixturenames", ()) for item in session.items):
-        return
-    # Its output is read only if the build fails: the fixture then builds in the test's
-    # process, and the error shows there.
-    _ops_build = subprocess.Popen(
-        [sys.executable, "-c", _BUILD_OPS],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    # Never left running: a build killed half-way leaves torch's build lock behind, and
-    # the next build would wait on it for ever.
-    if _ops_build is not None:
-        _ops_build.wait()
-
-
-@pytest.fixture(scope="session")
-def deepspeed_ops() -> None:
-    """DeepSpeed's CPU op compiled once here, not in each rank inside a test's timeout."""
-    from rankgate.workloads.trainer.strategies.deepspeed import build_ops
-
-    if _ops_build is not None:
-        _ops_build.wait()
-    build_ops()  # loads what the background build made, or builds it now if that failed
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
