@@ -577,7 +577,11 @@ def test_x_under_sub_worlds_names_every_test_once(x_run):
 def test_x_under_sub_worlds_says_the_stop_on_rank_0(x_run):
     folder, proc, _merged, report, _records = x_run
     stop = "stopping after 1 failures (counted on every rank)"
-    assert f" {stop} " in proc.stdout, proc.stdout[-3000:]
+    # w2[1] fails on ranks 2, 3: rank 0 counts it as its result comes (pytest's "!!!
+    # stopping after ... !!!") or, its own share ended first (a slow machine, CI's once),
+    # hears the stop from them after its last test ("rankgate: stopping after ...").
+    said = (f" {stop} ", f"\nrankgate: {stop}\n")
+    assert any(words in proc.stdout for words in said), proc.stdout[-3000:]
     assert _closing_line(proc.stdout) == "1 failed, 5 passed, 2 errors", proc.stdout[-3000:]
     # the tests rank 0 counts of the other sub-world are named, as merge-junit names them
     failed = by_id(report)["test_w2[1]"]["message"].splitlines()[0]
