@@ -36,8 +36,14 @@ def test_outside_a_checkout_it_says_where_to_run_it(monkeypatch, tmp_path):
         latest.main([])
 
 
-def test_the_new_environment_sees_this_ones_packages_after_its_own(tmp_path):
-    bin_dir = latest.make_environment(tmp_path / "venv")
+@pytest.fixture(scope="module")
+def new_environment(tmp_path_factory) -> Path:
+    """One environment for the tests that only read it (ensurepip makes each: 5 CPU-s)."""
+    return latest.make_environment(tmp_path_factory.mktemp("latest") / "venv")
+
+
+def test_the_new_environment_sees_this_ones_packages_after_its_own(new_environment):
+    bin_dir = new_environment
     shown = subprocess.run(
         [bin_dir / "python", "-c",
          "import importlib.util, sys, sysconfig; print(importlib.util.find_spec('torch').origin);"
@@ -47,14 +53,14 @@ def test_the_new_environment_sees_this_ones_packages_after_its_own(tmp_path):
     torch_file, own, *path = shown
     here = sysconfig.get_paths()["purelib"]
     assert torch_file.startswith(here)  # the torch this machine has
-    assert own.startswith(str(tmp_path)) and path.index(own) < path.index(here)
+    assert own.startswith(str(bin_dir.parent)) and path.index(own) < path.index(here)
 
 
-def test_every_command_of_this_environment_runs_on_the_new_ones_python(tmp_path):
+def test_every_command_of_this_environment_runs_on_the_new_ones_python(new_environment):
     # The stages start pytest, torchrun, rankgate ... by name. A package the upgrade
     # leaves alone (already the newest) has its command only here, whose python sees the
     # old versions of every package the upgrade did change: the run would test those.
-    bin_dir = latest.make_environment(tmp_path / "venv")
+    bin_dir = new_environment
     commands = {
         entry.name
         for dist in metadata.distributions()
