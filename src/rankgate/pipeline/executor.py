@@ -79,7 +79,7 @@ def run_stages(run: GateRun) -> None:
     numbered = list(enumerate(run.chosen, start=len(run.outcomes) + 1))
 
     def stage_run(
-        stage: Stage, log: Path | None = None, before_measuring: Callable[[], None] | None = None
+        stage: Stage, log: Path | None = None, before_measuring: Callable[[], object] | None = None
     ) -> Outcome:
         decision = run.plan.decision(stage.name) if run.plan is not None else None
         outcome = run_stage(

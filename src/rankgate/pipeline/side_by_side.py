@@ -94,17 +94,16 @@ class Running(Generic[Outcome]):
         self._stop_began = True
         self.stopped[:] = [name for name, future in self._futures.items() if not future.done()]
 
-    def join(self) -> None:
-        """Wait for every stage to end, showing nothing (a measuring command starts then)."""
+    def join(self) -> dict[str, Outcome]:
+        """Wait for every stage to end, showing nothing (a measuring command starts then);
+        name -> outcome."""
         with command.signals_raise_ended():
-            for future in self._futures.values():
-                future.result()
+            return {name: future.result() for name, future in self._futures.items()}
 
     def wait(self, progress: Progress) -> dict[str, Outcome]:
         """Wait for every stage, then show each one's log and verdict; name -> outcome.
         Each stage is shown once: a later call returns only those not shown yet."""
-        self.join()
-        outcomes = {name: future.result() for name, future in self._futures.items()}
+        outcomes = self.join()
         self._pool.shutdown()
         shown, self._shown = self._shown, self._shown | set(outcomes)
         for i, stage in self.numbered:

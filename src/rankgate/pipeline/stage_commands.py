@@ -40,7 +40,7 @@ def run_stage(
     log: Path | None = None,
     *,
     in_gate: bool = False,
-    before_measuring: Callable[[], None] | None = None,
+    before_measuring: Callable[[], object] | None = None,
 ) -> Outcome:
     """Run one stage here or dispatch it; a stage the machine cannot run is skipped, loudly.
 
@@ -94,7 +94,7 @@ def _run_selected(
     machine: Machine,
     trace_env: dict[str, str],
     log: Path | None = None,
-    before_measuring: Callable[[], None] | None = None,
+    before_measuring: Callable[[], object] | None = None,
 ) -> Outcome:
     start = time.monotonic()
     if options.quick and stage.slow:
