@@ -13,6 +13,7 @@ rank's log, as do failures inside the launched runs.
 
 from __future__ import annotations
 
+import os
 import shutil
 import textwrap
 from pathlib import Path
@@ -21,6 +22,7 @@ import pytest
 
 from rankgate.report.launched import run_pytest_under
 from rankgate.workloads.trainer.strategies import unavailable_reason
+from tests.warmstart import WARM_PYTHON
 
 # Each test starts launchers (or Ray's workers) itself: not once per rank in place, and
 # slow (seconds of CPU each).
@@ -34,6 +36,15 @@ SUITE = "suites/trainer/test_strategies.py"
 SHOWN = {"torchrun": "torchrun", "srun": "srun", "mpirun": "mpirun"}
 CONTRACT = ["identity", "errors_before_init_and_on_second_init", "gather_object",
             "dataloader_shards", "training_steps", "shutdown"]  # fmt: skip
+
+
+def _ranks_python(launcher: str) -> str | None:
+    """The ranks start warm (tests/warmstart.py) where they start on this host: always
+    under torchrun --standalone and under srun (the local one-node SLURM); under mpirun
+    unless a SLURM allocation of several nodes hands it other hosts."""
+    if launcher == "mpirun" and int(os.environ.get("SLURM_JOB_NUM_NODES", "1")) > 1:
+        return None
+    return WARM_PYTHON.executable()
 
 
 def expected_verdicts(launcher: str) -> dict[str, str]:
@@ -53,7 +64,7 @@ def expected_verdicts(launcher: str) -> dict[str, str]:
 
 def run_strategy_suite(launcher: str, tmp_path: Path):
     run = run_pytest_under(launcher, 2, [SUITE, "-q", "-rs"], cwd=REPO, out_dir=tmp_path / "out",
-                           timeout=480)  # fmt: skip
+                           timeout=480, python=_ranks_python(launcher))  # fmt: skip
     report = run.report()
     assert not run.timed_out, report
     verdicts = run.verdicts()
@@ -105,7 +116,7 @@ def _failing_run(launcher: str, tmp_path: Path):
     (tmp_path / "test_fails.py").write_text(textwrap.dedent(FAILING % token))
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     run = run_pytest_under(launcher, 2, ["test_fails.py"], cwd=tmp_path, out_dir=tmp_path / "out",
-                           timeout=240)  # fmt: skip
+                           timeout=240, python=_ranks_python(launcher))  # fmt: skip
     return run, token
 
 

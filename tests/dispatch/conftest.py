@@ -21,12 +21,13 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from fake_interlink import TOKEN
+
+from tests.warmstart import WARM_PYTHON
 
 
 @pytest.fixture
@@ -47,7 +48,8 @@ def interlink(tmp_path):
 
 @pytest.fixture
 def interlink_profile(interlink, tmp_path):
-    """Profile data for the fake: the local Python stands in for the image's."""
+    """Profile data for the fake: the local Python (warm, tests/warmstart.py) stands in for
+    the image's."""
     (tmp_path / "suite").mkdir()
     return {
         "target": "interlink-rest",
@@ -55,7 +57,7 @@ def interlink_profile(interlink, tmp_path):
         "time_limit": "00:10:00",
         "partition": "gpu",
         "workdir": str(tmp_path / "suite"),
-        "python": sys.executable,
+        "python": WARM_PYTHON.executable(),
         "container": {"runtime": "singularity", "image": "/images/rankgate.sif"},
         "interlink": {
             "url": interlink.url,

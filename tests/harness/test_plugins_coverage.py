@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+
+from tests.warmstart import WARM_PYTHON
 
 pytest.importorskip("pytest_cov")
 
@@ -77,7 +78,7 @@ def _run(path: Path, *prefix: str, args: tuple[str, ...] = ()) -> subprocess.Com
 
 @pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["pool", "pool-n2"])
 def test_pool_ranks_count_in_the_coverage_report(tmp_path, xdist):
-    proc = _run(_project(tmp_path), sys.executable, args=xdist)
+    proc = _run(_project(tmp_path), WARM_PYTHON.executable(), args=xdist)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert EXPECTED.search(proc.stdout), proc.stdout
     assert not list(tmp_path.glob(".coverage.*")), "every rank's data file was combined"
@@ -87,8 +88,9 @@ def test_pool_ranks_count_in_the_coverage_report(tmp_path, xdist):
 @pytest.mark.slow
 @pytest.mark.parametrize("nproc", ["2", "4"])  # at 4, the world(2) test runs in a sub-world
 def test_in_place_each_rank_saves_and_rank_0_reports_once(tmp_path, nproc):
-    torchrun = (sys.executable, "-m", "torch.distributed.run", "--standalone")
-    torchrun += ("--nproc-per-node", nproc)
+    python = WARM_PYTHON.executable()
+    torchrun = (python, "-m", "torch.distributed.run", "--standalone")
+    torchrun += ("--nproc-per-node", nproc, "--no-python", python)
     proc = _run(_project(tmp_path), *torchrun)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out

@@ -88,15 +88,17 @@ def run_pytest_under(  # launcher, ranks, pytest's arguments, then keyword-only 
     out_dir: Path,
     timeout: float,
     env: Mapping[str, str] | None = None,
+    python: str | None = None,
 ) -> LaunchedRun:
     """Start ``launcher`` with ``nprocs`` ranks of ``python -m pytest ARGS`` and wait.
 
     JUnit files and rank logs go to ``out_dir``. The job runs in its own process
-    session; past ``timeout`` seconds the whole session is killed.
+    session; past ``timeout`` seconds the whole session is killed. ``python``: the
+    interpreter of the launcher and the ranks (:func:`launcher_argv`).
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     argv = [
-        *launcher_argv(launcher, nprocs),
+        *launcher_argv(launcher, nprocs, python),
         "-m", "pytest", "-p", "no:cacheprovider", "--color=no",
         f"--junitxml={out_dir / 'junit.xml'}", *pytest_args,
     ]  # fmt: skip
