@@ -19,9 +19,11 @@ def test_the_pool_start_is_the_first_test_and_not_among_the_steady_ones(monkeypa
     # `rankgate bench harness` has no such variable.
     monkeypatch.delenv("PYTEST_ADDOPTS", raising=False)
     result = measure_pool([2], "gloo", k=10)[2]
-    # A pool start costs a second (processes, torch, a process group); a steady test
-    # milliseconds. Shuffled, the start would be test 0 one time in eleven.
-    assert result["first_test_s"] > 0.3, result
+    # A pool start (processes, a process group; torch too unless its fork server forks
+    # from a warm one: 0.19 s under CI's load then) costs tens of steady tests. Shuffled,
+    # the start would be test 0 one time in eleven; otherwise a steady test is first and
+    # the start lifts the steady tests' mean.
+    assert 1000 * result["first_test_s"] > 10 * result["median_ms"], result
     assert result["per_test_ms"] < 1000 * result["first_test_s"] / 3, result
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import textwrap
 import time
 
@@ -18,6 +17,7 @@ from rankgate.dispatch.job_outcome import JobOutcome
 from rankgate.dispatch.job_result import render_report
 from rankgate.dispatch.profile import profile_from_dict
 from rankgate.dispatch.run import run_stage, wait_policy
+from tests.warmstart import WARM_PYTHON
 
 pytestmark = pytest.mark.hpc
 
@@ -69,7 +69,7 @@ def dispatch(local_slurm, tmp_path):
             "time_limit": "5",
             "results_dir": str(tmp_path / "results"),
             "workdir": str(suite),
-            "python": sys.executable,
+            "python": WARM_PYTHON.executable(),  # the jobs' ranks start warm: one node, here
             "env": {"SUITE_MODE": mode},
             **overrides,
         }
