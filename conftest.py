@@ -91,16 +91,6 @@ LONG_FIRST = (
 )
 
 
-# Ray's tests (marker ray_dist, in two files) go before them: together they fall in the
-# first worker's first hand-out (xdist's first chunk is a quarter of a worker's share), so
-# one worker starts one local Ray for them all (suites/trainer/conftest.py's session-scoped
-# ray_cluster), not one in each worker that gets one (a Ray start: about 30 CPU-s here).
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    first = {path: place for place, path in enumerate(LONG_FIRST, start=1)}
-
-    def place(item: pytest.Item) -> int:
-        if item.get_closest_marker("ray_dist") is not None:
-            return 0
-        return first.get(item.nodeid.split("::", 1)[0], len(first) + 1)
-
-    items.sort(key=place)
+    first = {path: place for place, path in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: first.get(item.nodeid.split("::", 1)[0], len(first)))

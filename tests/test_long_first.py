@@ -31,26 +31,9 @@ def test_long_files_go_first_in_their_order_the_rest_keep_theirs(root_conftest):
     second, first = root_conftest.LONG_FIRST[1], root_conftest.LONG_FIRST[0]
     ids = ["tests/a_test.py::t1", f"{second}::x", "tests/b_test.py::t2", f"{first}::y",
            f"{second}::z", "tests/a_test.py::t3"]  # fmt: skip
-    items = [_item(i) for i in ids]
+    items = [SimpleNamespace(nodeid=i) for i in ids]
     root_conftest.pytest_collection_modifyitems(items)
     assert [i.nodeid for i in items] == [
         f"{first}::y", f"{second}::x", f"{second}::z",
         "tests/a_test.py::t1", "tests/b_test.py::t2", "tests/a_test.py::t3",
     ]  # fmt: skip
-
-
-def test_rays_tests_go_before_everything_in_their_order(root_conftest):
-    first = root_conftest.LONG_FIRST[0]
-    items = [_item("tests/a_test.py::t1"), _item(f"{first}::y"), _item("suites/x.py::r1", "ray_dist"),
-             _item("tests/b_test.py::t2"), _item("suites/y.py::r2", "ray_dist")]  # fmt: skip
-    root_conftest.pytest_collection_modifyitems(items)
-    assert [i.nodeid for i in items] == [
-        "suites/x.py::r1", "suites/y.py::r2", f"{first}::y", "tests/a_test.py::t1",
-        "tests/b_test.py::t2",
-    ]  # fmt: skip
-
-
-def _item(nodeid: str, *markers: str) -> SimpleNamespace:
-    return SimpleNamespace(
-        nodeid=nodeid, get_closest_marker=lambda name: name if name in markers else None
-    )
