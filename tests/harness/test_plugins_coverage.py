@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from rankgate.launch.launchers import launcher_argv
 from tests.warmstart import WARM_PYTHON
 
 pytest.importorskip("pytest_cov")
@@ -88,9 +89,7 @@ def test_pool_ranks_count_in_the_coverage_report(tmp_path, xdist):
 @pytest.mark.slow
 @pytest.mark.parametrize("nproc", ["2", "4"])  # at 4, the world(2) test runs in a sub-world
 def test_in_place_each_rank_saves_and_rank_0_reports_once(tmp_path, nproc):
-    python = WARM_PYTHON.executable()
-    torchrun = (python, "-m", "torch.distributed.run", "--standalone")
-    torchrun += ("--nproc-per-node", nproc, "--no-python", python)
+    torchrun = launcher_argv("torchrun", int(nproc), WARM_PYTHON.executable())
     proc = _run(_project(tmp_path), *torchrun)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out

@@ -26,21 +26,21 @@ def launcher_argv(launcher: str, nprocs: int, python: str | None = None) -> list
     this one. Given, torchrun runs it as its program (``--no-python python -u``, what
     torchrun itself puts before ``-m``).
     """
+    interpreter = python or sys.executable
     if launcher == "torchrun":
         # torch.distributed.run under this interpreter: the torchrun on PATH may be another's.
-        start = [python or sys.executable, "-m", "torch.distributed.run", "--standalone",
+        start = [interpreter, "-m", "torch.distributed.run", "--standalone",
                  "--nproc-per-node", str(nprocs)]  # fmt: skip
         return [*start, "--no-python", python, "-u"] if python else start
-    python = python or sys.executable
     if launcher == "srun":
         if shutil.which("srun") is None:
             raise LauncherUnavailable("srun is not installed: apt-get install slurm-wlm")
         # --immediate: fail at once when the cluster has no room, instead of queueing forever.
         return ["srun", "-n", str(nprocs), "--immediate=60", "--kill-on-bad-exit=1",
-                python]  # fmt: skip
+                interpreter]  # fmt: skip
     if launcher == "mpirun":
         if shutil.which("mpirun") is None:
             raise LauncherUnavailable("mpirun is not installed: apt-get install openmpi-bin")
         root = ["--allow-run-as-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []
-        return ["mpirun", *root, "--oversubscribe", "-np", str(nprocs), python]
+        return ["mpirun", *root, "--oversubscribe", "-np", str(nprocs), interpreter]
     raise ValueError(f"unknown launcher {launcher!r}; use one of {', '.join(LAUNCHERS)}")
