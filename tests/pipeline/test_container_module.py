@@ -207,6 +207,7 @@ def test_pip_installs_use_a_cache_mount_the_image_does_not_keep():
 
 
 LOCK_IN_IMAGE = "/opt/rankgate/requirements/dev-lock.txt"
+UV_FROM_LOCK = '"uv==$(sed -n \'s/^uv==\\([^ ]*\\).*/\\1/p\' /opt/rankgate/requirements/dev-lock.txt)"'
 
 
 def pip_installs() -> list[list[str]]:
@@ -232,8 +233,11 @@ def test_dependencies_come_from_the_lock_before_anything_resolves_them():
     assert lock[lock.index(LOCK_IN_IMAGE) - 1] == "-r"
     assert {"--no-deps", "--require-hashes"} <= set(lock)
     # Before it only torch (the base image's or the matrix's build, which the lock leaves
-    # out); every install that resolves dependencies comes after it.
-    assert [words[-1] for words in installs[: from_lock[0]]] == ['"$TORCH_SPEC"']
+    # out) and the installer of the lock, uv at the version the lock pins; every install
+    # that resolves dependencies comes after it.
+    torch_install, uv_install = installs[: from_lock[0]]
+    assert torch_install[-1] == '"$TORCH_SPEC"'
+    assert " ".join(uv_install).endswith(f"--no-deps {UV_FROM_LOCK}"), uv_install
     *_, project = installs
     assert "--no-deps" in project and project[-1] == "/opt/rankgate"
 
