@@ -8,6 +8,7 @@ import signal
 import subprocess
 from pathlib import Path
 
+from rankgate.launch.launchers import launcher_argv
 from tests.warmstart import WARM_PYTHON
 
 
@@ -15,11 +16,8 @@ def torchrun_pytest_cmd(*pytest_args: str, ranks: int = 2) -> list[str]:
     """The command starting ``ranks`` ranks on this host with torchrun, each running
     ``pytest -p no:cacheprovider *pytest_args`` (no cache left in the test's folder).
     torchrun and its ranks start from this process's warm ``python`` (:mod:`warmstart`)."""
-    python = WARM_PYTHON.executable()
-    return [
-        python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks),
-        "--no-python", python, "-m", "pytest", "-p", "no:cacheprovider", *pytest_args,
-    ]  # fmt: skip
+    start = launcher_argv("torchrun", ranks, python=WARM_PYTHON.executable())
+    return [*start, "-m", "pytest", "-p", "no:cacheprovider", *pytest_args]
 
 
 def run_torchrun_pytest(

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from rankgate.launch.launchers import launcher_argv
 from tests.once import once_per_run
 from tests.warmstart import WARM_PYTHON
 
@@ -231,8 +232,7 @@ def launch(
     env = {**os.environ, "SUBWORLD_NOTES": str(notes), "PYTHONPATH": _pythonpath(folder)}
     python = WARM_PYTHON.executable()
     if launcher == "torchrun":
-        start = [python, "-m", "torch.distributed.run", "--standalone",
-                 "--nproc-per-node", str(ranks), "--no-python", python]  # fmt: skip
+        start = launcher_argv("torchrun", ranks, python=python)
     else:  # Open MPI forwards only the variables it is told to; 3 s to write at a stop
         start = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks),
                  "--mca", "odls_base_sigkill_timeout", "3",
