@@ -14,6 +14,7 @@ import importlib.util
 import os
 import pickle
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -214,6 +215,10 @@ def run_on_ray(
 STOP_GRACE_S = 60.0
 """How long a fit that ran past its timeout gets to end once its workers are gone."""
 
+KILL_AFTER_S = 15.0
+"""How long the removal of its groups alone gets to end the fit, before its controller is
+killed: under CI's load one fit's controller did not end within 60 s of the removal."""
+
 
 def _stop_abandoned_fit(thread: threading.Thread) -> str:
     """End a fit that ran past its timeout, so that it frees the instance's CPUs.
@@ -221,28 +226,55 @@ def _stop_abandoned_fit(thread: threading.Thread) -> str:
     Removing a placement group kills the workers placed in it, and Ray Train then fails
     the fit (run_on_ray allows no retries, yet a start cut short was seen retried once).
     Groups are removed until the fit's thread ends: the controller may not have created
-    its group at the first pass, or may create another on that retry. Only the fits of
-    this process use the instance (:func:`local_ray` starts a private one), so every
-    group is the fit's. Returns a clause for the error message.
+    its group at the first pass, or may create another on that retry. A controller that
+    has not ended the fit :data:`KILL_AFTER_S` after is killed (its workers, which it
+    owns, end with it). Only the fits of this process use the instance (:func:`local_ray`
+    starts a private one, and a fit runs at a time), so every group and controller is the
+    fit's. Returns a clause for the error message.
     """
     import ray
     from ray.util.placement_group import PlacementGroup
 
     removed: set[str] = set()
-    deadline = time.monotonic() + STOP_GRACE_S
-    while thread.is_alive() and time.monotonic() < deadline:
+    killed: set[int] = set()
+    start = time.monotonic()
+    while thread.is_alive() and time.monotonic() < start + STOP_GRACE_S:
         for group_id, info in ray.util.placement_group_table().items():
             if info["state"] != "REMOVED" and group_id not in removed:
                 group = PlacementGroup(ray.PlacementGroupID(bytes.fromhex(group_id)))
                 ray.util.remove_placement_group(group)
                 removed.add(group_id)
+        if time.monotonic() >= start + KILL_AFTER_S:
+            killed |= _kill_train_controllers()
         thread.join(1.0)
+    controller = ", its controller killed" if killed else ""
     if thread.is_alive():
         return (
             f"it did not end within {STOP_GRACE_S:g} s of removing its {len(removed)} placement "
-            "group(s): its workers may still hold the instance's CPUs"
+            f"group(s){controller}: its workers may still hold the instance's CPUs"
         )
-    return f"stopped: its {len(removed)} placement group(s) removed, their workers ended"
+    return (
+        f"stopped: its {len(removed)} placement group(s) removed{controller}, their workers "
+        "ended"
+    )
+
+
+def _kill_train_controllers() -> set[int]:
+    """SIGKILL every live Ray Train controller of this instance; their process IDs.
+
+    The instance is local (every actor runs on this host); its actor table comes from
+    Ray's control store (the state API needs the dashboard, which local_ray leaves off).
+    """
+    from ray._private import state
+
+    killed = set()
+    for info in state.actors(actor_state_name="ALIVE").values():
+        pid = info.get("Pid")
+        if info.get("ActorClassName") == "TrainController" and pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+    return killed
 
 
 def worker_logs(ray_root: Path, limit: int = 20_000) -> str:
