@@ -203,6 +203,17 @@ def _sleeps_for_an_hour() -> None:
     time.sleep(3600)
 
 
+def _assert_every_cpu_comes_back(cpus: float = 2.0) -> None:
+    """Within 60 s the instance has all its CPUs free again (the resource view catches up
+    with a removal)."""
+    import ray
+
+    deadline = time.monotonic() + 60
+    while ray.available_resources().get("CPU") != cpus and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert ray.available_resources().get("CPU") == cpus
+
+
 @pytest.mark.dist
 @pytest.mark.ray_dist
 @pytest.mark.skipif(_NO_RAY is not None, reason=str(_NO_RAY))
@@ -210,8 +221,6 @@ def _sleeps_for_an_hour() -> None:
 def test_a_fit_past_its_timeout_is_stopped_and_gives_back_its_cpus(ray_cluster):
     # A fit given up on must not keep the instance's CPUs: the next fit of the session
     # would wait for them until its own timeout.
-    import ray
-
     from rankgate.workloads.trainer.strategies.ray import RayRunError, run_on_ray
 
     with pytest.raises(RayRunError) as failure:
@@ -223,10 +232,7 @@ def test_a_fit_past_its_timeout_is_stopped_and_gives_back_its_cpus(ray_cluster):
         r"removed(, its controller killed)?, their workers ended\n",
         str(failure.value),
     ), str(failure.value)
-    deadline = time.monotonic() + 60
-    while ray.available_resources().get("CPU") != 2.0 and time.monotonic() < deadline:
-        time.sleep(0.5)  # the resource view catches up with the removal
-    assert ray.available_resources().get("CPU") == 2.0
+    _assert_every_cpu_comes_back()
 
 
 @pytest.mark.dist
@@ -237,8 +243,6 @@ def test_a_controller_the_removal_does_not_stop_is_killed(ray_cluster, monkeypat
     # Under CI's load a fit's controller lived on 60 s after its groups were removed: the
     # stop then kills it. Here at once, beside the removal, on a controller that is alive
     # (its workers sleep): the fit ends and the CPUs come back.
-    import ray
-
     from rankgate.workloads.trainer.strategies import ray as ray_strategy
 
     monkeypatch.setattr(ray_strategy, "KILL_AFTER_S", 0.0)
@@ -249,10 +253,7 @@ def test_a_controller_the_removal_does_not_stop_is_killed(ray_cluster, monkeypat
         r"removed, its controller killed, their workers ended\n",
         str(failure.value),
     ), str(failure.value)
-    deadline = time.monotonic() + 60
-    while ray.available_resources().get("CPU") != 2.0 and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert ray.available_resources().get("CPU") == 2.0
+    _assert_every_cpu_comes_back()
 
 
 @pytest.mark.mpi_dist
