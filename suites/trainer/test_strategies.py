@@ -203,6 +203,15 @@ def _sleeps_for_an_hour() -> None:
     time.sleep(3600)
 
 
+def _given_up_fit(ray_root, timeout: float) -> str:
+    """The error of a fit of a worker that sleeps for an hour, given up after ``timeout``."""
+    from rankgate.workloads.trainer.strategies.ray import RayRunError, run_on_ray
+
+    with pytest.raises(RayRunError) as failure:
+        run_on_ray(_sleeps_for_an_hour, ray_root=ray_root, timeout=timeout)
+    return str(failure.value)
+
+
 def _assert_every_cpu_comes_back(cpus: float = 2.0) -> None:
     """Within 60 s the instance has all its CPUs free again (the resource view catches up
     with a removal)."""
@@ -221,17 +230,14 @@ def _assert_every_cpu_comes_back(cpus: float = 2.0) -> None:
 def test_a_fit_past_its_timeout_is_stopped_and_gives_back_its_cpus(ray_cluster):
     # A fit given up on must not keep the instance's CPUs: the next fit of the session
     # would wait for them until its own timeout.
-    from rankgate.workloads.trainer.strategies.ray import RayRunError, run_on_ray
-
-    with pytest.raises(RayRunError) as failure:
-        run_on_ray(_sleeps_for_an_hour, ray_root=ray_cluster, timeout=15)
+    message = _given_up_fit(ray_cluster, timeout=15)
     # One group, or two: Ray Train retried once a start that the removal cut short. A
     # controller that the removal did not stop (seen under CI's load) is killed.
     assert re.match(
         r"Ray Train did not finish within 15 s; stopped: its [12] placement group\(s\) "
         r"removed(, its controller killed)?, their workers ended\n",
-        str(failure.value),
-    ), str(failure.value)
+        message,
+    ), message
     _assert_every_cpu_comes_back()
 
 
@@ -246,13 +252,12 @@ def test_a_controller_the_removal_does_not_stop_is_killed(ray_cluster, monkeypat
     from rankgate.workloads.trainer.strategies import ray as ray_strategy
 
     monkeypatch.setattr(ray_strategy, "KILL_AFTER_S", 0.0)
-    with pytest.raises(ray_strategy.RayRunError) as failure:
-        ray_strategy.run_on_ray(_sleeps_for_an_hour, ray_root=ray_cluster, timeout=10)
+    message = _given_up_fit(ray_cluster, timeout=10)
     assert re.match(
         r"Ray Train did not finish within 10 s; stopped: its [12] placement group\(s\) "
         r"removed, its controller killed, their workers ended\n",
-        str(failure.value),
-    ), str(failure.value)
+        message,
+    ), message
     _assert_every_cpu_comes_back()
 
 
