@@ -145,6 +145,7 @@ def test_the_rule_for_a_cold_start():
         "arguments a warm start does not take: ['-X', 'dev', '-c']"
     )
     assert cold_reason(["-c", "pass"], {**own, "PYTHONDONTWRITEBYTECODE": "1"}, own) is None
+    assert cold_reason(["-m", "pytest"], {**own, "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}, own) is None
     assert cold_reason(["-m", "pytest"], {**own, "TORCH_LOGS": "+dynamo"}, own) == (
         "TORCH_LOGS differs from the warm server's"
     )

@@ -22,6 +22,14 @@ def pytest_configure(config):
         (config.rootpath / "controller.pid").write_text(str(os.getpid()))
 """
 
+# What DeepSpeed's import does, which pytest-randomly's seeder runs in each pytest process
+# once the run's fork server has started.
+SETS_A_VARIABLE_TORCH_READS_WHEN_ASKED = """
+
+def pytest_sessionstart(session):
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+"""
+
 WHERE_AM_I = """
 import os
 from pathlib import Path
@@ -32,18 +40,26 @@ from conftest import TORCH_BEFORE_PYTEST
 def test_where(tmp_path_factory, pytestconfig):
     controller = int((pytestconfig.rootpath / "controller.pid").read_text())
     out = tmp_path_factory.getbasetemp().parent / os.environ["PYTEST_XDIST_WORKER"]
-    out.write_text(f"{TORCH_BEFORE_PYTEST} {os.getppid() == controller}")
+    seen = os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK")
+    out.write_text(f"{TORCH_BEFORE_PYTEST} {os.getppid() == controller} {seen}")
 """
 
 
 @pytest.mark.parametrize(
-    ("ini", "expected"),
-    [("", "True False"), ("rankgate_cold_workers = true", "False True")],
-    ids=["forked", "cold"],
+    ("ini", "conftest", "expected"),
+    [
+        ("", "", "True False None"),
+        ("rankgate_cold_workers = true", "", "False True None"),
+        ("", SETS_A_VARIABLE_TORCH_READS_WHEN_ASKED, "True False 1"),
+    ],
+    ids=["forked", "cold", "forked-after-a-variable-torch-reads-when-asked"],
 )
-def test_workers_start_forked_from_the_fork_server_unless_told_cold(pytester, ini, expected):
+def test_workers_start_forked_from_the_fork_server_unless_told_cold(
+    pytester, monkeypatch, ini, conftest, expected
+):
+    monkeypatch.delenv("PYTORCH_NVML_BASED_CUDA_CHECK", raising=False)
     pytester.makeini(f"[pytest]\n{ini}\n")
-    pytester.makeconftest(CONFTEST)
+    pytester.makeconftest(CONFTEST + conftest)
     pytester.makepyfile(test_where=WHERE_AM_I)
     base = pytester.path / "bt"
     # A module of rankgate imported before pytest starts cannot be assert-rewritten:

@@ -39,6 +39,12 @@ SET_BY_LAUNCHERS = ("TORCHELASTIC_", "TORCH_NCCL_ASYNC_ERROR_HANDLING")
 """What torchrun sets for its ranks and torch reads only later. Its OMP_NUM_THREADS is
 applied to a forked program through ``torch.set_num_threads``."""
 
+READ_WHEN_ASKED = ("PYTORCH_NVML_BASED_CUDA_CHECK",)
+"""Variables of those prefixes that torch reads only when asked (``torch.cuda.is_available``
+reads this one at each call), so a forked program set as given sees its own. DeepSpeed's
+import sets it, and pytest-randomly's seeder imports DeepSpeed in each pytest process
+after the run's fork server started: xdist's workers all started cold for it."""
+
 
 def cold_reason(argv: list[str], env: dict[str, str], own_env: dict[str, str]) -> str | None:
     """Why the program ``python *argv`` with ``env`` must start cold, or None."""
@@ -47,6 +53,8 @@ def cold_reason(argv: list[str], env: dict[str, str], own_env: dict[str, str]) -
     keys = {k for k in (*env, *own_env) if k.startswith(READ_AT_IMPORT)}
     for key in sorted(keys):
         if env.get(key) == own_env.get(key) or key.startswith(SET_BY_LAUNCHERS):
+            continue
+        if key in READ_WHEN_ASKED:
             continue
         if key == "OMP_NUM_THREADS" and _threads(env) is not None:
             continue
