@@ -5,8 +5,8 @@ the run's shared temp directory, hands it to each worker through ``workerinput``
 says the rule once in the report header. Each worker's :class:`.registry.PoolRegistry`
 takes its ranks from it (:mod:`.rankbudget`) and forks them from the run's one fork
 server, recorded in the same directory (:mod:`.forkclient`); the controller owns that
-server: it starts it as xdist is about to spawn the workers, and stops it at the end of
-the run. The workers themselves are forked from it (:mod:`.program`),
+server: it starts it as the session starts, before xdist spawns the workers, and stops
+it at the end of the run. The workers themselves are forked from it (:mod:`.program`),
 so the run imports torch once (ini ``rankgate_cold_workers`` starts them as new pythons).
 
 xdist's own scheduling sends the tests: one that sent each world size to one worker left
@@ -114,15 +114,17 @@ class XdistController:
                 f"once (budget {self.limit})"
             )
 
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_xdist_setupnodes(self, specs: list) -> None:
-        # The run's fork server starts here, as xdist is about to spawn the workers, so it
-        # imports torch under the environment they get: every plugin's sessionstart has
-        # run (pytest-randomly's seeder imports DeepSpeed there, which sets a variable of
-        # torch's). Its import runs while the workers start; a run with no world test pays
-        # it in the background.
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self) -> None:
+        # The run's fork server imports torch while the workers start and collect,
+        # before xdist spawns them: a worker that started it after its collection kept
+        # every world test waiting for that import (1.5 s on 2 cores). A run with no world
+        # test pays the import in the background.
         if not self.config.option.collectonly:
             RunForkServer(self.directory(), os.getpid()).start_early()
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_setupnodes(self, specs: list) -> None:
         # Each worker imports torch as it collects (2 CPU-s each on 2 cores; -n 2 was
         # slower than the pool alone for it): forked from the run's fork server, which
         # has it imported, none does. xdist makes (and remakes, after a crash) its workers
