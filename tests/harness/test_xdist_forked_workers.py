@@ -22,12 +22,18 @@ def pytest_configure(config):
         (config.rootpath / "controller.pid").write_text(str(os.getpid()))
 """
 
-# What DeepSpeed's import does, which pytest-randomly's seeder runs in each pytest process
-# once the run's fork server has started (torch reads the variable only when asked).
+# Set as the session starts, after the run's fork server started: what DeepSpeed's import
+# does (pytest-randomly's seeder runs it there; torch reads the variable only when asked),
+# and a variable torch reads at import.
 SETS_A_VARIABLE_TORCH_READS_WHEN_ASKED = """
 
 def pytest_sessionstart(session):
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+"""
+SETS_A_VARIABLE_READ_AT_IMPORT = """
+
+def pytest_sessionstart(session):
+    os.environ["TORCH_SHOW_CPP_STACKTRACES"] = "1"
 """
 
 WHERE_AM_I = """
@@ -44,20 +50,28 @@ def test_where(tmp_path_factory, pytestconfig):
     out.write_text(f"{TORCH_BEFORE_PYTEST} {os.getppid() == controller} {seen}")
 """
 
+FORKED = "rankgate: -n 2: *; workers start forked from the run's fork server"
+
 
 @pytest.mark.parametrize(
-    ("ini", "conftest", "expected"),
+    ("ini", "conftest", "expected", "lines"),
     [
-        ("", "", "True False None"),
-        ("rankgate_cold_workers = true", "", "False True None"),
-        ("", SETS_A_VARIABLE_TORCH_READS_WHEN_ASKED, "True False 1"),
+        ("", "", "True False None", [FORKED]),
+        ("rankgate_cold_workers = true", "", "False True None",
+         ["rankgate: -n 2: *; workers start cold (rankgate_cold_workers)"]),
+        ("", SETS_A_VARIABLE_TORCH_READS_WHEN_ASKED, "True False 1", [FORKED]),
+        ("", SETS_A_VARIABLE_READ_AT_IMPORT, "False True None",
+         [FORKED, "rankgate: -n 2: the workers start cold, each importing torch itself: "
+                  "TORCH_SHOW_CPP_STACKTRACES differs from the warm server's (changed after "
+                  "the run's fork server started)"]),
     ],
-    ids=["forked", "cold", "forked-after-a-variable-torch-reads-when-asked"],
-)
-def test_workers_start_forked_from_the_fork_server_unless_told_cold(
-    pytester, monkeypatch, ini, conftest, expected
+    ids=["forked", "cold", "forked-after-a-variable-read-when-asked", "cold-after-one-read-at-import"],
+)  # fmt: skip
+def test_workers_start_forked_from_the_fork_server_unless_told_or_made_cold(
+    pytester, monkeypatch, ini, conftest, expected, lines
 ):
-    monkeypatch.delenv("PYTORCH_NVML_BASED_CUDA_CHECK", raising=False)
+    for name in ("PYTORCH_NVML_BASED_CUDA_CHECK", "TORCH_SHOW_CPP_STACKTRACES"):
+        monkeypatch.delenv(name, raising=False)
     pytester.makeini(f"[pytest]\n{ini}\n")
     pytester.makeconftest(CONFTEST + conftest)
     pytester.makepyfile(test_where=WHERE_AM_I)
@@ -69,10 +83,11 @@ def test_workers_start_forked_from_the_fork_server_unless_told_cold(
         "-W", "error::pytest.PytestAssertRewriteWarning", timeout=300,
     )  # fmt: skip
     result.assert_outcomes(passed=1)
-    start = "cold (rankgate_cold_workers)" if ini else "forked from the run's fork server"
-    result.stdout.fnmatch_lines([f"rankgate: -n 2: *; workers start {start}"])
+    result.stdout.fnmatch_lines(lines)
     ran = [p for p in base.iterdir() if p.name.startswith("gw")]
     assert [p.read_text() for p in ran] == [expected]
+    says_cold = any("the workers start cold" in line for line in lines)
+    assert ("the workers start cold" in result.stdout.str()) == says_cold
 
 
 CRASH = """

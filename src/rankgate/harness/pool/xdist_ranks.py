@@ -22,6 +22,7 @@ import pytest
 
 from rankgate.harness.options import cold_workers
 from rankgate.harness.pool.forkclient import ForkServerError, RunForkServer
+from rankgate.harness.pool.program import cold_reason
 from rankgate.harness.pool.rankbudget import (
     BUDGET_DIR_KEY,
     RANKS_PER_CPU,
@@ -83,6 +84,8 @@ class XdistController:
         self.workers = workers
         self.limit = max_ranks(config)
         self._directory: Path | None = None
+        self._server_env: dict[str, str] | None = None
+        """The environment the run's fork server started under (None: not started yet)."""
 
     def directory(self) -> Path:
         if self._directory is None:
@@ -121,6 +124,7 @@ class XdistController:
         # every world test waiting for that import (1.5 s on 2 cores). A run with no world
         # test pays the import in the background.
         if not self.config.option.collectonly:
+            self._server_env = dict(os.environ)
             RunForkServer(self.directory(), os.getpid()).start_early()
 
     @pytest.hookimpl(optionalhook=True)
@@ -140,6 +144,12 @@ class XdistController:
         """The fork server's ``python`` for the workers, once it forks; None for cold ones."""
         if cold_workers(self.config):
             return None
+        if changed := self._changed_since_the_server_started():
+            self._say(
+                f"rankgate: -n {self.workers}: the workers start cold, each importing torch "
+                f"itself: {changed} (changed after the run's fork server started)"
+            )
+            return None
         server = RunForkServer(self.directory(), os.getpid())
         python = server.python()
         if python is None:
@@ -149,6 +159,18 @@ class XdistController:
         except ForkServerError:
             return None  # the workers start cold; a world test then names the error
         return python
+
+    def _changed_since_the_server_started(self) -> str | None:
+        """Why a worker forked from the server would start cold: a variable read at
+        import that a plugin or conftest set since the server started; None if none."""
+        if self._server_env is None:
+            return None
+        return cold_reason(["-c", "pass"], dict(os.environ), self._server_env)
+
+    def _say(self, line: str) -> None:
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(line)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
