@@ -43,7 +43,8 @@ READ_WHEN_ASKED = ("PYTORCH_NVML_BASED_CUDA_CHECK",)
 """Variables of those prefixes that torch reads only when asked (``torch.cuda.is_available``
 reads this one at each call), so a forked program set as given sees its own. DeepSpeed's
 import sets it, and pytest-randomly's seeder imports DeepSpeed in each pytest process
-after the run's fork server started: xdist's workers all started cold for it."""
+once its fork servers have their environment: xdist's workers, and the programs tests
+launch through a warm python, all started cold for it."""
 
 
 def cold_reason(argv: list[str], env: dict[str, str], own_env: dict[str, str]) -> str | None:
@@ -54,7 +55,7 @@ def cold_reason(argv: list[str], env: dict[str, str], own_env: dict[str, str]) -
     for key in sorted(keys):
         if env.get(key) == own_env.get(key) or key.startswith(SET_BY_LAUNCHERS):
             continue
-        if key in READ_WHEN_ASKED:
+        if key in READ_WHEN_ASKED:  # set in the child as given
             continue
         if key == "OMP_NUM_THREADS" and _threads(env) is not None:
             continue
