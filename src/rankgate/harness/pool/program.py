@@ -39,23 +39,30 @@ SET_BY_LAUNCHERS = ("TORCHELASTIC_", "TORCH_NCCL_ASYNC_ERROR_HANDLING")
 """What torchrun sets for its ranks and torch reads only later. Its OMP_NUM_THREADS is
 applied to a forked program through ``torch.set_num_threads``."""
 
-READ_WHEN_ASKED = ("PYTORCH_NVML_BASED_CUDA_CHECK",)
-"""Variables of those prefixes that torch reads only when asked (``torch.cuda.is_available``
-reads this one at each call), so a forked program set as given sees its own. DeepSpeed's
-import sets it, and pytest-randomly's seeder imports DeepSpeed in each pytest process
-once its fork servers have their environment: xdist's workers, and the programs tests
-launch through a warm python, all started cold for it."""
+READ_AFTER_START = ("PYTHONDONTWRITEBYTECODE", "PYTORCH_NVML_BASED_CUDA_CHECK")
+"""Variables of those prefixes read only after the program has started: Python's when it
+first compiles a module, torch's at each ``torch.cuda.is_available``. Set as given in the
+forked program, which sees its own. DeepSpeed's import sets the second, and
+pytest-randomly's seeder imports DeepSpeed in each pytest process once its fork servers
+have their environment: xdist's workers, and the programs tests launch through a warm
+python, all started cold for it."""
 
 
 def cold_reason(argv: list[str], env: dict[str, str], own_env: dict[str, str]) -> str | None:
     """Why the program ``python *argv`` with ``env`` must start cold, or None."""
     if _parse(argv) is None:
         return f"arguments a warm start does not take: {argv[:3]}"
+    return environment_cold_reason(env, own_env)
+
+
+def environment_cold_reason(env: dict[str, str], own_env: dict[str, str]) -> str | None:
+    """Why any program with ``env`` must start cold from a server under ``own_env``, or
+    None: a variable read at import that differs."""
     keys = {k for k in (*env, *own_env) if k.startswith(READ_AT_IMPORT)}
     for key in sorted(keys):
         if env.get(key) == own_env.get(key) or key.startswith(SET_BY_LAUNCHERS):
             continue
-        if key in READ_WHEN_ASKED:  # set in the child as given
+        if key in READ_AFTER_START:  # set in the child as given
             continue
         if key == "OMP_NUM_THREADS" and _threads(env) is not None:
             continue
@@ -63,8 +70,6 @@ def cold_reason(argv: list[str], env: dict[str, str], own_env: dict[str, str]) -
             if startup := _imported_at_start(env[key]):
                 return f"PYTHONPATH holds {startup}, which Python imports as it starts"
             continue  # put on sys.path as Python would; the server imported none of it
-        if key == "PYTHONDONTWRITEBYTECODE":
-            continue  # read when a module is first compiled: set in the child as given
         return f"{key} differs from the warm server's"
     return None
 

@@ -22,7 +22,7 @@ import pytest
 
 from rankgate.harness.options import cold_workers
 from rankgate.harness.pool.forkclient import ForkServerError, RunForkServer
-from rankgate.harness.pool.program import cold_reason
+from rankgate.harness.pool.program import environment_cold_reason
 from rankgate.harness.pool.rankbudget import (
     BUDGET_DIR_KEY,
     RANKS_PER_CPU,
@@ -165,7 +165,7 @@ class XdistController:
         import that a plugin or conftest set since the server started; None if none."""
         if self._server_env is None:
             return None
-        return cold_reason(["-c", "pass"], dict(os.environ), self._server_env)
+        return environment_cold_reason(dict(os.environ), self._server_env)
 
     def _say(self, line: str) -> None:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
