@@ -253,8 +253,10 @@ def test_a_controller_the_removal_does_not_stop_is_killed(ray_cluster, monkeypat
 
     monkeypatch.setattr(ray_strategy, "KILL_AFTER_S", 0.0)
     message = _given_up_fit(ray_cluster, timeout=10)
+    # No group yet is one outcome too: under CI's load a controller was still waiting for
+    # its CPUs (the last fit's, coming back) 10 s in, and the kill stopped it there.
     assert re.match(
-        r"Ray Train did not finish within 10 s; stopped: its [12] placement group\(s\) "
+        r"Ray Train did not finish within 10 s; stopped: its [012] placement group\(s\) "
         r"removed, its controller killed, their workers ended\n",
         message,
     ), message
