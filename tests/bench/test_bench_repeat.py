@@ -33,6 +33,12 @@ def test_repeated_runs_become_repetitions(tmp_path):
     saved.write_text(done.stdout)
     samples = load(saved)
     assert len(samples.values[("pool_median_ms", "world 2 gloo")]) == 2
+    # the spawn-per-test reference is spawned in the first run alone
+    runs = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("[")]
+    assert [(r[0]["spawn_ms_per_test"] is None, r[0]["k_spawn"]) for r in runs] == [
+        (False, 1), (True, 0),
+    ]  # fmt: skip
+    assert len(samples.values[("spawn_ms_per_test", "world 2 gloo")]) == 1
     assert len(samples.probes) == 2
     for probe in samples.probes:
         assert probe["cpus"] == os.cpu_count() and 0 <= probe["others_share"] <= 1

@@ -82,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
     for i in range(1, args.repeat + 1):
         start = time.monotonic()
         window = contention.Window()
+        args.repetition = i  # a benchmark may measure a fixed reference in the first only
         # a benchmark that prints its own progress lines gets no spinner over them
         with progress.step(i, "run", spinner=not getattr(module, "PRINTS_PROGRESS", False)):
             code = int(module.run(args) or 0)

@@ -231,8 +231,8 @@ _STAGES: dict[str, Stage] = {
                 _PYTEST_TWO_WORKERS,
                 Command(
                     # 2 repetitions: compare takes the best of them (load only slows a
-                    # run); each costs ~18 s on 2 cores, most of it spawning ranks per
-                    # test, so a third would be a fifth of the quick gate's bench stage.
+                    # run); the first also spawns ranks per test for the reference (6
+                    # ranks importing torch), the second measures the pool alone.
                     argv=(
                         "rankgate",
                         "bench",
