@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     # Spawning ranks per test is the reference the pool is set against, not what this
     # measures: under ``bench --repeat`` it is spawned in the first run alone (two runs
     # of the bench stage spawned 12 ranks importing torch, 21.6 CPU-s of the quick gate).
-    spawns = getattr(args, "repetition", 1) == 1
+    spawns = args.repetition == 1  # set by bench_command, the one caller
     rows = []
     for world in args.worlds:
         spawn_ms = measure_spawn(world, args.backend, args.spawn_k) if spawns else None
