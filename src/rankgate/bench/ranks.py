@@ -1,7 +1,7 @@
 """Start a benchmark's ranks and bring rank 0's result back (bench comm, bench attention).
 
 Each benchmark supplies ``rank_main(rank, world, opts, store_path) -> dict | None``, a
-module-level function (spawned processes import it by name); rank 0 returns the result.
+module-level function (its ranks import it by name); rank 0 returns the result.
 """
 
 from __future__ import annotations
@@ -16,25 +16,71 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from rankgate.harness.pool.program import environment_cold_reason, omp_threads
+
 RankMain = Callable[[int, int, Any, "str | None"], "dict | None"]
 
 
 def run_ranks(rank_main: RankMain, world: int, opts: Any, *, name: str) -> dict:
-    """Spawn ``world`` ranks that meet in a FileStore; rank 0's result."""
+    """Start ``world`` ranks that meet in a FileStore; rank 0's result.
+
+    The ranks fork from multiprocessing's fork server, which imports torch once for every
+    rank this process starts (a spawned rank imports it itself: about 2 CPU-s on 2
+    cores), and each takes this process's environment of the moment. Where a variable
+    read at import (:data:`~rankgate.harness.pool.program.READ_AT_IMPORT`) differs from
+    the one the server started under, the ranks are spawned instead. A forked rank writes
+    to the standard streams this process had when the server started.
+    """
     import torch.multiprocessing as mp
 
+    env = dict(os.environ)
     with tempfile.TemporaryDirectory(prefix=f"rankgate-bench-{name}-") as tmp:
         store = os.path.join(tmp, "store")
         result_path = os.path.join(tmp, "result.json")
-        mp.start_processes(_spawned_rank, args=(rank_main, world, opts, store, result_path),
-                           nprocs=world, start_method="spawn")  # fmt: skip
+        mp.start_processes(_rank, args=(rank_main, world, opts, store, result_path, env),
+                           nprocs=world, start_method=_SERVER.start_method(env))  # fmt: skip
         with open(result_path) as f:
             return json.load(f)
 
 
-def _spawned_rank(
-    rank: int, rank_main: RankMain, world: int, opts: Any, store: str, result_path: str
+class _ForkServerEnvironment:
+    """The environment multiprocessing's fork server was started under (by this process's
+    first ``run_ranks``): its preload, torch, imported with it."""
+
+    def __init__(self) -> None:
+        self._env: dict[str, str] | None = None
+
+    def start_method(self, env: dict[str, str]) -> str:
+        if self._env is None:
+            import multiprocessing
+
+            multiprocessing.set_forkserver_preload(["torch", "torch.distributed"])
+            self._env = env
+        server = self._env
+        if "OMP_NUM_THREADS" not in env or omp_threads(env) is not None:
+            # share_the_cores sets the rank's threads, whatever its OpenMP read at import
+            env, server = _without_omp(env), _without_omp(server)
+        return "spawn" if environment_cold_reason(env, server) else "forkserver"
+
+
+def _without_omp(env: dict[str, str]) -> dict[str, str]:
+    return {key: value for key, value in env.items() if key != "OMP_NUM_THREADS"}
+
+
+_SERVER = _ForkServerEnvironment()
+
+
+def _rank(
+    rank: int,
+    rank_main: RankMain,
+    world: int,
+    opts: Any,
+    store: str,
+    result_path: str,
+    env: dict[str, str],
 ) -> None:
+    os.environ.clear()
+    os.environ.update(env)  # the server's own is that of the first run's start
     share_the_cores(world)
     result = rank_main(rank, world, opts, store)
     if result is not None:
@@ -48,12 +94,15 @@ def share_the_cores(world: int) -> None:
     Spawned ranks each took every core: on nvidia-h100-x4 four comm ranks ran 256
     threads on 64 cores (load average 236) and a 1 KiB-64 MiB sweep did not finish in
     200 s, where the same sweep under torchrun (which sets OMP_NUM_THREADS=1) took 42 s.
-    An OMP_NUM_THREADS the user set is kept.
+    An OMP_NUM_THREADS the user set is kept (applied here: a forked rank's OpenMP read
+    the server's at import).
     """
-    if os.environ.get("OMP_NUM_THREADS"):
-        return
     import torch
 
+    if os.environ.get("OMP_NUM_THREADS"):
+        if (threads := omp_threads(os.environ)) is not None:
+            torch.set_num_threads(threads)
+        return
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     torch.set_num_threads(max(1, (cores or 1) // world))
 

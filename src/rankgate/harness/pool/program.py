@@ -27,6 +27,7 @@ import tempfile
 import threading
 import traceback
 import types
+from collections.abc import Mapping
 
 READ_AT_IMPORT = (
     "PYTHON", "TORCH", "PYTORCH", "OMP_", "MKL_", "KMP_", "GOMP_", "LD_", "CUDA_", "NVIDIA_",
@@ -64,7 +65,7 @@ def environment_cold_reason(env: dict[str, str], own_env: dict[str, str]) -> str
             continue
         if key in READ_AFTER_START:  # set in the child as given
             continue
-        if key == "OMP_NUM_THREADS" and _threads(env) is not None:
+        if key == "OMP_NUM_THREADS" and omp_threads(env) is not None:
             continue
         if key == "PYTHONPATH" and not own_env.get(key):
             if startup := _imported_at_start(env[key]):
@@ -86,7 +87,9 @@ def _imported_at_start(pythonpath: str) -> str | None:
     return None
 
 
-def _threads(env: dict[str, str]) -> int | None:
+def omp_threads(env: Mapping[str, str]) -> int | None:
+    """``OMP_NUM_THREADS`` as one positive count, or None (unset, a list, not a number):
+    what a forked process applies through ``torch.set_num_threads``."""
     value = env.get("OMP_NUM_THREADS", "")
     return int(value) if value.isdigit() and int(value) > 0 else None
 
@@ -197,7 +200,7 @@ class ForkedProgram:
         signal.pthread_sigmask(signal.SIG_SETMASK, self.request["mask"])
 
     def _threads(self) -> None:
-        threads = _threads(os.environ)
+        threads = omp_threads(os.environ)
         if threads is not None and "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(threads)
 
