@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from rankgate.harness import ledger, options
+from rankgate.harness import ledger, options, vector_math
 from rankgate.harness.inplace import collection, control, reproduce, run_id, tempdirs
 from rankgate.harness.inplace.body import TestBody
 from rankgate.harness.inplace.ending import RunEnd
@@ -87,6 +87,7 @@ def start(config: pytest.Config, launch: LaunchEnv) -> Parts:
     # written to the capture file would vanish with the process.
     hang_watch = HangWatch(launch.rank, os.fdopen(os.dup(2), "w"))
     log_dir = per_rank_files(config, launch.rank)
+    vector_math.pick_kernels()  # before the rank's own code computes
     _call_worker_setup(config, launch.rank)
     group = InPlaceGroup(
         launch, options.rendezvous_timeout(config), options.subworld_local_rank(config)

@@ -47,6 +47,7 @@ import sys
 import traceback
 from multiprocessing.connection import Connection
 
+from rankgate.harness import vector_math
 from rankgate.harness.pool.program import ForkedProgram, cold_reason, exit_code
 from rankgate.harness.pool.programclient import WORD
 from rankgate.harness.pool.rankbudget import pid_alive
@@ -82,6 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         for name in PRELOAD:
             importlib.import_module(name)
+        vector_math.pick_kernels()  # before any fork: every rank inherits the picks
     except BaseException:
         with open(args.address + FAILED_SUFFIX, "w") as f:
             f.write(traceback.format_exc())
