@@ -9,7 +9,8 @@ import pytest
 
 from rankgate.bench.ranks import run_ranks
 
-pytestmark = pytest.mark.dist  # spawns ranks
+# launches: each test starts ranks of its own (run_ranks), as bench comm's tests do
+pytestmark = [pytest.mark.dist, pytest.mark.launches]
 
 
 def threads_of_rank(rank: int, world: int, opts, store_path) -> dict | None:
