@@ -19,7 +19,7 @@ def threads_of_rank(rank: int, world: int, opts, store_path) -> dict | None:
     return {"threads": torch.get_num_threads()} if rank == 0 else None
 
 
-def test_each_spawned_rank_gets_its_share_of_the_cores(monkeypatch):
+def test_each_rank_gets_its_share_of_the_cores(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     cores = len(os.sched_getaffinity(0))
     result = run_ranks(threads_of_rank, 2, None, name="threads")

@@ -125,7 +125,7 @@ def init_bench_group(
     if not on_gpu:
         dist.init_process_group("gloo", **kwargs)
         return torch.device("cpu")
-    # spawned ranks are all on this host; a launcher's say where each rank is
+    # run_ranks' ranks are all on this host; a launcher's say where each rank is
     local = rank if store_path is not None else int(os.environ.get("LOCAL_RANK", rank))
     torch.cuda.set_device(local)
     device = torch.device("cuda", local)
