@@ -18,6 +18,11 @@ stage       one step of the pipeline (lint, unit, dist, package, gpu, hpc, bench
             gate).
 target      where a dispatched stage runs (slurm over CLI or ssh, interLink).
 profile     a site's settings for a target (TOML).
+
+PYTEST_DONT_REWRITE: pytest leaves this package's asserts alone where it finds its modules
+imported before it started, as in a process forked from rankgate's fork server
+(:mod:`rankgate.harness.pool.program`), and says nothing of them. Its pytest plugins say
+the same for ``-p MODULE``.
 """
 
 __version__ = "0.1.0"

@@ -4,6 +4,8 @@ and report's tracing plugin together.
 One entry point, so ``-p no:rankgate`` turns every part of rankgate off;
 ``-p no:rankgate-harness`` or ``-p no:rankgate-tracing`` turns off one part. It sits above
 both parts, so neither imports the other.
+
+PYTEST_DONT_REWRITE: imported before pytest starts in a forked process (see :mod:`rankgate`).
 """
 
 from __future__ import annotations

@@ -19,13 +19,14 @@ from tests.warmstart import WarmPython
 pytestmark = pytest.mark.unit
 
 # Prints whether it started warm (torch imported before its first line), then what it
-# was given; exits with the code in its first argument.
+# was given, then whether rankgate's pytest plugin came imported; exits with the code in
+# its first argument.
 PROBE = """
 import os, signal, sys
 warm = "torch" in sys.modules
 print(warm, sys.argv[1:], os.getcwd(), os.environ.get("PROBE_VALUE"), sys.path[:2])
 print(signal.getsignal(signal.SIGINT) == signal.SIG_IGN, file=sys.stderr)
-print(sorted(m for m in sys.modules if m.split(".")[0] == "rankgate"), file=sys.stderr)
+print("rankgate.pytest_plugin" in sys.modules, file=sys.stderr)
 sys.exit(int(sys.argv[1]))
 """
 
@@ -69,9 +70,8 @@ def test_a_program_started_warm_has_its_arguments_folder_environment_and_exit_co
     warm_start = not os.environ.get("PYTHONPATH")
     path = [str(tmp_path), "/extra/entry"]
     assert done.stdout == f"{warm_start} ['7', 'x y'] / mine {path}\n"
-    # Nothing of rankgate yet: pytest could not rewrite the asserts of a module imported
-    # before it started, and would say so in every warm run.
-    assert done.stderr == "False\n[]\n"
+    # A warm program has rankgate's pytest plugin from the server; a cold one does not.
+    assert done.stderr == f"False\n{warm_start}\n"
 
 
 def test_an_ignored_sigint_stays_ignored(warm, tmp_path):
@@ -83,7 +83,7 @@ def test_an_ignored_sigint_stays_ignored(warm, tmp_path):
         timeout=60,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
-    assert (done.returncode, done.stderr) == (0, "True\n[]\n")
+    assert (done.returncode, done.stderr) == (0, "True\nTrue\n")
 
 
 def test_a_signal_reaches_the_program_and_its_death_by_signal_is_the_clients(warm, tmp_path):
@@ -109,6 +109,30 @@ def test_a_killed_client_takes_its_program_with_it(warm, tmp_path):
     while _alive(program) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(program)
+
+
+# rankgate's modules marked for assert rewriting, as an installed wheel's are (an editable
+# install's are not), and its two plugins named with -p in place of its entry point, as
+# without plugin autoload: pytest finds each imported already.
+MARKS_RANKGATE = """
+import pytest, sys
+pytest.register_assert_rewrite("rankgate")
+WARM = "rankgate.harness.plugin" in sys.modules
+"""
+PLUGINS_BY_NAME = ("no:rankgate", "rankgate.harness.plugin", "rankgate.report.tracing_plugin")
+
+
+def test_a_pytest_started_warm_does_not_warn_about_rankgates_modules(warm, tmp_path):
+    (tmp_path / "conftest.py").write_text(MARKS_RANKGATE)
+    (tmp_path / "test_it.py").write_text("from conftest import WARM\n\ndef test_warm():\n    assert WARM\n")
+    named = [arg for name in PLUGINS_BY_NAME for arg in ("-p", name)]
+    done = subprocess.run(
+        [warm, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *named,
+         "-W", "error::pytest.PytestAssertRewriteWarning"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout and "warning" not in done.stdout, done.stdout
 
 
 def test_what_a_warm_start_cannot_give_starts_cold(warm, tmp_path):

@@ -6,6 +6,8 @@ Pool mode (the default, ``pool.session``): a world test's body runs on the ranks
 reusable pool this process owns. In-place mode (``inplace.session``): pytest itself was
 started by torchrun, srun or mpirun, and the body runs directly on every rank.
 What both read about a test (its spec, seed, timeout) is in ``item_settings``.
+
+PYTEST_DONT_REWRITE: imported before pytest starts in a forked process (see :mod:`rankgate`).
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ pytest's JUnit writer records an xfail-marked test that passed (non-strict) as a
 ordinary pass, so a report read from JUnit cannot tell it apart. This plugin adds a
 ``rankgate.outcome=xpassed`` property to such a test; :mod:`rankgate.report.results`
 reads it. Loaded by the ``rankgate-tracing`` plugin's module, always on while rankgate is.
+
+PYTEST_DONT_REWRITE: imported before pytest starts in a forked process (see :mod:`rankgate`).
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ unless tracing is on (:mod:`rankgate.report.tracing`). It uses public hooks only
 - each rank of a multi-rank test becomes a child span of its test span, from the rank
   outcomes the harness puts in the call report's ``user_properties``
   (``rankgate.rank<r>.outcome``), timed as the call phase.
+
+PYTEST_DONT_REWRITE: imported before pytest starts in a forked process (see :mod:`rankgate`).
 """
 
 from __future__ import annotations

@@ -52,8 +52,16 @@ from rankgate.harness.pool.program import ForkedProgram, cold_reason, exit_code
 from rankgate.harness.pool.programclient import WORD
 from rankgate.harness.pool.rankbudget import pid_alive
 
-PRELOAD = ("rankgate.harness.pool.worker",)
-"""Imported before the first fork: the rank code, and with it torch and torch.distributed."""
+PRELOAD = (
+    "rankgate.harness.pool.worker",
+    "rankgate.pytest_plugin",
+    "rankgate.harness.adopt.hooks",
+    "rankgate.harness.rerun_report",
+    "rankgate.harness.shards.plugin",
+)
+"""Imported before the first fork: the rank code, and with it torch and torch.distributed;
+then rankgate's pytest plugins, which every pytest process forked from here (xdist's
+workers, launched programs) loads as it starts."""
 
 MAX_REQUEST = 1 << 26
 """The largest request (a rank's config carries the controller's environment)."""
@@ -81,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--owner", type=int, required=True, help="end when this pid ends")
     args = parser.parse_args(argv)
     try:
-        for name in PRELOAD:
+        for name in (*PRELOAD, *_pytest_builtin_plugins()):
             importlib.import_module(name)
         vector_math.pick_kernels()  # before any fork: every rank inherits the picks
     except BaseException:
@@ -93,6 +101,15 @@ def main(argv: list[str] | None = None) -> None:
     # pages (each a copy-on-write fault in a forked child).
     gc.freeze()
     _Server(args.address, args.owner).serve()
+
+
+def _pytest_builtin_plugins() -> list[str]:
+    """The modules of pytest's own plugins, which every pytest session imports. Not a
+    third party's: pytest marks a plugin's modules for assert rewriting and warns about
+    one imported before it started."""
+    from _pytest.config import default_plugins
+
+    return [f"_pytest.{name}" for name in default_plugins]
 
 
 class _Server:

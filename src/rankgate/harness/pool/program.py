@@ -9,9 +9,10 @@ and it shares the server's hash seed. What it cannot be given (a variable the
 interpreter or torch reads at import set differently, Python options beyond ``-u``,
 ``-B`` and ``-c``/``-m``/a script) makes it start cold (:func:`cold_reason`).
 
-Before the program runs, every ``rankgate`` module the server imported for its ranks is
-dropped: pytest rewrites a plugin's asserts as it imports it, and warns in every run
-about one imported before it started.
+The program keeps the ``rankgate`` modules the server imported (its ranks' code and the
+pytest plugins): pytest, which rewrites the asserts of a plugin's modules as it imports
+them, warns about a plugin imported before it started unless the package's docstring opts
+out, and ``rankgate``'s does (PYTEST_DONT_REWRITE).
 """
 
 from __future__ import annotations
@@ -132,7 +133,6 @@ class ForkedProgram:
     def run(self) -> int:
         """Run the program; its exit code (a signal's death is the process's own)."""
         invocation = _parse(self.request["argv"])
-        _forget_rankgate()
         os.chdir(self.request["cwd"])
         os.environ.clear()
         os.environ.update(self.request["env"])
@@ -236,13 +236,6 @@ class ForkedProgram:
 
 
 _KEPT: list = []
-
-
-def _forget_rankgate() -> None:
-    """Drop the server's rankgate modules: the program imports its own, as pytest wants
-    (this function's module stays alive through its frame)."""
-    for name in [m for m in sys.modules if m == "rankgate" or m.startswith("rankgate.")]:
-        del sys.modules[name]
 
 
 def _print_uncaught(exc: BaseException) -> None:
