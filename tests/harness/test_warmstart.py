@@ -135,6 +135,32 @@ def test_a_pytest_started_warm_does_not_warn_about_rankgates_modules(warm, tmp_p
     assert "1 passed" in done.stdout and "warning" not in done.stdout, done.stdout
 
 
+# Its own finalizer, and whether any finalizer it came with runs at exit (torch's import
+# makes one per operator library).
+FINALIZERS = """
+import sys, weakref
+import torch
+
+class Thing:
+    pass
+
+thing = Thing()
+weakref.finalize(thing, print, "its own finalizer ran")
+inherited = [f.atexit for f in list(weakref.finalize._registry) if f.peek()[0] is not thing]
+print(len(inherited) > 0, any(inherited), "torch" in sys.modules)
+"""
+
+
+def test_a_warm_program_runs_its_own_finalizers_at_exit_and_not_the_servers(warm, tmp_path):
+    finalizers = _script(tmp_path, "finalizers.py", FINALIZERS)
+    warm_run = subprocess.run([warm, finalizers], capture_output=True, text=True, timeout=60)
+    cold_run = subprocess.run(
+        [sys.executable, finalizers], capture_output=True, text=True, timeout=120
+    )
+    assert warm_run.stdout == "True False True\nits own finalizer ran\n", warm_run.stderr
+    assert cold_run.stdout == "True True True\nits own finalizer ran\n", cold_run.stderr
+
+
 def test_what_a_warm_start_cannot_give_starts_cold(warm, tmp_path):
     probe = _script(tmp_path, "probe.py", PROBE)
     env = {**os.environ, "TORCH_SHOW_CPP_STACKTRACES": "1"}

@@ -45,6 +45,7 @@ import signal
 import socket
 import sys
 import traceback
+import weakref
 from multiprocessing.connection import Connection
 
 from rankgate.harness import vector_math
@@ -96,11 +97,21 @@ def main(argv: list[str] | None = None) -> None:
         with open(args.address + FAILED_SUFFIX, "w") as f:
             f.write(traceback.format_exc())
         raise
+    _keep_finalizers_to_the_server()
     # What the preload built lives as long as every child: out of the collector's reach,
     # a child's collections (pytest runs two at its end) neither walk it nor write to its
     # pages (each a copy-on-write fault in a forked child).
     gc.freeze()
     _Server(args.address, args.owner).serve()
+
+
+def _keep_finalizers_to_the_server() -> None:
+    """The finalizers the preload made are not run at a child's exit: they are the server's
+    (torch's import makes one per operator library, 134 here, each deregistering its
+    operators: 45 ms at the end of every forked program). A child's own still run."""
+    for obj in gc.get_objects():
+        if isinstance(obj, weakref.finalize):
+            obj.atexit = False
 
 
 def _pytest_builtin_plugins() -> list[str]:
