@@ -18,31 +18,45 @@ pytest_plugins = ["pytester", "tests.leftovers"]
 NO_RANDOM_ORDER = "-p no:randomly"
 os.environ["PYTEST_ADDOPTS"] = f"{os.environ.get('PYTEST_ADDOPTS', '')} {NO_RANDOM_ORDER}".strip()
 
-# Hypothesis's pytest plugin imports most of hypothesis in every session's terminal
-# summary: 0.9 of a bare session's 1.8 CPU-s here, paid by each of the hundreds of inner
-# sessions and launched ranks the tests start, none of which draws an example unless its
-# test says so (tests/harness/test_plugins_hypothesis.py, test_test_styles.py: they take
-# the ``hypothesis_plugin_in_inner_runs`` fixture). Blocked for the processes the tests
-# start, after xdist has started its workers: the project's own @given tests keep the
-# plugin and its health checks.
-NO_HYPOTHESIS_PLUGIN = "-p no:hypothesispytest"
+# Plugins of the dev install that the processes the tests start block unless their test
+# asks (a fixture of the plugin's name, below): hypothesis's imports most of hypothesis in
+# every session's terminal summary (0.9 of a bare session's 1.8 CPU-s here); anyio's
+# imports anyio and its asyncio backend as it loads (10-30 ms of a warm session's 0.2 CPU-s).
+# Each is paid by the hundreds of inner sessions and launched ranks the tests start, none
+# of which draws an example or runs a coroutine test unless its test says so
+# (tests/harness/test_plugins_hypothesis.py, test_test_styles.py, test_marker.py's async
+# world tests). Blocked for the processes the tests start, after xdist has started its
+# workers: the project's own @given tests keep the plugin and its health checks.
+BLOCKED_IN_INNER_RUNS = {"hypothesis": "-p no:hypothesispytest", "anyio": "-p no:anyio"}
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_sessionstart(session: pytest.Session):
     result = yield
-    addopts = os.environ["PYTEST_ADDOPTS"]
-    if NO_HYPOTHESIS_PLUGIN not in addopts:
-        os.environ["PYTEST_ADDOPTS"] = f"{addopts} {NO_HYPOTHESIS_PLUGIN}"
+    addopts = os.environ["PYTEST_ADDOPTS"].split()
+    for block in BLOCKED_IN_INNER_RUNS.values():
+        if block not in " ".join(addopts):
+            addopts += block.split()
+    os.environ["PYTEST_ADDOPTS"] = " ".join(addopts)
     return result
+
+
+def _plugin_in_inner_runs(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    addopts = os.environ["PYTEST_ADDOPTS"].replace(BLOCKED_IN_INNER_RUNS[name], "")
+    monkeypatch.setenv("PYTEST_ADDOPTS", " ".join(addopts.split()))
 
 
 @pytest.fixture
 def hypothesis_plugin_in_inner_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     """The pytest runs this test starts load hypothesis's pytest plugin (its health checks
     and reports are what they test)."""
-    addopts = os.environ["PYTEST_ADDOPTS"].replace(NO_HYPOTHESIS_PLUGIN, "")
-    monkeypatch.setenv("PYTEST_ADDOPTS", " ".join(addopts.split()))
+    _plugin_in_inner_runs("hypothesis", monkeypatch)
+
+
+@pytest.fixture
+def anyio_plugin_in_inner_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pytest runs this test starts load anyio's pytest plugin (coroutine tests)."""
+    _plugin_in_inner_runs("anyio", monkeypatch)
 
 
 # A deprecation warning raised from rankgate's own modules is an error: pyproject's
@@ -67,8 +81,9 @@ def pytester(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> pytest.Pytester:
     inner_options = [NO_RANDOM_ORDER]  # pytester clears the variable
-    if "hypothesis_plugin_in_inner_runs" not in request.fixturenames:
-        inner_options.append(NO_HYPOTHESIS_PLUGIN)
+    for name, block in BLOCKED_IN_INNER_RUNS.items():
+        if f"{name}_plugin_in_inner_runs" not in request.fixturenames:
+            inner_options.append(block)
     monkeypatch.setenv("PYTEST_ADDOPTS", " ".join(inner_options))
     return pytester
 

@@ -129,7 +129,9 @@ def test_unpicklable_fixture_is_a_setup_error_naming_it(inner):
     )
 
 
-def test_async_world_tests_run_on_every_rank_as_their_plugin_would(inner):
+def test_async_world_tests_run_on_every_rank_as_their_plugin_would(
+    inner, anyio_plugin_in_inner_runs
+):
     # A coroutine body was called and never awaited: a pass that ran nothing. Now it runs
     # as anyio would run it in this process; with no async plugin it fails, as pytest's
     # own check fails it (in place that check runs on each rank).
