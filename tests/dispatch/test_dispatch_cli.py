@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import fcntl
-import json
-import os
 import shlex
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from _pytest.mark.expression import Expression
 
 from rankgate.cli import main
+from tests.pipeline.tree_collection import collected_once
 
 pytestmark = pytest.mark.unit
 
@@ -76,23 +71,7 @@ def test_hpc_stage_dispatches_multi_rank_tests_not_the_local_slurm_ones(tmp_path
     assert after_m == ["pytest", "world and not gpu and not hpc and not container"]
 
 
-# Dumps every collected test's markers and fixtures, so each stage's remote marker
-# expression can be checked against the real collection in one run.
-_DUMP_PLUGIN = """
-import json, os
-
-def pytest_collection_finish(session):
-    rows = [
-        {
-            "id": item.nodeid,
-            "markers": sorted({m.name for m in item.iter_markers()}),
-            "fixtures": list(getattr(item, "fixturenames", ())),
-        }
-        for item in session.items
-    ]
-    with open(os.environ["RANKGATE_COLLECTED"], "w") as out:
-        json.dump(rows, out)
-"""
+# Fixtures that start pytest runs of their own.
 _SPAWNING_FIXTURES = {"pytester", "testdir"}
 # The tests that start a local SLURM (one node or two) and dispatch to it.
 _LOCAL_SLURM_FILES = {
@@ -106,35 +85,15 @@ _LOCAL_SLURM_FILES = {
 
 @pytest.fixture(scope="module")
 def collected(tmp_path_factory) -> list[dict]:
-    """What a cluster's ranks would collect (tests and suites), with markers and fixtures.
-    Under xdist the first worker collects and the others read its rows (their common
-    temp dir): the stage's cases may land on both, and a collection costs 8 s."""
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        return _collect(tmp_path_factory.mktemp("collect"))
-    shared = tmp_path_factory.getbasetemp().parent / "dispatch-collection"
-    shared.mkdir(exist_ok=True)
-    with open(shared / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # the others wait for the first one's rows
-        if not (shared / "rows.json").is_file():
-            _collect(shared)
-    return json.loads((shared / "rows.json").read_text())
-
-
-def _collect(folder: Path) -> list[dict]:
-    (folder / "rankgate_dump_collection.py").write_text(_DUMP_PLUGIN)
-    root = Path(__file__).resolve().parents[2]
-    path = os.pathsep.join([str(folder), os.environ.get("PYTHONPATH", "")])
-    collect = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
-    done = subprocess.run(
-        [*collect, "-p", "rankgate_dump_collection", "tests", "suites"],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PYTHONPATH": path, "RANKGATE_COLLECTED": str(folder / "rows.json")},
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
-    return json.loads((folder / "rows.json").read_text())
+    """What a cluster's ranks would collect (tests and suites), with markers and fixtures:
+    from the run's one collection of the tree, shared with tests/pipeline (8 s a
+    collection on 2 cores)."""
+    tree = collected_once(tmp_path_factory)
+    return [
+        {"id": test, "markers": markers, "fixtures": tree.fixtures[test]}
+        for test, markers in tree.items()
+        if test.split("/", 1)[0] in ("tests", "suites")
+    ]
 
 
 def _selected(rows: list[dict], expression: str) -> dict[str, dict]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,8 +28,6 @@ def registered() -> dict:
 def collected_tree(tmp_path_factory):
     """Every test of the tree (one collection, a subprocess): node ID -> marker names.
     Under xdist the workers share one collection through their common temp dir."""
-    from tree_collection import collect, collect_once
+    from tree_collection import collected_once
 
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        return collect_once(tmp_path_factory.getbasetemp().parent)
-    return collect()
+    return collected_once(tmp_path_factory)

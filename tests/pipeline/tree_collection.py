@@ -1,6 +1,9 @@
-"""The whole test tree, collected once in a subprocess: node ID -> marker names.
+"""The whole test tree, collected once in a subprocess: node ID -> marker names (and each
+test's fixtures).
 
-tests/pipeline's session fixture ``collected_tree`` uses it (stage paths, lost tests).
+tests/pipeline's session fixture ``collected_tree`` uses it (stage paths, lost tests), and
+tests/dispatch/test_dispatch_cli.py (what a cluster's ranks would run): one collection
+for both (:func:`collected_once`).
 Run as a script, it prints the tests each stage of .ci/run selects, one
 ``stage<TAB>node ID`` line each; that is how ci-tests-before.txt was made:
 
@@ -37,15 +40,18 @@ def pytest_make_parametrize_id(config, val, argname):
 
 def pytest_collection_finish(session):
     found = {item.nodeid: sorted({m.name for m in item.iter_markers()}) for item in session.items}
+    fixtures = {item.nodeid: list(getattr(item, "fixturenames", ())) for item in session.items}
     with open(os.environ["RANKGATE_MARKER_DUMP"], "w") as f:
-        json.dump({"markers": found, "long_values": long_values}, f)
+        json.dump({"markers": found, "fixtures": fixtures, "long_values": long_values}, f)
 """
 
 
 class Tree(dict):
-    """node ID -> marker names, as collected; ``long_values``: the parametrized values
-    whose id would depend on pytest's version (see :data:`LONG_ID`)."""
+    """node ID -> marker names, as collected; ``fixtures``: node ID -> the names of the
+    fixtures the test uses; ``long_values``: the parametrized values whose id would depend
+    on pytest's version (see :data:`LONG_ID`)."""
 
+    fixtures: dict[str, list[str]]
     long_values: list[str]
 
 
@@ -82,6 +88,14 @@ def collect_once(shared: Path, root: Path = ROOT) -> Tree:
     return _load(dump)
 
 
+def collected_once(tmp_path_factory) -> Tree:
+    """:func:`collect_once` in this run's shared folder: the common temp dir of xdist's
+    workers, or this process's own."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return collect_once(tmp_path_factory.getbasetemp().parent)
+    return collect_once(tmp_path_factory.getbasetemp())
+
+
 def _dump(root: Path, dump: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="rankgate-tree-") as tmp:
         (Path(tmp) / "rankgate_marker_dump.py").write_text(_DUMP_PLUGIN)
@@ -105,6 +119,7 @@ def _dump(root: Path, dump: Path) -> None:
 def _load(dump: Path) -> Tree:
     dumped = json.loads(dump.read_text())
     tree = Tree(dumped["markers"])
+    tree.fixtures = dumped["fixtures"]
     tree.long_values = dumped["long_values"]
     return tree
 
