@@ -37,6 +37,7 @@ import argparse
 import gc
 import hashlib
 import importlib
+import importlib.util
 import os
 import pickle
 import selectors
@@ -115,12 +116,14 @@ def _keep_finalizers_to_the_server() -> None:
 
 
 def _pytest_builtin_plugins() -> list[str]:
-    """The modules of pytest's own plugins, which every pytest session imports. Not a
-    third party's: pytest marks a plugin's modules for assert rewriting and warns about
-    one imported before it started."""
-    from _pytest.config import default_plugins
+    """The modules of pytest's own plugins, which every pytest session imports (none where
+    a pytest names them otherwise: they only save the children their import). Not a third
+    party's: pytest marks a plugin's modules for assert rewriting and warns about one
+    imported before it started."""
+    import _pytest.config
 
-    return [f"_pytest.{name}" for name in default_plugins]
+    names = getattr(_pytest.config, "default_plugins", ())
+    return [f"_pytest.{name}" for name in names if importlib.util.find_spec(f"_pytest.{name}")]
 
 
 class _Server:
