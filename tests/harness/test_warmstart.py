@@ -119,13 +119,13 @@ import pytest, sys
 pytest.register_assert_rewrite("rankgate")
 WARM = "rankgate.harness.plugin" in sys.modules
 """
-PLUGINS_BY_NAME = ("no:rankgate", "rankgate.harness.plugin", "rankgate.report.tracing_plugin")
+PLUGIN_OPTIONS = ("no:rankgate", "rankgate.harness.plugin", "rankgate.report.tracing_plugin")
 
 
 def test_a_pytest_started_warm_does_not_warn_about_rankgates_modules(warm, tmp_path):
     (tmp_path / "conftest.py").write_text(MARKS_RANKGATE)
     (tmp_path / "test_it.py").write_text("from conftest import WARM\n\ndef test_warm():\n    assert WARM\n")
-    named = [arg for name in PLUGINS_BY_NAME for arg in ("-p", name)]
+    named = [arg for name in PLUGIN_OPTIONS for arg in ("-p", name)]
     done = subprocess.run(
         [warm, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *named,
          "-W", "error::pytest.PytestAssertRewriteWarning"],
