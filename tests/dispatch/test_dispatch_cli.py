@@ -8,7 +8,7 @@ import pytest
 from _pytest.mark.expression import Expression
 
 from rankgate.cli import main
-from tests.pipeline.tree_collection import collected_once
+from tests.pipeline.tree_collection import collect_once_for_run
 
 pytestmark = pytest.mark.unit
 
@@ -88,7 +88,7 @@ def collected(tmp_path_factory) -> list[dict]:
     """What a cluster's ranks would collect (tests and suites), with markers and fixtures:
     from the run's one collection of the tree, shared with tests/pipeline (8 s a
     collection on 2 cores)."""
-    tree = collected_once(tmp_path_factory)
+    tree = collect_once_for_run(tmp_path_factory)
     return [
         {"id": test, "markers": markers, "fixtures": tree.fixtures[test]}
         for test, markers in tree.items()

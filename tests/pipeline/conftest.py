@@ -28,6 +28,6 @@ def registered() -> dict:
 def collected_tree(tmp_path_factory):
     """Every test of the tree (one collection, a subprocess): node ID -> marker names.
     Under xdist the workers share one collection through their common temp dir."""
-    from tree_collection import collected_once
+    from tree_collection import collect_once_for_run
 
-    return collected_once(tmp_path_factory)
+    return collect_once_for_run(tmp_path_factory)

@@ -3,7 +3,7 @@ test's fixtures).
 
 tests/pipeline's session fixture ``collected_tree`` uses it (stage paths, lost tests), and
 tests/dispatch/test_dispatch_cli.py (what a cluster's ranks would run): one collection
-for both (:func:`collected_once`).
+for both (:func:`collect_once_for_run`).
 Run as a script, it prints the tests each stage of .ci/run selects, one
 ``stage<TAB>node ID`` line each; that is how ci-tests-before.txt was made:
 
@@ -88,7 +88,7 @@ def collect_once(shared: Path, root: Path = ROOT) -> Tree:
     return _load(dump)
 
 
-def collected_once(tmp_path_factory) -> Tree:
+def collect_once_for_run(tmp_path_factory) -> Tree:
     """:func:`collect_once` in this run's shared folder: the common temp dir of xdist's
     workers, or this process's own."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
