@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from rankgate import __version__, envcheck
+from tests.warmstart import WARM_PYTHON
 
 pytestmark = pytest.mark.unit
 
@@ -192,7 +193,7 @@ def test_command_json_with_a_bare_path(tmp_path: Path) -> None:
     fake_tool(tmp_path, "mpirun", 'echo "mpirun (Open MPI) 5.0.3"\n')
     env = {**os.environ, "PATH": str(tmp_path)}
     proc = subprocess.run(
-        [sys.executable, "-m", "rankgate.cli", "env-check", "--json"],
+        [WARM_PYTHON.executable(), "-m", "rankgate.cli", "env-check", "--json"],
         env=env, capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 0, proc.stderr

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
+
+from tests.warmstart import WARM_PYTHON
 
 pytestmark = pytest.mark.perf
 
 
 def test_bench_attention_smoke_on_gloo(tmp_path):
     cmd = [
-        sys.executable, "-m", "rankgate.cli", "bench", "attention", "--cpu", "--worlds", "1,2",
+        WARM_PYTHON.executable(), "-m", "rankgate.cli", "bench", "attention", "--cpu",
+        "--worlds", "1,2",
         "--seq-lens", "64,128", "--heads", "4", "--kv-heads", "2", "--head-dim", "8",
         "--reps", "2", "--min-rep-seconds", "0.01", "--out", str(tmp_path), "--json",
     ]  # fmt: skip

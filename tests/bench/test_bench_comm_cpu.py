@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
+
+from tests.warmstart import WARM_PYTHON
 
 pytestmark = pytest.mark.perf
 
 
 def test_bench_comm_cpu_defaults(tmp_path):
-    cmd = [sys.executable, "-m", "rankgate.cli", "bench", "comm", "--cpu", "--out", str(tmp_path),
-           "--json"]  # fmt: skip
+    cmd = [WARM_PYTHON.executable(), "-m", "rankgate.cli", "bench", "comm", "--cpu",
+           "--out", str(tmp_path), "--json"]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = json.loads(done.stdout.strip().splitlines()[-1])["results"]
@@ -25,7 +26,8 @@ def test_bench_comm_cpu_defaults(tmp_path):
 
 def test_backends_take_turns_at_each_size_the_order_reversed_every_size(tmp_path):
     """Drift over a sweep falls on every backend alike: at each size they run in turn."""
-    cmd = [sys.executable, "-m", "rankgate.cli", "bench", "comm", "--cpu", "--backends", "gloo,auto",
+    cmd = [WARM_PYTHON.executable(), "-m", "rankgate.cli", "bench", "comm", "--cpu",
+           "--backends", "gloo,auto",
            "-b", "1K", "-e", "4K", "-f", "2", "--iters", "2", "--reps", "2", "--rounds", "2", "--json"]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -7,11 +7,11 @@ import io
 import json
 import re
 import subprocess
-import sys
 
 import pytest
 
 from rankgate.bench.commprogress import SweepProgress, size_text
+from tests.warmstart import WARM_PYTHON
 
 LINE = re.compile(r"(comm(?: calibration)?:) (?:round (\d)/2  )?(\w+) (\d+ KiB)  "
                   r"backend (\d)/(\d) \((\w+)\)  (\d+\.\d) s")  # fmt: skip
@@ -20,7 +20,7 @@ LINE = re.compile(r"(comm(?: calibration)?:) (?:round (\d)/2  )?(\w+) (\d+ KiB) 
 @pytest.mark.dist
 @pytest.mark.launches  # bench comm starts gloo ranks of its own
 def test_one_line_per_size_and_backend_in_the_order_they_ran():
-    cmd = [sys.executable, "-m", "rankgate.cli", "bench", "comm", "--cpu",
+    cmd = [WARM_PYTHON.executable(), "-m", "rankgate.cli", "bench", "comm", "--cpu",
            "--backends", "gloo,auto", "--collectives", "all_reduce,send_recv",
            "-b", "1K", "-e", "4K", "-f", "4", "--iters", "1", "--warmup", "0", "--reps", "1",
            "--rounds", "2", "--json"]  # fmt: skip

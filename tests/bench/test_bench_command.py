@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
+
+from tests.warmstart import WARM_PYTHON
 
 # launches: each test starts rankgate's own ranks (a pool, or bench comm's gloo ranks),
 # which in place would rendezvous on the launcher's variables of every rank
@@ -19,7 +20,7 @@ pytestmark = [pytest.mark.dist, pytest.mark.slow, pytest.mark.launches]
 
 
 def rankgate(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "rankgate.cli", *args]
+    cmd = [WARM_PYTHON.executable(), "-m", "rankgate.cli", *args]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done
@@ -40,7 +41,7 @@ def test_bench_harness_json_with_small_k():
 
 
 def test_bench_harness_refuses_bad_counts():
-    cmd = [sys.executable, "-m", "rankgate.cli", "bench", "harness", "--k", "0"]
+    cmd = [WARM_PYTHON.executable(), "-m", "rankgate.cli", "bench", "harness", "--k", "0"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 2, done.stderr
     assert done.stderr == (

@@ -5,15 +5,16 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import pytest
+
+from tests.warmstart import WARM_PYTHON
 
 pytestmark = pytest.mark.perf
 
 
 def _bench_ledger(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "rankgate.cli", "bench", "ledger", *args]
+    cmd = [WARM_PYTHON.executable(), "-m", "rankgate.cli", "bench", "ledger", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False, env=env)
 
 

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
+
+from tests.warmstart import WARM_PYTHON
 
 pytestmark = pytest.mark.unit
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "rankgate.cli", "bench", "packing", *args]
+    cmd = [WARM_PYTHON.executable(), "-m", "rankgate.cli", "bench", "packing", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
 
 

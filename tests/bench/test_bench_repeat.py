@@ -6,19 +6,19 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
 from rankgate.bench.samples import load
+from tests.warmstart import WARM_PYTHON
 
 pytestmark = pytest.mark.perf
 
 
 def test_repeated_runs_become_repetitions(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-m", "rankgate.cli", "bench", "--repeat", "2", "harness", "--json",
-         "--k", "3", "--spawn-k", "1", "--worlds", "2"],
+        [WARM_PYTHON.executable(), "-m", "rankgate.cli", "bench", "--repeat", "2", "harness",
+         "--json", "--k", "3", "--spawn-k", "1", "--worlds", "2"],
         capture_output=True, text=True, timeout=600, env={**os.environ, "CI": "true"},
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
