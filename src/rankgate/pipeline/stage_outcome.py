@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,7 +75,12 @@ def record(outcome: Outcome, options: Options) -> None:
     outcome.coverage = covered_percent(coverage_report(out_dir, outcome.stage))
     folder = out_dir / "stages"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{outcome.stage}.json").write_text(json.dumps(outcome.to_json(), indent=2) + "\n")
+    # Whole or not at all: a background stage's thread refreshes the report, reading every
+    # stage's file, while another stage records (a truncated file read as "not JSON" there).
+    path = folder / f"{outcome.stage}.json"
+    part = path.with_name(f"{path.name}.{threading.get_native_id()}")
+    part.write_text(json.dumps(outcome.to_json(), indent=2) + "\n")
+    os.replace(part, path)
 
 
 def refresh_report(out_dir: Path, log: Path | None = None) -> None:
