@@ -8,8 +8,6 @@ stage run alone after itself.
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +63,7 @@ def record(outcome: Outcome, options: Options) -> None:
     # Imported here, as in refresh_report: the report's modules add 0.5 s to importing
     # the executor (measured on 2 busy cores), which every nox session would pay.
     from rankgate.report.json_summary import stage_counts, stage_failures, stage_flaky
+    from rankgate.report.runinfo import write_stage_file
 
     out_dir = options.out_dir
     junit = out_dir / "junit" / f"{outcome.stage}.xml"
@@ -73,14 +72,7 @@ def record(outcome: Outcome, options: Options) -> None:
         outcome.failing = stage_failures(junit)
     outcome.flaky = outcome.flaky or stage_flaky(junit)
     outcome.coverage = covered_percent(coverage_report(out_dir, outcome.stage))
-    folder = out_dir / "stages"
-    folder.mkdir(parents=True, exist_ok=True)
-    # Whole or not at all: a background stage's thread refreshes the report, reading every
-    # stage's file, while another stage records (a truncated file read as "not JSON" there).
-    path = folder / f"{outcome.stage}.json"
-    part = path.with_name(f"{path.name}.{threading.get_native_id()}")
-    part.write_text(json.dumps(outcome.to_json(), indent=2) + "\n")
-    os.replace(part, path)
+    write_stage_file(out_dir, outcome.stage, outcome.to_json())
 
 
 def refresh_report(out_dir: Path, log: Path | None = None) -> None:

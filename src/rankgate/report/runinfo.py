@@ -22,6 +22,7 @@ import os
 import re
 import shlex
 import sys
+import threading
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -63,10 +64,19 @@ def stage_started(out_dir: Path, stage: str, products: tuple[str, ...] = ()) -> 
     """Mark ``stage`` running and remove what its last run left (its products)."""
     for product in products:
         (out_dir / product).unlink(missing_ok=True)
+    marker = {"stage": stage, "status": RUNNING, "started": now()}
+    write_stage_file(out_dir, stage, marker)
+
+
+def write_stage_file(out_dir: Path, stage: str, doc: dict) -> None:
+    """``stages/<stage>.json``, replaced whole: the gate's background stages refresh the
+    report (which reads every stage's file) while another stage writes its own."""
     folder = out_dir / "stages"
     folder.mkdir(parents=True, exist_ok=True)
-    marker = {"stage": stage, "status": RUNNING, "started": now()}
-    (folder / f"{stage}.json").write_text(json.dumps(marker, indent=2) + "\n")
+    path = folder / f"{stage}.json"
+    part = folder / f"{stage}.json.{os.getpid()}.{threading.get_native_id()}"
+    part.write_text(json.dumps(doc, indent=2) + "\n")
+    os.replace(part, path)
 
 
 def command_line() -> list[str]:
