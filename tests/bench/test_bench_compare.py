@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -287,6 +288,9 @@ def test_write_baseline_records_every_run_and_the_thresholds(tmp_path):
     assert base.metrics["pool_median_ms"].threshold == 0.3
     assert base.metrics["pool_ms_per_test"].threshold == 0.15  # the default
     assert len(base.probes) == 3 and base.machine["cpus"] == os.cpu_count()
+    assert json.loads(out.read_text())["command"] == shlex.join(  # it records the file again
+        ["rankgate", "bench", "compare", "--write-baseline", str(out),
+         "--threshold", "pool_median_ms=0.3", *runs])  # fmt: skip
     bad = run_compare("--write-baseline", str(out), "--threshold", "pool_p99=0.3", *runs)
     assert bad.returncode == 2
     assert "--threshold pool_p99=0.3: harness has no metric 'pool_p99' (it has pool_median_ms," in bad.stderr

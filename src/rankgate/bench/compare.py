@@ -420,8 +420,11 @@ def _write_baseline(args: argparse.Namespace) -> int:
         samples.machine = {"kind": args.kind, **samples.machine}
     else:
         samples.machine = {**here, **samples.machine}
+    # Every option that shaped the file, so the command in it records the file again.
+    kind = ["--kind", args.kind] if args.kind else []
+    thresholds = [part for item in args.threshold for part in ("--threshold", item)]
     command = "rankgate bench compare --write-baseline " + shlex.join(
-        [args.write_baseline, *args.files])
+        [args.write_baseline, *kind, *thresholds, *args.files])
     doc = baseline_json(samples, command=command, note=args.note, sources=list(args.files))
     Path(args.write_baseline).parent.mkdir(parents=True, exist_ok=True)
     Path(args.write_baseline).write_text(json.dumps(doc, indent=1) + "\n")
