@@ -202,3 +202,36 @@ def test_command_json_with_a_bare_path(tmp_path: Path) -> None:
     assert got["launchers"]["mpirun"]["version"] == "5.0.3"
     assert not got["launchers"]["torchrun"]["found"]
     assert not any(tool["found"] for tool in got["containers"].values())
+
+
+def test_torch_build_says_what_the_imported_torch_says() -> None:
+    assert envcheck.torch_build() == {
+        "version": torch.__version__,
+        "cuda_build": torch.version.cuda,
+        "hip_build": getattr(torch.version, "hip", None),
+    }
+
+
+def test_torch_build_reads_version_py_and_runs_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A CUDA build's version.py, beside an __init__ that would fail if it ran."""
+    package = tmp_path / "torch"
+    package.mkdir()
+    (package / "__init__.py").write_text("raise SystemExit('torch was imported')\n")
+    (package / "version.py").write_text(textwrap.dedent("""\
+        from typing import Optional
+        __version__ = '2.11.0+cu128'
+        debug = False
+        cuda: Optional[str] = '12.8'
+        hip: Optional[str] = None
+    """))
+    monkeypatch.delitem(sys.modules, "torch")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert envcheck.torch_build() == {
+        "version": "2.11.0+cu128", "cuda_build": "12.8", "hip_build": None,
+    }  # fmt: skip
+    (package / "version.py").write_text("cuda = None\n")  # no version: it does not say
+    assert envcheck.torch_build() is None
+    monkeypatch.setitem(sys.modules, "torch", None)  # torch not installed
+    assert envcheck.torch_build() is None

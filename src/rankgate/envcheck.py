@@ -28,7 +28,9 @@ Keys of :func:`collect`'s dict (``schema`` names this layout)::
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
@@ -36,6 +38,7 @@ import re
 import shutil
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import IO, Any
 
 from rankgate import __version__
@@ -73,9 +76,6 @@ BACKENDS = ("gloo", "nccl", "mpi", "ucc")
 
 def collect(path: str | None = None, timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
     """Probe the machine. ``path`` replaces $PATH for finding tools (tests use it)."""
-    torch_info, torch = _torch_info()
-    cuda = _cuda_info(torch)
-    gpus, peer = _gpus(torch, cuda["device_count"])
     return {
         "schema": SCHEMA,
         "rankgate": __version__,
@@ -90,14 +90,60 @@ def collect(path: str | None = None, timeout: float = PROBE_TIMEOUT_S) -> dict[s
             "machine": platform.machine(),
             "hostname": platform.node(),
         },
+        **torch_and_gpus(),
+        "launchers": launchers(path, timeout),
+        "containers": {n: _tool(n, a, path, timeout) for n, a in CONTAINER_ENGINES.items()},
+        "environment": {k: os.environ[k] for k in ENVIRONMENT if k in os.environ},
+    }
+
+
+def torch_and_gpus() -> dict[str, Any]:
+    """``torch``, ``cuda``, ``backends``, ``gpus`` and ``peer_access``, as in
+    :func:`collect` (this imports torch)."""
+    torch_info, torch = _torch_info()
+    cuda = _cuda_info(torch)
+    gpus, peer = _gpus(torch, cuda["device_count"])
+    return {
         "torch": torch_info,
         "cuda": cuda,
         "backends": _backends(torch),
         "gpus": gpus,
         "peer_access": peer,
-        "launchers": {n: _tool(n, a, path, timeout) for n, a in LAUNCHERS.items()},
-        "containers": {n: _tool(n, a, path, timeout) for n, a in CONTAINER_ENGINES.items()},
-        "environment": {k: os.environ[k] for k in ENVIRONMENT if k in os.environ},
+    }
+
+
+def launchers(path: str | None = None, timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
+    """The launchers on PATH (``path`` replaces it), as ``collect()["launchers"]``."""
+    return {n: _tool(n, a, path, timeout) for n, a in LAUNCHERS.items()}
+
+
+def torch_build() -> dict[str, Any] | None:
+    """The installed torch's ``version``, ``cuda_build`` and ``hip_build``, read from its
+    version.py without importing torch (its libraries take seconds to load); None where
+    torch is not installed or the file does not say."""
+    try:
+        spec = importlib.util.find_spec("torch")  # finds the package; runs none of it
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    try:
+        source = Path(next(iter(spec.submodule_search_locations)), "version.py").read_text()
+        tree = ast.parse(source)
+    except (OSError, SyntaxError, StopIteration):
+        return None
+    values: dict[str, Any] = {}
+    for node in tree.body:  # literal assignments only: nothing of the file is run
+        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+        value = getattr(node, "value", None)
+        if isinstance(target, ast.Name) and isinstance(value, ast.Constant):
+            values[target.id] = value.value
+    if not isinstance(values.get("__version__"), str):
+        return None
+    return {
+        "version": values["__version__"],
+        "cuda_build": values.get("cuda"),
+        "hip_build": values.get("hip"),
     }
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import platform
 import re
 import shlex
 import sys
@@ -26,6 +27,7 @@ import threading
 from datetime import datetime, timezone
 from pathlib import Path
 
+from rankgate import __version__
 from rankgate.proc.command import CommandFailed, finish
 
 RUN_FORMAT = "rankgate.run/1"
@@ -116,24 +118,32 @@ def describe_machine() -> dict:
     """Host, Python, torch, CUDA, NCCL, GPUs, driver and GPU topology (once per process)."""
     from rankgate import envcheck
 
-    info = envcheck.collect()
-    gpus = [g.get("name", "?") for g in info["gpus"]]
+    build = envcheck.torch_build()
+    if build is not None and not build["cuda_build"] and not build["hip_build"]:
+        # A CPU-only torch sees no GPU: importing it would take seconds (each `nox -s`
+        # paid them before its pytest started) and tell nothing more.
+        torch, cuda_build, nccl, gpus = build["version"], None, None, []
+    else:
+        found = envcheck.torch_and_gpus()
+        about = found["torch"]
+        torch = about["version"] or f"not importable ({about['error']})"
+        cuda_build, nccl, gpus = about["cuda_build"], found["cuda"]["nccl"], found["gpus"]
+    launchers = envcheck.launchers()
     driver, topology = _nvidia_smi()
-    launchers = {n: t.get("version") or "found" for n, t in info["launchers"].items() if t["found"]}
     return {
-        "hostname": info["platform"]["hostname"],
-        "os": f"{info['platform']['system']} {info['platform']['release']}",
+        "hostname": platform.node(),
+        "os": f"{platform.system()} {platform.release()}",
         "cpus": os.cpu_count(),
-        "python": info["python"]["version"],
-        "rankgate": info["rankgate"],
-        "torch": info["torch"]["version"] or f"not importable ({info['torch']['error']})",
-        "cuda": info["torch"]["cuda_build"],
-        "nccl": info["cuda"]["nccl"],
+        "python": platform.python_version(),
+        "rankgate": __version__,
+        "torch": torch,
+        "cuda": cuda_build,
+        "nccl": nccl,
         "driver": driver,
-        "gpus": gpus,
-        "gpu_memory_gib": [round(g.get("memory_bytes", 0) / 2**30, 1) for g in info["gpus"]],
+        "gpus": [g.get("name", "?") for g in gpus],
+        "gpu_memory_gib": [round(g.get("memory_bytes", 0) / 2**30, 1) for g in gpus],
         "topology": topology,
-        "launchers": launchers,
+        "launchers": {n: t.get("version") or "found" for n, t in launchers.items() if t["found"]},
     }
 
 
