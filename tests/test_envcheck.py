@@ -162,8 +162,10 @@ def test_plain_table_has_every_row(info: dict) -> None:
     for label in ("python", "platform", "CUDA build", "cuDNN", "backends"):
         assert label in table
     assert table["torch"] == torch.__version__
-    assert table["CUDA available"] == ("no (0 GPUs)" if not torch.cuda.is_available()
-                                       else f"yes ({torch.cuda.device_count()} GPUs)")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    assert table["CUDA available"] == (  # one GPU reads "yes (1 GPU)"
+        "no (0 GPUs)" if count == 0 else f"yes ({count} GPU{'s' if count > 1 else ''})"
+    )
     assert "gloo yes" in table["backends"]
     for section in ("launchers", "containers"):
         for name, tool in info[section].items():
