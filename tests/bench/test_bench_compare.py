@@ -31,7 +31,8 @@ BUSY = {"seconds": 19.0, "cpus": 2, "own_share": 0.4, "others_share": 0.55}
 
 def harness_run(rows: dict[int, dict[str, float]], probes=(QUIET,)) -> str:
     """What ``rankgate bench --repeat 1 harness --json`` prints: a table, a JSON line, probes."""
-    doc = [{"world": w, "backend": "gloo", "k_pool": 20, "k_spawn": 1, **m} for w, m in rows.items()]
+    doc = [{"world": w, "backend": "gloo", "k_pool": 20, "k_spawn": 1, "plain_median_ms": 1.0, **m}
+           for w, m in rows.items()]  # fmt: skip
     return "world backend ...\n" + json.dumps(doc) + "\n" + json.dumps({"rankgate_contention": list(probes)}) + "\n"
 
 
@@ -42,6 +43,8 @@ def best_of_baseline(path: Path) -> dict[int, dict[str, float]]:
     for (metric, size), values in base.values.items():
         world = int(size.split()[1])
         rows.setdefault(world, {})[metric] = base.metrics[metric].summarize(values)
+    for row in rows.values():  # the plain test that gives the baseline's best ratio
+        row["plain_median_ms"] = row["pool_median_ms"] / row.pop(samples.POOL_OVER_PLAIN)
     return rows
 
 
@@ -72,9 +75,9 @@ def test_the_cpu_baseline_is_committed_with_its_thresholds_and_machine():
     assert base["format"] == samples.BASELINE_FORMAT and base["benchmark"] == "harness"
     assert base["machine"]["kind"] == "cpu" and base["machine"]["cpus"] >= 1
     gated = {m: s["threshold"] for m, s in base["metrics"].items() if s["threshold"] is not None}
-    assert set(gated) == {"pool_median_ms", "pool_ms_per_test"}
+    assert set(gated) == {samples.POOL_OVER_PLAIN}  # milliseconds are reported
     for size in ("world 2 gloo", "world 4 gloo"):
-        assert len(base["samples"]["pool_median_ms"][size]) >= 10  # repetitions, not one run
+        assert len(base["samples"][samples.POOL_OVER_PLAIN][size]) >= 10  # repetitions
 
 
 def test_a_planted_regression_past_the_cpu_threshold_fails_the_bench_stage_compare(tmp_path):
@@ -88,11 +91,11 @@ def test_a_planted_regression_past_the_cpu_threshold_fails_the_bench_stage_compa
     done = run_compare("--kind", "cpu", "--baselines", str(baselines), env={"RANKGATE_OUT": str(out)})
     assert done.returncode == 1, done.stdout + done.stderr
     regressions = [line for line in done.stderr.splitlines() if "REGRESSION" in line]
-    assert len(regressions) == 4  # 2 gated metrics x 2 worlds
-    assert any(line.startswith("rankgate bench compare: REGRESSION pool_median_ms at world 2 gloo: 200% slower (")
-               and line.endswith("ms; threshold 150%)") for line in regressions), regressions  # fmt: skip
+    assert len(regressions) == 2  # the gated metric x 2 worlds
+    assert any(line.startswith("rankgate bench compare: REGRESSION pool_over_plain at world 2 gloo: 200% worse (")
+               and line.endswith("plain tests; threshold 150%)") for line in regressions), regressions  # fmt: skip
     written = json.loads((out / "bench" / "compare.json").read_text())
-    assert written["ok"] is False and len(written["comparisons"][0]["regressions"]) == 4
+    assert written["ok"] is False and len(written["comparisons"][0]["regressions"]) == 2
     assert (out / "bench" / "compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -156,19 +159,20 @@ def test_the_same_run_against_the_real_baseline_passes(tmp_path):
 
 def test_a_slow_run_on_a_contended_machine_is_noisy_not_a_regression(tmp_path):
     base_path = planted(BASELINES / "cpu" / "harness.json", tmp_path / "base.json", 1.0)
-    slow = {w: {m: v * 3 for m, v in row.items()} for w, row in best_of_baseline(base_path).items()}
+    slow = {w: {m: v * ((m != "plain_median_ms" and 3) or 1) for m, v in row.items()}
+            for w, row in best_of_baseline(base_path).items()}  # the pool 3x slower, not pytest
     new = tmp_path / "harness.json"
     new.write_text(harness_run(slow, probes=(BUSY,)) + harness_run(slow))
     comparison = compare.compare(samples.load(base_path), samples.load(new))
     verdicts = {(r.metric, r.size): r.verdict for r in comparison.rows}
-    assert verdicts[("pool_median_ms", "world 2 gloo")] == "noisy"
+    assert verdicts[(samples.POOL_OVER_PLAIN, "world 2 gloo")] == "noisy"
     assert comparison.regressions == ()
     assert comparison.notes[0].startswith(
         f"{new} was measured on a contended machine (other work took up to 55% of the CPUs "
         "during a run)"
     )
     new.write_text(harness_run(slow))  # the same numbers on a quiet machine: regressions
-    assert len(compare.compare(samples.load(base_path), samples.load(new)).regressions) == 4
+    assert len(compare.compare(samples.load(base_path), samples.load(new)).regressions) == 2
 
 
 def test_best_of_repetitions_ignores_a_slowed_run(tmp_path):
@@ -286,7 +290,8 @@ def test_write_baseline_records_every_run_and_the_thresholds(tmp_path):
     base = samples.load(out)
     assert base.values[("pool_median_ms", "world 2 gloo")] == [2.0, 2.4, 2.2]
     assert base.metrics["pool_median_ms"].threshold == 0.3
-    assert base.metrics["pool_ms_per_test"].threshold == 0.15  # the default
+    assert base.metrics["pool_ms_per_test"].threshold is None  # the default: reported
+    assert base.metrics[samples.POOL_OVER_PLAIN].threshold == 1.5  # the default: judged
     assert len(base.probes) == 3 and base.machine["cpus"] == os.cpu_count()
     assert json.loads(out.read_text())["command"] == shlex.join(  # it records the file again
         ["rankgate", "bench", "compare", "--write-baseline", str(out),

@@ -73,15 +73,23 @@ class Metric:
                 "statistic": self.statistic, "load_sensitive": self.load_sensitive}  # fmt: skip
 
 
+POOL_OVER_PLAIN = "pool_over_plain"
+"""A pool test's median over a plain test's median in the same session (``bench harness``
+rows carry both): the machine's speed divides out, a per-test spawn, a sleep or a lost
+pool does not."""
+
 # The defaults; thresholds of committed baselines come from repeated measurements
 # (benchmarks/baselines/README.md says which).
 METRICS: dict[str, dict[str, Metric]] = {
     "harness": {
         m.name: m
         for m in (
-            Metric(name="pool_median_ms", unit="ms", threshold=0.15, statistic="min",
-                   load_sensitive=True),
-            Metric(name="pool_ms_per_test", unit="ms", threshold=0.15, statistic="min",
+            # Milliseconds move with the machine's speed (a shared 2-core box: a plain
+            # test 1.16 ms, then 2.19 ms an hour later): reported. What is judged is the
+            # pool's cost in plain tests of the same session (benchmarks/baselines/README.md).
+            Metric(name="pool_median_ms", unit="ms", statistic="min", load_sensitive=True),
+            Metric(name="pool_ms_per_test", unit="ms", statistic="min", load_sensitive=True),
+            Metric(name=POOL_OVER_PLAIN, unit="plain tests", threshold=1.5, statistic="min",
                    load_sensitive=True),
             Metric(name="pool_start_s", unit="s", statistic="min", load_sensitive=True),
             Metric(name="spawn_ms_per_test", unit="ms", statistic="min", load_sensitive=True),
@@ -215,6 +223,8 @@ def _from_harness(path: Path, docs: list) -> Samples:
             continue
         for row in doc:
             size = f"world {row['world']} {row.get('backend', 'gloo')}"
+            pool, plain = row.get("pool_median_ms"), row.get("plain_median_ms")
+            row = {**row, POOL_OVER_PLAIN: pool / plain if pool and plain else None}
             for metric in samples.metrics:
                 samples.add(metric, size, row.get(metric))
     return samples
