@@ -24,6 +24,7 @@ import pytest
 import scenarios
 from chromium import Browser, find_chromium
 
+from rankgate.bench import compare, samples
 from rankgate.pipeline.executor import Outcome, summary_table
 from tests.once import once_per_run
 
@@ -77,14 +78,10 @@ def _bench(out: Path, work: Path) -> None:
 
 def _inconclusive_rows() -> int:
     """The rows of :func:`_bench`'s comparison that its baseline's own spread makes
-    inconclusive: every judged (metric, size) whose samples spread past its threshold
-    (the run sits at the baseline's best, within every threshold)."""
-    committed = json.loads((ROOT / "benchmarks/baselines/cpu/harness.json").read_text())
-    count = 0
-    for name, metric in committed["metrics"].items():
-        for values in committed["samples"].get(name, {}).values():
-            spread = (max(values) - min(values)) / min(values)
-            count += metric["threshold"] is not None and len(values) > 1 and spread > metric["threshold"]
+    inconclusive: the run sits at the baseline's best, so its comparison reads as the
+    baseline's against itself."""
+    baseline = samples.load(ROOT / "benchmarks/baselines/cpu/harness.json")
+    count = sum(r.verdict == "inconclusive" for r in compare.compare(baseline, baseline).rows)
     assert count, "the committed baseline's spread is within every threshold: the text differs"
     return count
 
