@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from rankgate.harness.pool.forkclient import SERVER_PYTHON_ENV, RunForkServer
+from rankgate.harness.pool.forkclient import SERVER_PYTHON_ENV, ForkServerError, RunForkServer
 
 
 class WarmPython:
@@ -41,12 +41,14 @@ class WarmPython:
         self._parent = server
 
     def executable(self) -> str:
-        """The path of the warm ``python`` (``sys.executable`` when turned off). Not waited
-        for: until the server forks (after its import of torch, about 2 s), the programs
-        launched start cold."""
+        """The path of the warm ``python`` (``sys.executable`` when turned off). A server
+        started now is waited for: a program launched before it listens starts cold,
+        importing torch beside the server's own import (each xdist worker's first launch
+        did, its server forked from the run's a moment too late)."""
         if os.environ.get("RANKGATE_TESTS_COLD") == "1":
             return sys.executable
-        if self._server is None or self._server.owner != os.getpid():
+        started = self._server is None or self._server.owner != os.getpid()
+        if started:
             env = dict(self._env)
             parent = self._parent.python() if self._parent is not None else None
             if parent and SERVER_PYTHON_ENV not in env:
@@ -55,14 +57,15 @@ class WarmPython:
             self._server = RunForkServer(folder, os.getpid(), env=env)
             atexit.register(self.stop)
         python = self._server.python() or sys.executable  # restarted if it died
+        if started:
+            try:
+                self._server.ready()
+            except ForkServerError:
+                pass  # its programs start cold
         # The pytest sessions a test starts start their own fork servers forked from this
         # one (torch imported), not cold.
         os.environ[SERVER_PYTHON_ENV] = python
         return python
-
-    def wait_until_warm(self) -> None:
-        """Wait until the server forks (programs launched before start cold)."""
-        self._server.ready()
 
     def stop(self) -> None:
         os.environ.pop(SERVER_PYTHON_ENV, None)

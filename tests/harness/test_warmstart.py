@@ -42,8 +42,7 @@ time.sleep(600)
 @pytest.fixture(scope="module")
 def warm():
     python = WarmPython()
-    executable = python.executable()
-    python.wait_until_warm()
+    executable = python.executable()  # waits until its server forks
     yield executable
     python.stop()
 
