@@ -4,6 +4,9 @@ Run as a script (``python ci/tests/dagger_typedefs.py``): it sets the variables
 the Dagger runtime sets, imports ci/src/rankgate_ci, and runs the SDK's own
 registration with ``Module.id`` replaced so the type definitions it would send to
 the engine come back as data. Output: {"constructor": {...}, "functions": {...}}.
+
+:func:`registered` runs it once per test run for the fixtures that ask (ci/tests' and
+tests/pipeline's ``registered``): it imports the SDK, about 2 CPU-s.
 """
 
 from __future__ import annotations
@@ -11,10 +14,28 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def registered(request) -> dict:
+    """The module's functions and arguments as its SDK registers them (no engine), for the
+    session fixture ``request`` sets up: computed by the first xdist worker that asks."""
+    import pytest
+    from tests.once import once_per_run
+
+    pytest.importorskip("dagger", reason="dagger-io is in the dev extra: pip install -e '.[dev]'")
+
+    def run() -> dict:
+        done = subprocess.run(
+            [sys.executable, __file__], capture_output=True, text=True, check=True
+        )
+        return json.loads(done.stdout)
+
+    return once_per_run(request, run)
 
 
 def main() -> None:

@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+
+from ci.tests import dagger_typedefs
 
 
 @pytest.fixture(scope="session")
-def registered() -> dict:
-    """The Dagger module's functions and arguments as its SDK registers them (no engine);
-    ci/tests/conftest.py has the same fixture for the module's own tests."""
-    pytest.importorskip("dagger", reason="dagger-io is in the dev extra: pip install -e '.[dev]'")
-    out = subprocess.run(
-        [sys.executable, str(Path(__file__).parents[2] / "ci" / "tests" / "dagger_typedefs.py")],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return json.loads(out)
+def registered(request) -> dict:
+    """The Dagger module's functions and arguments as its SDK registers them (no engine),
+    computed once per run with ci/tests' fixture of the same name."""
+    return dagger_typedefs.registered(request)
 
 
 @pytest.fixture(scope="session")
