@@ -11,6 +11,7 @@ import textwrap
 import pytest
 
 from rankgate.harness.rankstate import EnvironmentSnapshot
+from tests.warmstart import WARM_PYTHON
 
 pytestmark = pytest.mark.unit
 
@@ -74,7 +75,7 @@ _TIMEOUT_SCRIPT = textwrap.dedent(
 
 def test_the_timeout_is_set_again_only_after_a_test_changed_it(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-c", _TIMEOUT_SCRIPT, str(tmp_path / "store")],
+        [WARM_PYTHON.executable(), "-c", _TIMEOUT_SCRIPT, str(tmp_path / "store")],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

@@ -79,12 +79,15 @@ def collect(root: Path = ROOT) -> Tree:
 def collect_once(shared: Path, root: Path = ROOT) -> Tree:
     """:func:`collect`, done by the first of the processes that pass the same ``shared``
     folder (xdist's workers pass their common temp dir) and read by the others: each
-    collection of the tree imports every test module again (8 s on 2 cores)."""
+    collection of the tree imports every test module again (8 s on 2 cores). A test
+    process's: its pytest starts warm (tests/warmstart.py), torch imported."""
+    from tests.warmstart import WARM_PYTHON
+
     dump = shared / "tree-collection.json"
     with open(shared / "tree-collection.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # the others wait for the first one's dump
         if not dump.is_file():
-            _dump(root, dump)
+            _dump(root, dump, WARM_PYTHON.executable())
     return _load(dump)
 
 
@@ -96,7 +99,7 @@ def collect_once_for_run(tmp_path_factory) -> Tree:
     return collect_once(tmp_path_factory.getbasetemp())
 
 
-def _dump(root: Path, dump: Path) -> None:
+def _dump(root: Path, dump: Path, python: str = sys.executable) -> None:
     with tempfile.TemporaryDirectory(prefix="rankgate-tree-") as tmp:
         (Path(tmp) / "rankgate_marker_dump.py").write_text(_DUMP_PLUGIN)
         env = {
@@ -106,7 +109,7 @@ def _dump(root: Path, dump: Path) -> None:
             "PYTHONPATH": os.pathsep.join([tmp, os.environ.get("PYTHONPATH", "")]),
         }
         done = subprocess.run(
-            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "rankgate_marker_dump",
+            [python, "-m", "pytest", "--collect-only", "-q", "-p", "rankgate_marker_dump",
              "-p", "no:cacheprovider"],
             cwd=root, env=env, capture_output=True, text=True, timeout=600,
         )  # fmt: skip

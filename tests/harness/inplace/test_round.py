@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+
+from tests.warmstart import WARM_PYTHON
 
 pytestmark = pytest.mark.unit
 
@@ -53,7 +54,7 @@ def _run_in_place(folder: Path, *args: str) -> subprocess.CompletedProcess:
         RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
         RANKGATE_STORE=str(folder / "store"), ROUND_MARKS=str(folder / "marks"),
     )  # fmt: skip
-    command = [sys.executable, "-m", "pytest", "test_suite.py", "--rankgate-mode=inplace",
+    command = [WARM_PYTHON.executable(), "-m", "pytest", "test_suite.py", "--rankgate-mode=inplace",
                "-p", "no:randomly", "-p", "no:cacheprovider", "--junitxml=out/junit.xml",
                *args]  # fmt: skip
     return subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
