@@ -1,6 +1,11 @@
 """Each LEDGER_VARIANT of scripts/ledger/pool_variant installs what its docstring says
 (scripts/ledger/check_variant.py on gloo): a timing of a variant on a GPU host is only
-worth its name if the variant isolates what it claims to."""
+worth its name if the variant isolates what it claims to.
+
+One variant runs as scripts/gpu/ledger-ab.sh runs each (its folder on PYTHONPATH: Python
+imports the sitecustomize as it starts, a cold interpreter importing torch); the others
+through the warm python (tests/warmstart.py), which runs the same file first, by its path:
+it patches the ledger module before the check installs it, as a rank's start does."""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.once import once_per_run
+from tests.warmstart import WARM_PYTHON
 
 ROOT = Path(__file__).resolve().parents[2]
 VARIANT_DIR = ROOT / "scripts" / "ledger" / "pool_variant"
@@ -50,16 +56,27 @@ def check(request) -> Callable[[str], subprocess.CompletedProcess]:
     return run
 
 
-def _run(variant: str, ledger_setting: str = "1") -> subprocess.CompletedProcess:
-    env = {
-        **os.environ,
-        "LEDGER_VARIANT": variant,
-        "RANKGATE_LEDGER": ledger_setting,
-        "PYTHONPATH": os.pathsep.join([str(VARIANT_DIR), os.environ.get("PYTHONPATH", "")]),
-    }
-    return subprocess.run(
-        [sys.executable, str(CHECK)], env=env, capture_output=True, text=True, timeout=120
-    )
+AS_THE_SCRIPT_RUNS = "passthrough"
+"""The variant run with its folder on PYTHONPATH (cold), as scripts/gpu/ledger-ab.sh does."""
+
+# The variant's file, then the check, in one warm program.
+VARIANT_THEN_CHECK = """
+import runpy, sys
+runpy.run_path(sys.argv[1])
+sys.argv = sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def _run(variant: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "LEDGER_VARIANT": variant, "RANKGATE_LEDGER": "1"}
+    if variant == AS_THE_SCRIPT_RUNS or variant not in EXPECTED:
+        env["PYTHONPATH"] = os.pathsep.join([str(VARIANT_DIR), os.environ.get("PYTHONPATH", "")])
+        argv = [sys.executable, str(CHECK)]
+    else:
+        site = str(VARIANT_DIR / "sitecustomize.py")
+        argv = [WARM_PYTHON.executable(), "-c", VARIANT_THEN_CHECK, site, str(CHECK)]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.parametrize("variant", list(EXPECTED))
