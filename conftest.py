@@ -6,6 +6,7 @@ import warnings
 import pytest
 
 from rankgate.harness.pool.xdist_ranks import fork_server_of_worker
+from rankgate.launch.env import detect_launch
 from tests.warmstart import WARM_PYTHON
 
 # pytester drives inner pytest runs in the harness suites; pytest only accepts
@@ -68,10 +69,13 @@ DEPRECATIONS = (DeprecationWarning, PendingDeprecationWarning, FutureWarning)
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # The Python programs tests start (tests/warmstart.py) fork from the run's server.
+    # The Python programs tests start (tests/warmstart.py) fork from the run's server;
+    # in place they start cold (a server a test started is a process it left running).
     run_server = fork_server_of_worker(config)
     if run_server is not None:
         WARM_PYTHON.fork_from(run_server)
+    if detect_launch() is not None:
+        WARM_PYTHON.turn_off()
     for category in DEPRECATIONS:
         warnings.filterwarnings("error", category=category, module=RANKGATE_MODULES)
 

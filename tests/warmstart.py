@@ -7,7 +7,9 @@ arguments, folder, environment, standard streams, signal dispositions, exit code
 signal. What it cannot be given (a variable the interpreter or torch reads at import set
 differently, Python options beyond ``-u`` and ``-B``) makes it start cold.
 
-``RANKGATE_TESTS_COLD=1`` turns it off: every program starts cold.
+``RANKGATE_TESTS_COLD=1`` turns it off: every program starts cold. So does a run in place
+(conftest.py): there every test runs in a rank that fails a test which leaves a process
+running, and the server a test started would be one.
 """
 
 from __future__ import annotations
@@ -33,6 +35,11 @@ class WarmPython:
         # the environment this process had when it was made, before any test ran.
         self._env = dict(os.environ)
         self._parent: RunForkServer | None = None
+        self._off = os.environ.get("RANKGATE_TESTS_COLD") == "1"
+
+    def turn_off(self) -> None:
+        """Every program starts cold from now on."""
+        self._off = True
 
     def fork_from(self, server: RunForkServer) -> None:
         """Start the server, when a test first asks for it, forked from ``server`` (an
@@ -45,7 +52,7 @@ class WarmPython:
         started now is waited for: a program launched before it listens starts cold,
         importing torch beside the server's own import (each xdist worker's first launch
         did, its server forked from the run's a moment too late)."""
-        if os.environ.get("RANKGATE_TESTS_COLD") == "1":
+        if self._off:
             return sys.executable
         started = self._server is None or self._server.owner != os.getpid()
         if started:

@@ -213,6 +213,9 @@ def test_the_rule_for_a_cold_start():
 def test_turned_off_it_is_this_python(monkeypatch):
     monkeypatch.setenv("RANKGATE_TESTS_COLD", "1")
     assert WarmPython().executable() == sys.executable
+    python = WarmPython()  # as conftest.py turns it off in place
+    python.turn_off()
+    assert python.executable() == sys.executable
 
 
 def _alive(pid: int) -> bool:
