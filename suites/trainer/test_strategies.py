@@ -232,10 +232,13 @@ def test_a_fit_past_its_timeout_is_stopped_and_gives_back_its_cpus(ray_cluster):
     # would wait for them until its own timeout.
     message = _given_up_fit(ray_cluster, timeout=15)
     # One group, or two: Ray Train retried once a start that the removal cut short. A
-    # controller that the removal did not stop (seen under CI's load) is killed.
+    # controller that the removal did not stop (seen under CI's load) is killed; under a
+    # heavier load one was still asking for its CPUs 15 s in (no group yet), and only the
+    # kill stopped it.
     assert re.match(
-        r"Ray Train did not finish within 15 s; stopped: its [12] placement group\(s\) "
-        r"removed(, its controller killed)?, their workers ended\n",
+        r"Ray Train did not finish within 15 s; stopped: its ([12] placement group\(s\) "
+        r"removed(, its controller killed)?|0 placement group\(s\) removed, its controller "
+        r"killed), their workers ended\n",
         message,
     ), message
     _assert_every_cpu_comes_back()
