@@ -22,13 +22,18 @@ QUICK_TESTS = 5
 CONFTEST = """
 import os
 
+import pytest
 
-def pytest_runtest_logreport(report):
-    # The controller's record of each test that ended, teardown included (the JUnit file
-    # counts a test once its teardown report is in): what the driver polls.
-    if report.when == "teardown" and "PYTEST_XDIST_WORKER" not in os.environ:
+
+# The controller's record of each test that ended: what the driver polls. At logfinish,
+# after rankgate's own hook, which drops the test from the tests it records as running
+# under xdist; at the teardown report the signal could come first, and a test that had
+# passed read "was running".
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_logfinish(nodeid, location):
+    if "PYTEST_XDIST_WORKER" not in os.environ:
         with open(os.environ["PLANTED_PROGRESS"], "a") as f:
-            f.write(report.nodeid + "\\n")
+            f.write(nodeid + "\\n")
 
 
 def pytest_runtest_logstart(nodeid, location):
