@@ -79,8 +79,8 @@ def collect(root: Path = ROOT) -> Tree:
 def collect_once(shared: Path, root: Path = ROOT) -> Tree:
     """:func:`collect`, done by the first of the processes that pass the same ``shared``
     folder (xdist's workers pass their common temp dir) and read by the others: each
-    collection of the tree imports every test module again (8 s on 2 cores). A test
-    process's: its pytest starts warm (tests/warmstart.py), torch imported."""
+    collection of the tree imports every test module again (8 s on 2 cores). Called from
+    tests, so its pytest starts through their warm python (tests/warmstart.py)."""
     from tests.warmstart import WARM_PYTHON
 
     dump = shared / "tree-collection.json"
