@@ -194,6 +194,20 @@ def scenario_env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
+def write_harness_run_at_best(path: Path, baseline: dict) -> None:
+    """Write what ``rankgate bench harness --json`` prints for a quiet run at the harness
+    ``baseline``'s best: each world's best pool median, and a plain test that gives its
+    best ``pool_over_plain``."""
+    best = {s: min(v) for s, v in baseline["samples"]["pool_median_ms"].items()}
+    ratio = {s: min(v) for s, v in baseline["samples"]["pool_over_plain"].items()}
+    rows = [{"world": int(s.split()[1]), "backend": "gloo", "pool_median_ms": v,
+             "pool_ms_per_test": v, "plain_median_ms": v / ratio[s],
+             "spawn_ms_per_test": 1200.0, "pool_start_s": 1.0, "k_pool": 20, "k_spawn": 1}
+            for s, v in best.items()]  # fmt: skip
+    probes = {"rankgate_contention": [{"seconds": 12.0, "cpus": 2, "others_share": 0.02}]}
+    path.write_text(json.dumps(rows) + "\n" + json.dumps(probes) + "\n")
+
+
 def plant(work: Path, name: str, text: str) -> Path:
     work.mkdir(parents=True, exist_ok=True)
     (work / "pytest.ini").write_text("[pytest]\nrankgate_timeout = 60\n")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import gfm
 import pytest
+import scenarios
 from chromium import Browser, find_chromium
 
 from rankgate import cli
@@ -85,14 +86,7 @@ def _out_dir(tmp_path_factory) -> Path:
     bench = out / "bench"
     bench.mkdir()
     committed = json.loads((ROOT / "benchmarks/baselines/cpu/harness.json").read_text())
-    best = {s: min(v) for s, v in committed["samples"]["pool_median_ms"].items()}
-    ratio = {s: min(v) for s, v in committed["samples"]["pool_over_plain"].items()}
-    rows = [{"world": int(s.split()[1]), "backend": "gloo", "pool_median_ms": v,
-             "pool_ms_per_test": v, "plain_median_ms": v / ratio[s],
-             "spawn_ms_per_test": 1200.0, "pool_start_s": 1.0, "k_pool": 20, "k_spawn": 1}
-            for s, v in best.items()]  # fmt: skip
-    probes = {"rankgate_contention": [{"seconds": 12.0, "cpus": 2, "others_share": 0.02}]}
-    (bench / "harness.json").write_text(json.dumps(rows) + "\n" + json.dumps(probes) + "\n")
+    scenarios.write_harness_run_at_best(bench / "harness.json", committed)
     committed["samples"] = {m: {s: [v / 3 for v in vals] for s, vals in sizes.items()}
                             for m, sizes in committed["samples"].items()}  # fmt: skip
     planted = work / "planted.json"

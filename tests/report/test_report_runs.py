@@ -58,15 +58,7 @@ def _bench(out: Path, work: Path) -> None:
     bench = out / "bench"
     bench.mkdir()
     baseline = ROOT / "benchmarks/baselines/cpu/harness.json"
-    committed = json.loads(baseline.read_text())
-    best = {s: min(v) for s, v in committed["samples"]["pool_median_ms"].items()}
-    ratio = {s: min(v) for s, v in committed["samples"]["pool_over_plain"].items()}
-    rows = [{"world": int(s.split()[1]), "backend": "gloo", "pool_median_ms": v,
-             "pool_ms_per_test": v, "plain_median_ms": v / ratio[s],
-             "spawn_ms_per_test": 1200.0, "pool_start_s": 1.0, "k_pool": 20, "k_spawn": 1}
-            for s, v in best.items()]  # fmt: skip
-    probes = {"rankgate_contention": [{"seconds": 12.0, "cpus": 2, "others_share": 0.02}]}
-    (bench / "harness.json").write_text(json.dumps(rows) + "\n" + json.dumps(probes) + "\n")
+    scenarios.write_harness_run_at_best(bench / "harness.json", json.loads(baseline.read_text()))
     done = subprocess.run(
         [sys.executable, "-m", "rankgate.cli", "bench", "compare", str(baseline),
          str(bench / "harness.json"), "--json", str(bench / "compare.json"),
