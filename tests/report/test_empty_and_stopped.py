@@ -26,9 +26,7 @@ import pytest
 
 
 # The controller's record of each test that ended: what the driver polls. At logfinish,
-# after rankgate's own hook, which drops the test from the tests it records as running
-# under xdist; at the teardown report the signal could come first, and a test that had
-# passed read "was running".
+# after every report of the test (rankgate's record ends a test at its teardown report).
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_logfinish(nodeid, location):
     if "PYTEST_XDIST_WORKER" not in os.environ:

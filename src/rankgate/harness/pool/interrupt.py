@@ -72,6 +72,10 @@ class InterruptRecord:
         self._worker_ids: list[str] = []
         self._worker_running: dict[str, tuple[tuple, float, object]] = {}
         self._worker_started: set[str] = set()
+        # Tests whose attempt reported "rerun" (pytest-rerunfailures): another attempt
+        # follows, so its teardown and logfinish do not end it.
+        self._rerunning: set[str] = set()
+        self._ended: str | None = None  # in this process: the test whose last report is in
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self._items = list(session.items)
@@ -81,10 +85,12 @@ class InterruptRecord:
         index = self._index_of(item)
         self._next = index + 1
         self._started = time.monotonic()
+        self._ended = None
         try:
             return (yield)
         except (KeyboardInterrupt, Exit) as exc:
-            self._record_running(item, exc)
+            if self._ended != item.nodeid:  # stopped after its teardown's report: it ended
+                self._record_running(item, exc)
             raise
 
     @pytest.hookimpl(optionalhook=True)
@@ -93,12 +99,18 @@ class InterruptRecord:
             self._worker_ids = list(ids)  # every worker collects the same tests
 
     def pytest_runtest_logstart(self, nodeid: str, location: tuple) -> None:
+        self._rerunning.discard(nodeid)  # its next attempt begins
         if self._worker_ids:
             self._worker_running[nodeid] = (location, time.monotonic(), None)
             self._worker_started.add(nodeid)
 
+    @pytest.hookimpl(trylast=True)  # after pytest's JUnit writer has taken the report
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self._running_on(report.nodeid, getattr(report, "node", None))
+        if report.outcome == "rerun":
+            self._rerunning.add(report.nodeid)
+        elif report.when == "teardown":
+            self._end(report.nodeid)
 
     def _running_on(self, nodeid: str, worker) -> None:
         """The worker a running test runs on, once known: pytest's JUnit keys a test by
@@ -108,13 +120,20 @@ class InterruptRecord:
             self._worker_running[nodeid] = (*running[:2], worker)
 
     def pytest_runtest_logfinish(self, nodeid: str) -> None:
-        self._worker_running.pop(nodeid, None)
+        self._end(nodeid)
+
+    def _end(self, nodeid: str) -> None:
+        """Its last report is in the JUnit file: a stop from now on did not stop it. Its
+        teardown's report is that, before pytest's logfinish and the hooks around it."""
+        if nodeid not in self._rerunning:
+            self._worker_running.pop(nodeid, None)
+            self._ended = nodeid
 
     def _take_in_queued_worker_events(self) -> None:
-        """Under xdist, the starts and ends of tests the controller had not read yet when
-        the signal came: xdist queues each worker's events for the controller's loop, so a
-        test a worker began a moment before (or while the loop was busy) is running, not
-        "between tests"."""
+        """Under xdist, the starts of tests the controller had not read yet when the signal
+        came: xdist queues each worker's events for the controller's loop, so a test a
+        worker began a moment before (or while the loop was busy) is running, not "between
+        tests". A queued end is not taken in: its reports never reached the JUnit file."""
         queue = getattr(self.config.pluginmanager.get_plugin("dsession"), "queue", None)
         if queue is None or not self._worker_ids:
             return
@@ -124,8 +143,6 @@ class InterruptRecord:
             if name == "logstart":
                 self.pytest_runtest_logstart(kwargs["nodeid"], kwargs["location"])
                 self._running_on(kwargs["nodeid"], kwargs["node"])
-            elif name == "logfinish":
-                self.pytest_runtest_logfinish(kwargs["nodeid"])
 
     def _index_of(self, item: pytest.Item) -> int:
         if self._next < len(self._items) and self._items[self._next] is item:
