@@ -218,11 +218,14 @@ def measure_pool(worlds: list[int], backend: str, k: int, collectives: int = 1) 
         (root / "pytest.ini").write_text("[pytest]\n")  # keep the caller's config out
         timings_path = root / "timings.json"
         env = {**os.environ, "RANKGATE_BENCH_TIMINGS": str(timings_path)}
-        # In file order: the first test of each world starts its pool and is reported
-        # apart. A shuffling plugin (pytest-randomly) would put that start among the
-        # steady tests and interleave the worlds.
+        # In this order: the first test of each world starts its pool and is reported
+        # apart (a shuffling plugin, pytest-randomly, would put that start among the
+        # steady tests and interleave the worlds). The plain tests come last: before the
+        # world tests they ran beside the fork server's import of torch, which took a core
+        # from them on a small machine.
+        files = [f"test_bench_w{world}.py" for world in worlds] + ["test_bench_plain.py"]
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-               str(root)]  # fmt: skip
+               *(str(root / f) for f in files)]  # fmt: skip
         proc = finish(cmd, cwd=root, env=env)
         if proc.returncode != 0:
             raise SystemExit(f"pool benchmark run failed:\n{proc.stdout}\n{proc.stderr}")
