@@ -126,20 +126,25 @@ def _cases(path: Path) -> dict[str, ET.Element]:
 # The controller is slow to read its worker's events (a hook of its own sleeps once the
 # first test has ended), so the second test's start still waits in xdist's queue when the
 # signal comes.
-# (A worker has config.workerinput: PYTEST_XDIST_WORKER may be this run's own, inherited.)
-BUSY_CONTROLLER = """
+# In the xdist controller alone, or in a run without workers. (A worker has
+# config.workerinput; PYTEST_XDIST_WORKER may be this run's own, inherited.)
+IN_THE_CONTROLLER = """
 import time
 import pytest
 
 def pytest_configure(config):
     global CONTROLLER
     CONTROLLER = not hasattr(config, "workerinput")
-
+"""
+BUSY_CONTROLLER = (
+    IN_THE_CONTROLLER
+    + """
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_logfinish(nodeid):
     if CONTROLLER and nodeid.endswith("test_first"):
         time.sleep(100)
 """
+)
 PLAIN_WAIT = """
 import time
 
@@ -274,31 +279,34 @@ def test_sigterm_while_the_xdist_controller_has_not_read_a_start_names_that_test
 
 
 # Ctrl-C in the controller once a test's teardown report is in, before its logfinish.
-STOPPED_AT_LOGFINISH = """
-import pytest
-
-def pytest_configure(config):
-    global CONTROLLER
-    CONTROLLER = not hasattr(config, "workerinput")
-
+STOPPED_AT_LOGFINISH = (
+    IN_THE_CONTROLLER
+    + """
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_logfinish(nodeid):
     if CONTROLLER:
         raise KeyboardInterrupt
 """
+)
+
+
+def _stopped_at_logfinish(tmp_path: Path, test_body: str, *args: str) -> tuple[str, dict]:
+    """A run of one test, test_first, stopped by Ctrl-C at its first logfinish: the
+    output, and its JUnit file's test cases (pytest's exit code is 2, interrupted)."""
+    (tmp_path / "conftest.py").write_text(textwrap.dedent(STOPPED_AT_LOGFINISH))
+    (tmp_path / "test_suite.py").write_text(f"def test_first():\n    {test_body}\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    done = subprocess.run(
+        [*PYTEST, *args], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    out = done.stdout + done.stderr
+    assert done.returncode == 2, out
+    return out, _cases(tmp_path / "out" / "junit.xml")
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "1"]], ids=["in-process", "xdist"])
 def test_a_stop_after_a_tests_last_report_leaves_it_passed(tmp_path, workers):
-    (tmp_path / "conftest.py").write_text(textwrap.dedent(STOPPED_AT_LOGFINISH))
-    (tmp_path / "test_suite.py").write_text("def test_first():\n    pass\n")
-    (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    done = subprocess.run(
-        [*PYTEST, *workers], cwd=tmp_path, capture_output=True, text=True, timeout=120
-    )
-    out = done.stdout + done.stderr
-    assert done.returncode == 2, out  # pytest's "interrupted"
-    cases = _cases(tmp_path / "out" / "junit.xml")
+    out, cases = _stopped_at_logfinish(tmp_path, "pass", *workers)
     assert sorted(cases) == ["test_first"], out
     assert list(cases["test_first"]) == [], out  # passed: no failure, error or skip inside
     why = "received SIGINT (Ctrl-C) between tests"
@@ -314,17 +322,7 @@ def test_a_stop_between_a_rerun_and_its_next_attempt_fails_the_test(tmp_path):
     """pytest-rerunfailures's first attempt failed ("rerun"), its last report is in, and the
     stop comes before the next attempt: the test did not end."""
     pytest.importorskip("pytest_rerunfailures")
-    (tmp_path / "conftest.py").write_text(textwrap.dedent(STOPPED_AT_LOGFINISH))
-    (tmp_path / "test_suite.py").write_text(
-        "import os\n\ndef test_first():\n    assert os.path.exists('tried')\n"
-    )
-    (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    done = subprocess.run(
-        [*PYTEST, "--reruns", "1"], cwd=tmp_path, capture_output=True, text=True, timeout=120
-    )
-    out = done.stdout + done.stderr
-    assert done.returncode == 2, out
-    cases = _cases(tmp_path / "out" / "junit.xml")
+    out, cases = _stopped_at_logfinish(tmp_path, "assert False", "--reruns", "1")
     stopped = "received SIGINT (Ctrl-C) while test_suite.py::test_first ran"
     results = [(c.tag, c.get("message")) for c in cases["test_first"]]
     assert results == [("failure", f"interrupted: {stopped}; the test did not end")], out
