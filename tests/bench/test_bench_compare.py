@@ -33,13 +33,7 @@ def harness_run(rows: dict[int, dict[str, float]], probes=(QUIET,)) -> str:
     """What ``rankgate bench --repeat 1 harness --json`` prints: a table, a JSON line, probes."""
     doc = [{"world": w, "backend": "gloo", "k_pool": 20, "k_spawn": 1, "plain_median_ms": 1.0, **m}
            for w, m in rows.items()]  # fmt: skip
-    return (
-        "world backend ...\n"
-        + json.dumps(doc)
-        + "\n"
-        + json.dumps({"rankgate_contention": list(probes)})
-        + "\n"
-    )
+    return "world backend ...\n" + json.dumps(doc) + "\n" + json.dumps({"rankgate_contention": list(probes)}) + "\n"
 
 
 def best_of_baseline(path: Path) -> dict[int, dict[str, float]]:
@@ -66,9 +60,7 @@ def planted(path: Path, out: Path, factor: float) -> Path:
     return out
 
 
-def run_compare(
-    *args: str, env: dict | None = None, cwd: Path = ROOT
-) -> subprocess.CompletedProcess:
+def run_compare(*args: str, env: dict | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "rankgate.cli", "bench", "compare", *args],
         capture_output=True, text=True, cwd=cwd, env={**os.environ, **(env or {})},
@@ -93,14 +85,10 @@ def test_a_planted_regression_past_the_cpu_threshold_fails_the_bench_stage_compa
     against a copy of that baseline made 3x faster (past its 150% thresholds)."""
     out = tmp_path / "out"
     (out / "bench").mkdir(parents=True)
-    (out / "bench" / "harness.json").write_text(
-        harness_run(best_of_baseline(BASELINES / "cpu" / "harness.json"))
-    )
+    (out / "bench" / "harness.json").write_text(harness_run(best_of_baseline(BASELINES / "cpu" / "harness.json")))
     baselines = tmp_path / "baselines"
     planted(BASELINES / "cpu" / "harness.json", baselines / "cpu" / "harness.json", 1 / 3)
-    done = run_compare(
-        "--kind", "cpu", "--baselines", str(baselines), env={"RANKGATE_OUT": str(out)}
-    )
+    done = run_compare("--kind", "cpu", "--baselines", str(baselines), env={"RANKGATE_OUT": str(out)})
     assert done.returncode == 1, done.stdout + done.stderr
     regressions = [line for line in done.stderr.splitlines() if "REGRESSION" in line]
     assert len(regressions) == 2  # the gated metric x 2 worlds
@@ -146,18 +134,14 @@ def test_committed_baselines_agree_with_their_runs(tmp_path):
     assert (tmp_path / "bench" / "compare-committed.json").is_file()
 
 
-def test_a_planted_20_percent_regression_in_a_committed_baseline_fails_the_committed_check(
-    tmp_path,
-):
+def test_a_planted_20_percent_regression_in_a_committed_baseline_fails_the_committed_check(tmp_path):
     root = committed_copy(tmp_path, 1 / 1.2, size="all_reduce nccl fp32 65536")
     out = tmp_path / "out"
     done = run_compare("--committed", "--baselines", str(root / "benchmarks/baselines"),
                        env={"RANKGATE_OUT": str(out)})  # fmt: skip
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr
     (line,) = [line for line in done.stderr.splitlines() if "REGRESSION" in line]
-    assert line.startswith(
-        "rankgate bench compare: REGRESSION graph_us at all_reduce nccl fp32 65536: 20% slower ("
-    )
+    assert line.startswith("rankgate bench compare: REGRESSION graph_us at all_reduce nccl fp32 65536: 20% slower (")
     written = json.loads((out / "bench" / "compare-committed.json").read_text())
     assert written["ok"] is False
 
@@ -165,38 +149,28 @@ def test_a_planted_20_percent_regression_in_a_committed_baseline_fails_the_commi
 def test_the_same_run_against_the_real_baseline_passes(tmp_path):
     out = tmp_path / "out"
     (out / "bench").mkdir(parents=True)
-    (out / "bench" / "harness.json").write_text(
-        harness_run(best_of_baseline(BASELINES / "cpu" / "harness.json"))
-    )
+    (out / "bench" / "harness.json").write_text(harness_run(best_of_baseline(BASELINES / "cpu" / "harness.json")))
     baselines = tmp_path / "baselines"
     planted(BASELINES / "cpu" / "harness.json", baselines / "cpu" / "harness.json", 1.0)
-    done = run_compare(
-        "--kind", "cpu", "--baselines", str(baselines), env={"RANKGATE_OUT": str(out)}
-    )
+    done = run_compare("--kind", "cpu", "--baselines", str(baselines), env={"RANKGATE_OUT": str(out)})
     assert done.returncode == 0, done.stdout + done.stderr
     # At the baseline's best: the baseline against itself, inconclusive only where its own
     # spread exceeds a threshold.
     base = samples.load(BASELINES / "cpu" / "harness.json")
     unsure = sum(r.verdict == "inconclusive" for r in compare.compare(base, base).rows)
-    assert (
-        done.stderr
-        == "rankgate bench compare: "
-        + (
-            f"inconclusive: no regression past a threshold in 1 comparisons, but {unsure} row(s) "
-            "lie within a baseline spread wider than their threshold"
-            if unsure
-            else "no regression in 1 comparisons"
-        )
-        + "\n"
+    verdict = (
+        f"inconclusive: no regression past a threshold in 1 comparisons, but {unsure} row(s) "
+        "lie within a baseline spread wider than their threshold"
+        if unsure
+        else "no regression in 1 comparisons"
     )
+    assert done.stderr == f"rankgate bench compare: {verdict}\n"
 
 
 def test_a_slow_run_on_a_contended_machine_is_noisy_not_a_regression(tmp_path):
     base_path = planted(BASELINES / "cpu" / "harness.json", tmp_path / "base.json", 1.0)
-    slow = {
-        w: {m: v * (1 if m == "plain_median_ms" else 3) for m, v in row.items()}
-        for w, row in best_of_baseline(base_path).items()
-    }  # the pool 3x slower, not pytest
+    slow = {w: {m: v * (1 if m == "plain_median_ms" else 3) for m, v in row.items()}
+            for w, row in best_of_baseline(base_path).items()}  # the pool 3x slower, not pytest
     new = tmp_path / "harness.json"
     new.write_text(harness_run(slow, probes=(BUSY,)) + harness_run(slow))
     comparison = compare.compare(samples.load(base_path), samples.load(new))
@@ -295,10 +269,8 @@ def test_no_baseline_for_this_kind_is_a_note_not_a_failure(tmp_path):
     new.write_text(harness_run(best_of_baseline(BASELINES / "cpu" / "harness.json")))
     done = run_compare("--kind", "nvidia-b200-x8", str(new))
     assert done.returncode == 0
-    assert (
-        f"{new}: no harness baseline for kind nvidia-b200-x8 "
-        f"(benchmarks/baselines/nvidia-b200-x8/harness.json); record one with --write-baseline"
-    ) in done.stderr
+    assert (f"{new}: no harness baseline for kind nvidia-b200-x8 "
+            f"(benchmarks/baselines/nvidia-b200-x8/harness.json); record one with --write-baseline") in done.stderr
 
 
 def test_a_cpu_baseline_from_another_core_count_is_not_compared(tmp_path):
@@ -336,10 +308,7 @@ def test_write_baseline_records_every_run_and_the_thresholds(tmp_path):
          "--threshold", "pool_median_ms=0.3", *runs])  # fmt: skip
     bad = run_compare("--write-baseline", str(out), "--threshold", "pool_p99=0.3", *runs)
     assert bad.returncode == 2
-    assert (
-        "--threshold pool_p99=0.3: harness has no metric 'pool_p99' (it has pool_median_ms,"
-        in bad.stderr
-    )
+    assert "--threshold pool_p99=0.3: harness has no metric 'pool_p99' (it has pool_median_ms," in bad.stderr
     bad = run_compare("--write-baseline", str(out), "--threshold", "pool_median_ms=15", *runs)
     assert bad.returncode == 2 and bad.stderr.endswith(
         "error: argument --threshold: 'pool_median_ms=15': expected METRIC=FRACTION, the "
@@ -352,12 +321,8 @@ def test_bad_input_names_the_file_and_what_it_should_be(tmp_path):
     junk.write_text('{"hello": 1}\n')
     done = run_compare(str(junk), str(junk))
     assert done.returncode == 2
-    assert done.stderr.startswith(
-        f"rankgate bench compare: error: {junk}: not a result rankgate bench compare knows"
-    )
+    assert done.stderr.startswith(f"rankgate bench compare: error: {junk}: not a result rankgate bench compare knows")
     comm = H200_RUNS / "run8-calibrated" / "bench_dense" / "comm.json"
     done = run_compare(str(BASELINES / "cpu" / "harness.json"), str(comm))
     assert done.returncode == 2 and "holds harness results but" in done.stderr
-    assert run_compare(str(junk)).stderr.endswith(
-        "give BASE and NEW, or --kind KIND and the NEW files\n"
-    )
+    assert run_compare(str(junk)).stderr.endswith("give BASE and NEW, or --kind KIND and the NEW files\n")

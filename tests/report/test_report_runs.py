@@ -166,9 +166,7 @@ def _screenshot(page, name: str, tmp_path: Path) -> None:
 
 
 def _texts(page, selector: str) -> list[str]:
-    return page.evaluate(
-        f"[...document.querySelectorAll({json.dumps(selector)})].map(e => e.innerText)"
-    )
+    return page.evaluate(f"[...document.querySelectorAll({json.dumps(selector)})].map(e => e.innerText)")
 
 
 def _rows(page, selector: str) -> list[list[str]]:
@@ -258,13 +256,9 @@ def test_passing_page(passing, chromium, tmp_path):
     page = chromium(work / "out")
     try:
         html = (work / "out" / "report.html").read_text()
-        assert (
-            "<script" not in html and "<link" not in html and "http" not in html.split("<body>")[1]
-        )
+        assert "<script" not in html and "<link" not in html and "http" not in html.split("<body>")[1]
         assert page.evaluate("performance.getEntriesByType('resource').length") == 0
-        assert (
-            page.evaluate("document.querySelector('#verdict h1').innerText") == "rankgate: passed"
-        )
+        assert page.evaluate("document.querySelector('#verdict h1').innerText") == "rankgate: passed"
         tiles = page.evaluate(
             "[...document.querySelectorAll('#outcomes .tile')].map(t => [t.dataset.outcome, t.querySelector('b').innerText])"
         )
@@ -278,9 +272,7 @@ def test_passing_page(passing, chromium, tmp_path):
         assert _texts(page, "#bench > p.passed") == [_bench_verdict()]
         assert page.evaluate("document.querySelector('#bench img').alt") == "bench/compare.png"
         assert page.evaluate("document.querySelector('#bench img').naturalWidth") > 100
-        assert _texts(page, "#trend [data-change='fixed'] li") == [
-            "test_passing::test_flaky_until_fixed"
-        ]
+        assert _texts(page, "#trend [data-change='fixed'] li") == ["test_passing::test_flaky_until_fixed"]
         followed = [k for k, v in summary["trend"]["series"].items() if None not in v]
         assert "tests failed" in followed and "stage files (s)" in followed
         shown = page.evaluate(
@@ -345,24 +337,14 @@ def test_failing_page(failing, chromium, tmp_path):
     art = "document.querySelector('article[data-test=\"test_failing::test_shards_agree\"]')"
     try:
         assert page.evaluate("document.title") == "rankgate report — FAILED"
-        badges = page.evaluate(
-            f"[...{art}.querySelectorAll('.rank')].map(b => [b.innerText, b.classList.contains('root')])"
-        )
-        assert badges == [
-            ["rank 2: failed", True],
-            ["rank 0: passed", False],
-            ["rank 1: passed", False],
-        ]
+        badges = page.evaluate(f"[...{art}.querySelectorAll('.rank')].map(b => [b.innerText, b.classList.contains('root')])")
+        assert badges == [["rank 2: failed", True], ["rank 0: passed", False], ["rank 1: passed", False]]
         assert page.evaluate(f"{art}.querySelector('.root-cause').innerText").startswith(
             "root cause (likely): rank 2 (failed)"
         )
         repro = page.evaluate(f"{art}.querySelector('pre.reproduce').innerText")
-        assert repro.startswith(
-            "reproduce: pytest 'test_failing.py::test_shards_agree' --rankgate-seed="
-        )
-        folds = page.evaluate(
-            f"[...{art}.querySelectorAll('details')].map(d => [d.dataset.rank, d.open])"
-        )
+        assert repro.startswith("reproduce: pytest 'test_failing.py::test_shards_agree' --rankgate-seed=")
+        folds = page.evaluate(f"[...{art}.querySelectorAll('details')].map(d => [d.dataset.rank, d.open])")
         assert folds == [["2", False], ["0", False], ["1", False]]
         assert "stale shard" not in page.evaluate("document.body.innerText")
         page.evaluate(f"{art}.querySelector('details[data-rank=\"2\"]').open = true")
@@ -403,7 +385,7 @@ def test_hang_page(hang, chromium, tmp_path):
         page.evaluate(f"{art}.querySelectorAll('details').forEach(d => d.open = true)")
         stacks = page.evaluate(f"[...{art}.querySelectorAll('details')].map(d => d.innerText)")
         assert stacks[0].startswith("rank 1: hung — Python stacks and log")
-        assert 'test_hang.py", line 15 in test_rank1_never_joins' in stacks[0]
+        assert "test_hang.py\", line 15 in test_rank1_never_joins" in stacks[0]
         assert "in all_reduce" not in stacks[0]
         assert stacks[1].startswith("rank 0: hung — Python stacks and log")
         assert "in all_reduce" in stacks[1]
@@ -462,9 +444,7 @@ def test_an_interrupted_gate_never_reads_passed(interrupted, chromium, tmp_path)
     assert summary["verdict"] == "incomplete" and summary["ok"] is False
     # The unit stage's own JUnit says how pytest stopped and which test its xdist worker
     # was running.
-    stopped = (
-        "out/junit/unit.xml: received SIGTERM while test_long.py::test_runs_until_released ran"
-    )
+    stopped = "out/junit/unit.xml: received SIGTERM while test_long.py::test_runs_until_released ran"
     # The gate itself, on its way out, recorded the stage it was running.
     unit = (
         "unit: stopped by SIGTERM while it ran: no test ended; "
@@ -479,9 +459,7 @@ def test_an_interrupted_gate_never_reads_passed(interrupted, chromium, tmp_path)
         ("env-check", "passed"), ("lint", "passed"), ("unit", "incomplete"),
     ]  # fmt: skip
     assert [(s["stage"], s["status"]) for s in summary["stages"]] == [
-        ("env-check", "passed"),
-        ("lint", "passed"),
-        ("unit", "incomplete"),
+        ("env-check", "passed"), ("lint", "passed"), ("unit", "incomplete"),
     ]
     md = (out / "summary.md").read_text()
     tokens = gfm.parse(md)
