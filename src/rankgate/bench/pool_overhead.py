@@ -207,25 +207,27 @@ def measure_pool(worlds: list[int], backend: str, k: int, collectives: int = 1) 
     calls = "    dist.all_reduce(t)\n" * collectives
     with tempfile.TemporaryDirectory(prefix="rankgate-bench-") as tmp:
         root = Path(tmp)
+        # The files in the order they run: the first test of each world starts its pool
+        # and is reported apart (a shuffling plugin, pytest-randomly, would put that start
+        # among the steady tests and interleave the worlds). The plain tests come last:
+        # before the world tests they ran beside the fork server's import of torch, which
+        # took a core from them on a small machine.
+        files = []
         for world in worlds:
             source = _TEST_FILE.format(
                 world=world, backend=backend, count=k + 1, calls=calls,
                 collectives=collectives,
             )  # fmt: skip
-            (root / f"test_bench_w{world}.py").write_text(textwrap.dedent(source))
-        (root / "test_bench_plain.py").write_text(_PLAIN_FILE.format(count=k + 1))
+            files.append(root / f"test_bench_w{world}.py")
+            files[-1].write_text(textwrap.dedent(source))
+        files.append(root / "test_bench_plain.py")
+        files[-1].write_text(_PLAIN_FILE.format(count=k + 1))
         (root / "conftest.py").write_text(_TIMING_CONFTEST)
         (root / "pytest.ini").write_text("[pytest]\n")  # keep the caller's config out
         timings_path = root / "timings.json"
         env = {**os.environ, "RANKGATE_BENCH_TIMINGS": str(timings_path)}
-        # In this order: the first test of each world starts its pool and is reported
-        # apart (a shuffling plugin, pytest-randomly, would put that start among the
-        # steady tests and interleave the worlds). The plain tests come last: before the
-        # world tests they ran beside the fork server's import of torch, which took a core
-        # from them on a small machine.
-        files = [f"test_bench_w{world}.py" for world in worlds] + ["test_bench_plain.py"]
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-               *(str(root / f) for f in files)]  # fmt: skip
+               *map(str, files)]  # fmt: skip
         proc = finish(cmd, cwd=root, env=env)
         if proc.returncode != 0:
             raise SystemExit(f"pool benchmark run failed:\n{proc.stdout}\n{proc.stderr}")
