@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 
 import pytest
 
+from rankgate.harness.pool import programclient
 from rankgate.harness.pool.program import cold_reason
 from tests.warmstart import WarmPython
 
@@ -96,6 +98,44 @@ def test_a_signal_reaches_the_program_and_its_death_by_signal_is_the_clients(war
 
     killed = subprocess.Popen([warm, "-c", "import os; os.kill(os.getpid(), 9)"])
     assert killed.wait(timeout=60) == -signal.SIGKILL
+
+
+# The fork server's side of one request, played by the test so that a signal lands while
+# the client waits for the program's pid (a race under load: CI's client died of it).
+def test_a_signal_before_the_programs_pid_is_known_goes_on_to_the_program(tmp_path):
+    waiter = _script(tmp_path, "waiter.py", WAITER.replace("600", "30"))
+    program = subprocess.Popen(
+        [sys.executable, waiter], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    int(program.stdout.readline())
+    address = str(tmp_path / "server.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(address)
+    listener.listen(1)
+    client_dir = os.path.dirname(programclient.__file__)
+    start = f"import sys; sys.path.insert(0, {client_dir!r}); import programclient; " \
+            f"programclient.main({address!r}, sys.executable)"  # fmt: skip
+    client = subprocess.Popen(
+        [sys.executable, "-IS", "-c", start, waiter], preexec_fn=_sigterm_as_by_default
+    )
+    connection, _ = listener.accept()
+    _, fds, _, _ = socket.recv_fds(connection, 1 << 20, 3)
+    for fd in fds:
+        os.close(fd)
+    client.send_signal(signal.SIGTERM)
+    connection.sendall(programclient.WORD.pack(program.pid))
+    assert program.stdout.readline() == "terminated\n"
+    assert program.wait(timeout=60) == 3
+    connection.sendall(programclient.WORD.pack(3))
+    assert client.wait(timeout=60) == 3
+    connection.close()
+    listener.close()
+
+
+def _sigterm_as_by_default() -> None:
+    """SIGTERM neither ignored nor blocked, whatever this process inherited."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM])
 
 
 def test_a_killed_client_takes_its_program_with_it(warm, tmp_path):

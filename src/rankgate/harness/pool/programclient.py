@@ -30,7 +30,9 @@ FORWARDED = (
 def main(address: str, python: str) -> None:
     argv = sys.argv[1:]
     ignored = [s for s in signal.valid_signals() if _ignored_at_start(s)]
-    mask = sorted(signal.pthread_sigmask(signal.SIG_BLOCK, []))
+    # Held until the program's pid is known: a signal that came before would end this
+    # process by its default action, and the server would kill the program with it.
+    mask = sorted(signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED))
     request = {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd(), "ignored": ignored,
                "mask": mask}  # fmt: skip
     try:
@@ -42,10 +44,12 @@ def main(address: str, python: str) -> None:
     except OSError:
         pid = 0  # no server: start cold
     if pid == 0:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.execv(python, [python, *argv])
     for sig in FORWARDED:
         if sig not in ignored:
             signal.signal(sig, lambda sig, _frame: _forward(pid, sig))
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # what came meanwhile goes on now
     try:
         code = _word(server)
     except OSError:
